@@ -1,0 +1,1 @@
+"""sessions_admin: an operator console for LLM-agent session stores."""

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class ConsoleConfig(AppConfig):
+    name = "sessions_admin.console"
+    label = "console"
+    verbose_name = "Operator console"
+
+    def ready(self) -> None:
+        from sessions_admin.console.roles import ensure_roles_after_migrate
+
+        post_migrate.connect(ensure_roles_after_migrate, sender=self)

@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from sessions_admin.console.roles import role_of
+
+
+def operator(request) -> dict:
+    user = getattr(request, "user", None)
+    return {"operator_role": role_of(user) if user is not None else None}

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from functools import wraps
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+from django_htmx.middleware import HtmxDetails
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+def require_perm(perm: str):
+    """403 unless the signed-in operator holds ``perm`` (sign-in itself is the middleware's)."""
+
+    def decorator(view):
+        @wraps(view)
+        def wrapped(request, *args, **kwargs):
+            if not request.user.has_perm(perm):
+                raise PermissionDenied(f"Your role does not allow this ({perm}).")
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+def fragment(request: HtmxHttpRequest, template: str, name: str) -> str:
+    """The whole page for a normal request, just the named partial for htmx."""
+    return f"{template}#{name}" if request.htmx else template

@@ -1,0 +1,76 @@
+"""The store core: every operation that changes the session store, and the reads they need.
+
+No HTTP here. Views, management commands and a Python runtime all call these
+functions; none of them writes to the store itself. Each operation takes
+keyword-only arguments, runs in one transaction and returns a frozen dataclass
+or raises a ``sessions_admin.core.errors.StoreError``.
+"""
+
+from __future__ import annotations
+
+from sessions_admin.core.conversations import (
+    ConversationTarget,
+    conversation_session,
+    evict_responses,
+    record_turn,
+    resolve_conversation,
+)
+from sessions_admin.core.errors import (
+    AmbiguousSessionRef,
+    ConversationNotFound,
+    InvalidInput,
+    NothingToUndo,
+    SessionEnded,
+    SessionNotFound,
+    StoreBusy,
+    StoreError,
+    TitleTaken,
+    TruncationRefused,
+)
+from sessions_admin.core.events import (
+    SwitchEvent,
+    read_switch_events,
+    register_listener,
+    unregister_listener,
+)
+from sessions_admin.core.lifecycle import (
+    AppendResult,
+    BranchResult,
+    CompressionResult,
+    EndResult,
+    ResetResult,
+    ResumeResult,
+    SessionRef,
+    add_usage,
+    append_message,
+    append_messages,
+    branch_session,
+    create_session,
+    end_session,
+    reset_session_key,
+    resolve_session_ref,
+    resume_session,
+    rotate_for_compression,
+    set_title,
+)
+from sessions_admin.core.lineage import (
+    LineageNode,
+    children_of,
+    compression_chain,
+    compression_tip,
+    lineage_tree,
+    live_session_for_key,
+    parent_of,
+    root_of,
+)
+from sessions_admin.core.transcript import (
+    RewriteResult,
+    SaveResult,
+    active_transcript,
+    redo_turn,
+    retry_last_turn,
+    save_transcript,
+    undo_last_turn,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_") and name != "annotations"]

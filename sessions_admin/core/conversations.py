@@ -1,0 +1,253 @@
+"""Conversation continuity for OpenAI-style ``/v1/responses`` clients.
+
+A client names its conversation with a slug. The runtime keeps
+``responses`` (LRU-bounded: evicted on pressure and lost on restart) and
+``conversations`` (slug -> latest response). Before hermes-agent #16517 the
+session lived only inside ``responses.data``, so once that row was evicted a
+known slug minted a fresh, unlinked session: one conversation became N forks.
+Here the slug's session is persisted on its ``conversations`` row at every
+turn, and resolving a slug never depends on the response row surviving.
+
+These tables may live in a separate database (Hermes's ``response_store.db``):
+``responses_alias()``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from sessions_admin.core import db, lineage
+from sessions_admin.core.db import store_operation
+from sessions_admin.core.errors import ConversationNotFound, InvalidInput, SessionNotFound
+from sessions_admin.core.lifecycle import create_session, new_session_id
+from sessions_admin.routers import responses_alias
+from sessions_admin.store.models import parse_model_config
+
+
+@dataclass(frozen=True)
+class ConversationTarget:
+    session_id: str
+    conversation: str | None
+    resolved_by: str  # "response", "conversation" or "new"
+    created: bool
+
+
+def _alias() -> str:
+    return responses_alias()
+
+
+def _responses_transaction():
+    """A savepoint inside the store operation, or the responses database's own transaction."""
+    return transaction.atomic(using=_alias())
+
+
+def _response_session(response_id: str | None) -> str | None:
+    if not response_id:
+        return None
+    row = db.fetchone(
+        "SELECT data FROM responses WHERE response_id = %s", [response_id], alias=_alias()
+    )
+    if row is None:
+        return None
+    session_id = parse_model_config(row[0]).get("session_id")
+    return session_id if isinstance(session_id, str) and session_id else None
+
+
+def _conversation_row(name: str) -> tuple[str, str | None] | None:
+    row = db.fetchone(
+        "SELECT response_id, session_id FROM conversations WHERE name = %s", [name], alias=_alias()
+    )
+    return (row[0], row[1]) if row else None
+
+
+def conversation_session(name: str) -> str | None:
+    """The session recorded for a slug, from its row or, failing that, its latest response."""
+    row = _conversation_row(name)
+    if row is None:
+        return None
+    return row[1] or _response_session(row[0])
+
+
+def _current(session_id: str) -> str:
+    """Where a conversation recorded at ``session_id`` now continues."""
+    current = lineage.compression_tip(session_id=session_id)
+    for _ in range(lineage.MAX_DEPTH):
+        row = lineage.session_row(current)
+        merged_into = parse_model_config(row["model_config"]).get("_merged_into") if row else None
+        if not isinstance(merged_into, str) or not merged_into or merged_into == current:
+            break
+        current = lineage.compression_tip(session_id=merged_into)
+    return current
+
+
+def _check_slug(conversation: str) -> str:
+    if not isinstance(conversation, str) or not conversation.strip():
+        raise InvalidInput("conversation must be a non-empty string.")
+    if len(conversation) > 500 or "\x00" in conversation:
+        raise InvalidInput("conversation must be at most 500 characters, without NUL.")
+    return conversation
+
+
+@store_operation
+def resolve_conversation(
+    *,
+    conversation: str | None = None,
+    previous_response_id: str | None = None,
+    source: str = "api_server",
+    user_id: str | None = None,
+    model: str | None = None,
+) -> ConversationTarget:
+    """The session a ``/v1/responses`` request continues.
+
+    - a known ``previous_response_id``: its session;
+    - else a known slug: the session persisted on its row (even after every
+      response row of it was evicted);
+    - an unknown ``previous_response_id`` without a slug, or a slug with no
+      recorded session: ``ConversationNotFound`` (never a silent fork);
+    - a new slug: a new session, created once even when requests race.
+    """
+    if conversation is not None:
+        _check_slug(conversation)
+    if not conversation and not previous_response_id:
+        raise InvalidInput("Give a conversation slug or a previous response id.")
+    if previous_response_id:
+        session_id = _response_session(previous_response_id)
+        if session_id:
+            return ConversationTarget(_current(session_id), conversation, "response", False)
+        if not conversation:
+            raise ConversationNotFound(
+                f"Previous response {previous_response_id!r} is not stored (evicted or never "
+                "recorded) and no conversation slug was given to continue by."
+            )
+    row = _conversation_row(conversation)
+    if row is not None:
+        session_id = row[1] or _response_session(row[0])
+        if not session_id:
+            raise ConversationNotFound(
+                f"Conversation {conversation!r} has no recorded session (its responses were "
+                "evicted before sessions were recorded on conversations); start a new slug."
+            )
+        with _responses_transaction():
+            if row[1] is None:
+                db.execute(
+                    "UPDATE conversations SET session_id = %s WHERE name = %s "
+                    "AND session_id IS NULL",
+                    [session_id, conversation],
+                    alias=_alias(),
+                )
+        if lineage.session_row(session_id) is None:
+            # The slug was claimed but its session never written (a crash between
+            # the two databases): create it now under the recorded id.
+            create_session(session_id=session_id, source=source, user_id=user_id, model=model)
+        return ConversationTarget(_current(session_id), conversation, "conversation", False)
+    if previous_response_id:
+        raise ConversationNotFound(
+            f"Previous response {previous_response_id!r} is not stored and conversation "
+            f"{conversation!r} is unknown."
+        )
+    candidate = new_session_id()
+    with _responses_transaction():
+        # The slug is claimed before the session exists, so racing requests for
+        # one new slug agree on one session id (ON CONFLICT waits for the winner).
+        db.execute(
+            "INSERT INTO conversations (name, response_id, session_id) VALUES (%s, '', %s) "
+            "ON CONFLICT (name) DO NOTHING",
+            [conversation, candidate],
+            alias=_alias(),
+        )
+        session_id = conversation_session(conversation)
+    created = session_id == candidate
+    create_session(session_id=session_id, source=source, user_id=user_id, model=model)
+    return ConversationTarget(
+        _current(session_id), conversation, "new" if created else "conversation", created
+    )
+
+
+@store_operation
+def record_turn(
+    *,
+    response_id: str,
+    session_id: str,
+    conversation: str | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> None:
+    """Store a response and advance its conversation, persisting the slug's session id."""
+    if not isinstance(response_id, str) or not response_id.strip():
+        raise InvalidInput("response_id must be a non-empty string.")
+    if conversation is not None:
+        _check_slug(conversation)
+    if lineage.session_row(session_id) is None:
+        raise SessionNotFound(session_id)
+    payload = dict(data or {})
+    payload["session_id"] = session_id
+    if conversation:
+        payload.setdefault("conversation", conversation)
+    with _responses_transaction():
+        db.execute(
+            "INSERT INTO responses (response_id, data, accessed_at) VALUES (%s, %s, %s) "
+            "ON CONFLICT (response_id) DO UPDATE SET data = excluded.data, "
+            "accessed_at = excluded.accessed_at",
+            [response_id, db.dumps(payload), time.time()],
+            alias=_alias(),
+        )
+        if conversation:
+            db.execute(
+                "INSERT INTO conversations (name, response_id, session_id) VALUES (%s, %s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET response_id = excluded.response_id, "
+                "session_id = excluded.session_id",
+                [conversation, response_id, session_id],
+                alias=_alias(),
+            )
+
+
+def evict_responses(*, keep_latest: int) -> int:
+    """Drop all but the ``keep_latest`` most recently used responses, as the runtime's LRU does."""
+    if keep_latest < 0:
+        raise InvalidInput("keep_latest must be zero or more.")
+    with transaction.atomic(using=_alias()):
+        return db.execute(
+            "DELETE FROM responses WHERE response_id NOT IN ("
+            " SELECT response_id FROM responses ORDER BY accessed_at DESC, response_id DESC "
+            " LIMIT %s)",
+            [keep_latest],
+            alias=_alias(),
+        )
+
+
+def repoint_conversations(*, from_session_ids: list[str], to_session_id: str) -> int:
+    """Point every slug recorded at one of ``from_session_ids`` at ``to_session_id``.
+
+    Runs inside the caller's store operation.
+    """
+    ids = [i for i in from_session_ids if i and i != to_session_id]
+    if not ids:
+        return 0
+    with _responses_transaction():
+        return db.execute(
+            f"UPDATE conversations SET session_id = %s WHERE session_id IN ({db.placeholders(ids)})",
+            [to_session_id, *ids],
+            alias=_alias(),
+        )
+
+
+def conversations_of_session(session_id: str) -> list[tuple[str, str | None]]:
+    """Slugs that are or were recorded at ``session_id``, with their current session."""
+    names = {
+        r[0]
+        for r in db.fetchall(
+            "SELECT name FROM conversations WHERE session_id = %s", [session_id], alias=_alias()
+        )
+    }
+    field = db.json_field("data", "session_id", alias=_alias())
+    slug = db.json_field("data", "conversation", alias=_alias())
+    for (name,) in db.fetchall(
+        f"SELECT DISTINCT {slug} FROM responses WHERE {field} = %s", [session_id], alias=_alias()
+    ):
+        if name:
+            names.add(name)
+    return [(name, conversation_session(name)) for name in sorted(names)]

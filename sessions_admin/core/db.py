@@ -1,0 +1,141 @@
+"""Connection plumbing for the core: one transaction per operation, bounded retries.
+
+SQLite: the store alias opens transactions with BEGIN IMMEDIATE (settings), so
+an operation takes the write lock up front and never deadlocks half-way; a
+busy store is retried for a bounded time, then reported as ``StoreBusy`` with
+nothing changed. PostgreSQL: READ COMMITTED with row locks (``FOR UPDATE``) on
+the rows an operation checks; serialization failures and deadlocks are retried
+the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from django.db import OperationalError, connections, transaction
+from django.db.utils import DatabaseError
+
+from sessions_admin.core.errors import StoreBusy
+from sessions_admin.routers import store_alias
+
+T = TypeVar("T")
+
+RETRY_SECONDS = 10.0
+
+
+def _is_retryable(error: BaseException) -> bool:
+    cause = error.__cause__ or error
+    text = str(cause).lower()
+    if (
+        "database is locked" in text
+        or "database is busy" in text
+        or "database table is locked" in text
+    ):
+        return True
+    sqlstate = getattr(cause, "sqlstate", None)
+    # serialization_failure, deadlock_detected, lock_not_available
+    return sqlstate in {"40001", "40P01", "55P03"}
+
+
+def store_operation(func: Callable[..., T]) -> Callable[..., T]:
+    """Run ``func`` in one store transaction, retrying a busy store within a bound.
+
+    Nested calls (an operation calling another) join the outer transaction and
+    are not retried on their own: only the outermost call owns the retry.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        alias = store_alias()
+        connection = connections[alias]
+        if connection.in_atomic_block:
+            return func(*args, **kwargs)
+        deadline = time.monotonic() + RETRY_SECONDS
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with transaction.atomic(using=alias):
+                    return func(*args, **kwargs)
+            except (OperationalError, DatabaseError) as error:
+                if not _is_retryable(error) or time.monotonic() >= deadline:
+                    if _is_retryable(error):
+                        raise StoreBusy(func.__name__, attempt) from error
+                    raise
+                time.sleep(min(0.5, 0.02 * attempt) * (0.5 + random.random()))
+
+    return wrapper
+
+
+def cursor(alias: str | None = None):
+    return connections[alias or store_alias()].cursor()
+
+
+def vendor(alias: str | None = None) -> str:
+    return connections[alias or store_alias()].vendor
+
+
+def fetchone(sql: str, params: Sequence[Any] = (), *, alias: str | None = None) -> tuple | None:
+    with cursor(alias) as c:
+        c.execute(sql, list(params))
+        return c.fetchone()
+
+
+def fetchall(sql: str, params: Sequence[Any] = (), *, alias: str | None = None) -> list[tuple]:
+    with cursor(alias) as c:
+        c.execute(sql, list(params))
+        return c.fetchall()
+
+
+def fetchdicts(
+    sql: str, params: Sequence[Any] = (), *, alias: str | None = None
+) -> list[dict[str, Any]]:
+    with cursor(alias) as c:
+        c.execute(sql, list(params))
+        names = [d[0] for d in c.description]
+        return [dict(zip(names, row, strict=True)) for row in c.fetchall()]
+
+
+def execute(sql: str, params: Sequence[Any] = (), *, alias: str | None = None) -> int:
+    with cursor(alias) as c:
+        c.execute(sql, list(params))
+        return c.rowcount
+
+
+def json_field(column: str, key: str, *, alias: str | None = None) -> str:
+    """SQL for ``column``'s JSON text field ``key`` as text (``key`` is a constant)."""
+    if vendor(alias) == "postgresql":
+        # model_config is text a runtime wrote; only parse what looks like an object.
+        return f"(CASE WHEN {column} LIKE '{{%%' THEN ({column}::jsonb ->> '{key}') END)"
+    return f"json_extract(CASE WHEN json_valid({column}) THEN {column} END, '$.{key}')"
+
+
+def json_array_length(column: str) -> str:
+    if vendor() == "postgresql":
+        return (
+            f"(CASE WHEN {column} LIKE '[%%' THEN json_array_length({column}::json) "
+            f"WHEN {column} IS NOT NULL AND {column} <> '' THEN 1 ELSE 0 END)"
+        )
+    return (
+        f"(CASE WHEN json_valid({column}) AND json_type({column}) = 'array' "
+        f"THEN json_array_length({column}) "
+        f"WHEN {column} IS NOT NULL AND {column} <> '' THEN 1 ELSE 0 END)"
+    )
+
+
+def for_update() -> str:
+    """Row lock suffix: PostgreSQL needs it; SQLite's BEGIN IMMEDIATE already serializes."""
+    return " FOR UPDATE" if vendor() == "postgresql" else ""
+
+
+def placeholders(values: Iterable[Any]) -> str:
+    return ", ".join("%s" for _ in values)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

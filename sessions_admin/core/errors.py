@@ -1,0 +1,84 @@
+"""Domain errors of the store core. Edges turn them into messages, never into 500s."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class: something the caller can be told in words."""
+
+
+class SessionNotFound(StoreError):
+    def __init__(self, ref: str):
+        self.ref = ref
+        super().__init__(f"No session matches {ref!r}.")
+
+
+class AmbiguousSessionRef(StoreError):
+    def __init__(self, ref: str, candidates: list[str]):
+        self.ref = ref
+        self.candidates = candidates
+        shown = ", ".join(candidates[:5])
+        super().__init__(
+            f"{ref!r} matches {len(candidates)} sessions ({shown}); give more of the id."
+        )
+
+
+class SessionEnded(StoreError):
+    """A write aimed at a session that has ended.
+
+    ``live_session_id`` names where the same session_key or conversation now
+    writes, so a runtime holding a stale cached id can switch instead of
+    writing into the old session (hermes-agent #3210).
+    """
+
+    def __init__(
+        self, session_id: str, end_reason: str | None, live_session_id: str | None, via: str | None
+    ):
+        self.session_id = session_id
+        self.end_reason = end_reason
+        self.live_session_id = live_session_id
+        self.via = via
+        text = f"Session {session_id} has ended ({end_reason or 'no reason recorded'})."
+        if live_session_id:
+            text += f" The live session for its {via} is {live_session_id}: write there."
+        else:
+            text += " No live session continues it; resume it or start a new one."
+        super().__init__(text)
+
+
+class InvalidInput(StoreError):
+    pass
+
+
+class TruncationRefused(StoreError):
+    def __init__(self, session_id: str, stored: int, offered: int, reason: str):
+        self.session_id = session_id
+        self.stored = stored
+        self.offered = offered
+        super().__init__(
+            f"Refusing to save {offered} messages over the {stored} stored for session "
+            f"{session_id}: {reason}. Pass rewrite=True only for an intentional rewrite."
+        )
+
+
+class NothingToUndo(StoreError):
+    pass
+
+
+class TitleTaken(StoreError):
+    def __init__(self, title: str, owner: str):
+        self.title = title
+        self.owner = owner
+        super().__init__(f"The title {title!r} is already used by session {owner}.")
+
+
+class ConversationNotFound(StoreError):
+    pass
+
+
+class StoreBusy(StoreError):
+    def __init__(self, operation: str, attempts: int):
+        super().__init__(
+            f"The store is busy (the runtime holds its write lock); {operation} was not applied "
+            f"after {attempts} attempts. Nothing changed: try again."
+        )

@@ -1,0 +1,259 @@
+"""Lineage: how sessions of one conversation are linked, and reads over those links.
+
+Links, as the runtime writes them:
+
+- ``parent_session_id`` with the parent ended by ``compression``: a compression
+  continuation (the conversation goes on in the child).
+- ``parent_session_id`` with ``model_config._branched_from``: a branch.
+- ``parent_session_id`` with ``model_config._delegate_from``: a delegate (subagent).
+- ``model_config._reset_from`` (no parent link, so runtimes still list the new
+  session as a conversation of its own): a reset of the same session_key.
+- ``model_config._merged_into``: a session absorbed by a merge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sessions_admin.core import db
+
+MAX_DEPTH = 500
+
+SESSION_FIELDS = (
+    "id, source, user_id, session_key, chat_id, chat_type, thread_id, model, model_config, "
+    "parent_session_id, started_at, ended_at, end_reason, message_count, tool_call_count, title"
+)
+
+
+@dataclass(frozen=True)
+class LineageNode:
+    session_id: str
+    lineage_parent_id: str | None
+    edge_kind: str | None  # compression, branch, delegate, reset, merge, child; None for the root
+    depth: int
+    source: str
+    title: str | None
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    message_count: int
+    is_live: bool
+
+
+def marker(key: str, alias: str = "") -> str:
+    column = f"{alias}.model_config" if alias else "model_config"
+    return db.json_field(column, key)
+
+
+def session_row(session_id: str, *, lock: bool = False) -> dict | None:
+    rows = db.fetchdicts(
+        f"SELECT {SESSION_FIELDS} FROM sessions WHERE id = %s" + (db.for_update() if lock else ""),
+        [session_id],
+    )
+    return rows[0] if rows else None
+
+
+def edge_kind(child: dict, parent_end_reason: str | None) -> str:
+    """The kind of the link from a child row to the session it continues."""
+    from sessions_admin.store.models import parse_model_config
+
+    config = parse_model_config(child.get("model_config"))
+    if config.get("_delegate_from"):
+        return "delegate"
+    if config.get("_branched_from"):
+        return "branch"
+    if child.get("parent_session_id"):
+        return "compression" if parent_end_reason == "compression" else "child"
+    if config.get("_reset_from"):
+        return "reset"
+    if config.get("_merged_into"):
+        return "merge"
+    return "child"
+
+
+def parent_of(*, session_id: str) -> str | None:
+    row = db.fetchone("SELECT parent_session_id FROM sessions WHERE id = %s", [session_id])
+    return row[0] if row else None
+
+
+def children_of(*, session_id: str) -> list[str]:
+    return [
+        r[0]
+        for r in db.fetchall(
+            "SELECT id FROM sessions WHERE parent_session_id = %s ORDER BY started_at, id",
+            [session_id],
+        )
+    ]
+
+
+def root_of(*, session_id: str) -> str:
+    """The first session of the conversation: follow parent and reset links up."""
+    up_link = f"COALESCE(parent_session_id, {marker('_reset_from')})"
+    up_link_s = f"COALESCE(s.parent_session_id, {marker('_reset_from', 's')})"
+    row = db.fetchone(
+        f"""
+        WITH RECURSIVE up(id, next_id, depth) AS (
+            SELECT id, {up_link}, 0 FROM sessions WHERE id = %s
+            UNION
+            SELECT s.id, {up_link_s}, up.depth + 1
+            FROM sessions s JOIN up ON s.id = up.next_id
+            WHERE up.depth < %s
+        )
+        SELECT id FROM up ORDER BY depth DESC LIMIT 1
+        """,
+        [session_id, MAX_DEPTH],
+    )
+    return row[0] if row else session_id
+
+
+def lineage_tree(*, session_id: str) -> list[LineageNode]:
+    """Every session of the conversation around ``session_id``, root first, depth-first order."""
+    root = root_of(session_id=session_id)
+    reset_from = marker("_reset_from", "c")
+    parent_step = "SELECT c.id, c.session_key FROM sessions c WHERE c.parent_session_id = tree.id"
+    reset_step = (
+        "SELECT c.id, c.session_key FROM sessions c WHERE c.session_key = tree.session_key "
+        f"AND {reset_from} = tree.id AND c.parent_session_id IS NULL"
+    )
+    if db.vendor() == "postgresql":
+        # PostgreSQL allows one recursive reference: both link kinds in one LATERAL step.
+        recursive_step = f"""
+            SELECT step.id, tree.id, step.session_key, tree.depth + 1
+            FROM tree CROSS JOIN LATERAL ({parent_step} UNION ALL {reset_step}) step
+            WHERE tree.depth < %s"""
+        depth_params = [MAX_DEPTH]
+    else:
+        # SQLite has no LATERAL but accepts several recursive SELECTs.
+        recursive_step = f"""
+            SELECT c.id, tree.id, c.session_key, tree.depth + 1
+            FROM tree JOIN sessions c ON c.parent_session_id = tree.id
+            WHERE tree.depth < %s
+            UNION
+            SELECT c.id, tree.id, c.session_key, tree.depth + 1
+            FROM tree JOIN sessions c
+              ON c.session_key = tree.session_key AND {reset_from} = tree.id
+            WHERE tree.depth < %s AND c.parent_session_id IS NULL"""
+        depth_params = [MAX_DEPTH, MAX_DEPTH]
+    rows = db.fetchdicts(
+        f"""
+        WITH RECURSIVE tree(id, lineage_parent_id, session_key, depth) AS (
+            SELECT id, CAST(NULL AS TEXT), session_key, 0 FROM sessions WHERE id = %s
+            UNION
+            {recursive_step}
+        )
+        SELECT t.lineage_parent_id, t.depth, p.end_reason AS parent_end_reason,
+               s.id, s.source, s.title, s.started_at, s.ended_at, s.end_reason,
+               s.message_count, s.model_config, s.parent_session_id
+        FROM tree t
+        JOIN sessions s ON s.id = t.id
+        LEFT JOIN sessions p ON p.id = t.lineage_parent_id
+        ORDER BY t.depth, s.started_at, s.id
+        """,
+        [root, *depth_params],
+    )
+    seen: set[str] = set()
+    by_parent: dict[str | None, list[dict]] = {}
+    for row in rows:
+        if row["id"] in seen:
+            continue  # a cycle written by a broken runtime: show each session once
+        seen.add(row["id"])
+        by_parent.setdefault(row["lineage_parent_id"], []).append(row)
+
+    ordered: list[LineageNode] = []
+
+    def visit(parent_id: str | None) -> None:
+        for row in by_parent.get(parent_id, []):
+            ordered.append(
+                LineageNode(
+                    session_id=row["id"],
+                    lineage_parent_id=row["lineage_parent_id"],
+                    edge_kind=None
+                    if row["lineage_parent_id"] is None
+                    else edge_kind(row, row["parent_end_reason"]),
+                    depth=int(row["depth"]),
+                    source=row["source"],
+                    title=row["title"],
+                    started_at=row["started_at"],
+                    ended_at=row["ended_at"],
+                    end_reason=row["end_reason"],
+                    message_count=int(row["message_count"] or 0),
+                    is_live=row["ended_at"] is None,
+                )
+            )
+            visit(row["id"])
+
+    visit(None)
+    return ordered
+
+
+def _continuation_filter(alias: str) -> str:
+    return (
+        f"{marker('_branched_from', alias)} IS NULL AND {marker('_delegate_from', alias)} IS NULL"
+    )
+
+
+def next_continuation(session_id: str) -> str | None:
+    """The compression continuation of ``session_id``, if it ended by compression.
+
+    Only children of a compression-ended parent count, never branches or
+    delegates; a child that itself continues the chain, then a live one, is
+    preferred over a stale closed sibling.
+    """
+    row = db.fetchone(
+        f"""
+        SELECT c.id FROM sessions p JOIN sessions c ON c.parent_session_id = p.id
+        WHERE p.id = %s AND p.end_reason = 'compression' AND {_continuation_filter("c")}
+        ORDER BY CASE WHEN c.end_reason = 'compression' THEN 0
+                      WHEN c.ended_at IS NULL THEN 1 ELSE 2 END,
+                 c.started_at DESC, c.id DESC
+        LIMIT 1
+        """,
+        [session_id],
+    )
+    return row[0] if row else None
+
+
+def previous_segment(session_id: str) -> str | None:
+    """The compression parent this session continues, if it is a continuation."""
+    row = db.fetchone(
+        f"""
+        SELECT p.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id
+        WHERE c.id = %s AND p.end_reason = 'compression' AND {_continuation_filter("c")}
+        """,
+        [session_id],
+    )
+    return row[0] if row else None
+
+
+def compression_tip(*, session_id: str) -> str:
+    """Follow compression continuations forward: the session where the conversation now is."""
+    return compression_chain(session_id=session_id, upward=False)[-1]
+
+
+def compression_chain(*, session_id: str, upward: bool = True) -> list[str]:
+    """The segments of the conversation, from its compression root (or ``session_id``) to the tip."""
+    chain = [session_id]
+    if upward:
+        for _ in range(MAX_DEPTH):
+            previous = previous_segment(chain[0])
+            if previous is None or previous in chain:
+                break
+            chain.insert(0, previous)
+    for _ in range(MAX_DEPTH):
+        following = next_continuation(chain[-1])
+        if following is None or following in chain:
+            break
+        chain.append(following)
+    return chain
+
+
+def live_session_for_key(session_key: str | None, *, exclude: str | None = None) -> str | None:
+    """The live session of a session_key: the latest started one not ended."""
+    if not session_key:
+        return None
+    row = db.fetchone(
+        "SELECT id FROM sessions WHERE session_key = %s AND ended_at IS NULL AND id <> %s "
+        "ORDER BY started_at DESC, id DESC LIMIT 1",
+        [session_key, exclude or ""],
+    )
+    return row[0] if row else None

@@ -1,0 +1,233 @@
+"""Transcript rewrites: undo, redo, retry, and the guarded full-transcript save.
+
+Undo and retry change the store, not just a runtime's memory (hermes-agent
+#210/#217: they once changed only memory, so the next reload brought the turn
+back). Rows are never deleted here: they become inactive (``active = 0``), so
+every rewrite can be restored, and the counters always count active rows only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sessions_admin.core import db
+from sessions_admin.core.db import store_operation
+from sessions_admin.core.errors import NothingToUndo, SessionNotFound, TruncationRefused
+from sessions_admin.core.lifecycle import insert_messages, require_writable
+
+
+@dataclass(frozen=True)
+class RewriteResult:
+    session_id: str
+    action: str  # undo, redo, retry
+    message_ids: tuple[int, ...]
+    message_count: int
+    tool_call_count: int
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    session_id: str
+    kept: int
+    appended: int
+    deactivated: int
+
+
+def recompute_counters(session_id: str) -> tuple[int, int]:
+    """Set message_count and tool_call_count from the active rows; return them."""
+    db.execute(
+        f"""
+        UPDATE sessions SET
+          message_count = (SELECT COUNT(*) FROM messages
+                           WHERE session_id = %s AND active = 1),
+          tool_call_count = (SELECT COALESCE(SUM({db.json_array_length("tool_calls")}), 0)
+                             FROM messages
+                             WHERE session_id = %s AND active = 1 AND tool_calls IS NOT NULL)
+        WHERE id = %s
+        """,
+        [session_id, session_id, session_id],
+    )
+    row = db.fetchone(
+        "SELECT message_count, tool_call_count FROM sessions WHERE id = %s", [session_id]
+    )
+    return int(row[0] or 0), int(row[1] or 0)
+
+
+def _lock_session(session_id: str) -> None:
+    if not db.fetchone("SELECT id FROM sessions WHERE id = %s" + db.for_update(), [session_id]):
+        raise SessionNotFound(session_id)
+
+
+def _set_active(session_id: str, ids: list[int], active: int) -> None:
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        db.execute(
+            f"UPDATE messages SET active = %s WHERE session_id = %s AND id IN ({db.placeholders(chunk)})",
+            [active, session_id, *chunk],
+        )
+
+
+def _result(session_id: str, action: str, ids: list[int]) -> RewriteResult:
+    count, tools = recompute_counters(session_id)
+    return RewriteResult(session_id, action, tuple(ids), count, tools)
+
+
+def _last_active_user_id(session_id: str) -> int | None:
+    row = db.fetchone(
+        "SELECT MAX(id) FROM messages WHERE session_id = %s AND active = 1 AND role = 'user'",
+        [session_id],
+    )
+    return int(row[0]) if row and row[0] is not None else None
+
+
+@store_operation
+def undo_last_turn(*, session_id: str) -> RewriteResult:
+    """Make the last turn (last active user message and everything after it) inactive."""
+    _lock_session(session_id)
+    last_user = _last_active_user_id(session_id)
+    if last_user is None:
+        raise NothingToUndo(f"Session {session_id} has no turn to undo.")
+    ids = [
+        int(r[0])
+        for r in db.fetchall(
+            "SELECT id FROM messages WHERE session_id = %s AND active = 1 AND id >= %s ORDER BY id",
+            [session_id, last_user],
+        )
+    ]
+    _set_active(session_id, ids, 0)
+    db.execute(
+        "UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 WHERE id = %s",
+        [session_id],
+    )
+    return _result(session_id, "undo", ids)
+
+
+@store_operation
+def retry_last_turn(*, session_id: str) -> RewriteResult:
+    """Drop the reply to the last user message (it becomes inactive) so it can be generated again."""
+    _lock_session(session_id)
+    last_user = _last_active_user_id(session_id)
+    ids = []
+    if last_user is not None:
+        ids = [
+            int(r[0])
+            for r in db.fetchall(
+                "SELECT id FROM messages WHERE session_id = %s AND active = 1 AND id > %s "
+                "ORDER BY id",
+                [session_id, last_user],
+            )
+        ]
+    if not ids:
+        raise NothingToUndo(f"Session {session_id} has no reply to retry.")
+    _set_active(session_id, ids, 0)
+    db.execute(
+        "UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 WHERE id = %s",
+        [session_id],
+    )
+    return _result(session_id, "retry", ids)
+
+
+@store_operation
+def redo_turn(*, session_id: str) -> RewriteResult:
+    """Restore the earliest undone turn after the last active message (undo's inverse).
+
+    Only rows after every active row can come back: once the conversation has
+    moved on past an undone turn, restoring it would reorder history.
+    """
+    _lock_session(session_id)
+    row = db.fetchone(
+        "SELECT COALESCE(MAX(id), 0) FROM messages WHERE session_id = %s AND active = 1",
+        [session_id],
+    )
+    last_active = int(row[0])
+    candidates = db.fetchall(
+        "SELECT id, role FROM messages WHERE session_id = %s AND active = 0 AND compacted = 0 "
+        "AND id > %s ORDER BY id",
+        [session_id, last_active],
+    )
+    ids: list[int] = []
+    for message_id, role in candidates:
+        if ids and role == "user":
+            break
+        ids.append(int(message_id))
+    if not ids:
+        raise NothingToUndo(f"Session {session_id} has nothing to redo.")
+    _set_active(session_id, ids, 1)
+    return _result(session_id, "redo", ids)
+
+
+def _fingerprint(message: Mapping[str, Any]) -> tuple:
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        content = db.dumps(content)
+    return (message.get("role"), content or "", message.get("tool_call_id") or "")
+
+
+@store_operation
+def save_transcript(
+    *, session_id: str, messages: Iterable[Mapping[str, Any]], rewrite: bool = False
+) -> SaveResult:
+    """Make the session's active transcript equal ``messages``, guarding against truncation.
+
+    The common prefix is kept and the rest appended. A save that would drop
+    stored messages (a shorter or diverging list, as when a resume loaded a
+    partial history and saves over the full one, hermes-agent #3123) is
+    refused unless ``rewrite=True``; even then the dropped rows become
+    inactive, never deleted.
+    """
+    offered = list(messages)
+    _lock_session(session_id)
+    stored = [
+        {"id": r[0], "role": r[1], "content": r[2], "tool_call_id": r[3]}
+        for r in db.fetchall(
+            "SELECT id, role, content, tool_call_id FROM messages "
+            "WHERE session_id = %s AND active = 1 ORDER BY id",
+            [session_id],
+        )
+    ]
+    prefix = 0
+    while (
+        prefix < len(stored)
+        and prefix < len(offered)
+        and _fingerprint(stored[prefix]) == _fingerprint(offered[prefix])
+    ):
+        prefix += 1
+    dropped = [int(m["id"]) for m in stored[prefix:]]
+    tail = offered[prefix:]
+    if dropped and not rewrite:
+        reason = (
+            "it is shorter than the stored transcript"
+            if len(offered) < len(stored)
+            else f"it differs from the stored transcript at message {prefix + 1}"
+        )
+        raise TruncationRefused(session_id, len(stored), len(offered), reason)
+    if tail:
+        require_writable(session_id)
+    _set_active(session_id, dropped, 0)
+    insert_messages(session_id, tail)
+    if dropped:
+        db.execute(
+            "UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 WHERE id = %s",
+            [session_id],
+        )
+        recompute_counters(session_id)
+    return SaveResult(session_id, kept=prefix, appended=len(tail), deactivated=len(dropped))
+
+
+def active_transcript(*, session_id: str) -> list[dict[str, Any]]:
+    """The active messages of one session in id order, as dicts (small sessions; views page)."""
+    rows = db.fetchdicts(
+        "SELECT id, role, content, tool_call_id, tool_calls, tool_name, timestamp, reasoning "
+        "FROM messages WHERE session_id = %s AND active = 1 ORDER BY id",
+        [session_id],
+    )
+    for row in rows:
+        if row["tool_calls"]:
+            try:
+                row["tool_calls"] = json.loads(row["tool_calls"])
+            except ValueError:
+                pass
+    return rows

@@ -1,0 +1,65 @@
+"""Turn the database URLs of the environment into Django DATABASES entries.
+
+Only the two schemes the project supports are accepted, so a typo in an
+operator's URL fails loudly at start-up instead of silently falling back to a
+different store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+
+class DatabaseUrlError(ValueError):
+    pass
+
+
+# A short busy timeout keeps our writers polite: the runtime is the main writer
+# of the store, and our transactions are short (BEGIN IMMEDIATE, small batches).
+SQLITE_BUSY_TIMEOUT_SECONDS = 5
+SQLITE_INIT_COMMAND = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"
+
+
+def parse_database_url(url: str, *, base_dir: Path) -> dict:
+    parsed = urlparse(url)
+    scheme = parsed.scheme.lower()
+    if scheme == "sqlite":
+        # SQLAlchemy's convention: sqlite:///relative/path (relative to base_dir),
+        # sqlite:////absolute/path.
+        raw_path = unquote(parsed.path)
+        if not raw_path.strip("/"):
+            raise DatabaseUrlError(f"SQLite URL has no file path: {url!r}")
+        if raw_path.startswith("//"):
+            path = Path(raw_path[1:])
+        else:
+            path = base_dir / raw_path.lstrip("/")
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(path),
+            "OPTIONS": {
+                "timeout": SQLITE_BUSY_TIMEOUT_SECONDS,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": SQLITE_INIT_COMMAND,
+            },
+        }
+    if scheme in {"postgres", "postgresql", "pgsql"}:
+        name = unquote(parsed.path.lstrip("/"))
+        if not name:
+            raise DatabaseUrlError(f"PostgreSQL URL has no database name: {url!r}")
+        options: dict = {}
+        for key, values in parse_qs(parsed.query).items():
+            options[key] = values[-1]
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": name,
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+            "OPTIONS": options,
+            "CONN_MAX_AGE": 0,
+        }
+    raise DatabaseUrlError(
+        f"Unsupported database URL scheme {scheme!r} in {url!r}: use sqlite:/// or postgres://"
+    )

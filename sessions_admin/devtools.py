@@ -1,0 +1,150 @@
+"""Developer tooling behind ``python3 -m sessions_admin``: demo server, test runs, a throwaway PostgreSQL.
+
+Standard library only: it runs before (or right after) the project's
+dependencies are installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_postgres_user(args: list[str]) -> list[str]:
+    # PostgreSQL refuses to run as root: run its tools as the postgres user.
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *args]
+    return args
+
+
+@contextlib.contextmanager
+def temporary_postgres() -> Iterator[str]:
+    """Start a private PostgreSQL on a free loopback port; yield a URL base (no database name)."""
+    if not shutil.which("initdb") or not shutil.which("pg_ctl"):
+        raise RuntimeError("PostgreSQL's initdb and pg_ctl are not on the PATH")
+    workdir = Path(tempfile.mkdtemp(prefix="sessions_admin_pg_"))
+    data = workdir / "data"
+    data.mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(workdir, "postgres", "postgres")
+        shutil.chown(data, "postgres", "postgres")
+    port = free_port()
+    log = workdir / "server.log"
+    subprocess.run(
+        _as_postgres_user(
+            ["initdb", "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"]
+        ),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    options = f"-h 127.0.0.1 -p {port} -k {workdir} -c fsync=off -c full_page_writes=off"
+    subprocess.run(
+        _as_postgres_user(["pg_ctl", "-D", str(data), "-l", str(log), "-o", options, "-w", "start"]),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        yield f"postgres://postgres@127.0.0.1:{port}"
+    finally:
+        subprocess.run(
+            _as_postgres_user(["pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop"]),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def create_database(url_base: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{url_base}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def ensure_chromium() -> str | None:
+    """Debian's chromium for the browser tests, installed where missing (root only)."""
+    path = shutil.which("chromium")
+    if path:
+        return path
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        print("chromium is missing and cannot be installed here: browser tests will be skipped")
+        return None
+    print("Installing Debian's chromium for the browser tests...", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    return shutil.which("chromium")
+
+
+def run_tests(pytest_args: list[str]) -> int:
+    """The whole suite on SQLite, then again with both aliases on a throwaway PostgreSQL."""
+    ensure_chromium()
+    env = {**os.environ}
+    env.pop("DATABASE_URL", None)
+    env.pop("SESSIONS_ADMIN_STORE_URL", None)
+    env.pop("SESSIONS_ADMIN_RESPONSES_URL", None)
+    with tempfile.TemporaryDirectory(prefix="sessions_admin_test_") as var_dir:
+        env["SESSIONS_ADMIN_VAR_DIR"] = var_dir
+        print("== Test suite on SQLite ==", flush=True)
+        code = subprocess.call([sys.executable, "-m", "pytest", *pytest_args], cwd=BASE_DIR, env=env)
+        if code != 0:
+            return code
+    if os.environ.get("SESSIONS_ADMIN_SKIP_POSTGRES"):
+        print("SESSIONS_ADMIN_SKIP_POSTGRES is set: PostgreSQL run skipped")
+        return 0
+    print("== Test suite on PostgreSQL (dashboard and store) ==", flush=True)
+    with temporary_postgres() as base, tempfile.TemporaryDirectory() as var_dir:
+        create_database(base, "sessions_admin")
+        create_database(base, "sessions_store")
+        env["SESSIONS_ADMIN_VAR_DIR"] = var_dir
+        env["DATABASE_URL"] = f"{base}/sessions_admin"
+        env["SESSIONS_ADMIN_STORE_URL"] = f"{base}/sessions_store"
+        # Browser tests exercise the pages, not the backend: once (on SQLite) is enough.
+        return subprocess.call(
+            [sys.executable, "-m", "pytest", "-m", "not browser", *pytest_args],
+            cwd=BASE_DIR,
+            env=env,
+        )
+
+
+def manage(*args: str, env: dict | None = None) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, check=True, env=env)
+
+
+def run_demo(bind: str) -> int:
+    """Migrate, create the store, seed demo data and an operator on first run, serve with gunicorn."""
+    env = {**os.environ}
+    manage("migrate", "--noinput", "-v", "0", env=env)
+    manage("init_store", env=env)
+    manage("seed_demo", "--if-empty", env=env)
+    manage("create_operator", "demo", "--role", "admin", "--if-missing", env=env)
+    manage("collectstatic", "--noinput", "-v", "0", env=env)
+    print(f"Dashboard: http://{bind}/  (Ctrl-C stops it)", flush=True)
+    time.sleep(0.1)
+    return subprocess.call(
+        [sys.executable, "-m", "gunicorn", "sessions_admin.wsgi", "--bind", bind, "--workers", "2",
+         "--access-logfile", "-"],
+        cwd=BASE_DIR,
+        env=env,
+    )

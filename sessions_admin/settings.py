@@ -1,0 +1,148 @@
+"""Django settings for sessions_admin.
+
+Everything an operator changes comes from the environment:
+
+- ``DATABASE_URL``: the dashboard's own tables (users, audit, jobs).
+- ``SESSIONS_ADMIN_STORE_URL``: the runtime's session store (``state.db``).
+- ``SESSIONS_ADMIN_RESPONSES_URL``: optional separate ``response_store.db``.
+- ``SESSIONS_ADMIN_SECRET_KEY``, ``SESSIONS_ADMIN_DEBUG``, ``SESSIONS_ADMIN_ALLOWED_HOSTS``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sessions_admin.dburl import parse_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("SESSIONS_ADMIN_VAR_DIR", BASE_DIR / "var")).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+DEBUG = _env_bool("SESSIONS_ADMIN_DEBUG", False)
+SECRET_KEY = os.environ.get("SESSIONS_ADMIN_SECRET_KEY", "")
+if not SECRET_KEY:
+    # A development key is fine for the embedded demo; production sets its own
+    # (``check --deploy`` flags this one).
+    SECRET_KEY = "django-insecure-sessions-admin-development-key-change-me"
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in os.environ.get("SESSIONS_ADMIN_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+    if h.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "sessions_admin.store",
+    "sessions_admin.console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "sessions_admin.urls"
+WSGI_APPLICATION = "sessions_admin.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "sessions_admin.console.context_processors.operator",
+            ],
+        },
+    }
+]
+
+DATABASES = {
+    # VAR_DIR is absolute, so these defaults read sqlite:////abs/path.
+    "default": parse_database_url(
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR}/dashboard.db"), base_dir=BASE_DIR
+    ),
+    "store": parse_database_url(
+        os.environ.get("SESSIONS_ADMIN_STORE_URL", f"sqlite:///{VAR_DIR}/state.db"),
+        base_dir=BASE_DIR,
+    ),
+}
+_responses_url = os.environ.get("SESSIONS_ADMIN_RESPONSES_URL", "").strip()
+if _responses_url:
+    DATABASES["responses"] = parse_database_url(_responses_url, base_dir=BASE_DIR)
+
+for _alias, _db in DATABASES.items():
+    if _db["ENGINE"].endswith("sqlite3"):
+        # Concurrency tests need real files: an in-memory test database has
+        # different locking from the WAL file the runtime shares with us.
+        _db["TEST"] = {"NAME": str(Path(_db["NAME"]).with_name(f"test_{Path(_db['NAME']).name}"))}
+
+DATABASE_ROUTERS = ["sessions_admin.routers.StoreRouter"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve straight from STATICFILES_DIRS too, so the demo works before collectstatic.
+WHITENOISE_USE_FINDERS = True
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the body's hx-headers, not the cookie
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+if _env_bool("SESSIONS_ADMIN_HTTPS", False):
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = True
+    SECURE_HSTS_SECONDS = 31536000
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("SESSIONS_ADMIN_LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,54 @@
+"""Shared test setup.
+
+Every test gets both databases (``default`` and ``store``) in transactional
+mode: the core opens its own transactions and notifies listeners on commit,
+and the concurrency tests need real commits visible across threads. The store
+is created once per run with the same ``ensure_store_schema`` production uses,
+and emptied after every test.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connections
+
+from sessions_admin.core import events
+from sessions_admin.routers import responses_alias, store_alias
+
+STORE_TABLES = ["sessions_admin_switch_events", "messages", "sessions"]
+RESPONSE_TABLES = ["conversations", "responses"]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("django_db") is None:
+            item.add_marker(pytest.mark.django_db(transaction=True, databases="__all__"))
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    from sessions_admin.store.schema import ensure_store_schema
+
+    with django_db_blocker.unblock():
+        ensure_store_schema()
+
+
+def _wipe() -> None:
+    with connections[store_alias()].cursor() as cursor:
+        for table in STORE_TABLES:
+            cursor.execute(f"DELETE FROM {table}")
+    with connections[responses_alias()].cursor() as cursor:
+        for table in RESPONSE_TABLES:
+            cursor.execute(f"DELETE FROM {table}")
+
+
+@pytest.fixture(autouse=True)
+def _clean_store(request):
+    if request.node.get_closest_marker("django_db") is None:
+        yield
+        return
+    request.getfixturevalue("django_db_setup")
+    yield
+    _wipe()
+    with events._listeners_lock:
+        events._listeners.clear()
