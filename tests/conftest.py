@@ -21,7 +21,7 @@ RESPONSE_TABLES = ["conversations", "responses"]
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if item.get_closest_marker("django_db") is None:
+        if item.get_closest_marker("django_db") is None and not item.get_closest_marker("own_db"):
             item.add_marker(pytest.mark.django_db(transaction=True, databases="__all__"))
 
 

@@ -26,6 +26,8 @@ from sessions_admin.routers import store_alias
 T = TypeVar("T")
 
 RETRY_SECONDS = 10.0
+# How long one PostgreSQL statement may wait for a row lock before the attempt is retried.
+PG_LOCK_TIMEOUT_MS = 2000
 
 
 def _is_retryable(error: BaseException) -> bool:
@@ -61,6 +63,9 @@ def store_operation(func: Callable[..., T]) -> Callable[..., T]:
             attempt += 1
             try:
                 with transaction.atomic(using=alias):
+                    if connection.vendor == "postgresql":
+                        with connection.cursor() as c:
+                            c.execute(f"SET LOCAL lock_timeout = {int(PG_LOCK_TIMEOUT_MS)}")
                     return func(*args, **kwargs)
             except (OperationalError, DatabaseError) as error:
                 if not _is_retryable(error) or time.monotonic() >= deadline:

@@ -255,14 +255,19 @@ def _add_missing_columns(
     return added
 
 
-def ensure_store_schema(alias: str | None = None) -> SchemaReport:
-    """Create whatever the store lacks, in one transaction; return what was created."""
-    alias = alias or store_alias()
+def ensure_store_schema(alias: str | None = None, *, responses: str | None = None) -> SchemaReport:
+    """Create whatever the store lacks, in one transaction; return what was created.
+
+    ``responses`` is the alias holding conversations and responses: by default
+    the configured one for the default store, else the store itself.
+    """
+    if alias is None:
+        alias, responses = store_alias(), responses or responses_alias()
     with transaction.atomic(using=alias):
-        return _ensure_store_schema(alias)
+        return _ensure_store_schema(alias, responses or alias)
 
 
-def _ensure_store_schema(alias: str) -> SchemaReport:
+def _ensure_store_schema(alias: str, responses: str) -> SchemaReport:
     connection = connections[alias]
     real = _real(alias)
     before = existing_tables(alias)
@@ -298,7 +303,7 @@ def _ensure_store_schema(alias: str) -> SchemaReport:
             cursor.execute(
                 f"CREATE INDEX IF NOT EXISTS idx_sa_messages_fts ON messages USING GIN ({PG_TSVECTOR_SQL})"
             )
-    added += _ensure_responses_schema(responses_alias())
+    added += _ensure_responses_schema(responses)
     after = existing_tables(alias)
     created = sorted(after - before)
     return SchemaReport(alias=alias, created_tables=tuple(created), added_columns=tuple(added))

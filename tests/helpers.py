@@ -1,0 +1,80 @@
+"""Helpers for tests that look at the store's rows directly."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections
+
+from sessions_admin.core import db
+from sessions_admin.routers import responses_alias
+
+
+def rows(sql: str, params: list[Any] | None = None) -> list[tuple]:
+    return db.fetchall(sql, params or [])
+
+
+def one(sql: str, params: list[Any] | None = None) -> tuple | None:
+    return db.fetchone(sql, params or [])
+
+
+def session(session_id: str) -> dict | None:
+    found = db.fetchdicts("SELECT * FROM sessions WHERE id = %s", [session_id])
+    return found[0] if found else None
+
+
+def messages(session_id: str, *, active_only: bool = False) -> list[dict]:
+    sql = "SELECT * FROM messages WHERE session_id = %s"
+    if active_only:
+        sql += " AND active = 1"
+    return db.fetchdicts(sql + " ORDER BY id", [session_id])
+
+
+def conversation(name: str) -> tuple | None:
+    return db.fetchone(
+        "SELECT response_id, session_id FROM conversations WHERE name = %s",
+        [name],
+        alias=responses_alias(),
+    )
+
+
+def count(table: str) -> int:
+    return int(db.fetchone(f"SELECT COUNT(*) FROM {table}")[0])
+
+
+def counter_mismatches() -> list[tuple]:
+    """Sessions whose message_count differs from their active rows."""
+    return rows(
+        "SELECT s.id, s.message_count, "
+        "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.active = 1) "
+        "FROM sessions s WHERE s.message_count <> "
+        "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.active = 1)"
+    )
+
+
+def run_threads(target: Callable[[int], Any], n: int, *, timeout: float = 60) -> list[Any]:
+    """Run ``target(i)`` in ``n`` threads started together; return results, re-raise errors."""
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = target(i)
+        except BaseException as error:  # noqa: BLE001 - reported to the test below
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+        assert not thread.is_alive(), "a worker thread did not finish in time"
+    if errors:
+        raise errors[0]
+    return results

@@ -1,0 +1,64 @@
+"""Lineage helpers: parent, children, root, whole tree with edge kinds, compression tip."""
+
+from __future__ import annotations
+
+from sessions_admin import core
+from sessions_admin.core import db
+
+
+def _conversation():
+    root = core.create_session(source="telegram", session_key="tg:L").session_id
+    core.append_message(session_id=root, role="user", content="hi")
+    delegate = core.create_session(
+        source="tool", parent_session_id=root, model_config={"_delegate_from": root}
+    ).session_id
+    compressed = core.rotate_for_compression(session_id=root).new_session_id
+    core.append_message(session_id=compressed, role="user", content="more")
+    branch = core.branch_session(session_id=compressed).new_session_id
+    reset = core.reset_session_key(session_key="tg:L").new_session_id
+    return root, delegate, compressed, branch, reset
+
+
+def test_parent_children_and_root():
+    root, delegate, compressed, branch, reset = _conversation()
+    assert core.parent_of(session_id=compressed) == root
+    assert core.parent_of(session_id=root) is None
+    assert set(core.children_of(session_id=root)) == {delegate, compressed}
+    for member in (root, delegate, compressed, branch, reset):
+        assert core.root_of(session_id=member) == root
+
+
+def test_the_tree_labels_every_edge_and_marks_live_sessions():
+    root, delegate, compressed, branch, reset = _conversation()
+    tree = core.lineage_tree(session_id=branch)
+    edges = {n.session_id: (n.lineage_parent_id, n.edge_kind) for n in tree}
+    assert edges == {
+        root: (None, None),
+        delegate: (root, "delegate"),
+        compressed: (root, "compression"),
+        branch: (compressed, "branch"),
+        reset: (branch, "reset"),
+    }
+    assert [n.session_id for n in tree if n.is_live] == [delegate, reset]
+    # Depth-first: each node comes after its parent.
+    order = [n.session_id for n in tree]
+    for node in tree:
+        if node.lineage_parent_id:
+            assert order.index(node.lineage_parent_id) < order.index(node.session_id)
+
+
+def test_a_cycle_written_by_a_broken_runtime_does_not_hang():
+    a = core.create_session(source="cli").session_id
+    b = core.create_session(source="cli", parent_session_id=a).session_id
+    db.execute("UPDATE sessions SET parent_session_id = %s WHERE id = %s", [b, a])
+    tree = core.lineage_tree(session_id=a)
+    assert {n.session_id for n in tree} <= {a, b}
+    assert core.root_of(session_id=a) in {a, b}
+
+
+def test_the_tip_prefers_the_continuation_over_a_stale_sibling():
+    root = core.create_session(source="cli").session_id
+    tip = core.rotate_for_compression(session_id=root).new_session_id
+    stale = core.create_session(source="cli", parent_session_id=root).session_id
+    core.end_session(session_id=stale, end_reason="ws_orphan_reap")
+    assert core.compression_tip(session_id=root) == tip

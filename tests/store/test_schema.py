@@ -1,0 +1,146 @@
+"""The store schema: idempotent, additive only, tolerant of a runtime's extra columns."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from django.db import connections
+
+from sessions_admin.core import db
+from sessions_admin.store.schema import ensure_store_schema, existing_columns, existing_tables
+
+
+@pytest.fixture
+def runtime_store(tmp_path, django_db_blocker):
+    """A SQLite store written by an older runtime: fewer columns, one we do not know, data."""
+    path = tmp_path / "state.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, user_id TEXT,
+            model TEXT, model_config TEXT, parent_session_id TEXT REFERENCES sessions(id),
+            started_at REAL NOT NULL, ended_at REAL, end_reason TEXT,
+            message_count INTEGER DEFAULT 0, tool_call_count INTEGER DEFAULT 0,
+            input_tokens INTEGER DEFAULT 0, output_tokens INTEGER DEFAULT 0, title TEXT,
+            runtime_only_column TEXT);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id TEXT NOT NULL REFERENCES sessions(id), role TEXT NOT NULL, content TEXT,
+            tool_call_id TEXT, tool_calls TEXT, tool_name TEXT, timestamp REAL NOT NULL,
+            token_count INTEGER, finish_reason TEXT, reasoning TEXT);
+        CREATE TABLE conversations (name TEXT PRIMARY KEY, response_id TEXT NOT NULL);
+        INSERT INTO sessions (id, source, started_at, runtime_only_column, message_count)
+            VALUES ('old-1', 'cli', 1.0, 'keep me', 1);
+        INSERT INTO messages (session_id, role, content, timestamp)
+            VALUES ('old-1', 'user', 'searchable needle', 1.0);
+        INSERT INTO conversations VALUES ('slug', 'resp-1');
+        """
+    )
+    conn.commit()
+    conn.close()
+    alias = "runtime_store"
+    connections.settings[alias] = {**connections["store"].settings_dict, "NAME": str(path)}
+    try:
+        with django_db_blocker.unblock():
+            yield alias, path
+    finally:
+        connections[alias].close()
+        del connections.settings[alias]
+        try:
+            del connections[alias]
+        except AttributeError:
+            pass
+
+
+sqlite_only = pytest.mark.skipif(
+    "connections['store'].vendor != 'sqlite'", reason="a runtime's own store is a SQLite file"
+)
+
+
+@sqlite_only
+@pytest.mark.own_db
+def test_it_only_adds_to_an_existing_runtime_store(runtime_store):
+    alias, path = runtime_store
+    report = ensure_store_schema(alias)
+    assert "runtime_only_column" in existing_columns(alias, "sessions")
+    assert {"session_key", "archived", "rewind_count"} <= existing_columns(alias, "sessions")
+    assert {"active", "compacted"} <= existing_columns(alias, "messages")
+    assert "conversations.session_id" in report.added_columns
+    assert "sessions" not in report.created_tables
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT runtime_only_column, message_count FROM sessions").fetchall() == [
+        ("keep me", 1)
+    ]
+    assert conn.execute("SELECT active, compacted FROM messages").fetchall() == [(1, 0)]
+    assert conn.execute("SELECT * FROM conversations").fetchall() == [("slug", "resp-1", None)]
+    # Messages already stored are indexed for search.
+    hits = conn.execute(
+        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'needle'"
+    ).fetchall()
+    assert hits == [(1,)]
+    conn.close()
+
+
+@sqlite_only
+@pytest.mark.own_db
+def test_running_it_again_changes_nothing(runtime_store):
+    alias, path = runtime_store
+    ensure_store_schema(alias)
+    conn = sqlite3.connect(path)
+    schema_before = conn.execute(
+        "SELECT type, name, sql FROM sqlite_master ORDER BY name"
+    ).fetchall()
+    conn.close()
+    report = ensure_store_schema(alias)
+    assert (report.created_tables, report.added_columns) == ((), ())
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall() == (
+        schema_before
+    )
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    conn.close()
+
+
+def test_the_test_store_is_complete_and_a_second_run_is_a_no_op():
+    report = ensure_store_schema()
+    assert (report.created_tables, report.added_columns) == ((), ())
+    tables = existing_tables("store")
+    assert {
+        "sessions",
+        "messages",
+        "conversations",
+        "responses",
+        "sessions_admin_switch_events",
+    } <= tables
+
+
+def test_search_index_follows_inserts_updates_and_deletes():
+    from sessions_admin import core
+
+    ref = core.create_session(source="cli").session_id
+    ids = core.append_messages(
+        session_id=ref,
+        messages=[
+            {"role": "user", "content": "the zebra crossing"},
+            {"role": "assistant", "content": "use_tool", "tool_name": "giraffe_lookup"},
+        ],
+    ).message_ids
+
+    def hits(word: str) -> list[int]:
+        if db.vendor() == "sqlite":
+            sql = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH %s ORDER BY rowid"
+        else:
+            sql = (
+                "SELECT id FROM messages WHERE to_tsvector('simple', COALESCE(content, '') || ' ' "
+                "|| COALESCE(tool_name, '') || ' ' || COALESCE(tool_calls, '')) "
+                "@@ plainto_tsquery('simple', %s) ORDER BY id"
+            )
+        return [r[0] for r in db.fetchall(sql, [word])]
+
+    assert hits("zebra") == [ids[0]]
+    assert hits("giraffe_lookup") == [ids[1]]
+    db.execute("UPDATE messages SET content = 'the okapi crossing' WHERE id = %s", [ids[0]])
+    assert hits("zebra") == [] and hits("okapi") == [ids[0]]
+    db.execute("DELETE FROM messages WHERE id = %s", [ids[0]])
+    assert hits("okapi") == []
