@@ -25,6 +25,11 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.django_db(transaction=True, databases="__all__"))
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     from sessions_admin.store.schema import ensure_store_schema
