@@ -1,12 +1,9 @@
 from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
-from django.urls import path
-
-from sessions_admin.console import views
+from django.urls import include, path
 
 urlpatterns = [
-    path("", views.home, name="home"),
     path(
         "login/",
         auth_views.LoginView.as_view(
@@ -15,4 +12,8 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # One urls module per area of the console.
+    path("", include("sessions_admin.console.urls.overview")),
+    path("sessions/", include("sessions_admin.console.urls.sessions")),
+    path("sessions/", include("sessions_admin.console.urls.detail")),
 ]

@@ -31,3 +31,10 @@ def home(request: HtmxHttpRequest):
         fragment(request, "console/home.html", "session-rows"),
         {"sessions": sessions, "page_size": HOME_PAGE_SIZE},
     )
+
+
+@require_GET
+@require_perm(VIEW)
+def conversation_list(request: HtmxHttpRequest):
+    # Placeholder until the conversations page lands.
+    return render(request, "console/home.html", {"sessions": [], "page_size": 0})

@@ -1,0 +1,62 @@
+"""Template filters shared by every console page."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django import template
+
+register = template.Library()
+
+END_REASON_WORDS = {
+    None: "still live",
+    "": "ended, no reason recorded",
+    "compression": "continued in a compressed session",
+    "session_reset": "reset by the user (/new or /reset)",
+    "new_session": "replaced by a new session for the same chat",
+    "session_switch": "left for another session (/resume)",
+    "branched": "branched into a new session",
+    "merged": "merged into another session",
+    "user_exit": "closed by the user",
+    "agent_close": "closed by the agent (may be accidental)",
+    "ws_orphan_reap": "reaped as an orphaned connection (accidental)",
+    "lru_evict": "evicted from the runtime's cache (accidental)",
+    "idle_expiry": "expired after being idle",
+    "daily_reset": "daily reset",
+    "orphaned_compression": "compression never continued",
+}
+
+
+@register.filter
+def unixtime(value) -> dt.datetime | None:
+    """A REAL unix-seconds column as an aware datetime (None stays None)."""
+    if value is None or value == "":
+        return None
+    try:
+        return dt.datetime.fromtimestamp(float(value), tz=dt.UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+@register.filter
+def end_reason_words(reason) -> str:
+    if reason in END_REASON_WORDS:
+        return END_REASON_WORDS[reason]
+    return f"ended ({reason})"
+
+
+@register.filter
+def duration(seconds) -> str:
+    try:
+        total = int(float(seconds))
+    except (TypeError, ValueError):
+        return ""
+    if total < 60:
+        return f"{total}s"
+    minutes, _ = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h {minutes}m"
+    return f"{hours // 24}d {hours % 24}h"

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from sessions_admin.console.views import detail
+
+urlpatterns = [
+    path("<str:session_id>/", detail.session_detail, name="session_detail"),
+]
