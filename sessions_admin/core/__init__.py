@@ -33,6 +33,13 @@ from sessions_admin.core.events import (
     register_listener,
     unregister_listener,
 )
+from sessions_admin.core.forks import (
+    ForkGroup,
+    find_fork_groups,
+    fork_group,
+    fork_groups_of_session,
+    fork_session_ids,
+)
 from sessions_admin.core.lifecycle import (
     AppendResult,
     BranchResult,

@@ -1,0 +1,176 @@
+"""Fork detection: sessions that belong to one logical conversation but are not linked.
+
+A runtime that loses track of a conversation mints a new, unlinked session for
+it (hermes-agent #16517: a ``/v1/responses`` cold start after the response row
+was evicted). Two kinds of evidence find them:
+
+- **conversation**: one slug recorded on several sessions that share no lineage:
+  the ``conversations`` row, responses whose data names the slug, and the chain
+  of ``previous_response_id`` links from the slug's latest response;
+- **session_key**: consecutive sessions of one key where the earlier one ended
+  without an intentional boundary (no end reason, or an accidental one) and
+  the next started with no parent link and no reset marker.
+
+Sessions already absorbed by a merge (``end_reason = 'merged'``) are not forks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sessions_admin.core import db, lineage
+from sessions_admin.routers import responses_alias
+
+ACCIDENTAL_END_REASONS = ("agent_close", "ws_orphan_reap", "lru_evict")
+
+
+@dataclass(frozen=True)
+class ForkGroup:
+    kind: str  # "conversation" or "session_key"
+    key: str
+    session_ids: tuple[str, ...]  # oldest first
+    evidence: tuple[str, ...]
+
+    @property
+    def group_id(self) -> str:
+        return f"{self.kind}:{self.key}"
+
+
+def _responses_by_id() -> dict[str, tuple[str | None, str | None, str | None]]:
+    alias = responses_alias()
+    session = db.json_field("data", "session_id", alias=alias)
+    slug = db.json_field("data", "conversation", alias=alias)
+    if db.vendor(alias) == "postgresql":
+        previous = "(CASE WHEN data LIKE '{%%' THEN data::jsonb -> 'response' ->> 'previous_response_id' END)"
+    else:
+        previous = "json_extract(CASE WHEN json_valid(data) THEN data END, '$.response.previous_response_id')"
+    return {
+        r[0]: (r[1], r[2], r[3])
+        for r in db.fetchall(
+            f"SELECT response_id, {session}, {previous}, {slug} FROM responses", alias=alias
+        )
+    }
+
+
+def _conversation_evidence() -> dict[str, dict[str, list[str]]]:
+    """slug -> session id -> the reasons it is recorded for that slug."""
+    responses = _responses_by_id()
+    found: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for response_id, (session_id, _previous, slug) in responses.items():
+        if slug and session_id:
+            found[slug][session_id].append(f"response {response_id} names it")
+    for name, response_id, session_id in db.fetchall(
+        "SELECT name, response_id, session_id FROM conversations", alias=responses_alias()
+    ):
+        if session_id:
+            found[name][session_id].append("the conversation row records it")
+        seen: set[str] = set()
+        current = response_id
+        while current and current in responses and current not in seen:
+            seen.add(current)
+            session_id, previous, _slug = responses[current]
+            if session_id:
+                found[name][session_id].append(f"response {current} in the slug's chain")
+            current = previous
+    return found
+
+
+def _session_rows(ids: set[str]) -> dict[str, dict]:
+    rows: dict[str, dict] = {}
+    id_list = sorted(ids)
+    for start in range(0, len(id_list), 500):
+        chunk = id_list[start : start + 500]
+        for row in db.fetchdicts(
+            f"SELECT id, started_at, end_reason FROM sessions WHERE id IN ({db.placeholders(chunk)})",
+            chunk,
+        ):
+            rows[row["id"]] = row
+    return rows
+
+
+def _conversation_groups() -> list[ForkGroup]:
+    evidence = _conversation_evidence()
+    rows = _session_rows({sid for sessions in evidence.values() for sid in sessions})
+    groups = []
+    for slug, sessions in sorted(evidence.items()):
+        present = [sid for sid in sessions if sid in rows and rows[sid]["end_reason"] != "merged"]
+        if len(present) < 2:
+            continue
+        # Sessions already linked by lineage are one conversation, not forks.
+        by_root: dict[str, str] = {}
+        for sid in sorted(present, key=lambda s: (rows[s]["started_at"], s)):
+            by_root.setdefault(lineage.root_of(session_id=sid), sid)
+        if len(by_root) < 2:
+            continue
+        members = tuple(sorted(by_root.values(), key=lambda s: (rows[s]["started_at"], s)))
+        reasons = tuple(f"{sid}: {'; '.join(sorted(set(sessions[sid]))[:3])}" for sid in members)
+        groups.append(ForkGroup("conversation", slug, members, reasons))
+    return groups
+
+
+def _session_key_groups() -> list[ForkGroup]:
+    reset_from = lineage.marker("_reset_from")
+    accidental = ", ".join(f"'{reason}'" for reason in ACCIDENTAL_END_REASONS)
+    pairs = db.fetchall(
+        f"""
+        SELECT session_key, previous_id, previous_end_reason, id FROM (
+            SELECT id, session_key, parent_session_id, {reset_from} AS reset_from,
+                   LAG(id) OVER by_key AS previous_id,
+                   LAG(end_reason) OVER by_key AS previous_end_reason,
+                   LAG(ended_at) OVER by_key AS previous_ended_at
+            FROM sessions
+            WHERE session_key IS NOT NULL AND parent_session_id IS NULL
+              AND COALESCE(end_reason, '') <> 'merged'
+            WINDOW by_key AS (PARTITION BY session_key ORDER BY started_at, id)
+        ) consecutive
+        WHERE previous_id IS NOT NULL AND parent_session_id IS NULL AND reset_from IS NULL
+          AND (previous_ended_at IS NULL OR previous_end_reason IS NULL
+               OR previous_end_reason IN ({accidental}))
+        ORDER BY session_key
+        """
+    )
+    chains: dict[str, list[tuple[str, str | None, str]]] = defaultdict(list)
+    for key, previous_id, previous_reason, session_id in pairs:
+        chains[key].append((previous_id, previous_reason, session_id))
+    groups = []
+    for key, links in chains.items():
+        # Consecutive links of one key chain into groups: a-b, b-c -> (a, b, c).
+        current: list[str] = []
+        reasons: list[str] = []
+        for previous_id, previous_reason, session_id in links:
+            if current and current[-1] != previous_id:
+                groups.append(ForkGroup("session_key", key, tuple(current), tuple(reasons)))
+                current, reasons = [], []
+            if not current:
+                current = [previous_id]
+            current.append(session_id)
+            how = (
+                f"ended {previous_reason}"
+                if previous_reason
+                else "never ended or ended with no reason"
+            )
+            reasons.append(f"{previous_id} {how}; {session_id} started with no parent link")
+        if current:
+            groups.append(ForkGroup("session_key", key, tuple(current), tuple(reasons)))
+    return groups
+
+
+def find_fork_groups() -> list[ForkGroup]:
+    """Every fork group in the store, conversation evidence first."""
+    return _conversation_groups() + _session_key_groups()
+
+
+def fork_group(*, group_id: str) -> ForkGroup | None:
+    for group in find_fork_groups():
+        if group.group_id == group_id:
+            return group
+    return None
+
+
+def fork_session_ids() -> set[str]:
+    return {sid for group in find_fork_groups() for sid in group.session_ids}
+
+
+def fork_groups_of_session(*, session_id: str) -> list[ForkGroup]:
+    return [g for g in find_fork_groups() if session_id in g.session_ids]
