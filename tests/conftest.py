@@ -15,7 +15,7 @@ from django.db import connections
 from sessions_admin.core import events
 from sessions_admin.routers import responses_alias, store_alias
 
-STORE_TABLES = ["sessions_admin_switch_events", "messages", "sessions"]
+STORE_TABLES = ["sessions_admin_switch_events", "sessions_admin_merges", "messages", "sessions"]
 RESPONSE_TABLES = ["conversations", "responses"]
 
 

@@ -63,12 +63,26 @@ from sessions_admin.core.lifecycle import (
 from sessions_admin.core.lineage import (
     LineageNode,
     children_of,
+    current_session,
     compression_chain,
     compression_tip,
     lineage_tree,
     live_session_for_key,
     parent_of,
     root_of,
+)
+from sessions_admin.core.merge import (
+    MergePlan,
+    MergeRecord,
+    MergeResult,
+    PlanChanged,
+    UnmergeResult,
+    merge_preview,
+    merge_record,
+    merge_sessions,
+    merges_of_session,
+    plan_merge,
+    unmerge,
 )
 from sessions_admin.core.transcript import (
     RewriteResult,

@@ -73,18 +73,6 @@ def conversation_session(name: str) -> str | None:
     return row[1] or _response_session(row[0])
 
 
-def _current(session_id: str) -> str:
-    """Where a conversation recorded at ``session_id`` now continues."""
-    current = lineage.compression_tip(session_id=session_id)
-    for _ in range(lineage.MAX_DEPTH):
-        row = lineage.session_row(current)
-        merged_into = parse_model_config(row["model_config"]).get("_merged_into") if row else None
-        if not isinstance(merged_into, str) or not merged_into or merged_into == current:
-            break
-        current = lineage.compression_tip(session_id=merged_into)
-    return current
-
-
 def _check_slug(conversation: str) -> str:
     if not isinstance(conversation, str) or not conversation.strip():
         raise InvalidInput("conversation must be a non-empty string.")
@@ -118,7 +106,9 @@ def resolve_conversation(
     if previous_response_id:
         session_id = _response_session(previous_response_id)
         if session_id:
-            return ConversationTarget(_current(session_id), conversation, "response", False)
+            return ConversationTarget(
+                lineage.current_session(session_id=session_id), conversation, "response", False
+            )
         if not conversation:
             raise ConversationNotFound(
                 f"Previous response {previous_response_id!r} is not stored (evicted or never "
@@ -144,7 +134,9 @@ def resolve_conversation(
             # The slug was claimed but its session never written (a crash between
             # the two databases): create it now under the recorded id.
             create_session(session_id=session_id, source=source, user_id=user_id, model=model)
-        return ConversationTarget(_current(session_id), conversation, "conversation", False)
+        return ConversationTarget(
+            lineage.current_session(session_id=session_id), conversation, "conversation", False
+        )
     if previous_response_id:
         raise ConversationNotFound(
             f"Previous response {previous_response_id!r} is not stored and conversation "
@@ -164,7 +156,10 @@ def resolve_conversation(
     created = session_id == candidate
     create_session(session_id=session_id, source=source, user_id=user_id, model=model)
     return ConversationTarget(
-        _current(session_id), conversation, "new" if created else "conversation", created
+        lineage.current_session(session_id=session_id),
+        conversation,
+        "new" if created else "conversation",
+        created,
     )
 
 

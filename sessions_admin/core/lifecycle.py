@@ -180,11 +180,10 @@ def where_it_continues(row: dict) -> tuple[str | None, str | None]:
         tip = lineage.compression_tip(session_id=row["id"])
         if tip != row["id"] and _is_live(tip):
             return tip, "compression chain"
-    merged_into = parse_model_config(row.get("model_config")).get("_merged_into")
-    if isinstance(merged_into, str) and merged_into:
-        tip = lineage.compression_tip(session_id=merged_into)
-        if _is_live(tip):
-            return tip, "merge target"
+    if row["end_reason"] == "merged":
+        current = lineage.current_session(session_id=row["id"])
+        if current != row["id"] and _is_live(current):
+            return current, "merge target"
     live = lineage.live_session_for_key(row.get("session_key"), exclude=row["id"])
     if live:
         return live, f"session_key {row['session_key']!r}"
@@ -416,7 +415,7 @@ def resume_session(*, ref: str) -> ResumeResult:
     ends with ``session_switch``; conversations of the lineage point at it.
     """
     matched = resolve_session_ref(ref)
-    target = lineage.compression_tip(session_id=matched)
+    target = lineage.current_session(session_id=matched)
     row = _require_session(target, lock=True)
     switched_from = lineage.live_session_for_key(row.get("session_key"), exclude=target)
     if switched_from:

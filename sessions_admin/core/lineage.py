@@ -247,6 +247,25 @@ def compression_chain(*, session_id: str, upward: bool = True) -> list[str]:
     return chain
 
 
+def current_session(*, session_id: str) -> str:
+    """Where the conversation recorded at ``session_id`` now continues.
+
+    Follows compression forward, and a merged session to the session that absorbed it.
+    """
+    from sessions_admin.store.models import parse_model_config
+
+    current = compression_tip(session_id=session_id)
+    for _ in range(MAX_DEPTH):
+        row = db.fetchone("SELECT end_reason, model_config FROM sessions WHERE id = %s", [current])
+        if row is None or row[0] != "merged":
+            break
+        target = parse_model_config(row[1]).get("_merged_into")
+        if not isinstance(target, str) or not target or target == current:
+            break
+        current = compression_tip(session_id=target)
+    return current
+
+
 def live_session_for_key(session_key: str | None, *, exclude: str | None = None) -> str | None:
     """The live session of a session_key: the latest started one not ended."""
     if not session_key:

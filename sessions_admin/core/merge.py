@@ -1,0 +1,464 @@
+"""Merge forks back into one conversation, and undo a merge exactly.
+
+Two phases, like every destructive operation: ``plan_merge`` previews what
+will change (counts by SQL) and returns a fingerprint; ``merge_sessions``
+executes only if the store still matches that fingerprint. The merge moves
+the absorbed sessions' messages into the target by re-pointing them (message
+ids are the ordering authority, so the stitched transcript stays in the order
+the messages were written), re-parents children, maps conversation slugs and
+session keys to the target, ends each absorbed session ``merged`` with a
+``_merged_into`` marker, and records the prior state in the store so
+``unmerge`` can restore it exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sessions_admin.core import db, events, lineage
+from sessions_admin.core.db import store_operation
+from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
+from sessions_admin.core.transcript import recompute_counters
+from sessions_admin.routers import responses_alias
+from sessions_admin.store.models import parse_model_config
+
+SUMMED_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "estimated_cost_usd",
+)
+SAVED_COLUMNS = (
+    "ended_at",
+    "end_reason",
+    "model_config",
+    "session_key",
+    "message_count",
+    "tool_call_count",
+    *SUMMED_COLUMNS,
+)
+MAX_MERGE_SESSIONS = 200
+
+
+class PlanChanged(StoreError):
+    def __init__(self, what: str):
+        super().__init__(
+            f"The store changed since the {what} was previewed (the runtime is still writing). "
+            "Nothing was changed: review the new preview and confirm again."
+        )
+
+
+@dataclass(frozen=True)
+class MergeSource:
+    session_id: str
+    role: str  # "target" or "absorbed"
+    messages: int
+    active_messages: int
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    session_key: str | None
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    target_id: str
+    absorbed_ids: tuple[str, ...]
+    sources: tuple[MergeSource, ...]
+    moved_messages: int
+    conversations_moved: tuple[str, ...]
+    session_key_for_target: str | None
+    reparented_children: tuple[str, ...]
+    reopen_target: bool
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    merge_id: int
+    target_id: str
+    absorbed_ids: tuple[str, ...]
+    moved_messages: int
+
+
+@dataclass(frozen=True)
+class UnmergeResult:
+    merge_id: int
+    target_id: str
+    restored_ids: tuple[str, ...]
+    returned_messages: int
+
+
+@dataclass(frozen=True)
+class MergeRecord:
+    merge_id: int
+    created_at: float
+    target_id: str
+    absorbed_ids: tuple[str, ...]
+    undone_at: float | None
+
+
+def _rows(ids: Sequence[str], *, lock: bool = False) -> dict[str, dict]:
+    if not ids:
+        return {}
+    columns = ", ".join(("id", "started_at", "parent_session_id", *SAVED_COLUMNS))
+    rows = db.fetchdicts(
+        f"SELECT {columns} FROM sessions WHERE id IN ({db.placeholders(ids)}) ORDER BY id"
+        + (db.for_update() if lock else ""),
+        list(ids),
+    )
+    return {row["id"]: row for row in rows}
+
+
+def _ancestors(session_id: str) -> set[str]:
+    found: set[str] = set()
+    current = lineage.parent_of(session_id=session_id)
+    while current and current not in found and len(found) < lineage.MAX_DEPTH:
+        found.add(current)
+        current = lineage.parent_of(session_id=current)
+    return found
+
+
+def _members(session_ids: Sequence[str], target_id: str | None) -> tuple[str, list[str]]:
+    picks = list(dict.fromkeys(s for s in session_ids if s))
+    if target_id and target_id not in picks:
+        picks.insert(0, target_id)
+    if len(picks) < 2:
+        raise InvalidInput("Pick at least two sessions to merge.")
+    if len(picks) > MAX_MERGE_SESSIONS:
+        raise InvalidInput(f"Merge at most {MAX_MERGE_SESSIONS} sessions at once.")
+    found = _rows(picks)
+    for pick in picks:
+        if pick not in found:
+            raise SessionNotFound(pick)
+    if target_id is None:
+        target_id = min(picks, key=lambda s: (found[s]["started_at"], s))
+    # Messages go where the target's conversation is now: its compression tip.
+    target = lineage.compression_tip(session_id=target_id)
+    target_chain = set(lineage.compression_chain(session_id=target))
+    absorbed: list[str] = []
+    for pick in picks:
+        if pick in target_chain:
+            continue
+        for member in lineage.compression_chain(session_id=pick):
+            if member not in target_chain and member not in absorbed:
+                absorbed.append(member)
+    if not absorbed:
+        raise InvalidInput("These sessions are already one conversation: nothing to merge.")
+    rows = _rows([target, *absorbed])
+    if rows[target]["end_reason"] == "merged":
+        raise InvalidInput(f"Session {target} was itself merged into another; merge into that one.")
+    for sid in absorbed:
+        if rows[sid]["end_reason"] == "merged":
+            raise InvalidInput(f"Session {sid} is already merged into another session.")
+    if _ancestors(target) & set(absorbed):
+        raise InvalidInput(
+            "The target descends from a session being absorbed; merge into that session instead."
+        )
+    return target, absorbed
+
+
+def _message_stats(ids: Sequence[str]) -> dict[str, tuple[int, int, int]]:
+    """session -> (messages, active messages, max message id), by SQL."""
+    rows = db.fetchall(
+        "SELECT session_id, COUNT(*), COALESCE(SUM(active), 0), MAX(id) FROM messages "
+        f"WHERE session_id IN ({db.placeholders(ids)}) GROUP BY session_id",
+        list(ids),
+    )
+    return {r[0]: (int(r[1]), int(r[2]), int(r[3] or 0)) for r in rows}
+
+
+def _conversations_of(ids: Sequence[str]) -> list[tuple[str, str]]:
+    return [
+        (r[0], r[1])
+        for r in db.fetchall(
+            f"SELECT name, session_id FROM conversations WHERE session_id IN ({db.placeholders(ids)}) "
+            "ORDER BY name",
+            list(ids),
+            alias=responses_alias(),
+        )
+    ]
+
+
+def _children_of(ids: Sequence[str]) -> list[tuple[str, str]]:
+    return [
+        (r[0], r[1])
+        for r in db.fetchall(
+            f"SELECT id, parent_session_id FROM sessions WHERE parent_session_id IN "
+            f"({db.placeholders(ids)}) AND id NOT IN ({db.placeholders(ids)}) ORDER BY id",
+            [*ids, *ids],
+        )
+    ]
+
+
+def _build_plan(target: str, absorbed: list[str], *, lock: bool) -> MergePlan:
+    rows = _rows([target, *absorbed], lock=lock)
+    stats = _message_stats([target, *absorbed])
+    conversations = _conversations_of(absorbed)
+    children = _children_of(absorbed)
+    sources = tuple(
+        MergeSource(
+            session_id=sid,
+            role="target" if sid == target else "absorbed",
+            messages=stats.get(sid, (0, 0, 0))[0],
+            active_messages=stats.get(sid, (0, 0, 0))[1],
+            started_at=rows[sid]["started_at"],
+            ended_at=rows[sid]["ended_at"],
+            end_reason=rows[sid]["end_reason"],
+            session_key=rows[sid]["session_key"],
+        )
+        for sid in [target, *sorted(absorbed, key=lambda s: (rows[s]["started_at"], s))]
+    )
+    key_for_target = None
+    if not rows[target]["session_key"]:
+        keyed = [s for s in sources if s.role == "absorbed" and s.session_key]
+        if keyed:
+            key_for_target = max(keyed, key=lambda s: (s.started_at, s.session_id)).session_key
+    reopen = rows[target]["ended_at"] is not None and any(
+        rows[sid]["ended_at"] is None for sid in absorbed
+    )
+    fingerprint_source = {
+        "target": target,
+        "sessions": {
+            sid: [rows[sid]["ended_at"], rows[sid]["end_reason"], *stats.get(sid, (0, 0, 0))]
+            for sid in sorted([target, *absorbed])
+        },
+        "conversations": conversations,
+        "children": children,
+    }
+    fingerprint = hashlib.sha256(
+        json.dumps(fingerprint_source, sort_keys=True, default=str).encode()
+    ).hexdigest()[:32]
+    return MergePlan(
+        target_id=target,
+        absorbed_ids=tuple(s.session_id for s in sources if s.role == "absorbed"),
+        sources=sources,
+        moved_messages=sum(s.messages for s in sources if s.role == "absorbed"),
+        conversations_moved=tuple(name for name, _ in conversations),
+        session_key_for_target=key_for_target,
+        reparented_children=tuple(child for child, _ in children),
+        reopen_target=reopen,
+        fingerprint=fingerprint,
+    )
+
+
+def plan_merge(*, session_ids: Sequence[str], target_id: str | None = None) -> MergePlan:
+    """What merging ``session_ids`` into ``target_id`` (default: the oldest) would change."""
+    target, absorbed = _members(session_ids, target_id)
+    return _build_plan(target, absorbed, lock=False)
+
+
+def merge_preview(*, plan: MergePlan, limit: int = 200) -> list[dict]:
+    """The merged transcript's first ``limit`` messages, in the order the merge will give them."""
+    ids = [plan.target_id, *plan.absorbed_ids]
+    return db.fetchdicts(
+        "SELECT id, session_id, role, content, tool_name, timestamp, active FROM messages "
+        f"WHERE session_id IN ({db.placeholders(ids)}) ORDER BY id LIMIT %s",
+        [*ids, int(limit)],
+    )
+
+
+def _id_ranges(ids: list[int]) -> list[list[int]]:
+    ranges: list[list[int]] = []
+    for message_id in sorted(ids):
+        if ranges and ranges[-1][1] == message_id - 1:
+            ranges[-1][1] = message_id
+        else:
+            ranges.append([message_id, message_id])
+    return ranges
+
+
+def _set_marker(model_config: str | None, key: str, value: str) -> str:
+    config = parse_model_config(model_config)
+    config[key] = value
+    return db.dumps(config)
+
+
+@store_operation
+def merge_sessions(
+    *,
+    session_ids: Sequence[str],
+    target_id: str | None = None,
+    expected_fingerprint: str | None = None,
+) -> MergeResult:
+    """Merge the sessions into the target in one transaction; see the module docstring."""
+    target, absorbed = _members(session_ids, target_id)
+    plan = _build_plan(target, absorbed, lock=True)
+    if expected_fingerprint is not None and expected_fingerprint != plan.fingerprint:
+        raise PlanChanged("merge")
+    absorbed = list(plan.absorbed_ids)
+    rows = _rows([target, *absorbed])
+    moved = {
+        sid: _id_ranges(
+            [int(r[0]) for r in db.fetchall("SELECT id FROM messages WHERE session_id = %s", [sid])]
+        )
+        for sid in absorbed
+    }
+    children = _children_of(absorbed)
+    conversations = _conversations_of(absorbed)
+    now = time.time()
+    marks = db.placeholders(absorbed)
+
+    db.execute(
+        f"UPDATE messages SET session_id = %s WHERE session_id IN ({marks})", [target, *absorbed]
+    )
+    if children:
+        db.execute(
+            f"UPDATE sessions SET parent_session_id = %s WHERE parent_session_id IN ({marks}) "
+            f"AND id NOT IN ({marks})",
+            [target, *absorbed, *absorbed],
+        )
+    sums = {c: sum(float(rows[s][c] or 0) for s in absorbed) for c in SUMMED_COLUMNS}
+    for sid in absorbed:
+        db.execute(
+            "UPDATE sessions SET ended_at = %s, end_reason = 'merged', model_config = %s, "
+            + ", ".join(f"{c} = 0" for c in SUMMED_COLUMNS)
+            + " WHERE id = %s",
+            [
+                rows[sid]["ended_at"] or now,
+                _set_marker(rows[sid]["model_config"], "_merged_into", target),
+                sid,
+            ],
+        )
+        recompute_counters(sid)
+    assignments = [f"{c} = COALESCE({c}, 0) + %s" for c in SUMMED_COLUMNS]
+    params: list = [sums[c] for c in SUMMED_COLUMNS]
+    if plan.session_key_for_target:
+        assignments.append("session_key = %s")
+        params.append(plan.session_key_for_target)
+    if plan.reopen_target:
+        assignments.append("ended_at = NULL, end_reason = NULL")
+    db.execute(f"UPDATE sessions SET {', '.join(assignments)} WHERE id = %s", [*params, target])
+    recompute_counters(target)
+    if conversations:
+        from sessions_admin.core.conversations import repoint_conversations
+
+        repoint_conversations(from_session_ids=absorbed, to_session_id=target)
+    after = _rows([target])[target]
+    prior_state = {
+        "sessions": {sid: {c: rows[sid][c] for c in SAVED_COLUMNS} for sid in [target, *absorbed]},
+        "target_after": {c: after[c] for c in SAVED_COLUMNS},
+        "messages": moved,
+        "children": children,
+        "conversations": conversations,
+    }
+    with db.cursor() as c:
+        c.execute(
+            "INSERT INTO sessions_admin_merges (created_at, target_session_id, "
+            "absorbed_session_ids, prior_state) VALUES (%s, %s, %s, %s) RETURNING id",
+            [now, target, db.dumps(absorbed), db.dumps(prior_state)],
+        )
+        merge_id = int(c.fetchone()[0])
+    was_live = [sid for sid in absorbed if rows[sid]["ended_at"] is None]
+    events.record_switch(
+        new_session_id=target,
+        previous_session_id=was_live[-1] if was_live else absorbed[-1],
+        parent_session_id=absorbed[-1],
+        reset=False,
+        reason="merge",
+        session_key=after["session_key"],
+    )
+    return MergeResult(merge_id, target, tuple(absorbed), plan.moved_messages)
+
+
+def merge_record(*, merge_id: int) -> MergeRecord:
+    row = db.fetchone(
+        "SELECT id, created_at, target_session_id, absorbed_session_ids, undone_at "
+        "FROM sessions_admin_merges WHERE id = %s",
+        [int(merge_id)],
+    )
+    if row is None:
+        raise InvalidInput(f"No merge {merge_id}.")
+    return MergeRecord(int(row[0]), row[1], row[2], tuple(json.loads(row[3])), row[4])
+
+
+def merges_of_session(*, session_id: str) -> list[MergeRecord]:
+    """Merges this session took part in, newest first (targets and absorbed alike)."""
+    like = '%"' + session_id.replace("%", "").replace("_", "\\_") + '"%'
+    rows = db.fetchall(
+        "SELECT id FROM sessions_admin_merges WHERE target_session_id = %s "
+        "OR absorbed_session_ids LIKE %s ESCAPE '\\' ORDER BY id DESC",
+        [session_id, like],
+    )
+    return [merge_record(merge_id=r[0]) for r in rows]
+
+
+@store_operation
+def unmerge(*, merge_id: int) -> UnmergeResult:
+    """Undo a merge: every moved message, child, slug and session row goes back."""
+    row = db.fetchone(
+        "SELECT target_session_id, absorbed_session_ids, prior_state, undone_at "
+        "FROM sessions_admin_merges WHERE id = %s" + db.for_update(),
+        [int(merge_id)],
+    )
+    if row is None:
+        raise InvalidInput(f"No merge {merge_id}.")
+    if row[3] is not None:
+        raise InvalidInput(f"Merge {merge_id} was already undone.")
+    target, absorbed, prior = row[0], json.loads(row[1]), json.loads(row[2])
+    present = _rows([target, *absorbed], lock=True)
+    missing = [sid for sid in [target, *absorbed] if sid not in present]
+    if missing:
+        raise InvalidInput(
+            f"Cannot undo merge {merge_id}: session(s) {', '.join(missing)} no longer exist."
+        )
+    returned = 0
+    for sid, ranges in prior["messages"].items():
+        for start, end in ranges:
+            returned += db.execute(
+                "UPDATE messages SET session_id = %s WHERE session_id = %s AND id BETWEEN %s AND %s",
+                [sid, target, start, end],
+            )
+    for child, old_parent in prior["children"]:
+        db.execute(
+            "UPDATE sessions SET parent_session_id = %s WHERE id = %s AND parent_session_id = %s",
+            [old_parent, child, target],
+        )
+    target_now = present[target]
+    target_prior = prior["sessions"][target]
+    target_after = prior["target_after"]
+    restored = dict(target_prior)
+    for column in SUMMED_COLUMNS:
+        # Usage the target gained after the merge stays with it.
+        gained = (target_now[column] or 0) - (target_after[column] or 0)
+        restored[column] = (
+            target_prior[column] if gained == 0 else (target_prior[column] or 0) + gained
+        )
+    for sid in [target, *absorbed]:
+        values = restored if sid == target else prior["sessions"][sid]
+        db.execute(
+            "UPDATE sessions SET "
+            + ", ".join(f"{c} = %s" for c in SAVED_COLUMNS)
+            + " WHERE id = %s",
+            [*(values[c] for c in SAVED_COLUMNS), sid],
+        )
+    for sid in [target, *absorbed]:
+        recompute_counters(sid)
+    if prior["conversations"]:
+        for name, old_session in prior["conversations"]:
+            db.execute(
+                "UPDATE conversations SET session_id = %s WHERE name = %s AND session_id = %s",
+                [old_session, name, target],
+                alias=responses_alias(),
+            )
+    db.execute(
+        "UPDATE sessions_admin_merges SET undone_at = %s WHERE id = %s",
+        [time.time(), int(merge_id)],
+    )
+    live_again = [sid for sid in absorbed if prior["sessions"][sid]["ended_at"] is None]
+    if live_again:
+        events.record_switch(
+            new_session_id=live_again[-1],
+            previous_session_id=target,
+            parent_session_id=target,
+            reset=False,
+            reason="unmerge",
+            session_key=prior["sessions"][live_again[-1]]["session_key"],
+        )
+    return UnmergeResult(int(merge_id), target, tuple(absorbed), returned)

@@ -1,0 +1,176 @@
+"""Merging forks: preview, execute, undo exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sessions_admin import core
+from sessions_admin.core import db, merge
+from sessions_admin.routers import responses_alias
+from tests.helpers import counter_mismatches, messages, run_threads, session
+
+
+def snapshot() -> dict:
+    return {
+        "sessions": db.fetchall("SELECT * FROM sessions ORDER BY id"),
+        "messages": db.fetchall("SELECT * FROM messages ORDER BY id"),
+        "conversations": db.fetchall(
+            "SELECT * FROM conversations ORDER BY name", alias=responses_alias()
+        ),
+    }
+
+
+def _forked_conversation(slug: str = "sidekick-m") -> list[str]:
+    """Three cold-start forks of one slug, with usage, a delegate child and an undone turn."""
+    ids = []
+    for n in range(3):
+        sid = core.create_session(
+            source="api_server", user_id="u1", started_at=100.0 + n
+        ).session_id
+        core.append_messages(
+            session_id=sid,
+            messages=[
+                {"role": "user", "content": f"q{n}"},
+                {"role": "assistant", "content": f"a{n}"},
+            ],
+        )
+        core.add_usage(session_id=sid, input_tokens=10 * (n + 1), output_tokens=n, cost_usd=0.1)
+        core.record_turn(response_id=f"r{n}", session_id=sid, conversation=slug)
+        ids.append(sid)
+    core.undo_last_turn(session_id=ids[1])
+    core.create_session(
+        source="tool", parent_session_id=ids[2], model_config={"_delegate_from": ids[2]}
+    )
+    for sid in ids[:2]:
+        core.end_session(session_id=sid, end_reason="lru_evict")
+    return ids
+
+
+def test_the_plan_counts_what_will_move():
+    ids = _forked_conversation()
+    plan = core.plan_merge(session_ids=ids)
+    assert plan.target_id == ids[0]
+    assert plan.absorbed_ids == (ids[1], ids[2])
+    assert plan.moved_messages == 4
+    assert [s.messages for s in plan.sources] == [2, 2, 2]
+    assert [s.active_messages for s in plan.sources] == [2, 0, 2]
+    assert plan.conversations_moved == ("sidekick-m",)
+    assert len(plan.reparented_children) == 1
+    assert plan.reopen_target is True  # the last fork is live
+    assert snapshot() == snapshot()  # planning wrote nothing
+
+
+def test_merge_moves_everything_into_the_target_in_order():
+    ids = _forked_conversation()
+    before_ids = [r[0] for r in db.fetchall("SELECT id FROM messages ORDER BY id")]
+    plan = core.plan_merge(session_ids=ids)
+    result = core.merge_sessions(session_ids=ids, expected_fingerprint=plan.fingerprint)
+    target = session(ids[0])
+    assert result.target_id == ids[0]
+    assert [m["id"] for m in messages(ids[0])] == before_ids  # none lost, none duplicated
+    assert [m["content"] for m in messages(ids[0], active_only=True)] == ["q0", "a0", "q2", "a2"]
+    assert (target["message_count"], target["ended_at"]) == (4, None)
+    assert target["input_tokens"] == 60 and target["output_tokens"] == 3
+    assert target["estimated_cost_usd"] == pytest.approx(0.3)
+    for sid in ids[1:]:
+        row = session(sid)
+        assert row["end_reason"] == "merged"
+        assert json.loads(row["model_config"])["_merged_into"] == ids[0]
+        assert (row["message_count"], row["input_tokens"]) == (0, 0)
+    child = db.fetchone("SELECT parent_session_id FROM sessions WHERE source = 'tool'")
+    assert child[0] == ids[0]
+    assert core.resolve_conversation(conversation="sidekick-m").session_id == ids[0]
+    assert counter_mismatches() == []
+    # A runtime still holding an absorbed id is told where to write.
+    with pytest.raises(core.SessionEnded) as caught:
+        core.append_message(session_id=ids[2], role="user", content="late")
+    assert caught.value.live_session_id == ids[0]
+    assert core.find_fork_groups() == []
+
+
+def test_merge_then_unmerge_gives_back_the_exact_rows():
+    ids = _forked_conversation()
+    before = snapshot()
+    result = core.merge_sessions(session_ids=ids)
+    assert snapshot() != before
+    core.unmerge(merge_id=result.merge_id)
+    assert snapshot() == before
+    with pytest.raises(core.InvalidInput):
+        core.unmerge(merge_id=result.merge_id)
+
+
+def test_a_stale_preview_is_refused_and_nothing_changes():
+    ids = _forked_conversation()
+    plan = core.plan_merge(session_ids=ids)
+    core.append_message(session_id=ids[2], role="user", content="the runtime wrote meanwhile")
+    before = snapshot()
+    with pytest.raises(merge.PlanChanged):
+        core.merge_sessions(session_ids=ids, expected_fingerprint=plan.fingerprint)
+    assert snapshot() == before
+
+
+def test_merging_into_a_compressed_target_fills_its_tip():
+    root = core.create_session(source="cli", started_at=1.0).session_id
+    tip = core.rotate_for_compression(session_id=root).new_session_id
+    fork = core.create_session(source="cli", started_at=2.0).session_id
+    core.append_message(session_id=fork, role="user", content="from the fork")
+    result = core.merge_sessions(session_ids=[root, fork])
+    assert result.target_id == tip
+    assert [m["content"] for m in messages(tip)] == ["from the fork"]
+
+
+@pytest.mark.parametrize("picks", [[], ["only-one"], ["a", "a"]], ids=["none", "one", "same-twice"])
+def test_bad_picks_are_refused(picks):
+    core.create_session(source="cli", session_id="a")
+    core.create_session(source="cli", session_id="only-one")
+    with pytest.raises(core.InvalidInput):
+        core.plan_merge(session_ids=picks)
+
+
+def test_unknown_sessions_and_already_merged_ones_are_refused():
+    ids = _forked_conversation()
+    with pytest.raises(core.SessionNotFound):
+        core.plan_merge(session_ids=[ids[0], "ghost"])
+    core.merge_sessions(session_ids=ids[:2])
+    with pytest.raises(core.InvalidInput):
+        core.merge_sessions(session_ids=[ids[2], ids[1]])
+
+
+def test_a_target_that_descends_from_an_absorbed_session_is_refused():
+    parent = core.create_session(source="cli").session_id
+    branch = core.branch_session(session_id=parent).new_session_id
+    with pytest.raises(core.InvalidInput):
+        core.plan_merge(session_ids=[parent, branch], target_id=branch)
+
+
+def test_runtime_appends_during_a_merge_are_neither_lost_nor_misplaced():
+    ids = _forked_conversation()
+    acknowledged: list[int] = []
+
+    def work(i: int):
+        if i == 0:
+            return core.merge_sessions(session_ids=ids)
+        sid = ids[2]
+        for n in range(30):
+            try:
+                acknowledged.extend(
+                    core.append_message(
+                        session_id=sid, role="user", content=f"live {n}"
+                    ).message_ids
+                )
+            except core.SessionEnded as ended:
+                sid = ended.live_session_id
+                acknowledged.extend(
+                    core.append_message(
+                        session_id=sid, role="user", content=f"live {n}"
+                    ).message_ids
+                )
+        return None
+
+    run_threads(work, 2)
+    stored = {r[0]: r[1] for r in db.fetchall("SELECT id, session_id FROM messages")}
+    assert all(stored[mid] == ids[0] for mid in acknowledged)
+    assert len(acknowledged) == 30
+    assert counter_mismatches() == []
