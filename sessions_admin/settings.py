@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "template_partials",
     "sessions_admin.store",
     "sessions_admin.console",
+    "sessions_admin.ledger",
 ]
 
 MIDDLEWARE = [
@@ -98,11 +99,16 @@ _responses_url = os.environ.get("SESSIONS_ADMIN_RESPONSES_URL", "").strip()
 if _responses_url:
     DATABASES["responses"] = parse_database_url(_responses_url, base_dir=BASE_DIR)
 
+# Test databases are per process, so test runs in one checkout never share a
+# file or database. SQLite test stores are real files: concurrency tests need
+# the WAL locking the runtime shares with us, which in-memory databases lack.
 for _alias, _db in DATABASES.items():
     if _db["ENGINE"].endswith("sqlite3"):
-        # Concurrency tests need real files: an in-memory test database has
-        # different locking from the WAL file the runtime shares with us.
-        _db["TEST"] = {"NAME": str(Path(_db["NAME"]).with_name(f"test_{Path(_db['NAME']).name}"))}
+        _test_dir = VAR_DIR / "test"
+        _test_dir.mkdir(exist_ok=True)
+        _db["TEST"] = {"NAME": str(_test_dir / f"{os.getpid()}_{Path(_db['NAME']).name}")}
+    else:
+        _db["TEST"] = {"NAME": f"test_{_db['NAME']}_{os.getpid()}"[:63]}
 
 DATABASE_ROUTERS = ["sessions_admin.routers.StoreRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

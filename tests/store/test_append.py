@@ -123,6 +123,7 @@ def test_concurrent_writers_and_resets_lose_and_misplace_nothing():
                         session_id=cached, role="user", content=f"w{i}-{n}"
                     )
                     acknowledged[i].extend(result.message_ids)
+                    time.sleep(0.002)  # a runtime's turns are not back to back
                     break
                 except core.SessionEnded as ended:
                     assert ended.live_session_id, "a reset key always has a live session"
