@@ -15,6 +15,16 @@ from sessions_admin.core.conversations import (
     record_turn,
     resolve_conversation,
 )
+from sessions_admin.core.deletion import (
+    DeletePlan,
+    DeleteResult,
+    RestoreConflict,
+    RestoreResult,
+    execute_cascade_delete,
+    plan_cascade_delete,
+    purge_trash,
+    restore_trash_entry,
+)
 from sessions_admin.core.errors import (
     AmbiguousSessionRef,
     ConversationNotFound,
@@ -63,9 +73,9 @@ from sessions_admin.core.lifecycle import (
 from sessions_admin.core.lineage import (
     LineageNode,
     children_of,
-    current_session,
     compression_chain,
     compression_tip,
+    current_session,
     lineage_tree,
     live_session_for_key,
     parent_of,

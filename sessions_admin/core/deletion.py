@@ -1,0 +1,540 @@
+"""Cascade delete, bulk delete and the trash.
+
+Destructive work has two phases. ``plan_cascade_delete`` says exactly what
+will go, grouped by relation, with counts computed by SQL; execution checks
+the plan's fingerprint so it deletes the set that was shown. Every batch
+first copies its rows into the trash (the dashboard's own database) and then
+deletes them from the store in one short store transaction, children before
+parents: nothing is lost silently, no message is left without its session,
+no conversation points at a deleted session, and the FTS triggers keep the
+search index in step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from sessions_admin.core import db, lineage
+from sessions_admin.core.db import store_operation
+from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
+from sessions_admin.core.merge import PlanChanged
+from sessions_admin.routers import responses_alias
+
+# A plan this large asks the operator to type the number of sessions to confirm.
+TYPED_CONFIRMATION_SESSIONS = 20
+TYPED_CONFIRMATION_MESSAGES = 1_000
+# One store transaction deletes at most this many sessions / messages, so a
+# runtime writer waits on us for tens of milliseconds, not seconds.
+BATCH_SESSIONS = 200
+BATCH_MESSAGES = 2_000
+CHUNK = 500
+
+
+@dataclass(frozen=True)
+class DeletePlan:
+    picked_ids: tuple[str, ...]
+    session_ids: tuple[str, ...]  # children before parents
+    relations: tuple[tuple[str, int], ...]  # (relation, sessions)
+    kept_children: tuple[tuple[str, str], ...]  # (child, relation): kept, parent link cleared
+    live_session_ids: tuple[str, ...]
+    message_count: int
+    conversation_names: tuple[str, ...]
+    response_count: int
+    include_branches: bool
+    fingerprint: str
+
+    @property
+    def needs_typed_confirmation(self) -> bool:
+        return (
+            len(self.session_ids) >= TYPED_CONFIRMATION_SESSIONS
+            or self.message_count >= TYPED_CONFIRMATION_MESSAGES
+        )
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    deleted_sessions: int
+    deleted_messages: int
+    trash_entry_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    trash_entry_id: int
+    restored_sessions: tuple[str, ...]
+    restored_messages: int
+    skipped_conversations: tuple[str, ...]
+
+
+class RestoreConflict(StoreError):
+    pass
+
+
+def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _kind_sql(child: str, parent: str) -> str:
+    delegate = lineage.marker("_delegate_from", child)
+    branch = lineage.marker("_branched_from", child)
+    return (
+        f"CASE WHEN {delegate} IS NOT NULL THEN 'delegate' "
+        f"WHEN {branch} IS NOT NULL THEN 'branch' "
+        f"WHEN {parent}.end_reason = 'compression' THEN 'compression' ELSE 'child' END"
+    )
+
+
+def _closure(roots: list[str], include_branches: bool) -> dict[str, str]:
+    """session -> relation, for the roots and every descendant that goes with them."""
+    kind = _kind_sql("c", "p")
+    followed = (
+        ("compression", "delegate", "branch") if include_branches else ("compression", "delegate")
+    )
+    found: dict[str, str] = {root: "picked" for root in roots}
+    for chunk in _chunks(roots):
+        rows = db.fetchall(
+            f"""
+            WITH RECURSIVE closure(id, relation, depth) AS (
+                SELECT id, 'picked', 0 FROM sessions WHERE id IN ({db.placeholders(chunk)})
+                UNION
+                SELECT c.id, {kind}, closure.depth + 1
+                FROM closure
+                JOIN sessions p ON p.id = closure.id
+                JOIN sessions c ON c.parent_session_id = p.id
+                WHERE closure.depth < %s AND {kind} IN ({db.placeholders(followed)})
+            )
+            SELECT id, relation FROM closure
+            """,
+            [*chunk, lineage.MAX_DEPTH, *followed],
+        )
+        for session_id, relation in rows:
+            found.setdefault(session_id, relation)
+    return found
+
+
+def _ordered_children_first(ids: list[str]) -> list[str]:
+    """Order a set so every session comes before its parent (if the parent is in the set)."""
+    parents: dict[str, str | None] = {}
+    for chunk in _chunks(ids):
+        for sid, parent in db.fetchall(
+            f"SELECT id, parent_session_id FROM sessions WHERE id IN ({db.placeholders(chunk)})",
+            list(chunk),
+        ):
+            parents[sid] = parent
+    depth: dict[str, int] = {}
+
+    def depth_of(sid: str) -> int:
+        seen = []
+        current = sid
+        while current in parents and current not in depth and current not in seen:
+            seen.append(current)
+            current = parents[current]
+        base = depth.get(current, -1) if current in parents else -1
+        for offset, node in enumerate(reversed(seen), start=1):
+            depth[node] = base + offset
+        return depth.get(sid, 0)
+
+    present = [sid for sid in ids if sid in parents]
+    return sorted(present, key=lambda sid: (-depth_of(sid), sid))
+
+
+def _count_messages(ids: Sequence[str]) -> int:
+    return sum(
+        int(
+            db.fetchone(
+                f"SELECT COUNT(*) FROM messages WHERE session_id IN ({db.placeholders(c)})", list(c)
+            )[0]
+        )
+        for c in _chunks(ids)
+    )
+
+
+def _conversation_names(ids: Sequence[str]) -> list[str]:
+    names: list[str] = []
+    for chunk in _chunks(ids):
+        names += [
+            r[0]
+            for r in db.fetchall(
+                f"SELECT name FROM conversations WHERE session_id IN ({db.placeholders(chunk)})",
+                list(chunk),
+                alias=responses_alias(),
+            )
+        ]
+    return sorted(names)
+
+
+def _response_ids(ids: Sequence[str]) -> list[str]:
+    field = db.json_field("data", "session_id", alias=responses_alias())
+    found: list[str] = []
+    for chunk in _chunks(ids):
+        found += [
+            r[0]
+            for r in db.fetchall(
+                f"SELECT response_id FROM responses WHERE {field} IN ({db.placeholders(chunk)})",
+                list(chunk),
+                alias=responses_alias(),
+            )
+        ]
+    return sorted(found)
+
+
+def _fingerprint(payload: object) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[
+        :32
+    ]
+
+
+def plan_cascade_delete(
+    *, session_ids: Sequence[str], include_branches: bool = False
+) -> DeletePlan:
+    """What deleting these sessions' conversations would remove.
+
+    Each picked session is taken from the start of its compression chain; its
+    compression continuations and delegates (recursively) always go with it;
+    branches go only with ``include_branches``, else they stay as sessions of
+    their own (their parent link cleared), as do untyped children.
+    """
+    picks = list(dict.fromkeys(s for s in session_ids if s))
+    if not picks:
+        raise InvalidInput("Pick at least one session to delete.")
+    roots: list[str] = []
+    for pick in picks:
+        if lineage.session_row(pick) is None:
+            raise SessionNotFound(pick)
+        root = lineage.compression_chain(session_id=pick)[0]
+        if root not in roots:
+            roots.append(root)
+    closure = _closure(roots, include_branches)
+    ids = list(closure)
+    id_set = set(ids)
+    kind = _kind_sql("c", "p")
+    kept: list[tuple[str, str]] = []
+    for chunk in _chunks(ids):
+        kept += [
+            (r[0], r[1])
+            for r in db.fetchall(
+                f"SELECT c.id, {kind} FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
+                f"WHERE c.parent_session_id IN ({db.placeholders(chunk)}) ORDER BY c.id",
+                list(chunk),
+            )
+            if r[0] not in id_set
+        ]
+    live: list[str] = []
+    for chunk in _chunks(ids):
+        live += [
+            r[0]
+            for r in db.fetchall(
+                f"SELECT id FROM sessions WHERE ended_at IS NULL AND id IN ({db.placeholders(chunk)})",
+                list(chunk),
+            )
+        ]
+    relations: dict[str, int] = {}
+    for relation in closure.values():
+        relations[relation] = relations.get(relation, 0) + 1
+    ordered = _ordered_children_first(ids)
+    messages = _count_messages(ordered)
+    names = _conversation_names(ordered)
+    responses = _response_ids(ordered)
+    fingerprint = _fingerprint(
+        [sorted(ordered), sorted(kept), sorted(live), messages, names, responses]
+    )
+    return DeletePlan(
+        picked_ids=tuple(picks),
+        session_ids=tuple(ordered),
+        relations=tuple(sorted(relations.items())),
+        kept_children=tuple(kept),
+        live_session_ids=tuple(sorted(live)),
+        message_count=messages,
+        conversation_names=tuple(names),
+        response_count=len(responses),
+        include_branches=include_branches,
+        fingerprint=fingerprint,
+    )
+
+
+def _all_columns(table: str, where: str, params: list, *, alias: str | None = None) -> list[dict]:
+    return db.fetchdicts(f"SELECT * FROM {table} WHERE {where}", params, alias=alias)
+
+
+@store_operation
+def _delete_batch(
+    batch: list[str], *, actor: str, reason: str, job_id: int | None
+) -> tuple[int, int, int]:
+    """Trash then delete one batch (children first). Returns (sessions, messages, trash id)."""
+    from sessions_admin.ledger.models import TrashEntry, TrashSession
+
+    marks = db.placeholders(batch)
+    present = [
+        r[0]
+        for r in db.fetchall(
+            f"SELECT id FROM sessions WHERE id IN ({marks})" + db.for_update(), batch
+        )
+    ]
+    if not present:
+        return 0, 0, 0
+    batch = [sid for sid in batch if sid in set(present)]
+    marks = db.placeholders(batch)
+    sessions = _all_columns("sessions", f"id IN ({marks})", batch)
+    messages = _all_columns("messages", f"session_id IN ({marks}) ORDER BY id", batch)
+    conversations = _all_columns(
+        "conversations", f"session_id IN ({marks})", batch, alias=responses_alias()
+    )
+    response_ids = _response_ids(batch)
+    responses = (
+        _all_columns(
+            "responses",
+            f"response_id IN ({db.placeholders(response_ids)})",
+            response_ids,
+            alias=responses_alias(),
+        )
+        if response_ids
+        else []
+    )
+    kept_children = [
+        (r[0], r[1])
+        for r in db.fetchall(
+            f"SELECT id, parent_session_id FROM sessions WHERE parent_session_id IN ({marks}) "
+            f"AND id NOT IN ({marks})",
+            [*batch, *batch],
+        )
+    ]
+    payload = {
+        "sessions": sessions,
+        "messages": messages,
+        "conversations": conversations,
+        "responses": responses,
+        "kept_children": kept_children,
+    }
+    # The copy commits first (its own database): whatever happens next, nothing is lost.
+    entry = TrashEntry.objects.create(
+        actor_name=actor,
+        reason=reason,
+        job_id=job_id,
+        session_ids=batch,
+        session_count=len(sessions),
+        message_count=len(messages),
+        payload=payload,
+    )
+    TrashSession.objects.bulk_create(
+        TrashSession(
+            entry=entry,
+            session_id=s["id"],
+            title=s.get("title") or "",
+            source=s.get("source") or "",
+        )
+        for s in sessions
+    )
+    try:
+        if kept_children:
+            db.execute(
+                f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN ({marks}) "
+                f"AND id NOT IN ({marks})",
+                [*batch, *batch],
+            )
+        with transaction.atomic(using=responses_alias()):
+            db.execute(
+                f"DELETE FROM conversations WHERE session_id IN ({marks})",
+                batch,
+                alias=responses_alias(),
+            )
+            if response_ids:
+                db.execute(
+                    f"DELETE FROM responses WHERE response_id IN ({db.placeholders(response_ids)})",
+                    response_ids,
+                    alias=responses_alias(),
+                )
+        db.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", batch)
+        # Children before parents inside the batch too (the foreign key is checked per statement).
+        db.execute(f"DELETE FROM sessions WHERE id IN ({marks})", batch)
+    except Exception:
+        entry.delete()
+        raise
+    transaction.on_commit(
+        lambda: TrashEntry.objects.filter(pk=entry.pk).update(state=TrashEntry.COMPLETE),
+        using="store",
+    )
+    return len(sessions), len(messages), entry.pk
+
+
+def delete_in_batches(
+    session_ids: Sequence[str],
+    *,
+    actor: str,
+    reason: str,
+    job_id: int | None = None,
+    batch_sessions: int = BATCH_SESSIONS,
+    batch_messages: int = BATCH_MESSAGES,
+) -> Iterable[tuple[list[str], int, int, int]]:
+    """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id)."""
+    pending = list(session_ids)
+    while pending:
+        batch: list[str] = []
+        weight = 0
+        while pending and len(batch) < batch_sessions:
+            candidate = pending[0]
+            row = db.fetchone("SELECT message_count FROM sessions WHERE id = %s", [candidate])
+            size = int(row[0] or 0) if row else 0
+            if batch and weight + size > batch_messages:
+                break
+            batch.append(pending.pop(0))
+            weight += size
+        deleted, messages, trash_id = _delete_batch(
+            batch, actor=actor, reason=reason, job_id=job_id
+        )
+        yield batch, deleted, messages, trash_id
+
+
+def execute_cascade_delete(
+    *,
+    session_ids: Sequence[str],
+    include_branches: bool = False,
+    expected_fingerprint: str,
+    actor: str,
+    reason: str,
+) -> DeleteResult:
+    """Delete exactly the previewed plan (refused if the store changed since)."""
+    if not reason or not reason.strip():
+        raise InvalidInput("A reason is required for a delete.")
+    plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
+    if plan.fingerprint != expected_fingerprint:
+        raise PlanChanged("delete")
+    sessions = messages = 0
+    trash: list[int] = []
+    for _, deleted, removed, trash_id in delete_in_batches(
+        plan.session_ids, actor=actor, reason=reason
+    ):
+        sessions += deleted
+        messages += removed
+        if trash_id:
+            trash.append(trash_id)
+    return DeleteResult(sessions, messages, tuple(trash))
+
+
+def _insert_rows(table: str, rows: list[dict], *, alias: str | None = None) -> None:
+    if not rows:
+        return
+    from sessions_admin.store.schema import existing_columns
+
+    columns = [c for c in rows[0] if c in existing_columns(alias or "store", table)]
+    sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({db.placeholders(columns)})"
+    with db.cursor(alias) as c:
+        c.executemany(sql, [[row.get(col) for col in columns] for row in rows])
+
+
+@store_operation
+def restore_trash_entry(*, entry_id: int, actor: str) -> RestoreResult:
+    """Put a trash entry's rows back: sessions, messages (same ids), lineage, slugs, responses."""
+    from sessions_admin.ledger.models import TrashEntry
+
+    entry = TrashEntry.objects.filter(pk=entry_id).first()
+    if entry is None:
+        raise InvalidInput(f"No trash entry {entry_id}.")
+    if entry.state == TrashEntry.RESTORED:
+        raise InvalidInput(f"Trash entry {entry_id} was already restored.")
+    payload = entry.payload
+    sessions = payload["sessions"]
+    ids = [s["id"] for s in sessions]
+    existing = (
+        [
+            r[0]
+            for r in db.fetchall(
+                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(ids)})", ids
+            )
+        ]
+        if ids
+        else []
+    )
+    if existing:
+        raise RestoreConflict(
+            f"Cannot restore: session(s) {', '.join(existing[:5])} exist in the store again."
+        )
+    message_ids = [m["id"] for m in payload["messages"]]
+    for chunk in _chunks(message_ids):
+        clash = db.fetchone(
+            f"SELECT id FROM messages WHERE id IN ({db.placeholders(chunk)}) LIMIT 1", list(chunk)
+        )
+        if clash:
+            raise RestoreConflict(f"Cannot restore: message id {clash[0]} is in use again.")
+    # Parents first: insert without links, then put the links back.
+    parents = {s["id"]: s.get("parent_session_id") for s in sessions}
+    _insert_rows("sessions", [{**s, "parent_session_id": None} for s in sessions])
+    for sid, parent in parents.items():
+        if parent and (parent in parents or lineage.session_row(parent) is not None):
+            db.execute("UPDATE sessions SET parent_session_id = %s WHERE id = %s", [parent, sid])
+    _insert_rows("messages", payload["messages"])
+    if db.vendor() == "postgresql" and message_ids:
+        db.execute(
+            "SELECT setval(pg_get_serial_sequence('messages', 'id'), "
+            "GREATEST((SELECT MAX(id) FROM messages), 1))"
+        )
+    skipped: list[str] = []
+    with transaction.atomic(using=responses_alias()):
+        for row in payload["conversations"]:
+            taken = db.fetchone(
+                "SELECT 1 FROM conversations WHERE name = %s",
+                [row["name"]],
+                alias=responses_alias(),
+            )
+            if taken:
+                skipped.append(row["name"])
+            else:
+                _insert_rows("conversations", [row], alias=responses_alias())
+        for row in payload["responses"]:
+            if not db.fetchone(
+                "SELECT 1 FROM responses WHERE response_id = %s",
+                [row["response_id"]],
+                alias=responses_alias(),
+            ):
+                _insert_rows("responses", [row], alias=responses_alias())
+    for child, parent in payload["kept_children"]:
+        db.execute(
+            "UPDATE sessions SET parent_session_id = %s WHERE id = %s AND parent_session_id IS NULL",
+            [parent, child],
+        )
+    TrashEntry.objects.filter(pk=entry.pk).update(
+        state=TrashEntry.RESTORED, restored_at=timezone.now(), restored_by=actor
+    )
+    return RestoreResult(entry.pk, tuple(ids), len(message_ids), tuple(skipped))
+
+
+def purge_trash(*, older_than_days: float | None = None) -> int:
+    """Drop trash entries (all, or those older than the given days). Returns how many."""
+    from sessions_admin.ledger.models import TrashEntry
+
+    entries = TrashEntry.objects.exclude(state=TrashEntry.RESTORED)
+    if older_than_days is not None:
+        if older_than_days < 0:
+            raise InvalidInput("older_than_days must be zero or more.")
+        entries = entries.filter(
+            created_at__lt=timezone.now() - timezone.timedelta(days=older_than_days)
+        )
+    count, _ = entries.delete()
+    return count
+
+
+def stale_pending_trash() -> list[int]:
+    """Pending entries whose rows are all still in the store: their delete never committed."""
+    from sessions_admin.ledger.models import TrashEntry
+
+    stale = []
+    for entry in TrashEntry.objects.filter(state=TrashEntry.PENDING):
+        ids = entry.session_ids
+        present = (
+            db.fetchone(f"SELECT COUNT(*) FROM sessions WHERE id IN ({db.placeholders(ids)})", ids)[
+                0
+            ]
+            if ids
+            else 0
+        )
+        if ids and present == len(ids):
+            stale.append(entry.pk)
+        elif not present:
+            TrashEntry.objects.filter(pk=entry.pk).update(state=TrashEntry.COMPLETE)
+    return stale

@@ -1,0 +1,117 @@
+"""The dashboard's own records of what operators did: audit, trash, background jobs.
+
+Default database only; never in the store (the store belongs to the runtime).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class AuditEntry(models.Model):
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    actor_name = models.CharField(max_length=150)  # kept when the user is deleted
+    action = models.CharField(max_length=40, db_index=True)
+    session_ids = models.JSONField(default=list)
+    before = models.JSONField(default=dict)
+    after = models.JSONField(default=dict)
+    reason = models.TextField(blank=True)
+    outcome = models.CharField(max_length=20, default="ok")  # ok or failed
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor_name} at {self.created_at:%Y-%m-%d %H:%M}"
+
+
+class AuditSession(models.Model):
+    """One row per session an audit entry touched, so a session's history is one indexed query."""
+
+    entry = models.ForeignKey(AuditEntry, on_delete=models.CASCADE, related_name="sessions")
+    session_id = models.CharField(max_length=200, db_index=True)
+
+    def __str__(self) -> str:
+        return self.session_id
+
+
+class TrashEntry(models.Model):
+    """Rows removed from the store by one delete batch, restorable until purged."""
+
+    PENDING, COMPLETE, RESTORED = "pending", "complete", "restored"
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    state = models.CharField(max_length=20, default=PENDING, db_index=True)
+    actor_name = models.CharField(max_length=150)
+    reason = models.TextField(blank=True)
+    job = models.ForeignKey("DeleteJob", null=True, blank=True, on_delete=models.SET_NULL)
+    session_ids = models.JSONField(default=list)
+    session_count = models.IntegerField(default=0)
+    message_count = models.IntegerField(default=0)
+    payload = models.JSONField(default=dict)
+    restored_at = models.DateTimeField(null=True, blank=True)
+    restored_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"trash {self.pk}: {self.session_count} sessions"
+
+
+class TrashSession(models.Model):
+    entry = models.ForeignKey(TrashEntry, on_delete=models.CASCADE, related_name="sessions")
+    session_id = models.CharField(max_length=200, db_index=True)
+    title = models.TextField(blank=True)
+    source = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return self.session_id
+
+
+class DeleteJob(models.Model):
+    """A bulk delete running in small batches in the background; resumable after a restart."""
+
+    PENDING, RUNNING, DONE, FAILED, CANCELLED = "pending", "running", "done", "failed", "cancelled"
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150)
+    reason = models.TextField()
+    description = models.TextField(blank=True)
+    include_live = models.BooleanField(default=False)
+    state = models.CharField(max_length=20, default=PENDING, db_index=True)
+    total = models.IntegerField(default=0)
+    done = models.IntegerField(default=0)
+    skipped = models.IntegerField(default=0)
+    deleted_messages = models.BigIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=100, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"delete job {self.pk} ({self.state}, {self.done}/{self.total})"
+
+
+class DeleteJobItem(models.Model):
+    PENDING, DONE, SKIPPED = 0, 1, 2
+
+    job = models.ForeignKey(DeleteJob, on_delete=models.CASCADE, related_name="items")
+    position = models.IntegerField()
+    session_id = models.CharField(max_length=200)
+    state = models.SmallIntegerField(default=PENDING)
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "state", "position"])]
+
+    def __str__(self) -> str:
+        return self.session_id

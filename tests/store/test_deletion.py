@@ -1,0 +1,173 @@
+"""Cascade delete: plan exactly, delete exactly the plan, trash everything, restore exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from sessions_admin import core
+from sessions_admin.core import db, deletion
+from sessions_admin.ledger.models import TrashEntry
+from sessions_admin.routers import responses_alias
+from tests.store.test_merge import snapshot
+
+
+def _lineage():
+    """A conversation: root -> compression -> tip, a delegate, a branch, an untyped child."""
+    root = core.create_session(source="cli", session_key="cli:d", started_at=1.0).session_id
+    core.append_messages(
+        session_id=root,
+        messages=[
+            {"role": "user", "content": "alpha needle"},
+            {"role": "assistant", "content": "beta"},
+        ],
+    )
+    delegate = core.create_session(
+        source="tool", parent_session_id=root, model_config={"_delegate_from": root}
+    ).session_id
+    core.append_message(session_id=delegate, role="assistant", content="sub-agent work")
+    grand_delegate = core.create_session(
+        source="tool", parent_session_id=delegate, model_config={"_delegate_from": delegate}
+    ).session_id
+    tip = core.rotate_for_compression(session_id=root, summary="summary").new_session_id
+    core.record_turn(response_id="resp-d", session_id=tip, conversation="slug-d")
+    branch = core.branch_session(session_id=tip).new_session_id
+    child = core.create_session(source="cli", parent_session_id=tip).session_id
+    other = core.create_session(source="cli", session_key="cli:other").session_id
+    core.append_message(session_id=other, role="user", content="unrelated needle")
+    return root, delegate, grand_delegate, tip, branch, child, other
+
+
+def _ids() -> set[str]:
+    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
+
+
+def test_the_plan_groups_what_goes_by_relation_and_counts_by_sql():
+    root, delegate, grand, tip, branch, child, other = _lineage()
+    plan = core.plan_cascade_delete(session_ids=[tip])  # any segment names the conversation
+    assert set(plan.session_ids) == {root, delegate, grand, tip}
+    assert dict(plan.relations) == {"picked": 1, "delegate": 2, "compression": 1}
+    assert set(plan.kept_children) == {(branch, "branch"), (child, "child")}
+    assert plan.message_count == 4
+    assert plan.conversation_names == ("slug-d",)
+    assert plan.response_count == 1
+    # Children come before their parents.
+    order = list(plan.session_ids)
+    assert order.index(grand) < order.index(delegate) < order.index(root)
+    with_branches = core.plan_cascade_delete(session_ids=[root], include_branches=True)
+    assert branch in with_branches.session_ids
+
+
+def test_it_deletes_exactly_the_planned_set_and_leaves_nothing_behind():
+    root, delegate, grand, tip, branch, child, other = _lineage()
+    plan = core.plan_cascade_delete(session_ids=[root])
+    result = core.execute_cascade_delete(
+        session_ids=[root],
+        expected_fingerprint=plan.fingerprint,
+        actor="ada",
+        reason="GDPR request",
+    )
+    assert _ids() == {branch, child, other}
+    assert (result.deleted_sessions, result.deleted_messages) == (4, 4)
+    assert (
+        db.fetchall("SELECT id FROM messages WHERE session_id NOT IN (SELECT id FROM sessions)")
+        == []
+    )
+    assert db.fetchone("SELECT parent_session_id FROM sessions WHERE id = %s", [branch])[0] is None
+    assert db.fetchone("SELECT parent_session_id FROM sessions WHERE id = %s", [child])[0] is None
+    assert db.fetchall("SELECT name FROM conversations", alias=responses_alias()) == []
+    assert db.fetchall("SELECT response_id FROM responses", alias=responses_alias()) == []
+    if db.vendor() == "sqlite":
+        hits = db.fetchall("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'needle'")
+        assert [h[0] for h in hits] == [
+            r[0] for r in db.fetchall("SELECT id FROM messages WHERE session_id = %s", [other])
+        ]
+    entries = TrashEntry.objects.all()
+    assert entries.count() == 1 and entries[0].state == TrashEntry.COMPLETE
+    assert entries[0].reason == "GDPR request"
+
+
+def test_restoring_the_trash_gives_back_the_exact_rows():
+    _lineage()
+    root = db.fetchone(
+        "SELECT id FROM sessions WHERE session_key = 'cli:d' "
+        "AND parent_session_id IS NULL ORDER BY started_at LIMIT 1"
+    )[0]
+    before = snapshot()
+    plan = core.plan_cascade_delete(session_ids=[root])
+    result = core.execute_cascade_delete(
+        session_ids=[root], expected_fingerprint=plan.fingerprint, actor="ada", reason="test"
+    )
+    restored = core.restore_trash_entry(entry_id=result.trash_entry_ids[0], actor="ada")
+    assert snapshot() == before
+    assert restored.restored_messages == 4
+    if db.vendor() == "sqlite":  # the search index has them again
+        hits = db.fetchall("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'alpha'")
+        assert len(hits) == 1
+    with pytest.raises(core.InvalidInput):
+        core.restore_trash_entry(entry_id=result.trash_entry_ids[0], actor="ada")
+
+
+def test_a_stale_plan_is_refused_and_nothing_is_deleted():
+    root, *_ = _lineage()
+    plan = core.plan_cascade_delete(session_ids=[root])
+    core.create_session(
+        source="tool", parent_session_id=root, model_config={"_delegate_from": root}
+    )
+    before = snapshot()
+    with pytest.raises(core.PlanChanged):
+        core.execute_cascade_delete(
+            session_ids=[root], expected_fingerprint=plan.fingerprint, actor="a", reason="r"
+        )
+    assert snapshot() == before
+    assert TrashEntry.objects.count() == 0
+
+
+def test_a_reason_is_required():
+    root, *_ = _lineage()
+    plan = core.plan_cascade_delete(session_ids=[root])
+    with pytest.raises(core.InvalidInput):
+        core.execute_cascade_delete(
+            session_ids=[root], expected_fingerprint=plan.fingerprint, actor="a", reason="  "
+        )
+
+
+def test_large_deletes_run_in_small_batches_children_first():
+    root = core.create_session(source="cli").session_id
+    current = root
+    for _ in range(12):
+        core.append_messages(session_id=current, messages=[{"role": "user", "content": "x"}] * 5)
+        current = core.rotate_for_compression(session_id=current).new_session_id
+    plan = core.plan_cascade_delete(session_ids=[root])
+    batches = list(
+        deletion.delete_in_batches(
+            plan.session_ids, actor="a", reason="r", batch_sessions=4, batch_messages=12
+        )
+    )
+    assert len(batches) > 3
+    assert sum(b[1] for b in batches) == 13
+    assert _ids() == set()
+    assert TrashEntry.objects.filter(state=TrashEntry.COMPLETE).count() == len(batches)
+
+
+def test_restore_refuses_when_the_ids_are_back_in_use():
+    root, *_ = _lineage()
+    plan = core.plan_cascade_delete(session_ids=[root])
+    result = core.execute_cascade_delete(
+        session_ids=[root], expected_fingerprint=plan.fingerprint, actor="a", reason="r"
+    )
+    core.create_session(source="cli", session_id=root)
+    with pytest.raises(deletion.RestoreConflict):
+        core.restore_trash_entry(entry_id=result.trash_entry_ids[0], actor="a")
+    assert TrashEntry.objects.get(pk=result.trash_entry_ids[0]).state == TrashEntry.COMPLETE
+
+
+def test_purge_drops_old_entries_only():
+    root, *_ = _lineage()
+    plan = core.plan_cascade_delete(session_ids=[root])
+    core.execute_cascade_delete(
+        session_ids=[root], expected_fingerprint=plan.fingerprint, actor="a", reason="r"
+    )
+    assert core.purge_trash(older_than_days=1) == 0
+    assert TrashEntry.objects.count() == 1
+    assert core.purge_trash() >= 1
+    assert TrashEntry.objects.count() == 0
