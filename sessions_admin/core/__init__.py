@@ -50,6 +50,16 @@ from sessions_admin.core.forks import (
     fork_groups_of_session,
     fork_session_ids,
 )
+from sessions_admin.core.jobs import (
+    BulkDeletePreview,
+    JobProgress,
+    cancel_job,
+    create_bulk_delete_job,
+    job_progress,
+    preset_session_ids,
+    preview_bulk_delete,
+    run_job,
+)
 from sessions_admin.core.lifecycle import (
     AppendResult,
     BranchResult,

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand
+
+from sessions_admin.ledger.worker import work_until_idle
+
+
+class Command(BaseCommand):
+    help = "Run pending bulk-delete jobs (resuming interrupted ones) until none is left."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--idle-exit",
+            type=float,
+            default=5.0,
+            help="seconds with no runnable job before exiting (default 5)",
+        )
+
+    def handle(self, *args, **options):
+        work_until_idle(idle_exit_seconds=options["idle_exit"])
+        self.stdout.write("No delete job left to run.")
