@@ -16,4 +16,6 @@ urlpatterns = [
     path("", include("sessions_admin.console.urls.overview")),
     path("sessions/", include("sessions_admin.console.urls.sessions")),
     path("sessions/", include("sessions_admin.console.urls.detail")),
+    path("", include("sessions_admin.console.urls.merge")),
+    path("", include("sessions_admin.console.urls.deletion")),
 ]
