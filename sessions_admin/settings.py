@@ -147,6 +147,9 @@ if _env_bool("SESSIONS_ADMIN_HTTPS", False):
     SECURE_SSL_REDIRECT = True
     SECURE_HSTS_SECONDS = 31536000
 
+# Deleted sessions stay restorable from the trash for this many days.
+SESSIONS_ADMIN_TRASH_DAYS = int(os.environ.get("SESSIONS_ADMIN_TRASH_DAYS", "30"))
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
