@@ -1,0 +1,92 @@
+"""Merging forks in a real browser: forks page, preview, confirm, land on the target; undo."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, urlparse
+
+from sessions_admin import core
+from sessions_admin.core import db
+from tests.helpers import messages, session
+
+
+def cold_start_forks(slug: str = "sidekick-browser", forks: int = 3) -> list[str]:
+    """What a runtime without slug continuity writes: a new session per cold start."""
+    ids = []
+    for n in range(forks):
+        sid = core.create_session(
+            source="api_server", user_id="u1", started_at=1000.0 + n
+        ).session_id
+        core.append_messages(
+            session_id=sid,
+            messages=[
+                {"role": "user", "content": f"turn {n} question"},
+                {"role": "assistant", "content": f"turn {n} answer"},
+            ],
+        )
+        core.record_turn(response_id=f"{slug}-r{n}", session_id=sid, conversation=slug)
+        ids.append(sid)
+    for sid in ids[:-1]:
+        core.end_session(session_id=sid, end_reason="lru_evict")
+    return ids
+
+
+EXPECTED = [f"turn {n} {part}" for n in range(3) for part in ("question", "answer")]
+
+
+def test_preview_and_merge_a_fork_group(signed_in_page):
+    ids = cold_start_forks()
+    page = signed_in_page("support")
+    page.goto("/forks/")
+    group = page.locator("article.fork-group")
+    assert group.count() == 1
+    assert "sidekick-browser" in group.inner_text()
+
+    group.get_by_role("link", name="Preview merge").click()
+    page.wait_for_url(re.compile(r"/merge/preview/"))
+    assert parse_qs(urlparse(page.url).query)["ids"] == ids
+    contents = page.locator(".merged-transcript .pm-content").all_inner_texts()
+    assert contents == EXPECTED
+    sources = page.locator(".merged-transcript .pm-msg").evaluate_all(
+        "items => items.map(item => item.dataset.session)"
+    )
+    assert sources == [sid for sid in ids for _ in range(2)]
+
+    page.fill("textarea[name=reason]", "three cold starts of one slug")
+    page.get_by_role("button", name=re.compile(r"^Merge 2 sessions")).click()
+    page.wait_for_url(f"**/sessions/{ids[0]}/")
+    note = page.locator("ul.messages").inner_text()
+    assert f"Merged 2 sessions into {ids[0]}" in note and "undo available" in note
+
+    assert [m["content"] for m in messages(ids[0])] == EXPECTED
+    assert [session(sid)["end_reason"] for sid in ids[1:]] == ["merged", "merged"]
+    assert session(ids[0])["ended_at"] is None  # reopened: the last fork was live
+    assert core.find_fork_groups() == []
+    assert page.script_errors == []
+
+
+def test_choose_another_target_then_undo_from_the_audit_log(signed_in_page):
+    ids = cold_start_forks("sidekick-undo")
+    before = db.fetchall("SELECT id, session_id FROM messages ORDER BY id")
+    page = signed_in_page("admin")
+    page.goto("/merge/preview/?" + "&".join(f"ids={sid}" for sid in ids))
+    page.evaluate("window.sameDocument = true")
+
+    page.locator(f'input[name=target][value="{ids[2]}"]').check()
+    page.wait_for_url(re.compile(rf"target={ids[2]}"))  # htmx pushed the re-preview
+    page.locator(f'.merge-sources tr.role-target:has-text("{ids[2]}")').wait_for()
+    assert page.evaluate("window.sameDocument") is True
+    assert page.locator(".merged-transcript .pm-content").all_inner_texts() == EXPECTED
+
+    page.get_by_role("button", name=re.compile(r"^Merge 2 sessions")).click()
+    page.wait_for_url(f"**/sessions/{ids[2]}/")
+    assert {m["session_id"] for m in db.fetchdicts("SELECT session_id FROM messages")} == {ids[2]}
+
+    page.goto("/audit/?action=merge")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Undo merge").click()
+    page.wait_for_url(re.compile(r"/audit/\?action=merge"))
+    page.locator("ul.messages").get_by_text(re.compile(r"Undid merge #\d+")).wait_for()
+    assert db.fetchall("SELECT id, session_id FROM messages ORDER BY id") == before
+    assert page.locator("button", has_text="Undo merge").count() == 0
+    assert page.script_errors == []
