@@ -92,6 +92,7 @@ from sessions_admin.core.lineage import (
     root_of,
 )
 from sessions_admin.core.merge import (
+    MergeNotFound,
     MergePlan,
     MergeRecord,
     MergeResult,

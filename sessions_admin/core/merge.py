@@ -54,6 +54,12 @@ class PlanChanged(StoreError):
         )
 
 
+class MergeNotFound(StoreError):
+    def __init__(self, merge_id: int):
+        self.merge_id = merge_id
+        super().__init__(f"No merge {merge_id}.")
+
+
 @dataclass(frozen=True)
 class MergeSource:
     session_id: str
@@ -367,26 +373,35 @@ def merge_sessions(
     return MergeResult(merge_id, target, tuple(absorbed), plan.moved_messages)
 
 
+def _record(row: tuple) -> MergeRecord:
+    return MergeRecord(int(row[0]), row[1], row[2], tuple(json.loads(row[3])), row[4])
+
+
+_RECORD_COLUMNS = "id, created_at, target_session_id, absorbed_session_ids, undone_at"
+
+
 def merge_record(*, merge_id: int) -> MergeRecord:
     row = db.fetchone(
-        "SELECT id, created_at, target_session_id, absorbed_session_ids, undone_at "
-        "FROM sessions_admin_merges WHERE id = %s",
-        [int(merge_id)],
+        f"SELECT {_RECORD_COLUMNS} FROM sessions_admin_merges WHERE id = %s", [int(merge_id)]
     )
     if row is None:
-        raise InvalidInput(f"No merge {merge_id}.")
-    return MergeRecord(int(row[0]), row[1], row[2], tuple(json.loads(row[3])), row[4])
+        raise MergeNotFound(merge_id)
+    return _record(row)
 
 
 def merges_of_session(*, session_id: str) -> list[MergeRecord]:
     """Merges this session took part in, newest first (targets and absorbed alike)."""
-    like = '%"' + session_id.replace("%", "").replace("_", "\\_") + '"%'
+    # absorbed_session_ids is a JSON list of strings: match the quoted id exactly.
+    quoted = json.dumps(session_id)
+    pattern = "%" + quoted.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     rows = db.fetchall(
-        "SELECT id FROM sessions_admin_merges WHERE target_session_id = %s "
+        f"SELECT {_RECORD_COLUMNS} FROM sessions_admin_merges WHERE target_session_id = %s "
         "OR absorbed_session_ids LIKE %s ESCAPE '\\' ORDER BY id DESC",
-        [session_id, like],
+        [session_id, pattern],
     )
-    return [merge_record(merge_id=r[0]) for r in rows]
+    return [
+        r for r in map(_record, rows) if r.target_id == session_id or session_id in r.absorbed_ids
+    ]
 
 
 @store_operation
@@ -398,10 +413,26 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
         [int(merge_id)],
     )
     if row is None:
-        raise InvalidInput(f"No merge {merge_id}.")
+        raise MergeNotFound(merge_id)
     if row[3] is not None:
         raise InvalidInput(f"Merge {merge_id} was already undone.")
     target, absorbed, prior = row[0], json.loads(row[1]), json.loads(row[2])
+    members = {target, *absorbed}
+    later = [
+        _record(r)
+        for r in db.fetchall(
+            f"SELECT {_RECORD_COLUMNS} FROM sessions_admin_merges "
+            "WHERE id > %s AND undone_at IS NULL ORDER BY id",
+            [int(merge_id)],
+        )
+    ]
+    blocking = [r.merge_id for r in later if members & {r.target_id, *r.absorbed_ids}]
+    if blocking:
+        # Undoing out of order would hand back rows a later merge moved on.
+        raise InvalidInput(
+            f"Undo merge {', '.join(f'#{m}' for m in reversed(blocking))} first: "
+            f"it moved sessions of merge #{merge_id} again."
+        )
     present = _rows([target, *absorbed], lock=True)
     missing = [sid for sid in [target, *absorbed] if sid not in present]
     if missing:

@@ -127,16 +127,23 @@ def merge(
 
 
 def unmerge(*, actor, merge_id: int, reason: str = "") -> core.UnmergeResult:
-    record_ = core.merge_record(merge_id=merge_id)
-    ids = [record_.target_id, *record_.absorbed_ids]
+    try:
+        merged = core.merge_record(merge_id=merge_id)
+        ids = [merged.target_id, *merged.absorbed_ids]
+    except core.MergeNotFound:
+        ids = []
     return _audited(
         actor=actor,
         action="unmerge",
         session_ids=ids,
         reason=reason,
-        before=_counts(ids),
+        before={"merge_id": merge_id, **_counts(ids)},
         run=lambda: core.unmerge(merge_id=merge_id),
-        after=lambda r: {"returned_messages": r.returned_messages, **_counts(ids)},
+        after=lambda r: {
+            "merge_id": merge_id,
+            "returned_messages": r.returned_messages,
+            **_counts(ids),
+        },
     )
 
 

@@ -174,3 +174,30 @@ def test_runtime_appends_during_a_merge_are_neither_lost_nor_misplaced():
     assert all(stored[mid] == ids[0] for mid in acknowledged)
     assert len(acknowledged) == 30
     assert counter_mismatches() == []
+
+
+def test_merges_must_be_undone_newest_first():
+    a, b, c = (core.create_session(source="cli", started_at=float(n)).session_id for n in range(3))
+    for sid in (a, b, c):
+        core.append_message(session_id=sid, role="user", content=sid)
+    before = snapshot()
+    first = core.merge_sessions(session_ids=[a, b])
+    second = core.merge_sessions(session_ids=[a, c])
+    after_both = snapshot()
+    with pytest.raises(core.InvalidInput, match=f"#{second.merge_id}"):
+        core.unmerge(merge_id=first.merge_id)
+    assert snapshot() == after_both
+    core.unmerge(merge_id=second.merge_id)
+    core.unmerge(merge_id=first.merge_id)
+    assert snapshot() == before
+
+
+def test_merge_history_of_a_session_matches_ids_exactly():
+    a = core.create_session(source="cli", session_id="s_1", started_at=1.0).session_id
+    b = core.create_session(source="cli", session_id="s%1", started_at=2.0).session_id
+    core.create_session(source="cli", session_id="sx1", started_at=3.0)
+    result = core.merge_sessions(session_ids=[a, b])
+    assert [m.merge_id for m in core.merges_of_session(session_id="s%1")] == [result.merge_id]
+    assert core.merges_of_session(session_id="sx1") == []
+    with pytest.raises(core.MergeNotFound):
+        core.unmerge(merge_id=999)

@@ -303,7 +303,7 @@ def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
     """Undo a merge exactly; back to where the operator came from, or the target's page."""
     try:
         record = core.merge_record(merge_id=merge_id)
-    except core.InvalidInput as missing:
+    except core.MergeNotFound as missing:
         raise Http404(f"No merge {merge_id}.") from missing
     back = _safe_next(request) or detail_url(record.target_id) or reverse("audit_log")
     if record.undone_at is not None:
@@ -364,7 +364,7 @@ def _compact_json(value) -> dict:
 def _merge_state(merge_id) -> dict | None:
     try:
         record = core.merge_record(merge_id=int(merge_id))
-    except (core.InvalidInput, TypeError, ValueError):
+    except (core.MergeNotFound, TypeError, ValueError):
         return None
     return {"id": record.merge_id, "undone": record.undone_at is not None}
 
