@@ -6,4 +6,5 @@ from sessions_admin.console.views import detail
 
 urlpatterns = [
     path("<str:session_id>/", detail.session_detail, name="session_detail"),
+    path("<str:session_id>/transcript/", detail.session_transcript, name="session_transcript"),
 ]

@@ -1,18 +1,188 @@
+"""The session detail page: metadata, the lineage drawn as a tree, the stitched transcript."""
+
 from __future__ import annotations
 
-from django.http import Http404
+from urllib.parse import urlencode
+
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from sessions_admin import core
 from sessions_admin.console.http import HtmxHttpRequest, require_perm
 from sessions_admin.console.roles import VIEW
+from sessions_admin.core.lifecycle import where_it_continues
+from sessions_admin.store import transcripts
 from sessions_admin.store.models import Session
+from sessions_admin.store.transcripts import Chunk, Position
+
+TEMPLATE = "console/session_detail.html"
+CHUNK_SIZE = 100
+# Messages shown before the one ``?around=`` asks for.
+AROUND_CONTEXT = 5
+
+
+class BadCursor(ValueError):
+    pass
+
+
+def _session_or_404(session_id: str) -> Session:
+    session = Session.objects.filter(id=session_id).first()
+    if session is None:
+        raise Http404("No such session")
+    return session
+
+
+def _message_id(text: str | None) -> int | None:
+    if text and text.isascii() and text.isdigit() and len(text) <= 18:
+        return int(text)
+    return None
+
+
+def _cursor(request: HtmxHttpRequest, name: str, chain: list[str]) -> Position | None:
+    text = request.GET.get(name)
+    if text is None:
+        return None
+    position = Position.parse(text)
+    if position is None or position.segment >= len(chain):
+        raise BadCursor(f"{name} must be <segment>:<message id> within this transcript")
+    return position
+
+
+def _chunk(
+    request: HtmxHttpRequest, session: Session, chain: list[str], *, hide: bool, alone: bool
+) -> tuple[Chunk, int | None]:
+    """The transcript chunk a request asks for, and the message to highlight.
+
+    ``alone``: the chunk goes where a load-more (or load-earlier) link was, so
+    it links on in that direction only.
+    """
+    after = _cursor(request, "after", chain)
+    before = _cursor(request, "before", chain)
+    if before is not None:
+        chunk = transcripts.chunk_before(
+            chain, before, limit=CHUNK_SIZE, hide_inactive=hide, with_later=not alone
+        )
+        return chunk, None
+    if after is not None:
+        chunk = transcripts.chunk_after(
+            chain, after, limit=CHUNK_SIZE, hide_inactive=hide, with_earlier=not alone
+        )
+        return chunk, None
+    around = _message_id(request.GET.get("around"))
+    start = None
+    if around is not None:
+        start = transcripts.start_around(chain, around, context=AROUND_CONTEXT, hide_inactive=hide)
+    if start is None:
+        around = None
+        # A later segment opens at its own messages; the earlier ones are a link away.
+        start = Position(chain.index(session.id) if session.id in chain else 0, 0)
+    chunk = transcripts.chunk_after(
+        chain, start, limit=CHUNK_SIZE, hide_inactive=hide, highlight=around, with_earlier=True
+    )
+    return chunk, around
+
+
+def _links(session: Session, chunk: Chunk, *, hide: bool) -> dict[str, str]:
+    """Page URLs (no JavaScript) and fragment URLs (htmx) for the chunk's neighbours."""
+    page = reverse("session_detail", args=[session.id])
+    fragment = reverse("session_transcript", args=[session.id])
+    extra = {"inactive": "hide"} if hide else {}
+    links: dict[str, str] = {}
+    if chunk.later is not None:
+        query = urlencode({"after": str(chunk.later), **extra})
+        links["later_page"] = f"{page}?{query}"
+        links["later_fragment"] = f"{fragment}?{query}"
+    if chunk.earlier is not None:
+        query = urlencode({"before": str(chunk.earlier), **extra})
+        links["earlier_page"] = f"{page}?{query}"
+        links["earlier_fragment"] = f"{fragment}?{query}"
+    links["toggle"] = page if hide else f"{page}?{urlencode({'inactive': 'hide'})}"
+    return links
+
+
+def _add_permalinks(chunk: Chunk) -> None:
+    """Each message's own link (``?around=<id>#m<id>``), as search results link to it."""
+    pages: dict[str, str] = {}
+    for item in chunk.items:
+        if item.kind != "message":
+            continue
+        for message in (item, *(call.result for call in item.tool_calls if call.result)):
+            page = pages.get(message.session_id)
+            if page is None:
+                page = pages[message.session_id] = reverse(
+                    "session_detail", args=[message.session_id]
+                )
+            message.permalink = f"{page}?around={message.id}#m{message.id}"
+
+
+def _page_context(session: Session, chain: list[str]) -> dict:
+    drawing = transcripts.lineage_drawing(
+        core.lineage_tree(session_id=session.id), current=session.id
+    )
+    continues_in = None
+    if session.ended_at is not None:
+        continues_in, _how = where_it_continues(
+            {
+                "id": session.id,
+                "end_reason": session.end_reason,
+                "model_config": session.model_config,
+                "session_key": session.session_key,
+            }
+        )
+    return {
+        "lineage": drawing,
+        "lineage_count": sum(1 for event in drawing if event.row),
+        "continues_in": continues_in,
+        "lasted": None if session.ended_at is None else session.ended_at - session.started_at,
+        "segment_count": len(chain),
+        "model_config_pretty": transcripts.pretty_json(session.config) if session.config else "",
+    }
+
+
+def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> HttpResponse:
+    hide = request.GET.get("inactive") == "hide"
+    as_fragment = bool(request.htmx) and not request.htmx.history_restore_request
+    chain = core.compression_chain(session_id=session.id)
+    try:
+        chunk, around = _chunk(
+            request,
+            session,
+            chain,
+            hide=hide,
+            alone=as_fragment and partial == "transcript-chunk",
+        )
+    except BadCursor as error:
+        return HttpResponseBadRequest(str(error))
+    _add_permalinks(chunk)
+    context = {
+        "session": session,
+        "chain": chain,
+        "segment": chain.index(session.id) if session.id in chain else 0,
+        "chunk": chunk,
+        "links": _links(session, chunk, hide=hide),
+        "hide_inactive": hide,
+        "around": around,
+    }
+    if as_fragment:
+        return render(request, f"{TEMPLATE}#{partial}", context)
+    context.update(_page_context(session, chain))
+    return render(request, TEMPLATE, context)
 
 
 @require_GET
 @require_perm(VIEW)
-def session_detail(request: HtmxHttpRequest, session_id: str):
-    session = Session.objects.filter(id=session_id).first()
-    if session is None:
-        raise Http404("No such session")
-    return render(request, "console/session_detail.html", {"session": session})
+def session_detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """The page; for htmx (the show/hide toggle) just the transcript section."""
+    return _render(request, _session_or_404(session_id), partial="transcript")
+
+
+@require_GET
+@require_perm(VIEW)
+def session_transcript(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """One more chunk (``?after=`` or ``?before=``) for htmx; the whole page without JavaScript."""
+    session = _session_or_404(session_id)
+    if "after" not in request.GET and "before" not in request.GET:
+        return HttpResponseBadRequest("Give after=<segment>:<message id> or before=...")
+    return _render(request, session, partial="transcript-chunk")

@@ -1,0 +1,662 @@
+"""Read queries behind the session detail page: transcript chunks and the drawn lineage.
+
+Read-only. A transcript is read in chunks with a keyset on the message id
+(``WHERE session_id = %s AND id > %s ORDER BY id LIMIT n``), never with OFFSET
+and never whole, so a 20,000-message session opens as fast as a short one.
+
+A conversation that was compressed lives in several sessions (segments, from
+``core.compression_chain``); its transcript is stitched across them in chain
+order. A position in it is ``(segment index, message id)``: reading *after* a
+position returns the rows that follow it, reading *before* one the rows that
+precede it, crossing segment boundaries with a handoff item.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessions_admin.core import db
+from sessions_admin.core.lineage import LineageNode
+from sessions_admin.store.models import Message, Session, parse_model_config
+
+MESSAGE_FIELDS = (
+    "id",
+    "session_id",
+    "role",
+    "content",
+    "tool_call_id",
+    "tool_calls",
+    "tool_name",
+    "timestamp",
+    "token_count",
+    "finish_reason",
+    "reasoning",
+    "active",
+    "compacted",
+)
+# Extra rows read past a chunk's end so a tool call and its results stay together.
+LOOKAHEAD = 25
+# JSON bigger than this is shown as stored rather than re-indented.
+PRETTY_LIMIT = 200_000
+PREVIEW_LENGTH = 90
+# A line of conversation folds runs of at least FOLD_MIN plain segments, keeping
+# FOLD_CONTEXT segments either side of the current one in view.
+FOLD_MIN = 5
+FOLD_CONTEXT = 2
+# Edges that continue the same line of conversation (drawn in the same column).
+LINEAR_EDGES = ("compression", "reset")
+
+USUAL_FINISH_REASONS = frozenset({"stop", "tool_calls", "end_turn", "tool_use", "function_call"})
+
+_POSITION = re.compile(r"^([0-9]{1,6}):([0-9]{1,18})$")
+
+
+@dataclass(frozen=True)
+class Position:
+    """A place between two messages of a stitched transcript."""
+
+    segment: int
+    message_id: int
+
+    def __str__(self) -> str:
+        return f"{self.segment}:{self.message_id}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> Position | None:
+        """A position from ``"<segment>:<message id>"``; None when malformed."""
+        match = _POSITION.match(text or "")
+        if not match:
+            return None
+        return cls(int(match.group(1)), int(match.group(2)))
+
+
+@dataclass
+class ToolCall:
+    call_id: str | None
+    name: str
+    arguments: str
+    arguments_are_json: bool
+    preview: str = ""
+    result: TranscriptMessage | None = None
+    open: bool = False
+
+
+@dataclass
+class ContentPart:
+    kind: str
+    text: str
+
+
+@dataclass
+class TranscriptMessage:
+    kind = "message"
+
+    id: int
+    session_id: str
+    segment: int
+    role: str
+    content: str | None
+    tool_call_id: str | None
+    tool_name: str | None
+    timestamp: float | None
+    token_count: int | None
+    finish_reason: str | None
+    reasoning: str | None
+    active: bool
+    compacted: bool
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls_unparsed: str | None = None
+    parts: list[ContentPart] | None = None
+    content_is_json: bool = False
+    highlight: bool = False
+    permalink: str = ""
+    with_date: bool = False  # the first message of a chunk or of a new day shows its date
+
+    @property
+    def unusual_finish(self) -> bool:
+        """A finish reason worth a badge (a cut-off or a filter, not a normal stop)."""
+        return bool(self.finish_reason) and self.finish_reason not in USUAL_FINISH_REASONS
+
+    @property
+    def time_iso(self) -> str:
+        at = _when(self.timestamp)
+        return at.isoformat() if at else ""
+
+    @property
+    def time_full(self) -> str:
+        at = _when(self.timestamp)
+        return at.strftime("%Y-%m-%d %H:%M:%S UTC") if at else ""
+
+    @property
+    def time_short(self) -> str:
+        at = _when(self.timestamp)
+        if at is None:
+            return ""
+        return at.strftime("%Y-%m-%d %H:%M:%S" if self.with_date else "%H:%M:%S")
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """The boundary between two segments of a compression chain."""
+
+    kind = "handoff"
+
+    from_segment: int
+    from_session_id: str
+    to_session_id: str
+
+    @property
+    def to_segment(self) -> int:
+        return self.from_segment + 1
+
+
+@dataclass
+class Chunk:
+    items: list[TranscriptMessage | Handoff]
+    earlier: Position | None  # read before this for the rows preceding the chunk
+    later: Position | None  # read after this for the rows following it
+    message_count: int
+    reached_end: bool = False  # a forward read found the end of the transcript
+
+
+def _when(timestamp: float | None) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromtimestamp(float(timestamp), tz=dt.UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+def _rows(
+    session_id: str,
+    *,
+    after: int | None = None,
+    before: int | None = None,
+    limit: int,
+    hide_inactive: bool,
+) -> list[dict[str, Any]]:
+    """One keyset page of a session's rows: ascending after ``after``, else descending before
+    ``before`` (from the end when both are None). Served by the (session_id, id) index."""
+    where = ["session_id = %s"]
+    params: list[Any] = [session_id]
+    if hide_inactive:
+        where.append("active = 1 AND compacted = 0")
+    if after is not None:
+        where.append("id > %s")
+        params.append(int(after))
+    elif before is not None:
+        where.append("id < %s")
+        params.append(int(before))
+    order = "id" if after is not None else "id DESC"
+    return db.fetchdicts(
+        f"SELECT {', '.join(MESSAGE_FIELDS)} FROM messages WHERE {' AND '.join(where)} "
+        f"ORDER BY {order} LIMIT %s",
+        [*params, int(limit)],
+    )
+
+
+def _extend_forward(rows: list[dict], need: int) -> int:
+    """How many of ``rows`` to take: ``need``, plus the tool results that follow the last one."""
+    take = min(need, len(rows))
+    while take < len(rows) and rows[take]["role"] == "tool":
+        take += 1
+    return take
+
+
+def _extend_backward(rows: list[dict], need: int) -> int:
+    """Rows are newest first: take ``need``, plus earlier ones until a chunk starts past tool results."""
+    take = min(need, len(rows))
+    while 0 < take < len(rows) and rows[take - 1]["role"] == "tool":
+        take += 1
+    return take
+
+
+def read_after(
+    chain: list[str], position: Position, *, limit: int, hide_inactive: bool
+) -> tuple[list[dict | Handoff], Position | None]:
+    """Up to ``limit`` rows (and handoffs) following ``position``; the position to read on from."""
+    items: list[dict | Handoff] = []
+    segment, after = position.segment, position.message_id
+    while segment < len(chain):
+        need = limit - sum(1 for i in items if not isinstance(i, Handoff))
+        fetch = need + LOOKAHEAD
+        rows = _rows(chain[segment], after=after, limit=fetch, hide_inactive=hide_inactive)
+        take = _extend_forward(rows, need)
+        items.extend(dict(row, segment=segment) for row in rows[:take])
+        if take:
+            after = rows[take - 1]["id"]
+        if take < len(rows) or len(rows) == fetch:
+            return items, Position(segment, after)  # more rows in this segment
+        if segment + 1 >= len(chain):
+            return items, None  # the end of the transcript
+        if take >= need:
+            # Full, and this segment is done: the next read starts with the handoff.
+            return items, Position(segment, after)
+        items.append(Handoff(segment, chain[segment], chain[segment + 1]))
+        segment, after = segment + 1, 0
+    return items, None
+
+
+def read_before(
+    chain: list[str], position: Position, *, limit: int, hide_inactive: bool
+) -> tuple[list[dict | Handoff], Position | None]:
+    """Up to ``limit`` rows (and handoffs) preceding ``position``, in order; where to read back from."""
+    backwards: list[dict | Handoff] = []
+    segment = position.segment
+    before: int | None = position.message_id
+    while segment >= 0:
+        need = limit - sum(1 for i in backwards if not isinstance(i, Handoff))
+        fetch = need + LOOKAHEAD
+        rows = _rows(chain[segment], before=before, limit=fetch, hide_inactive=hide_inactive)
+        take = _extend_backward(rows, need)
+        backwards.extend(dict(row, segment=segment) for row in rows[:take])
+        if take:
+            before = rows[take - 1]["id"]
+        if take < len(rows) or len(rows) == fetch:
+            return backwards[::-1], Position(segment, before)  # more rows in this segment
+        if segment == 0:
+            return backwards[::-1], None  # the start of the transcript
+        if take >= need:
+            # Full, and this segment is done: what precedes it ends with the handoff into it.
+            return backwards[::-1], Position(segment, 0 if before is None else before)
+        backwards.append(Handoff(segment - 1, chain[segment - 1], chain[segment]))
+        segment, before = segment - 1, None
+    return backwards[::-1], None
+
+
+def _has_rows_before(session_id: str, message_id: int, *, hide_inactive: bool) -> bool:
+    return bool(_rows(session_id, before=message_id, limit=1, hide_inactive=hide_inactive))
+
+
+def chunk_after(
+    chain: list[str],
+    position: Position,
+    *,
+    limit: int,
+    hide_inactive: bool,
+    highlight: int | None = None,
+    with_earlier: bool = False,
+) -> Chunk:
+    """The chunk following ``position``; ``with_earlier`` also says where the rows before it are."""
+    raw, later = read_after(chain, position, limit=limit, hide_inactive=hide_inactive)
+    earlier = None
+    if with_earlier:
+        start = Position(position.segment, position.message_id + 1)
+        if position.segment > 0 or (
+            position.message_id > 0
+            and _has_rows_before(
+                chain[position.segment], start.message_id, hide_inactive=hide_inactive
+            )
+        ):
+            earlier = start
+    chunk = _chunk(raw, earlier=earlier, later=later, highlight=highlight)
+    chunk.reached_end = later is None
+    return chunk
+
+
+def chunk_before(
+    chain: list[str],
+    position: Position,
+    *,
+    limit: int,
+    hide_inactive: bool,
+    with_later: bool = False,
+) -> Chunk:
+    """The chunk preceding ``position``; ``with_later`` also says where the rows after it are."""
+    raw, earlier = read_before(chain, position, limit=limit, hide_inactive=hide_inactive)
+    later = None
+    if with_later:
+        later = Position(position.segment, max(position.message_id - 1, 0))
+    return _chunk(raw, earlier=earlier, later=later, highlight=None)
+
+
+def start_around(
+    chain: list[str], message_id: int, *, context: int, hide_inactive: bool
+) -> Position | None:
+    """Where a chunk showing ``message_id`` with ``context`` rows before it starts (None: not here)."""
+    found = Message.objects.filter(id=message_id).values_list("session_id", flat=True).first()
+    if found is None or found not in chain:
+        return None
+    segment = chain.index(found)
+    rows = _rows(found, before=message_id, limit=context + LOOKAHEAD, hide_inactive=hide_inactive)
+    take = _extend_backward(rows, context)
+    first = rows[take - 1]["id"] if take else message_id
+    return Position(segment, first - 1)
+
+
+# --- shaping rows for display ----------------------------------------------------------------
+
+
+def _json_value(text: str | None) -> Any:
+    if not text or len(text) > PRETTY_LIMIT or text.lstrip()[:1] not in ("{", "["):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+def _tool_call(raw: Any) -> ToolCall:
+    if not isinstance(raw, dict):
+        return ToolCall(None, "?", str(raw), False)
+    function = raw.get("function") if isinstance(raw.get("function"), dict) else {}
+    name = function.get("name") or raw.get("name") or "?"
+    arguments = function.get("arguments", raw.get("arguments", raw.get("input")))
+    if isinstance(arguments, str):
+        parsed = _json_value(arguments)
+        shown, is_json = (pretty_json(parsed), True) if parsed is not None else (arguments, False)
+    elif arguments is None:
+        shown, is_json = "", False
+    else:
+        shown, is_json = pretty_json(arguments), True
+    call_id = raw.get("id")
+    return ToolCall(
+        call_id=call_id if isinstance(call_id, str) and call_id else None,
+        name=str(name),
+        arguments=shown,
+        arguments_are_json=is_json,
+        preview=_preview(arguments),
+    )
+
+
+def _preview(arguments: Any) -> str:
+    """A one-line summary of a call's arguments."""
+    if isinstance(arguments, str):
+        parsed = _json_value(arguments)
+        arguments = parsed if parsed is not None else arguments
+    if isinstance(arguments, dict):
+        text = ", ".join(
+            f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in arguments.items()
+        )
+    elif arguments is None:
+        text = ""
+    elif isinstance(arguments, str):
+        text = arguments
+    else:
+        text = json.dumps(arguments, ensure_ascii=False)
+    text = " ".join(text[: PREVIEW_LENGTH * 4].split())
+    return text if len(text) <= PREVIEW_LENGTH else text[: PREVIEW_LENGTH - 1] + "…"
+
+
+def _content_parts(content: str | None) -> list[ContentPart] | None:
+    """Multimodal content (a JSON list of typed parts) as text parts and placeholders."""
+    value = _json_value(content)
+    if not isinstance(value, list) or not value:
+        return None
+    if not all(isinstance(p, dict) and isinstance(p.get("type"), str) for p in value):
+        return None
+    parts = []
+    for part in value:
+        text = part.get("text")
+        if isinstance(text, str):
+            parts.append(ContentPart("text", text))
+        else:
+            parts.append(ContentPart("other", part["type"]))
+    return parts
+
+
+def _message(row: dict) -> TranscriptMessage:
+    message = TranscriptMessage(
+        id=int(row["id"]),
+        session_id=row["session_id"],
+        segment=row["segment"],
+        role=row["role"],
+        content=row["content"],
+        tool_call_id=row["tool_call_id"],
+        tool_name=row["tool_name"],
+        timestamp=row["timestamp"],
+        token_count=row["token_count"],
+        finish_reason=row["finish_reason"],
+        reasoning=row["reasoning"],
+        active=bool(row["active"]),
+        compacted=bool(row["compacted"]),
+    )
+    if row["tool_calls"]:
+        value = _json_value(row["tool_calls"])
+        if isinstance(value, list):
+            message.tool_calls = [_tool_call(call) for call in value]
+        elif isinstance(value, dict):
+            message.tool_calls = [_tool_call(value)]
+        else:
+            message.tool_calls_unparsed = row["tool_calls"]
+    if message.role == "tool":
+        value = _json_value(message.content)
+        if value is not None:
+            message.content = pretty_json(value)
+            message.content_is_json = True
+    else:
+        message.parts = _content_parts(message.content)
+    return message
+
+
+def _chunk(
+    raw: Iterable[dict | Handoff],
+    *,
+    earlier: Position | None,
+    later: Position | None,
+    highlight: int | None,
+) -> Chunk:
+    """Rows as display items: tool results folded into the call they answer."""
+    items: list[TranscriptMessage | Handoff] = []
+    pending: dict[str, ToolCall] = {}
+    count = 0
+    last_day = None
+    for entry in raw:
+        if isinstance(entry, Handoff):
+            items.append(entry)
+            pending.clear()
+            continue
+        message = _message(entry)
+        count += 1
+        message.highlight = message.id == highlight
+        day = message.time_iso[:10]
+        message.with_date = day != last_day
+        last_day = day
+        call = pending.pop(message.tool_call_id, None) if message.role == "tool" else None
+        if call is not None:
+            call.result = message
+            call.open = call.open or message.highlight
+            continue
+        items.append(message)
+        for call in message.tool_calls:
+            if call.call_id:
+                pending[call.call_id] = call
+    return Chunk(items=items, earlier=earlier, later=later, message_count=count)
+
+
+# --- lineage ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineageRow:
+    node: LineageNode
+    level: int
+    edge_kind: str | None
+    edge_note: str
+    current: bool
+
+
+@dataclass(frozen=True)
+class LineageEvent:
+    """One step of drawing the tree as nested lists: open or close a line, a session, its end."""
+
+    kind: str  # "open", "item", "end", "close"; "fold", "unfold" around a folded run
+    row: LineageRow | None = None
+    count: int = 0  # sessions in a folded run
+    note: str = ""
+
+
+def _folded(line: list[tuple[LineageNode, list[LineageNode]]], current: str) -> set[int]:
+    """Positions of a long line to fold away: plain middle segments far from the current one.
+
+    The first and last sessions, live ones, the current one and its neighbours,
+    and sessions with side branches stay in view; runs shorter than ``FOLD_MIN``
+    are not worth folding.
+    """
+    here = next((i for i, (node, _) in enumerate(line) if node.session_id == current), None)
+    plain = [
+        0 < i < len(line) - 1
+        and not side
+        and not node.is_live
+        and (here is None or abs(i - here) > FOLD_CONTEXT)
+        for i, (node, side) in enumerate(line)
+    ]
+    folded: set[int] = set()
+    start = None
+    for i, flag in enumerate([*plain, False]):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            if i - start >= FOLD_MIN:
+                folded.update(range(start, i))
+            start = None
+    return folded
+
+
+EDGE_NOTES = {
+    "compression": "continued after compression",
+    "reset": "reset of the same chat",
+    "branch": "branched off",
+    "delegate": "delegated subagent",
+    "child": "child session",
+}
+
+
+def _chunks(values: list[str], size: int = 500) -> Iterable[list[str]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+def _merge_nodes(nodes: list[LineageNode]) -> list[LineageNode]:
+    """Merges, which the lineage walk does not follow, one step out from the tree.
+
+    An absorbed session carries ``_merged_into`` (read from the tree's own rows);
+    the sessions absorbed into the tree come from the store's merge records
+    (``sessions_admin_merges``, small), confirmed by that same marker, so no
+    scan of every session's model_config is needed.
+    """
+    ids = [n.session_id for n in nodes]
+    known = set(ids)
+    outgoing: dict[str, str] = {}  # merge target outside the tree -> the tree session absorbed
+    candidates: dict[str, str] = {}  # session absorbed into a tree session -> that session
+    for part in _chunks(ids):
+        for session_id, text in Session.objects.filter(id__in=part).values_list(
+            "id", "model_config"
+        ):
+            target = parse_model_config(text).get("_merged_into")
+            if isinstance(target, str) and target and target not in known:
+                outgoing.setdefault(target, session_id)
+        for target, absorbed in db.fetchall(
+            "SELECT target_session_id, absorbed_session_ids FROM sessions_admin_merges "
+            f"WHERE undone_at IS NULL AND target_session_id IN ({db.placeholders(part)})",
+            part,
+        ):
+            try:
+                absorbed_ids = json.loads(absorbed)
+            except ValueError:
+                continue
+            for session_id in absorbed_ids if isinstance(absorbed_ids, list) else ():
+                if isinstance(session_id, str) and session_id not in known:
+                    candidates[session_id] = target
+    extra: list[LineageNode] = []
+    for part in _chunks([*outgoing, *candidates]):
+        for row in Session.objects.filter(id__in=part).order_by("started_at", "id"):
+            if row.id in outgoing:
+                parent, kind = outgoing[row.id], "merge-into"
+            elif row.config.get("_merged_into") == candidates.get(row.id):
+                parent, kind = candidates[row.id], "merge-from"
+            else:
+                continue  # the record is stale: the session no longer says it was merged there
+            extra.append(
+                LineageNode(
+                    session_id=row.id,
+                    lineage_parent_id=parent,
+                    edge_kind=kind,
+                    depth=0,
+                    source=row.source,
+                    title=row.title,
+                    started_at=row.started_at,
+                    ended_at=row.ended_at,
+                    end_reason=row.end_reason,
+                    message_count=int(row.message_count or 0),
+                    is_live=row.ended_at is None,
+                )
+            )
+    return extra
+
+
+def lineage_rows(nodes: list[LineageNode], *, current: str) -> list[LineageRow]:
+    """The sessions of the lineage in drawing order, each with its indentation level."""
+    return [event.row for event in lineage_drawing(nodes, current=current) if event.row]
+
+
+def lineage_drawing(nodes: list[LineageNode], *, current: str) -> list[LineageEvent]:
+    """The lineage as nested lists to draw.
+
+    A line of conversation (a session, then its compression continuations and
+    resets) is one list, however long; the branches, delegates, merges and other
+    children of a session are lines of their own nested in its item. So the
+    nesting grows with side branches only, never with the length of a chain.
+    """
+    nodes = [*nodes, *_merge_nodes(nodes)]
+    ids = {n.session_id for n in nodes}
+    children: dict[str | None, list[LineageNode]] = defaultdict(list)
+    for node in nodes:
+        parent = node.lineage_parent_id if node.lineage_parent_id in ids else None
+        children[parent].append(node)
+    events: list[LineageEvent] = []
+    placed: set[str] = set()
+
+    def edge(node: LineageNode) -> tuple[str | None, str]:
+        if node.lineage_parent_id is None or node.lineage_parent_id not in ids:
+            return None, ""
+        if node.edge_kind == "merge-into":
+            return "merge", "absorbed into this session"
+        if node.edge_kind == "merge-from":
+            return "merge", "absorbed by a merge"
+        return node.edge_kind, EDGE_NOTES.get(node.edge_kind or "", "")
+
+    def draw_line(start: LineageNode, level: int) -> None:
+        line: list[tuple[LineageNode, list[LineageNode]]] = []
+        node: LineageNode | None = start
+        while node is not None and node.session_id not in placed:
+            placed.add(node.session_id)
+            kids = [k for k in children.get(node.session_id, []) if k.session_id not in placed]
+            main = next((k for k in kids if k.edge_kind in LINEAR_EDGES), None)
+            line.append((node, [k for k in kids if k is not main]))
+            node = main
+        folded = _folded(line, current)
+        events.append(LineageEvent("open"))
+        for index, (node, side) in enumerate(line):
+            if index in folded and index - 1 not in folded:
+                run = next(i for i in range(index, len(line) + 1) if i not in folded) - index
+                kinds = {edge(n)[0] for n, _ in line[index : index + run]}
+                what = "compression segments" if kinds == {"compression"} else "sessions"
+                events.append(LineageEvent("fold", count=run, note=f"{run} more {what}"))
+            kind, note = edge(node)
+            row = LineageRow(node, level, kind, note, node.session_id == current)
+            events.append(LineageEvent("item", row))
+            for kid in side:
+                if kid.session_id not in placed:
+                    draw_line(kid, level + 1)
+            events.append(LineageEvent("end"))
+            if index in folded and index + 1 not in folded:
+                events.append(LineageEvent("unfold"))
+        events.append(LineageEvent("close"))
+
+    for node in [*children.get(None, []), *nodes]:
+        if node.session_id not in placed:  # roots first, then what a cyclic lineage left over
+            draw_line(node, 0)
+    return events
