@@ -26,6 +26,11 @@ def require_perm(perm: str):
     return decorator
 
 
+def wants_fragment(request: HtmxHttpRequest) -> bool:
+    """htmx asked for a piece of the page (a history restore needs the whole page)."""
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
 def fragment(request: HtmxHttpRequest, template: str, name: str) -> str:
     """The whole page for a normal request, just the named partial for htmx."""
-    return f"{template}#{name}" if request.htmx else template
+    return f"{template}#{name}" if wants_fragment(request) else template
