@@ -1,27 +1,49 @@
+"""The overview page (``/``) and its health panel (``/health/``)."""
+
 from __future__ import annotations
 
+import datetime as dt
+import re
+
 import pytest
+from django.core.cache import cache
 from django.urls import reverse
 
 from sessions_admin import core
 from tests.console.conftest import PASSWORD
 
 
+@pytest.fixture(autouse=True)
+def _fresh_counts():
+    # The overview caches its counts for 30 s; every test starts from its own store.
+    cache.clear()
+    yield
+    cache.clear()
+
+
+def _dangling_compression() -> str:
+    sid = core.create_session(source="cli").session_id
+    core.append_message(session_id=sid, role="user", content="hi")
+    core.end_session(session_id=sid, end_reason="compression")
+    return sid
+
+
 def test_it_redirects_anonymous_visitors_to_login(client):
-    response = client.get(reverse("home"))
-    assert response.status_code == 302
-    assert response["Location"].startswith(reverse("login"))
+    for name in ("home", "health_panel"):
+        response = client.get(reverse(name))
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("login"))
 
 
-def test_it_signs_in_with_a_password_and_shows_sessions(client, operator_factory):
+def test_it_signs_in_with_a_password_and_shows_the_overview(client, operator_factory):
     operator_factory("viewer", "vera")
     ref = core.create_session(source="telegram", title="<script>alert(1)</script>").session_id
     response = client.post(reverse("login"), {"username": "vera", "password": PASSWORD})
     assert response.status_code == 302
     page = client.get(reverse("home"))
     body = page.content.decode()
-    assert ref in body
     assert "signed in as <strong>vera</strong> (viewer)" in body
+    assert ref in body  # among the recently started sessions
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
     assert "<script>alert(1)</script>" not in body
 
@@ -35,27 +57,167 @@ def test_a_wrong_password_is_refused(client, operator_factory):
 
 
 @pytest.mark.parametrize("role", ["viewer", "support", "admin"])
-def test_every_role_can_read(signed_in, role):
-    assert signed_in(role).get(reverse("home")).status_code == 200
+@pytest.mark.parametrize("name", ["home", "health_panel"])
+def test_every_role_can_read(signed_in, role, name):
+    assert signed_in(role).get(reverse(name)).status_code == 200
 
 
-def test_an_operator_without_a_role_is_forbidden(signed_in):
-    assert signed_in(None).get(reverse("home")).status_code == 403
+@pytest.mark.parametrize("name", ["home", "health_panel"])
+def test_an_operator_without_a_role_is_forbidden(signed_in, name):
+    assert signed_in(None).get(reverse(name)).status_code == 403
 
 
-def test_htmx_requests_get_only_the_rows(signed_in):
-    ref = core.create_session(source="cli").session_id
-    response = signed_in("viewer").get(reverse("home"), headers={"HX-Request": "true"})
-    body = response.content.decode()
-    assert ref in body
-    assert "<html" not in body
-
-
-def test_post_is_not_allowed(signed_in):
-    assert signed_in("admin").post(reverse("home")).status_code == 405
+@pytest.mark.parametrize("name", ["home", "health_panel"])
+def test_post_is_not_allowed(signed_in, name):
+    assert signed_in("admin").post(reverse(name)).status_code == 405
 
 
 def test_sign_out_needs_post(signed_in):
     client = signed_in("viewer")
     client.post(reverse("logout"))
     assert client.get(reverse("home")).status_code == 302
+
+
+def test_it_counts_sessions_by_source_and_status_and_the_totals(signed_in):
+    for _ in range(3):
+        core.create_session(source="telegram")
+    ended = core.create_session(source="discord").session_id
+    core.append_messages(session_id=ended, messages=[{"role": "user", "content": "x"}] * 2)
+    core.end_session(session_id=ended, end_reason="idle_expiry")
+
+    body = signed_in("viewer").get(reverse("home")).content.decode()
+
+    by_source = _section(body, "by-source-heading")
+    assert _row_count(by_source, "telegram") == "3"
+    assert _row_count(by_source, "discord") == "1"
+    by_status = _section(body, "by-status-heading")
+    assert _row_count(by_status, "live") == "3"
+    assert _row_count(by_status, "expired after being idle") == "1"
+    stats = _section(body, 'aria-label="Store totals"')
+    assert re.search(r'stat-value">4</span> <span class="stat-label">sessions', stats)
+    assert re.search(r'stat-value">2</span> <span class="stat-label">messages', stats)
+    assert re.search(r"Counts as of <time[^>]*>\d\d:\d\d:\d\d</time> UTC", body)
+
+
+def test_the_chart_has_one_bar_per_day_and_a_table_alternative(signed_in):
+    today = dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    core.create_session(source="cli", started_at=today.timestamp() + 1)
+    core.create_session(source="cli", started_at=today.timestamp() + 2)
+    core.create_session(source="cli", started_at=(today - dt.timedelta(days=45)).timestamp())
+
+    body = signed_in("viewer").get(reverse("home")).content.decode()
+
+    svg = re.search(r"<svg class=\"day-chart\".*?</svg>", body, re.S).group(0)
+    assert len(re.findall(r'<rect class="bar"', svg)) == 30
+    assert len(re.findall(r"<title>", svg)) == 30
+    assert f"<title>{today:%a} {today.day} {today:%b %Y}: 2 sessions started</title>" in svg
+    assert 'role="img"' in svg
+    hidden = re.search(r'<table class="visually-hidden">.*?</table>', body, re.S).group(0)
+    assert len(re.findall(r"<tr><td>", hidden)) == 30
+    assert f"<tr><td>{today:%Y-%m-%d}</td><td>2</td></tr>" in hidden
+
+
+def test_the_health_panel_loads_after_the_page(signed_in):
+    _dangling_compression()
+    body = signed_in("viewer").get(reverse("home")).content.decode()
+    loader = re.search(r'<div id="health-panel"[^>]*>.*?</div>', body, re.S).group(0)
+    assert f'hx-get="{reverse("health_panel")}"' in loader
+    assert 'hx-trigger="load"' in loader
+    assert f'href="{reverse("health_panel")}"' in loader  # for browsers without JS
+    assert "?health=dangling_compression" not in body  # not computed with the page
+
+
+def test_the_health_panel_counts_and_links_each_check(signed_in):
+    dangling = _dangling_compression()
+    for n in range(2):  # a cold-start fork: one slug, two unlinked sessions
+        sid = core.create_session(source="api_server", started_at=1000.0 + n).session_id
+        core.append_message(session_id=sid, role="user", content="hi")
+        core.record_turn(response_id=f"r{n}", session_id=sid, conversation="sidekick")
+
+    response = signed_in("viewer").get(reverse("health_panel"), headers={"HX-Request": "true"})
+
+    body = response.content.decode()
+    assert "<html" not in body and "<h1>" not in body
+    assert body.strip().startswith('<section id="health-panel"')
+    link = f"{reverse('session_list')}?health=dangling_compression"
+    dangling_item = _check(body, "dangling_compression")
+    assert f'href="{link}"' in dangling_item
+    assert '<span class="check-count">1</span>' in dangling_item
+    forks_item = _check(body, "forks")
+    assert '<span class="check-count">2</span>' in forks_item
+    assert "in 1 fork group<" in forks_item
+    for kind in ("missing_parent", "empty", "counter_mismatch"):
+        assert f'href="{reverse("session_list")}?health={kind}"' in body
+    assert '<span class="check-count">0</span>' in _check(body, "missing_parent")
+    assert re.search(r"As of <time[^>]*>\d\d:\d\d:\d\d</time> UTC", body)
+    assert dangling not in body  # counts, not lists
+
+
+def test_without_htmx_the_health_url_is_the_whole_overview_with_the_panel(signed_in):
+    _dangling_compression()
+    body = signed_in("viewer").get(reverse("health_panel")).content.decode()
+    assert "<html" in body and "<h1>Overview</h1>" in body
+    assert '<section id="health-panel"' in body
+    assert 'hx-trigger="load"' not in body
+    assert "?health=dangling_compression" in body
+
+
+def test_htmx_requests_for_the_overview_get_only_the_counts(signed_in):
+    core.create_session(source="cli")
+    response = signed_in("viewer").get(reverse("home"), headers={"HX-Request": "true"})
+    body = response.content.decode()
+    assert "<html" not in body
+    assert body.strip().startswith('<div id="overview"')
+    assert '<svg class="day-chart"' in body
+    assert "HX-Request" in response["Vary"]
+
+
+def test_untrusted_sources_and_end_reasons_are_escaped(signed_in):
+    sid = core.create_session(source="<script>alert('src')</script>", user_id="<b>u</b>").session_id
+    core.end_session(session_id=sid, end_reason="<script>alert('why')</script>")
+
+    body = signed_in("viewer").get(reverse("home")).content.decode()
+
+    assert "<script>alert" not in body
+    assert "&lt;script&gt;alert(&#x27;src&#x27;)&lt;/script&gt;" in body
+    assert "&lt;script&gt;alert(&#x27;why&#x27;)&lt;/script&gt;" in body
+    assert "&lt;b&gt;u&lt;/b&gt;" in body
+
+
+def test_counts_are_cached_briefly(signed_in):
+    client = signed_in("viewer")
+    core.create_session(source="telegram")
+    assert (
+        _row_count(
+            _section(client.get(reverse("home")).content.decode(), "by-source-heading"), "telegram"
+        )
+        == "1"
+    )
+    core.create_session(source="telegram")
+    body = client.get(reverse("home")).content.decode()
+    assert _row_count(_section(body, "by-source-heading"), "telegram") == "1"
+    cache.clear()
+    body = client.get(reverse("home")).content.decode()
+    assert _row_count(_section(body, "by-source-heading"), "telegram") == "2"
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _section(body: str, marker: str) -> str:
+    start = body.index(marker)
+    return body[start : body.index("</section>", start)]
+
+
+def _row_count(table: str, label: str) -> str | None:
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        if len(cells) == 2 and re.sub(r"<[^>]+>", "", cells[0]).strip().startswith(label):
+            return cells[1].strip()
+    return None
+
+
+def _check(body: str, kind: str) -> str:
+    match = re.search(rf'<li class="check[^"]*">\s*<a [^>]*data-check="{kind}".*?</li>', body, re.S)
+    assert match, kind
+    return match.group(0)

@@ -6,5 +6,6 @@ from sessions_admin.console.views import home
 
 urlpatterns = [
     path("", home.home, name="home"),
+    path("health/", home.health_panel, name="health_panel"),
     path("conversations/", home.conversation_list, name="conversation_list"),
 ]

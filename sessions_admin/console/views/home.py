@@ -1,40 +1,289 @@
+"""The overview: store totals, sessions per day, store health, and the conversations list."""
+
 from __future__ import annotations
 
+import datetime as dt
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+from urllib.parse import urlencode
+
+from django.core.cache import cache
+from django.db import DatabaseError, connections
 from django.shortcuts import render
+from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
 
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
 from sessions_admin.console.roles import VIEW
-from sessions_admin.store.models import Session
+from sessions_admin.core.forks import ForkGroup, find_fork_groups
+from sessions_admin.routers import store_alias
+from sessions_admin.store import overview
 
-HOME_PAGE_SIZE = 50
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# The overview's counts scan the whole store: computed at most this often per process.
+CACHE_SECONDS = 30
+RECENT_SESSIONS = 10
+MAX_SOURCES_SHOWN = 12
+
+# Chart geometry (SVG user units; the SVG scales to its box).
+CHART_WIDTH = 960
+CHART_HEIGHT = 220
+CHART_LEFT = 48
+CHART_RIGHT = 8
+CHART_TOP = 10
+CHART_BOTTOM = 28
+BAR_GAP = 4
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    as_of: dt.datetime
+    totals: overview.StoreTotals
+    per_day: list[overview.DayCount]
+
+
+@dataclass(frozen=True)
+class HealthSnapshot:
+    as_of: dt.datetime
+    checks: list[overview.HealthCount]
+
+
+@dataclass(frozen=True)
+class ForkSnapshot:
+    as_of: dt.datetime
+    groups: list[ForkGroup]
+
+
+def _cached(name: str, compute: Callable[[], T]) -> T:
+    """``compute()`` cached for CACHE_SECONDS, per store (tests and demos use other stores)."""
+    store = connections[store_alias()].settings_dict.get("NAME")
+    key = f"sessions_admin:overview:{name}:{store}"
+    value = cache.get(key)
+    if value is None:
+        value = compute()
+        cache.set(key, value, CACHE_SECONDS)
+    return value
+
+
+def _snapshot() -> Snapshot:
+    return Snapshot(
+        as_of=dt.datetime.now(dt.UTC),
+        totals=overview.store_totals(),
+        per_day=overview.sessions_per_day(),
+    )
+
+
+def _fork_snapshot() -> ForkSnapshot:
+    # A whole-store search (seconds on a big store): shared by the health panel and
+    # the conversations page for CACHE_SECONDS.
+    return ForkSnapshot(as_of=dt.datetime.now(dt.UTC), groups=find_fork_groups())
+
+
+def _health_snapshot() -> HealthSnapshot:
+    forks = _cached("forks", _fork_snapshot)
+    return HealthSnapshot(as_of=forks.as_of, checks=overview.health_counts(forks.groups))
+
+
+def _template(request: HtmxHttpRequest, template: str, name: str) -> str:
+    """``fragment()``, except that htmx restoring history after a cache miss needs the page."""
+    if request.htmx and request.htmx.history_restore_request:
+        return template
+    return fragment(request, template, name)
+
+
+def _nice_ceiling(value: int) -> int:
+    """The smallest 1, 2 or 5 times a power of ten that is at least ``value`` (at least 1)."""
+    if value <= 1:
+        return 1
+    power = 10 ** int(math.floor(math.log10(value)))
+    for step in (1, 2, 5, 10):
+        if step * power >= value:
+            return step * power
+    return 10 * power
+
+
+def _svg_number(value: float) -> str:
+    """A coordinate as SVG wants it: never localized, at most two decimals."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def _chart(days: list[overview.DayCount]) -> dict:
+    """Bar geometry for the per-day chart, computed here so the template stays declarative.
+
+    Coordinates are preformatted strings: template localization must never turn
+    ``12.5`` into ``12,5`` inside an SVG attribute.
+    """
+    n = _svg_number
+    plot_width = CHART_WIDTH - CHART_LEFT - CHART_RIGHT
+    plot_height = CHART_HEIGHT - CHART_TOP - CHART_BOTTOM
+    baseline = CHART_TOP + plot_height
+    top = _nice_ceiling(max((d.sessions for d in days), default=0))
+    slot = plot_width / max(len(days), 1)
+    bars = []
+    for i, day in enumerate(days):
+        height = plot_height * day.sessions / top
+        x = CHART_LEFT + i * slot
+        bars.append(
+            {
+                "day": day.day,
+                "sessions": day.sessions,
+                "slot_x": n(x),
+                "slot_width": n(slot),
+                "x": n(x + BAR_GAP / 2),
+                "width": n(max(slot - BAR_GAP, 1)),
+                "y": n(baseline - height),
+                "height": n(height),
+                # A date under today's bar and every seventh before it, so labels never collide.
+                "label": (len(days) - 1 - i) % 7 == 0,
+                "label_x": n(x + slot / 2),
+            }
+        )
+    ticks = [
+        {"value": value, "y": n(baseline - plot_height * value / top)}
+        for value in sorted({0, top // 2 if top % 2 == 0 else top, top})
+    ]
+    return {
+        "width": n(CHART_WIDTH),
+        "height": n(CHART_HEIGHT),
+        "left": n(CHART_LEFT),
+        "right": n(CHART_WIDTH - CHART_RIGHT),
+        "top": n(CHART_TOP),
+        "plot_height": n(plot_height),
+        "baseline": n(baseline),
+        "label_y": n(baseline + 16),
+        "tick_label_x": n(CHART_LEFT - 6),
+        "bars": bars,
+        "ticks": ticks,
+        "total": sum(d.sessions for d in days),
+        "first": days[0].day if days else None,
+        "last": days[-1].day if days else None,
+    }
+
+
+def _detail_url(session_id: str | None) -> str | None:
+    """The session's page, or None for an id the URL pattern cannot carry (a runtime wrote it)."""
+    if not session_id:
+        return None
+    try:
+        return reverse("session_detail", args=[session_id])
+    except NoReverseMatch:
+        return None
+
+
+def _health_context() -> dict:
+    try:
+        snapshot = _cached("health", _health_snapshot)
+    except DatabaseError as error:
+        # A busy or broken store should not take the overview down with it.
+        logger.exception("store health checks failed")
+        return {"health": None, "health_error": str(error) or error.__class__.__name__}
+    return {"health": snapshot, "health_error": None}
+
+
+def _home_context(*, with_health: bool) -> dict:
+    snapshot = _cached("totals", _snapshot)
+    by_source = list(snapshot.totals.by_source)
+    shown, rest = by_source[:MAX_SOURCES_SHOWN], by_source[MAX_SOURCES_SHOWN:]
+    context = {
+        "snapshot": snapshot,
+        "totals": snapshot.totals,
+        "sources": shown,
+        "other_sources": {"count": len(rest), "sessions": sum(n for _s, n in rest)},
+        "chart": _chart(snapshot.per_day),
+        "recent": [
+            {**row, "url": _detail_url(row["id"])}
+            for row in overview.recent_sessions(RECENT_SESSIONS)
+        ],
+        "health_inline": with_health,
+    }
+    if with_health:
+        context.update(_health_context())
+    return context
 
 
 @require_GET
+@vary_on_headers("HX-Request")
 @require_perm(VIEW)
 def home(request: HtmxHttpRequest):
-    sessions = list(
-        Session.objects.only(
-            "id",
-            "source",
-            "title",
-            "user_id",
-            "started_at",
-            "ended_at",
-            "end_reason",
-            "message_count",
-            "model",
-        ).order_by("-started_at", "-id")[:HOME_PAGE_SIZE]
-    )
+    """Totals, the per-day chart and recent sessions; the health panel loads after the page."""
     return render(
         request,
-        fragment(request, "console/home.html", "session-rows"),
-        {"sessions": sessions, "page_size": HOME_PAGE_SIZE},
+        _template(request, "console/home.html", "overview"),
+        _home_context(with_health=False),
     )
 
 
 @require_GET
+@vary_on_headers("HX-Request")
+@require_perm(VIEW)
+def health_panel(request: HtmxHttpRequest):
+    """The health panel: just the fragment for htmx, the overview with it inline otherwise."""
+    if request.htmx and not request.htmx.history_restore_request:
+        return render(request, "console/home.html#health-panel", _health_context())
+    return render(request, "console/home.html", _home_context(with_health=True))
+
+
+def _conversation_query(*, contains: str, forks_only: bool, after: str | None = None) -> str:
+    params: dict[str, str] = {}
+    if contains:
+        params["q"] = contains
+    if forks_only:
+        params["forks"] = "1"
+    if after is not None:
+        params["after"] = after
+    return urlencode(params)
+
+
+@require_GET
+@vary_on_headers("HX-Request")
 @require_perm(VIEW)
 def conversation_list(request: HtmxHttpRequest):
-    # Placeholder until the conversations page lands.
-    return render(request, "console/home.html", {"sessions": [], "page_size": 0})
+    """One row per conversation slug, keyset-paginated by name."""
+    contains = request.GET.get("q", "").strip()[:500]
+    forks_only = request.GET.get("forks", "") not in ("", "0")
+    after = request.GET.get("after") or None
+    forks = _cached("forks", _fork_snapshot)
+    page = overview.conversation_page(
+        after=after, contains=contains, forks_only=forks_only, fork_groups=forks.groups
+    )
+    next_query = (
+        _conversation_query(contains=contains, forks_only=forks_only, after=page.next_after)
+        if page.next_after is not None
+        else None
+    )
+    first_query = (
+        _conversation_query(contains=contains, forks_only=forks_only) if after is not None else None
+    )
+    rows = [
+        {
+            "conversation": row,
+            "session_url": _detail_url(row.session_id),
+            "forks": [
+                {"id": sid, "url": _detail_url(sid), "current": sid == row.session_id}
+                for sid in row.fork_session_ids
+            ],
+        }
+        for row in page.rows
+    ]
+    return render(
+        request,
+        _template(request, "console/conversations.html", "conversation-results"),
+        {
+            "rows": rows,
+            "page": page,
+            "forks_as_of": forks.as_of,
+            "contains": contains,
+            "forks_only": forks_only,
+            "after": after,
+            "next_query": next_query,
+            "first_query": first_query,
+            "page_size": overview.CONVERSATION_PAGE_SIZE,
+        },
+    )
