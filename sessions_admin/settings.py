@@ -64,6 +64,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "sessions_admin.console.http.VaryOnHtmxMiddleware",
 ]
 
 ROOT_URLCONF = "sessions_admin.urls"

@@ -34,3 +34,17 @@ def wants_fragment(request: HtmxHttpRequest) -> bool:
 def fragment(request: HtmxHttpRequest, template: str, name: str) -> str:
     """The whole page for a normal request, just the named partial for htmx."""
     return f"{template}#{name}" if wants_fragment(request) else template
+
+
+class VaryOnHtmxMiddleware:
+    """Every page answers htmx with a fragment and browsers with the whole page: say so to caches."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        from django.utils.cache import patch_vary_headers
+
+        response = self.get_response(request)
+        patch_vary_headers(response, ("HX-Request",))
+        return response

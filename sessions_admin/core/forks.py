@@ -92,15 +92,19 @@ def _session_rows(ids: set[str]) -> dict[str, dict]:
 def _conversation_groups() -> list[ForkGroup]:
     evidence = _conversation_evidence()
     rows = _session_rows({sid for sessions in evidence.values() for sid in sessions})
+    candidates = {
+        slug: [sid for sid in sessions if sid in rows and rows[sid]["end_reason"] != "merged"]
+        for slug, sessions in evidence.items()
+    }
+    candidates = {slug: present for slug, present in candidates.items() if len(present) >= 2}
+    roots = lineage.roots_of([sid for present in candidates.values() for sid in present])
     groups = []
-    for slug, sessions in sorted(evidence.items()):
-        present = [sid for sid in sessions if sid in rows and rows[sid]["end_reason"] != "merged"]
-        if len(present) < 2:
-            continue
+    for slug, present in sorted(candidates.items()):
+        sessions = evidence[slug]
         # Sessions already linked by lineage are one conversation, not forks.
         by_root: dict[str, str] = {}
         for sid in sorted(present, key=lambda s: (rows[s]["started_at"], s)):
-            by_root.setdefault(lineage.root_of(session_id=sid), sid)
+            by_root.setdefault(roots.get(sid, sid), sid)
         if len(by_root) < 2:
             continue
         members = tuple(sorted(by_root.values(), key=lambda s: (rows[s]["started_at"], s)))

@@ -106,6 +106,32 @@ def root_of(*, session_id: str) -> str:
     return row[0] if row else session_id
 
 
+def roots_of(session_ids: list[str]) -> dict[str, str]:
+    """``root_of`` for many sessions in one recursive query per 500 ids."""
+    up_link = f"COALESCE(parent_session_id, {marker('_reset_from')})"
+    up_link_s = f"COALESCE(s.parent_session_id, {marker('_reset_from', 's')})"
+    roots: dict[str, tuple[int, str]] = {}
+    ids = list(dict.fromkeys(session_ids))
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        for origin, found, depth in db.fetchall(
+            f"""
+            WITH RECURSIVE up(origin, id, next_id, depth) AS (
+                SELECT id, id, {up_link}, 0 FROM sessions WHERE id IN ({db.placeholders(chunk)})
+                UNION
+                SELECT up.origin, s.id, {up_link_s}, up.depth + 1
+                FROM sessions s JOIN up ON s.id = up.next_id
+                WHERE up.depth < %s
+            )
+            SELECT origin, id, depth FROM up
+            """,
+            [*chunk, MAX_DEPTH],
+        ):
+            if origin not in roots or depth > roots[origin][0]:
+                roots[origin] = (int(depth), found)
+    return {origin: root for origin, (_, root) in roots.items()}
+
+
 def lineage_tree(*, session_id: str) -> list[LineageNode]:
     """Every session of the conversation around ``session_id``, root first, depth-first order."""
     root = root_of(session_id=session_id)

@@ -62,3 +62,11 @@ def test_the_tip_prefers_the_continuation_over_a_stale_sibling():
     stale = core.create_session(source="cli", parent_session_id=root).session_id
     core.end_session(session_id=stale, end_reason="ws_orphan_reap")
     assert core.compression_tip(session_id=root) == tip
+
+
+def test_roots_of_many_sessions_agrees_with_root_of_each():
+    members = _conversation()
+    loner = core.create_session(source="cli").session_id
+    roots = core.lineage.roots_of([*members, loner])
+    assert roots == {sid: core.root_of(session_id=sid) for sid in [*members, loner]}
+    assert set(roots.values()) == {members[0], loner}
