@@ -148,6 +148,9 @@ if _env_bool("SESSIONS_ADMIN_HTTPS", False):
     SECURE_SSL_REDIRECT = True
     SECURE_HSTS_SECONDS = 31536000
 
+# The session list posts one field per selected session (bulk delete takes up to 10,000).
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 20_000
+
 # Deleted sessions stay restorable from the trash for this many days.
 SESSIONS_ADMIN_TRASH_DAYS = int(os.environ.get("SESSIONS_ADMIN_TRASH_DAYS", "30"))
 

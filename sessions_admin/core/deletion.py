@@ -505,18 +505,23 @@ def restore_trash_entry(*, entry_id: int, actor: str) -> RestoreResult:
 
 
 def purge_trash(*, older_than_days: float | None = None) -> int:
-    """Drop trash entries (all, or those older than the given days). Returns how many."""
+    """Drop trash entries (all, or those older than the given days). Returns how many.
+
+    Pending entries are never purged: their batch may still be committing, and
+    the trash copy is then the only copy.
+    """
     from sessions_admin.ledger.models import TrashEntry
 
-    entries = TrashEntry.objects.exclude(state=TrashEntry.RESTORED)
+    entries = TrashEntry.objects.exclude(state=TrashEntry.PENDING)
     if older_than_days is not None:
         if older_than_days < 0:
             raise InvalidInput("older_than_days must be zero or more.")
         entries = entries.filter(
             created_at__lt=timezone.now() - timezone.timedelta(days=older_than_days)
         )
-    count, _ = entries.delete()
-    return count
+    ids = list(entries.values_list("pk", flat=True))
+    TrashEntry.objects.filter(pk__in=ids).delete()
+    return len(ids)
 
 
 def stale_pending_trash() -> list[int]:

@@ -232,7 +232,7 @@ def run_job(
                 )[:batch_sessions]
             )
             if not items:
-                DeleteJob.objects.filter(pk=job_id).update(
+                DeleteJob.objects.filter(pk=job_id, state=DeleteJob.RUNNING).update(
                     state=DeleteJob.DONE,
                     finished_at=timezone.now(),
                     lease_owner="",

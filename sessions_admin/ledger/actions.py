@@ -15,6 +15,7 @@ from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.ledger.models import AuditEntry, AuditSession
 
 T = TypeVar("T")
+MAX_AUDIT_SESSIONS = 10_000
 
 
 def _name(actor: Any) -> str:
@@ -43,8 +44,12 @@ def record(
         outcome=outcome,
         detail=detail[:4000],
     )
+    # A bulk delete can name 100k sessions: its job items hold the full list.
     AuditSession.objects.bulk_create(
-        (AuditSession(entry=entry, session_id=sid) for sid in dict.fromkeys(session_ids)),
+        (
+            AuditSession(entry=entry, session_id=sid)
+            for sid in list(dict.fromkeys(session_ids))[:MAX_AUDIT_SESSIONS]
+        ),
         batch_size=1000,
     )
     return entry
@@ -280,4 +285,17 @@ def purge(*, actor, older_than_days: float | None, reason: str) -> int:
         before={"older_than_days": older_than_days},
         run=lambda: core.purge_trash(older_than_days=older_than_days),
         after=lambda n: {"purged_entries": n},
+    )
+
+
+def cancel_bulk_delete(*, actor, job_id: int, reason: str = "") -> None:
+    before = core.job_progress(job_id=job_id)
+    _audited(
+        actor=actor,
+        action="cancel_bulk_delete",
+        session_ids=[],
+        reason=reason,
+        before={"job": job_id, "state": before.state, "processed": before.processed},
+        run=lambda: core.cancel_job(job_id=job_id),
+        after=lambda _: {"job": job_id, "state": core.job_progress(job_id=job_id).state},
     )

@@ -34,7 +34,7 @@ class AuditSession(models.Model):
     """One row per session an audit entry touched, so a session's history is one indexed query."""
 
     entry = models.ForeignKey(AuditEntry, on_delete=models.CASCADE, related_name="sessions")
-    session_id = models.CharField(max_length=200, db_index=True)
+    session_id = models.TextField(db_index=True)  # store ids are TEXT of any length
 
     def __str__(self) -> str:
         return self.session_id
@@ -66,7 +66,7 @@ class TrashEntry(models.Model):
 
 class TrashSession(models.Model):
     entry = models.ForeignKey(TrashEntry, on_delete=models.CASCADE, related_name="sessions")
-    session_id = models.CharField(max_length=200, db_index=True)
+    session_id = models.TextField(db_index=True)
     title = models.TextField(blank=True)
     source = models.CharField(max_length=200, blank=True)
 
@@ -107,7 +107,7 @@ class DeleteJobItem(models.Model):
 
     job = models.ForeignKey(DeleteJob, on_delete=models.CASCADE, related_name="items")
     position = models.IntegerField()
-    session_id = models.CharField(max_length=200)
+    session_id = models.TextField()
     state = models.SmallIntegerField(default=PENDING)
 
     class Meta:

@@ -17,7 +17,8 @@ from django.db import connections
 from sessions_admin.core import jobs
 
 logger = logging.getLogger(__name__)
-IDLE_EXIT_SECONDS = 10
+# Longer than a job lease, so a job whose worker died is picked up before this one exits.
+IDLE_EXIT_SECONDS = jobs.LEASE_SECONDS + 15
 
 _lock = threading.Lock()
 _thread: threading.Thread | None = None

@@ -171,3 +171,14 @@ def test_purge_drops_old_entries_only():
     assert TrashEntry.objects.count() == 1
     assert core.purge_trash() >= 1
     assert TrashEntry.objects.count() == 0
+
+
+def test_purge_never_drops_a_pending_entry_and_counts_entries():
+    root, *_ = _lineage()
+    plan = core.plan_cascade_delete(session_ids=[root])
+    core.execute_cascade_delete(
+        session_ids=[root], expected_fingerprint=plan.fingerprint, actor="a", reason="r"
+    )
+    pending = TrashEntry.objects.create(actor_name="a", session_ids=["x"], payload={})
+    assert core.purge_trash() == 1
+    assert list(TrashEntry.objects.values_list("pk", flat=True)) == [pending.pk]

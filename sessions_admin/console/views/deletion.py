@@ -730,18 +730,12 @@ def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     if job.state not in ACTIVE_JOB_STATES:
         messages.info(request, f"Job #{job.pk} is already {job.state}; nothing to cancel.")
         return redirect("job_detail", job_id=job.pk)
-    # ledger.actions has no cancel action: the core call plus its audit entry, here.
-    core.cancel_job(job_id=job.pk)
-    progress = core.job_progress(job_id=job.pk)
-    actions.record(
+    actions.cancel_bulk_delete(
         actor=request.user,
-        action="cancel_bulk_delete",
-        session_ids=[],
-        before={"job": job.pk, "state": job.state, "processed": job.done + job.skipped},
-        after={"job": job.pk, "state": progress.state, "processed": progress.processed},
+        job_id=job.pk,
         reason=(request.POST.get("reason") or "").strip()[:REASON_MAX],
-        outcome="ok" if progress.state == DeleteJob.CANCELLED else "failed",
     )
+    progress = core.job_progress(job_id=job.pk)
     if progress.state == DeleteJob.CANCELLED:
         messages.success(
             request,
@@ -900,12 +894,8 @@ def trash_purge(request: HtmxHttpRequest) -> HttpResponse:
             request, q=q, problems=problems, purge_reason=reason, purge_scope=scope or "expired"
         )
     days = _trash_days() if scope == "expired" else None
-    purgeable = TrashEntry.objects.exclude(state=TrashEntry.RESTORED)
-    if days is not None:
-        purgeable = purgeable.filter(created_at__lt=timezone.now() - timedelta(days=days))
-    expected = purgeable.count()
     try:
-        actions.purge(actor=request.user, older_than_days=days, reason=reason)
+        expected = actions.purge(actor=request.user, older_than_days=days, reason=reason)
     except core.StoreError as error:
         return _render_trash(
             request,
