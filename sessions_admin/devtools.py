@@ -55,7 +55,9 @@ def temporary_postgres() -> Iterator[str]:
     )
     options = f"-h 127.0.0.1 -p {port} -k {workdir} -c fsync=off -c full_page_writes=off"
     subprocess.run(
-        _as_postgres_user(["pg_ctl", "-D", str(data), "-l", str(log), "-o", options, "-w", "start"]),
+        _as_postgres_user(
+            ["pg_ctl", "-D", str(data), "-l", str(log), "-o", options, "-w", "start"]
+        ),
         check=True,
         stdout=subprocess.DEVNULL,
     )
@@ -107,7 +109,9 @@ def run_tests(pytest_args: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="sessions_admin_test_") as var_dir:
         env["SESSIONS_ADMIN_VAR_DIR"] = var_dir
         print("== Test suite on SQLite ==", flush=True)
-        code = subprocess.call([sys.executable, "-m", "pytest", *pytest_args], cwd=BASE_DIR, env=env)
+        code = subprocess.call(
+            [sys.executable, "-m", "pytest", *pytest_args], cwd=BASE_DIR, env=env
+        )
         if code != 0:
             return code
     if os.environ.get("SESSIONS_ADMIN_SKIP_POSTGRES"):
@@ -143,8 +147,20 @@ def run_demo(bind: str) -> int:
     print(f"Dashboard: http://{bind}/  (Ctrl-C stops it)", flush=True)
     time.sleep(0.1)
     return subprocess.call(
-        [sys.executable, "-m", "gunicorn", "sessions_admin.wsgi", "--bind", bind, "--workers", "2",
-         "--access-logfile", "-"],
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "sessions_admin.wsgi",
+            "--bind",
+            bind,
+            "--workers",
+            "2",
+            "--config",
+            "python:sessions_admin.gunicorn_conf",
+            "--access-logfile",
+            "-",
+        ],
         cwd=BASE_DIR,
         env=env,
     )
