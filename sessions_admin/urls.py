@@ -16,6 +16,7 @@ urlpatterns = [
     path("", include("sessions_admin.console.urls.overview")),
     path("sessions/", include("sessions_admin.console.urls.sessions")),
     path("sessions/", include("sessions_admin.console.urls.detail")),
+    path("sessions/", include("sessions_admin.console.urls.session_actions")),
     path("", include("sessions_admin.console.urls.merge")),
     path("", include("sessions_admin.console.urls.deletion")),
 ]

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 from sessions_admin import core
 from sessions_admin.console.http import HtmxHttpRequest, require_perm
 from sessions_admin.console.roles import VIEW
+from sessions_admin.console.views.session_actions import panel_context
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.store import transcripts
 from sessions_admin.store.models import Session
@@ -99,6 +100,8 @@ def _links(session: Session, chunk: Chunk, *, hide: bool) -> dict[str, str]:
         links["earlier_page"] = f"{page}?{query}"
         links["earlier_fragment"] = f"{fragment}?{query}"
     links["toggle"] = page if hide else f"{page}?{urlencode({'inactive': 'hide'})}"
+    # What the transcript reloads from when an action changes it (the same filter, from the top).
+    links["refresh"] = f"{page}?{urlencode(extra)}" if extra else page
     return links
 
 
@@ -117,10 +120,21 @@ def _add_permalinks(chunk: Chunk) -> None:
             message.permalink = f"{page}?around={message.id}#m{message.id}"
 
 
-def _page_context(session: Session, chain: list[str]) -> dict:
+def _meta_context(session: Session) -> dict:
+    return {
+        "lasted": None if session.ended_at is None else session.ended_at - session.started_at,
+        "model_config_pretty": transcripts.pretty_json(session.config) if session.config else "",
+    }
+
+
+def _lineage_context(session: Session) -> dict:
     drawing = transcripts.lineage_drawing(
         core.lineage_tree(session_id=session.id), current=session.id
     )
+    return {"lineage": drawing, "lineage_count": sum(1 for event in drawing if event.row)}
+
+
+def _page_context(request: HtmxHttpRequest, session: Session, chain: list[str]) -> dict:
     continues_in = None
     if session.ended_at is not None:
         continues_in, _how = where_it_continues(
@@ -132,12 +146,11 @@ def _page_context(session: Session, chain: list[str]) -> dict:
             }
         )
     return {
-        "lineage": drawing,
-        "lineage_count": sum(1 for event in drawing if event.row),
+        **_lineage_context(session),
         "continues_in": continues_in,
-        "lasted": None if session.ended_at is None else session.ended_at - session.started_at,
         "segment_count": len(chain),
-        "model_config_pretty": transcripts.pretty_json(session.config) if session.config else "",
+        **_meta_context(session),
+        **panel_context(request, session),
     }
 
 
@@ -167,15 +180,27 @@ def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> Http
     }
     if as_fragment:
         return render(request, f"{TEMPLATE}#{partial}", context)
-    context.update(_page_context(session, chain))
+    context.update(_page_context(request, session, chain))
     return render(request, TEMPLATE, context)
 
 
 @require_GET
 @require_perm(VIEW)
 def session_detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    """The page; for htmx (the show/hide toggle) just the transcript section."""
-    return _render(request, _session_or_404(session_id), partial="transcript")
+    """The page; for htmx (the show/hide toggle) just the transcript section.
+
+    ``?part=meta`` and ``?part=lineage`` for htmx are those cards alone, reloaded after an
+    action changed the counts they show.
+    """
+    session = _session_or_404(session_id)
+    as_fragment = bool(request.htmx) and not request.htmx.history_restore_request
+    part = request.GET.get("part")
+    if as_fragment and part == "meta":
+        return render(request, f"{TEMPLATE}#meta", {"session": session, **_meta_context(session)})
+    if as_fragment and part == "lineage":
+        context = {"session": session, **_lineage_context(session)}
+        return render(request, f"{TEMPLATE}#lineage", context)
+    return _render(request, session, partial="transcript")
 
 
 @require_GET

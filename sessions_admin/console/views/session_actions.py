@@ -1,0 +1,395 @@
+"""Support actions on one session: resume (with a preflight), reset, undo, redo and retry.
+
+Every change goes through ``sessions_admin.ledger.actions`` (the core operation
+plus its audit entry); the views here only read the store to show what an
+action would do. Actions are POST-only and need OPERATE; the preflight page is
+a GET for anyone who may view. A refused or failed action (nothing to undo, a
+busy store, a lineage that changed since the page was shown) is a message,
+never a 500, and changes nothing.
+
+Undo, redo and retry answer htmx with the re-rendered actions panel and a
+``session-changed`` client event, on which the detail page reloads its
+transcript, its counters and its history; without JavaScript they redirect
+back to the page with a message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
+
+from sessions_admin import core
+from sessions_admin.console.http import HtmxHttpRequest, require_perm, wants_fragment
+from sessions_admin.console.roles import DELETE, OPERATE, VIEW
+from sessions_admin.console.templatetags.console import end_reason_words
+from sessions_admin.ledger import actions
+from sessions_admin.store.models import Session
+
+TEMPLATE = "console/session_actions.html"
+PANEL = f"{TEMPLATE}#actions-panel"
+# The client event the detail page's transcript, counters and history listen for.
+CHANGED_EVENT = "session-changed"
+REASON_MAX = 2000
+SUMMARY_MAX = 20_000
+REF_MAX = 500
+
+REWRITE_WORDS = {
+    "undo": "Undo last turn",
+    "redo": "Redo",
+    "retry": "Retry",
+}
+
+
+@dataclass(frozen=True)
+class Notice:
+    """An outcome shown in the actions panel (htmx) instead of a flash message."""
+
+    level: str  # success, info, error
+    text: str
+    link: str | None = None
+    link_text: str = ""
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _session_or_404(session_id: str) -> Session:
+    # A NUL cannot be in a stored id, and PostgreSQL refuses to compare with one.
+    if "\x00" in session_id:
+        raise Http404("No such session")
+    session = Session.objects.filter(id=session_id).first()
+    if session is None:
+        raise Http404("No such session")
+    return session
+
+
+def _detail_url(session_id: str, **query: str) -> str:
+    try:
+        url = reverse("session_detail", args=[session_id])
+    except NoReverseMatch:
+        return reverse("session_list")
+    return f"{url}?{urlencode(query)}" if query else url
+
+
+def _redirect(request: HtmxHttpRequest, url: str) -> HttpResponse:
+    """A redirect htmx follows as a full navigation, so the next page shows the message."""
+    if request.htmx:
+        return HttpResponseClientRedirect(url)
+    return HttpResponseRedirect(url)
+
+
+def _reason(request: HtmxHttpRequest) -> str:
+    # PostgreSQL cannot store a NUL character; a reason is free text, so drop them.
+    return request.POST.get("reason", "").replace("\x00", "").strip()[:REASON_MAX]
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def panel_context(request: HtmxHttpRequest, session: Session) -> dict:
+    """What the actions panel on the detail page needs (empty for operators who cannot act)."""
+    can_operate = request.user.has_perm(OPERATE)
+    context: dict = {"can_operate": can_operate}
+    if not can_operate:
+        return context
+    key_live = core.live_session_for_key(session.session_key) if session.session_key else None
+    tip = None
+    if session.ended_at is not None and session.end_reason in ("compression", "merged"):
+        tip = core.current_session(session_id=session.id)
+        if tip == session.id:
+            tip = None
+    context.update(
+        {
+            "can_delete": request.user.has_perm(DELETE),
+            "key_live": key_live,
+            "rewrite_elsewhere": tip,
+        }
+    )
+    return context
+
+
+# --- undo, redo, retry ------------------------------------------------------------------------
+
+
+def _rewrite_notice(session: Session, result: core.RewriteResult) -> Notice:
+    ids = list(result.message_ids)
+    span = f"#{ids[0]}" if len(ids) == 1 else f"#{ids[0]}–#{ids[-1]}"
+    count = _plural(len(ids), "message")
+    remaining = f"{session.id} now has {_plural(result.message_count, 'active message')}."
+    if result.action == "undo":
+        text = f"Undid the last turn: {count} ({span}) marked undone; redo brings them back. "
+    elif result.action == "retry":
+        text = f"Dropped the last reply for a retry: {count} ({span}) marked undone. "
+    else:
+        text = f"Redid: {count} ({span}) active again. "
+    link = _detail_url(session.id, around=str(ids[0])) + f"#m{ids[0]}" if ids else None
+    return Notice("success", text + remaining, link, "Show in the transcript")
+
+
+def _rewrite(request: HtmxHttpRequest, session_id: str, action: str) -> HttpResponse:
+    session = _session_or_404(session_id)
+    result = None
+    try:
+        result = actions.rewrite(
+            actor=request.user, session_id=session.id, action=action, reason=_reason(request)
+        )
+    except core.NothingToUndo as nothing:
+        notice = Notice("info", f"Nothing changed: {nothing}")
+    except core.StoreError as problem:
+        notice = Notice("error", f"{REWRITE_WORDS[action]} failed, nothing changed: {problem}")
+    else:
+        notice = _rewrite_notice(session, result)
+
+    if wants_fragment(request):
+        session = Session.objects.filter(id=session.id).first() or session
+        context = {"session": session, "notice": notice, **panel_context(request, session)}
+        response = render(request, PANEL, context)
+        if result is not None:
+            trigger_client_event(
+                response,
+                CHANGED_EVENT,
+                {"session": session.id, "action": action, "messages": list(result.message_ids)},
+            )
+        return response
+
+    level = {"success": messages.SUCCESS, "info": messages.INFO}.get(notice.level, messages.ERROR)
+    messages.add_message(request, level, notice.text)
+    if result is not None and result.message_ids:
+        first = result.message_ids[0]
+        return _redirect(request, _detail_url(session.id, around=str(first)) + f"#m{first}")
+    return _redirect(request, _detail_url(session.id))
+
+
+@require_POST
+@require_perm(OPERATE)
+def session_undo(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Mark the last turn (the last active user message and what follows) undone."""
+    return _rewrite(request, session_id, "undo")
+
+
+@require_POST
+@require_perm(OPERATE)
+def session_redo(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Bring back the earliest undone turn after the last active message."""
+    return _rewrite(request, session_id, "redo")
+
+
+@require_POST
+@require_perm(OPERATE)
+def session_retry(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Mark the reply to the last user message undone, so the runtime can answer again."""
+    return _rewrite(request, session_id, "retry")
+
+
+# --- reset ------------------------------------------------------------------------------------
+
+
+@require_POST
+@require_perm(OPERATE)
+def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """End the live session of this session's key (``session_reset``) and start a fresh one."""
+    session = _session_or_404(session_id)
+    back = _detail_url(session.id)
+    key = session.session_key
+    if not key:
+        messages.error(
+            request,
+            f"{session.id} has no session key, so there is no chat to reset. Nothing changed.",
+        )
+        return _redirect(request, back)
+    summary = request.POST.get("summary", "").strip()
+    if len(summary) > SUMMARY_MAX or "\x00" in summary:
+        messages.error(
+            request,
+            f"The summary must be at most {SUMMARY_MAX} characters of text "
+            "(no NUL characters). Nothing changed.",
+        )
+        return _redirect(request, back)
+    live = core.live_session_for_key(key)
+    if "live" in request.POST and request.POST["live"] != (live or ""):
+        now = f"now {live}" if live else "now none"
+        messages.error(
+            request,
+            f"The live session of key {key} changed since the page was shown ({now}). "
+            "Nothing was reset: check the page and reset again.",
+        )
+        return _redirect(request, back)
+    try:
+        result = actions.reset(
+            actor=request.user, session_key=key, summary=summary or None, reason=_reason(request)
+        )
+    except core.StoreError as problem:
+        messages.error(request, f"Reset failed, nothing changed: {problem}")
+        return _redirect(request, back)
+    if result.ended_session_id:
+        text = f"Reset: ended {result.ended_session_id} (session_reset), started {result.new_session_id}"
+    else:
+        text = f"Reset: no session of key {key} was live; started {result.new_session_id}"
+    messages.success(
+        request, text + (" with the summary as its first message." if summary else ".")
+    )
+    return _redirect(request, _detail_url(result.new_session_id))
+
+
+# --- resume -----------------------------------------------------------------------------------
+
+
+def _row(session_id: str | None) -> Session | None:
+    if not session_id:
+        return None
+    return Session.objects.filter(id=session_id).first()
+
+
+def _resume_plan(session: Session) -> dict:
+    """Which row a resume of ``session`` reopens, and which live session it switches away from."""
+    target_id = core.current_session(session_id=session.id)
+    target = _row(target_id) or session
+    switch_from = _row(core.live_session_for_key(target.session_key, exclude=target.id))
+    if target.id == session.id:
+        why = None
+    elif session.end_reason == "merged" or target.id != core.compression_tip(session_id=session.id):
+        why = "merged"
+    else:
+        why = "compression"
+    return {
+        "asked": session,
+        "target": target,
+        "why": why,
+        "chain_length": len(core.compression_chain(session_id=target.id)),
+        "switch_from": switch_from,
+        "already_live": target.ended_at is None,
+        "nothing_to_do": target.ended_at is None and switch_from is None,
+    }
+
+
+def _preflight(
+    request: HtmxHttpRequest,
+    session: Session,
+    *,
+    error: str | None = None,
+    ref: str = "",
+    ref_error: str | None = None,
+    candidates: list[Session] | None = None,
+) -> HttpResponse:
+    context = {
+        "session": session,
+        "plan": _resume_plan(session),
+        "error": error,
+        "ref": ref,
+        "ref_error": ref_error,
+        "candidates": candidates or [],
+        "can_operate": request.user.has_perm(OPERATE),
+        "reason": _reason(request) if request.method == "POST" else "",
+    }
+    return render(request, TEMPLATE, context)
+
+
+def _resume_preflight(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = _session_or_404(session_id)
+    ref = request.GET.get("ref", "").strip()
+    if not ref:
+        return _preflight(request, session)
+    if len(ref) > REF_MAX or "\x00" in ref:
+        return _preflight(
+            request,
+            session,
+            ref=ref[:REF_MAX],
+            ref_error="That is not a session id, title or id prefix.",
+        )
+    try:
+        found = core.resolve_session_ref(ref)
+    except core.AmbiguousSessionRef as ambiguous:
+        rows = Session.objects.filter(id__in=ambiguous.candidates).order_by("id")
+        text = (
+            f"{ref!r} is the start of more than one session id"
+            f"{' (the first few are listed)' if len(ambiguous.candidates) > 5 else ''}: "
+            "pick one, or give more of the id."
+        )
+        return _preflight(request, session, ref=ref, ref_error=text, candidates=list(rows))
+    except core.SessionNotFound:
+        text = (
+            f"No session has the id or title {ref!r}"
+            + (", and no id starts with it." if len(ref) >= 4 else ".")
+            + (" Give at least 4 characters of an id." if len(ref) < 4 else "")
+        )
+        return _preflight(request, session, ref=ref, ref_error=text)
+    except core.StoreError as problem:
+        return _preflight(request, session, ref=ref, ref_error=str(problem))
+    return HttpResponseRedirect(reverse("session_resume", args=[found]))
+
+
+def _resume_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = _session_or_404(session_id)
+    try:
+        plan = _resume_plan(session)
+    except core.StoreError as problem:
+        return _preflight(request, session, error=str(problem))
+    expected_target = request.POST.get("target")
+    if expected_target is not None and expected_target != plan["target"].id:
+        return _preflight(
+            request,
+            session,
+            error=(
+                f"The lineage changed since the preflight: {plan['target'].id} would be reopened "
+                f"now, not {expected_target}. Nothing was resumed: check below and confirm again."
+            ),
+        )
+    switch_from = plan["switch_from"].id if plan["switch_from"] else ""
+    expected_switch = request.POST.get("switch_from")
+    if expected_switch is not None and expected_switch != switch_from:
+        now = switch_from or "none"
+        return _preflight(
+            request,
+            session,
+            error=(
+                f"The live session of this chat changed since the preflight (now {now}). "
+                "Nothing was resumed: check below and confirm again."
+            ),
+        )
+    try:
+        result = actions.resume(actor=request.user, ref=session.id, reason=_reason(request))
+    except core.StoreError as problem:
+        return _preflight(request, session, error=f"Resume failed, nothing changed: {problem}")
+    if result.previous_end_reason is None:
+        text = f"{result.session_id} was already live"
+    else:
+        text = (
+            f"Resumed {result.session_id}: live again "
+            f"(it had ended: {end_reason_words(result.previous_end_reason)})"
+        )
+    if result.session_id != session.id:
+        text += f"; it is the latest session of {session.id}'s conversation"
+    if result.switched_from_session_id:
+        text += f". {result.switched_from_session_id} was switched away from (session_switch)"
+    messages.success(request, text + f". {_plural(result.message_count, 'message')}.")
+    return _redirect(request, _detail_url(result.session_id))
+
+
+@require_GET
+@require_perm(VIEW)
+def resume_preflight(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """What a resume would reopen and switch away from; ``?ref=`` finds a session by title or prefix."""
+    return _resume_preflight(request, session_id)
+
+
+@require_POST
+@require_perm(OPERATE)
+def resume_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Resume as the preflight showed, or show it again saying why nothing changed."""
+    return _resume_execute(request, session_id)
+
+
+@require_http_methods(["GET", "POST"])
+def session_resume(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """One URL: GET is the preflight page (VIEW), POST the confirmed resume (OPERATE)."""
+    if request.method == "POST":
+        return resume_execute(request, session_id)
+    return resume_preflight(request, session_id)
