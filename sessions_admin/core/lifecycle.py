@@ -168,6 +168,24 @@ def _end(session_id: str, end_reason: str, *, at: float | None = None) -> bool:
     )
 
 
+def _end_live_of_key(
+    session_key: str | None, end_reason: str, *, keep: str | None = None
+) -> list[str]:
+    """End every live session of a key but ``keep``, newest first; one live session per key.
+
+    A store written by a forking runtime can hold several; all of them end.
+    """
+    if not session_key:
+        return []
+    ended = []
+    while True:
+        live = lineage.live_session_for_key(session_key, exclude=keep)
+        if live is None or live in ended:
+            return ended
+        _end(live, end_reason)
+        ended.append(live)
+
+
 def _move_conversations(from_ids: Iterable[str], to_id: str) -> None:
     from sessions_admin.core import conversations
 
@@ -253,9 +271,8 @@ def create_session(
     previous_live = None
     is_delegate = "_delegate_from" in parse_model_config(config_text)
     if parent_session_id is None and not is_delegate and session_key:
-        previous_live = lineage.live_session_for_key(session_key)
-        if previous_live:
-            _end(previous_live, "new_session")
+        ended = _end_live_of_key(session_key, "new_session")
+        previous_live = ended[0] if ended else None
     _insert_session(
         session_id=session_id,
         source=source,
@@ -288,7 +305,7 @@ def _message_values(session_id: str, message: Mapping[str, Any]) -> list[Any]:
     if tool_calls is not None and not isinstance(tool_calls, str):
         tool_calls = db.dumps(tool_calls) if tool_calls else None
     timestamp = message.get("timestamp")
-    return [
+    values = [
         session_id,
         role,
         content,
@@ -300,6 +317,10 @@ def _message_values(session_id: str, message: Mapping[str, Any]) -> list[Any]:
         message.get("finish_reason"),
         message.get("reasoning"),
     ]
+    if any(isinstance(v, str) and chr(0) in v for v in values):
+        # PostgreSQL text cannot hold NUL; refuse it on every backend alike.
+        raise InvalidInput("A message field contains a NUL character.")
+    return values
 
 
 def tool_call_total(tool_calls: str | None) -> int:
@@ -454,8 +475,7 @@ def reset_session_key(*, session_key: str, summary: str | None = None) -> ResetR
             raise SessionNotFound(f"session_key {session_key}")
         template_id = row[0]
     template = _require_session(template_id, lock=True)
-    if live:
-        _end(live, "session_reset")
+    _end_live_of_key(session_key, "session_reset")
     new_id = new_session_id()
     _insert_session(
         session_id=new_id,
@@ -501,9 +521,7 @@ def branch_session(
     _check_title(title, session_id=new_id)
     if row["ended_at"] is None:
         _end(session_id, "branched")
-    other_live = lineage.live_session_for_key(row.get("session_key"))
-    if other_live:
-        _end(other_live, "session_switch")
+    _end_live_of_key(row.get("session_key"), "session_switch")
     _insert_session(
         session_id=new_id,
         source=row["source"],

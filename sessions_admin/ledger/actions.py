@@ -70,6 +70,7 @@ def _audited(
     before: dict | None,
     run: Callable[[], T],
     after: Callable[[T], dict],
+    result_ids: Callable[[T], Sequence[str | None]] = lambda _: (),
 ) -> T:
     try:
         result = run()
@@ -87,7 +88,7 @@ def _audited(
     record(
         actor=actor,
         action=action,
-        session_ids=session_ids,
+        session_ids=[*session_ids, *(sid for sid in result_ids(result) if sid)],
         before=before,
         after=after(result),
         reason=reason,
@@ -153,14 +154,19 @@ def unmerge(*, actor, merge_id: int, reason: str = "") -> core.UnmergeResult:
 
 
 def resume(*, actor, ref: str, reason: str = "") -> core.ResumeResult:
+    try:
+        asked = [core.resolve_session_ref(ref)]
+    except StoreError:
+        asked = []  # the refusal is audited below, with the reference as given
     return _audited(
         actor=actor,
         action="resume",
-        session_ids=[ref],
+        session_ids=asked,
         reason=reason,
-        before=_counts([ref]),
+        before={"ref": ref, **_counts(asked)},
         run=lambda: core.resume_session(ref=ref),
         after=lambda r: {"resumed": r.session_id, "switched_from": r.switched_from_session_id},
+        result_ids=lambda r: [r.session_id, r.switched_from_session_id],
     )
 
 
@@ -176,6 +182,7 @@ def reset(
         before={"session_key": session_key, "live": live},
         run=lambda: core.reset_session_key(session_key=session_key, summary=summary or None),
         after=lambda r: {"ended": r.ended_session_id, "new": r.new_session_id},
+        result_ids=lambda r: [r.ended_session_id, r.new_session_id],
     )
 
 

@@ -70,3 +70,25 @@ def test_destructive_actions_need_a_reason_and_change_nothing_without_one(ada):
     )
     entry = AuditEntry.objects.get(action="cascade_delete")
     assert entry.after["deleted_sessions"] == 1 and entry.reason == "cleanup"
+
+
+def test_resume_and_reset_link_every_session_they_touch(ada):
+    old = core.create_session(source="telegram", session_key="tg:a", title="Trip").session_id
+    tip = core.rotate_for_compression(session_id=old).new_session_id
+    core.end_session(session_id=tip, end_reason="user_exit")
+    other = core.create_session(source="telegram", session_key="tg:a").session_id
+    actions.resume(actor=ada, ref="Trip")
+    resumed = AuditEntry.objects.get(action="resume")
+    assert set(resumed.sessions.values_list("session_id", flat=True)) == {old, tip, other}
+    reset = actions.reset(actor=ada, session_key="tg:a")
+    entry = AuditEntry.objects.get(action="reset")
+    assert set(entry.sessions.values_list("session_id", flat=True)) == {tip, reset.new_session_id}
+
+
+def test_a_nul_character_is_refused_clearly_on_every_backend(ada):
+    sid = core.create_session(source="cli").session_id
+    with pytest.raises(core.InvalidInput):
+        core.append_message(session_id=sid, role="user", content="a\x00b")
+    with pytest.raises(core.InvalidInput):
+        core.append_message(session_id=sid, role="tool", content="ok", tool_name="x\x00")
+    assert core.lineage.session_row(sid)["message_count"] == 0
