@@ -1,0 +1,127 @@
+"""``manage.py create_operator NAME --role viewer|support|admin [--if-missing]``.
+
+Creates a console operator: a Django user in one role group. The password is
+the first line of stdin when stdin is piped in with content, otherwise a
+strong one is generated and printed once.
+"""
+
+from __future__ import annotations
+
+import secrets
+import select
+import sys
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+from django.db import IntegrityError, transaction
+
+from sessions_admin.console.roles import ROLES, assign_role, role_of
+
+# How long to wait for a piped password that has not arrived yet. Without a
+# bound, a stdin that is an open pipe nobody writes to would hang the command
+# (and ``python -m sessions_admin demo`` with it).
+STDIN_WAIT_SECONDS = 1.0
+
+
+def _stdin_password() -> str | None:
+    """The first line of stdin when it is not a terminal and has content, else None."""
+    stream = sys.stdin
+    if stream is None or stream.closed:
+        return None
+    try:
+        if stream.isatty():
+            return None
+    except ValueError:  # closed underneath us
+        return None
+    try:
+        fileno = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        fileno = None  # an in-memory stream (tests): it has whatever it has
+    if fileno is not None:
+        try:
+            ready, _, _ = select.select([fileno], [], [], STDIN_WAIT_SECONDS)
+        except (OSError, ValueError):
+            ready = [fileno]
+        if not ready:
+            return None
+    try:
+        line = stream.readline()
+    except (OSError, ValueError):  # unreadable (a test runner's captured stdin, a closed fd)
+        return None
+    password = line.rstrip("\r\n")
+    return password or None
+
+
+class Command(BaseCommand):
+    help = (
+        "Create a console operator with a role (viewer reads; support also operates; admin "
+        "also deletes). The password is read from stdin when piped in, else generated and printed."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("name", help="Username of the operator.")
+        parser.add_argument(
+            "--role", required=True, help=f"One of: {', '.join(ROLES)}.", metavar="ROLE"
+        )
+        parser.add_argument(
+            "--if-missing",
+            action="store_true",
+            help="If the operator already exists, say so and change nothing (exit 0).",
+        )
+
+    def handle(self, *args, **options):
+        name: str = options["name"]
+        role: str = options["role"]
+        if role not in ROLES:
+            raise CommandError(f"Unknown role {role!r}: choose one of {', '.join(ROLES)}.")
+        User = get_user_model()
+        username_field = User._meta.get_field(User.USERNAME_FIELD)
+        try:
+            username_field.clean(name, None)
+        except ValidationError as error:
+            raise CommandError(
+                f"Invalid operator name {name!r}: {' '.join(error.messages)}"
+            ) from error
+
+        existing = User._default_manager.filter(**{User.USERNAME_FIELD: name}).first()
+        if existing is not None:
+            current = role_of(existing) or "no role"
+            if options["if_missing"]:
+                self.stdout.write(
+                    f"Operator {name} already exists (role: {current}); nothing changed."
+                )
+                return
+            raise CommandError(
+                f"Operator {name} already exists (role: {current}); nothing changed. "
+                "Use --if-missing to accept an existing operator."
+            )
+
+        piped = _stdin_password()
+        password = piped if piped is not None else secrets.token_urlsafe(18)
+        candidate = User(**{User.USERNAME_FIELD: name})
+        try:
+            validate_password(password, user=candidate)
+        except ValidationError as error:
+            raise CommandError(
+                f"Password rejected for operator {name}: {' '.join(error.messages)} "
+                "Nothing was created."
+            ) from error
+
+        try:
+            with transaction.atomic(using=User._default_manager.db):
+                user = User._default_manager.create_user(
+                    **{User.USERNAME_FIELD: name}, password=password
+                )
+                assign_role(user, role)
+        except IntegrityError as error:  # created concurrently since the check above
+            raise CommandError(f"Operator {name} could not be created: {error}") from error
+
+        if piped is not None:
+            self.stdout.write(
+                f"Operator {name} ({role}) created with the password read from stdin."
+            )
+        else:
+            self.stdout.write(f"Operator {name} ({role}) created. Password: {password}")
+            self.stdout.write("Store it now: it is not shown again.")
