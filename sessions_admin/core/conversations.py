@@ -14,14 +14,13 @@ These tables may live in a separate database (Hermes's ``response_store.db``):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 
-from sessions_admin.core import db, lineage
+from sessions_admin.core import clock, db, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import ConversationNotFound, InvalidInput, SessionNotFound
 from sessions_admin.core.lifecycle import create_session, new_session_id
@@ -187,7 +186,7 @@ def record_turn(
             "INSERT INTO responses (response_id, data, accessed_at) VALUES (%s, %s, %s) "
             "ON CONFLICT (response_id) DO UPDATE SET data = excluded.data, "
             "accessed_at = excluded.accessed_at",
-            [response_id, db.dumps(payload), time.time()],
+            [response_id, db.dumps(payload), clock.now()],
             alias=_alias(),
         )
         if conversation:

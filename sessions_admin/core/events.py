@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from django.db import transaction
 
-from sessions_admin.core import db
+from sessions_admin.core import clock, db
 from sessions_admin.routers import store_alias
 
 logger = logging.getLogger(__name__)
@@ -122,7 +121,7 @@ def record_switch(
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
         [
             seq,
-            time.time(),
+            clock.now(),
             new_session_id,
             previous_session_id,
             parent_session_id,

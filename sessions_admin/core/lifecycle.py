@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sessions_admin.core import db, events, lineage
+from sessions_admin.core import clock, db, events, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import (
     AmbiguousSessionRef,
@@ -81,7 +81,7 @@ class CompressionResult:
 
 def new_session_id() -> str:
     # Hermes's shape: sortable by time, short enough to type a prefix of.
-    return f"{time.strftime('%Y%m%d_%H%M%S', time.gmtime())}_{uuid.uuid4().hex[:8]}"
+    return f"{time.strftime('%Y%m%d_%H%M%S', time.gmtime(clock.now()))}_{uuid.uuid4().hex[:8]}"
 
 
 def _require_text(name: str, value: Any, *, max_length: int = 4000) -> str:
@@ -145,7 +145,7 @@ def _insert_session(
             *(metadata.get(f) for f in METADATA_FIELDS),
             model_config,
             parent_session_id,
-            started_at if started_at is not None else time.time(),
+            started_at if started_at is not None else clock.now(),
             title,
         ],
     )
@@ -162,7 +162,7 @@ def _end(session_id: str, end_reason: str, *, at: float | None = None) -> bool:
     return (
         db.execute(
             "UPDATE sessions SET ended_at = %s, end_reason = %s WHERE id = %s AND ended_at IS NULL",
-            [at if at is not None else time.time(), end_reason, session_id],
+            [at if at is not None else clock.now(), end_reason, session_id],
         )
         > 0
     )
@@ -312,7 +312,7 @@ def _message_values(session_id: str, message: Mapping[str, Any]) -> list[Any]:
         message.get("tool_call_id"),
         tool_calls,
         message.get("tool_name"),
-        float(timestamp) if timestamp is not None else time.time(),
+        float(timestamp) if timestamp is not None else clock.now(),
         message.get("token_count"),
         message.get("finish_reason"),
         message.get("reasoning"),

@@ -293,11 +293,16 @@ def current_session(*, session_id: str) -> str:
 
 
 def live_session_for_key(session_key: str | None, *, exclude: str | None = None) -> str | None:
-    """The live session of a session_key: the latest started one not ended."""
+    """The live session of a session_key: the latest started one not ended.
+
+    Delegates (subagent runs) may carry their parent's key but are never the
+    conversation's live session.
+    """
     if not session_key:
         return None
     row = db.fetchone(
         "SELECT id FROM sessions WHERE session_key = %s AND ended_at IS NULL AND id <> %s "
+        f"AND {marker('_delegate_from')} IS NULL "
         "ORDER BY started_at DESC, id DESC LIMIT 1",
         [session_key, exclude or ""],
     )

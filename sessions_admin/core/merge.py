@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sessions_admin.core import db, events, lineage
+from sessions_admin.core import clock, db, events, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
 from sessions_admin.core.transcript import recompute_counters
@@ -308,7 +307,7 @@ def merge_sessions(
     }
     children = _children_of(absorbed)
     conversations = _conversations_of(absorbed)
-    now = time.time()
+    now = clock.now()
     marks = db.placeholders(absorbed)
 
     db.execute(
@@ -480,7 +479,7 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
             )
     db.execute(
         "UPDATE sessions_admin_merges SET undone_at = %s WHERE id = %s",
-        [time.time(), int(merge_id)],
+        [clock.now(), int(merge_id)],
     )
     live_again = [sid for sid in absorbed if prior["sessions"][sid]["ended_at"] is None]
     if live_again:

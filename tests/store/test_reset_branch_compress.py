@@ -115,3 +115,21 @@ def test_compressing_an_ended_session_is_refused():
     with pytest.raises(core.SessionEnded):
         core.rotate_for_compression(session_id=ref)
     assert count("sessions") == 1
+
+
+def test_a_live_delegate_sharing_the_key_is_not_the_conversation():
+    parent = core.create_session(source="telegram", session_key="tg:d", model="main").session_id
+    delegate = core.create_session(
+        source="tool",
+        session_key="tg:d",
+        parent_session_id=parent,
+        model="sub",
+        model_config={"_delegate_from": parent},
+    ).session_id
+    assert core.live_session_for_key("tg:d") == parent
+    result = core.reset_session_key(session_key="tg:d")
+    new = session(result.new_session_id)
+    assert result.ended_session_id == parent
+    assert json.loads(new["model_config"])["_reset_from"] == parent
+    assert (new["source"], new["model"]) == ("telegram", "main")
+    assert session(delegate)["ended_at"] is None

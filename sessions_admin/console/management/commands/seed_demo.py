@@ -11,8 +11,8 @@ that yields the moment of its next action; a scheduler runs the actions of all
 stories in time order over the last ``WINDOW_DAYS`` days. The core reads the
 wall clock for the times it stamps itself (ended_at, the started_at of resets,
 branches and compression children, session ids, response access times, the
-switch-event log); while seeding, its modules see a simulated clock instead
-(``simulated_core_clock``), so those columns agree with the timestamps we pass.
+switch-event log); while seeding, it reads a simulated clock instead
+(``core.clock.use_clock``), so those columns agree with the timestamps we pass.
 
 The session count is exact: every story's sessions are fixed when it is
 planned, a showcase of each case comes first (so small seeds have them all),
@@ -45,7 +45,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections, transaction
 
 from sessions_admin import core
-from sessions_admin.core import conversations as core_conversations
+from sessions_admin.core import clock as core_clock
 from sessions_admin.core import events as core_events
 from sessions_admin.core import lifecycle as core_lifecycle
 from sessions_admin.routers import responses_alias, store_alias
@@ -73,11 +73,7 @@ BULK_BATCH_SESSIONS = 500
 
 
 class SimulatedClock:
-    """Stands in for the ``time`` module in the core's modules while seeding.
-
-    ``time()`` (and ``gmtime()`` without an argument) answer the simulated
-    moment; everything else is the real module's.
-    """
+    """The moment the scheduler has reached; the core stamps it while seeding."""
 
     def __init__(self, now: float) -> None:
         self.now = now
@@ -85,27 +81,12 @@ class SimulatedClock:
     def time(self) -> float:
         return self.now
 
-    def gmtime(self, secs: float | None = None) -> time.struct_time:
-        return time.gmtime(self.now if secs is None else secs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
-CLOCKED_CORE_MODULES = (core_lifecycle, core_conversations, core_events)
-
 
 @contextlib.contextmanager
 def simulated_core_clock(clock: SimulatedClock) -> Iterator[SimulatedClock]:
-    """Let the core stamp simulated times: swap its modules' ``time`` for ``clock``."""
-    saved = [(module, module.time) for module in CLOCKED_CORE_MODULES]
-    try:
-        for module, _ in saved:
-            module.time = clock
+    """Let the core stamp simulated times (ended_at, ids, event times) through its clock hook."""
+    with core_clock.use_clock(clock.time):
         yield clock
-    finally:
-        for module, original in saved:
-            module.time = original
 
 
 # ---------------------------------------------------------------------------
