@@ -30,6 +30,7 @@ from sessions_admin.core.errors import (
     ConversationNotFound,
     InvalidInput,
     NothingToUndo,
+    ReadOnlyStore,
     SessionEnded,
     SessionNotFound,
     StoreBusy,

@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import OperationalError, connections, transaction
 from django.db.utils import DatabaseError
 
-from sessions_admin.core.errors import StoreBusy
+from sessions_admin.core.errors import ReadOnlyStore, StoreBusy
 from sessions_admin.routers import store_alias
 
 T = TypeVar("T")
@@ -44,15 +45,27 @@ def _is_retryable(error: BaseException) -> bool:
     return sqlstate in {"40001", "40P01", "55P03"}
 
 
+def read_only() -> bool:
+    """The dashboard is attached read-only: no operation may write to the store."""
+    return bool(getattr(settings, "SESSIONS_ADMIN_READ_ONLY", False))
+
+
+def require_writable_store(operation: str) -> None:
+    if read_only():
+        raise ReadOnlyStore(operation)
+
+
 def store_operation(func: Callable[..., T]) -> Callable[..., T]:
     """Run ``func`` in one store transaction, retrying a busy store within a bound.
 
     Nested calls (an operation calling another) join the outer transaction and
-    are not retried on their own: only the outermost call owns the retry.
+    are not retried on their own: only the outermost call owns the retry. In
+    read-only mode every operation is refused before it opens a transaction.
     """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> T:
+        require_writable_store(func.__name__)
         alias = store_alias()
         connection = connections[alias]
         if connection.in_atomic_block:

@@ -82,3 +82,14 @@ class StoreBusy(StoreError):
             f"The store is busy (the runtime holds its write lock); {operation} was not applied "
             f"after {attempts} attempts. Nothing changed: try again."
         )
+
+
+class ReadOnlyStore(StoreError):
+    """The dashboard is attached read-only (``SESSIONS_ADMIN_READ_ONLY=1``): nothing writes to the store."""
+
+    def __init__(self, operation: str):
+        self.operation = operation
+        super().__init__(
+            f"The store is attached read-only (SESSIONS_ADMIN_READ_ONLY=1): {operation} was refused "
+            "and nothing changed. Restart the dashboard without read-only mode to act on sessions."
+        )

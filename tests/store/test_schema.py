@@ -59,9 +59,38 @@ sqlite_only = pytest.mark.skipif(
 
 @sqlite_only
 @pytest.mark.own_db
-def test_it_only_adds_to_an_existing_runtime_store(runtime_store):
+def test_attaching_changes_nothing_in_the_runtimes_own_tables(runtime_store):
     alias, path = runtime_store
+    conn = sqlite3.connect(path)
+    runtime_schema = conn.execute(
+        "SELECT type, name, sql FROM sqlite_master WHERE tbl_name IN ('sessions', 'messages') "
+        "ORDER BY name"
+    ).fetchall()
+    conn.close()
     report = ensure_store_schema(alias)
+    assert report.added_columns == ("conversations.session_id",)
+    assert set(report.created_tables) == {
+        "responses",
+        "sessions_admin_merges",
+        "sessions_admin_switch_events",
+    }
+    assert "missing column sessions.session_key" in report.problems
+    conn = sqlite3.connect(path)
+    assert (
+        conn.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE tbl_name IN ('sessions', 'messages') "
+            "ORDER BY name"
+        ).fetchall()
+        == runtime_schema
+    )
+    conn.close()
+
+
+@sqlite_only
+@pytest.mark.own_db
+def test_upgrading_the_runtime_tables_only_adds_to_them(runtime_store):
+    alias, path = runtime_store
+    report = ensure_store_schema(alias, upgrade_runtime_tables=True)
     assert "runtime_only_column" in existing_columns(alias, "sessions")
     assert {"session_key", "archived", "rewind_count"} <= existing_columns(alias, "sessions")
     assert {"active", "compacted"} <= existing_columns(alias, "messages")
@@ -144,3 +173,17 @@ def test_search_index_follows_inserts_updates_and_deletes():
     assert hits("zebra") == [] and hits("okapi") == [ids[0]]
     db.execute("DELETE FROM messages WHERE id = %s", [ids[0]])
     assert hits("okapi") == []
+
+
+def test_read_only_mode_refuses_every_write_and_the_schema(settings):
+    from sessions_admin import core
+
+    ref = core.create_session(source="cli").session_id
+    settings.SESSIONS_ADMIN_READ_ONLY = True
+    with pytest.raises(core.ReadOnlyStore, match="read-only"):
+        core.append_message(session_id=ref, role="user", content="hi")
+    with pytest.raises(core.ReadOnlyStore):
+        core.create_session(source="cli")
+    with pytest.raises(core.ReadOnlyStore):
+        ensure_store_schema()
+    assert db.fetchone("SELECT COUNT(*) FROM messages")[0] == 0

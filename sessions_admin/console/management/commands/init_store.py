@@ -1,15 +1,31 @@
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from sessions_admin.core.errors import ReadOnlyStore
 from sessions_admin.store.schema import ensure_store_schema
 
 
 class Command(BaseCommand):
-    help = "Create whatever the session store lacks (idempotent, additive only)."
+    help = (
+        "Create whatever the session store lacks (idempotent, additive only). On an existing "
+        "runtime store only sessions_admin's own tables and conversations.session_id are added "
+        "(docs/attach.md)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--upgrade-runtime-tables",
+            action="store_true",
+            help="also add missing columns, indexes and a full-text index to the runtime's own "
+            "sessions/messages tables (never needed for a current Hermes Agent store)",
+        )
 
     def handle(self, *args, **options):
-        report = ensure_store_schema()
+        try:
+            report = ensure_store_schema(upgrade_runtime_tables=options["upgrade_runtime_tables"])
+        except ReadOnlyStore as refused:
+            raise CommandError(str(refused)) from refused
         if report.created_tables or report.added_columns:
             self.stdout.write(
                 f"Store ({report.alias}): created tables {', '.join(report.created_tables) or 'none'}; "
@@ -17,3 +33,9 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"Store ({report.alias}) already has every table and column needed.")
+        if report.problems:
+            self.stdout.write(
+                "The runtime's own tables were left as they are; they lack: "
+                + ", ".join(report.problems)
+                + ". Run with --upgrade-runtime-tables to add them."
+            )
