@@ -190,6 +190,15 @@ INDEX_SQL = [
     "CREATE INDEX IF NOT EXISTS idx_sa_messages_session_id ON messages(session_id, id)",
     "CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique "
     "ON sessions(title) WHERE title IS NOT NULL",
+    # Session list (store/listing.py): source filter in started order, and the sort keys
+    # (the expressions must match listing.SORT_SQL for SQLite to use them).
+    "CREATE INDEX IF NOT EXISTS idx_sa_sessions_source_started ON sessions(source, started_at)",
+    "CREATE INDEX IF NOT EXISTS idx_sa_sessions_message_count "
+    "ON sessions((COALESCE(message_count, 0)), id)",
+    "CREATE INDEX IF NOT EXISTS idx_sa_sessions_tokens "
+    "ON sessions((COALESCE(input_tokens, 0) + COALESCE(output_tokens, 0)), id)",
+    "CREATE INDEX IF NOT EXISTS idx_sa_sessions_cost "
+    "ON sessions((COALESCE(estimated_cost_usd, 0)), id)",
 ]
 
 SWITCH_EVENTS_SQL = (

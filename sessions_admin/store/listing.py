@@ -1,0 +1,1368 @@
+"""Read queries behind the session list: filters, sorts, keyset pages, capped counts, search.
+
+Read-only. Everything here is built for a big store that the runtime writes
+while we read:
+
+- pages are keyset pages (``WHERE (key, id) < cursor ORDER BY key DESC, id DESC
+  LIMIT n + 1``), never OFFSET; the cursor is opaque (urlsafe base64 of JSON);
+- counts are exact only up to ``COUNT_CAP`` (a COUNT over a LIMITed subquery);
+- "last activity" is a session's latest message (message ids are monotonic).
+  It is not stored, so the first pages walk ``messages`` by id from the newest
+  and keep each session's latest one; a filter too narrow for that walk to
+  pay off is answered from the matching sessions instead (see
+  ``_activity_rows``);
+- in the default ``roots`` scope a row is a conversation: a session with no
+  parent (or whose parent is gone) or a branch. Compression continuations
+  and delegates are hidden; a compressed root shows the figures of its
+  compression tip, computed for the rows of the page only.
+
+Input comes from the query string: ``parse`` turns it into a frozen
+``Filters`` plus an optional ``Cursor`` and a list of problems to show; it
+never raises on bad input.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import datetime as dt
+import heapq
+import json
+import math
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+from urllib.parse import urlencode
+
+from django.core.cache import cache
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+from sessions_admin.core import db, forks, lineage
+from sessions_admin.store import health
+
+PAGE_SIZE = 50
+PAGE_SIZES = (25, 50, 100, 200)
+COUNT_CAP = 1000
+MAX_TEXT = 200
+MAX_QUERY = 500
+MAX_TERMS = 16
+MAX_CURSOR = 1000
+MAX_INT = 2**63 - 1
+MAX_CHOICES = 200
+CHOICES_CACHE_SECONDS = 60
+# Computing the dropdown choices faster than this is not worth caching.
+CHOICES_CACHE_AFTER = 0.05
+
+# The activity walk reads message ids in windows of this size, doubling up to the maximum.
+WALK_WINDOW = 2048
+WALK_MAX_WINDOW = 65536
+# Beyond this many message ids without a full page, the walk gives way (see _activity_rows).
+WALK_BUDGET = 8192
+# PostgreSQL search: the first id window, then four times larger each time.
+SEARCH_WINDOW = 4096
+
+SORTS = {
+    "started": "Started",
+    "activity": "Last activity",
+    "messages": "Messages",
+    "tokens": "Tokens (in + out)",
+    "cost": "Cost",
+}
+DIRECTIONS = {"desc": "Highest / newest first", "asc": "Lowest / oldest first"}
+SCOPES = {"roots": "Conversations", "all": "Every segment"}
+ARCHIVED = {"": "Archived or not", "0": "Not archived", "1": "Archived only"}
+EMPTY = {"": "Any number", "1": "None (empty)", "0": "At least one"}
+
+# Sort keys as SQL over ``sessions s``; the indexes in schema.INDEX_SQL match these expressions.
+SORT_SQL = {
+    "started": "s.started_at",
+    "messages": "COALESCE(s.message_count, 0)",
+    "tokens": "(COALESCE(s.input_tokens, 0) + COALESCE(s.output_tokens, 0))",
+    "cost": "COALESCE(s.estimated_cost_usd, 0)",
+}
+
+# Snippet highlight markers: private-use code points, turned into <mark> only after escaping.
+MARK_START = "\ue000"
+MARK_END = "\ue001"
+SNIPPET_ELLIPSIS = "…"
+SNIPPET_TOKENS = 24
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_WORD_RUN = re.compile(r"[^\W_]+")
+_MARKS = re.compile(f"({MARK_START}|{MARK_END})")
+
+
+# ---------------------------------------------------------------------------
+# Parsing
+
+
+@dataclass(frozen=True)
+class Filters:
+    """A validated session-list request (what the URL holds, minus the cursor)."""
+
+    q: str = ""
+    source: str = ""
+    model: str = ""
+    user: str = ""
+    status: str = ""  # "", "live", "ended" or an end_reason
+    started_from: dt.date | None = None
+    started_to: dt.date | None = None
+    title: str = ""
+    forks: bool = False
+    empty: str = ""  # "", "1" (no messages), "0" (some)
+    archived: str = ""  # "", "1" (archived only), "0" (not archived)
+    health: str = ""
+    scope: str = "roots"
+    sort: str = "started"
+    direction: str = "desc"
+    per_page: int = PAGE_SIZE
+
+    @property
+    def is_search(self) -> bool:
+        return bool(self.q)
+
+    @property
+    def terms(self) -> tuple[str, ...]:
+        return search_terms(self.q)
+
+    def params(self) -> dict[str, str]:
+        """The non-default parameters, in a stable order (URL names)."""
+        default = Filters()
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == getattr(default, f.name):
+                continue
+            name = PARAM_NAMES[f.name]
+            if isinstance(value, bool):
+                out[name] = "1"
+            elif isinstance(value, dt.date):
+                out[name] = value.isoformat()
+            else:
+                out[name] = str(value)
+        return out
+
+    def querystring(self) -> str:
+        return urlencode(self.params())
+
+    def filters_only(self) -> Filters:
+        """The same selection without search, sort and page size (what a bulk action selects)."""
+        return replace(self, q="", sort="started", direction="desc", per_page=PAGE_SIZE)
+
+    @property
+    def is_filtered(self) -> bool:
+        return self.filters_only() != Filters(scope=self.scope)
+
+
+PARAM_NAMES = {
+    "q": "q",
+    "source": "source",
+    "model": "model",
+    "user": "user",
+    "status": "status",
+    "started_from": "from",
+    "started_to": "to",
+    "title": "title",
+    "forks": "forks",
+    "empty": "empty",
+    "archived": "archived",
+    "health": "health",
+    "scope": "scope",
+    "sort": "sort",
+    "direction": "dir",
+    "per_page": "per",
+}
+
+
+@dataclass(frozen=True)
+class Cursor:
+    kind: str  # a SORTS key, or "search"
+    direction: str
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Parsed:
+    filters: Filters
+    cursor: Cursor | None
+    problems: tuple[str, ...]
+
+
+def parse(params: Mapping[str, Any]) -> Parsed:
+    """Validate query parameters; bad ones are dropped with a problem to show, never raised."""
+    problems: list[str] = []
+
+    def text(name: str, label: str, limit: int = MAX_TEXT) -> str:
+        value = params.get(name, "")
+        if not isinstance(value, str):
+            return ""
+        value = value.strip()
+        if "\x00" in value:
+            problems.append(f"{label} contains a NUL character; that filter is ignored.")
+            return ""
+        if len(value) > limit:
+            problems.append(f"{label} is longer than {limit} characters; that filter is ignored.")
+            return ""
+        return value
+
+    def choice(name: str, label: str, allowed: Mapping[str, str] | set[str], default: str) -> str:
+        value = text(name, label)
+        if value == "":
+            return default
+        if value not in allowed:
+            shown = value if len(value) <= 40 else value[:40] + "…"
+            problems.append(
+                f"{label}: {shown!r} is not one of {', '.join(repr(a) for a in allowed if a)}; "
+                "it is ignored."
+            )
+            return default
+        return value
+
+    def date(name: str, label: str) -> dt.date | None:
+        value = text(name, label)
+        if not value:
+            return None
+        parsed = None
+        if _DATE.fullmatch(value):
+            try:
+                parsed = dt.date.fromisoformat(value)
+            except ValueError:
+                parsed = None
+        if parsed is None or parsed.year < 1970:
+            problems.append(f"{label}: {value[:40]!r} is not a date (YYYY-MM-DD, from 1970).")
+            return None
+        return parsed
+
+    q = text("q", "Search", MAX_QUERY)
+    if q and not search_terms(q):
+        problems.append("The search has no words to look for (only punctuation or symbols).")
+    forks_flag = choice("forks", "Has forks", {"1", "0"}, "0") == "1"
+    health_kind = choice("health", "Health check", health.KINDS, "")
+    per_raw = text("per", "Page size")
+    per_page = PAGE_SIZE
+    if per_raw:
+        if per_raw.isdigit() and int(per_raw) in PAGE_SIZES:
+            per_page = int(per_raw)
+        else:
+            problems.append(
+                f"Page size must be one of {', '.join(map(str, PAGE_SIZES))}; "
+                f"showing {PAGE_SIZE} per page."
+            )
+    filters = Filters(
+        q=q,
+        source=text("source", "Source"),
+        model=text("model", "Model"),
+        user=text("user", "User"),
+        status=text("status", "Status"),
+        started_from=date("from", "Started from"),
+        started_to=date("to", "Started until"),
+        title=text("title", "Title"),
+        forks=forks_flag,
+        empty=choice("empty", "Empty", EMPTY, ""),
+        archived=choice("archived", "Archived", ARCHIVED, ""),
+        health=health_kind,
+        scope=choice("scope", "Scope", SCOPES, "roots"),
+        sort=choice("sort", "Sort", SORTS, "started"),
+        direction=choice("dir", "Direction", DIRECTIONS, "desc"),
+        per_page=per_page,
+    )
+    if filters.started_from and filters.started_to and filters.started_from > filters.started_to:
+        problems.append("The start date is after the end date: nothing can match.")
+    cursor = None
+    token = params.get("after", "")
+    if isinstance(token, str) and token.strip():
+        cursor = decode_cursor(token.strip(), filters)
+        if cursor is None:
+            problems.append(
+                "That page link is not valid (or belongs to another sort): showing the first page."
+            )
+    return Parsed(filters=filters, cursor=cursor, problems=tuple(problems))
+
+
+def search_terms(q: str) -> tuple[str, ...]:
+    """The words of a search as plain-text phrases.
+
+    Each whitespace-separated word becomes its runs of letters and digits,
+    space-separated (``web_search`` -> ``web search``, ``NEAR(x`` -> ``NEAR x``):
+    the backend matches them as adjacent tokens, so punctuation inside a word
+    still means what the text meant and never what a query language means.
+    Words with no letter or digit are dropped.
+    """
+    phrases = []
+    for word in q.split():
+        runs = _WORD_RUN.findall(word)
+        if runs:
+            phrases.append(" ".join(runs))
+    return tuple(phrases[:MAX_TERMS])
+
+
+# ---------------------------------------------------------------------------
+# Cursors
+
+
+def encode_cursor(kind: str, direction: str, values: Sequence[Any]) -> str:
+    raw = json.dumps([kind, direction, *values], separators=(",", ":"), allow_nan=False)
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return -MAX_INT <= value <= MAX_INT
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _session_id(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_TEXT and "\x00" not in value
+
+
+def decode_cursor(token: str, filters: Filters) -> Cursor | None:
+    """The cursor in ``token`` if it is well formed and fits ``filters``' sort, else None."""
+    if len(token) > MAX_CURSOR:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        data = json.loads(raw.decode(), parse_constant=_reject_constant)
+    except (ValueError, binascii.Error, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(data, list) or len(data) < 3:
+        return None
+    kind, direction, values = data[0], data[1], tuple(data[2:])
+    expected = "search" if filters.is_search else filters.sort
+    if kind != expected or direction != filters.direction:
+        return None
+    if kind == "search":
+        ok = len(values) == 1 and isinstance(values[0], int) and _number(values[0])
+    elif kind == "activity":
+        ok = (
+            len(values) == 2
+            and values[0] == "m"
+            and isinstance(values[1], int)
+            and _number(values[1])
+        ) or (
+            len(values) == 3 and values[0] == "e" and _number(values[1]) and _session_id(values[2])
+        )
+    else:
+        ok = len(values) == 2 and _number(values[0]) and _session_id(values[1])
+    return Cursor(kind, direction, values) if ok else None
+
+
+# ---------------------------------------------------------------------------
+# SQL pieces
+
+
+def _in_list(column: str, values: Sequence[Any]) -> tuple[str, list]:
+    """``column IN values`` with one parameter, whatever the number of values."""
+    if db.vendor() == "postgresql":
+        return f"{column} = ANY(%s)", [list(values)]
+    return f"{column} IN (SELECT value FROM json_each(%s))", [json.dumps(list(values))]
+
+
+def _continuation(child: str) -> str:
+    """SQL: session ``child`` continues its parent (given the parent ended by compression)."""
+    return (
+        f"{lineage.marker('_branched_from', child)} IS NULL "
+        f"AND {lineage.marker('_delegate_from', child)} IS NULL"
+    )
+
+
+def visible_sql(alias: str = "s") -> str:
+    """SQL: session ``alias`` is a row of the ``roots`` scope (one row per conversation)."""
+    branched = lineage.marker("_branched_from", alias)
+    delegate = lineage.marker("_delegate_from", alias)
+    # The parent check is a scalar subquery, not NOT EXISTS: inside an OR, PostgreSQL
+    # would hash the whole sessions table for it instead of one index lookup per row.
+    return (
+        f"({alias}.parent_session_id IS NULL "
+        f"OR ({branched} IS NOT NULL AND {delegate} IS NULL) "
+        f"OR (SELECT vp.id FROM sessions vp WHERE vp.id = {alias}.parent_session_id) IS NULL)"
+    )
+
+
+def _like_pattern(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _day_start(day: dt.date) -> float:
+    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()
+
+
+FORKS_CACHE_SECONDS = 30
+
+
+class _Forks:
+    """fork_session_ids(), computed at most once per request and cached briefly.
+
+    Fork detection reads every keyed session and every response (about a
+    second on a 100,000-session store), so the list shares one result for
+    FORKS_CACHE_SECONDS, like the overview's counts: a new fork group shows
+    up within that time.
+    """
+
+    def __init__(self) -> None:
+        self._ids: set[str] | None = None
+
+    def ids(self) -> set[str]:
+        if self._ids is None:
+            key = f"sessions_admin:listing:forks:{_store_name()}"
+            cached = cache.get(key)
+            if cached is None:
+                cached = frozenset(forks.fork_session_ids())
+                cache.set(key, cached, FORKS_CACHE_SECONDS)
+            self._ids = set(cached)
+        return self._ids
+
+
+def _store_name() -> str:
+    from django.db import connections
+
+    from sessions_admin.routers import store_alias
+
+    return str(connections[store_alias()].settings_dict["NAME"])
+
+
+def where_sql(
+    filters: Filters, *, fork_ids: _Forks | None = None, scope: bool = True
+) -> tuple[str, list]:
+    """The WHERE over ``sessions s`` for ``filters`` (search text and sort excluded)."""
+    fork_ids = fork_ids or _Forks()
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value in (
+        ("source", filters.source),
+        ("model", filters.model),
+        ("user_id", filters.user),
+    ):
+        if value:
+            clauses.append(f"s.{column} = %s")
+            params.append(value)
+    if filters.status == "live":
+        clauses.append("s.ended_at IS NULL")
+    elif filters.status == "ended":
+        clauses.append("s.ended_at IS NOT NULL")
+    elif filters.status:
+        clauses.append("s.end_reason = %s")
+        params.append(filters.status)
+    if filters.started_from:
+        clauses.append("s.started_at >= %s")
+        params.append(_day_start(filters.started_from))
+    if filters.started_to:
+        clauses.append("s.started_at < %s")
+        params.append(_day_start(filters.started_to) + 86400.0)
+    if filters.title:
+        op = "ILIKE" if db.vendor() == "postgresql" else "LIKE"
+        clauses.append(f"s.title {op} %s ESCAPE '\\'")
+        params.append(_like_pattern(filters.title))
+    if filters.forks or filters.health == "forks":
+        ids = sorted(fork_ids.ids())
+        if ids:
+            sql, extra = _in_list("s.id", ids)
+            clauses.append(sql)
+            params.extend(extra)
+        else:
+            clauses.append("1 = 0")
+    if filters.health and filters.health != "forks":
+        sql, extra = health.predicate(filters.health, "s")
+        clauses.append(f"({sql})")
+        params.extend(extra)
+    # "Has a message" as one index probe per row: PostgreSQL plans [NOT] EXISTS here as
+    # a hash (anti) join over every message, even for one LIMITed page.
+    first_message = "(SELECT em.id FROM messages em WHERE em.session_id = s.id LIMIT 1)"
+    if filters.empty == "1":
+        clauses.append(f"{first_message} IS NULL")
+    elif filters.empty == "0":
+        clauses.append(f"{first_message} IS NOT NULL")
+    if filters.archived == "1":
+        clauses.append("COALESCE(s.archived, 0) <> 0")
+    elif filters.archived == "0":
+        clauses.append("COALESCE(s.archived, 0) = 0")
+    if scope and filters.scope == "roots":
+        clauses.append(visible_sql("s"))
+    return (" AND ".join(clauses) or "1 = 1"), params
+
+
+def _after_sql(expr: str, desc: bool, value: Any, session_id: str) -> tuple[str, list]:
+    """Keyset condition: rows strictly after (value, session_id) in the page order.
+
+    Spelled ``key <= v AND (key < v OR id < i)`` so both backends seek the
+    (key, id) index on the first term, expression indexes included.
+    """
+    op = "<" if desc else ">"
+    return (
+        f"({expr} {op}= %s AND ({expr} {op} %s OR s.id {op} %s))",
+        [value, value, session_id],
+    )
+
+
+def count_capped(sql_from_where: str, params: list, cap: int | None = None) -> tuple[int, bool]:
+    """COUNT over a LIMIT cap+1 subquery: (count up to cap, whether there are more)."""
+    cap = COUNT_CAP if cap is None else cap
+    row = db.fetchone(
+        f"SELECT COUNT(*) FROM (SELECT 1 {sql_from_where} LIMIT {int(cap) + 1}) capped", params
+    )
+    n = int(row[0]) if row else 0
+    return min(n, cap), n > cap
+
+
+# ---------------------------------------------------------------------------
+# Session pages
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    id: str
+    title: str | None
+    source: str
+    user_id: str | None
+    model: str | None
+    started_at: float
+    archived: bool
+    parent_id: str | None
+    branched_from: str | None
+    delegate_from: str | None
+    # Figures: the compression tip's on a compressed root in the roots scope.
+    ended_at: float | None
+    end_reason: str | None
+    message_count: int
+    tokens: int
+    cost: float | None
+    last_activity: float | None
+    tip_id: str | None = None  # set when the figures come from another segment
+    segments: int = 1
+    branches: int = 0
+    delegates: int = 0
+    continuations: int = 0
+    other_children: int = 0
+    is_fork: bool = False
+
+    @property
+    def is_live(self) -> bool:
+        return self.ended_at is None
+
+    @property
+    def has_children(self) -> bool:
+        return bool(self.branches or self.delegates or self.continuations or self.other_children)
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    rows: tuple[SessionRow, ...]
+    next_cursor: str | None
+    count: int
+    count_capped: bool
+
+
+_BASE_COLUMNS = (
+    "s.id, s.title, s.source, s.user_id, s.model, s.started_at, s.archived, s.parent_session_id, "
+    "s.ended_at, s.end_reason, s.message_count, s.input_tokens, s.output_tokens, "
+    "s.estimated_cost_usd"
+)
+
+
+def _base_rows(ids: Sequence[str]) -> dict[str, dict]:
+    if not ids:
+        return {}
+    branched = lineage.marker("_branched_from", "s")
+    delegate = lineage.marker("_delegate_from", "s")
+    sql, params = _in_list("s.id", ids)
+    rows = db.fetchdicts(
+        f"SELECT {_BASE_COLUMNS}, {branched} AS branched_from, {delegate} AS delegate_from "
+        f"FROM sessions s WHERE {sql}",
+        params,
+    )
+    return {row["id"]: row for row in rows}
+
+
+@contextlib.contextmanager
+def _reading() -> Iterator[None]:
+    """Around the queries of one page.
+
+    PostgreSQL: a transaction with JIT off. The recursive lineage queries carry
+    huge row estimates, so JIT compiles them for hundreds of milliseconds to save
+    microseconds. SQLite: nothing (a transaction there would take the write lock).
+    """
+    if db.vendor() != "postgresql":
+        yield
+        return
+    from django.db import transaction
+
+    from sessions_admin.routers import store_alias
+
+    with transaction.atomic(using=store_alias()):
+        db.execute("SET LOCAL jit = off")
+        yield
+
+
+def list_sessions(filters: Filters, cursor: Cursor | None = None) -> SessionPage:
+    """One keyset page of sessions matching ``filters``, after ``cursor``."""
+    with _reading():
+        return _list_sessions(filters, cursor)
+
+
+def _list_sessions(filters: Filters, cursor: Cursor | None) -> SessionPage:
+    fork_ids = _Forks()
+    where, params = where_sql(filters, fork_ids=fork_ids)
+    limit = filters.per_page
+    desc = filters.direction == "desc"
+    count: int | None = None
+    capped = False
+    if filters.sort == "activity":
+        # The count also picks the strategy (see _activity_rows).
+        count, capped = count_capped(f"FROM sessions s WHERE {where}", params)
+        ordered = _activity_rows(filters, where, params, cursor, limit + 1, small=not capped)
+        ids = [sid for sid, _last, _started in ordered]
+        more = len(ordered) > limit
+        next_cursor = None
+        if more:
+            sid, last, started = ordered[limit - 1]
+            values = ["m", last] if last is not None else ["e", started, sid]
+            next_cursor = encode_cursor("activity", filters.direction, values)
+        ids = ids[:limit]
+    else:
+        expr = SORT_SQL[filters.sort]
+        page_where, page_params = where, list(params)
+        if cursor is not None:
+            extra, extra_params = _after_sql(expr, desc, cursor.values[0], cursor.values[1])
+            page_where += f" AND {extra}"
+            page_params += extra_params
+        order = "DESC" if desc else "ASC"
+        found = db.fetchall(
+            f"SELECT s.id, {expr} FROM sessions s WHERE {page_where} "
+            f"ORDER BY {expr} {order}, s.id {order} LIMIT %s",
+            [*page_params, limit + 1],
+        )
+        more = len(found) > limit
+        ids = [r[0] for r in found[:limit]]
+        next_cursor = None
+        if more:
+            last_id, last_key = found[limit - 1]
+            next_cursor = encode_cursor(
+                filters.sort, filters.direction, [_jsonable(last_key), last_id]
+            )
+    if count is None:
+        if cursor is None and not more:
+            # A first page that is not full holds every match: no COUNT needed.
+            count, capped = min(len(ids), COUNT_CAP), len(ids) > COUNT_CAP
+        else:
+            count, capped = count_capped(f"FROM sessions s WHERE {where}", params)
+    rows = _enrich(ids, roots=filters.scope == "roots", fork_ids=fork_ids)
+    return SessionPage(rows=tuple(rows), next_cursor=next_cursor, count=count, count_capped=capped)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, int | float):
+        return value
+    # PostgreSQL may hand back Decimal for numeric expressions.
+    number = float(value)
+    return int(number) if number.is_integer() and not isinstance(value, float) else number
+
+
+# --- last activity ---------------------------------------------------------
+
+
+def _own_last_ids(ids: Sequence[str]) -> dict[str, int | None]:
+    if not ids:
+        return {}
+    sql, params = _in_list("s.id", ids)
+    return {
+        r[0]: (int(r[1]) if r[1] is not None else None)
+        for r in db.fetchall(
+            "SELECT s.id, (SELECT MAX(m.id) FROM messages m WHERE m.session_id = s.id) "
+            f"FROM sessions s WHERE {sql}",
+            params,
+        )
+    }
+
+
+def conversation_last_ids(ids: Sequence[str]) -> dict[str, int | None]:
+    """Latest message id over each session and its compression continuations (all of them)."""
+    if not ids:
+        return {}
+    sql, params = _in_list("s.id", ids)
+    if db.vendor() == "postgresql":
+        # LATERAL with OFFSET 0 (no flattening): index lookups from each row found so far.
+        recursive = (
+            "SELECT sub.root_id, step.id FROM sub CROSS JOIN LATERAL ("
+            "SELECT c.id FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
+            f"WHERE p.id = sub.id AND p.end_reason = 'compression' AND {_continuation('c')} "
+            "OFFSET 0) step"
+        )
+    else:
+        recursive = (
+            "SELECT sub.root_id, c.id FROM sub JOIN sessions p ON p.id = sub.id "
+            "JOIN sessions c ON c.parent_session_id = p.id "
+            f"WHERE p.end_reason = 'compression' AND {_continuation('c')}"
+        )
+    rows = db.fetchall(
+        f"""
+        WITH RECURSIVE sub(root_id, id) AS (
+            SELECT s.id, s.id FROM sessions s WHERE {sql}
+            UNION
+            {recursive}
+        )
+        SELECT root_id, MAX(last_id) FROM (
+            SELECT sub.root_id,
+                   (SELECT MAX(m.id) FROM messages m WHERE m.session_id = sub.id) AS last_id
+            FROM sub
+        ) per_segment
+        GROUP BY root_id
+        """,
+        params,
+    )
+    return {r[0]: (int(r[1]) if r[1] is not None else None) for r in rows}
+
+
+def _last_ids(rows: Sequence[tuple[str, str | None]], *, roots: bool) -> dict[str, int | None]:
+    """Last message id per (id, end_reason): a compressed root's counts its whole chain."""
+    ids = [sid for sid, _reason in rows]
+    last = _own_last_ids(ids)
+    if roots:
+        compressed = [sid for sid, reason in rows if reason == "compression"]
+        for start in range(0, len(compressed), 500):
+            last.update(conversation_last_ids(compressed[start : start + 500]))
+    return last
+
+
+def _display_roots(ids: Sequence[str]) -> dict[str, str]:
+    """For each session, the roots-scope row that shows it (itself, or the root it continues)."""
+    if not ids:
+        return {}
+    sql, params = _in_list("s.id", ids)
+    step = (
+        "SELECT p.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
+        f"WHERE c.id = up.id AND p.end_reason = 'compression' AND {_continuation('c')} "
+        "LIMIT 1"  # one parent; the LIMIT also keeps PostgreSQL from flattening the LATERAL
+    )
+    if db.vendor() == "postgresql":
+        # LATERAL pins the step to primary-key lookups from each row found so far; as
+        # a plain join, PostgreSQL misjudges the marker tests and scans every session.
+        recursive = f"SELECT up.start_id, step.id FROM up CROSS JOIN LATERAL ({step}) step"
+    else:
+        recursive = (
+            "SELECT up.start_id, p.id FROM up JOIN sessions c ON c.id = up.id "
+            "JOIN sessions p ON p.id = c.parent_session_id "
+            f"WHERE p.end_reason = 'compression' AND {_continuation('c')}"
+        )
+    rows = db.fetchall(
+        f"""
+        WITH RECURSIVE up(start_id, id) AS (
+            SELECT s.id, s.id FROM sessions s WHERE {sql}
+            UNION
+            {recursive}
+        )
+        SELECT up.start_id, up.id FROM up JOIN sessions s ON s.id = up.id WHERE {visible_sql("s")}
+        """,
+        params,
+    )
+    return {start: root for start, root in rows}
+
+
+def _latest_in_window(
+    bounds_sql: str,
+    bounds: list,
+    desc: bool,
+    extra: str = "",
+    extra_params: Sequence[Any] = (),
+    limit: int | None = None,
+) -> list[tuple[int, str]]:
+    order = "DESC" if desc else "ASC"
+    # SQLite: CROSS JOIN keeps the scan on the message id range (a filter column's
+    # index would otherwise drive the join and sort every message of those sessions).
+    cross = "CROSS JOIN" if db.vendor() == "sqlite" else "JOIN"
+    join = f"{cross} sessions s ON s.id = m.session_id" if extra else ""
+    limit_sql = f" LIMIT {int(limit)}" if limit is not None else ""
+    return [
+        (int(r[0]), r[1])
+        for r in db.fetchall(
+            f"SELECT m.id, m.session_id FROM messages m {join} "
+            f"WHERE {bounds_sql} AND NOT EXISTS (SELECT 1 FROM messages later "
+            "WHERE later.session_id = m.session_id AND later.id > m.id)"
+            f"{' AND ' + extra if extra else ''} ORDER BY m.id {order}{limit_sql}",
+            [*bounds, *extra_params],
+        )
+    ]
+
+
+def _activity_walk(
+    filters: Filters, where: str, params: list, after_id: int | None, need: int
+) -> list[tuple[str, int, float | None]] | None:
+    """Rows with messages in activity order by walking message ids; None if over budget."""
+    desc = filters.direction == "desc"
+    roots = filters.scope == "roots"
+    # Two queries: SQLite answers MIN or MAX from the primary key, but not both at once.
+    low = db.fetchone("SELECT MIN(id) FROM messages")[0]
+    high = db.fetchone("SELECT MAX(id) FROM messages")[0]
+    if low is None or high is None:
+        return []
+    low, high = int(low), int(high)
+    edge = after_id if after_id is not None else (high + 1 if desc else low - 1)
+    window, scanned = WALK_WINDOW, 0
+    out: list[tuple[str, int, float | None]] = []
+    while len(out) < need:
+        if desc:
+            if edge <= low:
+                break
+            start = max(edge - window, low)
+            bounds_sql, bounds, next_edge = "m.id >= %s AND m.id < %s", [start, edge], start
+        else:
+            if edge >= high:
+                break
+            stop = min(edge + window, high)
+            bounds_sql, bounds, next_edge = "m.id > %s AND m.id <= %s", [edge, stop], stop
+        if not roots:
+            found = _latest_in_window(
+                bounds_sql, bounds, desc, where, params, limit=need - len(out)
+            )
+            out.extend((sid, mid, None) for mid, sid in found)
+        else:
+            out.extend(_roots_in_window(bounds_sql, bounds, desc, where, params)[: need - len(out)])
+        edge = next_edge
+        scanned += window
+        window = min(window * 2, WALK_MAX_WINDOW)
+        if len(out) < need and scanned >= WALK_BUDGET:
+            return None
+    return out
+
+
+def _roots_in_window(
+    bounds_sql: str, bounds: list, desc: bool, where: str, params: list
+) -> list[tuple[str, int, float | None]]:
+    latest = _latest_in_window(bounds_sql, bounds, desc)
+    if not latest:
+        return []
+    shown_by = _display_roots(sorted({sid for _mid, sid in latest}))
+    candidates = sorted({shown_by[sid] for _mid, sid in latest if sid in shown_by})
+    if not candidates:
+        return []
+    if db.vendor() == "postgresql":
+        source, extra = "unnest(%s::text[]) AS picked(value)", [candidates]
+    else:
+        # CROSS JOIN keeps SQLite on the id list (primary key lookups) rather than
+        # scanning an index of a filter column for the few ids in it.
+        source, extra = "json_each(%s) AS picked", [json.dumps(candidates)]
+    join = "CROSS JOIN" if db.vendor() == "sqlite" else "JOIN"
+    matching = {
+        r[0]: r[1]
+        for r in db.fetchall(
+            f"SELECT s.id, s.end_reason FROM {source} {join} sessions s ON s.id = picked.value "
+            f"WHERE {where}",
+            [*extra, *params],
+        )
+    }
+    compressed = [sid for sid, reason in matching.items() if reason == "compression"]
+    chain_last = conversation_last_ids(compressed) if compressed else {}
+    out = []
+    for mid, sid in latest:
+        root = shown_by.get(sid)
+        if root not in matching:
+            continue
+        # A root shows once, at its conversation's latest message.
+        if root in chain_last and chain_last[root] != mid:
+            continue
+        out.append((root, mid, None))
+    return out
+
+
+def _activity_empty(
+    filters: Filters, where: str, params: list, after: tuple[float, str] | None, need: int
+) -> list[tuple[str, int | None, float]]:
+    """Rows with no messages (their whole conversation in the roots scope), by started_at."""
+    desc = filters.direction == "desc"
+    order = "DESC" if desc else "ASC"
+    out: list[tuple[str, int | None, float]] = []
+    while len(out) < need:
+        page_where, page_params = where, list(params)
+        if after is not None:
+            extra, extra_params = _after_sql("s.started_at", desc, after[0], after[1])
+            page_where += f" AND {extra}"
+            page_params += extra_params
+        batch = need - len(out) + 10
+        found = db.fetchall(
+            f"SELECT s.id, s.started_at, s.end_reason FROM sessions s WHERE {page_where} "
+            "AND (SELECT em.id FROM messages em WHERE em.session_id = s.id LIMIT 1) IS NULL "
+            f"ORDER BY s.started_at {order}, s.id {order} LIMIT %s",
+            [*page_params, batch],
+        )
+        if filters.scope == "roots":
+            compressed = [r[0] for r in found if r[2] == "compression"]
+            chain_last = conversation_last_ids(compressed) if compressed else {}
+        else:
+            chain_last = {}
+        for sid, started, _reason in found:
+            if chain_last.get(sid) is None:
+                out.append((sid, None, float(started)))
+        if len(found) < batch:
+            break
+        after = (found[-1][1], found[-1][0])
+    return out[:need]
+
+
+def _activity_by_sessions(
+    filters: Filters, where: str, params: list, cursor: Cursor | None, need: int
+) -> list[tuple[str, int | None, float]]:
+    """Activity order computed from every matching session (one index probe each)."""
+    desc = filters.direction == "desc"
+    rows = db.fetchall(
+        "SELECT s.id, s.end_reason, s.started_at, "
+        "(SELECT MAX(m.id) FROM messages m WHERE m.session_id = s.id) "
+        f"FROM sessions s WHERE {where}",
+        params,
+    )
+    last = {r[0]: (int(r[3]) if r[3] is not None else None) for r in rows}
+    if filters.scope == "roots":
+        compressed = [r[0] for r in rows if r[1] == "compression"]
+        for start in range(0, len(compressed), 500):
+            last.update(conversation_last_ids(compressed[start : start + 500]))
+    active = [
+        (sid, last[sid], float(started)) for sid, _r, started, _l in rows if last[sid] is not None
+    ]
+    empty = [(sid, None, float(started)) for sid, _r, started, _l in rows if last[sid] is None]
+    if cursor is not None and cursor.values[0] == "m":
+        after = cursor.values[1]
+        active = [r for r in active if (r[1] < after if desc else r[1] > after)]
+    elif cursor is not None:
+        key = (cursor.values[1], cursor.values[2])
+        active = []
+        empty = [r for r in empty if ((r[2], r[0]) < key if desc else (r[2], r[0]) > key)]
+    pick = heapq.nlargest if desc else heapq.nsmallest
+    first = pick(need, active, key=lambda r: r[1])
+    if len(first) < need:
+        first += pick(need - len(first), empty, key=lambda r: (r[2], r[0]))
+    return first
+
+
+def _compressed_with_activity(
+    filters: Filters, where: str, params: list, cursor: Cursor | None, need: int
+) -> list[tuple[str, int | None, float | None]]:
+    """Roots-scope rows ended by compression whose chain has messages, in activity order."""
+    if filters.scope != "roots":
+        return []
+    desc = filters.direction == "desc"
+    ids = [
+        r[0]
+        for r in db.fetchall(
+            f"SELECT s.id FROM sessions s WHERE {where} AND s.end_reason = 'compression'", params
+        )
+    ]
+    found: list[tuple[str, int | None, float | None]] = []
+    for start in range(0, len(ids), 500):
+        for sid, last in conversation_last_ids(ids[start : start + 500]).items():
+            if last is not None:
+                found.append((sid, last, None))
+    if cursor is not None:
+        after = cursor.values[1]
+        found = [r for r in found if (r[1] < after if desc else r[1] > after)]
+    found.sort(key=lambda r: r[1], reverse=desc)
+    return found[:need]
+
+
+def _activity_rows(
+    filters: Filters, where: str, params: list, cursor: Cursor | None, need: int, *, small: bool
+) -> list[tuple[str, int | None, float | None]]:
+    """The next ``need`` rows in last-activity order: (session id, last message id, started_at).
+
+    Rows with messages come first, by their latest message id; then rows with
+    none, by started_at. A filter matching few sessions (``small``: at most
+    COUNT_CAP) is answered from those sessions; otherwise messages are walked
+    by id from the cursor, which finds a page after reading a few windows of
+    recent messages. If the walk reads WALK_BUDGET ids without filling the
+    page (many matches, all long inactive), it gives way to the sessions.
+    """
+    if small:
+        return _activity_by_sessions(filters, where, params, cursor, need)
+    out: list[tuple[str, int | None, float | None]] = []
+    empty_after: tuple[float, str] | None = None
+    if filters.empty == "1" or filters.health == "empty":
+        # No row has messages of its own: skip the walk (it would read every message
+        # for nothing). Only a compressed root can still have activity, in its chain.
+        if cursor is None or cursor.values[0] == "m":
+            out.extend(_compressed_with_activity(filters, where, params, cursor, need))
+            if len(out) >= need:
+                return out[:need]
+        else:
+            empty_after = (cursor.values[1], cursor.values[2])
+    elif cursor is None or cursor.values[0] == "m":
+        walked = _activity_walk(filters, where, params, cursor.values[1] if cursor else None, need)
+        if walked is None:
+            return _activity_by_sessions(filters, where, params, cursor, need)
+        out.extend(walked)
+        if len(out) >= need:
+            return out[:need]
+    else:
+        empty_after = (cursor.values[1], cursor.values[2])
+    out.extend(_activity_empty(filters, where, params, empty_after, need - len(out)))
+    return out
+
+
+# --- enrichment of the rows on a page --------------------------------------
+
+
+def compression_tips(ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """For each session: (its compression tip, segments in the chain), as lineage.compression_tip."""
+    if not ids:
+        return {}
+    sql, params = _in_list("s.id", ids)
+    rows = db.fetchall(
+        f"""
+        WITH RECURSIVE chain(root_id, id, depth) AS (
+            SELECT s.id, s.id, 0 FROM sessions s WHERE {sql}
+            UNION ALL
+            SELECT chain.root_id, nxt.id, chain.depth + 1
+            FROM chain
+            JOIN sessions p ON p.id = chain.id
+            JOIN sessions nxt ON nxt.id = (
+                SELECT c.id FROM sessions c
+                WHERE c.parent_session_id = p.id AND {_continuation("c")}
+                ORDER BY CASE WHEN c.end_reason = 'compression' THEN 0
+                              WHEN c.ended_at IS NULL THEN 1 ELSE 2 END,
+                         c.started_at DESC, c.id DESC
+                LIMIT 1)
+            WHERE p.end_reason = 'compression' AND chain.depth < %s
+        )
+        SELECT root_id, id, depth FROM chain ORDER BY root_id, depth
+        """,
+        [*params, lineage.MAX_DEPTH],
+    )
+    chains: dict[str, list[str]] = {}
+    for root_id, sid, _depth in rows:
+        chains.setdefault(root_id, []).append(sid)
+    tips = {}
+    for root_id, chain in chains.items():
+        seen: list[str] = []
+        for sid in chain:
+            if sid in seen:
+                break  # a cycle written by a broken runtime: stop before repeating
+            seen.append(sid)
+        tips[root_id] = (seen[-1], len(seen))
+    return tips
+
+
+def _children(ids: Sequence[str]) -> dict[str, dict[str, int]]:
+    if not ids:
+        return {}
+    sql, params = _in_list("c.parent_session_id", ids)
+    kind = (
+        f"CASE WHEN {lineage.marker('_delegate_from', 'c')} IS NOT NULL THEN 'delegates' "
+        f"WHEN {lineage.marker('_branched_from', 'c')} IS NOT NULL THEN 'branches' "
+        "WHEN p.end_reason = 'compression' THEN 'continuations' ELSE 'other_children' END"
+    )
+    out: dict[str, dict[str, int]] = {}
+    for parent, child_kind, n in db.fetchall(
+        f"SELECT c.parent_session_id, {kind} AS kind, COUNT(*) FROM sessions c "
+        f"JOIN sessions p ON p.id = c.parent_session_id WHERE {sql} "
+        "GROUP BY c.parent_session_id, kind",
+        params,
+    ):
+        out.setdefault(parent, {})[child_kind] = int(n)
+    return out
+
+
+def _message_times(ids: Sequence[int]) -> dict[int, float]:
+    if not ids:
+        return {}
+    sql, params = _in_list("m.id", ids)
+    return {
+        int(r[0]): float(r[1])
+        for r in db.fetchall(f"SELECT m.id, m.timestamp FROM messages m WHERE {sql}", params)
+    }
+
+
+def _enrich(ids: Sequence[str], *, roots: bool, fork_ids: _Forks) -> list[SessionRow]:
+    base = _base_rows(ids)
+    ids = [sid for sid in ids if sid in base]  # a session deleted meanwhile drops out
+    tips = (
+        compression_tips([sid for sid in ids if base[sid]["end_reason"] == "compression"])
+        if roots
+        else {}
+    )
+    tip_ids = [tip for tip, _n in tips.values() if tip not in base]
+    figures = {**base, **_base_rows(tip_ids)}
+    last = _last_ids([(sid, base[sid]["end_reason"]) for sid in ids], roots=roots)
+    times = _message_times([mid for mid in last.values() if mid is not None])
+    children = _children(ids)
+    fork_set = fork_ids.ids()
+    out = []
+    for sid in ids:
+        row = base[sid]
+        tip_id, segments = tips.get(sid, (sid, 1))
+        fig = figures.get(tip_id, row)
+        kinds = children.get(sid, {})
+        last_id = last.get(sid)
+        out.append(
+            SessionRow(
+                id=sid,
+                title=row["title"],
+                source=row["source"],
+                user_id=row["user_id"],
+                model=row["model"],
+                started_at=float(row["started_at"]),
+                archived=bool(row["archived"]),
+                parent_id=row["parent_session_id"],
+                branched_from=row["branched_from"],
+                delegate_from=row["delegate_from"],
+                ended_at=fig["ended_at"],
+                end_reason=fig["end_reason"],
+                message_count=int(fig["message_count"] or 0),
+                tokens=int(fig["input_tokens"] or 0) + int(fig["output_tokens"] or 0),
+                cost=float(fig["estimated_cost_usd"])
+                if fig["estimated_cost_usd"] is not None
+                else None,
+                last_activity=times.get(last_id) if last_id is not None else None,
+                tip_id=tip_id if tip_id != sid else None,
+                segments=segments,
+                branches=kinds.get("branches", 0),
+                delegates=kinds.get("delegates", 0),
+                continuations=kinds.get("continuations", 0),
+                other_children=kinds.get("other_children", 0),
+                is_fork=sid in fork_set,
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Full-text search
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    message_id: int
+    session_id: str
+    role: str
+    timestamp: float
+    tool_name: str | None
+    active: bool
+    snippet: SafeString
+    session_title: str | None
+    session_source: str
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    hits: tuple[SearchHit, ...]
+    next_cursor: str | None
+    count: int
+    count_capped: bool
+    terms: tuple[str, ...] = field(default=())
+
+
+def fts5_query(terms: Sequence[str]) -> str:
+    """An FTS5 query matching every term as plain text: each one a quoted string (a phrase).
+
+    Inside an FTS5 string only ``"`` is special (doubled); operators, ``*``,
+    ``^``, ``:``, parentheses and column filters are just characters there,
+    and the tokenizer drops the punctuation exactly as it did when indexing.
+    """
+    return " ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def highlight(raw: str | None) -> SafeString:
+    """Escape a snippet, then turn our markers into balanced <mark> elements.
+
+    The snippet text is untrusted; it is escaped piece by piece and only the
+    markers (never produced by escaping) become markup. A marker character
+    that was in the content itself can at worst move a highlight.
+    """
+    out: list[str] = []
+    inside = False
+    for piece in _MARKS.split(raw or ""):
+        if piece == MARK_START:
+            if not inside:
+                out.append("<mark>")
+                inside = True
+        elif piece == MARK_END:
+            if inside:
+                out.append("</mark>")
+                inside = False
+        elif piece:
+            out.append(str(escape(piece)))
+    if inside:
+        out.append("</mark>")
+    return mark_safe("".join(out))  # noqa: S308 - every piece above is escaped
+
+
+def search(filters: Filters, cursor: Cursor | None = None) -> SearchPage:
+    """Messages matching ``filters.q`` (every word, as text) in sessions matching the filters.
+
+    Keyset-paginated by message id, newest first (``dir=asc``: oldest first).
+    Search looks in every segment: the roots scope does not apply.
+    """
+    with _reading():
+        return _search(filters, cursor)
+
+
+def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
+    terms = filters.terms
+    if not terms:
+        return SearchPage(hits=(), next_cursor=None, count=0, count_capped=False, terms=())
+    desc = filters.direction == "desc"
+    order = "DESC" if desc else "ASC"
+    op = "<" if desc else ">"
+    limit = filters.per_page
+    where, params = where_sql(filters, scope=False)
+    hit_columns = "m.session_id, m.role, m.timestamp, m.tool_name, m.active, s.title, s.source"
+    if db.vendor() == "postgresql":
+        rows, count, capped = _pg_search(terms, where, params, desc, cursor, limit + 1)
+    else:
+        match = fts5_query(terms)
+        from_where = (
+            "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+            f"JOIN sessions s ON s.id = m.session_id WHERE messages_fts MATCH %s AND {where}"
+        )
+        from_params = [match, *params]
+        if where == "1 = 1":
+            count, capped = count_capped("FROM messages_fts WHERE messages_fts MATCH %s", [match])
+        else:
+            count, capped = count_capped(from_where, from_params)
+        after = f" AND messages_fts.rowid {op} %s" if cursor else ""
+        rows = db.fetchall(
+            f"SELECT messages_fts.rowid, {hit_columns}, snippet(messages_fts, 0, %s, %s, %s, %s) "
+            f"{from_where}{after} ORDER BY messages_fts.rowid {order} LIMIT %s",
+            [
+                MARK_START,
+                MARK_END,
+                SNIPPET_ELLIPSIS,
+                SNIPPET_TOKENS,
+                *from_params,
+                *([cursor.values[0]] if cursor else []),
+                limit + 1,
+            ],
+        )
+    hits = tuple(
+        SearchHit(
+            message_id=int(r[0]),
+            session_id=r[1],
+            role=r[2],
+            timestamp=float(r[3]),
+            tool_name=r[4],
+            active=bool(r[5]),
+            session_title=r[6],
+            session_source=r[7],
+            snippet=highlight(r[8]),
+        )
+        for r in rows[:limit]
+    )
+    next_cursor = None
+    if len(rows) > limit:
+        next_cursor = encode_cursor("search", filters.direction, [hits[-1].message_id])
+    return SearchPage(
+        hits=hits, next_cursor=next_cursor, count=count, count_capped=capped, terms=terms
+    )
+
+
+def _pg_search(
+    terms: Sequence[str], where: str, params: list, desc: bool, cursor: Cursor | None, need: int
+) -> tuple[list[tuple], int, bool]:
+    """PostgreSQL: matching messages in id windows from the cursor, then headlines for the page.
+
+    Left to itself the planner walks the primary key and computes to_tsvector
+    for every message until enough match (seconds for a mid-frequency word, or
+    with a narrow session filter). Here the first window (SEARCH_WINDOW ids) is
+    planned freely, which suits frequent words; later windows, growing, are
+    read through the GIN index ANDed with the id range (bitmap scans only).
+    """
+    from sessions_admin.store.schema import FTS_DOCUMENT_SQL
+
+    document = FTS_DOCUMENT_SQL.format(t="m.")
+    tsquery = " && ".join("phraseto_tsquery('simple', %s)" for _ in terms)
+    matches = f"to_tsvector('simple', {document}) @@ ({tsquery})"
+    order = "DESC" if desc else "ASC"
+    low = db.fetchone("SELECT MIN(id) FROM messages")[0]
+    high = db.fetchone("SELECT MAX(id) FROM messages")[0]
+    found: list[int] = []
+    if low is not None:
+        low, high = int(low), int(high)
+        edge = int(cursor.values[0]) if cursor else (high + 1 if desc else low - 1)
+        window = SEARCH_WINDOW
+        while len(found) < need:
+            if desc:
+                if edge <= low:
+                    break
+                start = max(edge - window, low)
+                bounds, next_edge = ("m.id >= %s AND m.id < %s", [start, edge]), start
+            else:
+                if edge >= high:
+                    break
+                stop = min(edge + window, high)
+                bounds, next_edge = ("m.id > %s AND m.id <= %s", [edge, stop]), stop
+            found += [
+                int(r[0])
+                for r in db.fetchall(
+                    f"SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id "
+                    f"WHERE {bounds[0]} AND {matches} AND {where} ORDER BY m.id {order} LIMIT %s",
+                    [*bounds[1], *terms, *params, need - len(found)],
+                )
+            ]
+            if window == SEARCH_WINDOW:
+                db.execute("SET LOCAL enable_indexscan = off")
+                db.execute("SET LOCAL enable_seqscan = off")
+            edge = next_edge
+            window *= 4
+    # Still bitmap-only: the capped count reads matches through the GIN index.
+    count, capped = count_capped(
+        f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {matches} AND {where}",
+        [*terms, *params],
+    )
+    db.execute("SET LOCAL enable_indexscan = on")
+    db.execute("SET LOCAL enable_seqscan = on")
+    if not found:
+        return [], count, capped
+    ids_sql, ids_params = _in_list("m.id", found)
+    options = (
+        f'StartSel="{MARK_START}", StopSel="{MARK_END}", MaxWords=30, MinWords=12, '
+        f'MaxFragments=2, FragmentDelimiter=" {SNIPPET_ELLIPSIS} "'
+    )
+    rows = db.fetchall(
+        f"SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, m.active, s.title, "
+        f"s.source, ts_headline('simple', {document}, ({tsquery}), %s) "
+        f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {ids_sql} "
+        f"ORDER BY m.id {order}",
+        [*terms, options, *ids_params],
+    )
+    return rows, count, capped
+
+
+# ---------------------------------------------------------------------------
+# Dropdown choices
+
+
+@dataclass(frozen=True)
+class Choices:
+    sources: tuple[str, ...]
+    models: tuple[str, ...]
+    end_reasons: tuple[str, ...]
+
+
+def _distinct(column: str) -> tuple[str, ...]:
+    return tuple(
+        r[0]
+        for r in db.fetchall(
+            f"SELECT DISTINCT {column} FROM sessions WHERE {column} IS NOT NULL "
+            f"ORDER BY {column} LIMIT {MAX_CHOICES}"
+        )
+    )
+
+
+def choices() -> Choices:
+    """Distinct sources, models and end reasons; cached briefly when computing them is slow."""
+    key = f"sessions_admin:listing:choices:{_store_name()}"
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
+    started = time.monotonic()
+    found = Choices(
+        sources=_distinct("source"), models=_distinct("model"), end_reasons=_distinct("end_reason")
+    )
+    if time.monotonic() - started > CHOICES_CACHE_AFTER:
+        cache.set(key, found, CHOICES_CACHE_SECONDS)
+    return found

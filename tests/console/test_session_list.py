@@ -1,0 +1,191 @@
+"""The session list page over HTTP: access, fragments, URL round trips, bad input, escaping."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+from django.core.cache import cache
+from django.urls import reverse
+
+from sessions_admin import core
+
+URL = "/sessions/"
+
+
+@pytest.fixture(autouse=True)
+def _no_cached_forks_or_choices():
+    """The list caches fork ids and dropdown choices briefly; each test starts fresh."""
+    cache.clear()
+
+
+def _new(source: str = "cli", started_at: float = 1_700_000_000.0, **kwargs) -> str:
+    return core.create_session(source=source, started_at=started_at, **kwargs).session_id
+
+
+def _body(response) -> str:
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def _row_ids(body: str) -> list[str]:
+    return re.findall(r'name="ids" value="([^"]+)"', body)
+
+
+def _link(body: str, css_class: str) -> str | None:
+    found = re.search(rf'<a href="([^"]+)"[^>]*class="{css_class}"', body)
+    return html.unescape(found.group(1)) if found else None
+
+
+def test_the_url_is_the_session_list():
+    assert reverse("session_list") == URL
+
+
+def test_anonymous_visitors_are_sent_to_sign_in(client):
+    response = client.get(URL)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+@pytest.mark.parametrize("role", ["viewer", "support", "admin"])
+def test_every_role_can_read_the_list(signed_in, role):
+    sid = _new()
+    body = _body(signed_in(role).get(URL))
+    assert _row_ids(body) == [sid]
+    assert f'href="{reverse("session_detail", args=[sid])}"' in body
+
+
+def test_an_operator_without_a_role_is_forbidden(signed_in):
+    assert signed_in(None).get(URL).status_code == 403
+
+
+def test_post_is_not_allowed(signed_in):
+    assert signed_in("admin").post(URL).status_code == 405
+
+
+def test_the_full_page_has_the_filter_form_and_the_selection_form(signed_in):
+    sid = _new(source="telegram")
+    body = _body(signed_in("viewer").get(URL))
+    assert "<html" in body
+    assert 'class="filters" method="get"' in body
+    assert 'hx-push-url="true"' in body
+    assert '<button type="submit" class="primary">Apply</button>' in body
+    assert 'id="selection" class="selection" method="post"' in body
+    assert 'name="all_matching" value="1"' in body
+    assert "data-select-all" in body
+    assert 'js/selection.js"' in body
+    assert '<option value="telegram">' in body  # source choices
+    assert "<script>" not in body and "<script>\n" not in body  # no inline scripts
+    assert re.search(r"<script(?![^>]*\bsrc=)", body) is None
+    assert _row_ids(body) == [sid]
+
+
+def test_htmx_gets_only_the_results_fragment(signed_in):
+    sid = _new()
+    client = signed_in("viewer")
+    response = client.get(URL, headers={"HX-Request": "true"})
+    body = _body(response)
+    assert "<html" not in body
+    assert 'class="filters"' not in body
+    assert _row_ids(body) == [sid]
+    assert "HX-Request" in response["Vary"]
+    # A history restore (back button after a cache miss) needs the whole page.
+    restore = client.get(URL, headers={"HX-Request": "true", "HX-History-Restore-Request": "true"})
+    assert "<html" in _body(restore)
+
+
+def test_filters_and_the_next_cursor_round_trip_through_the_url(signed_in):
+    telegram = [_new("telegram", started_at=1_700_000_000.0 + n) for n in range(30)]
+    _new("cli", started_at=1_800_000_000.0)
+    client = signed_in("viewer")
+    first = _body(client.get(URL, {"source": "telegram", "per": "25"}))
+    assert _row_ids(first) == list(reversed(telegram))[:25]
+    assert "30 conversations match these filters" in " ".join(first.split())
+    next_url = _link(first, "next")
+    assert next_url and "source=telegram" in next_url and "per=25" in next_url
+    assert "after=" in next_url
+    assert _link(first, "first") is None
+
+    second = _body(client.get(next_url, headers={"HX-Request": "true"}))
+    assert _row_ids(second) == list(reversed(telegram))[25:]
+    assert _link(second, "next") is None
+    back = _link(second, "first")
+    assert back == f"{URL}?source=telegram&per=25"
+    assert _row_ids(_body(client.get(back))) == list(reversed(telegram))[:25]
+
+
+def test_the_selection_carries_the_current_filter(signed_in):
+    _new("telegram")
+    body = _body(signed_in("viewer").get(URL, {"source": "telegram", "sort": "cost", "q": ""}))
+    assert '<input type="hidden" name="filter" value="source=telegram">' in body
+    assert "Select all 1 conversations matching this filter" in " ".join(body.split())
+
+
+def test_each_sort_and_search_render(signed_in):
+    sid = _new("telegram", title="Needle haystack")
+    core.append_message(
+        session_id=sid, role="user", content="a needle in <img src=x onerror=alert(1)>"
+    )
+    client = signed_in("viewer")
+    for sort in ("started", "activity", "messages", "tokens", "cost"):
+        for direction in ("desc", "asc"):
+            body = _body(client.get(URL, {"sort": sort, "dir": direction, "scope": "all"}))
+            assert _row_ids(body) == [sid]
+    body = _body(client.get(URL, {"q": "needle"}))
+    assert "<mark>needle</mark>" in body
+    assert "&lt;img src=x onerror=alert" in body
+    assert "<img" not in body
+    detail = reverse("session_detail", args=[sid])
+    assert re.search(rf'href="{re.escape(detail)}\?around=(\d+)#m\1"', body)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "sort=bogus",
+        "from=2024-13-45",
+        "to=not-a-date",
+        "per=-5",
+        "per=99999999999999999999999999",
+        "source=a%00b",
+        "health=nope",
+        "after=%%%garbage",
+        "after=WyJzdGFydGVkIiwiZGVzYyIsMWU5OTksIngiXQ",
+        "q=%22%20AND%20*%20NEAR(",
+        "q=%27%3B%20DROP%20TABLE%20sessions%3B%20--",
+        "title=" + "x" * 3000,
+    ],
+)
+def test_bad_parameters_give_a_message_not_an_error(signed_in, query):
+    _new()
+    client = signed_in("viewer")
+    body = _body(client.get(f"{URL}?{query}"))
+    assert (
+        'class="problems" role="alert"' in body
+        or "Type words to search for" in body
+        or "No message matches" in body
+    )
+    assert _body(client.get(URL)).count('name="ids"') == 1
+
+
+def test_titles_and_fields_are_escaped(signed_in):
+    sid = _new(title="<script>alert(1)</script>", user_id='"><img src=x>', model="<b>m</b>")
+    body = _body(signed_in("viewer").get(URL))
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "<script>alert(1)</script>" not in body
+    assert "<img src=x>" not in body
+    assert "&lt;b&gt;m&lt;/b&gt;" in body
+    assert _row_ids(body) == [sid]
+
+
+def test_status_words_and_markers(signed_in):
+    ended = _new(started_at=1.0)
+    core.append_message(session_id=ended, role="user", content="hi")
+    core.end_session(session_id=ended, end_reason="agent_close")
+    branch = core.branch_session(session_id=ended).new_session_id
+    body = " ".join(_body(signed_in("viewer").get(URL)).split())
+    assert "closed by the agent (may be accidental)" in body
+    assert ">branch<" in body and "1 branch<" in body
+    assert ">live<" in body
+    assert _row_ids(body) == [branch, ended]
