@@ -99,10 +99,60 @@ def ensure_chromium() -> str | None:
     return shutil.which("chromium")
 
 
+HERMES_VERSION = "0.19.0"
+HERMES_VENV = BASE_DIR / "var" / f"hermes-agent-{HERMES_VERSION}"
+
+
+def _venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _hermes_works(python: Path) -> bool:
+    probe = (
+        "import importlib.metadata as m, hermes_state; "
+        "from gateway.platforms.api_server import ResponseStore; "
+        f"assert m.version('hermes-agent') == {HERMES_VERSION!r}"
+    )
+    return (
+        python.exists()
+        and subprocess.call(
+            [str(python), "-c", probe], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        == 0
+    )
+
+
+def ensure_hermes() -> str | None:
+    """A Python with hermes-agent (pinned) for the Hermes compatibility tests; its path.
+
+    hermes-agent pins its own dependencies (packaging, pydantic, rich...), which
+    conflict with ours, so it lives in a virtualenv of its own under var/; the
+    tests drive it as the runtime process it is (tests/hermes/driver.py).
+    """
+    python = _venv_python(HERMES_VENV)
+    if _hermes_works(python):
+        return str(python)
+    print(f"Installing hermes-agent {HERMES_VERSION} for the Hermes tests ({HERMES_VENV})...")
+    try:
+        shutil.rmtree(HERMES_VENV, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(HERMES_VENV)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", f"hermes-agent=={HERMES_VERSION}"],
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as error:
+        print(f"hermes-agent could not be installed ({error}): the Hermes tests will be skipped")
+        return None
+    return str(python) if _hermes_works(python) else None
+
+
 def run_tests(pytest_args: list[str]) -> int:
     """The whole suite on SQLite, then again with both aliases on a throwaway PostgreSQL."""
     ensure_chromium()
     env = {**os.environ}
+    hermes_python = ensure_hermes()
+    if hermes_python:
+        env["SESSIONS_ADMIN_HERMES_PYTHON"] = hermes_python
     env.pop("DATABASE_URL", None)
     env.pop("SESSIONS_ADMIN_STORE_URL", None)
     env.pop("SESSIONS_ADMIN_RESPONSES_URL", None)

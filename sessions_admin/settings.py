@@ -5,6 +5,7 @@ Everything an operator changes comes from the environment:
 - ``DATABASE_URL``: the dashboard's own tables (users, audit, jobs).
 - ``SESSIONS_ADMIN_STORE_URL``: the runtime's session store (``state.db``).
 - ``SESSIONS_ADMIN_RESPONSES_URL``: optional separate ``response_store.db``.
+- ``SESSIONS_ADMIN_READ_ONLY``: attach without writing anything to the store (docs/attach.md).
 - ``SESSIONS_ADMIN_SECRET_KEY``, ``SESSIONS_ADMIN_DEBUG``, ``SESSIONS_ADMIN_ALLOWED_HOSTS``.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 from sessions_admin.dburl import parse_database_url
 
@@ -111,8 +113,35 @@ for _alias, _db in DATABASES.items():
     else:
         _db["TEST"] = {"NAME": f"test_{_db['NAME']}_{os.getpid()}"[:63]}
 
+# Read-only attach (docs/attach.md): no store write, no schema change, no write lock.
+# SQLite store files open with mode=ro and deferred transactions; each connection gets
+# temporary stand-ins for what attach would add, then query_only (store/attach.py).
+# PostgreSQL sessions are read-only transactions. The core refuses every operation
+# (core/db.py) and operators lose the operate/delete permissions (the backend below).
+SESSIONS_ADMIN_READ_ONLY = _env_bool("SESSIONS_ADMIN_READ_ONLY", False)
+if SESSIONS_ADMIN_READ_ONLY:
+    for _alias in ("store", "responses"):
+        if _alias not in DATABASES:
+            continue
+        _db = DATABASES[_alias]
+        if _db["ENGINE"].endswith("sqlite3"):
+            _db["NAME"] = f"file:{quote(_db['NAME'])}?mode=ro"
+            _db["OPTIONS"]["transaction_mode"] = "DEFERRED"
+            _db["OPTIONS"]["init_command"] = ""
+        else:
+            _db["OPTIONS"]["options"] = (
+                _db["OPTIONS"].get("options", "") + " -c default_transaction_read_only=on"
+            ).strip()
+
 DATABASE_ROUTERS = ["sessions_admin.routers.StoreRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Django's model backend, withholding operate/delete in read-only mode (listed first so its
+# refusal wins; ModelBackend stays listed for sessions signed in before it existed).
+AUTHENTICATION_BACKENDS = [
+    "sessions_admin.store.attach.ReadOnlyPermissionBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -12,11 +12,22 @@ class HtmxHttpRequest(HttpRequest):
 
 
 def require_perm(perm: str):
-    """403 unless the signed-in operator holds ``perm`` (sign-in itself is the middleware's)."""
+    """403 unless the signed-in operator holds ``perm`` (sign-in itself is the middleware's).
+
+    While the store is attached read-only no one operates or deletes, superusers included.
+    """
 
     def decorator(view):
         @wraps(view)
         def wrapped(request, *args, **kwargs):
+            from sessions_admin.core.db import read_only
+            from sessions_admin.store.attach import OPERATE_PERMISSIONS
+
+            if read_only() and perm in OPERATE_PERMISSIONS:
+                raise PermissionDenied(
+                    "The store is attached read-only (SESSIONS_ADMIN_READ_ONLY=1): "
+                    "actions are switched off."
+                )
             if not request.user.has_perm(perm):
                 raise PermissionDenied(f"Your role does not allow this ({perm}).")
             return view(request, *args, **kwargs)

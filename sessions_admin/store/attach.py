@@ -1,0 +1,695 @@
+"""Attaching to a runtime's store: can the dashboard use it, and the read-only mode.
+
+``inspect_store`` looks at the configured store (and response store) without
+writing anything: a SQLite file is opened read-only with the ``sqlite3``
+module, never through a Django connection (which would create a missing file
+and switch the journal mode). It names what makes a store unusable:
+
+- the file is not a SQLite database;
+- ``sessions``/``messages`` are missing, or lack columns the dashboard reads;
+- a newer, incompatible layout: a required column the dashboard does not
+  write that has no default, or ``messages.id`` that is not the rowid;
+- a full-text table a trigger on the runtime's tables writes to, whose module
+  or tokenizer this process's SQLite lacks (every message write would fail).
+
+The system check (registered by the store app) turns those findings into
+start-up errors and warnings, so ``manage.py`` commands, ``runserver`` and the
+demo stop with a message instead of a stack trace, before anything is written.
+
+Read-only mode (``SESSIONS_ADMIN_READ_ONLY=1``): SQLite store connections open
+the file with ``mode=ro``, transactions are deferred (no write lock), and each
+new connection gets temporary (connection-local, never written to the file)
+stand-ins for what attach would otherwise have added, then ``query_only``.
+The core refuses every operation (``core.db.store_operation``), the permission
+backend below withholds operate/delete, and the console hides its actions.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
+from django.core.checks import Error, Warning
+from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError, connections
+
+from sessions_admin.routers import responses_alias, store_alias
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+# The newest Hermes Agent state.db layout this version was checked against.
+NEWEST_KNOWN_SCHEMA_VERSION = 30
+OWN_TABLES = ("sessions_admin_switch_events", "sessions_admin_merges")
+OPERATE_PERMISSIONS = ("console.operate_sessions", "console.delete_sessions")
+
+# Columns every session/message INSERT of the core supplies (restore and import
+# may supply more); a NOT NULL column outside these needs a default.
+INSERTED_SESSION_COLUMNS = frozenset(
+    {
+        "id",
+        "source",
+        "user_id",
+        "session_key",
+        "chat_id",
+        "chat_type",
+        "thread_id",
+        "model",
+        "model_config",
+        "parent_session_id",
+        "started_at",
+        "title",
+    }
+)
+INSERTED_MESSAGE_COLUMNS = frozenset(
+    {
+        "session_id",
+        "role",
+        "content",
+        "tool_call_id",
+        "tool_calls",
+        "tool_name",
+        "timestamp",
+        "token_count",
+        "finish_reason",
+        "reasoning",
+        "active",
+        "compacted",
+    }
+)
+# Stable check ids for ``manage.py check`` (silence with SILENCED_SYSTEM_CHECKS).
+CHECK_IDS = {
+    ("error", "not_sqlite"): "E001",
+    ("error", "missing_file"): "E002",
+    ("error", "unreadable"): "E003",
+    ("error", "missing_tables"): "E004",
+    ("error", "missing_columns"): "E005",
+    ("error", "incompatible_layout"): "E006",
+    ("error", "missing_extension"): "E007",
+    ("error", "unreachable"): "E008",
+    ("warning", "newer_schema"): "W001",
+    ("warning", "no_fts"): "W002",
+    ("warning", "own_tables_missing"): "W003",
+    ("warning", "blocking_foreign_keys"): "W004",
+    ("warning", "missing_extension"): "W005",
+    ("warning", "conversation_sessions"): "W006",
+    ("warning", "missing_tables"): "W007",
+}
+
+
+def read_only() -> bool:
+    return bool(getattr(settings, "SESSIONS_ADMIN_READ_ONLY", False))
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # "error" (unusable: nothing may run) or "warning"
+    code: str
+    message: str
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class StoreInspection:
+    """What one database alias holds, as far as attaching is concerned."""
+
+    alias: str
+    role: str  # "store" or "responses"
+    location: str
+    vendor: str
+    exists: bool = True
+    tables: frozenset[str] = frozenset()
+    schema_version: int | None = None
+    fts_layout: str | None = None  # "inline", "external" or None (no messages_fts)
+    findings: tuple[Finding, ...] = field(default=())
+
+    @property
+    def is_fresh(self) -> bool:
+        return not (self.tables & {"sessions", "messages", "responses", "conversations"})
+
+    @property
+    def usable(self) -> bool:
+        return not any(f.level == "error" for f in self.findings)
+
+    def describe(self) -> str:
+        if not self.exists:
+            return f"{self.location}: does not exist yet"
+        if self.is_fresh:
+            return f"{self.location}: empty"
+        parts = [self.location]
+        if self.schema_version is not None:
+            parts.append(f"schema version {self.schema_version}")
+        if self.fts_layout:
+            parts.append(f"{self.fts_layout} FTS5")
+        return ", ".join(parts)
+
+
+# --- reading a SQLite file without writing to it -------------------------------------------
+
+
+def sqlite_path(settings_dict: dict) -> str:
+    """The file a SQLite alias points at (its NAME may be a ``file:`` URI)."""
+    name = str(settings_dict.get("NAME") or "")
+    if name.startswith("file:"):
+        return unquote(name[len("file:") :].split("?", 1)[0])
+    return name
+
+
+def read_only_uri(path: str) -> str:
+    return f"file:{quote(str(path))}?mode=ro"
+
+
+def _open_read_only(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(read_only_uri(path), uri=True, timeout=1.0, isolation_level=None)
+    conn.execute("PRAGMA query_only=ON")
+    return conn
+
+
+def _master(conn: sqlite3.Connection) -> list[tuple[str, str, str, str | None]]:
+    return [
+        (r[0], r[1], r[2], r[3])
+        for r in conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master")
+    ]
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[tuple]:
+    """PRAGMA table_info rows: (cid, name, type, notnull, default, pk)."""
+    return conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _open_problem(conn: sqlite3.Connection, name: str) -> str | None:
+    """The error this process's SQLite gives when it opens table or view ``name``, if any.
+
+    Opening an FTS5 table loads its module and tokenizer, so an extension the
+    runtime loads and this process lacks shows up here, at prepare time.
+    """
+    try:
+        conn.execute(f"SELECT * FROM {_quoted(name)} LIMIT 0").fetchall()
+    except sqlite3.Error as error:
+        return str(error)
+    return None
+
+
+def _tokenizer(sql: str | None) -> str | None:
+    match = re.search(r"tokenize\s*=\s*['\"]([^'\"]+)['\"]", sql or "", re.IGNORECASE)
+    return match.group(1) if match else None
+
+
+# --- the inspection --------------------------------------------------------------------------
+
+
+def inspect_sqlite(path: str, *, alias: str, role: str) -> StoreInspection:
+    location = f"SQLite file {path}"
+    if not path or path == ":memory:":
+        return StoreInspection(alias, role, location, "sqlite", exists=False)
+    file = Path(path)
+    if not file.exists():
+        findings = []
+        if read_only():
+            findings.append(
+                Finding(
+                    "error",
+                    "missing_file",
+                    f"The {role} ({path}) does not exist: read-only mode cannot create it.",
+                    "Point SESSIONS_ADMIN_STORE_URL at the runtime's state.db, or start without "
+                    "SESSIONS_ADMIN_READ_ONLY.",
+                )
+            )
+        return StoreInspection(
+            alias, role, location, "sqlite", exists=False, findings=tuple(findings)
+        )
+    if file.is_dir():
+        return StoreInspection(
+            alias,
+            role,
+            location,
+            "sqlite",
+            findings=(Finding("error", "not_sqlite", f"The {role} path {path} is a directory."),),
+        )
+    try:
+        with file.open("rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except OSError as error:
+        return StoreInspection(
+            alias,
+            role,
+            location,
+            "sqlite",
+            findings=(Finding("error", "unreadable", f"Cannot read the {role} {path}: {error}."),),
+        )
+    if header and header != SQLITE_HEADER:
+        return StoreInspection(
+            alias,
+            role,
+            location,
+            "sqlite",
+            findings=(
+                Finding(
+                    "error",
+                    "not_sqlite",
+                    f"The {role} {path} is not a SQLite database (its header is not "
+                    "'SQLite format 3').",
+                    "Point the URL at Hermes's state.db (or response_store.db), not at another "
+                    "file.",
+                ),
+            ),
+        )
+    try:
+        conn = _open_read_only(path)
+    except sqlite3.Error as error:
+        return StoreInspection(
+            alias,
+            role,
+            location,
+            "sqlite",
+            findings=(Finding("error", "unreadable", f"Cannot open the {role} {path}: {error}."),),
+        )
+    try:
+        return _inspect_open_sqlite(conn, path=path, alias=alias, role=role, location=location)
+    except sqlite3.DatabaseError as error:
+        return StoreInspection(
+            alias,
+            role,
+            location,
+            "sqlite",
+            findings=(
+                Finding(
+                    "error",
+                    "unreadable",
+                    f"The {role} {path} cannot be read as a SQLite database: {error}.",
+                ),
+            ),
+        )
+    finally:
+        conn.close()
+
+
+def _inspect_open_sqlite(
+    conn: sqlite3.Connection, *, path: str, alias: str, role: str, location: str
+) -> StoreInspection:
+    master = _master(conn)
+    tables = frozenset(
+        name for kind, name, _t, _s in master if kind == "table" and not name.startswith("sqlite_")
+    )
+    findings: list[Finding] = []
+    version = None
+    if "schema_version" in tables:
+        try:
+            row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+            version = int(row[0]) if row and row[0] is not None else None
+        except (sqlite3.Error, TypeError, ValueError):
+            version = None
+    fts_layout = None
+    if role == "store":
+        findings += _runtime_table_findings(conn, tables, role=role, path=path)
+        fts_layout = _fts_layout(master)
+        findings += _extension_findings(conn, master)
+        if tables & {"sessions", "messages"}:
+            if version is not None and version > NEWEST_KNOWN_SCHEMA_VERSION:
+                findings.append(
+                    Finding(
+                        "warning",
+                        "newer_schema",
+                        f"The store is at schema version {version}, newer than the newest this "
+                        f"dashboard was checked against ({NEWEST_KNOWN_SCHEMA_VERSION}); its "
+                        "layout passed the compatibility checks.",
+                    )
+                )
+            if "messages_fts" not in tables:
+                findings.append(
+                    Finding(
+                        "warning",
+                        "no_fts",
+                        "The store has no messages_fts full-text index: message search is off.",
+                    )
+                )
+            missing_own = [t for t in OWN_TABLES if t not in tables]
+            if missing_own and not read_only():
+                findings.append(
+                    Finding(
+                        "warning",
+                        "own_tables_missing",
+                        f"The store lacks the dashboard's own tables ({', '.join(missing_own)}): "
+                        "merges and switch events cannot be recorded yet.",
+                        "Run `python manage.py init_store` once (docs/attach.md lists what it adds).",
+                    )
+                )
+    if role == "responses" or responses_alias() == alias:
+        findings += _responses_findings(conn, tables, role=role, path=path)
+    return StoreInspection(
+        alias,
+        role,
+        location,
+        "sqlite",
+        exists=True,
+        tables=tables,
+        schema_version=version,
+        fts_layout=fts_layout,
+        findings=tuple(findings),
+    )
+
+
+def _runtime_table_findings(
+    conn: sqlite3.Connection, tables: frozenset[str], *, role: str, path: str
+) -> list[Finding]:
+    from sessions_admin.store.schema import REQUIRED_MESSAGE_COLUMNS, REQUIRED_SESSION_COLUMNS
+
+    runtime = tables & {"sessions", "messages"}
+    if not runtime:
+        others = sorted(t for t in tables if t not in {*OWN_TABLES, "schema_version"})
+        known = {"responses", "conversations"}
+        if others and not set(others) <= known:
+            return [
+                Finding(
+                    "error",
+                    "missing_tables",
+                    f"The {role} {path} has tables ({', '.join(others[:8])}) but no sessions "
+                    "or messages table: it is not a session store.",
+                    "Point SESSIONS_ADMIN_STORE_URL at Hermes's state.db.",
+                )
+            ]
+        return []
+    if runtime != {"sessions", "messages"}:
+        (present,) = runtime
+        (missing,) = {"sessions", "messages"} - runtime
+        return [
+            Finding(
+                "error",
+                "missing_tables",
+                f"The store has a {present} table but no {missing} table.",
+                "Attach never creates the runtime's tables; point the URL at a complete "
+                "state.db, or run `python manage.py init_store --upgrade-runtime-tables`.",
+            )
+        ]
+    findings = []
+    for table, required, inserted in (
+        ("sessions", REQUIRED_SESSION_COLUMNS, INSERTED_SESSION_COLUMNS),
+        ("messages", REQUIRED_MESSAGE_COLUMNS, INSERTED_MESSAGE_COLUMNS),
+    ):
+        columns = _columns(conn, table)
+        names = {c[1] for c in columns}
+        missing = sorted(required - names)
+        if missing:
+            findings.append(
+                Finding(
+                    "error",
+                    "missing_columns",
+                    f"The store's {table} table lacks columns the dashboard reads: "
+                    f"{', '.join(missing)} (an older runtime wrote it).",
+                    "Open it once with a current Hermes Agent (it adds them), or run "
+                    "`python manage.py init_store --upgrade-runtime-tables`.",
+                )
+            )
+        blocking = sorted(
+            c[1] for c in columns if c[3] and c[4] is None and not c[5] and c[1] not in inserted
+        )
+        if blocking:
+            findings.append(
+                Finding(
+                    "error",
+                    "incompatible_layout",
+                    f"The store's {table} table has required columns without a default that "
+                    f"the dashboard does not write ({', '.join(blocking)}): a newer runtime "
+                    "layout this dashboard cannot write to.",
+                    "Upgrade sessions_admin, or attach read-only (SESSIONS_ADMIN_READ_ONLY=1).",
+                )
+            )
+    id_column = next((c for c in _columns(conn, "messages") if c[1] == "id"), None)
+    if id_column is not None and (not id_column[5] or id_column[2].upper() != "INTEGER"):
+        findings.append(
+            Finding(
+                "error",
+                "incompatible_layout",
+                "The store's messages.id is not an INTEGER PRIMARY KEY: message order (by id) "
+                "cannot be kept.",
+                "Upgrade sessions_admin, or attach read-only (SESSIONS_ADMIN_READ_ONLY=1).",
+            )
+        )
+    findings += _foreign_key_findings(conn, tables)
+    return findings
+
+
+def _foreign_key_findings(conn: sqlite3.Connection, tables: frozenset[str]) -> list[Finding]:
+    """Tables whose rows would block deleting a session (a foreign key without ON DELETE)."""
+    blocking = []
+    for table in sorted(tables - {"sessions", "messages"}):
+        for row in conn.execute(f"PRAGMA foreign_key_list({_quoted(table)})").fetchall():
+            target, on_delete = row[2], str(row[6] or "").upper()
+            if target in {"sessions", "messages"} and on_delete not in {
+                "CASCADE",
+                "SET NULL",
+                "SET DEFAULT",
+            }:
+                blocking.append(f"{table} -> {target}")
+    if not blocking:
+        return []
+    return [
+        Finding(
+            "warning",
+            "blocking_foreign_keys",
+            "Rows of these tables keep a session from being deleted (a foreign key without "
+            f"ON DELETE): {', '.join(blocking)}. Deleting such a session is refused by SQLite.",
+        )
+    ]
+
+
+def _fts_layout(master: list[tuple[str, str, str, str | None]]) -> str | None:
+    for kind, name, _t, sql in master:
+        if kind == "table" and name == "messages_fts":
+            return "external" if "content=" in re.sub(r"\s+", "", sql or "").lower() else "inline"
+    return None
+
+
+def _extension_findings(
+    conn: sqlite3.Connection, master: list[tuple[str, str, str, str | None]]
+) -> list[Finding]:
+    findings = []
+    triggers = [(name, tbl, sql or "") for kind, name, tbl, sql in master if kind == "trigger"]
+    for kind, name, _t, sql in master:
+        if kind != "table" or not (sql or "").upper().startswith("CREATE VIRTUAL TABLE"):
+            continue
+        problem = _open_problem(conn, name)
+        if problem is None:
+            continue
+        tokenizer = _tokenizer(sql)
+        what = f"the tokenizer {tokenizer!r}" if tokenizer else "its module"
+        writers = [
+            t
+            for t, tbl, body in triggers
+            if tbl in {"messages", "sessions"}
+            and re.search(rf"\b{re.escape(name)}\b", body, re.IGNORECASE)
+        ]
+        if writers:
+            findings.append(
+                Finding(
+                    "error",
+                    "missing_extension",
+                    f"The full-text table {name} needs {what}, which this process's SQLite "
+                    f"lacks ({problem}); triggers {', '.join(sorted(writers))} write to it on "
+                    "every message change, so every write would fail.",
+                    "Load the runtime's SQLite extension in this process, or attach read-only "
+                    "(SESSIONS_ADMIN_READ_ONLY=1).",
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "warning",
+                    "missing_extension",
+                    f"The full-text table {name} needs {what}, which this process's SQLite "
+                    f"lacks ({problem}); searches through it are unavailable.",
+                )
+            )
+    return findings
+
+
+def _responses_findings(
+    conn: sqlite3.Connection, tables: frozenset[str], *, role: str, path: str
+) -> list[Finding]:
+    present = tables & {"responses", "conversations"}
+    if not present:
+        return []
+    findings = []
+    if present != {"responses", "conversations"}:
+        (found,) = present
+        (missing,) = {"responses", "conversations"} - present
+        findings.append(
+            Finding(
+                "warning",
+                "missing_tables",
+                f"The {role} has a {found} table but no {missing} table; "
+                f"`init_store` creates {missing}.",
+            )
+        )
+    if "conversations" in tables and "session_id" not in {
+        c[1] for c in _columns(conn, "conversations")
+    }:
+        if not read_only():
+            findings.append(
+                Finding(
+                    "warning",
+                    "conversation_sessions",
+                    "conversations has no session_id column yet: a slug whose responses were "
+                    "evicted cannot be followed to its session.",
+                    "Run `python manage.py init_store` (it adds that one column).",
+                )
+            )
+    return findings
+
+
+def inspect_alias(alias: str, *, role: str) -> StoreInspection:
+    settings_dict = connections.settings[alias] if alias in connections.settings else None
+    if settings_dict is None:
+        return StoreInspection(alias, role, alias, "unknown", exists=False)
+    engine = settings_dict.get("ENGINE", "")
+    if engine.endswith("sqlite3"):
+        return inspect_sqlite(sqlite_path(settings_dict), alias=alias, role=role)
+    return _inspect_via_django(alias, role=role)
+
+
+def _inspect_via_django(alias: str, *, role: str) -> StoreInspection:
+    """A PostgreSQL store: connect and look at its tables (no writes)."""
+    from sessions_admin.store.schema import REQUIRED_MESSAGE_COLUMNS, REQUIRED_SESSION_COLUMNS
+
+    connection = connections[alias]
+    location = f"{connection.vendor} database {connection.settings_dict.get('NAME')}"
+    try:
+        with connection.cursor() as cursor:
+            tables = frozenset(connection.introspection.table_names(cursor))
+            findings: list[Finding] = []
+            runtime = tables & {"sessions", "messages"}
+            if role == "store" and runtime and runtime != {"sessions", "messages"}:
+                findings.append(
+                    Finding("error", "missing_tables", f"The store has only {sorted(runtime)}.")
+                )
+            elif role == "store" and runtime:
+                for table, required in (
+                    ("sessions", REQUIRED_SESSION_COLUMNS),
+                    ("messages", REQUIRED_MESSAGE_COLUMNS),
+                ):
+                    names = {
+                        c.name
+                        for c in connection.introspection.get_table_description(cursor, table)
+                    }
+                    if required - names:
+                        findings.append(
+                            Finding(
+                                "error",
+                                "missing_columns",
+                                f"The store's {table} table lacks columns the dashboard reads: "
+                                f"{', '.join(sorted(required - names))}.",
+                                "Run `python manage.py init_store --upgrade-runtime-tables`.",
+                            )
+                        )
+    except DatabaseError as error:
+        return StoreInspection(
+            alias,
+            role,
+            location,
+            connection.vendor,
+            findings=(Finding("error", "unreachable", f"Cannot read the {role}: {error}".strip()),),
+        )
+    finally:
+        connection.close()
+    return StoreInspection(
+        alias, role, location, connection.vendor, tables=tables, findings=tuple(findings)
+    )
+
+
+def inspect_configured() -> list[StoreInspection]:
+    """The store, and the separate response store if one is configured."""
+    found = [inspect_alias(store_alias(), role="store")]
+    if responses_alias() != store_alias():
+        found.append(inspect_alias(responses_alias(), role="responses"))
+    return found
+
+
+# --- the start-up check ----------------------------------------------------------------------
+
+
+def check_store(app_configs=None, **kwargs) -> list:
+    """Django system check: the configured store can be used (read-only, nothing written)."""
+    messages = []
+    for inspection in inspect_configured():
+        for finding in inspection.findings:
+            text = f"{finding.message} [{inspection.describe()}]"
+            ident = "sessions_admin." + CHECK_IDS.get((finding.level, finding.code), "E000")
+            if finding.level == "error":
+                messages.append(Error(text, hint=finding.hint or None, id=ident))
+            else:
+                messages.append(Warning(text, hint=finding.hint or None, id=ident))
+    return messages
+
+
+# --- read-only connections and permissions -------------------------------------------------
+
+_RESPONSES_SHIMS = {
+    "responses": "CREATE TEMP TABLE responses (response_id TEXT PRIMARY KEY, data TEXT NOT NULL, "
+    "accessed_at REAL NOT NULL)",
+    "conversations": "CREATE TEMP TABLE conversations (name TEXT PRIMARY KEY, "
+    "response_id TEXT NOT NULL, session_id TEXT)",
+}
+_STORE_SHIMS = {
+    "sessions_admin_switch_events": "CREATE TEMP TABLE sessions_admin_switch_events ("
+    "seq BIGINT PRIMARY KEY, created_at REAL NOT NULL, new_session_id TEXT NOT NULL, "
+    "previous_session_id TEXT, parent_session_id TEXT, reset INTEGER NOT NULL DEFAULT 0, "
+    "reason TEXT NOT NULL, session_key TEXT)",
+    "sessions_admin_merges": "CREATE TEMP TABLE sessions_admin_merges (id INTEGER PRIMARY KEY, "
+    "created_at REAL NOT NULL, target_session_id TEXT NOT NULL, absorbed_session_ids TEXT "
+    "NOT NULL, prior_state TEXT NOT NULL, undone_at REAL)",
+}
+
+
+def read_only_shims(alias: str, tables: set[str], conversation_columns: set[str]) -> list[str]:
+    """Connection-local (TEMP) stand-ins for what attach would add, so reads work unchanged."""
+    statements = []
+    if alias == store_alias():
+        statements += [sql for name, sql in _STORE_SHIMS.items() if name not in tables]
+    if alias == responses_alias():
+        statements += [sql for name, sql in _RESPONSES_SHIMS.items() if name not in tables]
+        if "conversations" in tables and "session_id" not in conversation_columns:
+            # Shadows main.conversations for unqualified names, on this connection only.
+            statements.append(
+                "CREATE TEMP VIEW conversations AS SELECT name, response_id, "
+                "CAST(NULL AS TEXT) AS session_id FROM main.conversations"
+            )
+    return statements
+
+
+def prepare_connection(sender, connection, **kwargs) -> None:
+    """``connection_created``: in read-only mode, add the shims and make the connection query-only."""
+    if not read_only() or connection.vendor != "sqlite":
+        return
+    if connection.alias not in {store_alias(), responses_alias()}:
+        return
+    raw = connection.connection
+    tables = {r[0] for r in raw.execute("SELECT name FROM main.sqlite_master WHERE type='table'")}
+    columns = (
+        {r[1] for r in raw.execute("PRAGMA main.table_info(conversations)")}
+        if "conversations" in tables
+        else set()
+    )
+    for statement in read_only_shims(connection.alias, tables, columns):
+        raw.execute(statement)
+    raw.execute("PRAGMA query_only=ON")
+
+
+class ReadOnlyPermissionBackend(ModelBackend):
+    """Django's model backend that withholds operate/delete while the store is attached read-only.
+
+    Listed first in AUTHENTICATION_BACKENDS: raising PermissionDenied from
+    ``has_perm`` makes Django deny the permission whatever later backends say,
+    so templates (``perms``) and views (``has_perm``) hide and refuse actions alike.
+    """
+
+    def has_perm(self, user_obj, perm, obj=None):
+        if read_only() and perm in OPERATE_PERMISSIONS:
+            raise PermissionDenied("The store is attached read-only.")
+        return super().has_perm(user_obj, perm, obj)
