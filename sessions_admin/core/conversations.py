@@ -213,20 +213,123 @@ def evict_responses(*, keep_latest: int) -> int:
         )
 
 
+def slugs_of_sessions(session_ids: list[str]) -> list[tuple[str, str]]:
+    """(slug, session) for every conversation whose session is one of ``session_ids``, by name.
+
+    A row's session is its ``session_id`` column or, where that is NULL, the
+    session its latest response names: Hermes's ResponseStore rewrites the row
+    with ``INSERT OR REPLACE (name, response_id)`` on every turn, which leaves
+    the column NULL until something fills it again.
+    """
+    ids = [i for i in dict.fromkeys(session_ids) if i]
+    if not ids:
+        return []
+    data_session = db.json_field("r.data", "session_id", alias=_alias())
+    found: dict[str, str] = {}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = db.placeholders(chunk)
+        for name, column, latest in db.fetchall(
+            f"SELECT c.name, c.session_id, {data_session} FROM conversations c "
+            "LEFT JOIN responses r ON r.response_id = c.response_id "
+            f"WHERE c.session_id IN ({marks}) OR (c.session_id IS NULL AND {data_session} IN ({marks}))",
+            [*chunk, *chunk],
+            alias=_alias(),
+        ):
+            found[name] = column or latest
+    return sorted(found.items())
+
+
+def refill_conversation_sessions(*, session_ids: list[str]) -> int:
+    """Write the session back into the column of these sessions' slugs where it is NULL.
+
+    Runs inside the caller's store operation (after Hermes's next turn the column is NULL again;
+    readers fall back on the latest response, see ``slugs_of_sessions``).
+    """
+    missing = []
+    for name, sid in slugs_of_sessions(session_ids):
+        row = _conversation_row(name)
+        if row is not None and row[1] is None:
+            missing.append((name, sid))
+    with _responses_transaction():
+        for name, sid in missing:
+            db.execute(
+                "UPDATE conversations SET session_id = %s WHERE name = %s AND session_id IS NULL",
+                [sid, name],
+                alias=_alias(),
+            )
+    return len(missing)
+
+
 def repoint_conversations(*, from_session_ids: list[str], to_session_id: str) -> int:
     """Point every slug recorded at one of ``from_session_ids`` at ``to_session_id``.
 
-    Runs inside the caller's store operation.
+    Runs inside the caller's store operation. Slugs whose column Hermes left
+    NULL are found through their latest response and get the column filled.
     """
     ids = [i for i in from_session_ids if i and i != to_session_id]
     if not ids:
         return 0
+    refill_conversation_sessions(session_ids=ids)
     with _responses_transaction():
         return db.execute(
             f"UPDATE conversations SET session_id = %s WHERE session_id IN ({db.placeholders(ids)})",
             [to_session_id, *ids],
             alias=_alias(),
         )
+
+
+def _response_session_sql(alias: str) -> str:
+    """``data`` with its session_id set to the %s parameter (a JSON object of a stored response)."""
+    if db.vendor(alias) == "postgresql":
+        return "(jsonb_set(data::jsonb, '{session_id}', to_jsonb(%s::text)))::text"
+    return "json_set(data, '$.session_id', %s)"
+
+
+def repoint_responses(*, from_session_ids: list[str], to_session_id: str) -> list[list[str]]:
+    """Make stored responses of ``from_session_ids`` name ``to_session_id``; return [id, old session].
+
+    Hermes's API server continues a slug in the session its latest response
+    names (``responses.data.session_id``), not the conversations column, so a
+    merge repoints those too. Runs inside the caller's store operation.
+    """
+    ids = [i for i in from_session_ids if i and i != to_session_id]
+    if not ids:
+        return []
+    field = db.json_field("data", "session_id", alias=_alias())
+    moved = [
+        [r[0], r[1]]
+        for r in db.fetchall(
+            f"SELECT response_id, {field} FROM responses WHERE {field} IN ({db.placeholders(ids)}) "
+            "ORDER BY response_id",
+            ids,
+            alias=_alias(),
+        )
+    ]
+    set_data = _response_session_sql(_alias())
+    with _responses_transaction():
+        for response_id, _old in moved:
+            db.execute(
+                f"UPDATE responses SET data = {set_data} WHERE response_id = %s",
+                [to_session_id, response_id],
+                alias=_alias(),
+            )
+    return moved
+
+
+def restore_responses(*, moved: list[list[str]], from_session_id: str) -> int:
+    """Undo ``repoint_responses``: responses still naming ``from_session_id`` name their old session."""
+    field = db.json_field("data", "session_id", alias=_alias())
+    set_data = _response_session_sql(_alias())
+    restored = 0
+    with _responses_transaction():
+        for response_id, old_session in moved:
+            restored += db.execute(
+                f"UPDATE responses SET data = {set_data} WHERE response_id = %s AND {field} = %s",
+                [old_session, response_id, from_session_id],
+                alias=_alias(),
+            )
+    return restored
 
 
 def conversations_of_session(session_id: str) -> list[tuple[str, str | None]]:

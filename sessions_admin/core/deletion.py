@@ -157,16 +157,24 @@ def _count_messages(ids: Sequence[str]) -> int:
 
 
 def _conversation_names(ids: Sequence[str]) -> list[str]:
-    names: list[str] = []
-    for chunk in _chunks(ids):
-        names += [
+    """Slugs that go with these sessions: recorded at one, or pointing at a response of one.
+
+    Hermes leaves the session_id column NULL after each turn, and its own
+    ``ResponseStore.delete`` never keeps a slug whose latest response is gone.
+    """
+    from sessions_admin.core.conversations import slugs_of_sessions
+
+    names = {name for name, _sid in slugs_of_sessions(list(ids))}
+    response_ids = _response_ids(ids)
+    for chunk in _chunks(response_ids):
+        names.update(
             r[0]
             for r in db.fetchall(
-                f"SELECT name FROM conversations WHERE session_id IN ({db.placeholders(chunk)})",
+                f"SELECT name FROM conversations WHERE response_id IN ({db.placeholders(chunk)})",
                 list(chunk),
                 alias=responses_alias(),
             )
-        ]
+        )
     return sorted(names)
 
 
@@ -283,10 +291,18 @@ def _delete_batch(
     marks = db.placeholders(batch)
     sessions = _all_columns("sessions", f"id IN ({marks})", batch)
     messages = _all_columns("messages", f"session_id IN ({marks}) ORDER BY id", batch)
-    conversations = _all_columns(
-        "conversations", f"session_id IN ({marks})", batch, alias=responses_alias()
-    )
     response_ids = _response_ids(batch)
+    names = _conversation_names(batch)
+    conversations = (
+        _all_columns(
+            "conversations",
+            f"name IN ({db.placeholders(names)})",
+            names,
+            alias=responses_alias(),
+        )
+        if names
+        else []
+    )
     responses = (
         _all_columns(
             "responses",
@@ -339,11 +355,12 @@ def _delete_batch(
                 [*batch, *batch],
             )
         with transaction.atomic(using=responses_alias()):
-            db.execute(
-                f"DELETE FROM conversations WHERE session_id IN ({marks})",
-                batch,
-                alias=responses_alias(),
-            )
+            if names:
+                db.execute(
+                    f"DELETE FROM conversations WHERE name IN ({db.placeholders(names)})",
+                    names,
+                    alias=responses_alias(),
+                )
             if response_ids:
                 db.execute(
                     f"DELETE FROM responses WHERE response_id IN ({db.placeholders(response_ids)})",

@@ -180,15 +180,10 @@ def _message_stats(ids: Sequence[str]) -> dict[str, tuple[int, int, int]]:
 
 
 def _conversations_of(ids: Sequence[str]) -> list[tuple[str, str]]:
-    return [
-        (r[0], r[1])
-        for r in db.fetchall(
-            f"SELECT name, session_id FROM conversations WHERE session_id IN ({db.placeholders(ids)}) "
-            "ORDER BY name",
-            list(ids),
-            alias=responses_alias(),
-        )
-    ]
+    # Slugs by their column or, where Hermes left it NULL, by their latest response.
+    from sessions_admin.core.conversations import slugs_of_sessions
+
+    return slugs_of_sessions(list(ids))
 
 
 def _children_of(ids: Sequence[str]) -> list[tuple[str, str]]:
@@ -341,10 +336,12 @@ def merge_sessions(
         assignments.append("ended_at = NULL, end_reason = NULL")
     db.execute(f"UPDATE sessions SET {', '.join(assignments)} WHERE id = %s", [*params, target])
     recompute_counters(target)
-    if conversations:
-        from sessions_admin.core.conversations import repoint_conversations
+    from sessions_admin.core.conversations import repoint_conversations, repoint_responses
 
+    if conversations:
         repoint_conversations(from_session_ids=absorbed, to_session_id=target)
+    # Hermes's API server continues a slug in the session its latest response names.
+    moved_responses = repoint_responses(from_session_ids=absorbed, to_session_id=target)
     after = _rows([target])[target]
     prior_state = {
         "sessions": {sid: {c: rows[sid][c] for c in SAVED_COLUMNS} for sid in [target, *absorbed]},
@@ -352,6 +349,7 @@ def merge_sessions(
         "messages": moved,
         "children": children,
         "conversations": conversations,
+        "responses": moved_responses,
     }
     with db.cursor() as c:
         c.execute(
@@ -477,6 +475,10 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
                 [old_session, name, target],
                 alias=responses_alias(),
             )
+    if prior.get("responses"):
+        from sessions_admin.core.conversations import restore_responses
+
+        restore_responses(moved=prior["responses"], from_session_id=target)
     db.execute(
         "UPDATE sessions_admin_merges SET undone_at = %s WHERE id = %s",
         [clock.now(), int(merge_id)],

@@ -1366,3 +1366,19 @@ def choices() -> Choices:
     if time.monotonic() - started > CHOICES_CACHE_AFTER:
         cache.set(key, found, CHOICES_CACHE_SECONDS)
     return found
+
+
+def matching_session_ids(filters: Filters, *, limit: int) -> list[str]:
+    """The ids of every session these filters list (search words aside), oldest first.
+
+    Returns at most ``limit + 1`` ids, so a caller can tell "more than limit".
+    """
+    where, params = where_sql(filters.filters_only())
+    with _reading():
+        return [
+            r[0]
+            for r in db.fetchall(
+                f"SELECT s.id FROM sessions s WHERE {where} ORDER BY s.started_at, s.id LIMIT %s",
+                [*params, int(limit) + 1],
+            )
+        ]

@@ -51,6 +51,7 @@ from sessions_admin.console.roles import DELETE
 from sessions_admin.core.lineage import edge_kind
 from sessions_admin.ledger import actions, worker
 from sessions_admin.ledger.models import DeleteJob, TrashEntry, TrashSession
+from sessions_admin.store import listing
 from sessions_admin.store.models import Session
 
 CASCADE_TEMPLATE = "console/cascade_delete.html"
@@ -582,6 +583,10 @@ def bulk_delete(request: HtmxHttpRequest) -> HttpResponse:
 def bulk_delete_preview(request: HtmxHttpRequest) -> HttpResponse:
     """Explicit ids (the session list's selection) -> the dry run for them."""
     ids = list(dict.fromkeys(i.strip() for i in request.POST.getlist("ids") if i.strip()))
+    if _flag(request.POST.get("all_matching")):
+        # "All N matching this filter": the session list's filters, resolved to exact ids now.
+        parsed = listing.parse(QueryDict(request.POST.get("filter", "")))
+        ids = listing.matching_session_ids(parsed.filters, limit=SELECTION_MAX)
     if not ids:
         messages.error(request, "Select at least one session to delete.")
         url = reverse("bulk_delete")
