@@ -47,7 +47,8 @@ def parse_database_url(url: str, *, base_dir: Path) -> dict:
         name = unquote(parsed.path.lstrip("/"))
         if not name:
             raise DatabaseUrlError(f"PostgreSQL URL has no database name: {url!r}")
-        options: dict = {}
+        # The lineage CTEs get huge row estimates; JIT compiling them costs more than running them.
+        options: dict = {"options": "-c jit=off"}
         for key, values in parse_qs(parsed.query).items():
             options[key] = values[-1]
         return {

@@ -151,6 +151,13 @@ def for_update() -> str:
     return " FOR UPDATE" if vendor() == "postgresql" else ""
 
 
+def in_list(column: str, values: Sequence[Any]) -> tuple[str, list]:
+    """``column IN values`` with one parameter, whatever the number of values."""
+    if vendor() == "postgresql":
+        return f"{column} = ANY(%s)", [list(values)]
+    return f"{column} IN (SELECT value FROM json_each(%s))", [json.dumps(list(values))]
+
+
 def placeholders(values: Iterable[Any]) -> str:
     return ", ".join("%s" for _ in values)
 

@@ -51,15 +51,17 @@ def predicate(kind: str, alias: str = "s") -> tuple[str, list]:
         ids = sorted(forks.fork_session_ids())
         if not ids:
             return "1 = 0", []
-        return f"{alias}.id IN ({db.placeholders(ids)})", ids
+        return db.in_list(f"{alias}.id", ids)
     if kind == "dangling_compression":
         continuation = (
             f"{lineage.marker('_branched_from', 'c')} IS NULL "
             f"AND {lineage.marker('_delegate_from', 'c')} IS NULL"
         )
+        # A scalar probe per row, not NOT EXISTS: PostgreSQL plans that as a hash
+        # anti-join over the whole table.
         return (
-            f"{alias}.end_reason = 'compression' AND NOT EXISTS (SELECT 1 FROM sessions c "
-            f"WHERE c.parent_session_id = {alias}.id AND {continuation})",
+            f"{alias}.end_reason = 'compression' AND (SELECT c.id FROM sessions c "
+            f"WHERE c.parent_session_id = {alias}.id AND {continuation} LIMIT 1) IS NULL",
             [],
         )
     if kind == "missing_parent":
@@ -69,7 +71,7 @@ def predicate(kind: str, alias: str = "s") -> tuple[str, list]:
             [],
         )
     if kind == "empty":
-        return f"NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = {alias}.id)", []
+        return f"(SELECT m.id FROM messages m WHERE m.session_id = {alias}.id LIMIT 1) IS NULL", []
     if kind == "counter_mismatch":
         return (
             f"COALESCE({alias}.message_count, 0) <> (SELECT COUNT(*) FROM messages m "

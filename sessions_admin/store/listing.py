@@ -360,11 +360,7 @@ def decode_cursor(token: str, filters: Filters) -> Cursor | None:
 # SQL pieces
 
 
-def _in_list(column: str, values: Sequence[Any]) -> tuple[str, list]:
-    """``column IN values`` with one parameter, whatever the number of values."""
-    if db.vendor() == "postgresql":
-        return f"{column} = ANY(%s)", [list(values)]
-    return f"{column} IN (SELECT value FROM json_each(%s))", [json.dumps(list(values))]
+_in_list = db.in_list
 
 
 def _continuation(child: str) -> str:
