@@ -271,6 +271,28 @@ def _all_columns(table: str, where: str, params: list, *, alias: str | None = No
     return db.fetchdicts(f"SELECT * FROM {table} WHERE {where}", params, alias=alias)
 
 
+def _dependent_tables() -> list[tuple[str, str]]:
+    """(table, column) whose rows the store deletes with their session (ON DELETE CASCADE).
+
+    A runtime's own per-session tables (Hermes's ``session_model_usage``) go
+    with the session row; the trash keeps them so a restore brings them back.
+    SQLite only (Hermes's store); our PostgreSQL schema has no such table.
+    """
+    if db.vendor() != "sqlite":
+        return []
+    found = []
+    for (table,) in db.fetchall(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "AND name NOT IN ('sessions', 'messages') ORDER BY name"
+    ):
+        quoted = '"' + table.replace('"', '""') + '"'
+        for key in db.fetchall(f"PRAGMA foreign_key_list({quoted})"):
+            # (id, seq, table, from, to, on_update, on_delete, match)
+            if key[2] == "sessions" and key[4] in (None, "id") and str(key[6]).upper() == "CASCADE":
+                found.append((quoted, key[3]))
+    return found
+
+
 @store_operation
 def _delete_batch(
     batch: list[str], *, actor: str, reason: str, job_id: int | None
@@ -321,12 +343,18 @@ def _delete_batch(
             [*batch, *batch],
         )
     ]
+    dependents = {
+        table: rows
+        for table, column in _dependent_tables()
+        if (rows := _all_columns(table, f"{column} IN ({marks})", batch))
+    }
     payload = {
         "sessions": sessions,
         "messages": messages,
         "conversations": conversations,
         "responses": responses,
         "kept_children": kept_children,
+        "dependents": dependents,
     }
     # The copy commits first (its own database): whatever happens next, nothing is lost.
     entry = TrashEntry.objects.create(
@@ -472,6 +500,18 @@ def restore_trash_entry(*, entry_id: int, actor: str) -> RestoreResult:
         raise RestoreConflict(
             f"Cannot restore: session(s) {', '.join(existing[:5])} exist in the store again."
         )
+    titles = [s["title"] for s in sessions if s.get("title")]
+    for chunk in _chunks(titles):
+        taken = db.fetchone(
+            f"SELECT title, id FROM sessions WHERE title IN ({db.placeholders(chunk)}) LIMIT 1",
+            list(chunk),
+        )
+        if taken:
+            # Titles are unique (Hermes enforces it with a unique index too).
+            raise RestoreConflict(
+                f"Cannot restore: the title {taken[0]!r} is now used by session {taken[1]}. "
+                "Rename that session first."
+            )
     message_ids = [m["id"] for m in payload["messages"]]
     for chunk in _chunks(message_ids):
         clash = db.fetchone(
@@ -486,6 +526,8 @@ def restore_trash_entry(*, entry_id: int, actor: str) -> RestoreResult:
         if parent and (parent in parents or lineage.session_row(parent) is not None):
             db.execute("UPDATE sessions SET parent_session_id = %s WHERE id = %s", [parent, sid])
     _insert_rows("messages", payload["messages"])
+    for table, rows in payload.get("dependents", {}).items():
+        _insert_rows(table, rows)
     if db.vendor() == "postgresql" and message_ids:
         db.execute(
             "SELECT setval(pg_get_serial_sequence('messages', 'id'), "

@@ -106,3 +106,40 @@ def test_after_a_merge_hermes_continues_the_slug_in_the_target(two_slugs, admin)
     assert _hermes_next_turn_session(hermes, "beta") == "api-2"
     assert core.conversation_session("beta") == "api-2"
     assert_healthy(hermes, counted={"api-1", "api-2"})
+
+
+def test_usage_rows_come_back_with_a_restore(hermes, attach):
+    hermes.run(
+        [
+            call("state.create_session", "cli-x", "cli", model="m1"),
+            call("state.append_message", "cli-x", "user", "hello walrus"),
+            call(
+                "state.update_token_counts", "cli-x", input_tokens=10, output_tokens=5, model="m1"
+            ),
+        ]
+    )
+    usage = hermes.one(sql("SELECT * FROM session_model_usage ORDER BY model"))
+    assert usage
+    attach()
+    plan = core.plan_cascade_delete(session_ids=["cli-x"])
+    result = core.execute_cascade_delete(
+        session_ids=["cli-x"], expected_fingerprint=plan.fingerprint, actor="t", reason="r"
+    )
+    assert hermes.one(sql("SELECT COUNT(*) FROM session_model_usage")) == [[0]]
+    core.restore_trash_entry(entry_id=result.trash_entry_ids[0], actor="t")
+    assert hermes.one(sql("SELECT * FROM session_model_usage ORDER BY model")) == usage
+    assert_healthy(hermes)
+
+
+def test_a_restore_never_duplicates_a_title(hermes, attach):
+    scenario.build(hermes)
+    attach()
+    plan = core.plan_cascade_delete(session_ids=["cli-1"])
+    result = core.execute_cascade_delete(
+        session_ids=["cli-1"], expected_fingerprint=plan.fingerprint, actor="t", reason="r"
+    )
+    hermes.one(call("state.set_session_title", "tui-1", "Refactor plan"))
+    with pytest.raises(core.RestoreConflict, match="Refactor plan"):
+        core.restore_trash_entry(entry_id=result.trash_entry_ids[0], actor="t")
+    assert hermes.one(sql("SELECT COUNT(*) FROM sessions WHERE id = 'cli-1'")) == [[0]]
+    assert_healthy(hermes)
