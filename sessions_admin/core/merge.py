@@ -264,6 +264,54 @@ def merge_preview(*, plan: MergePlan, limit: int = 200) -> list[dict]:
     )
 
 
+def _moves_reindex() -> bool:
+    """Whether a message changing session must be deleted and re-inserted, not updated.
+
+    A newer Hermes store's trigram index reads a view joining ``sessions`` (it
+    leaves out cron, subagent and delegate sessions), and its triggers fire on
+    insert, delete and content updates only: re-pointing ``session_id`` in
+    place would leave the index out of step with its view, and FTS5 corrupts
+    on the next delete. Deleting and re-inserting the rows (same ids, same
+    columns) lets every such trigger see the message leave one session and
+    join the other. Not done where another table references ``messages``
+    (the delete would cascade to it).
+    """
+    if db.vendor() != "sqlite":
+        return False
+    session_dependent = db.fetchone(
+        "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'messages' "
+        "AND sql LIKE '%%sessions%%' LIMIT 1"
+    )
+    if session_dependent is None:
+        return False
+    for (table,) in db.fetchall(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%%'"
+    ):
+        quoted = '"' + table.replace('"', '""') + '"'
+        if any(key[2] == "messages" for key in db.fetchall(f"PRAGMA foreign_key_list({quoted})")):
+            return False
+    return True
+
+
+def _move_messages(where: str, params: list, to_session: str) -> int:
+    """Give the messages matching ``where`` to ``to_session``, ids and order unchanged."""
+    if not _moves_reindex():
+        return db.execute(
+            f"UPDATE messages SET session_id = %s WHERE {where}", [to_session, *params]
+        )
+    rows = db.fetchdicts(f"SELECT * FROM messages WHERE {where} ORDER BY id", params)
+    if not rows:
+        return 0
+    db.execute(f"DELETE FROM messages WHERE {where}", params)
+    columns = list(rows[0])
+    with db.cursor() as c:
+        c.executemany(
+            f"INSERT INTO messages ({', '.join(columns)}) VALUES ({db.placeholders(columns)})",
+            [[to_session if col == "session_id" else row[col] for col in columns] for row in rows],
+        )
+    return len(rows)
+
+
 def _id_ranges(ids: list[int]) -> list[list[int]]:
     ranges: list[list[int]] = []
     for message_id in sorted(ids):
@@ -305,9 +353,7 @@ def merge_sessions(
     now = clock.now()
     marks = db.placeholders(absorbed)
 
-    db.execute(
-        f"UPDATE messages SET session_id = %s WHERE session_id IN ({marks})", [target, *absorbed]
-    )
+    _move_messages(f"session_id IN ({marks})", list(absorbed), target)
     if children:
         db.execute(
             f"UPDATE sessions SET parent_session_id = %s WHERE parent_session_id IN ({marks}) "
@@ -439,9 +485,8 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
     returned = 0
     for sid, ranges in prior["messages"].items():
         for start, end in ranges:
-            returned += db.execute(
-                "UPDATE messages SET session_id = %s WHERE session_id = %s AND id BETWEEN %s AND %s",
-                [sid, target, start, end],
+            returned += _move_messages(
+                "session_id = %s AND id BETWEEN %s AND %s", [target, start, end], sid
             )
     for child, old_parent in prior["children"]:
         db.execute(

@@ -122,28 +122,34 @@ def sql(text: str, *params: Any, on: str = "state", commit: bool = False) -> dic
 
 
 @pytest.fixture
-def hermes(tmp_path) -> Hermes:
+def hermes_home(tmp_path) -> Path:
+    """A Hermes home directory for state.db and response_store.db (SQLite pass only)."""
     if connections["store"].vendor != "sqlite":
         pytest.skip("Hermes Agent's store is SQLite: these tests run in the SQLite pass")
+    home = tmp_path / "hermes-home"
+    home.mkdir()
+    return home
+
+
+@pytest.fixture
+def hermes(hermes_home) -> Hermes:
     python = hermes_python()
     if python is None:
         pytest.skip(
             f"hermes-agent {HERMES_VERSION} is not installed: `python3 -m sessions_admin test` "
             "installs it (var/hermes-agent-*), or set SESSIONS_ADMIN_HERMES_PYTHON"
         )
-    home = tmp_path / "hermes-home"
-    home.mkdir()
     return Hermes(
         python=python,
-        home=home,
-        state=home / "state.db",
-        responses=home / "response_store.db",
+        home=hermes_home,
+        state=hermes_home / "state.db",
+        responses=hermes_home / "response_store.db",
     )
 
 
 @dataclass
 class Attached:
-    hermes: Hermes
+    home: Path
     read_only: bool
 
 
@@ -214,20 +220,26 @@ def _allow_alias_in_this_test(monkeypatch, alias: str) -> None:
 
 
 @pytest.fixture
-def attach(hermes, settings, monkeypatch):
-    """Point our aliases at the Hermes files (call it once the files exist); undone on teardown."""
+def attach(hermes_home, settings, monkeypatch):
+    """Point our aliases at the home's state.db and response_store.db (call it once they exist).
+
+    Undone on teardown. ``init`` runs ``ensure_store_schema`` as ``init_store`` would.
+    """
     saved: list[dict] = []
 
     def do_attach(*, read_only: bool = False, init: bool = True) -> Attached:
         settings.SESSIONS_ADMIN_READ_ONLY = read_only
         _allow_alias_in_this_test(monkeypatch, "responses")
-        saved.append(_point_aliases(hermes.state, hermes.responses, read_only=read_only))
-        assert settings.DATABASES["responses"]["NAME"].endswith("response_store.db") or read_only
+        saved.append(
+            _point_aliases(
+                hermes_home / "state.db", hermes_home / "response_store.db", read_only=read_only
+            )
+        )
         if init and not read_only:
             from sessions_admin.store.schema import ensure_store_schema
 
             ensure_store_schema()
-        return Attached(hermes, read_only)
+        return Attached(hermes_home, read_only)
 
     yield do_attach
     if saved:
