@@ -37,6 +37,18 @@ def require_perm(perm: str):
     return decorator
 
 
+def session_url(session_id: str | None) -> str | None:
+    """A session's page, or None for an id the URL pattern cannot carry (a runtime wrote it)."""
+    from django.urls import NoReverseMatch, reverse
+
+    if not session_id:
+        return None
+    try:
+        return reverse("session_detail", args=[session_id])
+    except NoReverseMatch:
+        return None
+
+
 def wants_fragment(request: HtmxHttpRequest) -> bool:
     """htmx asked for a piece of the page (a history restore needs the whole page)."""
     return bool(request.htmx) and not request.htmx.history_restore_request

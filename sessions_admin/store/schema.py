@@ -139,7 +139,8 @@ REQUIRED_SESSION_COLUMNS = {
     "archived",
     "rewind_count",
 }
-REQUIRED_MESSAGE_COLUMNS = {
+# The message columns our code reads and writes, in display order.
+MESSAGE_FIELDS = (
     "id",
     "session_id",
     "role",
@@ -153,7 +154,8 @@ REQUIRED_MESSAGE_COLUMNS = {
     "reasoning",
     "active",
     "compacted",
-}
+)
+REQUIRED_MESSAGE_COLUMNS = set(MESSAGE_FIELDS)
 
 # The text Hermes indexes for each message; the PostgreSQL expression index and
 # every search query use the same expression.

@@ -24,22 +24,8 @@ from typing import Any
 from sessions_admin.core import db
 from sessions_admin.core.lineage import LineageNode
 from sessions_admin.store.models import Message, Session, parse_model_config
+from sessions_admin.store.schema import MESSAGE_FIELDS
 
-MESSAGE_FIELDS = (
-    "id",
-    "session_id",
-    "role",
-    "content",
-    "tool_call_id",
-    "tool_calls",
-    "tool_name",
-    "timestamp",
-    "token_count",
-    "finish_reason",
-    "reasoning",
-    "active",
-    "compacted",
-)
 # Extra rows read past a chunk's end so a tool call and its results stay together.
 LOOKAHEAD = 25
 # JSON bigger than this is shown as stored rather than re-indented.

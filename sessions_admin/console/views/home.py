@@ -13,11 +13,10 @@ from urllib.parse import urlencode
 from django.core.cache import cache
 from django.db import DatabaseError, connections
 from django.shortcuts import render
-from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
+from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm, session_url
 from sessions_admin.console.roles import VIEW
 from sessions_admin.core.forks import ForkGroup, find_fork_groups
 from sessions_admin.routers import store_alias
@@ -167,16 +166,6 @@ def _chart(days: list[overview.DayCount]) -> dict:
     }
 
 
-def _detail_url(session_id: str | None) -> str | None:
-    """The session's page, or None for an id the URL pattern cannot carry (a runtime wrote it)."""
-    if not session_id:
-        return None
-    try:
-        return reverse("session_detail", args=[session_id])
-    except NoReverseMatch:
-        return None
-
-
 def _health_context() -> dict:
     try:
         snapshot = _cached("health", _health_snapshot)
@@ -198,7 +187,7 @@ def _home_context(*, with_health: bool) -> dict:
         "other_sources": {"count": len(rest), "sessions": sum(n for _s, n in rest)},
         "chart": _chart(snapshot.per_day),
         "recent": [
-            {**row, "url": _detail_url(row["id"])}
+            {**row, "url": session_url(row["id"])}
             for row in overview.recent_sessions(RECENT_SESSIONS)
         ],
         "health_inline": with_health,
@@ -264,9 +253,9 @@ def conversation_list(request: HtmxHttpRequest):
     rows = [
         {
             "conversation": row,
-            "session_url": _detail_url(row.session_id),
+            "session_url": session_url(row.session_id),
             "forks": [
-                {"id": sid, "url": _detail_url(sid), "current": sid == row.session_id}
+                {"id": sid, "url": session_url(sid), "current": sid == row.session_id}
                 for sid in row.fork_session_ids
             ],
         }

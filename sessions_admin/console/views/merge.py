@@ -16,14 +16,14 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
 
 from sessions_admin import core
-from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
+from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm, session_url
 from sessions_admin.console.roles import OPERATE, VIEW
 from sessions_admin.core.merge import MAX_MERGE_SESSIONS
 from sessions_admin.ledger import actions
@@ -52,16 +52,6 @@ def _template(request: HtmxHttpRequest, template: str, name: str) -> str:
     if request.htmx and request.htmx.history_restore_request:
         return template
     return fragment(request, template, name)
-
-
-def detail_url(session_id: str | None) -> str | None:
-    """The session's page, or None for an id the URL pattern cannot carry."""
-    if not session_id:
-        return None
-    try:
-        return reverse("session_detail", args=[session_id])
-    except NoReverseMatch:
-        return None
 
 
 def _redirect(request: HtmxHttpRequest, url: str) -> HttpResponse:
@@ -100,7 +90,7 @@ def _sessions_by_id(ids: Iterable[str]) -> dict[str, Session]:
 def _session_row(session_id: str, session: Session | None) -> dict:
     return {
         "id": session_id,
-        "url": detail_url(session_id) if session is not None else None,
+        "url": session_url(session_id) if session is not None else None,
         "title": session.title if session else None,
         "source": session.source if session else None,
         "started_at": session.started_at if session else None,
@@ -294,7 +284,7 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
         f"(merge #{result.merge_id}; undo available): "
         f"{result.moved_messages} message{'s' if result.moved_messages != 1 else ''} moved.",
     )
-    return _redirect(request, detail_url(result.target_id) or reverse("fork_list"))
+    return _redirect(request, session_url(result.target_id) or reverse("fork_list"))
 
 
 @require_POST
@@ -305,7 +295,7 @@ def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
         record = core.merge_record(merge_id=merge_id)
     except core.MergeNotFound as missing:
         raise Http404(f"No merge {merge_id}.") from missing
-    back = _safe_next(request) or detail_url(record.target_id) or reverse("audit_log")
+    back = _safe_next(request) or session_url(record.target_id) or reverse("audit_log")
     if record.undone_at is not None:
         messages.info(request, f"Merge #{merge_id} was already undone; nothing changed.")
         return _redirect(request, back)
@@ -380,7 +370,7 @@ def _entry_rows(entries: Sequence[AuditEntry]) -> list[dict]:
             {
                 "entry": entry,
                 "sessions": [
-                    {"id": sid, "url": detail_url(sid)} for sid in ids[:SESSION_LINKS_SHOWN]
+                    {"id": sid, "url": session_url(sid)} for sid in ids[:SESSION_LINKS_SHOWN]
                 ],
                 "more_sessions": max(len(ids) - SESSION_LINKS_SHOWN, 0),
                 "before": _compact_json(entry.before),
@@ -395,8 +385,8 @@ def _merge_rows(session_id: str) -> list[dict]:
     return [
         {
             "record": record,
-            "target_url": detail_url(record.target_id),
-            "absorbed": [{"id": sid, "url": detail_url(sid)} for sid in record.absorbed_ids],
+            "target_url": session_url(record.target_id),
+            "absorbed": [{"id": sid, "url": session_url(sid)} for sid in record.absorbed_ids],
             "undone": record.undone_at is not None,
         }
         for record in core.merges_of_session(session_id=session_id)
@@ -443,7 +433,7 @@ def audit_log(request: HtmxHttpRequest) -> HttpResponse:
         "page": page,
         "rows": _entry_rows(page.object_list),
         "session_filter": session_id,
-        "session_filter_url": detail_url(session_id),
+        "session_filter_url": session_url(session_id),
         "merges": _merge_rows(session_id) if session_id else [],
         "can_operate": request.user.has_perm(OPERATE),
         "here": request.get_full_path(),
@@ -466,7 +456,7 @@ def session_history(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         return HttpResponseRedirect(reverse("audit_log") + "?" + urlencode({"session": session_id}))
     entries = _entries_of_session(session_id).order_by("-created_at", "-id")
     shown = list(entries[: HISTORY_ENTRIES + 1])
-    here = request.htmx.current_url_abs_path or detail_url(session_id) or reverse("audit_log")
+    here = request.htmx.current_url_abs_path or session_url(session_id) or reverse("audit_log")
     context = {
         "history_session": session_id,
         "rows": _entry_rows(shown[:HISTORY_ENTRIES]),
