@@ -19,4 +19,5 @@ urlpatterns = [
     path("sessions/", include("sessions_admin.console.urls.session_actions")),
     path("", include("sessions_admin.console.urls.merge")),
     path("", include("sessions_admin.console.urls.deletion")),
+    path("", include("sessions_admin.console.urls.portability")),
 ]

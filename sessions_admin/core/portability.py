@@ -1,0 +1,692 @@
+"""Export sessions (streamed JSONL and Markdown) and import Hermes Agent's session exports.
+
+Export
+    One session, a whole lineage (every session ``lineage_tree`` links to it:
+    compression segments, branches, delegates, resets) or a set of ids. The
+    output is produced by generators that read messages in keyset chunks, so a
+    20,000-message session never sits in memory. JSONL is one record a line:
+
+        {"type": "export", "format": "sessions_admin/1", "exported_at": ..., "session_ids": [...]}
+        {"type": "session", "session": {every column of the session row}}
+        {"type": "message", "message": {every column of the message row}}   (in id order)
+        ...
+
+    Markdown is for reading: each session's metadata and its transcript
+    (undone rows marked, tool calls listed, multimodal parts summarised).
+    Exports are read outside a transaction (so the runtime is never blocked);
+    each message appears once, in id order.
+
+Import
+    Hermes Agent's session exports: ``hermes sessions export`` JSONL (one
+    session object with its ``messages`` a line), a JSON object (one session,
+    or a lineage export with ``segments``), a JSON list, ``{"sessions": [...]}``,
+    and this module's own JSONL. Like Hermes's ``import_sessions``, it restores
+    conversation history, not live channel ownership (no session_key, chat or
+    handoff state), gives messages new ids in their original order, counts the
+    counters from the active rows, and keeps a parent link only when the
+    parent exists (in the store or the file) and no cycle results.
+
+    Duplicates are refused before anything is written: a session id already
+    in the store (unless ``skip_existing``), an id twice in the file, a title
+    already used by another session. Sessions are written in short store
+    transactions (each one ``store_operation``, so the runtime waits briefly).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from sessions_admin.core import db, lineage
+from sessions_admin.core.db import store_operation
+from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
+from sessions_admin.core.lifecycle import MESSAGE_ROLES
+from sessions_admin.core.transcript import recompute_counters
+
+EXPORT_FORMAT = "sessions_admin/1"
+MESSAGE_CHUNK = 500
+MAX_EXPORT_SESSIONS = 10_000
+# One import transaction writes at most this many sessions / messages.
+IMPORT_BATCH_SESSIONS = 100
+IMPORT_BATCH_MESSAGES = 2_000
+MAX_IMPORT_SESSIONS = 10_000
+MAX_IMPORT_MESSAGES = 500_000
+# Hermes stores multimodal (list/dict) message content as this prefix + JSON text.
+HERMES_JSON_PREFIX = "\x00json:"
+
+# What an import writes: conversation history, never live routing or handoff state.
+IMPORTED_SESSION_COLUMNS = (
+    "source",
+    "user_id",
+    "model",
+    "model_config",
+    "system_prompt",
+    "started_at",
+    "ended_at",
+    "end_reason",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "cwd",
+    "git_branch",
+    "git_repo_root",
+    "billing_provider",
+    "billing_base_url",
+    "billing_mode",
+    "estimated_cost_usd",
+    "actual_cost_usd",
+    "cost_status",
+    "cost_source",
+    "pricing_version",
+    "title",
+    "api_call_count",
+    "archived",
+)
+IMPORTED_MESSAGE_COLUMNS = (
+    "role",
+    "content",
+    "tool_call_id",
+    "tool_calls",
+    "tool_name",
+    "effect_disposition",
+    "timestamp",
+    "token_count",
+    "finish_reason",
+    "reasoning",
+    "reasoning_content",
+    "reasoning_details",
+    "codex_reasoning_items",
+    "codex_message_items",
+    "platform_message_id",
+    "observed",
+    "active",
+    "compacted",
+    "api_content",
+)
+_NUMERIC = {
+    "started_at": float,
+    "ended_at": float,
+    "timestamp": float,
+    "estimated_cost_usd": float,
+    "actual_cost_usd": float,
+    "input_tokens": int,
+    "output_tokens": int,
+    "cache_read_tokens": int,
+    "cache_write_tokens": int,
+    "reasoning_tokens": int,
+    "api_call_count": int,
+    "token_count": int,
+    "observed": int,
+    "active": int,
+    "compacted": int,
+    "archived": int,
+}
+
+
+# --- what to export ----------------------------------------------------------------------------
+
+
+def lineage_session_ids(session_id: str) -> list[str]:
+    """Every session of ``session_id``'s lineage, root first, depth-first."""
+    if lineage.session_row(session_id) is None:
+        raise SessionNotFound(session_id)
+    return [node.session_id for node in lineage.lineage_tree(session_id=session_id)]
+
+
+def export_session_ids(
+    *,
+    session_id: str | None = None,
+    lineage_of: str | None = None,
+    ids: Sequence[str] | None = None,
+) -> list[str]:
+    """The sessions an export covers: one session, a lineage, or a set of ids (all must exist)."""
+    given = sum(x is not None for x in (session_id, lineage_of, ids))
+    if given != 1:
+        raise InvalidInput("Export one session, one lineage, or a set of session ids.")
+    if lineage_of is not None:
+        return lineage_session_ids(lineage_of)
+    wanted = [session_id] if session_id is not None else list(dict.fromkeys(i for i in ids if i))
+    if not wanted:
+        raise InvalidInput("No session ids to export.")
+    if len(wanted) > MAX_EXPORT_SESSIONS:
+        raise InvalidInput(f"Export at most {MAX_EXPORT_SESSIONS:,} sessions at once.")
+    found: set[str] = set()
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        found.update(
+            r[0]
+            for r in db.fetchall(
+                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)})", chunk
+            )
+        )
+    missing = [sid for sid in wanted if sid not in found]
+    if missing:
+        raise SessionNotFound(missing[0])
+    return wanted
+
+
+# --- streamed export -------------------------------------------------------------------------
+
+
+def _session_row(session_id: str) -> dict | None:
+    rows = db.fetchdicts("SELECT * FROM sessions WHERE id = %s", [session_id])
+    return rows[0] if rows else None
+
+
+def _messages(session_id: str) -> Iterator[dict]:
+    """Every message of a session in id order, ``MESSAGE_CHUNK`` rows per query."""
+    after = -1
+    while True:
+        rows = db.fetchdicts(
+            "SELECT * FROM messages WHERE session_id = %s AND id > %s ORDER BY id LIMIT %s",
+            [session_id, after, MESSAGE_CHUNK],
+        )
+        yield from rows
+        if len(rows) < MESSAGE_CHUNK:
+            return
+        after = int(rows[-1]["id"])
+
+
+def export_records(session_ids: Sequence[str]) -> Iterator[dict]:
+    """The export as records: a header, then each session followed by its messages."""
+    yield {
+        "type": "export",
+        "format": EXPORT_FORMAT,
+        "exported_at": time.time(),
+        "session_ids": list(session_ids),
+    }
+    for session_id in session_ids:
+        row = _session_row(session_id)
+        if row is None:
+            continue  # deleted while the export ran
+        yield {"type": "session", "session": row}
+        for message in _messages(session_id):
+            yield {"type": "message", "message": message}
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    return str(value)
+
+
+def export_jsonl(session_ids: Sequence[str]) -> Iterator[str]:
+    """JSONL lines (each ending in a newline), one record a line."""
+    for record in export_records(session_ids):
+        yield json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
+
+
+def _when(timestamp: Any) -> str:
+    try:
+        moment = dt.datetime.fromtimestamp(float(timestamp), tz=dt.UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def message_text(content: Any) -> str:
+    """Readable text of a stored message content (Hermes's multimodal JSON included)."""
+    if content is None:
+        return ""
+    if isinstance(content, str) and content.startswith(HERMES_JSON_PREFIX):
+        try:
+            content = json.loads(content[len(HERMES_JSON_PREFIX) :])
+        except ValueError:
+            return content[len(HERMES_JSON_PREFIX) :]
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else [content]
+    texts = []
+    for part in parts:
+        if isinstance(part, dict):
+            if isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                texts.append(f"[{part.get('type', 'part')}]")
+        else:
+            texts.append(str(part))
+    return "\n".join(texts)
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any backtick run in ``text``."""
+    longest = run = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
+
+
+def _markdown_message(n: int, message: Mapping[str, Any]) -> str:
+    role = message.get("role") or "?"
+    head = f"#### {n}. {role}"
+    if message.get("tool_name"):
+        head += f" · `{message['tool_name']}`"
+    head += f" · {_when(message.get('timestamp'))}"
+    if message.get("active") == 0:
+        head += " · *undone*"
+    lines = [head, ""]
+    text = message_text(message.get("content"))
+    if role == "tool" and text:
+        fence = _fence(text)
+        lines += [fence, text, fence]
+    elif text:
+        lines.append(text)
+    calls = message.get("tool_calls")
+    if calls:
+        try:
+            parsed = json.loads(calls) if isinstance(calls, str) else calls
+        except ValueError:
+            parsed = calls
+        for call in parsed if isinstance(parsed, list) else [parsed]:
+            if isinstance(call, dict):
+                function = call.get("function") or {}
+                name = function.get("name") or call.get("name") or "tool"
+                arguments = function.get("arguments") or call.get("arguments") or ""
+                lines.append(f"- calls `{name}` `{str(arguments)[:500]}`")
+            else:
+                lines.append(f"- calls `{str(call)[:500]}`")
+    lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def export_markdown(session_ids: Sequence[str]) -> Iterator[str]:
+    """A readable Markdown document, produced a session header and a message at a time."""
+    yield (
+        f"# Session export\n\n{len(session_ids)} session{'s' if len(session_ids) != 1 else ''}, "
+        f"exported {_when(time.time())}.\n\n"
+    )
+    for session_id in session_ids:
+        row = _session_row(session_id)
+        if row is None:
+            continue
+        title = row.get("title") or session_id
+        facts = [
+            f"- id: `{session_id}`",
+            f"- source: {row.get('source')}",
+            f"- started: {_when(row.get('started_at'))}",
+        ]
+        if row.get("ended_at") is not None:
+            facts.append(
+                f"- ended: {_when(row['ended_at'])} ({row.get('end_reason') or 'no reason'})"
+            )
+        else:
+            facts.append("- live")
+        if row.get("parent_session_id"):
+            facts.append(f"- parent: `{row['parent_session_id']}`")
+        if row.get("session_key"):
+            facts.append(f"- session key: `{row['session_key']}`")
+        if row.get("model"):
+            facts.append(f"- model: {row['model']}")
+        facts.append(f"- messages: {row.get('message_count') or 0}")
+        yield f"## {title}\n\n" + "\n".join(facts) + "\n\n"
+        for n, message in enumerate(_messages(session_id), start=1):
+            yield _markdown_message(n, message)
+
+
+# --- import ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ImportSession:
+    """One session to import, normalised: a row of known columns and its messages."""
+
+    session_id: str
+    row: dict[str, Any]
+    parent_id: str | None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    sessions: tuple[ImportSession, ...]
+    existing: tuple[str, ...]  # ids already in the store (skipped with skip_existing)
+    message_count: int
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    imported: tuple[str, ...]
+    skipped: tuple[str, ...]
+    detached: tuple[str, ...]  # imported without their parent link (parent absent, or a cycle)
+    messages: int
+
+
+class ImportRefused(InvalidInput):
+    """The file cannot be imported as it is; nothing was written."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = tuple(problems)
+        shown = "; ".join(self.problems[:10])
+        more = f" (and {len(self.problems) - 10} more)" if len(self.problems) > 10 else ""
+        super().__init__(f"Nothing was imported: {shown}{more}.")
+
+
+def _sessions_from_document(document: Any) -> list[Any]:
+    if isinstance(document, list):
+        return document
+    if isinstance(document, dict):
+        if isinstance(document.get("sessions"), list):
+            return document["sessions"]
+        if isinstance(document.get("segments"), list) and document["segments"]:
+            # Hermes's lineage export: each segment is a session of its own.
+            return document["segments"]
+        return [document]
+    raise ImportRefused(["the file holds neither a session object nor a list of them"])
+
+
+def _is_record(value: Any) -> bool:
+    """One of this module's own JSONL records (not a Hermes session object)."""
+    return isinstance(value, dict) and value.get("type") in {"export", "session", "message"}
+
+
+def read_export(stream: IO[str] | IO[bytes] | str | bytes) -> list[dict]:
+    """Hermes session objects (with ``messages``) from a JSON or JSONL export, or our JSONL."""
+    if isinstance(stream, bytes | str):
+        stream = io.BytesIO(stream if isinstance(stream, bytes) else stream.encode("utf-8"))
+    text = stream.read()
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise ImportRefused([f"the file is not UTF-8 text ({error.reason})"]) from error
+    stripped = text.strip()
+    if not stripped:
+        raise ImportRefused(["the file is empty"])
+    try:
+        document = json.loads(stripped)
+    except json.JSONDecodeError:
+        document = None
+    if document is not None and not _is_record(document):
+        return [*_sessions_from_document(document)]
+    sessions: list[dict] = []
+    ours: dict[str, dict] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ImportRefused([f"line {number} is not JSON ({error.msg})"]) from error
+        if _is_record(record):
+            if record["type"] == "session" and isinstance(record.get("session"), dict):
+                current = {**record["session"], "messages": []}
+                sessions.append(current)
+                ours[str(current.get("id"))] = current
+            elif record["type"] == "message" and isinstance(record.get("message"), dict):
+                owner = ours.get(str(record["message"].get("session_id")))
+                if owner is None:
+                    raise ImportRefused([f"line {number}: a message before its session"])
+                owner["messages"].append(record["message"])
+            continue
+        sessions.extend(_sessions_from_document(record))
+    return sessions
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _number(value: Any, name: str, problems: list[str], where: str) -> Any:
+    if value is None or value == "":
+        return None
+    kind = _NUMERIC[name]
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        problems.append(f"{where}: {name} is not a number")
+        return None
+
+
+def _content(value: Any, *, sqlite: bool) -> str | None:
+    """Message content as stored: Hermes keeps multimodal parts as a prefixed JSON string."""
+    if value is None or isinstance(value, str):
+        if isinstance(value, str) and not sqlite and value.startswith(HERMES_JSON_PREFIX):
+            return value[len(HERMES_JSON_PREFIX) :]
+        return value
+    text = json.dumps(value, ensure_ascii=False)
+    return HERMES_JSON_PREFIX + text if sqlite else text
+
+
+def _has_nul(value: Any, *, allow_prefix: bool) -> bool:
+    if not isinstance(value, str) or "\x00" not in value:
+        return False
+    return not (allow_prefix and value.startswith(HERMES_JSON_PREFIX) and "\x00" not in value[1:])
+
+
+def normalise(
+    raw_sessions: Iterable[Any], *, sqlite: bool
+) -> tuple[list[ImportSession], list[str]]:
+    """Validate and normalise export objects; return the sessions and the problems found."""
+    problems: list[str] = []
+    found: list[ImportSession] = []
+    seen: set[str] = set()
+    titles: dict[str, str] = {}
+    for index, raw in enumerate(raw_sessions):
+        where = f"session #{index + 1}"
+        if not isinstance(raw, dict):
+            problems.append(f"{where} is not an object")
+            continue
+        session_id = raw.get("id")
+        if not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200:
+            problems.append(f"{where} has no usable id")
+            continue
+        where = f"session {session_id}"
+        if "\x00" in session_id:
+            problems.append(f"{where}: the id contains a NUL character")
+            continue
+        if session_id in seen:
+            problems.append(f"{where} appears twice in the file")
+            continue
+        seen.add(session_id)
+        row: dict[str, Any] = {"id": session_id}
+        for name in IMPORTED_SESSION_COLUMNS:
+            if name not in raw:
+                continue
+            value = raw[name]
+            row[name] = _number(value, name, problems, where) if name in _NUMERIC else _text(value)
+        row["source"] = row.get("source") or "import"
+        if row.get("started_at") is None:
+            row["started_at"] = time.time()
+        if row.get("archived") is not None:
+            row["archived"] = 1 if row["archived"] else 0
+        title = row.get("title")
+        if title:
+            if title in titles:
+                problems.append(
+                    f"{where}: title {title!r} is also used by {titles[title]} in the file"
+                )
+            titles[title] = session_id
+        if any(_has_nul(v, allow_prefix=False) for v in row.values()):
+            problems.append(f"{where}: a field contains a NUL character")
+        parent = raw.get("parent_session_id")
+        session = ImportSession(
+            session_id, row, parent if isinstance(parent, str) and parent.strip() else None
+        )
+        messages = raw.get("messages") or []
+        if not isinstance(messages, list):
+            problems.append(f"{where}: messages is not a list")
+            continue
+        started = float(row["started_at"])
+        for number, message in enumerate(messages, start=1):
+            at = f"{where}, message {number}"
+            if not isinstance(message, dict):
+                problems.append(f"{at} is not an object")
+                continue
+            role = message.get("role")
+            if role not in MESSAGE_ROLES:
+                problems.append(f"{at}: role must be one of {sorted(MESSAGE_ROLES)}")
+                continue
+            values: dict[str, Any] = {}
+            for name in IMPORTED_MESSAGE_COLUMNS:
+                if name not in message:
+                    continue
+                value = message[name]
+                if name == "content":
+                    values[name] = _content(value, sqlite=sqlite)
+                elif name in _NUMERIC:
+                    values[name] = _number(value, name, problems, at)
+                else:
+                    values[name] = _text(value)
+            if values.get("timestamp") is None:
+                values["timestamp"] = started + number * 1e-6
+            values["active"] = 0 if values.get("active") == 0 else 1
+            values["compacted"] = 1 if values.get("compacted") else 0
+            if any(_has_nul(v, allow_prefix=sqlite and k == "content") for k, v in values.items()):
+                problems.append(f"{at}: a field contains a NUL character")
+            session.messages.append(values)
+        found.append(session)
+    return found, problems
+
+
+def plan_import(raw_sessions: Iterable[Any]) -> ImportPlan:
+    """Everything that would be imported, or ``ImportRefused`` naming every problem."""
+    sessions, problems = normalise(raw_sessions, sqlite=db.vendor() == "sqlite")
+    if not sessions and not problems:
+        problems.append("the file holds no sessions")
+    total = sum(len(s.messages) for s in sessions)
+    if len(sessions) > MAX_IMPORT_SESSIONS:
+        problems.append(f"at most {MAX_IMPORT_SESSIONS:,} sessions per import")
+    if total > MAX_IMPORT_MESSAGES:
+        problems.append(f"at most {MAX_IMPORT_MESSAGES:,} messages per import")
+    ids = [s.session_id for s in sessions]
+    existing: list[str] = []
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        existing += [
+            r[0]
+            for r in db.fetchall(
+                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)})", chunk
+            )
+        ]
+    existing_set = set(existing)
+    titles = {s.row["title"]: s.session_id for s in sessions if s.row.get("title")}
+    title_list = sorted(titles)
+    for start in range(0, len(title_list), 500):
+        chunk = title_list[start : start + 500]
+        for title, owner in db.fetchall(
+            f"SELECT title, id FROM sessions WHERE title IN ({db.placeholders(chunk)})", chunk
+        ):
+            if owner != titles[title] and titles[title] not in existing_set:
+                problems.append(
+                    f"session {titles[title]}: title {title!r} is already used by session {owner}"
+                )
+    if problems:
+        raise ImportRefused(problems)
+    order = {sid: n for n, sid in enumerate(ids)}
+    return ImportPlan(tuple(sessions), tuple(sorted(existing, key=order.__getitem__)), total)
+
+
+def _columns(table: str) -> set[str]:
+    from sessions_admin.store.schema import existing_columns
+
+    return existing_columns("store", table)
+
+
+@store_operation
+def _write_batch(batch: list[ImportSession], columns: dict[str, set[str]]) -> list[str]:
+    """Insert one batch of sessions (without parent links) and their messages."""
+    written = []
+    for session in batch:
+        if db.fetchone("SELECT 1 FROM sessions WHERE id = %s", [session.session_id]):
+            raise StoreError(
+                f"Session {session.session_id} appeared in the store while importing "
+                "(the runtime wrote it): this batch was not imported. Import again with "
+                "skip_existing to add the rest."
+            )
+        row = {k: v for k, v in session.row.items() if k in columns["sessions"]}
+        names = list(row)
+        db.execute(
+            f"INSERT INTO sessions ({', '.join(names)}) VALUES ({db.placeholders(names)})",
+            list(row.values()),
+        )
+        message_columns = [c for c in IMPORTED_MESSAGE_COLUMNS if c in columns["messages"]]
+        if session.messages:
+            with db.cursor() as c:
+                c.executemany(
+                    f"INSERT INTO messages (session_id, {', '.join(message_columns)}) "
+                    f"VALUES (%s, {db.placeholders(message_columns)})",
+                    [
+                        [session.session_id, *(m.get(col) for col in message_columns)]
+                        for m in session.messages
+                    ],
+                )
+        recompute_counters(session.session_id)
+        written.append(session.session_id)
+    return written
+
+
+@store_operation
+def _link_parents(links: list[tuple[str, str]]) -> list[str]:
+    """Set the imported sessions' parents where the parent exists and no cycle results."""
+    detached = []
+    parent_of = dict(links)
+    for child, parent in links:
+        current, seen, cycle = parent, {child}, False
+        while current:
+            if current in seen:
+                cycle = True
+                break
+            seen.add(current)
+            if current in parent_of:
+                current = parent_of[current]
+                continue
+            row = db.fetchone("SELECT parent_session_id FROM sessions WHERE id = %s", [current])
+            current = row[0] if row else None
+        exists = db.fetchone("SELECT 1 FROM sessions WHERE id = %s", [parent])
+        if exists and not cycle:
+            db.execute("UPDATE sessions SET parent_session_id = %s WHERE id = %s", [parent, child])
+        else:
+            parent_of.pop(child, None)
+            detached.append(child)
+    return detached
+
+
+def import_sessions(*, sessions: Iterable[Any], skip_existing: bool = False) -> ImportResult:
+    """Import Hermes session exports (see the module docstring); refused whole on duplicates."""
+    plan = plan_import(sessions)
+    if plan.existing and not skip_existing:
+        shown = ", ".join(plan.existing[:10])
+        more = f" and {len(plan.existing) - 10} more" if len(plan.existing) > 10 else ""
+        raise ImportRefused(
+            [
+                f"{len(plan.existing)} session(s) already exist in the store ({shown}{more}); "
+                "remove them from the file or import with skip_existing to add only the others"
+            ]
+        )
+    existing = set(plan.existing)
+    todo = [s for s in plan.sessions if s.session_id not in existing]
+    columns = {"sessions": _columns("sessions"), "messages": _columns("messages")}
+    imported: list[str] = []
+    batch: list[ImportSession] = []
+    weight = 0
+    for session in todo:
+        if batch and (
+            len(batch) >= IMPORT_BATCH_SESSIONS
+            or weight + len(session.messages) > IMPORT_BATCH_MESSAGES
+        ):
+            imported += _write_batch(batch, columns)
+            batch, weight = [], 0
+        batch.append(session)
+        weight += len(session.messages)
+    if batch:
+        imported += _write_batch(batch, columns)
+    links = [(s.session_id, s.parent_id) for s in todo if s.parent_id]
+    detached = _link_parents(links) if links else []
+    return ImportResult(
+        imported=tuple(imported),
+        skipped=tuple(plan.existing),
+        detached=tuple(detached),
+        messages=sum(len(s.messages) for s in todo),
+    )
