@@ -186,12 +186,17 @@ def manage(*args: str, env: dict | None = None) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, check=True, env=env)
 
 
+TRUTHY = {"1", "true", "yes", "on"}
+
+
 def run_demo(bind: str) -> int:
     """Migrate, create the store, seed demo data and an operator on first run, serve with gunicorn."""
     env = {**os.environ}
-    manage("migrate", "--noinput", "-v", "0", env=env)
-    manage("init_store", env=env)
-    manage("seed_demo", "--if-empty", env=env)
+    read_only = env.get("SESSIONS_ADMIN_READ_ONLY", "").strip().lower() in TRUTHY
+    manage("migrate", "--noinput", "-v", "0", env=env)  # also runs the store check
+    if not read_only:  # read-only attach: nothing is created or seeded in the store
+        manage("init_store", env=env)
+        manage("seed_demo", "--if-empty", env=env)
     manage("create_operator", "demo", "--role", "admin", "--if-missing", env=env)
     manage("collectstatic", "--noinput", "-v", "0", env=env)
     print(f"Dashboard: http://{bind}/  (Ctrl-C stops it)", flush=True)

@@ -26,6 +26,7 @@ backend below withholds operate/delete, and the console hides its actions.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sqlite3
 from dataclasses import dataclass, field
@@ -97,6 +98,7 @@ CHECK_IDS = {
     ("warning", "missing_extension"): "W005",
     ("warning", "conversation_sessions"): "W006",
     ("warning", "missing_tables"): "W007",
+    ("warning", "journal_mode"): "W008",
 }
 
 
@@ -235,7 +237,7 @@ def inspect_sqlite(path: str, *, alias: str, role: str) -> StoreInspection:
         )
     try:
         with file.open("rb") as handle:
-            header = handle.read(len(SQLITE_HEADER))
+            header = handle.read(100)
     except OSError as error:
         return StoreInspection(
             alias,
@@ -244,7 +246,7 @@ def inspect_sqlite(path: str, *, alias: str, role: str) -> StoreInspection:
             "sqlite",
             findings=(Finding("error", "unreadable", f"Cannot read the {role} {path}: {error}."),),
         )
-    if header and header != SQLITE_HEADER:
+    if header and header[: len(SQLITE_HEADER)] != SQLITE_HEADER:
         return StoreInspection(
             alias,
             role,
@@ -272,7 +274,7 @@ def inspect_sqlite(path: str, *, alias: str, role: str) -> StoreInspection:
             findings=(Finding("error", "unreadable", f"Cannot open the {role} {path}: {error}."),),
         )
     try:
-        return _inspect_open_sqlite(conn, path=path, alias=alias, role=role, location=location)
+        found = _inspect_open_sqlite(conn, path=path, alias=alias, role=role, location=location)
     except sqlite3.DatabaseError as error:
         return StoreInspection(
             alias,
@@ -289,6 +291,19 @@ def inspect_sqlite(path: str, *, alias: str, role: str) -> StoreInspection:
         )
     finally:
         conn.close()
+    # Header bytes 18-19 are 2 in WAL mode, 1 in rollback-journal mode.
+    if len(header) >= 20 and header[18] == 1 and found.tables and not read_only():
+        extra = Finding(
+            "warning",
+            "journal_mode",
+            f"The {role} is not in WAL mode (Hermes falls back to a rollback journal on "
+            "network filesystems); the dashboard's connections switch it to WAL, which "
+            "needs a filesystem with working shared memory and locks.",
+            "On NFS/SMB, attach read-only (SESSIONS_ADMIN_READ_ONLY=1) or move the Hermes home "
+            "to a local disk.",
+        )
+        found = dataclasses.replace(found, findings=(*found.findings, extra))
+    return found
 
 
 def _inspect_open_sqlite(

@@ -130,6 +130,15 @@ def test_unusable_stores_are_named_and_left_untouched(tmp_path):
     assert not any(p.name.endswith(("-wal", "-shm")) for p in tmp_path.iterdir())
 
 
+def test_a_store_in_rollback_journal_mode_gets_a_warning(tmp_path):
+    path = _make(tmp_path / "nfs.db", _complete_store_sql())
+    assert ("warning", "journal_mode") in _codes(path)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    assert ("warning", "journal_mode") not in _codes(path)
+
+
 def test_a_full_text_table_needing_a_missing_tokenizer_is_an_error(tmp_path):
     path = _make(tmp_path / "cjk.db", _complete_store_sql())
     conn = sqlite3.connect(path)
