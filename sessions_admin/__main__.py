@@ -11,7 +11,9 @@ from sessions_admin import devtools
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m sessions_admin")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="start the dashboard on the embedded store with demo data")
+    demo = commands.add_parser(
+        "demo", help="start the dashboard on the embedded store with demo data"
+    )
     demo.add_argument("--bind", default="127.0.0.1:8000")
     commands.add_parser("test", help="run the whole test suite (SQLite, then PostgreSQL)")
     args, rest = parser.parse_known_args(argv)
