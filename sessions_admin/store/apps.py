@@ -16,7 +16,7 @@ class StoreConfig(AppConfig):
 
         # Runs with every manage.py command that checks (runserver, migrate, init_store, check):
         # an unusable store stops start-up with a message, before anything is written.
-        checks.register(attach.check_store, "sessions_admin_store")
+        checks.register(attach.check_store, attach.CHECK_TAG)
         connection_created.connect(
             attach.prepare_connection, dispatch_uid="sessions_admin_read_only"
         )

@@ -87,6 +87,7 @@ CHECK_IDS = {
     ("error", "missing_file"): "E002",
     ("error", "unreadable"): "E003",
     ("error", "missing_tables"): "E004",
+    ("error", "not_a_store"): "E004",
     ("error", "missing_columns"): "E005",
     ("error", "incompatible_layout"): "E006",
     ("error", "missing_extension"): "E007",
@@ -179,7 +180,7 @@ def _master(conn: sqlite3.Connection) -> list[tuple[str, str, str, str | None]]:
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[tuple]:
     """PRAGMA table_info rows: (cid, name, type, notnull, default, pk)."""
-    return conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+    return conn.execute(f"PRAGMA table_info({_quoted(table)})").fetchall()
 
 
 def _quoted(name: str) -> str:
@@ -384,7 +385,7 @@ def _runtime_table_findings(
             return [
                 Finding(
                     "error",
-                    "missing_tables",
+                    "not_a_store",
                     f"The {role} {path} has tables ({', '.join(others[:8])}) but no sessions "
                     "or messages table: it is not a session store.",
                     "Point SESSIONS_ADMIN_STORE_URL at Hermes's state.db.",
@@ -629,18 +630,44 @@ def inspect_configured() -> list[StoreInspection]:
 # --- the start-up check ----------------------------------------------------------------------
 
 
-def check_store(app_configs=None, **kwargs) -> list:
-    """Django system check: the configured store can be used (read-only, nothing written)."""
+CHECK_TAG = "sessions_admin_store"
+# What ``init_store --upgrade-runtime-tables`` repairs (so it may run despite these errors).
+UPGRADE_FIXES = frozenset({"missing_columns", "missing_tables"})
+
+
+def _messages(inspections: list[StoreInspection]) -> list:
     messages = []
-    for inspection in inspect_configured():
+    for inspection in inspections:
         for finding in inspection.findings:
             text = f"{finding.message} [{inspection.describe()}]"
             ident = "sessions_admin." + CHECK_IDS.get((finding.level, finding.code), "E000")
-            if finding.level == "error":
-                messages.append(Error(text, hint=finding.hint or None, id=ident))
-            else:
-                messages.append(Warning(text, hint=finding.hint or None, id=ident))
+            kind = Error if finding.level == "error" else Warning
+            messages.append(kind(text, hint=finding.hint or None, id=ident))
     return messages
+
+
+def check_store(app_configs=None, **kwargs) -> list:
+    """Django system check: the configured store can be used (read-only, nothing written)."""
+    return _messages(inspect_configured())
+
+
+def blocking_problems(*, upgrading: bool = False) -> list[str]:
+    """The check's errors as text, for commands that run it themselves (init_store)."""
+    inspections = [
+        dataclasses.replace(
+            found,
+            findings=tuple(
+                f
+                for f in found.findings
+                if f.level == "error" and not (upgrading and f.code in UPGRADE_FIXES)
+            ),
+        )
+        for found in inspect_configured()
+    ]
+    return [
+        f"{message.id}: {message.msg}" + (f"\n\tHINT: {message.hint}" if message.hint else "")
+        for message in _messages(inspections)
+    ]
 
 
 # --- read-only connections and permissions -------------------------------------------------

@@ -118,7 +118,7 @@ def test_unusable_stores_are_named_and_left_untouched(tmp_path):
     newer = _make(tmp_path / "newer.db", _complete_store_sql(extra="tenant_id TEXT NOT NULL,"))
     cases = {
         text: [("error", "not_sqlite")],
-        other: [("error", "missing_tables")],
+        other: [("error", "not_a_store")],
         half: [("error", "missing_tables")],
         old: [("error", "missing_columns"), ("error", "missing_columns")],
         newer: [("error", "incompatible_layout")],
@@ -258,3 +258,24 @@ def test_read_only_attach_reads_everything_and_writes_nothing(hermes, attach, ad
     assert (file_digest(hermes.state), file_digest(hermes.responses)) == digests
     tables = {r[0] for r in raw_rows(hermes.state, "SELECT name FROM sqlite_master")}
     assert not any(name.startswith("sessions_admin_") for name in tables)
+
+
+def test_init_store_upgrades_an_old_store_the_check_rejects(tmp_path):
+    store = _make(
+        tmp_path / "old.db",
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, started_at REAL NOT NULL);"
+        "CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, "
+        "role TEXT NOT NULL, content TEXT, timestamp REAL NOT NULL);"
+        "INSERT INTO sessions VALUES ('old-1', 'cli', 1.0);"
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES ('old-1', 'user', 'hi', 1.0);",
+    )
+    refused = _manage("init_store", store=store)
+    assert refused.returncode != 0 and "sessions_admin.E005" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    done = _manage("init_store", "--upgrade-runtime-tables", store=store)
+    assert done.returncode == 0, done.stderr
+    assert "added columns" in done.stdout
+    assert _manage("check", store=store).returncode == 0
+    assert raw_rows(store, "SELECT session_id, content, active FROM messages") == [
+        ("old-1", "hi", 1)
+    ]

@@ -21,9 +21,24 @@ class Command(BaseCommand):
             "sessions/messages tables (never needed for a current Hermes Agent store)",
         )
 
+    # The store check runs in handle(): --upgrade-runtime-tables repairs some of its errors.
+    requires_system_checks: list[str] = []
+
     def handle(self, *args, **options):
+        from django.core.checks.registry import registry
+
+        from sessions_admin.store import attach
+
+        upgrading = options["upgrade_runtime_tables"]
+        if not options.get("skip_checks"):
+            self.check(tags=[t for t in registry.tags_available() if t != attach.CHECK_TAG])
+        problems = attach.blocking_problems(upgrading=upgrading)
+        if problems:
+            raise CommandError(
+                "The store cannot be used; nothing was written:\n" + "\n".join(problems)
+            )
         try:
-            report = ensure_store_schema(upgrade_runtime_tables=options["upgrade_runtime_tables"])
+            report = ensure_store_schema(upgrade_runtime_tables=upgrading)
         except ReadOnlyStore as refused:
             raise CommandError(str(refused)) from refused
         if report.created_tables or report.added_columns:
