@@ -612,8 +612,6 @@ def _inspect_via_django(alias: str, *, role: str) -> StoreInspection:
             connection.vendor,
             findings=(Finding("error", "unreachable", f"Cannot read the {role}: {error}".strip()),),
         )
-    finally:
-        connection.close()
     return StoreInspection(
         alias, role, location, connection.vendor, tables=tables, findings=tuple(findings)
     )

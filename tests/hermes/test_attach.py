@@ -93,6 +93,13 @@ def _make(path: Path, script: str) -> Path:
     return path
 
 
+def test_the_test_store_passes_the_check_on_every_backend():
+    messages = attach_module.check_store()
+    assert [m for m in messages if m.is_serious()] == []
+    (store,) = [i for i in attach_module.inspect_configured() if i.role == "store"]
+    assert {"sessions", "messages", "sessions_admin_merges"} <= store.tables
+
+
 def test_a_hermes_store_passes_the_check(hermes):
     scenario.build(hermes)
     inspection = attach_module.inspect_sqlite(str(hermes.state), alias="store", role="store")
