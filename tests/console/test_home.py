@@ -221,3 +221,22 @@ def _check(body: str, kind: str) -> str:
     match = re.search(rf'<li class="check[^"]*">\s*<a [^>]*data-check="{kind}".*?</li>', body, re.S)
     assert match, kind
     return match.group(0)
+
+
+def test_a_read_only_store_says_so_on_every_page(rf, settings):
+    from django.contrib.auth.models import AnonymousUser
+    from django.template.loader import render_to_string
+
+    from sessions_admin.console.context_processors import operator
+
+    request = rf.get("/")
+    request.user = AnonymousUser()
+    assert operator(request)["store_read_only"] is False
+    settings.SESSIONS_ADMIN_READ_ONLY = True
+    assert operator(request)["store_read_only"] is True
+    page = render_to_string("base.html", {"store_read_only": True}, request=request)
+    assert "attached read-only" in page
+
+
+def test_a_writable_store_shows_no_read_only_banner(signed_in):
+    assert "attached read-only" not in signed_in("viewer").get(reverse("home")).content.decode()
