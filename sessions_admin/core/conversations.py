@@ -261,6 +261,31 @@ def refill_conversation_sessions(*, session_ids: list[str]) -> int:
     return len(missing)
 
 
+@store_operation
+def refill_all_conversation_sessions() -> int:
+    """Repopulate ``conversations.session_id`` wherever the runtime left it NULL.
+
+    Hermes's own ``INSERT OR REPLACE`` on ``conversations`` drops the column at
+    every turn; the slug's latest response still names its session. Run on
+    attach (``init_store``); readers never depend on it having run.
+    """
+    rows = db.fetchall(
+        "SELECT name, response_id FROM conversations WHERE session_id IS NULL", alias=_alias()
+    )
+    filled = 0
+    with _responses_transaction():
+        for name, response_id in rows:
+            session_id = _response_session(response_id)
+            if session_id:
+                filled += db.execute(
+                    "UPDATE conversations SET session_id = %s WHERE name = %s "
+                    "AND session_id IS NULL",
+                    [session_id, name],
+                    alias=_alias(),
+                )
+    return filled
+
+
 def repoint_conversations(*, from_session_ids: list[str], to_session_id: str) -> int:
     """Point every slug recorded at one of ``from_session_ids`` at ``to_session_id``.
 

@@ -133,3 +133,25 @@ def test_concurrent_turns_on_one_slug_with_evictions_never_fork():
     assert len(seen) == 1
     assert count("sessions") == 1
     assert count("messages") == 41
+
+
+def test_attach_repopulates_session_ids_a_runtime_left_blank():
+    from django.core.management import call_command
+
+    ref = core.create_session(source="api_server").session_id
+    alias = responses_alias()
+    db.execute(
+        "INSERT INTO responses (response_id, data, accessed_at) VALUES ('r1', %s, 1)",
+        [json.dumps({"session_id": ref})],
+        alias=alias,
+    )
+    # What Hermes's INSERT OR REPLACE leaves: the row without our column's value.
+    db.execute(
+        "INSERT INTO conversations (name, response_id) VALUES ('hermes-slug', 'r1')", alias=alias
+    )
+    db.execute(
+        "INSERT INTO conversations (name, response_id) VALUES ('gone', 'evicted')", alias=alias
+    )
+    call_command("init_store")
+    assert conversation("hermes-slug") == ("r1", ref)
+    assert conversation("gone") == ("evicted", None)

@@ -48,6 +48,13 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"Store ({report.alias}) already has every table and column needed.")
+        from sessions_admin.core.conversations import refill_all_conversation_sessions
+
+        refilled = refill_all_conversation_sessions()
+        if refilled:
+            self.stdout.write(
+                f"Recorded the session of {refilled} conversation slug(s) the runtime had left blank."
+            )
         if report.problems:
             self.stdout.write(
                 "The runtime's own tables were left as they are; they lack: "
