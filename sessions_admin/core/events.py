@@ -139,6 +139,23 @@ def record_switch(
     return seq
 
 
+def record_new_sessions(sessions: list[tuple[str, str | None]], *, at: float) -> None:
+    """The ``new`` events of many loaded sessions (session id, session_key), numbered in order.
+
+    Loaded sessions are history, not a switch happening now: no listener is told.
+    """
+    if db.vendor() == "postgresql":
+        db.execute("SELECT pg_advisory_xact_lock(%s)", [_PG_EVENT_LOCK_KEY])
+    (last,) = db.fetchone("SELECT COALESCE(MAX(seq), 0) FROM sessions_admin_switch_events")
+    with db.cursor() as c:
+        c.executemany(
+            "INSERT INTO sessions_admin_switch_events (seq, created_at, new_session_id, "
+            "previous_session_id, parent_session_id, reset, reason, session_key) "
+            "VALUES (%s, %s, %s, NULL, NULL, 1, 'new', %s)",
+            [[int(last) + n, at, sid, key] for n, (sid, key) in enumerate(sessions, 1)],
+        )
+
+
 def read_switch_events(*, after_seq: int = 0, limit: int = 100) -> list[SwitchEvent]:
     """Events with ``seq > after_seq`` in order: a reader keeps the last seq as its cursor."""
     if limit < 1 or limit > 10_000:

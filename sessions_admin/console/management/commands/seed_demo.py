@@ -22,8 +22,8 @@ relative to now differ.
 
 Plain single-session chats (no lineage, no rewrites) are the bulk of a large
 seed. From ``BULK_MIN_SESSIONS`` on (or with ``--bulk on``) they go through
-``BulkWriter``, which inserts the rows the core would write with
-``executemany``, one transaction per batch: counters equal the active rows,
+``BulkWriter``, which hands them to ``core.bulk.insert_sessions`` (the rows the
+core would write, with ``executemany``), one transaction per batch: counters equal the active rows,
 each root session gets its ``new`` switch event, and full-text search follows
 by the store's own means (SQLite triggers, the PostgreSQL expression index).
 Every lineage case, rewrite and API conversation still goes through the core.
@@ -45,8 +45,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections, transaction
 
 from sessions_admin import core
+from sessions_admin.core import bulk as core_bulk
 from sessions_admin.core import clock as core_clock
-from sessions_admin.core import events as core_events
 from sessions_admin.core import lifecycle as core_lifecycle
 from sessions_admin.routers import responses_alias, store_alias
 from sessions_admin.store.schema import existing_tables
@@ -1877,49 +1877,14 @@ class BulkWriter:
 
     def write_batch(self, plans: list[Plan]) -> None:
         seeder = self.seeder
-        sessions: list[list[Any]] = []
-        messages: list[list[Any]] = []
-        for plan in plans:
-            session, rows = self._session_rows(plan)
-            sessions.append(session)
-            messages.extend(rows)
-        alias = store_alias()
-        with transaction.atomic(using=alias), connections[alias].cursor() as c:
-            c.executemany(
-                "INSERT INTO sessions (id, source, user_id, session_key, chat_id, chat_type, "
-                "thread_id, model, model_config, started_at, title, ended_at, end_reason, "
-                "message_count, tool_call_count, input_tokens, output_tokens, cache_read_tokens, "
-                "cache_write_tokens, reasoning_tokens, estimated_cost_usd) VALUES (%s, %s, %s, "
-                "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                sessions,
-            )
-            c.executemany(
-                "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, "
-                "tool_name, timestamp, token_count, finish_reason, reasoning, active, compacted) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1, 0)",
-                messages,
-            )
-            # The 'new' switch event create_session records for a root session, numbered
-            # after the log's last seq exactly as ``events.record_switch`` does.
-            if connections[alias].vendor == "postgresql":
-                c.execute("SELECT pg_advisory_xact_lock(%s)", [core_events._PG_EVENT_LOCK_KEY])
-            c.execute("SELECT COALESCE(MAX(seq), 0) FROM sessions_admin_switch_events")
-            (last,) = c.fetchone()
-            c.executemany(
-                "INSERT INTO sessions_admin_switch_events (seq, created_at, new_session_id, "
-                "previous_session_id, parent_session_id, reset, reason, session_key) "
-                "VALUES (%s, %s, %s, NULL, NULL, 1, 'new', %s)",
-                [
-                    [int(last) + n, seeder.clock.now, row[0], row[3]]
-                    for n, row in enumerate(sessions, 1)
-                ],
-            )
+        sessions = [self._session_rows(plan) for plan in plans]
+        core_bulk.insert_sessions(sessions=sessions)
         seeder.stats.sessions += len(sessions)
         seeder.stats.bulk_sessions += len(sessions)
-        seeder.stats.messages += len(messages)
+        seeder.stats.messages += sum(len(s["messages"]) for s in sessions)
         seeder._report_progress()
 
-    def _session_rows(self, plan: Plan) -> tuple[list[Any], list[list[Any]]]:
+    def _session_rows(self, plan: Plan) -> dict[str, Any]:
         """The session row and message rows of a plain chat, drawing the random values in
         the order ``Seeder._chat_story`` does, so both paths write the same content."""
         seeder = self.seeder
@@ -1937,13 +1902,13 @@ class BulkWriter:
         )
         th.extras = list(ep.extras)
         usage = dict.fromkeys(USAGE_FIELDS, 0)
-        rows: list[list[Any]] = []
+        rows: list[dict[str, Any]] = []
         title = None
         for i in range(ep.turns):
             if i:
                 seeder._pause(th)
             turn, calls = seeder._turn_messages(th)
-            rows.extend(_message_row(session_id, message) for message in turn)
+            rows.extend(turn)
             figures = _usage_figures(
                 th,
                 calls=calls,
@@ -1958,42 +1923,25 @@ class BulkWriter:
         if ep.end_reason:
             th.t += rng.uniform(30, 1800)
             ended_at = th.t
-        session = [
-            session_id,
-            plan.source,
-            meta.get("user_id"),
-            meta.get("session_key"),
-            meta.get("chat_id"),
-            meta.get("chat_type"),
-            meta.get("thread_id"),
-            th.model.name,
-            model_config,
-            ep.start,
-            title,
-            ended_at,
-            ep.end_reason if ended_at else None,
-            len(rows),
-            sum(core_lifecycle.tool_call_total(r[4]) for r in rows),
-            *(usage[name] for name in USAGE_FIELDS[:-1]),
-            round(usage["cost_usd"], 6),
-        ]
-        return session, rows
-
-
-def _message_row(session_id: str, message: dict[str, Any]) -> list[Any]:
-    tool_calls = message.get("tool_calls")
-    return [
-        session_id,
-        message["role"],
-        message.get("content"),
-        message.get("tool_call_id"),
-        core_lifecycle.db.dumps(tool_calls) if tool_calls else None,
-        message.get("tool_name"),
-        float(message["timestamp"]),
-        message.get("token_count"),
-        message.get("finish_reason"),
-        message.get("reasoning"),
-    ]
+        return {
+            "id": session_id,
+            "source": plan.source,
+            **{
+                k: meta.get(k)
+                for k in ("user_id", "session_key", "chat_id", "chat_type", "thread_id")
+            },
+            "model": th.model.name,
+            "model_config": model_config,
+            "started_at": ep.start,
+            "title": title,
+            "ended_at": ended_at,
+            "end_reason": ep.end_reason if ended_at else None,
+            "usage": {
+                **{name: usage[name] for name in USAGE_FIELDS[:-1]},
+                "estimated_cost_usd": round(usage["cost_usd"], 6),
+            },
+            "messages": rows,
+        }
 
 
 # ---------------------------------------------------------------------------

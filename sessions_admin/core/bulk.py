@@ -1,0 +1,103 @@
+"""Loading many finished sessions at once (seeders, loaders, benchmarks).
+
+``insert_sessions`` writes what ``create_session`` + ``append_messages`` +
+``add_usage`` + ``end_session`` would, for sessions that are complete when
+loaded (one segment, no lineage), with ``executemany`` in one transaction:
+counters equal the active rows, full-text search follows by the store's own
+means (SQLite triggers, the PostgreSQL expression index), and each session
+gets the ``new`` switch event a runtime's create_session records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import IntegrityError
+
+from sessions_admin.core import clock, db, events
+from sessions_admin.core.db import store_operation
+from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.lifecycle import _config_text, _message_values, tool_call_total
+
+USAGE_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "estimated_cost_usd",
+)
+SESSION_COLUMNS = (
+    "id",
+    "source",
+    "user_id",
+    "session_key",
+    "chat_id",
+    "chat_type",
+    "thread_id",
+    "model",
+    "model_config",
+    "started_at",
+    "title",
+    "ended_at",
+    "end_reason",
+    "message_count",
+    "tool_call_count",
+    *USAGE_COLUMNS,
+)
+
+
+@store_operation
+def insert_sessions(*, sessions: Sequence[Mapping[str, Any]]) -> int:
+    """Insert complete sessions (each a mapping with ``messages``); returns how many.
+
+    Refused as a whole (``InvalidInput``) if any id or title is taken or any
+    message is malformed.
+    """
+    session_rows: list[list[Any]] = []
+    message_rows: list[list[Any]] = []
+    for session in sessions:
+        session_id = session["id"]
+        rows = [_message_values(session_id, m) for m in session.get("messages", ())]
+        usage = session.get("usage", {})
+        session_rows.append(
+            [
+                session_id,
+                session["source"],
+                session.get("user_id"),
+                session.get("session_key"),
+                session.get("chat_id"),
+                session.get("chat_type"),
+                session.get("thread_id"),
+                session.get("model"),
+                _config_text(session.get("model_config")),
+                float(session["started_at"]),
+                session.get("title"),
+                session.get("ended_at"),
+                session.get("end_reason") if session.get("ended_at") is not None else None,
+                len(rows),
+                sum(tool_call_total(r[4]) for r in rows),
+                *(usage.get(c, 0) for c in USAGE_COLUMNS),
+            ]
+        )
+        message_rows.extend(rows)
+    if not session_rows:
+        return 0
+    try:
+        with db.cursor() as c:
+            c.executemany(
+                f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) "
+                f"VALUES ({db.placeholders(SESSION_COLUMNS)})",
+                session_rows,
+            )
+            c.executemany(
+                "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, "
+                "tool_name, timestamp, token_count, finish_reason, reasoning, active, compacted) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1, 0)",
+                message_rows,
+            )
+    except IntegrityError as error:
+        raise InvalidInput(f"A session id or title is already taken: {error}") from error
+    events.record_new_sessions([(row[0], row[3]) for row in session_rows], at=clock.now())
+    return len(session_rows)
