@@ -79,28 +79,12 @@ def preset_session_ids(
     ]
 
 
-def _delegate_closure(ids: list[str]) -> list[str]:
-    """The ids plus their delegate descendants (a delegate never outlives its parent)."""
-    from sessions_admin.core import lineage
-
+def _downstream(ids: list[str]) -> list[str]:
+    """The ids plus what always goes with them in a delete: compression continuations and
+    delegates, recursively (a conversation's later segments never outlive its start)."""
     found = list(dict.fromkeys(ids))
-    seen = set(found)
-    frontier = list(found)
-    delegate = lineage.marker("_delegate_from")
-    while frontier:
-        nxt: list[str] = []
-        for chunk in deletion._chunks(frontier):
-            for (child,) in db.fetchall(
-                f"SELECT id FROM sessions WHERE parent_session_id IN ({db.placeholders(chunk)}) "
-                f"AND {delegate} IS NOT NULL",
-                list(chunk),
-            ):
-                if child not in seen:
-                    seen.add(child)
-                    found.append(child)
-                    nxt.append(child)
-        frontier = nxt
-    return found
+    closure = deletion._closure(found, include_branches=False)
+    return found + [sid for sid in closure if sid not in set(found)]
 
 
 def _live(ids: Sequence[str]) -> set[str]:
@@ -120,7 +104,7 @@ def preview_bulk_delete(
     *, session_ids: Sequence[str], include_live: bool = False
 ) -> BulkDeletePreview:
     """The dry run: the exact set, its size, how many live sessions were left out, a sample."""
-    ids = _delegate_closure([s for s in session_ids if s])
+    ids = _downstream([s for s in session_ids if s])
     live = _live(ids)
     kept = [sid for sid in ids if include_live or sid not in live]
     existing: list[str] = []

@@ -166,3 +166,12 @@ def test_concurrent_runtime_appends_lose_nothing_while_a_job_runs():
     assert stored == sorted(acknowledged)
     assert _present(doomed) == set()
     assert counter_mismatches() == []
+
+
+def test_a_selected_conversation_start_takes_its_continuations_along():
+    root = core.create_session(source="cli", started_at=1.0).session_id
+    core.append_message(session_id=root, role="user", content="one")
+    tip = core.rotate_for_compression(session_id=root).new_session_id
+    core.end_session(session_id=tip, end_reason="user_exit")
+    preview = core.preview_bulk_delete(session_ids=[root])
+    assert set(preview.session_ids) == {root, tip}
