@@ -40,6 +40,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, connections
 
 from sessions_admin.routers import responses_alias, store_alias
+from sessions_admin.store.schema import MESSAGE_FIELDS
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 # The newest Hermes Agent state.db layout this version was checked against.
@@ -65,22 +66,8 @@ INSERTED_SESSION_COLUMNS = frozenset(
         "title",
     }
 )
-INSERTED_MESSAGE_COLUMNS = frozenset(
-    {
-        "session_id",
-        "role",
-        "content",
-        "tool_call_id",
-        "tool_calls",
-        "tool_name",
-        "timestamp",
-        "token_count",
-        "finish_reason",
-        "reasoning",
-        "active",
-        "compacted",
-    }
-)
+# Every message column the core writes except the id the database assigns.
+INSERTED_MESSAGE_COLUMNS = frozenset(MESSAGE_FIELDS) - {"id"}
 # Stable check ids for ``manage.py check`` (silence with SILENCED_SYSTEM_CHECKS).
 CHECK_IDS = {
     ("error", "not_sqlite"): "E001",
@@ -229,23 +216,21 @@ def inspect_sqlite(path: str, *, alias: str, role: str) -> StoreInspection:
             alias, role, location, "sqlite", exists=False, findings=tuple(findings)
         )
     if file.is_dir():
-        return StoreInspection(
+        return _unusable(
             alias,
             role,
             location,
-            "sqlite",
-            findings=(Finding("error", "not_sqlite", f"The {role} path {path} is a directory."),),
+            Finding("error", "not_sqlite", f"The {role} path {path} is a directory."),
         )
     try:
         with file.open("rb") as handle:
             header = handle.read(100)
     except OSError as error:
-        return StoreInspection(
+        return _unusable(
             alias,
             role,
             location,
-            "sqlite",
-            findings=(Finding("error", "unreadable", f"Cannot read the {role} {path}: {error}."),),
+            Finding("error", "unreadable", f"Cannot read the {role} {path}: {error}."),
         )
     if header and header[: len(SQLITE_HEADER)] != SQLITE_HEADER:
         return StoreInspection(
@@ -267,12 +252,11 @@ def inspect_sqlite(path: str, *, alias: str, role: str) -> StoreInspection:
     try:
         conn = _open_read_only(path)
     except sqlite3.Error as error:
-        return StoreInspection(
+        return _unusable(
             alias,
             role,
             location,
-            "sqlite",
-            findings=(Finding("error", "unreadable", f"Cannot open the {role} {path}: {error}."),),
+            Finding("error", "unreadable", f"Cannot open the {role} {path}: {error}."),
         )
     try:
         found = _inspect_open_sqlite(conn, path=path, alias=alias, role=role, location=location)
@@ -305,6 +289,11 @@ def inspect_sqlite(path: str, *, alias: str, role: str) -> StoreInspection:
         )
         found = dataclasses.replace(found, findings=(*found.findings, extra))
     return found
+
+
+def _unusable(alias: str, role: str, location: str, finding: Finding) -> StoreInspection:
+    """A SQLite store that cannot be opened or read at all, and why."""
+    return StoreInspection(alias, role, location, "sqlite", findings=(finding,))
 
 
 def _inspect_open_sqlite(
