@@ -126,3 +126,46 @@ def test_shift_click_selects_a_range_and_select_all_selects_the_page(signed_in_p
     page.uncheck("[data-select-all]")
     assert page.inner_text("[data-selected-count]") == "0 selected"
     assert page.script_errors == []
+
+
+def test_the_demo_store_can_be_filtered_searched_and_paged(signed_in_page):
+    from django.core.management import call_command
+
+    from sessions_admin.core import db
+
+    call_command("seed_demo", "--sessions", "60", "--long-transcript", "0", stdout=None)
+    source = db.fetchone(
+        "SELECT source FROM sessions GROUP BY source ORDER BY COUNT(*) DESC LIMIT 1"
+    )[0]
+    page = signed_in_page("viewer")
+    page.goto("/sessions/?scope=all&per=25")
+    first_page = _row_ids(page)
+    assert len(first_page) == 25
+    page.click("a.next")
+    page.wait_for_url(re.compile(r"after="))
+    page.wait_for_function(
+        "first => document.querySelector('input[name=ids]').value !== first", arg=first_page[0]
+    )
+    second_page = _row_ids(page)
+    assert second_page and not set(second_page) & set(first_page)
+
+    page.goto("/sessions/?scope=all")
+    page.fill('input[name="source"]', source)
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url(re.compile(rf"source={source}"))
+    shown = set(_row_ids(page))
+    expected = {r[0] for r in db.fetchall("SELECT id FROM sessions WHERE source = %s", [source])}
+    assert shown and shown <= expected
+
+    content = db.fetchone(
+        "SELECT m.content FROM messages m JOIN sessions s ON s.id = m.session_id "
+        "WHERE s.source = %s AND m.role = 'user' AND m.active = 1 AND m.content IS NOT NULL "
+        "ORDER BY m.id LIMIT 1",
+        [source],
+    )[0]  # a word of the filtered source's own messages, so the search has hits
+    word = max(re.findall(r"[A-Za-z]{4,}", content), key=len)
+    page.fill('input[name="q"]', word)
+    page.press('input[name="q"]', "Enter")
+    page.wait_for_url(re.compile(rf"q={word}"))
+    page.locator("ol.hits mark").first.wait_for()
+    assert page.script_errors == []
