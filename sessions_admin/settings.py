@@ -7,6 +7,8 @@ Everything an operator changes comes from the environment:
 - ``SESSIONS_ADMIN_RESPONSES_URL``: optional separate ``response_store.db``.
 - ``SESSIONS_ADMIN_READ_ONLY``: attach without writing anything to the store (docs/attach.md).
 - ``SESSIONS_ADMIN_SECRET_KEY``, ``SESSIONS_ADMIN_DEBUG``, ``SESSIONS_ADMIN_ALLOWED_HOSTS``.
+- Production: ``SESSIONS_ADMIN_HTTPS``, ``SESSIONS_ADMIN_BEHIND_PROXY``,
+  ``SESSIONS_ADMIN_HSTS_SECONDS``, ``SESSIONS_ADMIN_CSRF_TRUSTED_ORIGINS`` (README).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "sessions_admin.console.http.VaryOnHtmxMiddleware",
+    "sessions_admin.security.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "sessions_admin.urls"
@@ -167,15 +170,32 @@ STORAGES = {
 # Serve straight from STATICFILES_DIRS too, so the demo works before collectstatic.
 WHITENOISE_USE_FINDERS = True
 
+# Production hardening (README "Running in production"); ``manage.py check --deploy`` is clean
+# with SESSIONS_ADMIN_HTTPS=1 and a secret key of our own. The demo serves plain http on
+# localhost, so nothing here forces HTTPS unless SESSIONS_ADMIN_HTTPS asks for it.
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the body's hx-headers, not the cookie
 SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 if _env_bool("SESSIONS_ADMIN_HTTPS", False):
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = True
-    SECURE_HSTS_SECONDS = 31536000
+    SECURE_HSTS_SECONDS = int(os.environ.get("SESSIONS_ADMIN_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+# Behind a proxy that terminates TLS, Django sees plain http: trust the proxy's
+# X-Forwarded-Proto (the proxy must set it and drop any the client sent), or every
+# request would be redirected to https again.
+if _env_bool("SESSIONS_ADMIN_BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+CSRF_TRUSTED_ORIGINS = [
+    o.strip()
+    for o in os.environ.get("SESSIONS_ADMIN_CSRF_TRUSTED_ORIGINS", "").split(",")
+    if o.strip()
+]
 
 # The session list posts one field per selected session (bulk delete takes up to 10,000).
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 20_000
