@@ -1,0 +1,158 @@
+"""The runtime simulator drives the core as a gateway does; the consistency checks catch what they claim to."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from sessions_admin import core
+from sessions_admin.core import db
+from sessions_admin.ledger.models import TrashEntry
+from sessions_admin.simulator import RuntimeSimulator, SimulatorOptions
+from sessions_admin.store.consistency import check_ledger, check_store, read_ledger
+from tests.helpers import count, one, rows
+from tests.store.test_health import _foreign_keys_off as foreign_keys_off
+
+
+def _run(tmp_path, **options) -> RuntimeSimulator:
+    simulator = RuntimeSimulator(
+        SimulatorOptions(
+            chats=options.pop("chats", 8),
+            duration=60,
+            seed=options.pop("seed", 3),
+            think_time=0,
+            ledger_path=tmp_path / "ledger.jsonl",
+            label="t",
+            max_actions=options.pop("max_actions", 400),
+            api_share=options.pop("api_share", 0.4),
+            cold_start_rate=options.pop("cold_start_rate", 0.1),
+            **options,
+        )
+    )
+    simulator.run()
+    return simulator
+
+
+def test_a_run_leaves_a_consistent_store_and_a_ledger_that_matches_it(tmp_path):
+    simulator = _run(tmp_path)
+    counts = simulator.counts
+    assert counts["unexpected_errors"] == 0
+    # It exercised the lifecycle, not just appends.
+    for kind in ("turns", "compressions", "resets", "branches", "cold_starts", "undo", "retry"):
+        assert counts[kind] > 0, kind
+    assert counts["listener_compression"] == counts["compressions"]
+    assert check_store() == []
+    assert check_ledger([tmp_path / "ledger.jsonl"]) == []
+    acked, refused, errors = read_ledger([tmp_path / "ledger.jsonl"])
+    assert errors == []
+    assert len(acked) == counts["appends"] > 0
+    # Every acknowledged message is in the store, in the session the ledger names.
+    stored = dict(rows("SELECT id, session_id FROM messages"))
+    assert all(stored[mid] == record["session_id"] for mid, record in acked.items())
+    # An expired session's stale id was refused and the chat went on elsewhere.
+    assert counts["expiries"] > 0 and any(r["error"] == "SessionEnded" for r in refused)
+    # Cold starts left the forks the dashboard repairs.
+    assert any(g.kind == "conversation" for g in core.find_fork_groups())
+
+
+def test_the_ledger_check_counts_the_trash_and_flags_lost_or_changed_messages(tmp_path):
+    _run(tmp_path, max_actions=150)
+    ledger = tmp_path / "ledger.jsonl"
+    acked, _, _ = read_ledger([ledger])
+    victim = next(iter(acked.values()))["session_id"]
+    plan = core.plan_cascade_delete(session_ids=[victim])
+    core.execute_cascade_delete(
+        session_ids=[victim], expected_fingerprint=plan.fingerprint, actor="t", reason="test"
+    )
+    assert one("SELECT 1 FROM sessions WHERE id = %s", [victim]) is None
+    # Deleted messages are in the trash: still accounted for exactly once.
+    assert check_ledger([ledger]) == []
+    assert check_store() == []
+
+    # A trash entry purged: its acknowledged messages are reported lost.
+    TrashEntry.objects.all().delete()
+    assert "neither in the store nor in the trash" in " ".join(check_ledger([ledger]))
+
+
+def test_the_ledger_check_flags_a_message_whose_content_changed(tmp_path):
+    _run(tmp_path, max_actions=60)
+    ledger = tmp_path / "ledger.jsonl"
+    message_id = next(iter(read_ledger([ledger])[0]))
+    db.execute("UPDATE messages SET content = 'tampered' WHERE id = %s", [message_id])
+    assert any("differs from what was acked" in p for p in check_ledger([ledger]))
+
+
+def test_the_store_check_names_each_broken_invariant(tmp_path):
+    _run(tmp_path, max_actions=120)
+    assert check_store() == []
+    (session_id,) = one("SELECT session_id FROM messages ORDER BY id LIMIT 1")
+    db.execute(
+        "UPDATE sessions SET message_count = message_count + 1, tool_call_count = 99 WHERE id = %s",
+        [session_id],
+    )
+    with foreign_keys_off():
+        db.execute("UPDATE sessions SET parent_session_id = 'gone' WHERE id = %s", [session_id])
+    db.execute(
+        "UPDATE conversations SET session_id = 'gone' WHERE name IN "
+        "(SELECT name FROM conversations ORDER BY name LIMIT 1)"
+    )
+    db.execute(
+        "UPDATE sessions_admin_switch_events SET seq = seq + 1000 "
+        "WHERE seq = (SELECT MAX(seq) FROM sessions_admin_switch_events)"
+    )
+    problems = " | ".join(check_store())
+    assert "message_count differs" in problems
+    assert "tool_call_count differs" in problems
+    assert "parent is missing" in problems
+    assert "conversation(s) recording a missing session" in problems
+    assert "switch-event log has gaps" in problems
+    assert session_id in problems
+
+
+def test_the_store_check_finds_a_search_index_out_of_step(tmp_path):
+    from django.db import connections
+
+    if connections["store"].vendor != "sqlite":
+        pytest.skip("PostgreSQL searches an expression over the row itself: nothing to drift")
+    _run(tmp_path, max_actions=40)
+    (message_id,) = one("SELECT MIN(id) FROM messages")
+    db.execute("DELETE FROM messages_fts WHERE rowid = %s", [message_id])
+    assert any("missing from messages_fts" in p for p in check_store())
+
+
+def test_the_command_runs_briefly_and_prints_a_summary(tmp_path, capsys):
+    ledger = tmp_path / "cmd.jsonl"
+    call_command(
+        "simulate_runtime",
+        "--chats",
+        "4",
+        "--duration",
+        "30",
+        "--max-actions",
+        "80",
+        "--think-time",
+        "0",
+        "--seed",
+        "5",
+        "--ledger",
+        str(ledger),
+    )
+    out = capsys.readouterr().out
+    assert "Simulated 4 chats" in out and "turns" in out
+    assert count("messages") > 0
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert {line["kind"] for line in lines} <= {"ack", "refused"}
+    assert check_store() == []
+    assert check_ledger([ledger]) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--chats", "0"], ["--duration", "-1"], ["--rate", "0"], ["--cold-start-rate", "2"]],
+)
+def test_the_command_refuses_bad_options_and_writes_nothing(args):
+    with pytest.raises(CommandError):
+        call_command("simulate_runtime", *args)
+    assert count("sessions") == 0
