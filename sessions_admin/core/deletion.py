@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_admin.core import db, lineage
+from sessions_admin.core import db, faults, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
 from sessions_admin.core.merge import PlanChanged
@@ -293,6 +293,26 @@ def _dependent_tables() -> list[tuple[str, str]]:
     return found
 
 
+def _drop_unfinished_trash(locked_ids: list[str]) -> None:
+    """Drop pending trash entries naming sessions this transaction holds: their batch never ran.
+
+    A batch copies its rows into the trash only after locking them, so while we
+    hold these sessions' locks no other batch naming them can be in flight; a
+    pending entry that names one belongs to a batch whose process died (or whose
+    transaction rolled back) before the store delete committed. Its rows are
+    still in the store, and this batch copies them again.
+    """
+    from sessions_admin.ledger.models import TrashEntry, TrashSession
+
+    unfinished = set(
+        TrashSession.objects.filter(
+            entry__state=TrashEntry.PENDING, session_id__in=locked_ids
+        ).values_list("entry_id", flat=True)
+    )
+    if unfinished:
+        TrashEntry.objects.filter(pk__in=unfinished, state=TrashEntry.PENDING).delete()
+
+
 @store_operation
 def _delete_batch(
     batch: list[str], *, actor: str, reason: str, job_id: int | None
@@ -310,6 +330,7 @@ def _delete_batch(
     if not present:
         return 0, 0, 0
     batch = [sid for sid in batch if sid in set(present)]
+    _drop_unfinished_trash(batch)
     marks = db.placeholders(batch)
     sessions = _all_columns("sessions", f"id IN ({marks})", batch)
     messages = _all_columns("messages", f"session_id IN ({marks}) ORDER BY id", batch)
@@ -375,6 +396,7 @@ def _delete_batch(
         )
         for s in sessions
     )
+    faults.checkpoint("delete.after_trash_copy")
     try:
         if kept_children:
             db.execute(
@@ -401,10 +423,13 @@ def _delete_batch(
     except Exception:
         entry.delete()
         raise
-    transaction.on_commit(
-        lambda: TrashEntry.objects.filter(pk=entry.pk).update(state=TrashEntry.COMPLETE),
-        using="store",
-    )
+    faults.checkpoint("delete.before_commit")
+
+    def mark_complete() -> None:
+        faults.checkpoint("delete.after_commit")
+        TrashEntry.objects.filter(pk=entry.pk).update(state=TrashEntry.COMPLETE)
+
+    transaction.on_commit(mark_complete, using="store")
     return len(sessions), len(messages), entry.pk
 
 
@@ -459,6 +484,7 @@ def execute_cascade_delete(
         messages += removed
         if trash_id:
             trash.append(trash_id)
+        faults.checkpoint("cascade.between_batches")
     return DeleteResult(sessions, messages, tuple(trash))
 
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
-from sessions_admin.core import db, deletion
+from sessions_admin.core import db, deletion, faults
 from sessions_admin.core.errors import InvalidInput, StoreBusy
 
 LEASE_SECONDS = 30
@@ -189,6 +189,31 @@ def _claim(job_id: int, worker: str) -> bool:
     return bool(claimed)
 
 
+def _settle_committed_batches(job_id: int) -> None:
+    """Record batches a dead worker committed in the store but never marked on the job.
+
+    The store delete and the job's progress live in two databases: a worker
+    killed between the two leaves the batch's items pending although their
+    sessions are gone (and their trash entry holds them). Counting them as
+    deleted here keeps the job's totals exact instead of calling them skipped.
+    """
+    from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
+
+    deletion.stale_pending_trash()  # a batch killed right after its commit is complete
+    for entry in TrashEntry.objects.filter(job_id=job_id, state=TrashEntry.COMPLETE).only(
+        "pk", "session_ids", "message_count"
+    ):
+        with transaction.atomic(using="default"):
+            settled = DeleteJobItem.objects.filter(
+                job_id=job_id, state=DeleteJobItem.PENDING, session_id__in=entry.session_ids
+            ).update(state=DeleteJobItem.DONE)
+            if settled:
+                DeleteJob.objects.filter(pk=job_id).update(
+                    done=F("done") + settled,
+                    deleted_messages=F("deleted_messages") + entry.message_count,
+                )
+
+
 def run_job(
     *,
     job_id: int,
@@ -203,6 +228,7 @@ def run_job(
     worker = worker or worker_name()
     if not _claim(job_id, worker):
         return job_progress(job_id=job_id)
+    _settle_committed_batches(job_id)
     job = DeleteJob.objects.get(pk=job_id)
     batches = 0
     try:
@@ -216,6 +242,7 @@ def run_job(
                 )[:batch_sessions]
             )
             if not items:
+                faults.checkpoint("job.before_done")
                 DeleteJob.objects.filter(pk=job_id, state=DeleteJob.RUNNING).update(
                     state=DeleteJob.DONE,
                     finished_at=timezone.now(),
@@ -251,6 +278,7 @@ def run_job(
                     time.sleep(0.5)  # the runtime is busy: try this batch again shortly
                     _claim(job_id, worker)
                     continue
+                faults.checkpoint("job.after_batch_commit")
             with transaction.atomic(using="default"):
                 DeleteJobItem.objects.filter(job_id=job_id, session_id__in=to_delete).update(
                     state=DeleteJobItem.DONE

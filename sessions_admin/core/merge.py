@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sessions_admin.core import clock, db, events, lineage
+from sessions_admin.core import clock, db, events, faults, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
 from sessions_admin.core.transcript import recompute_counters
@@ -360,6 +360,7 @@ def merge_sessions(
             f"AND id NOT IN ({marks})",
             [target, *absorbed, *absorbed],
         )
+    faults.checkpoint("merge.after_move")
     sums = {c: sum(float(rows[s][c] or 0) for s in absorbed) for c in SUMMED_COLUMNS}
     for sid in absorbed:
         db.execute(
@@ -413,6 +414,7 @@ def merge_sessions(
         reason="merge",
         session_key=after["session_key"],
     )
+    faults.checkpoint("merge.before_commit")
     return MergeResult(merge_id, target, tuple(absorbed), plan.moved_messages)
 
 

@@ -1,0 +1,354 @@
+"""kill -9 in the middle of a merge, a cascade delete and a bulk-delete job.
+
+Each operation runs in a child process (tests/store/crash_child.py) on this
+test run's databases, with ``SESSIONS_ADMIN_CRASH_AT`` naming the point where
+it dies by SIGKILL (sessions_admin/core/faults.py). The test then looks at
+what the store and the dashboard's database were left holding: a merge
+happened entirely or not at all, every delete batch is atomic (each session
+fully in the store or fully in the trash, never both, never neither), and an
+interrupted job resumes once its lease expires and finishes, deleting each
+selected session exactly once and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connections
+from django.utils import timezone
+
+from sessions_admin import core
+from sessions_admin.core import db, deletion, jobs
+from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry, TrashSession
+from sessions_admin.routers import responses_alias
+from tests.helpers import counter_mismatches, rows
+from tests.store.test_deletion import _lineage
+from tests.store.test_merge import _forked_conversation
+
+REPO = Path(__file__).resolve().parents[2]
+CHILD_TIMEOUT = 60
+# Rows start with the id (and a message's session) whatever the store's column order.
+SESSIONS_SQL = "SELECT s.id, s.* FROM sessions s"
+MESSAGES_SQL = "SELECT m.id, m.session_id, m.* FROM messages m"
+
+
+def _url(alias: str) -> str:
+    """A URL for the database this test process's ``alias`` really uses (the test database)."""
+    conf = connections[alias].settings_dict
+    if connections[alias].vendor == "sqlite":
+        return f"sqlite:///{conf['NAME']}"  # an absolute path: sqlite:////abs/file.db
+    credentials = quote(conf["USER"] or "", safe="")
+    if conf["PASSWORD"]:
+        credentials += ":" + quote(conf["PASSWORD"], safe="")
+    host = quote(conf["HOST"] or "", safe="")
+    port = f":{conf['PORT']}" if conf["PORT"] else ""
+    return f"postgresql://{credentials}@{host}{port}/{quote(conf['NAME'], safe='')}"
+
+
+def run_child(operation: str, arguments: dict, *, crash_at: str | None, batch_sessions=None):
+    """Run the operation in a child process; return it once it exited."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "sessions_admin.settings",
+        "DATABASE_URL": _url("default"),
+        "SESSIONS_ADMIN_STORE_URL": _url("store"),
+        "PYTHONPATH": str(REPO),
+    }
+    if "responses" in settings.DATABASES:
+        env["SESSIONS_ADMIN_RESPONSES_URL"] = _url("responses")
+    env.pop("SESSIONS_ADMIN_CRASH_AT", None)
+    if crash_at:
+        env["SESSIONS_ADMIN_CRASH_AT"] = crash_at
+    if batch_sessions:
+        env["CRASH_CHILD_BATCH_SESSIONS"] = str(batch_sessions)
+    # Nothing of ours may hold a SQLite read snapshot or a PostgreSQL lock the child waits on.
+    connections.close_all()
+    return subprocess.run(
+        [sys.executable, "-m", "tests.store.crash_child", operation, json.dumps(arguments)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT,
+    )
+
+
+def assert_killed(child) -> None:
+    assert child.returncode == -signal.SIGKILL, (child.returncode, child.stdout, child.stderr)
+
+
+def store_state() -> dict:
+    return {
+        "sessions": db.fetchall(SESSIONS_SQL + " ORDER BY s.id"),
+        "messages": db.fetchall(MESSAGES_SQL + " ORDER BY m.id"),
+        "conversations": db.fetchall(
+            "SELECT * FROM conversations ORDER BY name", alias=responses_alias()
+        ),
+        "responses": db.fetchall(
+            "SELECT * FROM responses ORDER BY response_id", alias=responses_alias()
+        ),
+        "merges": db.fetchall("SELECT * FROM sessions_admin_merges ORDER BY id"),
+        "switch_events": db.fetchall("SELECT * FROM sessions_admin_switch_events ORDER BY seq"),
+    }
+
+
+def assert_store_consistent() -> None:
+    """The store's own invariants, whatever an interrupted operation left."""
+    assert (
+        rows(
+            "SELECT m.id FROM messages m LEFT JOIN sessions s ON s.id = m.session_id "
+            "WHERE s.id IS NULL"
+        )
+        == []
+    ), "messages without their session"
+    assert (
+        rows(
+            "SELECT c.id FROM sessions c LEFT JOIN sessions p ON p.id = c.parent_session_id "
+            "WHERE c.parent_session_id IS NOT NULL AND p.id IS NULL"
+        )
+        == []
+    ), "children pointing at a missing parent"
+    assert counter_mismatches() == []
+    sessions = {r[0] for r in db.fetchall("SELECT id FROM sessions")}
+    dangling = [
+        name
+        for name, sid in db.fetchall(
+            "SELECT name, session_id FROM conversations WHERE session_id IS NOT NULL",
+            alias=responses_alias(),
+        )
+        if responses_alias() == "store" and sid not in sessions
+    ]
+    assert dangling == [], "conversations naming a deleted session"
+    if db.vendor() == "sqlite":
+        # The search index holds exactly the live rows (FTS5 corrupts otherwise).
+        assert db.fetchall("SELECT rowid FROM messages_fts ORDER BY rowid") == db.fetchall(
+            "SELECT id FROM messages ORDER BY id"
+        )
+
+
+def assert_each_session_in_store_or_trash(before: dict, ids) -> None:
+    """Each of ``ids`` is either untouched in the store or, with all its messages, in the trash."""
+    sessions_before = {r[0]: r for r in before["sessions"]}
+    present = {r[0]: r for r in db.fetchall(SESSIONS_SQL)}
+    trashed: dict[str, list[TrashEntry]] = {}
+    for entry in TrashEntry.objects.exclude(state=TrashEntry.RESTORED):
+        for row in entry.payload["sessions"]:
+            trashed.setdefault(row["id"], []).append(entry)
+    for sid in ids:
+        messages_before = [m for m in before["messages"] if m[1] == sid]
+        if sid in present:
+            assert present[sid] == sessions_before[sid]
+            assert db.fetchall(MESSAGES_SQL + " WHERE m.session_id = %s ORDER BY m.id", [sid]) == (
+                messages_before
+            )
+            continue
+        committed = trashed.get(sid, [])
+        assert len(committed) == 1, f"{sid} is gone but in {len(committed)} trash entries"
+        kept = [m["id"] for m in committed[0].payload["messages"] if m["session_id"] == sid]
+        assert kept == [m[0] for m in messages_before], f"{sid}'s messages are not all in the trash"
+
+
+# --- merge -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("crash_at", ["merge.after_move", "merge.before_commit"])
+def test_a_merge_killed_midway_changed_nothing(crash_at):
+    ids = _forked_conversation()
+    plan = core.plan_merge(session_ids=ids)
+    before = store_state()
+
+    child = run_child(
+        "merge",
+        {"session_ids": ids, "expected_fingerprint": plan.fingerprint},
+        crash_at=crash_at,
+    )
+
+    assert_killed(child)
+    assert store_state() == before
+    assert_store_consistent()
+    # Nothing is left locked or half-written: the same confirmed plan still goes through.
+    result = core.merge_sessions(session_ids=ids, expected_fingerprint=plan.fingerprint)
+    assert result.moved_messages == plan.moved_messages
+    assert_store_consistent()
+
+
+def test_a_merge_in_a_child_that_is_not_killed_happens_entirely():
+    """The harness itself: the same child without a crash point merges everything."""
+    ids = _forked_conversation()
+    plan = core.plan_merge(session_ids=ids)
+    message_ids = [r[0] for r in db.fetchall("SELECT id FROM messages ORDER BY id")]
+
+    child = run_child(
+        "merge", {"session_ids": ids, "expected_fingerprint": plan.fingerprint}, crash_at=None
+    )
+
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout)["moved_messages"] == plan.moved_messages
+    assert [r[0] for r in db.fetchall("SELECT id FROM messages ORDER BY id")] == message_ids
+    assert {r[0] for r in db.fetchall("SELECT DISTINCT session_id FROM messages")} <= {ids[0]}
+    assert_store_consistent()
+
+
+# --- cascade delete ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "crash_at",
+    [
+        "delete.after_trash_copy",  # the first batch: copied into the trash, not deleted
+        "delete.before_commit@2",  # the second batch: deleted, not committed
+        "delete.after_commit",  # the first batch committed, its trash entry still pending
+        "cascade.between_batches@2",  # two batches committed, two to go
+    ],
+)
+def test_a_cascade_delete_killed_midway_leaves_whole_batches(crash_at):
+    root, delegate, grand, tip, branch, child_session, other = _lineage()
+    plan = core.plan_cascade_delete(session_ids=[root])
+    assert len(plan.session_ids) == 4
+    before = store_state()
+
+    child = run_child(
+        "cascade_delete",
+        {
+            "session_ids": [root],
+            "expected_fingerprint": plan.fingerprint,
+            "actor": "ada",
+            "reason": "crash test",
+        },
+        crash_at=crash_at,
+        batch_sessions=1,
+    )
+
+    assert_killed(child)
+    assert_store_consistent()
+    assert_each_session_in_store_or_trash(before, plan.session_ids)
+    # What the delete never meant to touch is untouched (the kept children lose their parent
+    # only together with it).
+    for sid in (other, branch, child_session):
+        assert db.fetchone("SELECT id FROM sessions WHERE id = %s", [sid]) is not None
+
+    # The operator deletes what is left: each session ends up in exactly one trash entry.
+    left = [
+        sid
+        for sid in plan.session_ids
+        if db.fetchone("SELECT 1 FROM sessions WHERE id = %s", [sid])
+    ]
+    if left:
+        again = core.plan_cascade_delete(session_ids=left)
+        core.execute_cascade_delete(
+            session_ids=left,
+            expected_fingerprint=again.fingerprint,
+            actor="ada",
+            reason="crash test, again",
+        )
+    deletion.stale_pending_trash()
+    assert_store_consistent()
+    assert not TrashEntry.objects.filter(state=TrashEntry.PENDING).exists()
+    assert sorted(TrashSession.objects.values_list("session_id", flat=True)) == sorted(
+        plan.session_ids
+    )
+    assert_each_session_in_store_or_trash(before, plan.session_ids)
+
+
+# --- bulk-delete job ---------------------------------------------------------------------------
+
+
+def _old_sessions(n: int) -> list[str]:
+    ids = []
+    for i in range(n):
+        sid = core.create_session(source="cli", started_at=1000.0 + i).session_id
+        core.append_messages(
+            session_id=sid,
+            messages=[{"role": "user", "content": f"m{i}-{k}"} for k in range(i % 3 + 1)],
+        )
+        core.end_session(session_id=sid, end_reason="user_exit")
+        ids.append(sid)
+    return ids
+
+
+@pytest.mark.parametrize(
+    "crash_at",
+    [
+        "delete.after_trash_copy@2",  # mid-batch: the second batch copied into the trash only
+        "delete.before_commit@2",  # mid-batch: the second batch deleted, not committed
+        "delete.after_commit@2",  # the second batch committed, its trash entry pending
+        "job.after_batch_commit@2",  # the second batch committed, its items not marked done
+        "job.before_done",  # every batch done, the job not marked done
+    ],
+)
+def test_a_bulk_delete_job_killed_midway_resumes_and_deletes_each_session_once(crash_at):
+    selected = _old_sessions(10)
+    delegate = core.create_session(
+        source="tool", parent_session_id=selected[0], model_config={"_delegate_from": selected[0]}
+    ).session_id
+    core.end_session(session_id=delegate, end_reason="done")
+    unselected = _old_sessions(2)
+    live = core.create_session(source="cli").session_id
+    job_id = core.create_bulk_delete_job(
+        session_ids=[*selected, live], include_live=False, actor="ada", reason="retention"
+    )
+    to_go = [*selected, delegate]
+    assert DeleteJob.objects.get(pk=job_id).total == len(to_go)
+    before = store_state()
+    untouched = [*unselected, live]
+
+    child = run_child(
+        "run_job",
+        {"job_id": job_id, "worker": "doomed", "batch_sessions": 3},
+        crash_at=crash_at,
+    )
+
+    assert_killed(child)
+    assert_store_consistent()
+    assert_each_session_in_store_or_trash(before, to_go)
+    job = DeleteJob.objects.get(pk=job_id)
+    assert (job.state, job.lease_owner) == (DeleteJob.RUNNING, "doomed")
+
+    # The dead worker's lease still holds: no one else takes the job yet ...
+    assert core.run_job(job_id=job_id, worker="next").state == DeleteJob.RUNNING
+    assert job_id not in jobs.runnable_job_ids()
+    assert DeleteJob.objects.get(pk=job_id).lease_owner == "doomed"
+    # ... until it expires (as if LEASE_SECONDS had passed), and the next worker finishes it.
+    DeleteJob.objects.filter(pk=job_id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert job_id in jobs.runnable_job_ids()
+    progress = core.run_job(job_id=job_id, worker="next", batch_sessions=3)
+
+    assert progress.state == DeleteJob.DONE
+    assert_store_consistent()
+    assert (
+        db.fetchall(f"SELECT id FROM sessions WHERE id IN ({db.placeholders(to_go)})", to_go) == []
+    )
+    assert_each_session_in_store_or_trash(before, to_go)
+    # Each selected session was deleted once, and counted once, as deleted (not skipped).
+    assert sorted(TrashSession.objects.values_list("session_id", flat=True)) == sorted(to_go)
+    assert not TrashEntry.objects.filter(state=TrashEntry.PENDING).exists()
+    assert (progress.total, progress.processed, progress.deleted, progress.skipped) == (
+        len(to_go),
+        len(to_go),
+        len(to_go),
+        0,
+    )
+    assert progress.deleted_messages == sum(1 for m in before["messages"] if m[1] in set(to_go))
+    assert set(DeleteJobItem.objects.filter(job_id=job_id).values_list("state", flat=True)) == {
+        DeleteJobItem.DONE
+    }
+    # Nothing outside the selection was touched.
+    after = store_state()
+    for sid in untouched:
+        assert [r for r in after["sessions"] if r[0] == sid] == [
+            r for r in before["sessions"] if r[0] == sid
+        ]
+        assert [m for m in after["messages"] if m[1] == sid] == [
+            m for m in before["messages"] if m[1] == sid
+        ]
