@@ -555,9 +555,12 @@ def restore_trash_entry(*, entry_id: int, actor: str) -> RestoreResult:
     for table, rows in payload.get("dependents", {}).items():
         _insert_rows(table, rows)
     if db.vendor() == "postgresql" and message_ids:
+        # Only ever forward: a concurrent append may hold a higher id not yet committed
+        # (so MAX(id) cannot see it); moving back would hand that id out again.
         db.execute(
             "SELECT setval(pg_get_serial_sequence('messages', 'id'), "
-            "GREATEST((SELECT MAX(id) FROM messages), 1))"
+            "GREATEST((SELECT MAX(id) FROM messages), "
+            "nextval(pg_get_serial_sequence('messages', 'id'))))"
         )
     skipped: list[str] = []
     with transaction.atomic(using=responses_alias()):

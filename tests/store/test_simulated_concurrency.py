@@ -1,0 +1,227 @@
+"""Several runtime processes write while operators merge, unmerge, resume, reset and delete.
+
+Three ``manage.py simulate_runtime`` processes drive the test store (their own
+connections, as a gateway's would be) while this test, as operators, runs the
+audited actions against the same sessions. Afterwards nothing acknowledged is
+lost or doubled and every store invariant holds. Runs on both test passes
+(SQLite and PostgreSQL); bounded by the simulators' duration.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connections
+
+from sessions_admin import core
+from sessions_admin.core import db
+from sessions_admin.ledger import actions
+from sessions_admin.ledger.models import TrashEntry
+from sessions_admin.store.consistency import check_ledger, check_store, read_ledger
+
+ROOT = Path(settings.BASE_DIR)
+SIMULATORS = 3
+SIMULATE_SECONDS = 12
+
+
+def database_url(alias: str) -> str:
+    """The URL of the database this test process really uses for ``alias`` (the test database)."""
+    config = connections[alias].settings_dict
+    if config["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{Path(config['NAME']).resolve()}"
+    user = quote(config["USER"] or "")
+    password = f":{quote(config['PASSWORD'])}" if config["PASSWORD"] else ""
+    port = f":{config['PORT']}" if config["PORT"] else ""
+    return f"postgres://{user}{password}@{config['HOST']}{port}/{quote(config['NAME'])}"
+
+
+def _simulator_env() -> dict[str, str]:
+    env = {**os.environ, "DATABASE_URL": database_url("default")}
+    env["SESSIONS_ADMIN_STORE_URL"] = database_url("store")
+    if "responses" in connections.databases:
+        env["SESSIONS_ADMIN_RESPONSES_URL"] = database_url("responses")
+    return env
+
+
+class Operator:
+    """Picks an operator action at random and runs it; refusals are normal, errors are not."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.done: dict[str, int] = {}
+        self.refused: dict[str, int] = {}
+        self.merge_ids: list[int] = []
+
+    def act(self) -> None:
+        name, action = self.rng.choice(
+            [
+                ("merge", self.merge),
+                ("merge", self.merge),
+                ("unmerge", self.unmerge),
+                ("resume", self.resume),
+                ("reset", self.reset),
+                ("cascade_delete", self.cascade_delete),
+                ("restore", self.restore),
+            ]
+        )
+        try:
+            happened = action()
+        except core.StoreError:
+            self.refused[name] = self.refused.get(name, 0) + 1
+            return
+        if happened:
+            self.done[name] = self.done.get(name, 0) + 1
+
+    def _some_session(self, where: str = "1 = 1") -> str | None:
+        row = db.fetchone(
+            f"SELECT id FROM sessions WHERE {where} ORDER BY started_at DESC LIMIT 1 OFFSET %s",
+            [self.rng.randint(0, 20)],
+        )
+        return row[0] if row else None
+
+    def merge(self) -> bool:
+        groups = core.find_fork_groups()
+        if not groups:
+            return False
+        group = self.rng.choice(groups)
+        plan = core.plan_merge(session_ids=list(group.session_ids))
+        result = actions.merge(
+            actor=None,
+            session_ids=list(group.session_ids),
+            target_id=plan.target_id,
+            expected_fingerprint=plan.fingerprint,
+            reason="forks",
+        )
+        self.merge_ids.append(result.merge_id)
+        return True
+
+    def unmerge(self) -> bool:
+        if not self.merge_ids:
+            return False
+        # The latest first: an older one is refused while a later merge moved its sessions.
+        actions.unmerge(actor=None, merge_id=self.merge_ids.pop())
+        return True
+
+    def resume(self) -> bool:
+        ended = self._some_session("ended_at IS NOT NULL AND session_key IS NOT NULL")
+        if ended is None:
+            return False
+        actions.resume(actor=None, ref=ended)
+        return True
+
+    def reset(self) -> bool:
+        live = self._some_session("ended_at IS NULL AND session_key IS NOT NULL")
+        if live is None:
+            return False
+        (key,) = db.fetchone("SELECT session_key FROM sessions WHERE id = %s", [live])
+        actions.reset(actor=None, session_key=key)
+        return True
+
+    def cascade_delete(self) -> bool:
+        victim = self._some_session()
+        if victim is None:
+            return False
+        include_branches = self.rng.random() < 0.5
+        plan = core.plan_cascade_delete(session_ids=[victim], include_branches=include_branches)
+        actions.cascade_delete(
+            actor=None,
+            session_ids=[victim],
+            include_branches=include_branches,
+            expected_fingerprint=plan.fingerprint,
+            reason="operator clean-up",
+        )
+        return True
+
+    def restore(self) -> bool:
+        entry = TrashEntry.objects.filter(state=TrashEntry.COMPLETE).order_by("?").first()
+        if entry is None:
+            return False
+        actions.restore(actor=None, entry_id=entry.pk)
+        return True
+
+    def bulk_delete(self) -> bool:
+        ended = [
+            r[0]
+            for r in db.fetchall(
+                "SELECT id FROM sessions WHERE ended_at IS NOT NULL ORDER BY started_at LIMIT 40"
+            )
+        ]
+        if not ended:
+            return False
+        job = core.create_bulk_delete_job(
+            session_ids=ended, include_live=False, actor="operator", reason="bulk clean-up"
+        )
+        # Small batches, so the job interleaves with the runtimes' writes.
+        progress = core.run_job(job_id=job, batch_sessions=5, batch_messages=200)
+        assert progress.state == "done", progress
+        self.done["bulk_delete"] = self.done.get("bulk_delete", 0) + 1
+        return True
+
+
+def test_runtimes_and_operators_together_lose_and_double_nothing(tmp_path):
+    ledgers = [tmp_path / f"runtime-{n}.jsonl" for n in range(SIMULATORS)]
+    env = _simulator_env()
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "manage.py",
+                "simulate_runtime",
+                "--chats",
+                "6",
+                "--duration",
+                str(SIMULATE_SECONDS),
+                "--think-time",
+                "0.03",
+                "--seed",
+                str(n),
+                "--label",
+                f"r{n}",
+                "--cold-start-rate",
+                "0.15",
+                "--evict-keep",
+                "30",
+                "--ledger",
+                str(ledger),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n, ledger in enumerate(ledgers)
+    ]
+    operator = Operator(seed=11)
+    try:
+        # Let the runtimes create some sessions first.
+        time.sleep(2.5)
+        bulk_deletes = 0
+        while any(p.poll() is None for p in processes):
+            operator.act()
+            if bulk_deletes < 2 and time.monotonic() % 5 < 0.3:
+                bulk_deletes += operator.bulk_delete()
+            time.sleep(0.05)
+        operator.bulk_delete()
+    finally:
+        outputs = [p.communicate(timeout=60) for p in processes]
+    for process, (out, err) in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, f"simulator failed:\n{out}\n{err}"
+        assert "0 unexpected errors" in out, out
+
+    # The operators really acted, concurrently with the writes.
+    assert operator.done.get("cascade_delete", 0) > 0, operator.done
+    assert operator.done.get("bulk_delete", 0) > 0, operator.done
+    assert sum(operator.done.values()) >= 10, (operator.done, operator.refused)
+    acked, _refused, _errors = read_ledger(ledgers)
+    assert len(acked) > 500
+
+    assert check_ledger(ledgers) == []
+    assert check_store() == []
