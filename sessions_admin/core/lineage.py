@@ -257,17 +257,58 @@ def compression_tip(*, session_id: str) -> str:
 
 
 def compression_chain(*, session_id: str, upward: bool = True) -> list[str]:
-    """The segments of the conversation, from its compression root (or ``session_id``) to the tip."""
+    """The segments of the conversation, from its compression root (or ``session_id``) to the tip.
+
+    One recursive query each way (a 50-segment chain was a hundred round trips): upward
+    through ``previous_segment``'s rule, forward through ``next_continuation``'s, with the
+    same preference between siblings. A cycle written by a broken runtime stops the walk
+    before a segment repeats.
+    """
     chain = [session_id]
     if upward:
-        for _ in range(MAX_DEPTH):
-            previous = previous_segment(chain[0])
-            if previous is None or previous in chain:
+        rows = db.fetchall(
+            f"""
+            WITH RECURSIVE up(id, depth) AS (
+                SELECT %s, 0
+                UNION ALL
+                SELECT p.id, up.depth + 1
+                FROM up
+                JOIN sessions c ON c.id = up.id
+                JOIN sessions p ON p.id = c.parent_session_id
+                WHERE p.end_reason = 'compression' AND {_continuation_filter("c")}
+                  AND up.depth < %s
+            )
+            SELECT id FROM up WHERE depth > 0 ORDER BY depth
+            """,
+            [session_id, MAX_DEPTH],
+        )
+        for (previous,) in rows:
+            if previous in chain:
                 break
             chain.insert(0, previous)
-    for _ in range(MAX_DEPTH):
-        following = next_continuation(chain[-1])
-        if following is None or following in chain:
+    rows = db.fetchall(
+        f"""
+        WITH RECURSIVE down(id, depth) AS (
+            SELECT %s, 0
+            UNION ALL
+            SELECT nxt.id, down.depth + 1
+            FROM down
+            JOIN sessions p ON p.id = down.id
+            JOIN sessions nxt ON nxt.id = (
+                SELECT c.id FROM sessions c
+                WHERE c.parent_session_id = p.id AND {_continuation_filter("c")}
+                ORDER BY CASE WHEN c.end_reason = 'compression' THEN 0
+                              WHEN c.ended_at IS NULL THEN 1 ELSE 2 END,
+                         c.started_at DESC, c.id DESC
+                LIMIT 1)
+            WHERE p.end_reason = 'compression' AND down.depth < %s
+        )
+        SELECT id FROM down WHERE depth > 0 ORDER BY depth
+        """,
+        [chain[-1], MAX_DEPTH],
+    )
+    for (following,) in rows:
+        if following in chain:
             break
         chain.append(following)
     return chain

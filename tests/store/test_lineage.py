@@ -56,6 +56,28 @@ def test_a_cycle_written_by_a_broken_runtime_does_not_hang():
     assert core.root_of(session_id=a) in {a, b}
 
 
+def test_a_compression_cycle_gives_each_segment_once_in_chain_order():
+    a = core.create_session(source="cli").session_id
+    b = core.rotate_for_compression(session_id=a).new_session_id
+    c = core.rotate_for_compression(session_id=b).new_session_id
+    # A broken runtime closes the loop: c ended by compression and continued by a.
+    db.execute("UPDATE sessions SET end_reason = 'compression', ended_at = 1 WHERE id = %s", [c])
+    db.execute("UPDATE sessions SET parent_session_id = %s WHERE id = %s", [c, a])
+    for start in (a, b, c):
+        chain = core.compression_chain(session_id=start)
+        assert sorted(chain) == sorted([a, b, c])
+        assert start in chain
+        # Consecutive segments are parent and continuation, as the store links them.
+        parents = dict(
+            db.fetchall(
+                "SELECT id, parent_session_id FROM sessions WHERE id IN (%s, %s, %s)", [a, b, c]
+            )
+        )
+        assert all(
+            parents[later] == earlier for earlier, later in zip(chain, chain[1:], strict=False)
+        )
+
+
 def test_the_tip_prefers_the_continuation_over_a_stale_sibling():
     root = core.create_session(source="cli").session_id
     tip = core.rotate_for_compression(session_id=root).new_session_id
