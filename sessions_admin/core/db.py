@@ -31,7 +31,13 @@ RETRY_SECONDS = 10.0
 PG_LOCK_TIMEOUT_MS = 2000
 
 
-def _is_retryable(error: BaseException) -> bool:
+def is_busy_error(error: BaseException) -> bool:
+    """A lock or serialization conflict: worth retrying, and "busy, try again" to an operator.
+
+    SQLite: the write lock is taken (``database is locked``/``busy``).
+    PostgreSQL: serialization_failure (40001), deadlock_detected (40P01),
+    lock_not_available (55P03, our ``lock_timeout``).
+    """
     cause = error.__cause__ or error
     text = str(cause).lower()
     if (
@@ -40,9 +46,10 @@ def _is_retryable(error: BaseException) -> bool:
         or "database table is locked" in text
     ):
         return True
-    sqlstate = getattr(cause, "sqlstate", None)
-    # serialization_failure, deadlock_detected, lock_not_available
-    return sqlstate in {"40001", "40P01", "55P03"}
+    return getattr(cause, "sqlstate", None) in {"40001", "40P01", "55P03"}
+
+
+_is_retryable = is_busy_error  # the name sessions_admin/simulator.py uses
 
 
 def read_only() -> bool:
@@ -81,8 +88,8 @@ def store_operation(func: Callable[..., T]) -> Callable[..., T]:
                             c.execute(f"SET LOCAL lock_timeout = {int(PG_LOCK_TIMEOUT_MS)}")
                     return func(*args, **kwargs)
             except (OperationalError, DatabaseError) as error:
-                if not _is_retryable(error) or time.monotonic() >= deadline:
-                    if _is_retryable(error):
+                if not is_busy_error(error) or time.monotonic() >= deadline:
+                    if is_busy_error(error):
                         raise StoreBusy(func.__name__, attempt) from error
                     raise
                 time.sleep(min(0.5, 0.02 * attempt) * (0.5 + random.random()))

@@ -52,3 +52,87 @@ def test_a_held_lock_gives_store_busy_and_no_partial_change(short_waits):
     # Once the runtime lets go, the same call goes through.
     core.append_message(session_id=ref, role="user", content="after lock")
     assert [m["content"] for m in messages(ref)] == ["after lock"]
+
+
+# --- serialization failures, deadlocks, lock timeouts (PostgreSQL) and SQLite busy ------------
+
+
+def _failure(kind: str) -> Exception:
+    """What Django raises for each conflict: its error wrapping the driver's (as the cause)."""
+    from django.db import OperationalError
+
+    causes = {
+        "serialization": psycopg.errors.SerializationFailure("could not serialize access"),
+        "deadlock": psycopg.errors.DeadlockDetected("deadlock detected"),
+        "lock_timeout": psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"),
+        "sqlite_locked": sqlite3.OperationalError("database is locked"),
+        "sqlite_busy": sqlite3.OperationalError("database is busy"),
+    }
+    error = OperationalError(str(causes[kind]))
+    error.__cause__ = causes[kind]
+    return error
+
+
+def _failing_first(monkeypatch, attempts: int, kind: str) -> list[int]:
+    """Make append_message's counter update fail ``attempts`` times, after its insert ran."""
+    from sessions_admin.core import lifecycle
+
+    calls: list[int] = []
+    real = lifecycle._counters
+
+    def flaky(session_id):
+        calls.append(1)
+        if len(calls) <= attempts:
+            raise _failure(kind)
+        return real(session_id)
+
+    monkeypatch.setattr(lifecycle, "_counters", flaky)
+    return calls
+
+
+KINDS = ["serialization", "deadlock", "lock_timeout", "sqlite_locked", "sqlite_busy"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_conflict_is_retried_and_the_operation_applies_once(monkeypatch, kind):
+    ref = core.create_session(source="cli").session_id
+    calls = _failing_first(monkeypatch, 2, kind)
+    core.append_message(session_id=ref, role="user", content="once")
+    assert len(calls) == 3
+    # The two failed attempts' inserts were rolled back: one message, counted once.
+    assert [m["content"] for m in messages(ref)] == ["once"]
+    assert session(ref)["message_count"] == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_conflict_that_persists_gives_store_busy_within_the_bound(monkeypatch, kind):
+    monkeypatch.setattr(core_db, "RETRY_SECONDS", 0.3)
+    ref = core.create_session(source="cli").session_id
+    calls = _failing_first(monkeypatch, 10_000, kind)
+    with pytest.raises(core.StoreBusy) as caught:
+        core.append_message(session_id=ref, role="user", content="never")
+    assert f"after {len(calls)} attempts" in str(caught.value)
+    assert 1 < len(calls) < 10_000
+    assert messages(ref) == []
+    assert session(ref)["message_count"] == 0
+
+
+def test_other_database_errors_are_not_retried(monkeypatch):
+    from django.db import IntegrityError
+
+    from sessions_admin.core import lifecycle
+
+    calls: list[int] = []
+
+    def broken(session_id):
+        calls.append(1)
+        error = IntegrityError("duplicate key value violates unique constraint")
+        error.__cause__ = psycopg.errors.UniqueViolation("duplicate key")
+        raise error
+
+    ref = core.create_session(source="cli").session_id
+    monkeypatch.setattr(lifecycle, "_counters", broken)
+    with pytest.raises(IntegrityError):
+        core.append_message(session_id=ref, role="user", content="x")
+    assert len(calls) == 1
+    assert messages(ref) == []
