@@ -69,6 +69,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "sessions_admin.console.http.VaryOnHtmxMiddleware",
+    "sessions_admin.console.http.StoreBusyMiddleware",
     "sessions_admin.security.ContentSecurityPolicyMiddleware",
 ]
 

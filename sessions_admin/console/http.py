@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import logging
 from functools import wraps
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django_htmx.middleware import HtmxDetails
+
+logger = logging.getLogger(__name__)
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -70,4 +73,45 @@ class VaryOnHtmxMiddleware:
 
         response = self.get_response(request)
         patch_vary_headers(response, ("HX-Request",))
+        return response
+
+
+BUSY_RETRY_AFTER_SECONDS = 5
+
+
+class StoreBusyMiddleware:
+    """A busy store a view did not turn into a message itself: a 503 saying so, never a 500.
+
+    Views catch ``StoreError`` around their actions and show it inline; this is
+    the net under them. ``StoreBusy`` comes from the core after its bounded
+    retries, its transaction rolled back (nothing changed); a bare "database is
+    locked" (or PostgreSQL lock/serialization failure) can only come from a
+    read, as every write goes through the core's retrying transactions.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        from django.db import DatabaseError
+        from django.shortcuts import render
+
+        from sessions_admin.core.db import is_busy_error
+        from sessions_admin.core.errors import StoreBusy
+
+        if isinstance(exception, StoreBusy):
+            message = str(exception)
+        elif isinstance(exception, DatabaseError) and is_busy_error(exception):
+            message = (
+                "The store is busy (the runtime holds its write lock) and this page could not "
+                "be read. Nothing was changed: try again in a moment."
+            )
+        else:
+            return None
+        logger.warning("store busy on %s %s: %s", request.method, request.path, exception)
+        response = render(request, "503.html", {"message": message}, status=503)
+        response["Retry-After"] = str(BUSY_RETRY_AFTER_SECONDS)
         return response
