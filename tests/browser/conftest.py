@@ -46,16 +46,39 @@ def browser():
         instance.close()
 
 
+# Every document reports what its Content-Security-Policy blocked (sessions_admin/security.py).
+REPORT_CSP_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.reportCspViolation(
+    `${event.effectiveDirective} blocked ${event.blockedURI || "inline"} ` +
+      `(${event.sourceFile || location.pathname}:${event.lineNumber}) ${event.sample || ""}`
+  );
+});
+"""
+
+
 @pytest.fixture
 def page(browser, live_server):
     context = browser.new_context(base_url=live_server.url)
+    violations: list[str] = []
+    context.expose_function("reportCspViolation", lambda report: violations.append(report))
+    context.add_init_script(REPORT_CSP_VIOLATIONS)
     page = context.new_page()
     page.set_default_timeout(10_000)
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on(
+        "console",
+        lambda message: (
+            violations.append(message.text) if "Content Security Policy" in message.text else None
+        ),
+    )
     page.script_errors = errors
+    page.csp_violations = violations
     yield page
     context.close()
+    # Whatever a test did, nothing on our pages may need more than the policy allows.
+    assert violations == [], f"Content-Security-Policy violations: {violations}"
 
 
 @pytest.fixture

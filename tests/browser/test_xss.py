@@ -1,0 +1,258 @@
+"""Hostile store content in a real browser: every field a runtime or operator writes shows as text.
+
+Payloads go through the core (as a runtime would write them) into every field a page shows;
+each page is then loaded with the Content-Security-Policy bypassed, so escaping alone must
+hold: no script runs, no dialog opens, no injected element or attribute exists, and the
+payload is visible as text.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.cache import cache
+from django.test import Client
+
+from sessions_admin import core
+from sessions_admin.console.roles import assign_role
+from sessions_admin.ledger import actions, worker
+from tests.browser.conftest import PASSWORD
+
+# Breaks out of text, of double- and single-quoted attributes, of <textarea>/<title>, tries
+# htmx attributes (hx-on runs code, hx-get with hx-trigger=load fetches), template syntax and a
+# javascript: URL. Everything it could create carries class "xss" or sets window.__xss.
+PAYLOAD = (
+    "<script>window.__xss=1</script>"
+    '"><img class=xss src=x onerror=window.__xss=1>'
+    "<svg class=xss onload=window.__xss=1></svg>"
+    "</textarea></title><b class=xss hx-get=/logout/ hx-trigger=load>b</b>"
+    '" class="xss" hx-on:click="window.__xss=1" x="'
+    "' class='xss' onmouseover='window.__xss=1' x='"
+    "{{ 7|add:7 }}{% now 'Y' %} javascript:window.__xss=1"
+)
+# What must show, verbatim, wherever a payload is displayed (even when truncated).
+VISIBLE = "<script>window.__xss=1</script>"
+# For columns with a length limit (end_reason: 100 characters).
+SHORT_PAYLOAD = '"><img class=xss src=x onerror=window.__xss=1>'
+INJECTED = (
+    ".xss, script:not([src]), [onerror], [onload], [onmouseover], [hx-on\\:click],"
+    ' a[href^="javascript:"], iframe, object, embed'
+)
+
+
+def marked(field: str) -> str:
+    return f"{field}:{PAYLOAD}"
+
+
+def shown(field: str) -> str:
+    return f"{field}:{VISIBLE}"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(monkeypatch):
+    cache.clear()
+    # Bulk delete jobs stay queued: the job page shows what was asked, nothing runs.
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def hostile_page(browser, live_server):
+    """An admin's page with the CSP bypassed, recording dialogs."""
+    user = User.objects.create_user("operator", password=PASSWORD)
+    assign_role(user, "admin")
+    context = browser.new_context(base_url=live_server.url, bypass_csp=True)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    page.dialogs = []
+    page.on("dialog", lambda dialog: (page.dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto("/login/")
+    page.fill("input[name=username]", "operator")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/login/" not in url)
+    page.user = user
+    yield page
+    context.close()
+
+
+def _hostile_store(user) -> dict[str, str]:
+    """Sessions, messages, a conversation, audit entries, a job and a trash entry full of payloads."""
+    main = core.create_session(
+        source=marked("source")[:200],
+        session_id='xss-"><img class=xss src=x onerror=window.__xss=1>',
+        user_id=marked("user"),
+        session_key=marked("key"),
+        chat_id=marked("chat"),
+        chat_type=marked("chattype"),
+        thread_id=marked("thread"),
+        model=marked("model"),
+        model_config={"note": marked("config")},
+        title=marked("title"),
+        started_at=1_700_000_000.0,
+    ).session_id
+    call = {
+        "id": "call-1",
+        "type": "function",
+        "function": {"name": marked("fn"), "arguments": json.dumps({"q": marked("args")})},
+    }
+    core.append_messages(
+        session_id=main,
+        messages=[
+            {"role": "user", "content": marked("user-msg")},
+            {"role": "assistant", "content": marked("assistant-msg"), "reasoning": marked("why")},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "content": marked("tool-msg"), "tool_name": marked("tool")},
+            {"role": "assistant", "content": "[x](javascript:window.__xss=1) **bold**"},
+        ],
+    )
+    core.record_turn(response_id=marked("response"), session_id=main, conversation=marked("slug"))
+    other = core.create_session(
+        source="cli",
+        user_id=marked("user"),
+        title=marked("other-title"),
+        started_at=1_700_000_100.0,
+    ).session_id
+    core.append_message(session_id=other, role="user", content=marked("other-msg"))
+    # The slug's turns in two unlinked sessions: a fork group on the forks page.
+    core.record_turn(response_id="response-2", session_id=other, conversation=marked("slug"))
+    core.end_session(session_id=other, end_reason=SHORT_PAYLOAD)
+
+    doomed = core.create_session(
+        source="cli", title=marked("trashed-title"), started_at=1_600_000_000.0
+    ).session_id
+    core.append_message(session_id=doomed, role="user", content=marked("trashed-msg"))
+    core.end_session(session_id=doomed, end_reason="user_exit")
+    plan = core.plan_cascade_delete(session_ids=[doomed])
+    actions.cascade_delete(
+        actor=user,
+        session_ids=[doomed],
+        include_branches=False,
+        expected_fingerprint=plan.fingerprint,
+        reason=marked("delete-reason"),
+    )
+    queued = core.create_session(source="cli", title="queued for deletion").session_id
+    core.end_session(session_id=queued, end_reason="user_exit")
+    job = actions.start_bulk_delete(
+        actor=user,
+        session_ids=[queued],
+        include_live=False,
+        reason=marked("job-reason"),
+        description=marked("job-description"),
+    )
+    actions.record(
+        actor=user,
+        action="resume",
+        session_ids=[main],
+        before={"note": marked("audit-before")},
+        after={"note": marked("audit-after")},
+        reason=marked("audit-reason"),
+        outcome="failed",
+        detail=marked("audit-detail"),
+    )
+    cache.clear()  # the overview's counts were cached when the operator signed in
+    return {"main": main, "other": other, "doomed": doomed, "job": str(job)}
+
+
+def _problems(page, path: str, must_show: list[str]) -> list[str]:
+    """What is wrong with the page at ``path``: anything that ran, was injected, or is missing."""
+    response = page.goto(path)
+    page.wait_for_load_state("networkidle")  # htmx fragments (health panel, transcript) are in
+    problems = [] if response.status == 200 else [f"{path}: status {response.status}"]
+    return problems + _hostile_effects(page, path, must_show)
+
+
+def _hostile_effects(page, path: str, must_show: list[str]) -> list[str]:
+    problems = []
+    if page.evaluate("typeof window.__xss") != "undefined":
+        problems.append(f"{path}: a payload ran")
+    if page.dialogs:
+        problems.append(f"{path}: dialogs {page.dialogs}")
+    injected = page.eval_on_selector_all(INJECTED, "found => found.map(e => e.outerHTML)")
+    if injected:
+        problems.append(f"{path}: injected {injected}")
+    text = page.locator("body").inner_text()
+    problems.extend(
+        f"{path}: {wanted!r} is not shown as text" for wanted in must_show if wanted not in text
+    )
+    return problems
+
+
+def test_payloads_in_every_field_stay_text_on_every_page(hostile_page):
+    ids = _hostile_store(hostile_page.user)
+    main, other = ids["main"], ids["other"]
+    detail = f"/sessions/{quote(main, safe='')}/"
+    pages = {
+        "/": [shown("source"), shown("user")],
+        "/sessions/": [shown("title"), shown("source"), shown("user")],
+        "/sessions/?scope=all&source=" + "source%3A%3Cscript%3E": [],
+        detail: [
+            shown("title"),
+            shown("source"),
+            shown("user"),
+            shown("model"),
+            shown("chat"),
+            shown("user-msg"),
+            shown("assistant-msg"),
+            shown("tool-msg"),
+            shown("fn"),
+        ],
+        f"/sessions/{other}/": [shown("other-title"), SHORT_PAYLOAD, shown("user")],
+        "/conversations/": [shown("slug"), shown("title")],
+        "/forks/": [shown("slug"), shown("title"), shown("other-title")],
+        f"/merge/preview/?ids={other}&ids={quote(main, safe='')}": [
+            shown("title"),
+            shown("other-title"),
+            SHORT_PAYLOAD,
+            shown("user-msg"),
+        ],
+        f"{detail}delete/": [shown("title")],
+        f"/bulk-delete/?preset=by_source&source={quote(marked('source')[:200], safe='')}": [
+            shown("source")
+        ],
+        f"/jobs/{ids['job']}/": [shown("job-description")],
+        "/jobs/": [shown("job-description")],
+        "/trash/": [shown("trashed-title"), shown("delete-reason")],
+        "/audit/": [shown("audit-reason"), shown("delete-reason"), shown("job-reason")],
+        f"/audit/session/{quote(main, safe='')}/": [shown("audit-reason"), shown("audit-detail")],
+    }
+    problems = [p for path, shown_ in pages.items() for p in _problems(hostile_page, path, shown_)]
+    assert problems == []
+
+    # The same checks do see a payload that gets in (here, put in by hand).
+    hostile_page.evaluate("html => document.body.insertAdjacentHTML('beforeend', html)", PAYLOAD)
+    hostile_page.wait_for_function("() => window.__xss === 1")  # the CSP is bypassed here
+    found = _hostile_effects(hostile_page, "/", [])
+    assert any("a payload ran" in p for p in found)
+    assert any("injected" in p and "onerror" in p for p in found)
+
+
+def test_search_queries_and_snippets_stay_text(hostile_page):
+    _hostile_store(hostile_page.user)
+    query = '"><svg class=xss onload=window.__xss=1> user-msg'
+    hostile_page.goto("/sessions/")
+    hostile_page.fill('input[name="q"]', query)
+    hostile_page.press('input[name="q"]', "Enter")
+    hostile_page.wait_for_url(lambda url: "q=" in url)
+    hostile_page.locator("mark").first.wait_for()
+    assert hostile_page.input_value('input[name="q"]') == query
+    assert _problems(hostile_page, hostile_page.url, [VISIBLE]) == []
+    assert hostile_page.input_value('input[name="q"]') == query
+
+
+def test_exports_are_downloads_not_pages(hostile_page, live_server):
+    ids = _hostile_store(hostile_page.user)
+    client = Client()
+    client.force_login(hostile_page.user)
+    for fmt in ("markdown", "jsonl"):
+        response = client.get("/export/", {"session": ids["main"], "format": fmt})
+        assert response.status_code == 200
+        assert not response["Content-Type"].startswith("text/html")
+        assert response["Content-Disposition"].startswith("attachment;")
+        assert response["X-Content-Type-Options"] == "nosniff"
+        body = b"".join(response.streaming_content).decode()
+        assert "window.__xss" in body  # the content is exported as written
