@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -189,8 +190,44 @@ def manage(*args: str, env: dict | None = None) -> None:
 TRUTHY = {"1", "true", "yes", "on"}
 
 
-def run_demo(bind: str) -> int:
-    """Migrate, create the store, seed demo data and an operator on first run, serve with gunicorn."""
+DEMO_SIMULATOR_ARGS = ("--chats", "5", "--duration", "0", "--think-time", "6", "--label", "demo")
+
+
+def demo_simulator_enabled(env: dict) -> bool:
+    """The demo's background runtime: on unless SESSIONS_ADMIN_DEMO_SIMULATOR=0 (or read-only)."""
+    if env.get("SESSIONS_ADMIN_READ_ONLY", "").strip().lower() in TRUTHY:
+        return False
+    return env.get("SESSIONS_ADMIN_DEMO_SIMULATOR", "1").strip().lower() in TRUTHY
+
+
+def start_demo_simulator(env: dict) -> subprocess.Popen:
+    """A slow ``simulate_runtime`` writing in the background, so the console shows live activity."""
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "simulate_runtime", *DEMO_SIMULATOR_ARGS],
+        cwd=BASE_DIR,
+        env=env,
+    )
+
+
+def stop_process(process: subprocess.Popen | None, *, timeout: float = 15) -> None:
+    """SIGTERM (the simulator stops cleanly and prints its summary), then kill if it hangs."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def run_demo(bind: str, *, simulator: bool = True) -> int:
+    """Migrate, create the store, seed demo data and an operator on first run, serve with gunicorn.
+
+    A slow runtime simulator writes in the background while the dashboard runs
+    (``simulator=False`` or SESSIONS_ADMIN_DEMO_SIMULATOR=0 turns it off); it
+    stops with the dashboard.
+    """
     env = {**os.environ}
     read_only = env.get("SESSIONS_ADMIN_READ_ONLY", "").strip().lower() in TRUTHY
     manage("migrate", "--noinput", "-v", "0", env=env)  # also runs the store check
@@ -199,9 +236,13 @@ def run_demo(bind: str) -> int:
         manage("seed_demo", "--if-empty", env=env)
     manage("create_operator", "demo", "--role", "admin", "--if-missing", env=env)
     manage("collectstatic", "--noinput", "-v", "0", env=env)
+    background = None
+    if simulator and demo_simulator_enabled(env):
+        background = start_demo_simulator(env)
+        print("A simulated runtime (5 chats) writes to the store while the dashboard runs.")
     print(f"Dashboard: http://{bind}/  (Ctrl-C stops it)", flush=True)
     time.sleep(0.1)
-    return subprocess.call(
+    server = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -219,3 +260,17 @@ def run_demo(bind: str) -> int:
         cwd=BASE_DIR,
         env=env,
     )
+    # SIGTERM to this process alone (a supervisor) stops the children too, as Ctrl-C does.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return server.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop_process(server)
+        stop_process(background)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
