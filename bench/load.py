@@ -1,0 +1,463 @@
+"""Load test: the console under gunicorn while simulated runtimes write; writes docs/benchmarks.md.
+
+    python bench/load.py --size 100k --duration 30             # the seeded 100k SQLite store
+    python bench/load.py --var-dir /tmp/small --duration 10    # any store directory
+    python bench/load.py --size 10k --db postgres
+
+It serves the dashboard with gunicorn (``--workers`` processes, the production
+config ``sessions_admin.gunicorn_conf``) on a loopback port, signs an operator
+in, starts ``--sim-processes`` runtime simulators (``manage.py simulate_runtime``)
+writing through the core, and for ``--duration`` seconds drives ``--clients``
+client threads (``http.client``, one connection each, reused where the server
+keeps it open) over the session list (plain, filtered, sorted, deeper pages),
+full-text search and session detail pages. Reported: requests per second,
+median and p99 latency per page kind, and errors (any status but 200, or a
+connection error); the bar is zero errors. The section "## Load: gunicorn ..."
+of the report is replaced (other sections belong to other benchmarks).
+
+The store is used in place (the simulators add a few hundred sessions and
+never evict responses); it is not reseeded. ``main(argv)`` is what
+``bench/run.py --only load`` calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import http.client
+import os
+import platform
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import stores  # noqa: E402
+from sessions_admin.devtools import free_port, stop_process  # noqa: E402
+
+OPERATOR = "loadbench"
+PASSWORD = "load-bench-operator-9f2c"
+HEADING = "## Load: gunicorn"
+# Words the demo seed and the simulators write, so searches find something.
+SEARCH_WORDS = ("budget", "backup", "deploy", "invoice", "curry", "flight", "database", "test")
+SOURCES = ("telegram", "discord", "cli", "api_server")
+# Relative weights of the page kinds the clients request.
+MIX = (("list", 4), ("filtered list", 2), ("search", 2), ("detail", 3))
+
+
+@dataclass
+class Sample:
+    kind: str
+    seconds: float
+    status: int  # 0: connection error
+
+
+@dataclass
+class Client:
+    host: str
+    port: int
+    cookie: str
+    samples: list[Sample] = field(default_factory=list)
+    connection: http.client.HTTPConnection | None = None
+
+    def get(self, kind: str, path: str) -> int:
+        start = time.perf_counter()
+        status = 0
+        for attempt in range(2):
+            if self.connection is None:
+                self.connection = http.client.HTTPConnection(self.host, self.port, timeout=30)
+            try:
+                self.connection.request("GET", path, headers={"Cookie": self.cookie})
+                response = self.connection.getresponse()
+                response.read()
+                status = response.status
+                if response.getheader("Connection", "").lower() == "close":
+                    self.connection.close()
+                    self.connection = None
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                # A kept-alive connection the server closed meanwhile: one reconnect, as browsers do.
+                self.connection.close()
+                self.connection = None
+                if attempt == 1:
+                    status = 0
+            except (OSError, http.client.HTTPException):
+                if self.connection is not None:
+                    self.connection.close()
+                self.connection = None
+                status = 0
+                break
+        self.samples.append(Sample(kind, time.perf_counter() - start, status))
+        return status
+
+
+# --- serving and signing in ------------------------------------------------------------
+
+
+def _wait_for(host: str, port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            connection = http.client.HTTPConnection(host, port, timeout=5)
+            connection.request("GET", "/login/")
+            connection.getresponse().read()
+            connection.close()
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"gunicorn did not answer on {host}:{port} within {timeout:.0f}s")
+
+
+def _cookies(response: http.client.HTTPResponse) -> dict[str, str]:
+    found = {}
+    for header, value in response.getheaders():
+        if header.lower() == "set-cookie":
+            name, _, rest = value.partition("=")
+            found[name.strip()] = rest.split(";", 1)[0]
+    return found
+
+
+def sign_in(host: str, port: int) -> str:
+    """Log the bench operator in through the login form; return the Cookie header to send."""
+    connection = http.client.HTTPConnection(host, port, timeout=30)
+    connection.request("GET", "/login/")
+    response = connection.getresponse()
+    page = response.read().decode()
+    cookies = _cookies(response)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    body = urllib.parse.urlencode(
+        {"username": OPERATOR, "password": PASSWORD, "csrfmiddlewaretoken": token}
+    )
+    connection.close()
+    connection = http.client.HTTPConnection(host, port, timeout=30)
+    connection.request(
+        "POST",
+        "/login/",
+        body=body,
+        headers={
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Cookie": f"csrftoken={cookies['csrftoken']}",
+            "Referer": f"http://{host}:{port}/login/",
+        },
+    )
+    response = connection.getresponse()
+    response.read()
+    cookies.update(_cookies(response))
+    connection.close()
+    if response.status != 302 or "sessionid" not in cookies:
+        raise RuntimeError(f"signing in failed (status {response.status})")
+    return "; ".join(f"{k}={v}" for k, v in cookies.items())
+
+
+def session_ids_from_list(client: Client, pages: int = 3) -> list[str]:
+    """Session ids linked from the first list pages (detail targets, as an operator clicks)."""
+    found: list[str] = []
+    for path in ("/sessions/", "/sessions/?sort=messages", "/sessions/?scope=all")[:pages]:
+        connection = http.client.HTTPConnection(client.host, client.port, timeout=30)
+        connection.request("GET", path, headers={"Cookie": client.cookie})
+        page = connection.getresponse().read().decode()
+        connection.close()
+        found += re.findall(r'href="/sessions/([^/"?#]+)/"', page)
+    return list(dict.fromkeys(found))
+
+
+# --- the load -----------------------------------------------------------------------------
+
+
+def request_path(kind: str, rng: random.Random, session_ids: list[str]) -> str:
+    if kind == "list":
+        return rng.choice(("/sessions/", "/sessions/?scope=all", "/sessions/?sort=activity"))
+    if kind == "filtered list":
+        source = rng.choice(SOURCES)
+        return rng.choice(
+            (
+                f"/sessions/?source={source}",
+                f"/sessions/?source={source}&sort=messages",
+                "/sessions/?status=live",
+            )
+        )
+    if kind == "search":
+        return f"/sessions/?q={rng.choice(SEARCH_WORDS)}"
+    return f"/sessions/{rng.choice(session_ids)}/"
+
+
+def drive(client: Client, session_ids: list[str], deadline: float, seed: int) -> None:
+    rng = random.Random(seed)
+    kinds = [kind for kind, weight in MIX for _ in range(weight)]
+    while time.monotonic() < deadline:
+        kind = rng.choice(kinds)
+        client.get(kind, request_path(kind, rng, session_ids))
+    if client.connection is not None:
+        client.connection.close()
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def summarize(samples: list[Sample], seconds: float) -> list[dict]:
+    rows = []
+    for kind in [k for k, _ in MIX] + ["all"]:
+        chosen = [s for s in samples if kind in ("all", s.kind)]
+        if not chosen:
+            continue
+        latencies = [s.seconds * 1000 for s in chosen]
+        rows.append(
+            {
+                "kind": kind,
+                "requests": len(chosen),
+                "per_second": len(chosen) / seconds,
+                "median_ms": statistics.median(latencies),
+                "p99_ms": percentile(latencies, 0.99),
+                "errors": sum(1 for s in chosen if s.status != 200),
+                "statuses": sorted({s.status for s in chosen if s.status != 200}),
+            }
+        )
+    return rows
+
+
+# --- report -------------------------------------------------------------------------------
+
+
+def replace_section(text: str, heading_prefix: str, section: str) -> str:
+    """Replace the ``## `` section whose heading starts with ``heading_prefix``, else append."""
+    pattern = re.compile(rf"^{re.escape(heading_prefix)}.*?(?=^## |\Z)", re.S | re.M)
+    match = pattern.search(text)
+    if match:
+        return text[: match.start()] + section.rstrip("\n") + "\n\n" + text[match.end() :]
+    return text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+
+
+def render_section(result: dict) -> str:
+    lines = [
+        f"{HEADING}, {result['workers']} workers, {result['store']} ({result['backend']})",
+        "",
+        f"Measured {result['when']} on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+        f"Python {platform.python_version()}, with `{result['command']}`: gunicorn "
+        f"({result['workers']} sync workers, `sessions_admin.gunicorn_conf`) on loopback, "
+        f"{result['clients']} client threads signed in as one operator for {result['duration']:.0f} s "
+        f"(`http.client`, a connection per client, reopened when the server closes it), while "
+        f"{result['sim_processes']} simulated runtimes (`manage.py simulate_runtime`, "
+        f"{result['sim_chats']} chats each) wrote through the core. The clients, the "
+        "simulators and the server share the same cores, so the figures are a floor.",
+        "",
+        "| pages | requests | req/s | median ms | p99 ms | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in result["rows"]:
+        name = "**all**" if row["kind"] == "all" else row["kind"]
+        lines.append(
+            f"| {name} | {row['requests']:,} | {row['per_second']:.1f} | "
+            f"{row['median_ms']:.1f} | {row['p99_ms']:.1f} | {row['errors']} |"
+        )
+    lines += [
+        "",
+        "Pages: list = `/sessions/` (conversations, every segment, by last activity); "
+        "filtered list = by source (also sorted by messages) and live sessions; search = "
+        "`/sessions/?q=<word>`; detail = a session's page, for ids linked from the list.",
+        "",
+        "Writes meanwhile: " + "; ".join(result["simulators"]) + ".",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_report(path: Path, result: dict) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    heading = f"{HEADING}, {result['workers']} workers, {result['store']} ({result['backend']})"
+    text = replace_section(text, heading, render_section(result))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.rstrip("\n") + "\n")
+    print(f"wrote {path}")
+
+
+# --- the command --------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="100k", help="bench store size (bench/stores.py)")
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument(
+        "--var-dir", type=Path, default=None, help="a SQLite store directory instead of --size"
+    )
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of load")
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
+    parser.add_argument("--clients", type=int, default=8, help="client threads")
+    parser.add_argument("--sim-processes", type=int, default=2)
+    parser.add_argument("--sim-chats", type=int, default=10)
+    parser.add_argument(
+        "--sim-think-time", type=float, default=0.5, help="mean seconds between a chat's actions"
+    )
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--no-report", action="store_true", help="print, don't write the report")
+    return parser.parse_args(argv)
+
+
+def _environment(args) -> tuple[dict, str]:
+    if args.var_dir is not None:
+        var_dir = args.var_dir.resolve()
+        return stores.sqlite_env(var_dir), f"store in {var_dir}"
+    size = stores.parse_size(args.size)
+    label = f"{size:,} sessions"
+    if args.db == "postgres":
+        return stores.postgres_env(size), label
+    return stores.sqlite_env(stores.sqlite_store(size)), label
+
+
+def _wait_for_writes(workdir: Path, processes: int, timeout: float = 120) -> None:
+    """Until every simulator has had an append acknowledged (its ledger has a line)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ledgers = [workdir / f"ledger-{n}.jsonl" for n in range(processes)]
+        if all(path.exists() and path.stat().st_size > 0 for path in ledgers):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the simulators wrote nothing within {timeout:.0f}s")
+
+
+def _manage(env: dict, *args: str, stdin: str | None = None) -> None:
+    subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        text=True,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def run(args) -> dict:
+    env, store_label = _environment(args)
+    env = {
+        **env,
+        "SESSIONS_ADMIN_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "SESSIONS_ADMIN_LOG_LEVEL": "WARNING",
+    }
+    host, port = "127.0.0.1", free_port()
+    _manage(env, "migrate", "--noinput", "-v", "0")
+    _manage(env, "create_operator", OPERATOR, "--role", "viewer", "--if-missing", stdin=PASSWORD)
+    server = simulators = None
+    # A file, not a pipe: a pipe nobody reads while the load runs would fill and stall gunicorn.
+    server_log_file = tempfile.TemporaryFile(mode="w+")
+    workdir = tempfile.TemporaryDirectory(prefix="bench-load-")
+    try:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "sessions_admin.wsgi"]
+            + ["--bind", f"{host}:{port}", "--workers", str(args.workers)]
+            + ["--config", "python:sessions_admin.gunicorn_conf", "--timeout", "60"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=server_log_file,
+        )
+        _wait_for(host, port)
+        cookie = sign_in(host, port)
+        session_ids = session_ids_from_list(Client(host, port, cookie))
+        if not session_ids:
+            raise RuntimeError("the session list links no session: is the store empty?")
+        simulators = [
+            subprocess.Popen(
+                [sys.executable, "manage.py", "simulate_runtime"]
+                + ["--chats", str(args.sim_chats), "--duration", "0"]
+                + ["--think-time", str(args.sim_think_time), "--evict-keep", "0"]
+                + ["--label", f"load{n}-{os.getpid()}", "--seed", str(n)]
+                + ["--ledger", str(Path(workdir.name) / f"ledger-{n}.jsonl")],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(args.sim_processes)
+        ]
+        _wait_for_writes(Path(workdir.name), args.sim_processes)
+        clients = [Client(host, port, cookie) for _ in range(args.clients)]
+        started = time.monotonic()
+        deadline = started + args.duration
+        threads = [
+            threading.Thread(target=drive, args=(client, session_ids, deadline, n))
+            for n, client in enumerate(clients)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
+    finally:
+        summaries = []
+        for process in simulators or []:
+            stop_process(process)
+            out, err = process.communicate()
+            summaries.append((process.returncode, out.strip(), err.strip()))
+        stop_process(server, timeout=30)
+        server_log_file.seek(0)
+        server_log = server_log_file.read()
+        server_log_file.close()
+        workdir.cleanup()
+    samples = [s for client in clients for s in client.samples]
+    rows = summarize(samples, elapsed)
+    failed_simulators = [s for s in summaries if s[0] != 0]
+    if failed_simulators:
+        print("simulator failures:", *(f"{s[1]}\n{s[2]}" for s in failed_simulators), sep="\n")
+    if any(row["errors"] for row in rows):
+        tail = "\n".join(line for line in server_log.splitlines() if "[INFO]" not in line)[-4000:]
+        print("server log (errors):\n" + tail)
+    return {
+        "when": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "store": store_label,
+        "backend": "PostgreSQL" if args.db == "postgres" and args.var_dir is None else "SQLite",
+        "workers": args.workers,
+        "clients": args.clients,
+        "duration": elapsed,
+        "sim_processes": args.sim_processes,
+        "sim_chats": args.sim_chats,
+        "simulators": [s[1].splitlines()[0] if s[1] else f"exit {s[0]}" for s in summaries],
+        "simulator_failures": len(failed_simulators),
+        "rows": rows,
+        "command": "python bench/load.py "
+        + (
+            f"--var-dir {args.var_dir}"
+            if args.var_dir
+            else f"--size {stores.size_label(stores.parse_size(args.size))} --db {args.db}"
+        )
+        + f" --duration {args.duration:g} --workers {args.workers} --clients {args.clients}",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = run(args)
+    total = result["rows"][-1]
+    print(
+        f"{total['requests']} requests in {result['duration']:.1f}s: {total['per_second']:.1f} req/s, "
+        f"median {total['median_ms']:.1f} ms, p99 {total['p99_ms']:.1f} ms, "
+        f"{total['errors']} errors {total['statuses'] or ''}"
+    )
+    for row in result["rows"][:-1]:
+        print(
+            f"  {row['kind']}: {row['requests']} req, median {row['median_ms']:.1f} ms, "
+            f"p99 {row['p99_ms']:.1f} ms, {row['errors']} errors {row['statuses'] or ''}"
+        )
+    for line in result["simulators"]:
+        print(f"  {line}")
+    if not args.no_report:
+        write_report(args.output, result)
+    return 1 if total["errors"] or result["simulator_failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
