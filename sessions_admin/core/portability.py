@@ -26,6 +26,11 @@ Import
     counters from the active rows, and keeps a parent link only when the
     parent exists (in the store or the file) and no cycle results.
 
+    Parents are written before their children and linked in the same
+    transaction, so an import the store interrupts (busy after its bounded
+    retries) keeps whole sessions, lineage included, and says how many; the
+    same file imported again with ``skip_existing`` adds the rest.
+
     Duplicates are refused before anything is written: a session id already
     in the store (unless ``skip_existing``), an id twice in the file, a title
     already used by another session. Sessions are written in short store
@@ -359,6 +364,19 @@ class ImportResult:
     messages: int
 
 
+class ImportInterrupted(StoreError):
+    """A later batch failed (the store got busy): the batches before it stay imported."""
+
+    def __init__(self, imported: Sequence[str], total: int, cause: StoreError):
+        self.imported = tuple(imported)
+        self.cause = cause
+        super().__init__(
+            f"The import stopped after {len(self.imported)} of {total} session(s): {cause} "
+            f"The {len(self.imported)} session(s) already imported stay, with their messages and "
+            "parent links; import the same file again with skip_existing to add the rest."
+        )
+
+
 class ImportRefused(InvalidInput):
     """The file cannot be imported as it is; nothing was written."""
 
@@ -595,8 +613,15 @@ def _columns(table: str) -> set[str]:
 
 
 @store_operation
-def _write_batch(batch: list[ImportSession], columns: dict[str, set[str]]) -> list[str]:
-    """Insert one batch of sessions (without parent links) and their messages."""
+def _write_batch(
+    batch: list[ImportSession], columns: dict[str, set[str]]
+) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """Insert one batch of sessions and their messages, linking parents already in the store.
+
+    Returns (written, links left for later: their parent comes in a later batch, detached).
+    Linking in the batch's own transaction means an import interrupted after this
+    batch leaves its sessions complete, lineage included.
+    """
     written = []
     for session in batch:
         if db.fetchone("SELECT 1 FROM sessions WHERE id = %s", [session.session_id]):
@@ -624,7 +649,36 @@ def _write_batch(batch: list[ImportSession], columns: dict[str, set[str]]) -> li
                 )
         recompute_counters(session.session_id)
         written.append(session.session_id)
-    return written
+    links = [(s.session_id, s.parent_id) for s in batch if s.parent_id]
+    ready = [(child, parent) for child, parent in links if _exists(parent)]
+    later = [link for link in links if link not in ready]
+    return written, later, _link_parents(ready) if ready else []
+
+
+def _exists(session_id: str) -> bool:
+    return db.fetchone("SELECT 1 FROM sessions WHERE id = %s", [session_id]) is not None
+
+
+def _parents_first(sessions: list[ImportSession]) -> list[ImportSession]:
+    """The file's sessions with each parent before its children (file order otherwise)."""
+    by_id = {s.session_id: s for s in sessions}
+    ordered: list[ImportSession] = []
+    placed: set[str] = set()
+    for session in sessions:
+        chain: list[ImportSession] = []
+        in_chain: set[str] = set()
+        current: ImportSession | None = session
+        while current is not None and current.session_id not in placed:
+            if current.session_id in in_chain:  # a cycle: its members keep file order
+                break
+            chain.append(current)
+            in_chain.add(current.session_id)
+            current = by_id.get(current.parent_id) if current.parent_id else None
+        for member in reversed(chain):
+            if member.session_id not in placed:
+                placed.add(member.session_id)
+                ordered.append(member)
+    return ordered
 
 
 @store_operation
@@ -666,24 +720,34 @@ def import_sessions(*, sessions: Iterable[Any], skip_existing: bool = False) -> 
             ]
         )
     existing = set(plan.existing)
-    todo = [s for s in plan.sessions if s.session_id not in existing]
+    todo = _parents_first([s for s in plan.sessions if s.session_id not in existing])
     columns = {"sessions": _columns("sessions"), "messages": _columns("messages")}
-    imported: list[str] = []
-    batch: list[ImportSession] = []
+    batches: list[list[ImportSession]] = [[]]
     weight = 0
     for session in todo:
-        if batch and (
-            len(batch) >= IMPORT_BATCH_SESSIONS
+        if batches[-1] and (
+            len(batches[-1]) >= IMPORT_BATCH_SESSIONS
             or weight + len(session.messages) > IMPORT_BATCH_MESSAGES
         ):
-            imported += _write_batch(batch, columns)
-            batch, weight = [], 0
-        batch.append(session)
+            batches.append([])
+            weight = 0
+        batches[-1].append(session)
         weight += len(session.messages)
-    if batch:
-        imported += _write_batch(batch, columns)
-    links = [(s.session_id, s.parent_id) for s in todo if s.parent_id]
-    detached = _link_parents(links) if links else []
+    imported: list[str] = []
+    later: list[tuple[str, str]] = []
+    detached: list[str] = []
+    try:
+        for batch in batches:
+            written, unlinked, cut = _write_batch(batch, columns) if batch else ([], [], [])
+            imported += written
+            later += unlinked
+            detached += cut
+        # Parents that came after their children: only a cycle in the file, or an absent parent.
+        detached += _link_parents(later) if later else []
+    except StoreError as error:
+        if not imported:
+            raise  # the first batch failed: nothing was written
+        raise ImportInterrupted(imported, len(todo), error) from error
     return ImportResult(
         imported=tuple(imported),
         skipped=tuple(plan.existing),

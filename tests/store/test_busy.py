@@ -136,3 +136,59 @@ def test_other_database_errors_are_not_retried(monkeypatch):
         core.append_message(session_id=ref, role="user", content="x")
     assert len(calls) == 1
     assert messages(ref) == []
+
+
+# --- an import the store interrupts ------------------------------------------------------------
+
+
+def test_an_import_interrupted_by_a_busy_store_keeps_whole_sessions_and_finishes_on_a_rerun(
+    monkeypatch,
+):
+    from sessions_admin.core import portability
+
+    root = core.create_session(source="cli", started_at=1.0).session_id
+    child = core.create_session(
+        source="tool", parent_session_id=root, model_config={"_delegate_from": root}
+    ).session_id
+    grandchild = core.create_session(
+        source="tool", parent_session_id=child, model_config={"_delegate_from": child}
+    ).session_id
+    for n, sid in enumerate([root, child, grandchild]):
+        core.append_messages(
+            session_id=sid,
+            messages=[{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": "a"}],
+        )
+    # Children first in the file: the import writes parents first anyway.
+    exported = "".join(portability.export_jsonl([grandchild, child, root]))
+    plan = core.plan_cascade_delete(session_ids=[root])
+    core.execute_cascade_delete(
+        session_ids=[root], expected_fingerprint=plan.fingerprint, actor="t", reason="t"
+    )
+    monkeypatch.setattr(portability, "IMPORT_BATCH_SESSIONS", 1)
+    real = portability.recompute_counters
+    calls: list[str] = []
+
+    def busy_on_the_second_session(session_id):
+        calls.append(session_id)
+        if len(calls) == 2:
+            raise core.StoreBusy("_write_batch", 9)
+        return real(session_id)
+
+    monkeypatch.setattr(portability, "recompute_counters", busy_on_the_second_session)
+    with pytest.raises(portability.ImportInterrupted) as caught:
+        portability.import_sessions(sessions=portability.read_export(exported))
+    assert caught.value.imported == (root,)
+    assert "stopped after 1 of 3" in str(caught.value) and "skip_existing" in str(caught.value)
+    assert [m["content"] for m in messages(root)] == ["q0", "a"]
+    assert session(root)["message_count"] == 2
+    assert session(child) is None and session(grandchild) is None
+
+    monkeypatch.setattr(portability, "recompute_counters", real)
+    result = portability.import_sessions(
+        sessions=portability.read_export(exported), skip_existing=True
+    )
+    assert set(result.imported) == {child, grandchild} and result.skipped == (root,)
+    assert result.detached == ()
+    assert session(child)["parent_session_id"] == root
+    assert session(grandchild)["parent_session_id"] == child
+    assert [m["content"] for m in messages(grandchild)] == ["q2", "a"]

@@ -62,7 +62,8 @@ class Command(BaseCommand):
             actions.record(
                 actor="manage.py import_sessions",
                 action="import_sessions",
-                session_ids=[],
+                # An interrupted import keeps the batches written before the failure.
+                session_ids=list(getattr(problem, "imported", ())),
                 before={"file": path},
                 reason=options["reason"],
                 outcome="failed",
