@@ -28,6 +28,11 @@ def main(operation: str, arguments: dict) -> object:
         return core.execute_cascade_delete(**arguments)
     if operation == "run_job":
         return core.run_job(**arguments)
+    if operation == "run_jobs":  # the command an operator runs to resume interrupted jobs
+        from django.core.management import call_command
+
+        call_command("run_jobs", **arguments)
+        return None
     raise SystemExit(f"unknown operation {operation!r}")
 
 
@@ -37,4 +42,5 @@ if __name__ == "__main__":
 
     django.setup()
     result = main(sys.argv[1], json.loads(sys.argv[2]))
-    print(json.dumps(dataclasses.asdict(result), default=str))
+    if result is not None:
+        print(json.dumps(dataclasses.asdict(result), default=str))

@@ -30,7 +30,7 @@ from sessions_admin import core
 from sessions_admin.core import db, deletion, jobs
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry, TrashSession
 from sessions_admin.routers import responses_alias
-from tests.helpers import counter_mismatches, rows
+from sessions_admin.store.consistency import check_store
 from tests.store.test_deletion import _lineage
 from tests.store.test_merge import _forked_conversation
 
@@ -102,37 +102,8 @@ def store_state() -> dict:
 
 
 def assert_store_consistent() -> None:
-    """The store's own invariants, whatever an interrupted operation left."""
-    assert (
-        rows(
-            "SELECT m.id FROM messages m LEFT JOIN sessions s ON s.id = m.session_id "
-            "WHERE s.id IS NULL"
-        )
-        == []
-    ), "messages without their session"
-    assert (
-        rows(
-            "SELECT c.id FROM sessions c LEFT JOIN sessions p ON p.id = c.parent_session_id "
-            "WHERE c.parent_session_id IS NOT NULL AND p.id IS NULL"
-        )
-        == []
-    ), "children pointing at a missing parent"
-    assert counter_mismatches() == []
-    sessions = {r[0] for r in db.fetchall("SELECT id FROM sessions")}
-    dangling = [
-        name
-        for name, sid in db.fetchall(
-            "SELECT name, session_id FROM conversations WHERE session_id IS NOT NULL",
-            alias=responses_alias(),
-        )
-        if responses_alias() == "store" and sid not in sessions
-    ]
-    assert dangling == [], "conversations naming a deleted session"
-    if db.vendor() == "sqlite":
-        # The search index holds exactly the live rows (FTS5 corrupts otherwise).
-        assert db.fetchall("SELECT rowid FROM messages_fts ORDER BY rowid") == db.fetchall(
-            "SELECT id FROM messages ORDER BY id"
-        )
+    """The store's own invariants (counters, search index, links, conversations, event log)."""
+    assert check_store() == []
 
 
 def assert_each_session_in_store_or_trash(before: dict, ids) -> None:
@@ -352,3 +323,32 @@ def test_a_bulk_delete_job_killed_midway_resumes_and_deletes_each_session_once(c
         assert [m for m in after["messages"] if m[1] == sid] == [
             m for m in before["messages"] if m[1] == sid
         ]
+
+
+def test_manage_py_run_jobs_resumes_a_job_whose_worker_was_killed():
+    selected = _old_sessions(7)
+    job_id = core.create_bulk_delete_job(
+        session_ids=selected, include_live=False, actor="ada", reason="retention"
+    )
+    child = run_child(
+        "run_job",
+        {"job_id": job_id, "worker": "doomed", "batch_sessions": 2},
+        crash_at="job.after_batch_commit@2",
+    )
+    assert_killed(child)
+    DeleteJob.objects.filter(pk=job_id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    resumed = run_child("run_jobs", {"idle_exit": 0.5}, crash_at=None)
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert "No delete job left to run." in resumed.stdout
+    progress = core.job_progress(job_id=job_id)
+    assert (progress.state, progress.deleted, progress.skipped) == (DeleteJob.DONE, 7, 0)
+    assert (
+        db.fetchall(f"SELECT id FROM sessions WHERE id IN ({db.placeholders(selected)})", selected)
+        == []
+    )
+    assert sorted(TrashSession.objects.values_list("session_id", flat=True)) == sorted(selected)
+    assert_store_consistent()
