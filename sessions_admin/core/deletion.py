@@ -30,10 +30,17 @@ from sessions_admin.routers import responses_alias
 TYPED_CONFIRMATION_SESSIONS = 20
 TYPED_CONFIRMATION_MESSAGES = 1_000
 # One store transaction deletes at most this many sessions / messages, so a
-# runtime writer waits on us for tens of milliseconds, not seconds.
+# runtime writer waits on us for tens of milliseconds, not seconds (a session
+# larger than that goes in a batch of its own). Deleting a message costs its
+# full-text index entry too: about 0.1 ms a message on a 2-core machine, so
+# 2,000 held the write lock for over 250 ms where 500 hold it under 100 ms
+# (bench/writes.py).
 BATCH_SESSIONS = 200
-BATCH_MESSAGES = 2_000
+BATCH_MESSAGES = 500
 CHUNK = 500
+# A batch whose rows keep changing between its trash copy and the store lock is
+# copied again this many times, then copied under the lock.
+COPY_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -156,7 +163,9 @@ def _count_messages(ids: Sequence[str]) -> int:
     )
 
 
-def _conversation_names(ids: Sequence[str]) -> list[str]:
+def _conversation_names(
+    ids: Sequence[str], *, response_ids: Sequence[str] | None = None
+) -> list[str]:
     """Slugs that go with these sessions: recorded at one, or pointing at a response of one.
 
     Hermes leaves the session_id column NULL after each turn, and its own
@@ -165,8 +174,9 @@ def _conversation_names(ids: Sequence[str]) -> list[str]:
     from sessions_admin.core.conversations import slugs_of_sessions
 
     names = {name for name, _sid in slugs_of_sessions(list(ids))}
-    response_ids = _response_ids(ids)
-    for chunk in _chunks(response_ids):
+    if response_ids is None:
+        response_ids = _response_ids(ids)
+    for chunk in _chunks(list(response_ids)):
         names.update(
             r[0]
             for r in db.fetchall(
@@ -248,8 +258,8 @@ def plan_cascade_delete(
         relations[relation] = relations.get(relation, 0) + 1
     ordered = _ordered_children_first(ids)
     messages = _count_messages(ordered)
-    names = _conversation_names(ordered)
     responses = _response_ids(ordered)
+    names = _conversation_names(ordered, response_ids=responses)
     fingerprint = _fingerprint(
         [sorted(ordered), sorted(kept), sorted(live), messages, names, responses]
     )
@@ -293,14 +303,15 @@ def _dependent_tables() -> list[tuple[str, str]]:
     return found
 
 
-def _drop_unfinished_trash(locked_ids: list[str]) -> None:
-    """Drop pending trash entries naming sessions this transaction holds: their batch never ran.
+def _drop_unfinished_trash(locked_ids: list[str], *, keep: int | None = None) -> None:
+    """Drop pending trash entries naming sessions this transaction holds, but ``keep``.
 
-    A batch copies its rows into the trash only after locking them, so while we
-    hold these sessions' locks no other batch naming them can be in flight; a
-    pending entry that names one belongs to a batch whose process died (or whose
-    transaction rolled back) before the store delete committed. Its rows are
-    still in the store, and this batch copies them again.
+    Such an entry belongs to a batch whose process died (or whose transaction
+    rolled back) before its store delete committed, or to a batch that copied
+    its rows but has not locked them yet. Either way its rows are still in the
+    store and this batch copies them too; a batch deletes only after finding
+    its own entry still pending under the lock (``_locked_delete``), so one
+    whose entry was dropped here copies again instead of deleting uncopied rows.
     """
     from sessions_admin.ledger.models import TrashEntry, TrashSession
 
@@ -308,97 +319,132 @@ def _drop_unfinished_trash(locked_ids: list[str]) -> None:
         TrashSession.objects.filter(
             entry__state=TrashEntry.PENDING, session_id__in=locked_ids
         ).values_list("entry_id", flat=True)
-    )
+    ) - {keep}
     if unfinished:
         TrashEntry.objects.filter(pk__in=unfinished, state=TrashEntry.PENDING).delete()
 
 
-@store_operation
-def _delete_batch(
-    batch: list[str], *, actor: str, reason: str, job_id: int | None
-) -> tuple[int, int, int]:
-    """Trash then delete one batch (children first). Returns (sessions, messages, trash id)."""
-    from sessions_admin.ledger.models import TrashEntry, TrashSession
-
+def _snapshot(batch: list[str], *, lock: bool) -> tuple[list[str], dict]:
+    """The batch's sessions still present (in the given order) and every row deleting them removes."""
     marks = db.placeholders(batch)
-    present = [
+    present = {
         r[0]
         for r in db.fetchall(
-            f"SELECT id FROM sessions WHERE id IN ({marks})" + db.for_update(), batch
+            f"SELECT id FROM sessions WHERE id IN ({marks})" + (db.for_update() if lock else ""),
+            batch,
         )
-    ]
-    if not present:
-        return 0, 0, 0
-    batch = [sid for sid in batch if sid in set(present)]
-    _drop_unfinished_trash(batch)
+    }
+    batch = [sid for sid in batch if sid in present]
+    if not batch:
+        return [], {}
     marks = db.placeholders(batch)
-    sessions = _all_columns("sessions", f"id IN ({marks})", batch)
-    messages = _all_columns("messages", f"session_id IN ({marks}) ORDER BY id", batch)
     response_ids = _response_ids(batch)
-    names = _conversation_names(batch)
-    conversations = (
-        _all_columns(
-            "conversations",
-            f"name IN ({db.placeholders(names)})",
-            names,
-            alias=responses_alias(),
-        )
-        if names
-        else []
-    )
-    responses = (
-        _all_columns(
-            "responses",
-            f"response_id IN ({db.placeholders(response_ids)})",
-            response_ids,
-            alias=responses_alias(),
-        )
-        if response_ids
-        else []
-    )
-    kept_children = [
-        (r[0], r[1])
-        for r in db.fetchall(
-            f"SELECT id, parent_session_id FROM sessions WHERE parent_session_id IN ({marks}) "
-            f"AND id NOT IN ({marks})",
-            [*batch, *batch],
-        )
-    ]
-    dependents = {
-        table: rows
-        for table, column in _dependent_tables()
-        if (rows := _all_columns(table, f"{column} IN ({marks})", batch))
+    names = _conversation_names(batch, response_ids=response_ids)
+    return batch, {
+        "sessions": _all_columns("sessions", f"id IN ({marks}) ORDER BY id", batch),
+        "messages": _all_columns("messages", f"session_id IN ({marks}) ORDER BY id", batch),
+        "conversations": (
+            _all_columns(
+                "conversations",
+                f"name IN ({db.placeholders(names)}) ORDER BY name",
+                names,
+                alias=responses_alias(),
+            )
+            if names
+            else []
+        ),
+        "responses": (
+            _all_columns(
+                "responses",
+                f"response_id IN ({db.placeholders(response_ids)}) ORDER BY response_id",
+                response_ids,
+                alias=responses_alias(),
+            )
+            if response_ids
+            else []
+        ),
+        "kept_children": [
+            [r[0], r[1]]
+            for r in db.fetchall(
+                f"SELECT id, parent_session_id FROM sessions WHERE parent_session_id IN ({marks}) "
+                f"AND id NOT IN ({marks}) ORDER BY id",
+                [*batch, *batch],
+            )
+        ],
+        "dependents": {
+            table: rows
+            for table, column in _dependent_tables()
+            if (rows := _all_columns(table, f"{column} IN ({marks})", batch))
+        },
     }
-    payload = {
-        "sessions": sessions,
-        "messages": messages,
-        "conversations": conversations,
-        "responses": responses,
-        "kept_children": kept_children,
-        "dependents": dependents,
-    }
-    # The copy commits first (its own database): whatever happens next, nothing is lost.
-    entry = TrashEntry.objects.create(
-        actor_name=actor,
-        reason=reason,
-        job_id=job_id,
-        session_ids=batch,
-        session_count=len(sessions),
-        message_count=len(messages),
-        payload=payload,
-    )
-    TrashSession.objects.bulk_create(
-        TrashSession(
-            entry=entry,
-            session_id=s["id"],
-            title=s.get("title") or "",
-            source=s.get("source") or "",
+
+
+def _copy_to_trash(batch: list[str], payload: dict, *, actor: str, reason: str, job_id: int | None):
+    """Commit the batch's rows to the trash (the dashboard's database) as a pending entry."""
+    from sessions_admin.ledger.models import TrashEntry, TrashSession
+
+    with transaction.atomic(using="default"):
+        entry = TrashEntry.objects.create(
+            actor_name=actor,
+            reason=reason,
+            job_id=job_id,
+            session_ids=batch,
+            session_count=len(payload["sessions"]),
+            message_count=len(payload["messages"]),
+            payload=payload,
         )
-        for s in sessions
-    )
+        TrashSession.objects.bulk_create(
+            TrashSession(
+                entry=entry,
+                session_id=s["id"],
+                title=s.get("title") or "",
+                source=s.get("source") or "",
+            )
+            for s in payload["sessions"]
+        )
+    return entry
+
+
+@store_operation
+def _locked_delete(
+    batch: list[str],
+    *,
+    copied: tuple[int, dict] | None,
+    actor: str,
+    reason: str,
+    job_id: int | None,
+    committed: list,
+) -> tuple[int, int, int] | None:
+    """Under the store's write lock: delete the batch's rows, their trash copy committed first.
+
+    With ``copied`` (a pending trash entry and the rows it holds, copied before
+    the lock) the rows go only if they are still exactly those and the entry is
+    still pending; otherwise nothing changes and None says to copy again.
+    Without it the rows are copied here, under the lock.
+    """
+    from sessions_admin.ledger.models import TrashEntry
+
+    batch, payload = _snapshot(batch, lock=True)
+    if copied is not None:
+        entry_id, copied_payload = copied
+        if (
+            not batch
+            or payload != copied_payload
+            or not TrashEntry.objects.filter(pk=entry_id, state=TrashEntry.PENDING).exists()
+        ):
+            return None
+        _drop_unfinished_trash(batch, keep=entry_id)
+    elif not batch:
+        return 0, 0, 0
+    else:
+        _drop_unfinished_trash(batch)
+        entry_id = _copy_to_trash(batch, payload, actor=actor, reason=reason, job_id=job_id).pk
     faults.checkpoint("delete.after_trash_copy")
+    marks = db.placeholders(batch)
+    names = [row["name"] for row in payload["conversations"]]
+    response_ids = [row["response_id"] for row in payload["responses"]]
     try:
-        if kept_children:
+        if payload["kept_children"]:
             db.execute(
                 f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN ({marks}) "
                 f"AND id NOT IN ({marks})",
@@ -421,16 +467,57 @@ def _delete_batch(
         # Children before parents inside the batch too (the foreign key is checked per statement).
         db.execute(f"DELETE FROM sessions WHERE id IN ({marks})", batch)
     except Exception:
-        entry.delete()
+        TrashEntry.objects.filter(pk=entry_id, state=TrashEntry.PENDING).delete()
         raise
     faults.checkpoint("delete.before_commit")
 
     def mark_complete() -> None:
+        committed.append(entry_id)
         faults.checkpoint("delete.after_commit")
-        TrashEntry.objects.filter(pk=entry.pk).update(state=TrashEntry.COMPLETE)
+        TrashEntry.objects.filter(pk=entry_id).update(state=TrashEntry.COMPLETE)
 
     transaction.on_commit(mark_complete, using="store")
-    return len(sessions), len(messages), entry.pk
+    return len(payload["sessions"]), len(payload["messages"]), entry_id
+
+
+def _delete_batch(
+    batch: list[str], *, actor: str, reason: str, job_id: int | None
+) -> tuple[int, int, int]:
+    """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
+
+    The rows are read and their trash copy committed before the store's write
+    lock is taken, so the runtime's writers wait only for the delete itself;
+    under the lock the rows are read again and deleted only if unchanged (a
+    runtime that wrote to them meanwhile gets them copied again). After
+    ``COPY_ATTEMPTS`` changed copies the copy is taken under the lock.
+    """
+    from sessions_admin.ledger.models import TrashEntry
+
+    for _ in range(COPY_ATTEMPTS):
+        present, payload = _snapshot(batch, lock=False)
+        if not present:
+            return 0, 0, 0
+        entry = _copy_to_trash(present, payload, actor=actor, reason=reason, job_id=job_id)
+        committed: list = []
+        try:
+            done = _locked_delete(
+                present,
+                copied=(entry.pk, payload),
+                actor=actor,
+                reason=reason,
+                job_id=job_id,
+                committed=committed,
+            )
+        except Exception:
+            if not committed:  # the store delete never committed: the copy is not needed
+                TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).delete()
+            raise
+        if done is not None:
+            return done
+        TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).delete()
+    return _locked_delete(
+        batch, copied=None, actor=actor, reason=reason, job_id=job_id, committed=[]
+    )
 
 
 def delete_in_batches(

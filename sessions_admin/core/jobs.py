@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -83,8 +83,9 @@ def _downstream(ids: list[str]) -> list[str]:
     """The ids plus what always goes with them in a delete: compression continuations and
     delegates, recursively (a conversation's later segments never outlive its start)."""
     found = list(dict.fromkeys(ids))
+    picked = set(found)
     closure = deletion._closure(found, include_branches=False)
-    return found + [sid for sid in closure if sid not in set(found)]
+    return found + [sid for sid in closure if sid not in picked]
 
 
 def _live(ids: Sequence[str]) -> set[str]:
@@ -160,10 +161,14 @@ def create_bulk_delete_job(
             include_live=include_live,
             total=len(ordered),
         )
-        DeleteJobItem.objects.bulk_create(
-            (DeleteJobItem(job=job, position=n, session_id=sid) for n, sid in enumerate(ordered)),
-            batch_size=2000,
-        )
+        # One executemany: a 100,000-session job snapshots in a second, not a minute of
+        # building model instances.
+        with connections["default"].cursor() as c:
+            c.executemany(
+                f"INSERT INTO {DeleteJobItem._meta.db_table} (job_id, position, session_id, state) "
+                "VALUES (%s, %s, %s, %s)",
+                [(job.pk, n, sid, DeleteJobItem.PENDING) for n, sid in enumerate(ordered)],
+            )
     return job.pk
 
 

@@ -182,3 +182,55 @@ def test_purge_never_drops_a_pending_entry_and_counts_entries():
     pending = TrashEntry.objects.create(actor_name="a", session_ids=["x"], payload={})
     assert core.purge_trash() == 1
     assert list(TrashEntry.objects.values_list("pk", flat=True)) == [pending.pk]
+
+
+def test_rows_written_between_the_trash_copy_and_the_lock_are_copied_again(monkeypatch):
+    """The copy is taken before the store lock; a runtime append in between must not be lost."""
+    live = core.create_session(source="cli", session_key="cli:busy").session_id
+    core.append_message(session_id=live, role="user", content="before the copy")
+    copy_to_trash = deletion._copy_to_trash
+    copies = []
+
+    def copy_then_runtime_writes(batch, payload, **kwargs):
+        entry = copy_to_trash(batch, payload, **kwargs)
+        copies.append(entry.pk)
+        if len(copies) == 1:
+            core.append_message(session_id=live, role="assistant", content="after the copy")
+        return entry
+
+    monkeypatch.setattr(deletion, "_copy_to_trash", copy_then_runtime_writes)
+    deleted, messages, trash_id = deletion._delete_batch(
+        [live], actor="op", reason="test", job_id=None
+    )
+    assert (deleted, messages) == (1, 2)
+    assert len(copies) == 2 and trash_id == copies[1]
+    # The first, outdated copy is gone; the one kept holds both messages.
+    assert list(TrashEntry.objects.values_list("pk", flat=True)) == [trash_id]
+    entry = TrashEntry.objects.get(pk=trash_id)
+    assert [m["content"] for m in entry.payload["messages"]] == [
+        "before the copy",
+        "after the copy",
+    ]
+    assert not db.fetchall("SELECT id FROM messages WHERE session_id = %s", [live])
+    core.restore_trash_entry(entry_id=trash_id, actor="op")
+    assert core.active_transcript(session_id=live)[-1]["content"] == "after the copy"
+
+
+def test_a_batch_whose_trash_copy_was_dropped_copies_again(monkeypatch):
+    """Another batch holding the lock may drop a pending copy; the delete then never runs uncopied."""
+    sid = core.create_session(source="cli").session_id
+    core.append_message(session_id=sid, role="user", content="keep me")
+    copy_to_trash = deletion._copy_to_trash
+    copies = []
+
+    def copy_then_dropped(batch, payload, **kwargs):
+        entry = copy_to_trash(batch, payload, **kwargs)
+        copies.append(entry.pk)
+        if len(copies) == 1:
+            TrashEntry.objects.filter(pk=entry.pk).delete()  # as _drop_unfinished_trash would
+        return entry
+
+    monkeypatch.setattr(deletion, "_copy_to_trash", copy_then_dropped)
+    deleted, messages, trash_id = deletion._delete_batch([sid], actor="op", reason="t", job_id=None)
+    assert (deleted, messages, trash_id) == (1, 1, copies[1])
+    assert TrashEntry.objects.get(pk=trash_id).payload["messages"][0]["content"] == "keep me"
