@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import html
 import logging
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode
@@ -12,7 +13,6 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
-from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET
 
@@ -146,6 +146,12 @@ def _row(row: listing.SessionRow, detail: _DetailLinks) -> _Row:
         tokens=f"{row.tokens:,}",
         cost=None if row.cost is None else f"${row.cost:,.4f}",
     )
+
+
+def escape(value: object) -> str:
+    # Django's escape() is this call behind lazy-string handling, which costs more than
+    # the escaping itself at 20 values a row.
+    return html.escape(str(value), quote=True)
 
 
 def _plural(count: int, one: str, many: str) -> str:
