@@ -175,7 +175,7 @@ def _hostile_effects(page, path: str, must_show: list[str]) -> list[str]:
     injected = page.eval_on_selector_all(INJECTED, "found => found.map(e => e.outerHTML)")
     if injected:
         problems.append(f"{path}: injected {injected}")
-    text = page.locator("body").inner_text()
+    text = page.locator("body").text_content()  # closed <details> included
     problems.extend(
         f"{path}: {wanted!r} is not shown as text" for wanted in must_show if wanted not in text
     )
@@ -200,6 +200,12 @@ def test_payloads_in_every_field_stay_text_on_every_page(hostile_page):
             shown("assistant-msg"),
             shown("tool-msg"),
             shown("fn"),
+            shown("args"),
+            shown("why"),
+            shown("config"),
+            shown("key"),
+            shown("chattype"),
+            shown("thread"),
         ],
         f"/sessions/{other}/": [shown("other-title"), SHORT_PAYLOAD, shown("user")],
         "/conversations/": [shown("slug"), shown("title")],
