@@ -18,6 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+SLOW_SECONDS = 1.0
+SLOW_RUNS = 3
+
 
 def main() -> int:
     request = json.load(sys.stdin)
@@ -35,11 +38,16 @@ def main() -> int:
             method = getattr(db, case["method"])
             kwargs = case.get("kwargs", {})
             try:
+                runs = request["runs"]
                 for _ in range(request["warmup"]):
+                    start = time.perf_counter()
                     method(**kwargs)
+                    if time.perf_counter() - start > SLOW_SECONDS:
+                        runs = min(runs, SLOW_RUNS)  # seconds a call: a few runs tell enough
+                        break
                 samples = []
                 rows = 0
-                for _ in range(request["runs"]):
+                for _ in range(runs):
                     start = time.perf_counter()
                     value = method(**kwargs)
                     samples.append((time.perf_counter() - start) * 1000)
@@ -50,6 +58,7 @@ def main() -> int:
                     "median": statistics.median(samples),
                     "p95": p95,
                     "rows": rows,
+                    "runs": runs,
                 }
             except Exception as error:  # noqa: BLE001 - reported beside the other figures
                 results[case["name"]] = {"error": f"{type(error).__name__}: {error}"}

@@ -286,13 +286,11 @@ def measure(args) -> dict:
     from django.contrib.auth.models import User
     from django.db import connections
     from django.test import Client
-    from django.test.utils import setup_test_environment
 
     from sessions_admin.console.roles import assign_role
     from sessions_admin.core import db
 
     assert not settings.DEBUG, "benchmarks run with DEBUG off"
-    setup_test_environment()  # the test client needs it; it changes no database
     user, _ = User.objects.get_or_create(username="bench")
     if not user.is_superuser:  # Django admin lets staff in; superuser sees every model
         user.is_staff = user.is_superuser = True
