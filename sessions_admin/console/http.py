@@ -84,9 +84,10 @@ class StoreBusyMiddleware:
 
     Views catch ``StoreError`` around their actions and show it inline; this is
     the net under them. ``StoreBusy`` comes from the core after its bounded
-    retries, its transaction rolled back (nothing changed); a bare "database is
-    locked" (or PostgreSQL lock/serialization failure) can only come from a
-    read, as every write goes through the core's retrying transactions.
+    retries, its transaction rolled back (nothing changed). A bare "database is
+    locked" (or PostgreSQL lock/serialization failure) comes from outside the
+    core's retrying transactions (a read, or the dashboard's own database), so
+    its page says what is known: the request did not finish.
     """
 
     def __init__(self, get_response):
@@ -105,9 +106,10 @@ class StoreBusyMiddleware:
         if isinstance(exception, StoreBusy):
             message = str(exception)
         elif isinstance(exception, DatabaseError) and is_busy_error(exception):
+            # Not from the core's retrying transactions, so no claim that nothing changed.
             message = (
-                "The store is busy (the runtime holds its write lock) and this page could not "
-                "be read. Nothing was changed: try again in a moment."
+                "A database was busy (another process holds its lock) and this request could "
+                "not finish. Reload to see the current state before trying again."
             )
         else:
             return None

@@ -200,7 +200,7 @@ def test_a_locked_read_is_a_503_page_too(signed_in, monkeypatch):
     monkeypatch.setattr(session_views.listing, "list_sessions", locked)
     response = signed_in("viewer").get(reverse("session_list"))
     assert response.status_code == 503
-    assert "could not be read" in response.content.decode()
+    assert "could not finish" in response.content.decode()
 
 
 def test_other_database_errors_are_not_dressed_up_as_busy(signed_in, monkeypatch):
