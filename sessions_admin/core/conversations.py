@@ -175,7 +175,9 @@ def record_turn(
         raise InvalidInput("response_id must be a non-empty string.")
     if conversation is not None:
         _check_slug(conversation)
-    if lineage.session_row(session_id) is None:
+    # Locked: a delete of this session under way either finishes first (SessionNotFound
+    # here) or waits for this turn and then takes its slug and response with it.
+    if lineage.session_row(session_id, lock=True) is None:
         raise SessionNotFound(session_id)
     payload = dict(data or {})
     payload["session_id"] = session_id
