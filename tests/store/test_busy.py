@@ -192,3 +192,81 @@ def test_an_import_interrupted_by_a_busy_store_keeps_whole_sessions_and_finishes
     assert session(child)["parent_session_id"] == root
     assert session(grandchild)["parent_session_id"] == child
     assert [m["content"] for m in messages(grandchild)] == ["q2", "a"]
+
+
+# --- a bulk-delete job on a busy store ----------------------------------------------------------
+
+
+def test_a_bulk_delete_job_waits_out_a_busy_store_then_finishes(monkeypatch, short_waits):
+    import threading
+
+    from sessions_admin.core import db, jobs
+    from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
+
+    ids = []
+    for n in range(5):
+        sid = core.create_session(source="cli", started_at=1000.0 + n).session_id
+        core.append_message(session_id=sid, role="user", content=f"m{n}")
+        core.end_session(session_id=sid, end_reason="user_exit")
+        ids.append(sid)
+    job_id = core.create_bulk_delete_job(
+        session_ids=ids, include_live=False, actor="ada", reason="retention"
+    )
+    waited = threading.Event()
+    real_sleep = jobs.time.sleep
+
+    def sleep(seconds):
+        waited.set()  # only the job's busy-store path sleeps
+        real_sleep(min(seconds, 0.05))
+
+    monkeypatch.setattr(jobs.time, "sleep", sleep)
+    store = connections["store"]
+    if store.vendor == "sqlite":
+        runtime = sqlite3.connect(
+            store.get_connection_params()["database"], isolation_level=None, timeout=1
+        )
+        runtime.execute("BEGIN IMMEDIATE")
+    else:
+        params = store.get_connection_params()
+        runtime = psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"})
+        runtime.execute("LOCK TABLE sessions, messages IN EXCLUSIVE MODE")
+    outcome: list = []
+
+    def work():
+        try:
+            if connections["store"].vendor == "sqlite":
+                with connections["store"].cursor() as cursor:
+                    cursor.execute("PRAGMA busy_timeout = 150")
+            outcome.append(core.run_job(job_id=job_id, worker="w", batch_sessions=2))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            outcome.append(error)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    try:
+        assert waited.wait(60), "the job never met the busy store"
+        # While the runtime holds the lock: nothing deleted, nothing counted, no trash left over.
+        assert db.fetchone(
+            f"SELECT COUNT(*) FROM sessions WHERE id IN ({db.placeholders(ids)})", ids
+        ) == (5,)
+        assert DeleteJob.objects.get(pk=job_id).state == DeleteJob.RUNNING
+        assert (
+            not DeleteJobItem.objects.filter(job_id=job_id)
+            .exclude(state=DeleteJobItem.PENDING)
+            .exists()
+        )
+    finally:
+        runtime.rollback()
+        runtime.close()
+        thread.join(60)
+    assert not thread.is_alive()
+    (progress,) = outcome
+    assert not isinstance(progress, BaseException), progress
+    assert (progress.state, progress.deleted, progress.skipped) == (DeleteJob.DONE, 5, 0)
+    assert db.fetchone(
+        f"SELECT COUNT(*) FROM sessions WHERE id IN ({db.placeholders(ids)})", ids
+    ) == (0,)
+    assert TrashEntry.objects.filter(state=TrashEntry.COMPLETE).count() == 3
+    assert not TrashEntry.objects.exclude(state=TrashEntry.COMPLETE).exists()
