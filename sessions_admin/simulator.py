@@ -233,9 +233,13 @@ class RuntimeSimulator:
                     continue
                 self._poll_events()
                 self._act(chat)
-                chat.due = time.monotonic() + self.rng.expovariate(
-                    1.0 / max(self.options.think_time, 1e-4)
-                )
+                if self.options.think_time > 0:
+                    chat.due = time.monotonic() + self.rng.expovariate(
+                        1.0 / self.options.think_time
+                    )
+                else:
+                    # No pauses: take the chats in turn, so a seed repeats the same run.
+                    chat.due = max(c.due for c in self.chats) + 1e-9
         finally:
             self.finished = time.monotonic()
             core.unregister_listener(self.listener)

@@ -25,7 +25,7 @@ def _run(tmp_path, **options) -> RuntimeSimulator:
             think_time=0,
             ledger_path=tmp_path / "ledger.jsonl",
             label="t",
-            max_actions=options.pop("max_actions", 400),
+            max_actions=options.pop("max_actions", 300),
             api_share=options.pop("api_share", 0.4),
             cold_start_rate=options.pop("cold_start_rate", 0.1),
             **options,
@@ -58,7 +58,7 @@ def test_a_run_leaves_a_consistent_store_and_a_ledger_that_matches_it(tmp_path):
 
 
 def test_the_ledger_check_counts_the_trash_and_flags_lost_or_changed_messages(tmp_path):
-    _run(tmp_path, max_actions=150)
+    _run(tmp_path, max_actions=80)
     ledger = tmp_path / "ledger.jsonl"
     acked, _, _ = read_ledger([ledger])
     victim = next(iter(acked.values()))["session_id"]
@@ -85,7 +85,7 @@ def test_the_ledger_check_flags_a_message_whose_content_changed(tmp_path):
 
 
 def test_the_store_check_names_each_broken_invariant(tmp_path):
-    _run(tmp_path, max_actions=120)
+    _run(tmp_path, max_actions=60)
     assert check_store() == []
     (session_id,) = one("SELECT session_id FROM messages ORDER BY id LIMIT 1")
     db.execute(
