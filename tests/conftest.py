@@ -15,7 +15,13 @@ from django.db import connections
 from sessions_admin.core import events
 from sessions_admin.routers import responses_alias, store_alias
 
-STORE_TABLES = ["sessions_admin_switch_events", "sessions_admin_merges", "messages", "sessions"]
+STORE_TABLES = [
+    "sessions_admin_switch_events",
+    "sessions_admin_merges",
+    "sessions_admin_undos",
+    "messages",
+    "sessions",
+]
 RESPONSE_TABLES = ["conversations", "responses"]
 
 

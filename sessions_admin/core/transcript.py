@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sessions_admin.core import db
+from sessions_admin.core import clock, db
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import NothingToUndo, SessionNotFound, TruncationRefused
 from sessions_admin.core.lifecycle import insert_messages, require_writable
@@ -102,6 +102,10 @@ def undo_last_turn(*, session_id: str) -> RewriteResult:
         "UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 WHERE id = %s",
         [session_id],
     )
+    db.execute(
+        "INSERT INTO sessions_admin_undos (created_at, session_id, message_ids) VALUES (%s, %s, %s)",
+        [clock.now(), session_id, json.dumps(ids)],
+    )
     return _result(session_id, "undo", ids)
 
 
@@ -132,30 +136,42 @@ def retry_last_turn(*, session_id: str) -> RewriteResult:
 
 @store_operation
 def redo_turn(*, session_id: str) -> RewriteResult:
-    """Restore the earliest undone turn after the last active message (undo's inverse).
+    """Bring back the turn undone last, exactly the rows that undo made inactive.
 
-    Only rows after every active row can come back: once the conversation has
-    moved on past an undone turn, restoring it would reorder history.
+    Undo records what it took (``sessions_admin_undos``), because the rows alone
+    cannot tell an undone turn from a reply a retry dropped or from an older
+    undone turn. Only a turn after every active row can come back: once the
+    conversation has moved on past it, restoring it would reorder history.
     """
     _lock_session(session_id)
-    row = db.fetchone(
+    record = db.fetchone(
+        "SELECT id, message_ids FROM sessions_admin_undos WHERE session_id = %s "
+        "ORDER BY id DESC LIMIT 1",
+        [session_id],
+    )
+    if record is None:
+        raise NothingToUndo(f"Session {session_id} has nothing to redo.")
+    record_id, ids = int(record[0]), [int(i) for i in json.loads(record[1])]
+    (last_active,) = db.fetchone(
         "SELECT COALESCE(MAX(id), 0) FROM messages WHERE session_id = %s AND active = 1",
         [session_id],
     )
-    last_active = int(row[0])
-    candidates = db.fetchall(
-        "SELECT id, role FROM messages WHERE session_id = %s AND active = 0 AND compacted = 0 "
-        "AND id > %s ORDER BY id",
-        [session_id, last_active],
-    )
-    ids: list[int] = []
-    for message_id, role in candidates:
-        if ids and role == "user":
-            break
-        ids.append(int(message_id))
-    if not ids:
-        raise NothingToUndo(f"Session {session_id} has nothing to redo.")
+    restorable = 0
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        (count,) = db.fetchone(
+            "SELECT COUNT(*) FROM messages WHERE session_id = %s AND active = 0 "
+            f"AND compacted = 0 AND id > %s AND id IN ({db.placeholders(chunk)})",
+            [session_id, int(last_active), *chunk],
+        )
+        restorable += int(count)
+    if not ids or restorable != len(ids):
+        raise NothingToUndo(
+            f"Session {session_id} has nothing to redo: the conversation has moved on "
+            "since the last undo."
+        )
     _set_active(session_id, ids, 1)
+    db.execute("DELETE FROM sessions_admin_undos WHERE id = %s", [record_id])
     return _result(session_id, "redo", ids)
 
 

@@ -45,7 +45,7 @@ from sessions_admin.store.schema import MESSAGE_FIELDS
 SQLITE_HEADER = b"SQLite format 3\x00"
 # The newest Hermes Agent state.db layout this version was checked against.
 NEWEST_KNOWN_SCHEMA_VERSION = 30
-OWN_TABLES = ("sessions_admin_switch_events", "sessions_admin_merges")
+OWN_TABLES = ("sessions_admin_switch_events", "sessions_admin_merges", "sessions_admin_undos")
 OPERATE_PERMISSIONS = ("console.operate_sessions", "console.delete_sessions")
 
 # Columns every session/message INSERT of the core supplies (restore and import
@@ -342,7 +342,7 @@ def _inspect_open_sqlite(
                         "warning",
                         "own_tables_missing",
                         f"The store lacks the dashboard's own tables ({', '.join(missing_own)}): "
-                        "merges and switch events cannot be recorded yet.",
+                        "merges, undos and switch events cannot be recorded yet.",
                         "Run `python manage.py init_store` once (docs/attach.md lists what it adds).",
                     )
                 )
@@ -673,6 +673,8 @@ _STORE_SHIMS = {
     "sessions_admin_merges": "CREATE TEMP TABLE sessions_admin_merges (id INTEGER PRIMARY KEY, "
     "created_at REAL NOT NULL, target_session_id TEXT NOT NULL, absorbed_session_ids TEXT "
     "NOT NULL, prior_state TEXT NOT NULL, undone_at REAL)",
+    "sessions_admin_undos": "CREATE TEMP TABLE sessions_admin_undos (id INTEGER PRIMARY KEY, "
+    "created_at REAL NOT NULL, session_id TEXT NOT NULL, message_ids TEXT NOT NULL)",
 }
 
 

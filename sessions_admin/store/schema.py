@@ -4,10 +4,10 @@ Pointed at a fresh database it creates the tables of Hermes Agent's
 ``state.db`` (schema version 22, hermes-agent 0.19) with their indexes and
 full-text index, plus what sessions_admin adds: the ``session_id`` column on
 ``conversations``, the ``sessions_admin_switch_events`` log and the
-``sessions_admin_merges`` record.
+``sessions_admin_merges`` and ``sessions_admin_undos`` records.
 
 Pointed at an existing store (attaching to a runtime's ``state.db``) it adds
-only what sessions_admin owns: its two tables and ``conversations.session_id``
+only what sessions_admin owns: its own tables and ``conversations.session_id``
 (and empty ``responses``/``conversations`` tables where none exist). The
 runtime's own tables, indexes and triggers are left exactly as they are; the
 runtime's missing columns are reported, not added. ``upgrade_runtime_tables``
@@ -227,6 +227,17 @@ MERGES_SQL = (
     " undone_at {real})"
 )
 
+# What each undo made inactive, so redo brings back exactly that turn (and not a
+# reply a retry dropped, or an older undone turn). Consumed by redo.
+UNDOS_SQL = [
+    "CREATE TABLE IF NOT EXISTS sessions_admin_undos ("
+    " id {serial},"
+    " created_at {real} NOT NULL,"
+    " session_id TEXT NOT NULL,"
+    " message_ids TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS idx_sa_undos_session ON sessions_admin_undos(session_id, id)",
+]
+
 RESPONSES_SQL = [
     "CREATE TABLE IF NOT EXISTS responses ("
     " response_id TEXT PRIMARY KEY, data TEXT NOT NULL, accessed_at {real} NOT NULL)",
@@ -396,6 +407,8 @@ def _ensure_own_tables(alias: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute(SWITCH_EVENTS_SQL.format(real=real))
         cursor.execute(MERGES_SQL.format(real=real, serial=serial))
+        for statement in UNDOS_SQL:
+            cursor.execute(statement.format(real=real, serial=serial))
 
 
 def _ensure_responses_schema(alias: str) -> list[str]:

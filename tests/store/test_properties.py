@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
@@ -293,11 +292,6 @@ def _contents(session_id: str) -> list[str]:
     return [m["content"] for m in core.active_transcript(session_id=session_id)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Known core bug: redo cannot tell rows a retry dropped from rows the undo took "
-    "(the store does not record what an undo deactivated), so it revives the retried reply.",
-)
 def test_it_redoes_a_retried_turn_without_the_reply_the_retry_dropped():
     session_id = core.create_session(source="cli").session_id
     core.append_message(session_id=session_id, role="user", content="question")
@@ -309,11 +303,6 @@ def test_it_redoes_a_retried_turn_without_the_reply_the_retry_dropped():
     assert _contents(session_id) == ["question", "second reply"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Known core bug: after undo, a new message, then undo, redo brings back the older "
-    "undone turn instead of the one just undone (redo takes the earliest undone turn).",
-)
 def test_it_redoes_the_turn_undone_last():
     session_id = core.create_session(source="cli").session_id
     core.append_message(session_id=session_id, role="user", content="one")
