@@ -220,3 +220,13 @@ def test_error_pages_are_our_plain_pages_and_leak_nothing(client, operator_facto
     assert "secret-internal-detail" not in text and "hunter2" not in text
     assert "Traceback" not in text and "RuntimeError" not in text
     assert failed["Content-Security-Policy"] == content_security_policy()
+
+
+def test_a_failed_csrf_check_shows_our_page_without_inline_styles(operator_factory):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator_factory("admin"))
+    refused = client.post(reverse("trash_purge"), {"reason": "no token"})
+    assert refused.status_code == 403
+    text = refused.content.decode()
+    assert "<h1>Request refused</h1>" in text and "CSRF" in text
+    assert "<style" not in text and "style=" not in text
