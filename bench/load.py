@@ -349,6 +349,7 @@ def run(args) -> dict:
     }
     host, port = "127.0.0.1", free_port()
     _manage(env, "migrate", "--noinput", "-v", "0")
+    _manage(env, "init_store")  # additive: the dashboard's own tables a newer version adds
     _manage(env, "create_operator", OPERATOR, "--role", "viewer", "--if-missing", stdin=PASSWORD)
     server = simulators = None
     # A file, not a pipe: a pipe nobody reads while the load runs would fill and stall gunicorn.
