@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -230,3 +231,21 @@ def test_a_failed_csrf_check_shows_our_page_without_inline_styles(operator_facto
     text = refused.content.decode()
     assert "<h1>Request refused</h1>" in text and "CSRF" in text
     assert "<style" not in text and "style=" not in text
+
+
+INLINE_CODE = re.compile(
+    r"<style|\sstyle=|<script(?![^>]*\ssrc=)|\son[a-z]+=|hx-on|data-hx-on|hx-vars|js:|javascript:",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.own_db
+def test_templates_carry_no_inline_code_the_policy_would_block():
+    # The browser tests load the pages; this catches a template or branch they do not reach.
+    found = [
+        f"{template.relative_to(ROOT)}:{n}: {line.strip()}"
+        for template in sorted((ROOT / "templates").rglob("*.html"))
+        for n, line in enumerate(template.read_text().splitlines(), 1)
+        if INLINE_CODE.search(line)
+    ]
+    assert found == []
