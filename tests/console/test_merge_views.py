@@ -550,6 +550,7 @@ def test_values_that_cannot_be_session_ids_are_refused_without_touching_the_stor
         )
         assert response.status_code == 200
         assert "not a session id" in response.content.decode()
-    assert client.get(reverse("session_history", args=["a\x00b"]), headers=HX).status_code == 404
+    nul_id = reverse("session_history", args=["marker"]).replace("marker", "a%00b")
+    assert client.get(nul_id, headers=HX).status_code == 404
     assert snapshot() == before
     assert AuditEntry.objects.count() == 0

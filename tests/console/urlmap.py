@@ -109,6 +109,7 @@ def state() -> dict:
         "messages": db.fetchall("SELECT * FROM messages ORDER BY id"),
         "switch_events": db.fetchall("SELECT * FROM sessions_admin_switch_events ORDER BY 1"),
         "merges": db.fetchall("SELECT * FROM sessions_admin_merges ORDER BY 1"),
+        "undos": db.fetchall("SELECT * FROM sessions_admin_undos ORDER BY 1"),
         "conversations": db.fetchall(
             "SELECT * FROM conversations ORDER BY name", alias=responses_alias()
         ),

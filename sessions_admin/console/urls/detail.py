@@ -5,6 +5,8 @@ from django.urls import path
 from sessions_admin.console.views import detail
 
 urlpatterns = [
-    path("<str:session_id>/", detail.session_detail, name="session_detail"),
-    path("<str:session_id>/transcript/", detail.session_transcript, name="session_transcript"),
+    path("<session_id:session_id>/", detail.session_detail, name="session_detail"),
+    path(
+        "<session_id:session_id>/transcript/", detail.session_transcript, name="session_transcript"
+    ),
 ]

@@ -6,5 +6,9 @@ from sessions_admin.console.views import portability
 
 urlpatterns = [
     path("export/", portability.export, name="export_sessions"),
-    path("sessions/<str:session_id>/export/", portability.export_session, name="export_session"),
+    path(
+        "sessions/<session_id:session_id>/export/",
+        portability.export_session,
+        name="export_session",
+    ),
 ]

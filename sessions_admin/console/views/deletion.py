@@ -133,6 +133,9 @@ def _reason(data: QueryDict) -> tuple[str, str | None]:
         return reason, "Give a reason: it is required for deleting and goes into the audit log."
     if len(reason) > REASON_MAX:
         return reason, f"Keep the reason under {REASON_MAX:,} characters."
+    if "\x00" in reason:
+        # The audit log could not store it (PostgreSQL refuses NUL in text).
+        return reason.replace("\x00", ""), "The reason cannot contain a NUL character."
     return reason, None
 
 
@@ -842,15 +845,26 @@ def _render_trash(
     return _vary(render(request, _template(request, TRASH_TEMPLATE, "entries"), context))
 
 
+NUL_SEARCH = "A session id cannot contain a NUL character: showing every entry."
+
+
 def _search_term(data: QueryDict) -> str:
-    return (data.get("q") or "").strip()[:200]
+    """The session id prefix searched for; "" for one holding a NUL (no id does)."""
+    q = (data.get("q") or "").strip()[:200]
+    return "" if "\x00" in q else q
 
 
 @require_GET
 @require_perm(DELETE)
 def trash(request: HtmxHttpRequest) -> HttpResponse:
     """Deleted rows, restorable until purged; searchable by session id."""
-    return _render_trash(request, q=_search_term(request.GET), page_number=request.GET.get("page"))
+    problems = [NUL_SEARCH] if "\x00" in (request.GET.get("q") or "") else []
+    return _render_trash(
+        request,
+        q=_search_term(request.GET),
+        page_number=request.GET.get("page"),
+        problems=problems,
+    )
 
 
 @require_POST

@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 
 from django.core.cache import cache
 from django.db import DatabaseError, connections
+from django.http import HttpResponseBadRequest
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
@@ -238,6 +239,11 @@ def conversation_list(request: HtmxHttpRequest):
     contains = request.GET.get("q", "").strip()[:500]
     forks_only = request.GET.get("forks", "") not in ("", "0")
     after = request.GET.get("after") or None
+    if "\x00" in contains or "\x00" in (after or ""):
+        # No slug holds one, and PostgreSQL refuses to compare text with it.
+        return HttpResponseBadRequest(
+            "The search and the page link cannot contain a NUL character."
+        )
     forks = _cached("forks", _fork_snapshot)
     page = overview.conversation_page(
         after=after, contains=contains, forks_only=forks_only, fork_groups=forks.groups

@@ -59,6 +59,10 @@ def _stream(request: HtmxHttpRequest, *, session=None, lineage_of=None, ids=None
     if chosen not in FORMATS:
         return HttpResponseBadRequest("format must be jsonl or markdown")
     content_type, extension, render = FORMATS[chosen]
+    named = [value for value in (session, lineage_of, *(ids or ())) if value is not None]
+    if any("\x00" in value for value in named):
+        # No stored id holds one, and PostgreSQL refuses to compare text with it.
+        return HttpResponseBadRequest("A session id cannot contain a NUL character.")
     try:
         if ids is None and session is None and lineage_of is None:
             ids = _ids_from_list_filters(request)

@@ -1,0 +1,308 @@
+"""Hostile query strings, form fields and URL ids on every page and action.
+
+Each GET page and POST form gets huge strings, RTL text and emoji, escaped and
+invalid surrogates, NUL bytes, SQL and full-text-search syntax, malformed ids
+and cursors, silly page sizes and dates, repeated and unknown parameters. The
+answer must be a 4xx that says what is wrong or a normal page, never a 500;
+a POST that is refused changes nothing (a change must be an action that
+succeeded and was audited).
+
+GET_PARAMS and POST_FIELDS name, per URL, the parameters its view reads; a URL
+added without an entry fails ``test_it_knows_the_parameters_of_every_url``.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from sessions_admin.console.roles import assign_role
+from sessions_admin.ledger import worker
+from sessions_admin.ledger.models import AuditEntry
+from tests.console import urlmap
+from tests.console.test_access import ACCESS
+
+LISTING = [
+    "q",
+    "source",
+    "model",
+    "user",
+    "status",
+    "from",
+    "to",
+    "title",
+    "forks",
+    "empty",
+    "archived",
+    "health",
+    "scope",
+    "sort",
+    "dir",
+    "per",
+    "after",
+]
+GET_PARAMS: dict[str, list[str]] = {
+    "login": ["next"],
+    "home": [],
+    "health_panel": [],
+    "conversation_list": ["q", "forks", "after"],
+    "session_list": LISTING,
+    "session_detail": ["after", "before", "around", "inactive", "part"],
+    "session_transcript": ["after", "before", "around", "inactive"],
+    "session_resume": ["ref"],
+    "fork_list": [],
+    "merge_preview": ["ids", "pick", "target"],
+    "audit_log": ["action", "actor", "session", "outcome", "since", "until", "page"],
+    "session_history": [],
+    "cascade_delete": ["include_branches"],
+    "bulk_delete": ["preset", "days", "source", "selection", "include_live"],
+    "job_list": [],
+    "job_detail": ["part"],
+    "trash": ["q", "page"],
+    "export_sessions": ["session", "lineage", "ids", "format", *LISTING],
+    "export_session": ["scope", "format"],
+}
+REASON = {"reason": "fuzzing the form"}
+# name: (fields to fuzz, the rest of a plausible form)
+POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "login": (["username", "password", "next"], {"username": "nobody", "password": "x"}),
+    "logout": (["next"], {}),
+    "session_resume": (["target", "switch_from", "reason"], REASON),
+    "session_reset": (["summary", "live", "reason"], REASON),
+    "session_undo": (["reason"], {}),
+    "session_redo": (["reason"], {}),
+    "session_retry": (["reason"], {}),
+    "merge_execute": (["ids", "target", "fingerprint", "reason", "next"], REASON),
+    "merge_undo": (["reason", "next"], {}),
+    "cascade_delete_confirm": (
+        ["include_branches", "fingerprint", "typed_count", "reason"],
+        REASON,
+    ),
+    "bulk_delete_preview": (["ids", "all_matching", "filter"], {}),
+    "bulk_delete_start": (
+        [
+            "selection",
+            "preset",
+            "days",
+            "cutoff",
+            "source",
+            "include_live",
+            "reason",
+            "digest",
+            "confirm_live",
+        ],
+        {"preset": "empty", **REASON},
+    ),
+    "job_cancel": (["reason"], {}),
+    "trash_restore": (["q"], {}),
+    "trash_purge": (["scope", "reason", "q"], {"scope": "expired", **REASON}),
+}
+
+HUGE = "x" * 100_000
+# The few values every single parameter gets on its own.
+CORE = [
+    HUGE,
+    "a\x00b",
+    "' OR 1=1 -- \"NEAR( AND OR NOT (( \u202egnp.exe\u202c مرحبا 🦘👩‍👩‍👧 %_\\",
+]
+# Every parameter of a URL at once gets each of these.
+HOSTILE = [
+    *CORE,
+    "' OR 1=1 --",
+    '"unbalanced NEAR( AND OR NOT ((',
+    "\u202egnp.exe\u202c مرحبا 🦘👩‍👩‍👧",
+    "-1",
+    "99999999999999999999999999999",
+    "\\ud800\\udfff",
+    "%",
+    "%_\\';--",
+    "*",
+    "NEAR(a b",
+    "a) OR (b",
+    "../../etc/passwd",
+    "0",
+    "1e309",
+    "NaN",
+    "-1:-1",
+    "99999999999999999999:1",
+    ":",
+    "eyJub3QiOiAiYSBjdXJzb3IifQ==",
+    "2024-13-45",
+    "1969-12-31",
+    "",
+]
+# Raw query strings the client would otherwise encode: invalid UTF-8, lone NULs, repeats,
+# names without a value.
+RAW_QUERIES = ["{p}=%ED%A0%80&{p}=%FF%FE%00", "{p}=%00&{p}=1&{p}=2", "{p}"]
+# Session ids put into URLs (already URL-encoded).
+BAD_SESSION_IDS = [
+    "x" * 5000,
+    quote("séssion-🦘\u202e"),
+    "a%00b",
+    "%00",
+    "%ED%A0%80",
+    quote("' OR 1=1 --", safe=""),
+    "%25",
+    "..",
+]
+BAD_NUMBERS = ["0", "99999999999999999999999999999", "9223372036854775808"]
+
+
+@pytest.fixture(autouse=True)
+def no_worker(monkeypatch):
+    # Looking at a job wakes the delete worker: it would delete the seeded job's session.
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
+
+
+@pytest.fixture
+def seeded():
+    return urlmap.seed()
+
+
+@pytest.fixture
+def admin_client():
+    client = Client()
+    user = User.objects.create_user("fuzz-admin")
+    assign_role(user, "admin")
+    client.force_login(user)
+    return client
+
+
+def _route(name: str) -> urlmap.Route:
+    return next(route for route in urlmap.routes() if route.name == name)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) < 80 else text[:77] + "..."
+
+
+def _check(response, what: str) -> None:
+    """Not a server error; a 4xx says why; a streamed body streams to the end."""
+    status = response.status_code
+    assert status < 500, f"{what}: {status}"
+    body = b"".join(response) if getattr(response, "streaming", False) else response.content
+    if status in (400, 422):
+        assert body.strip(), f"{what}: a {status} without a message"
+
+
+def _get(client: Client, url: str, what: str, data=None, **extra):
+    try:
+        response = client.get(url, data, **extra)
+    except Exception as error:  # noqa: BLE001 - reported with the request that caused it
+        pytest.fail(f"{what} raised {error.__class__.__name__}: {_short(str(error))}")
+    _check(response, what)
+    return response
+
+
+def _post(client: Client, url: str, what: str, data, **extra):
+    before = urlmap.state()
+    audited = AuditEntry.objects.count()
+    try:
+        response = client.post(url, data, **extra)
+    except Exception as error:  # noqa: BLE001 - reported with the request that caused it
+        pytest.fail(f"{what} raised {error.__class__.__name__}: {_short(str(error))}")
+    _check(response, what)
+    after = urlmap.state()
+    store_changed = any(
+        before[key] != after[key] for key in before if key not in ("audit", "trash", "jobs")
+    )
+    if after != before:
+        succeeded = AuditEntry.objects.filter(pk__gt=0).order_by("pk")[audited:]
+        assert any(entry.outcome == "ok" for entry in succeeded) or not store_changed, (
+            f"{what} changed the store without a successful audited action"
+        )
+    return response
+
+
+def test_it_knows_the_parameters_of_every_url():
+    assert {name for name, (get, _post) in ACCESS.items() if get} == set(GET_PARAMS)
+    assert {name for name, (_get, post) in ACCESS.items() if post} == set(POST_FIELDS)
+    assert set(ACCESS) == urlmap.route_names()
+
+
+@pytest.mark.parametrize("name", sorted(GET_PARAMS))
+def test_it_answers_hostile_query_strings_without_a_server_error(name, seeded, admin_client):
+    client = Client() if name == "login" else admin_client
+    url = _route(name).url(seeded.url_args)
+    params = GET_PARAMS[name]
+    for n, value in enumerate(HOSTILE if params else []):
+        headers = {"HTTP_HX_REQUEST": "true"} if n % 2 else {}
+        _get(
+            client, url, f"GET {name} all={_short(value)}", dict.fromkeys(params, value), **headers
+        )
+    for param in params:
+        for value in CORE:
+            _get(client, url, f"GET {name} {param}={_short(value)}", {param: value})
+        _get(client, url, f"GET {name} {param} repeated", {param: [*CORE[1:], "", "1"]})
+    for raw in RAW_QUERIES:
+        query = "&".join(raw.format(p=param) for param in params)
+        _get(client, f"{url}?{query}", f"GET {name} ?{_short(query)}")
+    _get(client, url, f"GET {name} unknown parameters", {"zzz": HUGE, "sort": "nope"})
+
+
+@pytest.mark.parametrize("name", sorted(POST_FIELDS))
+def test_it_refuses_hostile_forms_without_changing_anything(name, seeded, admin_client):
+    client = Client() if name == "login" else admin_client
+    url = _route(name).url(seeded.url_args)
+    fields, base = POST_FIELDS[name]
+    for n, value in enumerate(HOSTILE):
+        headers = {"HTTP_HX_REQUEST": "true"} if n % 2 else {}
+        data = {**base, **dict.fromkeys(fields, value)}
+        _post(client, url, f"POST {name} all={_short(value)}", data, **headers)
+    for field in fields:
+        for value in CORE:
+            _post(client, url, f"POST {name} {field}={_short(value)}", {**base, field: value})
+        repeated = {**base, field: [*CORE[1:], ""]}
+        _post(client, url, f"POST {name} {field} repeated", repeated)
+    if name == "logout":
+        return
+    raw = "&".join(f"{field}=%ED%A0%80&{field}=%00" for field in fields)
+    _post(
+        client,
+        url,
+        f"POST {name} invalid UTF-8",
+        raw,
+        content_type="application/x-www-form-urlencoded",
+    )
+
+
+def _with_session_id(route: urlmap.Route, seeded: urlmap.Seeded, encoded: str) -> str:
+    marker = "session-id-marker"
+    url = route.url({**seeded.url_args, "session_id": marker})
+    return url.replace(marker, encoded)
+
+
+SESSION_ROUTES = sorted(r.name for r in urlmap.routes() if "session_id" in r.params)
+NUMBER_ROUTES = sorted(
+    r.name for r in urlmap.routes() if set(r.params) & {"job_id", "merge_id", "entry_id"}
+)
+
+
+@pytest.mark.parametrize("name", SESSION_ROUTES)
+def test_it_answers_hostile_session_ids_in_urls(name, seeded, admin_client):
+    route = _route(name)
+    for encoded in BAD_SESSION_IDS:
+        url = _with_session_id(route, seeded, encoded)
+        what = f"{name} at {_short(url)}"
+        for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
+            response = _get(admin_client, url, f"GET {what}", **headers)
+            assert response.status_code != 200 or name == "session_history", what
+            if name in POST_FIELDS:
+                response = _post(admin_client, url, f"POST {what}", REASON, **headers)
+                assert response.status_code in (400, 404), f"POST {what}"
+
+
+@pytest.mark.parametrize("name", NUMBER_ROUTES)
+def test_it_answers_ids_no_row_can_have(name, seeded, admin_client):
+    route = _route(name)
+    marker = "123456789"
+    numbers = dict.fromkeys(("job_id", "merge_id", "entry_id"), marker)
+    for number in BAD_NUMBERS:
+        url = route.url({**seeded.url_args, **numbers}).replace(marker, number)
+        _get(admin_client, url, f"GET {name} {number}")
+        response = _post(admin_client, url, f"POST {name} {number}", REASON)
+        assert response.status_code in (404, 405), f"POST {name} {number}"
