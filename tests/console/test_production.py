@@ -213,6 +213,11 @@ def test_error_pages_are_our_plain_pages_and_leak_nothing(client, operator_facto
     assert "<h1>Not allowed</h1>" in forbidden.content.decode()
     assert "Your role does not allow this" in forbidden.content.decode()
 
+    bad_host = client.get("/", headers={"Host": "evil.example"})
+    assert bad_host.status_code == 400
+    assert "<h1>Bad request</h1>" in bad_host.content.decode()
+    assert "evil.example" not in bad_host.content.decode()
+
     client.raise_request_exception = False
     failed = client.get("/boom/")
     assert failed.status_code == 500
