@@ -222,7 +222,7 @@ class RuntimeSimulator:
                     break
                 chat = min(self.chats, key=lambda c: c.due)
                 now = time.monotonic()
-                if deadline is not None and min(chat.due, now) >= deadline:
+                if deadline is not None and max(chat.due, now) >= deadline:
                     break
                 if chat.due > now:
                     wait = chat.due - now

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -156,3 +157,18 @@ def test_the_command_refuses_bad_options_and_writes_nothing(args):
     with pytest.raises(CommandError):
         call_command("simulate_runtime", *args)
     assert count("sessions") == 0
+
+
+def test_a_run_without_pauses_still_ends_when_its_duration_is_over():
+    simulator = RuntimeSimulator(
+        SimulatorOptions(chats=2, duration=1.5, seed=1, think_time=0, label="d")
+    )
+    # A guard against a run that never ends (the test fails instead of hanging).
+    worker = threading.Thread(target=simulator.run, daemon=True)
+    worker.start()
+    worker.join(120)
+    if worker.is_alive():
+        simulator.stop()
+        worker.join(30)
+        pytest.fail("the run went on past its duration")
+    assert simulator.counts["actions"] > 0
