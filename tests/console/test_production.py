@@ -27,6 +27,7 @@ SECURITY_SETTINGS = [
     "SECURE_SSL_REDIRECT",
     "SECURE_HSTS_SECONDS",
     "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    "SECURE_HSTS_PRELOAD",
     "SECURE_PROXY_SSL_HEADER",
 ]
 
@@ -158,16 +159,20 @@ def test_every_response_carries_the_security_headers(client, operator_factory):
     assert "unsafe" not in page["Content-Security-Policy"]
 
 
-def test_production_cookies_are_secure_and_http_only(tmp_path, operator_factory):
+def test_production_redirects_to_https_sends_hsts_and_flags_cookies(tmp_path, operator_factory):
     production = _settings_under(_production_env(tmp_path))
-    secure_settings = {
-        name: production[name]
-        for name in ("SESSION_COOKIE_SECURE", "SESSION_COOKIE_HTTPONLY", "CSRF_COOKIE_SECURE")
-    }
+    secure_settings = {name: value for name, value in production.items() if name != "DEBUG"}
+    secure_settings["SECURE_PROXY_SSL_HEADER"] = None
     operator_factory("viewer", "alice")
     client = Client(enforce_csrf_checks=True)
     with override_settings(**secure_settings, ALLOWED_HOSTS=["testserver"]):
+        plain = client.get(reverse("login"))
+        assert plain.status_code == 301
+        assert plain["Location"].startswith("https://testserver/")
         login = client.get(reverse("login"), secure=True)
+        assert login["Strict-Transport-Security"] == (
+            "max-age=31536000; includeSubDomains; preload"
+        )
         token = login.cookies["csrftoken"]
         assert token["secure"]
         response = client.post(
