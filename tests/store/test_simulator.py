@@ -172,3 +172,15 @@ def test_a_run_without_pauses_still_ends_when_its_duration_is_over():
         worker.join(30)
         pytest.fail("the run went on past its duration")
     assert simulator.counts["actions"] > 0
+
+
+def test_the_check_command_reports_a_consistent_store_then_a_broken_one(tmp_path, capsys):
+    _run(tmp_path, max_actions=40)
+    call_command("check_consistency", "--ledger", str(tmp_path / "ledger.jsonl"))
+    assert "consistent with the ledgers" in capsys.readouterr().out
+    db.execute("UPDATE sessions SET message_count = 999")
+    with pytest.raises(CommandError, match="consistency problem"):
+        call_command("check_consistency")
+    assert "message_count differs" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="No such ledger"):
+        call_command("check_consistency", "--ledger", str(tmp_path / "nope.jsonl"))
