@@ -313,6 +313,7 @@ def _environment(args) -> tuple[dict, str]:
     size = stores.parse_size(args.size)
     label = f"{size:,} sessions"
     if args.db == "postgres":
+        stores.postgres_store(size)  # seeded once, then reused
         return stores.postgres_env(size), label
     return stores.sqlite_env(stores.sqlite_store(size)), label
 
