@@ -60,3 +60,11 @@ def duration(seconds) -> str:
     if hours < 48:
         return f"{hours}h {minutes}m"
     return f"{hours // 24}d {hours % 24}h"
+
+
+@register.filter
+def message_html(message):
+    """A transcript message's <article> (built in Python: see console/transcript_html.py)."""
+    from sessions_admin.console.transcript_html import message_html as build
+
+    return build(message)

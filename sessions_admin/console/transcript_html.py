@@ -1,0 +1,109 @@
+"""One transcript message as HTML, built in Python.
+
+A chunk is a hundred messages of some forty template nodes each, which was most of the
+session page's time (bench/run.py); this builds the same markup the template's
+``message`` partial did, every value escaped.
+"""
+
+from __future__ import annotations
+
+import html
+
+from django.utils.safestring import SafeString, mark_safe
+
+from sessions_admin.store.transcripts import ToolCall, TranscriptMessage
+
+
+def _e(value: object) -> str:
+    # The template engine's escaping (Django's escape() is html.escape behind lazy-string
+    # handling); None renders as the template would render it.
+    return html.escape(str(value), quote=True)
+
+
+def _flags(m: TranscriptMessage) -> str:
+    return (
+        ("" if m.active else " inactive")
+        + (" compacted" if m.compacted else "")
+        + (" highlight" if m.highlight else "")
+    )
+
+
+def _tool_call(call: ToolCall) -> str:
+    parts = [
+        f'<details class="tool-call"{" open" if call.open else ""}><summary>',
+        f'<span class="tool-name">{_e(call.name)}</span>',
+        f'<span class="tool-preview">{_e(call.preview)}</span>',
+    ]
+    if not call.result:
+        parts.append('<span class="badge no-result">no result here</span>')
+    elif not call.result.active:
+        parts.append('<span class="badge undone">undone</span>')
+    parts.append('</summary><div class="call-body"><div class="call-label">Arguments')
+    if call.call_id:
+        parts.append(f' <code class="hint">{_e(call.call_id)}</code>')
+    parts.append(f'</div><pre class="code">{_e(call.arguments or "(none)")}</pre>')
+    r = call.result
+    if r:
+        parts.append(
+            f'<div class="tool-result{_flags(r)}" id="m{r.id}"><div class="call-label">Result '
+            f'<a class="msg-id" href="{_e(r.permalink)}">#{r.id}</a>'
+        )
+        if not r.active:
+            parts.append(' <span class="badge undone">undone</span>')
+        if r.compacted:
+            parts.append(' <span class="badge compacted">compacted</span>')
+        parts.append(f'</div><pre class="code">{_e(r.content or "(empty)")}</pre></div>')
+    parts.append("</div></details>")
+    return "".join(parts)
+
+
+def message_html(m: TranscriptMessage) -> SafeString:
+    parts = [
+        f'<article class="msg role-{_e(m.role)}{_flags(m)}" id="m{m.id}">'
+        f'<header class="msg-head"><span class="role">{_e(m.role)}</span>'
+    ]
+    if m.role == "tool" and m.tool_name:
+        parts.append(f' <span class="tool-name">{_e(m.tool_name)}</span>')
+    if m.role == "tool" and m.tool_call_id:
+        parts.append(f' <span class="hint">result of <code>{_e(m.tool_call_id)}</code></span>')
+    if not m.active:
+        parts.append(
+            ' <span class="badge undone" title="Inactive: taken back by undo, retry or a '
+            'rewrite">undone</span>'
+        )
+    if m.compacted:
+        parts.append(
+            ' <span class="badge compacted" title="Compacted: summarised away from the '
+            "model's context\">compacted</span>"
+        )
+    if m.unusual_finish:
+        parts.append(f' <span class="badge" title="finish reason">{_e(m.finish_reason)}</span>')
+    parts.append(
+        ' <span class="spacer"></span>'
+        f' <a class="msg-id" href="{_e(m.permalink)}" title="Link to this message">#{m.id}</a>'
+        f' <time datetime="{_e(m.time_iso)}" title="{_e(m.time_full)}">{_e(m.time_short)}</time>'
+        "</header>"
+    )
+    if m.reasoning:
+        parts.append(
+            '<details class="reasoning"><summary>Reasoning</summary>'
+            f'<div class="text">{_e(m.reasoning)}</div></details>'
+        )
+    if m.parts:
+        for part in m.parts:
+            if part.kind == "text":
+                parts.append(f'<div class="text">{_e(part.text)}</div>')
+            else:
+                parts.append(f'<div class="part-other">[{_e(part.text)}]</div>')
+    elif m.content:
+        code = " code" if m.content_is_json else ""
+        parts.append(f'<div class="text{code}">{_e(m.content)}</div>')
+    parts.extend(_tool_call(call) for call in m.tool_calls)
+    if m.tool_calls_unparsed:
+        parts.append(
+            '<details class="tool-call"><summary><span class="tool-name">tool calls</span> '
+            '<span class="tool-preview">(not valid JSON)</span></summary>'
+            f'<pre class="code">{_e(m.tool_calls_unparsed)}</pre></details>'
+        )
+    parts.append("</article>")
+    return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped
