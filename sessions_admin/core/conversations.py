@@ -314,7 +314,11 @@ def _response_session_sql(alias: str) -> str:
 
 
 def repoint_responses(*, from_session_ids: list[str], to_session_id: str) -> list[list[str]]:
-    """Make stored responses of ``from_session_ids`` name ``to_session_id``; return [id, old session].
+    """Make stored responses of ``from_session_ids`` name ``to_session_id``.
+
+    Returns ``[response id, old session, old data]`` for each: the data text as
+    it was, so an unmerge puts back the very same text (re-serializing would
+    reorder keys and respace it, jsonb most of all).
 
     Hermes's API server continues a slug in the session its latest response
     names (``responses.data.session_id``), not the conversations column, so a
@@ -325,17 +329,17 @@ def repoint_responses(*, from_session_ids: list[str], to_session_id: str) -> lis
         return []
     field = db.json_field("data", "session_id", alias=_alias())
     moved = [
-        [r[0], r[1]]
+        [r[0], r[1], r[2]]
         for r in db.fetchall(
-            f"SELECT response_id, {field} FROM responses WHERE {field} IN ({db.placeholders(ids)}) "
-            "ORDER BY response_id",
+            f"SELECT response_id, {field}, data FROM responses "
+            f"WHERE {field} IN ({db.placeholders(ids)}) ORDER BY response_id",
             ids,
             alias=_alias(),
         )
     ]
     set_data = _response_session_sql(_alias())
     with _responses_transaction():
-        for response_id, _old in moved:
+        for response_id, _old, _data in moved:
             db.execute(
                 f"UPDATE responses SET data = {set_data} WHERE response_id = %s",
                 [to_session_id, response_id],
@@ -345,15 +349,24 @@ def repoint_responses(*, from_session_ids: list[str], to_session_id: str) -> lis
 
 
 def restore_responses(*, moved: list[list[str]], from_session_id: str) -> int:
-    """Undo ``repoint_responses``: responses still naming ``from_session_id`` name their old session."""
+    """Undo ``repoint_responses``: responses still naming ``from_session_id`` name their old session.
+
+    Their data text comes back as it was; merges recorded before the text was
+    kept (two-item entries) set the session id back inside the JSON instead.
+    """
     field = db.json_field("data", "session_id", alias=_alias())
     set_data = _response_session_sql(_alias())
     restored = 0
     with _responses_transaction():
-        for response_id, old_session in moved:
+        for entry in moved:
+            response_id, old_session = entry[0], entry[1]
+            if len(entry) > 2 and entry[2] is not None:
+                sql, params = "%s", [entry[2]]
+            else:
+                sql, params = set_data, [old_session]
             restored += db.execute(
-                f"UPDATE responses SET data = {set_data} WHERE response_id = %s AND {field} = %s",
-                [old_session, response_id, from_session_id],
+                f"UPDATE responses SET data = {sql} WHERE response_id = %s AND {field} = %s",
+                [*params, response_id, from_session_id],
                 alias=_alias(),
             )
     return restored

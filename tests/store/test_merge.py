@@ -201,3 +201,34 @@ def test_merge_history_of_a_session_matches_ids_exactly():
     assert core.merges_of_session(session_id="sx1") == []
     with pytest.raises(core.MergeNotFound):
         core.unmerge(merge_id=999)
+
+
+def test_unmerge_gives_back_each_response_text_as_hermes_wrote_it():
+    ids = _forked_conversation("spaced-slug")
+    # Hermes writes json.dumps with its default spacing and its own key order; a merge
+    # re-serializes the data (jsonb reorders keys) and the unmerge must not keep that.
+    hermes_text = json.dumps({"output": [], "session_id": ids[1], "conversation": "spaced-slug"})
+    db.execute(
+        "UPDATE responses SET data = %s WHERE response_id = %s",
+        [hermes_text, "r1"],
+        alias=responses_alias(),
+    )
+    before = snapshot()
+    before_responses = db.fetchall(
+        "SELECT response_id, data FROM responses ORDER BY response_id", alias=responses_alias()
+    )
+    plan = core.plan_merge(session_ids=ids)
+    result = core.merge_sessions(session_ids=ids, expected_fingerprint=plan.fingerprint)
+    moved = db.fetchone(
+        "SELECT data FROM responses WHERE response_id = 'r1'", alias=responses_alias()
+    )[0]
+    assert json.loads(moved)["session_id"] == ids[0]
+    core.unmerge(merge_id=result.merge_id)
+    assert snapshot() == before
+    assert (
+        db.fetchall(
+            "SELECT response_id, data FROM responses ORDER BY response_id",
+            alias=responses_alias(),
+        )
+        == before_responses
+    )
