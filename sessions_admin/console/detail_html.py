@@ -1,17 +1,19 @@
-"""One transcript message as HTML, built in Python.
+"""The session page's repeated parts as HTML, built in Python: messages and lineage nodes.
 
-A chunk is a hundred messages of some forty template nodes each, which was most of the
-session page's time (bench/run.py); this builds the same markup the template's
-``message`` partial did, every value escaped.
+A chunk is a hundred messages of some forty template nodes each, and a long lineage fifty
+nodes of about as many; through the template engine they were most of the session page's
+time (bench/run.py). These build the same markup the template did, every value escaped.
 """
 
 from __future__ import annotations
 
 import html
 
+from django.urls import NoReverseMatch, reverse
 from django.utils.safestring import SafeString, mark_safe
 
-from sessions_admin.store.transcripts import ToolCall, TranscriptMessage
+from sessions_admin.console.templatetags.console import end_reason_words, unixtime
+from sessions_admin.store.transcripts import LineageEvent, ToolCall, TranscriptMessage
 
 
 def _e(value: object) -> str:
@@ -106,4 +108,60 @@ def message_html(m: TranscriptMessage) -> SafeString:
             f'<pre class="code">{_e(m.tool_calls_unparsed)}</pre></details>'
         )
     parts.append("</article>")
+    return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped
+
+
+def _node_html(event: LineageEvent) -> str:
+    row = event.row
+    node = row.node
+    classes = f" edge-{_e(row.edge_kind)}" if row.edge_kind else " root"
+    classes += (" is-live" if node.is_live else "") + (" current" if row.current else "")
+    current = ' aria-current="page"' if row.current else ""
+    parts = [f'<li class="node{classes}"{current}>']
+    parts.append('<div class="node-box">')
+    if row.edge_kind:
+        parts.append(f'<span class="edge" title="{_e(row.edge_note)}">{_e(row.edge_kind)}</span> ')
+    code = f"<code>{_e(node.session_id)}</code>"
+    try:
+        url = reverse("session_detail", args=[node.session_id])
+        parts.append(f'<a class="node-link" href="{_e(url)}">{code}</a>')
+    except NoReverseMatch:  # an id the detail route cannot address: shown, not linked
+        parts.append(code)
+    if node.is_live:
+        parts.append(' <span class="badge live">live</span>')
+    if row.current:
+        parts.append(' <span class="badge here">this session</span>')
+    if node.title:
+        parts.append(f' <span class="node-title">{_e(node.title)}</span>')
+    count = node.message_count
+    meta = f"{_e(node.source)} · {count} message{'' if count == 1 else 's'} · "
+    started = unixtime(node.started_at)
+    meta += started.strftime("%Y-%m-%d %H:%M") if started else ""
+    if not node.is_live:
+        meta += f" · {_e(end_reason_words(node.end_reason))}"
+    if row.edge_note:
+        meta += f" · <em>{_e(row.edge_note)}</em>"
+    parts.append(f' <span class="node-meta">{meta}</span></div>')
+    return "".join(parts)
+
+
+def lineage_html(events: list[LineageEvent]) -> SafeString:
+    """The lineage tree as nested lists, from transcripts.lineage_drawing's events."""
+    parts = []
+    for event in events:
+        if event.kind == "open":
+            parts.append('<ol class="line">')
+        elif event.kind == "close":
+            parts.append("</ol>")
+        elif event.kind == "end":
+            parts.append("</li>")
+        elif event.kind == "fold":
+            parts.append(
+                f'<li class="node fold"><details><summary>{_e(event.note)}</summary>'
+                '<ol class="line folded">'
+            )
+        elif event.kind == "unfold":
+            parts.append("</ol></details></li>")
+        else:
+            parts.append(_node_html(event))
     return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped

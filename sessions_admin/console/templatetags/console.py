@@ -64,7 +64,15 @@ def duration(seconds) -> str:
 
 @register.filter
 def message_html(message):
-    """A transcript message's <article> (built in Python: see console/transcript_html.py)."""
-    from sessions_admin.console.transcript_html import message_html as build
+    """A transcript message's <article> (built in Python: see console/detail_html.py)."""
+    from sessions_admin.console.detail_html import message_html as build
 
     return build(message)
+
+
+@register.filter
+def lineage_html(events):
+    """The lineage tree's nested lists (built in Python: see console/detail_html.py)."""
+    from sessions_admin.console.detail_html import lineage_html as build
+
+    return build(events)
