@@ -61,6 +61,7 @@ class Sample:
     kind: str
     seconds: float
     status: int  # 0: connection error
+    at: float  # time.monotonic() when the request started
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Client:
     connection: http.client.HTTPConnection | None = None
 
     def get(self, kind: str, path: str) -> int:
+        at = time.monotonic()
         start = time.perf_counter()
         status = 0
         for attempt in range(2):
@@ -98,7 +100,7 @@ class Client:
                 self.connection = None
                 status = 0
                 break
-        self.samples.append(Sample(kind, time.perf_counter() - start, status))
+        self.samples.append(Sample(kind, time.perf_counter() - start, status, at))
         return status
 
 
@@ -240,14 +242,26 @@ def replace_section(text: str, heading_prefix: str, section: str) -> str:
     return text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def render_section(result: dict) -> str:
     lines = [
         f"{HEADING}, {result['workers']} workers, {result['store']} ({result['backend']})",
         "",
-        f"Measured {result['when']} on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+        f"Measured {result['when']} on {os.cpu_count()} cores ({cpu_model()}; load average "
+        f"{result['load_average']:.1f} before the run), "
         f"Python {platform.python_version()}, with `{result['command']}`: gunicorn "
         f"({result['workers']} sync workers, `sessions_admin.gunicorn_conf`) on loopback, "
         f"{result['clients']} client threads signed in as one operator for {result['duration']:.0f} s "
+        f"after {result['warmup']:.0f} s of warm-up "
         f"(`http.client`, a connection per client, reopened when the server closes it), while "
         f"{result['sim_processes']} simulated runtimes (`manage.py simulate_runtime`, "
         f"{result['sim_chats']} chats each) wrote through the core. The clients, the "
@@ -293,7 +307,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--var-dir", type=Path, default=None, help="a SQLite store directory instead of --size"
     )
-    parser.add_argument("--duration", type=float, default=30.0, help="seconds of load")
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of load measured")
+    parser.add_argument(
+        "--warmup", type=float, default=5.0, help="seconds of load before measuring (not counted)"
+    )
     parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
     parser.add_argument("--clients", type=int, default=8, help="client threads")
     parser.add_argument("--sim-processes", type=int, default=2)
@@ -342,6 +359,7 @@ def _manage(env: dict, *args: str, stdin: str | None = None) -> None:
 
 
 def run(args) -> dict:
+    load_average = os.getloadavg()[0]
     env, store_label = _environment(args)
     env = {
         **env,
@@ -388,7 +406,8 @@ def run(args) -> dict:
         ]
         _wait_for_writes(Path(workdir.name), args.sim_processes)
         clients = [Client(host, port, cookie) for _ in range(args.clients)]
-        started = time.monotonic()
+        # Warm-up first (each worker's first pages fill its caches and SQLite's page cache).
+        started = time.monotonic() + args.warmup
         deadline = started + args.duration
         threads = [
             threading.Thread(target=drive, args=(client, session_ids, deadline, n))
@@ -410,7 +429,7 @@ def run(args) -> dict:
         server_log = server_log_file.read()
         server_log_file.close()
         workdir.cleanup()
-    samples = [s for client in clients for s in client.samples]
+    samples = [s for client in clients for s in client.samples if s.at >= started]
     rows = summarize(samples, elapsed)
     failed_simulators = [s for s in summaries if s[0] != 0]
     if failed_simulators:
@@ -425,6 +444,8 @@ def run(args) -> dict:
         "workers": args.workers,
         "clients": args.clients,
         "duration": elapsed,
+        "warmup": args.warmup,
+        "load_average": load_average,
         "sim_processes": args.sim_processes,
         "sim_chats": args.sim_chats,
         "simulators": [s[1].splitlines()[0] if s[1] else f"exit {s[0]}" for s in summaries],
