@@ -457,7 +457,8 @@ def run(args) -> dict:
             if args.var_dir
             else f"--size {stores.size_label(stores.parse_size(args.size))} --db {args.db}"
         )
-        + f" --duration {args.duration:g} --workers {args.workers} --clients {args.clients}",
+        + f" --duration {args.duration:g} --warmup {args.warmup:g} --workers {args.workers}"
+        + f" --clients {args.clients} --sim-processes {args.sim_processes}",
     }
 
 
