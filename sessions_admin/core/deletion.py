@@ -673,9 +673,17 @@ def restore_trash_entry(*, entry_id: int, actor: str) -> RestoreResult:
             "UPDATE sessions SET parent_session_id = %s WHERE id = %s AND parent_session_id IS NULL",
             [parent, child],
         )
-    TrashEntry.objects.filter(pk=entry.pk).update(
-        state=TrashEntry.RESTORED, restored_at=timezone.now(), restored_by=actor
-    )
+    faults.checkpoint("restore.before_commit")
+
+    def mark_restored() -> None:
+        TrashEntry.objects.filter(pk=entry.pk).update(
+            state=TrashEntry.RESTORED, restored_at=timezone.now(), restored_by=actor
+        )
+
+    # Only once the rows are back: marked earlier (the dashboard's database commits on its
+    # own), a store transaction that then failed or died would leave the entry "restored",
+    # purgeable and not restorable again, while its rows are nowhere.
+    transaction.on_commit(mark_restored, using="store")
     return RestoreResult(entry.pk, tuple(ids), len(message_ids), tuple(skipped))
 
 

@@ -33,6 +33,8 @@ POINTS = frozenset(
         "delete.after_commit",
         # Cascade delete: a batch committed, the next one not started.
         "cascade.between_batches",
+        # Trash restore: every row back in the store, the transaction not yet committed.
+        "restore.before_commit",
         # Bulk-delete job: a batch committed in the store, its job items not yet marked done.
         "job.after_batch_commit",
         # Bulk-delete job: every item processed, the job not yet marked done.

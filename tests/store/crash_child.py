@@ -26,6 +26,8 @@ def main(operation: str, arguments: dict) -> object:
         return core.merge_sessions(**arguments)
     if operation == "cascade_delete":
         return core.execute_cascade_delete(**arguments)
+    if operation == "restore":
+        return core.restore_trash_entry(**arguments)
     if operation == "run_job":
         return core.run_job(**arguments)
     if operation == "run_jobs":  # the command an operator runs to resume interrupted jobs

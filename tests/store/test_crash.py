@@ -352,3 +352,32 @@ def test_manage_py_run_jobs_resumes_a_job_whose_worker_was_killed():
     )
     assert sorted(TrashSession.objects.values_list("session_id", flat=True)) == sorted(selected)
     assert_store_consistent()
+
+
+# --- trash restore -----------------------------------------------------------------------------
+
+
+def test_a_restore_killed_before_its_commit_leaves_the_entry_restorable():
+    root, delegate, grand, tip, branch, child_session, other = _lineage()
+    plan = core.plan_cascade_delete(session_ids=[root])
+    before = store_state()
+    deleted = core.execute_cascade_delete(
+        session_ids=[root], expected_fingerprint=plan.fingerprint, actor="ada", reason="r"
+    )
+    (entry_id,) = deleted.trash_entry_ids
+    after_delete = store_state()
+
+    child = run_child(
+        "restore", {"entry_id": entry_id, "actor": "ada"}, crash_at="restore.before_commit"
+    )
+
+    assert_killed(child)
+    assert store_state() == after_delete
+    assert_store_consistent()
+    # Not marked restored: the rows it holds are still only in the trash, so it stays restorable.
+    assert TrashEntry.objects.get(pk=entry_id).state == TrashEntry.COMPLETE
+    restored = core.restore_trash_entry(entry_id=entry_id, actor="ada")
+    assert set(restored.restored_sessions) == set(plan.session_ids)
+    assert TrashEntry.objects.get(pk=entry_id).state == TrashEntry.RESTORED
+    assert store_state()["messages"] == before["messages"]
+    assert_store_consistent()
