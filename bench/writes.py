@@ -179,9 +179,12 @@ class Appender:
 
 
 def window(records, start: float, end: float) -> dict:
+    """Appends started in [start, end]; ``scheduled`` is how many the steady rate asked for
+    (a writer blocked for seconds starts far fewer)."""
     inside = [r for r in records if start <= r[0] <= end]
     return latency_summary([r[1] for r in inside if not r[2]], sum(1 for r in inside if r[2])) | {
-        "error_sample": sorted({r[2] for r in inside if r[2]})[:3]
+        "error_sample": sorted({r[2] for r in inside if r[2]})[:3],
+        "scheduled": int((end - start) * APPEND_RATE),
     }
 
 
@@ -525,14 +528,23 @@ def _met(ok: bool | None) -> str:
     return "-" if ok is None else ("yes" if ok else "**no**")
 
 
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
 def write_report(output: Path, label: str, backend: str, results: dict, command: str) -> None:
     heading = f"## Writes on {label} ({backend})"
     counts = results["counts"]
     lines = [
         heading,
         "",
-        f"Measured {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} cores "
-        f"({platform.processor() or platform.machine()}), Python {platform.python_version()}, "
+        f"Measured {results.get('measured') or f'{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M}'} UTC "
+        f"on {os.cpu_count()} cores "
+        f"({_cpu_model()}), Python {platform.python_version()}, "
         f"SQLite {sqlite3.sqlite_version}, with `{command}`; the store held "
         f"{counts['sessions']:,} sessions / {counts['messages']:,} messages. Every destructive run "
         "worked on a fresh copy of the seeded store (or a fresh fixture in it); other work was "
@@ -598,30 +610,35 @@ def write_report(output: Path, label: str, backend: str, results: dict, command:
         lines.append("")
     hermes = results.get("hermes")
     if hermes:
+
+        def appends(run: dict) -> str:
+            d = run["appends_during"]
+            scheduled = int(run.get("wall_seconds", run.get("total_seconds", 0)) * APPEND_RATE)
+            return (
+                f"{_ms(d.get('p50'))} / {_ms(d.get('p99'))} / {_ms(d.get('max'))} | "
+                f"{d['count'] + d['errors']:,} of {scheduled:,} | {d['errors']}"
+            )
+
         ours = results.get("ours_10k") or results.get("bulk") or []
         lines += [
             f"Side by side with hermes-agent 0.19: deleting the oldest "
             f"{HERMES_DELETE_SESSIONS:,} sessions of a copy of the same store.",
             "",
-            "| who | how | sessions/s (median) | appends during: p50 / p99 / max | append errors |",
-            "| --- | --- | ---: | --- | ---: |",
+            "| who | run | how | sessions/s | appends during: p50 / p99 / max | appends started "
+            "of scheduled | append errors |",
+            "| --- | ---: | --- | ---: | --- | ---: | ---: |",
         ]
-        h_rate = statistics.median([h["rate"] for h in hermes])
-        hd = hermes[len(hermes) // 2]["appends_during"]
-        lines.append(
-            f"| Hermes | `SessionDB.delete_sessions` (one transaction; appends by Hermes's own "
-            f"`SessionDB.append_message`, {APPEND_RATE:.0f}/s) | {h_rate:,.0f} | "
-            f"{_ms(hd.get('p50'))} / {_ms(hd.get('p99'))} / {_ms(hd.get('max'))} | "
-            f"{sum(h['appends_during']['errors'] for h in hermes)} |"
-        )
-        if ours:
-            o_rate = statistics.median([r["rate_total"] for r in ours])
-            od = ours[len(ours) // 2]["appends_during"]
+        for n, h in enumerate(hermes, 1):
             lines.append(
-                f"| sessions_admin | delete job (trash first, short batches; appends by "
-                f"`core.append_message`, {APPEND_RATE:.0f}/s) | {o_rate:,.0f} | "
-                f"{_ms(od.get('p50'))} / {_ms(od.get('p99'))} / {_ms(od.get('max'))} | "
-                f"{sum(r['appends_during']['errors'] for r in ours)} |"
+                f"| Hermes | {n} | `SessionDB.delete_sessions`, one transaction (appends by "
+                f"Hermes's own `SessionDB.append_message`, {APPEND_RATE:.0f}/s) | "
+                f"{h['rate']:,.0f} | {appends(h)} |"
+            )
+        for n, r in enumerate(ours, 1):
+            lines.append(
+                f"| sessions_admin | {n} | delete job: trash first, short batches (appends by "
+                f"`core.append_message`, {APPEND_RATE:.0f}/s) | {r['rate_total']:,.0f} | "
+                f"{appends(r)} |"
             )
         lines.append("")
     lines += results.get("notes", [])
@@ -652,6 +669,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--no-report", action="store_true")
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite the section from the last raw results"
+    )
     # Internal: child processes.
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -701,15 +721,26 @@ def main(argv: list[str] | None = None) -> int:
 
     size = parse_size(args.size)
     cases = {c.strip() for c in args.cases.split(",") if c.strip()}
-    stores = SqliteCopies(size) if args.db == "sqlite" else PostgresClones(size)
     raw = SCRATCH / f"benchw-results-{args.db}-{size}.json"
+    command = "python bench/writes.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.report_only:
+        results = json.loads(raw.read_text())
+        command = results.get("command", command)
+        cases = set()
+    stores = (
+        None if not cases else SqliteCopies(size) if args.db == "sqlite" else PostgresClones(size)
+    )
     # Cases can run separately (the bulk delete at 100k takes minutes): earlier results of
     # the other cases, for this backend and size, are kept and reported with the new ones.
-    results: dict = json.loads(raw.read_text()) if raw.exists() else {}
-    results["notes"] = []
-    command = "python bench/writes.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    with stores.copy() as (workdir, env):
-        results["counts"] = store_counts(env, workdir)
+    if not args.report_only:
+        results = json.loads(raw.read_text()) if raw.exists() else {}
+        results["notes"] = []
+        results["command"] = command
+        results["measured"] = f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M}"
+    with contextlib.ExitStack() as stack:
+        if cases:
+            workdir, env = stack.enter_context(stores.copy())
+            results["counts"] = store_counts(env, workdir)
         if "merge" in cases:
             print("merge + cascade ...", flush=True)
             results["merge_cascade"] = spawn_child(
@@ -745,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_report:
         label = f"{results['counts']['sessions']:,} sessions"
         write_report(
-            args.output, label, args.db if args.db == "sqlite" else "PostgreSQL", results, command
+            args.output, label, "SQLite" if args.db == "sqlite" else "PostgreSQL", results, command
         )
     return 0
 
