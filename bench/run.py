@@ -517,6 +517,10 @@ def replace_section(text: str, heading_prefix: str, section: str, after: str | N
     match = pattern.search(text)
     if match:
         return text[: match.start()] + section.rstrip("\n") + "\n\n" + text[match.end() :]
+    # A new read section goes before the other benchmarks' sections (writes, load).
+    later = re.search(r"^## (?!Read pages)(Writes|Load)\b", text, re.M)
+    if later:
+        return text[: later.start()] + section.rstrip("\n") + "\n\n" + text[later.start() :]
     return text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
 
 
