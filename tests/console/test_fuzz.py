@@ -338,3 +338,24 @@ def test_it_pages_from_any_well_formed_cursor(seeded, admin_client):
         assert response.status_code == 200, what
         export = _get(admin_client, export_url, f"export {what}", {**params, "after": cursor})
         assert export.status_code in (200, 400), f"export {what}"
+
+
+@pytest.mark.parametrize("name", sorted(POST_FIELDS))
+def test_it_refuses_oversized_forms_cleanly(name, seeded, admin_client):
+    client = Client() if name == "login" else admin_client
+    url = _route(name).url(seeded.url_args)
+    too_many = "&".join(f"ids=s{n}" for n in range(25_000))
+    too_big = "reason=" + "x" * 3_000_000
+    for body, what in ((too_many, "25,000 fields"), (too_big, "a 3 MB body")):
+        if name == "logout":  # the last request may have signed out
+            client.force_login(User.objects.get(username="fuzz-admin"))
+        response = _post(
+            client,
+            url,
+            f"POST {name} {what}",
+            body,
+            content_type="application/x-www-form-urlencoded",
+        )
+        assert response.status_code == 400, f"POST {name} {what}: {response.status_code}"
+    response = _get(client, f"{url}?{too_many}", f"GET {name} 25,000 parameters")
+    assert response.status_code in (400, 405), f"GET {name}: {response.status_code}"
