@@ -1,4 +1,4 @@
-"""Several runtime processes write while operators merge, unmerge, resume, reset and delete.
+"""Several runtime processes write while operators merge, unmerge, resume, reset, rewrite and delete.
 
 Three ``manage.py simulate_runtime`` processes drive the test store (their own
 connections, as a gateway's would be) while this test, as operators, runs the
@@ -69,6 +69,7 @@ class Operator:
                 ("reset", self.reset),
                 ("cascade_delete", self.cascade_delete),
                 ("restore", self.restore),
+                ("rewrite", self.rewrite),
             ]
         )
         try:
@@ -122,6 +123,15 @@ class Operator:
             return False
         (key,) = db.fetchone("SELECT session_key FROM sessions WHERE id = %s", [live])
         actions.reset(actor=None, session_key=key)
+        return True
+
+    def rewrite(self) -> bool:
+        live = self._some_session("ended_at IS NULL")
+        if live is None:
+            return False
+        actions.rewrite(
+            actor=None, session_id=live, action=self.rng.choice(("undo", "retry", "redo"))
+        )
         return True
 
     def cascade_delete(self) -> bool:
