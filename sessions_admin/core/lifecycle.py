@@ -91,7 +91,18 @@ def _require_text(name: str, value: Any, *, max_length: int = 4000) -> str:
         raise InvalidInput(f"{name} is longer than {max_length} characters.")
     if "\x00" in value:
         raise InvalidInput(f"{name} must not contain NUL characters.")
+    if not is_storable_text(value):
+        raise InvalidInput(f"{name} is not valid Unicode text (it holds a lone surrogate).")
     return value
+
+
+def is_storable_text(value: str) -> bool:
+    """Whether both backends can store ``value``: UTF-8 encodable (no lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _config_text(model_config: Mapping[str, Any] | str | None) -> str | None:
@@ -317,9 +328,13 @@ def _message_values(session_id: str, message: Mapping[str, Any]) -> list[Any]:
         message.get("finish_reason"),
         message.get("reasoning"),
     ]
-    if any(isinstance(v, str) and chr(0) in v for v in values):
+    texts = [v for v in values if isinstance(v, str)]
+    if any(chr(0) in v for v in texts):
         # PostgreSQL text cannot hold NUL; refuse it on every backend alike.
         raise InvalidInput("A message field contains a NUL character.")
+    if not all(is_storable_text(v) for v in texts):
+        # A lone surrogate cannot be encoded for either database: refuse it cleanly.
+        raise InvalidInput("A message field is not valid Unicode text (a lone surrogate).")
     return values
 
 

@@ -70,6 +70,14 @@ def _set_active(session_id: str, ids: list[int], active: int) -> None:
         )
 
 
+def _record_rewind(session_id: str, ids: list[int]) -> None:
+    """Remember what an undo or retry made inactive: redo restores exactly that, newest first."""
+    db.execute(
+        "INSERT INTO sessions_admin_undos (created_at, session_id, message_ids) VALUES (%s, %s, %s)",
+        [clock.now(), session_id, json.dumps(ids)],
+    )
+
+
 def _result(session_id: str, action: str, ids: list[int]) -> RewriteResult:
     count, tools = recompute_counters(session_id)
     return RewriteResult(session_id, action, tuple(ids), count, tools)
@@ -102,10 +110,7 @@ def undo_last_turn(*, session_id: str) -> RewriteResult:
         "UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 WHERE id = %s",
         [session_id],
     )
-    db.execute(
-        "INSERT INTO sessions_admin_undos (created_at, session_id, message_ids) VALUES (%s, %s, %s)",
-        [clock.now(), session_id, json.dumps(ids)],
-    )
+    _record_rewind(session_id, ids)
     return _result(session_id, "undo", ids)
 
 
@@ -131,16 +136,17 @@ def retry_last_turn(*, session_id: str) -> RewriteResult:
         "UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 WHERE id = %s",
         [session_id],
     )
+    _record_rewind(session_id, ids)
     return _result(session_id, "retry", ids)
 
 
 @store_operation
 def redo_turn(*, session_id: str) -> RewriteResult:
-    """Bring back the turn undone last, exactly the rows that undo made inactive.
+    """Bring back what the last undo or retry made inactive, exactly those rows.
 
-    Undo records what it took (``sessions_admin_undos``), because the rows alone
-    cannot tell an undone turn from a reply a retry dropped or from an older
-    undone turn. Only a turn after every active row can come back: once the
+    Undo and retry record what they took (``sessions_admin_undos``), because the
+    rows alone cannot tell the rewind just made from an older one (a reply a
+    retry dropped before the turn was undone, an older undone turn). Only a turn after every active row can come back: once the
     conversation has moved on past it, restoring it would reorder history.
     """
     _lock_session(session_id)
@@ -168,7 +174,7 @@ def redo_turn(*, session_id: str) -> RewriteResult:
     if not ids or restorable != len(ids):
         raise NothingToUndo(
             f"Session {session_id} has nothing to redo: the conversation has moved on "
-            "since the last undo."
+            "since the last undo or retry."
         )
     _set_active(session_id, ids, 1)
     db.execute("DELETE FROM sessions_admin_undos WHERE id = %s", [record_id])

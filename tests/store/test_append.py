@@ -61,6 +61,24 @@ def test_one_bad_message_rejects_the_whole_batch():
     assert session(ref.session_id)["message_count"] == 0
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"role": "user", "content": "nul \x00 inside"},
+        {"role": "user", "content": "lone \ud800 surrogate"},
+        {"role": "assistant", "content": "ok", "tool_name": "\udfff"},
+    ],
+)
+def test_text_neither_database_can_store_is_refused_and_nothing_is_written(bad):
+    ref = core.create_session(source="cli")
+    with pytest.raises(core.InvalidInput):
+        core.append_messages(
+            session_id=ref.session_id, messages=[{"role": "user", "content": "ok"}, bad]
+        )
+    assert messages(ref.session_id) == []
+    assert session(ref.session_id)["message_count"] == 0
+
+
 def test_appending_to_a_reset_session_names_the_live_session_of_its_key():
     """hermes-agent #3210: a cached agent kept writing into the session a reset ended."""
     old = core.create_session(source="telegram", session_key="tg:42").session_id

@@ -89,7 +89,7 @@ def test_a_taken_title_is_refused_and_nothing_is_written():
     assert count("sessions") == 1
 
 
-@pytest.mark.parametrize("source", ["", "   ", None, "x\x00y"])
+@pytest.mark.parametrize("source", ["", "   ", None, "x\x00y", "x\ud800y"])
 def test_bad_sources_are_refused(source):
     with pytest.raises(core.InvalidInput):
         core.create_session(source=source)

@@ -138,3 +138,22 @@ def test_an_explicit_rewrite_deactivates_instead_of_deleting():
     assert _active_contents(ref) == ["first", "uno"]
     assert len(messages(ref)) == 7
     assert session(ref)["message_count"] == 2
+
+
+def test_redo_after_a_retry_brings_the_dropped_reply_back():
+    ref = _session_with_two_turns()
+    dropped = core.retry_last_turn(session_id=ref).message_ids
+    assert core.redo_turn(session_id=ref).message_ids == dropped
+    assert _active_contents(ref)[-1] == "two"
+
+
+def test_redo_takes_the_newest_rewind_even_when_an_older_one_is_later_in_the_transcript():
+    ref = core.create_session(source="cli").session_id
+    core.append_message(session_id=ref, role="user", content="one")
+    core.undo_last_turn(session_id=ref)
+    core.append_message(session_id=ref, role="user", content="two")
+    core.undo_last_turn(session_id=ref)
+    core.redo_turn(session_id=ref)
+    assert _active_contents(ref) == ["two"]
+    with pytest.raises(core.NothingToUndo, match="moved on"):
+        core.redo_turn(session_id=ref)
