@@ -154,3 +154,22 @@ def test_it_refuses_every_post_without_a_csrf_token(name, seeded):
         assert response.status_code == 403, response.status_code
         assert b"CSRF" in response.content
     assert urlmap.state() == before
+
+
+@pytest.mark.parametrize("name", sorted(ACCESS))
+def test_it_refuses_every_action_while_the_store_is_attached_read_only(name, seeded, settings):
+    settings.SESSIONS_ADMIN_READ_ONLY = True
+    route = _route(name)
+    admin = _client_for(ADMIN)
+    superuser = Client()
+    superuser.force_login(User.objects.create_superuser("root-read-only"))
+    for client in (admin, superuser):
+        url = route.url(seeded.url_args)
+        for method, needed in zip(("GET", "POST"), ACCESS[name], strict=True):
+            before = urlmap.state()
+            status = _request(client, method, url).status_code
+            if needed in (SUPPORT, ADMIN):
+                assert status == 403, (method, status)
+                assert urlmap.state() == before, method
+            elif needed is not None:
+                assert status not in (403, 405) and status < 500, (method, status)
