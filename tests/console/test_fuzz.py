@@ -18,7 +18,9 @@ from urllib.parse import quote
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.urls import NoReverseMatch
 
+from sessions_admin import core
 from sessions_admin.console.roles import assign_role
 from sessions_admin.ledger import worker
 from sessions_admin.ledger.models import AuditEntry
@@ -359,3 +361,49 @@ def test_it_refuses_oversized_forms_cleanly(name, seeded, admin_client):
         assert response.status_code == 400, f"POST {name} {what}: {response.status_code}"
     response = _get(client, f"{url}?{too_many}", f"GET {name} 25,000 parameters")
     assert response.status_code in (400, 405), f"GET {name}: {response.status_code}"
+
+
+# Ids a runtime could have written (the core takes any text up to 200 characters without NUL).
+ODD_SESSION_IDS = [
+    "a/b",
+    "a?b#c&d=e",
+    "ünïcödé 🦘 \u202eRTL",
+    "x" * 200,
+    "' OR 1=1 --",
+    "%00%2F..",
+    "<b>bold</b>",
+    " leading and trailing ",
+]
+
+
+def test_it_serves_sessions_whose_ids_are_odd(seeded, admin_client):
+    for n, session_id in enumerate(ODD_SESSION_IDS):
+        core.create_session(source="cli", session_id=session_id, session_key=f"odd:{n}")
+        core.append_messages(
+            session_id=session_id,
+            messages=[
+                {"role": "user", "content": f"odd question {n}"},
+                {"role": "assistant", "content": "odd answer"},
+            ],
+        )
+        core.record_turn(response_id=f"odd-{n}", session_id=session_id, conversation="odd-slug")
+    for route in urlmap.routes():
+        needed = ACCESS[route.name][0]
+        if needed is None or route.name == "login":
+            continue
+        ids = ODD_SESSION_IDS if "session_id" in route.params else [seeded.tip]
+        for session_id in ids:
+            try:
+                url = route.url({**seeded.url_args, "session_id": session_id})
+            except NoReverseMatch:
+                assert "/" in session_id, f"{route.name} cannot address {session_id!r}"
+                continue
+            response = _get(admin_client, url, f"GET {route.name} for {_short(session_id)}")
+            if route.name in ("session_detail", "session_resume", "cascade_delete"):
+                assert response.status_code == 200, (route.name, session_id)
+    merge = urlmap.Route("merge_preview", ()).url({})
+    response = _get(admin_client, merge, "merge preview of odd ids", {"ids": ODD_SESSION_IDS[:4]})
+    assert response.status_code == 200
+    export = urlmap.Route("export_sessions", ()).url({})
+    response = _get(admin_client, export, "export of odd ids", {"ids": ODD_SESSION_IDS})
+    assert response.status_code == 200
