@@ -213,7 +213,7 @@ def _post(client: Client, url: str, what: str, data, **extra):
         before[key] != after[key] for key in before if key not in ("audit", "trash", "jobs")
     )
     if after != before:
-        succeeded = AuditEntry.objects.filter(pk__gt=0).order_by("pk")[audited:]
+        succeeded = AuditEntry.objects.order_by("pk")[audited:]
         assert any(entry.outcome == "ok" for entry in succeeded) or not store_changed, (
             f"{what} changed the store without a successful audited action"
         )
@@ -221,8 +221,8 @@ def _post(client: Client, url: str, what: str, data, **extra):
 
 
 def test_it_knows_the_parameters_of_every_url():
-    assert {name for name, (get, _post) in ACCESS.items() if get} == set(GET_PARAMS)
-    assert {name for name, (_get, post) in ACCESS.items() if post} == set(POST_FIELDS)
+    assert {name for name, (get, _) in ACCESS.items() if get} == set(GET_PARAMS)
+    assert {name for name, (_, post) in ACCESS.items() if post} == set(POST_FIELDS)
     assert set(ACCESS) == urlmap.route_names()
 
 
