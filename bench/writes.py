@@ -545,7 +545,8 @@ def write_report(output: Path, label: str, backend: str, results: dict, command:
         f"Measured {results.get('measured') or f'{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M}'} UTC "
         f"on {os.cpu_count()} cores "
         f"({_cpu_model()}), Python {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}, with `{command}`; the store held "
+        f"{counts.get('server') or f'SQLite {sqlite3.sqlite_version}'}, with `{command}`; "
+        "the store held "
         f"{counts['sessions']:,} sessions / {counts['messages']:,} messages. Every destructive run "
         "worked on a fresh copy of the seeded store (or a fresh fixture in it); other work was "
         "running on the machine, so treat single figures as noisy.",
@@ -713,6 +714,11 @@ def main(argv: list[str] | None = None) -> int:
             result = {
                 "sessions": db.fetchone("SELECT COUNT(*) FROM sessions")[0],
                 "messages": db.fetchone("SELECT COUNT(*) FROM messages")[0],
+                "server": (
+                    "PostgreSQL " + db.fetchone("SHOW server_version")[0].split()[0]
+                    if db.vendor() == "postgresql"
+                    else f"SQLite {sqlite3.sqlite_version}"
+                ),
             }
         args.result.write_text(json.dumps(result))
         return 0
