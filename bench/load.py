@@ -62,6 +62,7 @@ class Sample:
     seconds: float
     status: int  # 0: connection error
     at: float  # time.monotonic() when the request started
+    path: str = ""
 
 
 @dataclass
@@ -100,7 +101,7 @@ class Client:
                 self.connection = None
                 status = 0
                 break
-        self.samples.append(Sample(kind, time.perf_counter() - start, status, at))
+        self.samples.append(Sample(kind, time.perf_counter() - start, status, at, path))
         return status
 
 
@@ -282,7 +283,11 @@ def render_section(result: dict) -> str:
         "filtered list = by source (also sorted by messages) and live sessions; search = "
         "`/sessions/?q=<word>`; detail = a session's page, for ids linked from the list.",
         "",
-        "Writes meanwhile: " + "; ".join(result["simulators"]) + ".",
+        "Slowest requests: "
+        + ", ".join(f"{ms:.0f} ms `{path}`" for ms, _status, path in result["slowest"][:3])
+        + ".",
+        "",
+        "Writes meanwhile: " + "; ".join(s.rstrip(".") for s in result["simulators"]) + ".",
         "",
     ]
     return "\n".join(lines)
@@ -389,6 +394,10 @@ def run(args) -> dict:
         session_ids = session_ids_from_list(Client(host, port, cookie))
         if not session_ids:
             raise RuntimeError("the session list links no session: is the store empty?")
+        sim_logs = [
+            open(Path(workdir.name) / f"sim-{n}.out", "w")  # noqa: SIM115 - closed below
+            for n in range(args.sim_processes)
+        ]
         simulators = [
             subprocess.Popen(
                 [sys.executable, "manage.py", "simulate_runtime"]
@@ -398,9 +407,9 @@ def run(args) -> dict:
                 + ["--ledger", str(Path(workdir.name) / f"ledger-{n}.jsonl")],
                 cwd=ROOT,
                 env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+                # Files, not pipes: nothing reads them until the end.
+                stdout=sim_logs[n],
+                stderr=subprocess.STDOUT,
             )
             for n in range(args.sim_processes)
         ]
@@ -420,10 +429,12 @@ def run(args) -> dict:
         elapsed = time.monotonic() - started
     finally:
         summaries = []
-        for process in simulators or []:
-            stop_process(process)
-            out, err = process.communicate()
-            summaries.append((process.returncode, out.strip(), err.strip()))
+        for n, process in enumerate(simulators or []):
+            stop_process(process, timeout=60)
+            sim_logs[n].close()
+            out = (Path(workdir.name) / f"sim-{n}.out").read_text()
+            summary = [line for line in out.splitlines() if line.startswith("Simulated")]
+            summaries.append((process.returncode, "\n".join(summary), out))
         stop_process(server, timeout=30)
         server_log_file.seek(0)
         server_log = server_log_file.read()
@@ -433,7 +444,7 @@ def run(args) -> dict:
     rows = summarize(samples, elapsed)
     failed_simulators = [s for s in summaries if s[0] != 0]
     if failed_simulators:
-        print("simulator failures:", *(f"{s[1]}\n{s[2]}" for s in failed_simulators), sep="\n")
+        print("simulator failures:", *(s[2][-4000:] for s in failed_simulators), sep="\n")
     if any(row["errors"] for row in rows):
         tail = "\n".join(line for line in server_log.splitlines() if "[INFO]" not in line)[-4000:]
         print("server log (errors):\n" + tail)
@@ -451,6 +462,10 @@ def run(args) -> dict:
         "simulators": [s[1].splitlines()[0] if s[1] else f"exit {s[0]}" for s in summaries],
         "simulator_failures": len(failed_simulators),
         "rows": rows,
+        "slowest": [
+            (s.seconds * 1000, s.status, s.path)
+            for s in sorted(samples, key=lambda s: s.seconds, reverse=True)[:5]
+        ],
         "command": "python bench/load.py "
         + (
             f"--var-dir {args.var_dir}"
@@ -478,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     for line in result["simulators"]:
         print(f"  {line}")
+    print("slowest requests:")
+    for ms, status, path in result["slowest"]:
+        print(f"  {ms:8.1f} ms  {status}  {path}")
     if not args.no_report:
         write_report(args.output, result)
     return 1 if total["errors"] or result["simulator_failures"] else 0
