@@ -162,6 +162,15 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# One cache for every worker process (gunicorn runs several): store-wide figures
+# such as fork detection are then computed once per period, not once per worker.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+        "LOCATION": str(VAR_DIR / "cache"),
+    }
+}
+
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {

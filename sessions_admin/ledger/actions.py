@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from sessions_admin import core
 from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.ledger.models import AuditEntry, AuditSession
+from sessions_admin.store import cached
 
 T = TypeVar("T")
 MAX_AUDIT_SESSIONS = 10_000
@@ -85,6 +86,8 @@ def _audited(
             detail=str(error),
         )
         raise
+    # The operator who merged or deleted expects the fork groups and counts to show it.
+    cached.forget_all()
     record(
         actor=actor,
         action=action,

@@ -42,7 +42,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from sessions_admin.core import db, forks, lineage
-from sessions_admin.store import health
+from sessions_admin.store import cached, health
 
 PAGE_SIZE = 50
 PAGE_SIZES = (25, 50, 100, 200)
@@ -401,10 +401,10 @@ FORKS_CACHE_SECONDS = 30
 class _Forks:
     """fork_session_ids(), computed at most once per request and cached briefly.
 
-    Fork detection reads every keyed session and every response (about a
-    second on a 100,000-session store), so the list shares one result for
-    FORKS_CACHE_SECONDS, like the overview's counts: a new fork group shows
-    up within that time.
+    Fork detection reads every keyed session and every response (about half a
+    second on a 100,000-session store), so every worker shares one result,
+    refreshed in the background every FORKS_CACHE_SECONDS (store.cached): a
+    new fork group shows up within that time, and no request waits for it.
     """
 
     def __init__(self) -> None:
@@ -412,12 +412,13 @@ class _Forks:
 
     def ids(self) -> set[str]:
         if self._ids is None:
-            key = f"sessions_admin:listing:forks:{_store_name()}"
-            cached = cache.get(key)
-            if cached is None:
-                cached = frozenset(forks.fork_session_ids())
-                cache.set(key, cached, FORKS_CACHE_SECONDS)
-            self._ids = set(cached)
+            self._ids = set(
+                cached.cached_figure(
+                    "listing:forks",
+                    lambda: frozenset(forks.fork_session_ids()),
+                    fresh_seconds=FORKS_CACHE_SECONDS,
+                )
+            )
         return self._ids
 
 

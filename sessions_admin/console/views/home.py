@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlencode
 
-from django.core.cache import cache
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 from django.http import HttpResponseBadRequest
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -20,14 +19,13 @@ from django.views.decorators.vary import vary_on_headers
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm, session_url
 from sessions_admin.console.roles import VIEW
 from sessions_admin.core.forks import ForkGroup, find_fork_groups
-from sessions_admin.routers import store_alias
-from sessions_admin.store import overview
+from sessions_admin.store import cached, overview
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# The overview's counts scan the whole store: computed at most this often per process.
+# The overview's counts scan the whole store: recomputed (in the background) this often.
 CACHE_SECONDS = 30
 RECENT_SESSIONS = 10
 MAX_SOURCES_SHOWN = 12
@@ -62,14 +60,8 @@ class ForkSnapshot:
 
 
 def _cached(name: str, compute: Callable[[], T]) -> T:
-    """``compute()`` cached for CACHE_SECONDS, per store (tests and demos use other stores)."""
-    store = connections[store_alias()].settings_dict.get("NAME")
-    key = f"sessions_admin:overview:{name}:{store}"
-    value = cache.get(key)
-    if value is None:
-        value = compute()
-        cache.set(key, value, CACHE_SECONDS)
-    return value
+    """``compute()`` for this store, shared by every worker, refreshed every CACHE_SECONDS."""
+    return cached.cached_figure(f"overview:{name}", compute, fresh_seconds=CACHE_SECONDS)
 
 
 def _snapshot() -> Snapshot:

@@ -1,0 +1,105 @@
+"""Store-wide figures: shared by every worker, refreshed in the background, dropped on change."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.core.cache import cache, caches
+
+from sessions_admin.ledger import actions
+from sessions_admin.store import cached
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> int:
+        self.calls += 1
+        return self.calls
+
+
+def _wait_for_refresh() -> None:
+    for thread in threading.enumerate():
+        if thread.name.startswith("refresh "):
+            thread.join(timeout=10)
+
+
+def test_it_computes_once_while_fresh():
+    compute = Counter()
+    assert cached.cached_figure("listing:forks", compute, fresh_seconds=60) == 1
+    assert cached.cached_figure("listing:forks", compute, fresh_seconds=60) == 1
+    assert compute.calls == 1
+
+
+def test_it_is_shared_beyond_this_process_memory():
+    cached.cached_figure("listing:forks", lambda: {"a", "b"}, fresh_seconds=60)
+    # A second cache handler reads the same files, as another gunicorn worker does.
+    other_worker = caches.create_connection("default")
+    _computed_at, value = other_worker.get(cached.store_key("listing:forks"))
+    assert value == {"a", "b"}
+
+
+def test_a_stale_value_is_served_while_one_background_refresh_runs(monkeypatch):
+    compute = Counter()
+    cached.cached_figure("overview:totals", compute, fresh_seconds=60)
+    clock = [cached.time.time() + 120]
+    monkeypatch.setattr(cached.time, "time", lambda: clock[0])
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow():
+        started.set()
+        release.wait(10)
+        return compute()
+
+    assert cached.cached_figure("overview:totals", slow, fresh_seconds=60) == 1
+    assert started.wait(10)
+    # While it refreshes, others get the stale value and start no second refresh.
+    assert cached.cached_figure("overview:totals", slow, fresh_seconds=60) == 1
+    release.set()
+    _wait_for_refresh()
+    assert compute.calls == 2
+    assert cached.cached_figure("overview:totals", compute, fresh_seconds=60) == 2
+    assert compute.calls == 2
+
+
+def test_a_failed_refresh_keeps_the_stale_value(monkeypatch):
+    cached.cached_figure("overview:health", lambda: "old", fresh_seconds=60)
+    later = cached.time.time() + 120  # stale, not yet expired from the cache
+    monkeypatch.setattr(cached.time, "time", lambda: later)
+
+    def broken():
+        raise RuntimeError("store went away")
+
+    assert cached.cached_figure("overview:health", broken, fresh_seconds=60) == "old"
+    _wait_for_refresh()
+    assert cache.get(cached.store_key("overview:health"))[1] == "old"
+    assert cache.get(cached.store_key("overview:health") + ":refreshing") is None
+
+
+def test_an_operator_action_drops_the_figures_so_it_shows_at_once(django_user_model):
+    from sessions_admin import core
+
+    for name in cached.FIGURES:
+        cached.cached_figure(name, lambda: "before", fresh_seconds=60)
+    session_id = core.create_session(source="cli").session_id
+    core.append_message(session_id=session_id, role="user", content="hi")
+    actor = django_user_model.objects.create(username="op")
+    actions.rewrite(actor=actor, session_id=session_id, action="undo")
+    assert all(cache.get(cached.store_key(name)) is None for name in cached.FIGURES)
+
+
+def test_a_refused_action_keeps_them():
+    cached.cached_figure("listing:forks", lambda: "before", fresh_seconds=60)
+    with pytest.raises(Exception):  # noqa: B017 - any refusal
+        actions.rewrite(actor=None, session_id="no-such-session", action="undo")
+    assert cache.get(cached.store_key("listing:forks"))[1] == "before"
