@@ -539,16 +539,16 @@ def write_report(path: Path, result: dict, size: int, command: str) -> None:
     vendor = "PostgreSQL" if result["vendor"] == "postgresql" else "SQLite"
     section = render_section(result, size, command)
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    # One section per size and backend; a re-run replaces its own section only.
+    # One section per size and backend, found by the command that wrote it (the heading
+    # holds the store's actual counts, which the load benchmark's runtimes make grow).
     heading = re.compile(
-        rf"^## Read pages on ([\d,]+) sessions / [\d,]+ messages \({vendor}\)$", re.M
+        rf"^## Read pages on [\d,]+ sessions / [\d,]+ messages \({vendor}\)$.*?(?=^## |\Z)",
+        re.M | re.S,
     )
     prefix = None
     for match in heading.finditer(text):
-        if stores.size_label(int(match.group(1).replace(",", ""))) == stores.size_label(
-            result["sessions"]
-        ):
-            prefix = match.group(0)
+        if f"`{command}`" in match.group(0):
+            prefix = match.group(0).split("\n", 1)[0]
     if prefix is None:
         prefix = f"## Read pages on {result['sessions']:,} sessions / "  # nothing to replace
     text = replace_section(text, prefix, section)
