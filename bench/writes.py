@@ -223,7 +223,14 @@ class SqliteCopies:
 
         workdir = Path(tempfile.mkdtemp(prefix="benchw-", dir=SCRATCH))
         try:
-            stores.clone_sqlite_store(self.size, workdir)
+            for attempt in range(5):
+                try:  # the seeded store is shared: another benchmark may be checkpointing it
+                    stores.clone_sqlite_store(self.size, workdir)
+                    break
+                except sqlite3.DatabaseError:
+                    if attempt == 4:
+                        raise
+                    time.sleep(10)
             yield workdir, stores.sqlite_env(workdir)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -592,6 +599,21 @@ def write_report(output: Path, label: str, backend: str, results: dict, command:
             f"{len(bulk)} | {_ms(statistics.median(p99s)) if p99s else '-'} | - | < 100 ms | "
             f"{_met(bool(p99s) and statistics.median(p99s) < 100 and errors == 0)} |",
         ]
+    partial = results.get("ours_10k")
+    if partial:
+        rates = [r["rate_total"] for r in partial]
+        p99s = [r["appends_during"].get("p99") for r in partial if r["appends_during"].get("p99")]
+        errors = sum(r["appends_during"]["errors"] for r in partial)
+        lines += [
+            f"| Bulk delete job of the oldest sessions | {partial[0]['selected']:,} sessions / "
+            f"{partial[0]['deleted_messages']:,} messages | {len(partial)} | "
+            f"{statistics.median(rates):,.0f} sessions/s | - | >= 2,675 sessions/s | "
+            f"{_met(statistics.median(rates) >= 2675)} |",
+            f"| Concurrent appends during it, p99 | "
+            f"{sum(r['appends_during']['count'] for r in partial):,} appends, {errors} errors | "
+            f"{len(partial)} | {_ms(statistics.median(p99s)) if p99s else '-'} | - | < 100 ms | "
+            f"{_met(bool(p99s) and statistics.median(p99s) < 100 and errors == 0)} |",
+        ]
     lines.append("")
     if bulk:
         lines += ["Bulk delete runs, one line each:", ""]
@@ -753,6 +775,7 @@ def main(argv: list[str] | None = None) -> int:
                 "merge", env, workdir, ["--runs", str(args.runs), "--warmup", str(args.warmup)]
             )
             print(json.dumps(results["merge_cascade"], indent=1), flush=True)
+            raw.write_text(json.dumps(results, indent=1))
     if "bulk" in cases:
         results["bulk"] = []
         for n in range(args.bulk_runs):
@@ -761,6 +784,7 @@ def main(argv: list[str] | None = None) -> int:
                 run = spawn_child("bulk", env, workdir, [])
             print(json.dumps(run, indent=1), flush=True)
             results["bulk"].append(run)
+            raw.write_text(json.dumps(results, indent=1))
     if "hermes" in cases:
         results["ours_10k"] = []
         for n in range(args.hermes_runs if size > HERMES_DELETE_SESSIONS else 0):
@@ -769,6 +793,7 @@ def main(argv: list[str] | None = None) -> int:
                 run = spawn_child("bulk", env, workdir, ["--limit", str(HERMES_DELETE_SESSIONS)])
             print(json.dumps(run, indent=1), flush=True)
             results["ours_10k"].append(run)
+            raw.write_text(json.dumps(results, indent=1))
         if args.db == "sqlite" and HERMES_PYTHON.exists():
             results["hermes"] = []
             for n in range(args.hermes_runs):
@@ -780,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
     raw.write_text(json.dumps(results, indent=1))
     print(f"raw results: {raw}")
     if not args.no_report:
-        label = f"{results['counts']['sessions']:,} sessions"
+        label = f"the {size:,}-session store"
         write_report(
             args.output, label, "SQLite" if args.db == "sqlite" else "PostgreSQL", results, command
         )
