@@ -37,8 +37,8 @@ def _env(tmp_path: Path, **overrides: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith("SESSIONS_ADMIN_")
-        and k not in {"DATABASE_URL", "DJANGO_SETTINGS_MODULE"}
+        # DJANGO_* too: the browser tests set DJANGO_ALLOW_ASYNC_UNSAFE for this whole run.
+        if not k.startswith(("SESSIONS_ADMIN_", "DJANGO_")) and k != "DATABASE_URL"
     }
     env.update(
         SESSIONS_ADMIN_VAR_DIR=str(tmp_path / "var"),
