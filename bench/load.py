@@ -29,6 +29,7 @@ import os
 import platform
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,6 +37,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -328,16 +330,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _environment(args) -> tuple[dict, str]:
+LOAD_CLONE = "load"
+
+
+def _environment(args) -> tuple[dict, str, Callable[[], None]]:
+    """The store to serve, and how to drop it afterwards.
+
+    A bench store is cloned first: the simulated runtimes write to what they are given,
+    and the seeded store must stay as seeded for the next run of any benchmark.
+    """
     if args.var_dir is not None:
         var_dir = args.var_dir.resolve()
-        return stores.sqlite_env(var_dir), f"store in {var_dir}"
+        return stores.sqlite_env(var_dir), f"store in {var_dir}", lambda: None
     size = stores.parse_size(args.size)
-    label = f"{size:,} sessions"
+    label = f"{size:,} sessions (a fresh copy of the seeded store)"
     if args.db == "postgres":
-        stores.postgres_store(size)  # seeded once, then reused
-        return stores.postgres_env(size), label
-    return stores.sqlite_env(stores.sqlite_store(size)), label
+        name = f"{stores.postgres_database(size)}_{LOAD_CLONE}"
+        stores.clone_postgres_store(size, name)
+        env = stores.postgres_env(size, store_database=name)
+        return env, label, lambda: stores.drop_postgres_database(name)
+    clone = stores.STORES_DIR / f"{size}-{LOAD_CLONE}"
+    stores.clone_sqlite_store(size, clone)
+    return stores.sqlite_env(clone), label, lambda: shutil.rmtree(clone, ignore_errors=True)
 
 
 def _wait_for_writes(workdir: Path, processes: int, timeout: float = 120) -> None:
@@ -365,7 +379,7 @@ def _manage(env: dict, *args: str, stdin: str | None = None) -> None:
 
 def run(args) -> dict:
     load_average = os.getloadavg()[0]
-    env, store_label = _environment(args)
+    env, store_label, drop_store = _environment(args)
     env = {
         **env,
         "SESSIONS_ADMIN_ALLOWED_HOSTS": "127.0.0.1,localhost",
@@ -440,6 +454,7 @@ def run(args) -> dict:
         server_log = server_log_file.read()
         server_log_file.close()
         workdir.cleanup()
+        drop_store()
     samples = [s for client in clients for s in client.samples if s.at >= started]
     rows = summarize(samples, elapsed)
     failed_simulators = [s for s in summaries if s[0] != 0]
