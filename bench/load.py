@@ -343,7 +343,7 @@ def _environment(args) -> tuple[dict, str, Callable[[], None]]:
         var_dir = args.var_dir.resolve()
         return stores.sqlite_env(var_dir), f"store in {var_dir}", lambda: None
     size = stores.parse_size(args.size)
-    label = f"{size:,} sessions (a fresh copy of the seeded store)"
+    label = f"{size:,} sessions"
     if args.db == "postgres":
         name = f"{stores.postgres_database(size)}_{LOAD_CLONE}"
         stores.clone_postgres_store(size, name)
