@@ -599,16 +599,8 @@ def restore_trash_entry(*, entry_id: int, actor: str) -> RestoreResult:
     payload = entry.payload
     sessions = payload["sessions"]
     ids = [s["id"] for s in sessions]
-    existing = (
-        [
-            r[0]
-            for r in db.fetchall(
-                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(ids)})", ids
-            )
-        ]
-        if ids
-        else []
-    )
+    found = lineage.existing_session_ids(ids)
+    existing = [sid for sid in ids if sid in found]
     if existing:
         raise RestoreConflict(
             f"Cannot restore: session(s) {', '.join(existing[:5])} exist in the store again."

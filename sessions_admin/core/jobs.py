@@ -24,7 +24,7 @@ from django.db import connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from sessions_admin.core import db, deletion, faults
+from sessions_admin.core import db, deletion, faults, lineage
 from sessions_admin.core.errors import InvalidInput, StoreBusy
 
 LEASE_SECONDS = 30
@@ -108,15 +108,8 @@ def preview_bulk_delete(
     ids = _downstream([s for s in session_ids if s])
     live = _live(ids)
     kept = [sid for sid in ids if include_live or sid not in live]
-    existing: list[str] = []
-    for chunk in deletion._chunks(kept):
-        found = {
-            r[0]
-            for r in db.fetchall(
-                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)})", list(chunk)
-            )
-        }
-        existing += [sid for sid in chunk if sid in found]
+    found = lineage.existing_session_ids(kept)
+    existing = [sid for sid in kept if sid in found]
     sample = (
         tuple(
             db.fetchdicts(

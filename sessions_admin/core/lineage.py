@@ -13,6 +13,7 @@ Links, as the runtime writes them:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sessions_admin.core import db
@@ -51,6 +52,21 @@ def session_row(session_id: str, *, lock: bool = False) -> dict | None:
         [session_id],
     )
     return rows[0] if rows else None
+
+
+def existing_session_ids(ids: Iterable[str]) -> set[str]:
+    """Which of ``ids`` are sessions in the store (looked up in chunks of 500)."""
+    wanted = sorted(set(ids))
+    found: set[str] = set()
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        found.update(
+            r[0]
+            for r in db.fetchall(
+                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)})", chunk
+            )
+        )
+    return found
 
 
 def edge_kind(child: dict, parent_end_reason: str | None) -> str:

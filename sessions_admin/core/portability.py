@@ -162,15 +162,7 @@ def export_session_ids(
         raise InvalidInput("No session ids to export.")
     if len(wanted) > MAX_EXPORT_SESSIONS:
         raise InvalidInput(f"Export at most {MAX_EXPORT_SESSIONS:,} sessions at once.")
-    found: set[str] = set()
-    for start in range(0, len(wanted), 500):
-        chunk = wanted[start : start + 500]
-        found.update(
-            r[0]
-            for r in db.fetchall(
-                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)})", chunk
-            )
-        )
+    found = lineage.existing_session_ids(wanted)
     missing = [sid for sid in wanted if sid not in found]
     if missing:
         raise SessionNotFound(missing[0])
@@ -579,16 +571,8 @@ def plan_import(raw_sessions: Iterable[Any]) -> ImportPlan:
     if total > MAX_IMPORT_MESSAGES:
         problems.append(f"at most {MAX_IMPORT_MESSAGES:,} messages per import")
     ids = [s.session_id for s in sessions]
-    existing: list[str] = []
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        existing += [
-            r[0]
-            for r in db.fetchall(
-                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)})", chunk
-            )
-        ]
-    existing_set = set(existing)
+    existing_set = lineage.existing_session_ids(ids)
+    existing = [sid for sid in dict.fromkeys(ids) if sid in existing_set]
     titles = {s.row["title"]: s.session_id for s in sessions if s.row.get("title")}
     title_list = sorted(titles)
     for start in range(0, len(title_list), 500):

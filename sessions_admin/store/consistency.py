@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from sessions_admin.core import db
+from sessions_admin.core import db, lineage
 from sessions_admin.routers import responses_alias
 from sessions_admin.store import health
 from sessions_admin.store.schema import FTS_DOCUMENT_SQL, existing_tables
@@ -141,27 +141,13 @@ def _check_links() -> list[str]:
     return problems
 
 
-def _existing_sessions(ids: Iterable[str]) -> set[str]:
-    wanted = sorted(set(ids))
-    found: set[str] = set()
-    for start in range(0, len(wanted), 500):
-        chunk = wanted[start : start + 500]
-        found.update(
-            r[0]
-            for r in db.fetchall(
-                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)})", chunk
-            )
-        )
-    return found
-
-
 def _check_conversations() -> list[str]:
     # The conversations may live in another database (response_store.db): no join.
     rows = db.fetchall(
         "SELECT name, session_id FROM conversations WHERE session_id IS NOT NULL",
         alias=responses_alias(),
     )
-    present = _existing_sessions(sid for _name, sid in rows)
+    present = lineage.existing_session_ids(sid for _name, sid in rows)
     missing = sorted(f"{name} -> {sid}" for name, sid in rows if sid not in present)
     if missing:
         return [f"{len(missing)} conversation(s) recording a missing session: {_named(missing)}"]
@@ -240,7 +226,7 @@ def check_ledger(paths: Iterable[Path]) -> list[str]:
             found[message_id] += 1
             where.setdefault(message_id, []).append(f"store:{row['session_id']}")
     for entry in TrashEntry.objects.exclude(state=TrashEntry.RESTORED).order_by("pk"):
-        if entry.state == TrashEntry.PENDING and _existing_sessions(entry.session_ids):
+        if entry.state == TrashEntry.PENDING and lineage.existing_session_ids(entry.session_ids):
             continue  # its delete never committed: the rows are still in the store
         for row in entry.payload.get("messages", []):
             message_id = int(row["id"])
