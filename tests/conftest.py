@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 from django.db import connections
 
+from sessions_admin.core import db as core_db
 from sessions_admin.core import events
 from sessions_admin.routers import responses_alias, store_alias
 
@@ -34,6 +35,18 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def short_waits(monkeypatch):
+    """A busy store gives up in well under a second: retries, lock timeouts, busy timeout."""
+    monkeypatch.setattr(core_db, "RETRY_SECONDS", 0.6)
+    monkeypatch.setattr(core_db, "PG_LOCK_TIMEOUT_MS", 150)
+    store = connections["store"]
+    if store.vendor == "sqlite":
+        store.ensure_connection()
+        with store.cursor() as cursor:
+            cursor.execute("PRAGMA busy_timeout = 150")
 
 
 @pytest.fixture(scope="session")

@@ -20,23 +20,11 @@ from django.urls import reverse
 
 from sessions_admin import core
 from sessions_admin.core import db
-from sessions_admin.core import db as core_db
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from sessions_admin.routers import responses_alias
 from tests.console.test_merge_views import forked_conversation
 
 BUSY = "The store is busy"
-
-
-@pytest.fixture
-def short_waits(monkeypatch):
-    monkeypatch.setattr(core_db, "RETRY_SECONDS", 0.6)
-    monkeypatch.setattr(core_db, "PG_LOCK_TIMEOUT_MS", 150)
-    store = connections["store"]
-    if store.vendor == "sqlite":
-        store.ensure_connection()
-        with store.cursor() as cursor:
-            cursor.execute("PRAGMA busy_timeout = 150")
 
 
 def hold_write_lock():

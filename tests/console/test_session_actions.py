@@ -16,7 +16,6 @@ from django.urls import reverse
 
 from sessions_admin import core
 from sessions_admin.core import db
-from sessions_admin.core import db as core_db
 from sessions_admin.ledger.models import AuditEntry, AuditSession
 from sessions_admin.routers import responses_alias
 from tests.helpers import messages, session
@@ -613,17 +612,6 @@ def test_titles_are_escaped_on_the_preflight_and_panel(signed_in):
 
 
 # --- a busy store -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def short_waits(monkeypatch):
-    monkeypatch.setattr(core_db, "RETRY_SECONDS", 0.6)
-    monkeypatch.setattr(core_db, "PG_LOCK_TIMEOUT_MS", 150)
-    store = connections["store"]
-    if store.vendor == "sqlite":
-        store.ensure_connection()
-        with store.cursor() as cursor:
-            cursor.execute("PRAGMA busy_timeout = 150")
 
 
 def hold_write_lock(session_ids: list[str]):

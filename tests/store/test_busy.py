@@ -13,17 +13,6 @@ from sessions_admin.core import db as core_db
 from tests.helpers import messages, session
 
 
-@pytest.fixture
-def short_waits(monkeypatch):
-    monkeypatch.setattr(core_db, "RETRY_SECONDS", 0.6)
-    monkeypatch.setattr(core_db, "PG_LOCK_TIMEOUT_MS", 150)
-    store = connections["store"]
-    if store.vendor == "sqlite":
-        store.ensure_connection()
-        with store.cursor() as cursor:
-            cursor.execute("PRAGMA busy_timeout = 150")
-
-
 def _hold_write_lock(session_id: str):
     """Another process (the runtime) holding the lock our write needs."""
     store = connections["store"]
