@@ -97,6 +97,33 @@ def store_operation(func: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
+def lock_names(*names: str | None) -> None:
+    """Serialize this transaction with every other one naming one of ``names``, until it ends.
+
+    What an operation reads and then acts on (the live session of a key, whether an id
+    exists) must not change between the read and the write. SQLite: ``BEGIN IMMEDIATE``
+    already holds the one write lock from the first statement, so there is nothing to do.
+    PostgreSQL (READ COMMITTED): a transaction-scoped advisory lock per name, taken in
+    sorted order so two operations never wait for each other crosswise; every statement
+    after it sees what the previous holder committed. Names are namespaced by the caller
+    (``key:<session_key>``, ``session:<id>``, ``conversation:<slug>``).
+    """
+    wanted = sorted({name for name in names if name})
+    if not wanted or vendor() != "postgresql":
+        return
+    with cursor() as c:
+        for name in wanted:
+            c.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
+
+
+def key_lock_name(session_key: str | None) -> str | None:
+    return f"key:{session_key}" if session_key else None
+
+
+def session_lock_name(session_id: str | None) -> str | None:
+    return f"session:{session_id}" if session_id else None
+
+
 def cursor(alias: str | None = None):
     return connections[alias or store_alias()].cursor()
 

@@ -9,14 +9,25 @@ The variable is read once at import, so a checkpoint costs one truth test
 when crash testing is off. Tests run the operation in a child process with
 the variable set and then check the store it left behind
 (tests/store/test_crash.py).
+
+``SESSIONS_ADMIN_PAUSE_AT`` names points (same syntax) where the process stops
+instead, its transaction still open, until a test lets it go: it creates
+``<SESSIONS_ADMIN_PAUSE_DIR>/<point>.reached`` and waits (at most a minute) for
+``<point>.release`` there. Race tests use it to hold one process at the
+dangerous moment while another runs (tests/store/test_races.py).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 CRASH_AT_VARIABLE = "SESSIONS_ADMIN_CRASH_AT"
+PAUSE_AT_VARIABLE = "SESSIONS_ADMIN_PAUSE_AT"
+PAUSE_DIR_VARIABLE = "SESSIONS_ADMIN_PAUSE_DIR"
+PAUSE_LIMIT_SECONDS = 60.0
 
 # Every point the core can crash at; a test naming another is a typo, refused at start.
 POINTS = frozenset(
@@ -39,20 +50,30 @@ POINTS = frozenset(
         "job.after_batch_commit",
         # Bulk-delete job: every item processed, the job not yet marked done.
         "job.before_done",
+        # create_session: the checks done (locks held), the new row not yet inserted.
+        "create.before_insert",
+        # reset_session_key: the new session inserted, the transaction not yet committed.
+        "reset.before_commit",
+        # resume_session: the session reopened, the transaction not yet committed.
+        "resume.before_commit",
+        # rotate_for_compression: the continuation inserted, the transaction not yet committed.
+        "compression.before_commit",
+        # resolve_conversation: a continuation of an ended session inserted, not yet committed.
+        "continuation.before_commit",
     }
 )
 
 
-def _points_from_environment() -> dict[str, int]:
-    """``{point: on which hit to die}`` from ``name`` or ``name@N`` (the Nth time it is reached)."""
+def _points_from_environment(variable: str = CRASH_AT_VARIABLE) -> dict[str, int]:
+    """``{point: on which hit to act}`` from ``name`` or ``name@N`` (the Nth time it is reached)."""
     armed: dict[str, int] = {}
-    for item in os.environ.get(CRASH_AT_VARIABLE, "").split(","):
+    for item in os.environ.get(variable, "").split(","):
         name, _, nth = item.strip().partition("@")
         if not name:
             continue
         if name not in POINTS:
             raise ValueError(
-                f"{CRASH_AT_VARIABLE} names an unknown crash point {name!r}; "
+                f"{variable} names an unknown point {name!r}; "
                 f"known: {', '.join(sorted(POINTS))}."
             )
         armed[name] = int(nth) if nth else 1
@@ -60,12 +81,24 @@ def _points_from_environment() -> dict[str, int]:
 
 
 _armed = _points_from_environment()
+_paused = _points_from_environment(PAUSE_AT_VARIABLE)
 _hits: dict[str, int] = {}
 
 
 def checkpoint(name: str) -> None:
-    """Die here (SIGKILL) if the environment asked for a crash at ``name`` (on this hit)."""
-    if _armed and name in _armed:
-        _hits[name] = _hits.get(name, 0) + 1
-        if _hits[name] == _armed[name]:
-            os.kill(os.getpid(), signal.SIGKILL)
+    """Die here (SIGKILL), or wait for a test's release, if the environment asked for ``name``."""
+    if not (_armed or _paused) or (name not in _armed and name not in _paused):
+        return
+    _hits[name] = _hits.get(name, 0) + 1
+    if _armed.get(name) == _hits[name]:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if _paused.get(name) == _hits[name]:
+        _wait_for_release(name)
+
+
+def _wait_for_release(name: str) -> None:
+    folder = Path(os.environ.get(PAUSE_DIR_VARIABLE) or ".")
+    (folder / f"{name}.reached").write_text(str(os.getpid()))
+    deadline = time.monotonic() + PAUSE_LIMIT_SECONDS
+    while not (folder / f"{name}.release").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
