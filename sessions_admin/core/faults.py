@@ -60,6 +60,8 @@ POINTS = frozenset(
         "compression.before_commit",
         # resolve_conversation: a continuation of an ended session inserted, not yet committed.
         "continuation.before_commit",
+        # ledger.actions: the store operation committed, its pending audit entry not yet completed.
+        "audit.after_store_commit",
     }
 )
 
@@ -73,8 +75,7 @@ def _points_from_environment(variable: str = CRASH_AT_VARIABLE) -> dict[str, int
             continue
         if name not in POINTS:
             raise ValueError(
-                f"{variable} names an unknown point {name!r}; "
-                f"known: {', '.join(sorted(POINTS))}."
+                f"{variable} names an unknown point {name!r}; known: {', '.join(sorted(POINTS))}."
             )
         armed[name] = int(nth) if nth else 1
     return armed

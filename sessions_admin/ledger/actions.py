@@ -3,24 +3,112 @@
 Views and commands call these, never the core's mutating functions directly,
 so no action escapes the audit trail. A refused or failed action is audited
 too (outcome ``failed``) and its error re-raised for the edge to show.
+
+No store change may lack its audit entry, so an action runs in four steps:
+
+1. every operator-supplied argument is checked by ``core.text`` (the one rule
+   for operator text): invalid text is ``InvalidInput`` before anything is
+   written, in the store or in the audit log;
+2. the intent is recorded and committed: an entry with outcome ``pending``
+   holding the actor, the action, the sessions, ``before`` and the reason;
+3. the core operation runs (its own store transaction);
+4. the entry is completed: ``ok`` with ``after``, or ``failed`` with the error.
+
+A process that dies between 3 and 4 (kill -9, power cut) leaves the
+``pending`` entry, which the audit page shows as "outcome unknown". A
+completion that fails (the dashboard's database refuses the write) is logged
+at ERROR and raised as ``AuditIncomplete`` after a store change, never
+swallowed; the pending entry stays.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from django.db import connections, router, transaction
+from django.utils import timezone
+
 from sessions_admin import core
+from sessions_admin.core import faults
 from sessions_admin.core.errors import InvalidInput, StoreError
+from sessions_admin.core.text import (
+    DESCRIPTION_MAX,
+    REFERENCE_MAX,
+    SUMMARY_MAX,
+    operator_identifier,
+    operator_identifiers,
+    operator_text,
+)
 from sessions_admin.ledger.models import AuditEntry, AuditSession
 from sessions_admin.store import cached
 
 T = TypeVar("T")
 MAX_AUDIT_SESSIONS = 10_000
+ENTRY_SESSION_IDS = 1000  # ids kept on the entry itself; AuditSession rows hold up to the max
+DETAIL_MAX = 4000
+
+logger = logging.getLogger(__name__)
+
+
+class AuditIncomplete(RuntimeError):
+    """The store change happened, but its audit entry could not be completed.
+
+    Not a ``StoreError``: the edges must not say "nothing changed". The entry
+    stays ``pending`` (outcome unknown) in the audit log.
+    """
+
+    def __init__(self, action: str, entry_id: int, error: BaseException):
+        self.action = action
+        self.entry_id = entry_id
+        super().__init__(
+            f"The {action} was applied to the store, but its audit entry #{entry_id} could not "
+            f"be completed ({error}); the entry stays 'pending' in the audit log."
+        )
 
 
 def _name(actor: Any) -> str:
     return getattr(actor, "get_username", lambda: str(actor))() if actor is not None else "system"
+
+
+def _audit_alias() -> str:
+    return router.db_for_write(AuditEntry)
+
+
+def _storable(value: Any) -> Any:
+    """``value`` with every string made storable in the audit log (text, JSON, jsonb).
+
+    The last line of defence for what the operator did not type (error messages,
+    rows read back from a SQLite store): a NUL or a lone surrogate is written as
+    its escape (``\\x00``, ``\\ud800``) instead of making the audit write fail.
+    Operator text never gets here invalid: ``core.text`` refused it before.
+    """
+    if isinstance(value, str):
+        if "\x00" in value:
+            value = value.replace("\x00", "\\x00")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(v) for v in value]
+    return value
+
+
+def _link_sessions(entry: AuditEntry, session_ids, *, already=()) -> None:
+    """One AuditSession row per session id not linked yet (up to the maximum)."""
+    skip = set(already)
+    wanted = [sid for sid in dict.fromkeys(session_ids) if sid not in skip]
+    room = MAX_AUDIT_SESSIONS - len(skip)
+    # A bulk delete can name 100k sessions: its job items hold the full list.
+    AuditSession.objects.using(_audit_alias()).bulk_create(
+        (AuditSession(entry=entry, session_id=sid) for sid in wanted[: max(room, 0)]),
+        batch_size=1000,
+    )
 
 
 def record(
@@ -31,35 +119,58 @@ def record(
     before: dict | None = None,
     after: dict | None = None,
     reason: str = "",
-    outcome: str = "ok",
+    outcome: str = AuditEntry.OK,
     detail: str = "",
 ) -> AuditEntry:
-    entry = AuditEntry.objects.create(
-        actor=actor if getattr(actor, "pk", None) else None,
-        actor_name=_name(actor),
-        action=action,
-        session_ids=list(session_ids)[:1000],
-        before=before or {},
-        after=after or {},
-        reason=reason,
-        outcome=outcome,
-        detail=detail[:4000],
-    )
-    # A bulk delete can name 100k sessions: its job items hold the full list.
-    AuditSession.objects.bulk_create(
-        (
-            AuditSession(entry=entry, session_id=sid)
-            for sid in list(dict.fromkeys(session_ids))[:MAX_AUDIT_SESSIONS]
-        ),
-        batch_size=1000,
-    )
+    """Write one finished audit entry (for callers that record after the fact, like imports).
+
+    Its text is made storable rather than refused: the operation it records already happened.
+    """
+    ids = [_storable(str(sid)) for sid in session_ids]
+    with transaction.atomic(using=_audit_alias()):
+        entry = AuditEntry.objects.using(_audit_alias()).create(
+            actor=actor if getattr(actor, "pk", None) else None,
+            actor_name=_storable(_name(actor))[:150],
+            action=action,
+            session_ids=ids[:ENTRY_SESSION_IDS],
+            before=_storable(before or {}),
+            after=_storable(after or {}),
+            reason=_storable(reason or ""),
+            outcome=outcome,
+            detail=_storable(detail)[:DETAIL_MAX],
+            completed_at=None if outcome == AuditEntry.PENDING else timezone.now(),
+        )
+        _link_sessions(entry, ids)
     return entry
 
 
-def _require_reason(reason: str) -> str:
-    if not reason or not reason.strip():
-        raise InvalidInput("Give a reason: it is required for destructive actions.")
-    return reason.strip()
+def _complete(
+    entry: AuditEntry,
+    *,
+    outcome: str,
+    linked: Sequence[str],
+    more_ids: Sequence[str] = (),
+    after: dict | None = None,
+    detail: str = "",
+) -> None:
+    """Turn the pending ``entry`` into its outcome, linking ``more_ids`` (sessions it created)."""
+    more = [_storable(str(sid)) for sid in more_ids if sid]
+    ids = list(dict.fromkeys([*linked, *more]))
+    with transaction.atomic(using=_audit_alias()):
+        updated = (
+            AuditEntry.objects.using(_audit_alias())
+            .filter(pk=entry.pk, outcome=AuditEntry.PENDING)
+            .update(
+                outcome=outcome,
+                session_ids=ids[:ENTRY_SESSION_IDS],
+                after=_storable(after or {}),
+                detail=_storable(detail)[:DETAIL_MAX],
+                completed_at=timezone.now(),
+            )
+        )
+        if updated != 1:
+            raise RuntimeError(f"audit entry #{entry.pk} is no longer pending (or was deleted)")
+        _link_sessions(entry, more, already=linked)
 
 
 def _audited(
@@ -73,30 +184,89 @@ def _audited(
     after: Callable[[T], dict],
     result_ids: Callable[[T], Sequence[str | None]] = lambda _: (),
 ) -> T:
-    try:
-        result = run()
-    except StoreError as error:
-        record(
-            actor=actor,
-            action=action,
-            session_ids=session_ids,
-            before=before,
-            reason=reason,
-            outcome="failed",
-            detail=str(error),
+    """Record the intent (committed), run the store operation, then record its outcome.
+
+    ``reason`` and every other operator text must already be through ``core.text``.
+    """
+    audit = _caller_transaction()
+    if audit:
+        # The pending entry would only commit with the caller's transaction: a crash
+        # after the store commit would leave no trace. Refuse rather than pretend.
+        raise RuntimeError(
+            f"Operator actions must not run inside a transaction on {audit!r}: "
+            "the audit entry has to be committed before the store changes."
         )
-        raise
-    # The operator who merged or deleted expects the fork groups and counts to show it.
-    cached.forget_all()
-    record(
+    linked = [_storable(str(sid)) for sid in dict.fromkeys(session_ids)]
+    entry = record(
         actor=actor,
         action=action,
-        session_ids=[*session_ids, *(sid for sid in result_ids(result) if sid)],
+        session_ids=linked,
         before=before,
-        after=after(result),
         reason=reason,
+        outcome=AuditEntry.PENDING,
     )
+    try:
+        result = run()
+    except Exception as error:
+        # A StoreError is the core's "refused, nothing changed"; anything else
+        # escaped the core's transaction, which rolled back.
+        detail = (
+            str(error)
+            if isinstance(error, StoreError)
+            else f"Unexpected error ({type(error).__name__}): {error}"
+        )
+        try:
+            _complete(entry, outcome=AuditEntry.FAILED, linked=linked, detail=detail)
+        except Exception:
+            # The store did not change; the operator still needs the refusal itself.
+            logger.exception(
+                "Audit entry #%s (%s, failed: %s) could not be completed; it stays pending.",
+                entry.pk,
+                action,
+                detail,
+            )
+        raise
+    # The store change is committed; until the next line completes, the entry says "pending".
+    faults.checkpoint("audit.after_store_commit")
+    # The operator who merged or deleted expects the fork groups and counts to show it.
+    cached.forget_all()
+    try:
+        state_after = after(result)
+    except Exception as error:  # reading the new state is a courtesy; the outcome is known
+        logger.warning("Could not read the state after %s: %s", action, error)
+        state_after = {"unreadable": f"{type(error).__name__}: {error}"}
+    try:
+        _complete(
+            entry,
+            outcome=AuditEntry.OK,
+            linked=linked,
+            more_ids=[sid for sid in result_ids(result) if sid],
+            after=state_after,
+        )
+    except Exception as error:
+        logger.error(
+            "The %s by %s was applied to the store, but audit entry #%s could not be "
+            "completed; it stays pending. After: %r",
+            action,
+            _name(actor),
+            entry.pk,
+            state_after,
+            exc_info=True,
+        )
+        raise AuditIncomplete(action, entry.pk, error) from error
     return result
+
+
+def _caller_transaction() -> str | None:
+    """The audit database's alias when the caller holds a transaction open on it."""
+    alias = _audit_alias()
+    return alias if connections[alias].in_atomic_block else None
+
+
+def _check_fingerprint(fingerprint: Any) -> None:
+    """A preview's fingerprint is compared, not stored; still, PostgreSQL cannot compare a NUL."""
+    if fingerprint:
+        operator_identifier(fingerprint, field="fingerprint", max_length=200)
 
 
 def _counts(session_ids: Sequence[str]) -> dict:
@@ -116,7 +286,10 @@ def merge(
     expected_fingerprint: str,
     reason: str = "",
 ) -> core.MergeResult:
-    ids = list(session_ids)
+    ids = operator_identifiers(session_ids)
+    target_id = operator_identifier(target_id, field="target session id", required=False)
+    _check_fingerprint(expected_fingerprint)
+    reason = operator_text(reason, field="reason")
     return _audited(
         actor=actor,
         action="merge",
@@ -136,6 +309,7 @@ def merge(
 
 
 def unmerge(*, actor, merge_id: int, reason: str = "") -> core.UnmergeResult:
+    reason = operator_text(reason, field="reason")
     try:
         merged = core.merge_record(merge_id=merge_id)
         ids = [merged.target_id, *merged.absorbed_ids]
@@ -157,6 +331,8 @@ def unmerge(*, actor, merge_id: int, reason: str = "") -> core.UnmergeResult:
 
 
 def resume(*, actor, ref: str, reason: str = "") -> core.ResumeResult:
+    ref = operator_identifier(ref, field="session reference", max_length=REFERENCE_MAX)
+    reason = operator_text(reason, field="reason")
     try:
         asked = [core.resolve_session_ref(ref)]
     except StoreError:
@@ -176,6 +352,9 @@ def resume(*, actor, ref: str, reason: str = "") -> core.ResumeResult:
 def reset(
     *, actor, session_key: str, summary: str | None = None, reason: str = ""
 ) -> core.ResetResult:
+    session_key = operator_identifier(session_key, field="session key")
+    summary = operator_text(summary, field="summary", max_length=SUMMARY_MAX) or None
+    reason = operator_text(reason, field="reason")
     live = core.live_session_for_key(session_key)
     return _audited(
         actor=actor,
@@ -183,7 +362,7 @@ def reset(
         session_ids=[s for s in [live] if s],
         reason=reason,
         before={"session_key": session_key, "live": live},
-        run=lambda: core.reset_session_key(session_key=session_key, summary=summary or None),
+        run=lambda: core.reset_session_key(session_key=session_key, summary=summary),
         after=lambda r: {"ended": r.ended_session_id, "new": r.new_session_id},
         result_ids=lambda r: [r.ended_session_id, r.new_session_id],
     )
@@ -197,6 +376,8 @@ def rewrite(*, actor, session_id: str, action: str, reason: str = "") -> core.Re
     }
     if action not in operations:
         raise InvalidInput(f"Unknown transcript action {action!r}.")
+    session_id = operator_identifier(session_id, field="session id")
+    reason = operator_text(reason, field="reason")
     return _audited(
         actor=actor,
         action=action,
@@ -216,8 +397,9 @@ def cascade_delete(
     expected_fingerprint: str,
     reason: str,
 ) -> core.DeleteResult:
-    ids = list(session_ids)
-    reason = _require_reason(reason)
+    ids = operator_identifiers(session_ids)
+    _check_fingerprint(expected_fingerprint)
+    reason = operator_text(reason, field="reason", required=True)
     return _audited(
         actor=actor,
         action="cascade_delete",
@@ -244,8 +426,9 @@ def start_bulk_delete(
 ) -> int:
     from sessions_admin.ledger.worker import ensure_worker_running
 
-    ids = list(session_ids)
-    reason = _require_reason(reason)
+    ids = operator_identifiers(session_ids)
+    reason = operator_text(reason, field="reason", required=True)
+    description = operator_text(description, field="description", max_length=DESCRIPTION_MAX)
     job_id = _audited(
         actor=actor,
         action="bulk_delete",
@@ -268,6 +451,7 @@ def start_bulk_delete(
 def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
     from sessions_admin.ledger.models import TrashEntry
 
+    reason = operator_text(reason, field="reason")
     entry = TrashEntry.objects.filter(pk=entry_id).first()
     ids = list(entry.session_ids) if entry else []
     return _audited(
@@ -286,7 +470,7 @@ def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
 
 
 def purge(*, actor, older_than_days: float | None, reason: str) -> int:
-    reason = _require_reason(reason)
+    reason = operator_text(reason, field="reason", required=True)
     return _audited(
         actor=actor,
         action="purge_trash",
@@ -299,6 +483,7 @@ def purge(*, actor, older_than_days: float | None, reason: str) -> int:
 
 
 def cancel_bulk_delete(*, actor, job_id: int, reason: str = "") -> None:
+    reason = operator_text(reason, field="reason")
     before = core.job_progress(job_id=job_id)
     _audited(
         actor=actor,

@@ -10,6 +10,17 @@ from django.db import models
 
 
 class AuditEntry(models.Model):
+    """One operator action: written ``pending`` before the store is touched, completed after.
+
+    ``pending`` that stays pending means the outcome is unknown: the action is still
+    running, or its process stopped (a crash, a kill) between the store change and
+    recording the result, so the store may hold the change. ``completed_at`` is when
+    the outcome was recorded (empty for entries written before outcomes were two-step).
+    """
+
+    OK, FAILED, PENDING = "ok", "failed", "pending"
+    OUTCOMES = [(OK, "ok"), (FAILED, "failed"), (PENDING, "pending (outcome unknown)")]
+
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
@@ -20,8 +31,9 @@ class AuditEntry(models.Model):
     before = models.JSONField(default=dict)
     after = models.JSONField(default=dict)
     reason = models.TextField(blank=True)
-    outcome = models.CharField(max_length=20, default="ok")  # ok or failed
+    outcome = models.CharField(max_length=20, default=OK, choices=OUTCOMES, db_index=True)
     detail = models.TextField(blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -1,0 +1,96 @@
+"""The one rule for text an operator types (a reason, a reset summary, a resume reference).
+
+Operator text ends up in two databases: the store (a reset summary becomes a
+message) and the dashboard's audit log (every reason). Neither backend can hold
+every Python string: PostgreSQL refuses NUL in text and jsonb, and no UTF-8
+database can encode a lone surrogate (``"\\ud800"``, which Python lets through,
+e.g. from undecodable bytes in a command's arguments). So text is checked once,
+before anything is written, and refused with ``InvalidInput`` naming the field:
+if it were only refused by the database after the store change committed, the
+change would have no audit entry.
+
+``operator_text`` is for free text (stripped, bounded, possibly required);
+``operator_identifier`` for what names a thing (a session id or key, a merge
+fingerprint), taken as given apart from the same storability checks.
+``sessions_admin.ledger.actions`` applies both to every argument of every
+action; views may call them earlier to show the message next to the form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sessions_admin.core.errors import InvalidInput
+
+REASON_MAX = 2000  # an audit reason
+SUMMARY_MAX = 20_000  # a reset summary (the new session's first message)
+DESCRIPTION_MAX = 4000  # a bulk delete's description of its selection
+REFERENCE_MAX = 500  # a resume reference: an id, a title or an id prefix
+IDENTIFIER_MAX = 4000  # a session id or key to look up (stored ids may be long)
+
+
+def storability_problem(value: str) -> str | None:
+    """Why neither backend could store ``value``, or None if both can."""
+    if "\x00" in value:
+        return "cannot contain a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid text (it holds a lone surrogate character)"
+    return None
+
+
+def operator_text(
+    value: Any, *, field: str, max_length: int = REASON_MAX, required: bool = False
+) -> str:
+    """``value`` stripped, or ``InvalidInput`` saying what is wrong with it.
+
+    ``None`` is the empty text. ``required`` refuses empty or blank text (destructive
+    actions); the message then starts with "Give a {field}", which the forms show as is.
+    """
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise InvalidInput(f"The {field} must be text, not {type(value).__name__}.")
+    value = value.strip()
+    problem = storability_problem(value)
+    if problem:
+        raise InvalidInput(f"The {field} {problem}. Nothing changed.")
+    if len(value) > max_length:
+        raise InvalidInput(
+            f"The {field} is {len(value):,} characters long; keep it under {max_length:,}."
+        )
+    if required and not value:
+        raise InvalidInput(f"Give a {field}: it is required for destructive actions.")
+    return value
+
+
+def operator_identifier(
+    value: Any, *, field: str, max_length: int = IDENTIFIER_MAX, required: bool = True
+) -> str | None:
+    """``value`` unchanged if it can name something in either database, else ``InvalidInput``.
+
+    Not stripped: an id is compared exactly. ``None`` (or "" when not required) is None.
+    """
+    if value is None or (value == "" and not required):
+        if required:
+            raise InvalidInput(f"Give a {field}.")
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"The {field} must be text, not {type(value).__name__}.")
+    if not value:
+        raise InvalidInput(f"Give a {field}.")
+    problem = storability_problem(value)
+    if problem:
+        raise InvalidInput(f"The {field} {value[:40]!r} {problem}. Nothing changed.")
+    if len(value) > max_length:
+        raise InvalidInput(f"The {field} is longer than {max_length:,} characters.")
+    return value
+
+
+def operator_identifiers(values: Iterable[Any], *, field: str = "session id") -> list[str]:
+    """Every value through ``operator_identifier`` (a list of picked session ids)."""
+    if isinstance(values, str | bytes):
+        raise InvalidInput(f"Give a list of {field}s, not a single string.")
+    return [operator_identifier(v, field=field) for v in values]
