@@ -20,10 +20,18 @@ from typing import Any
 
 from django.db import transaction
 
-from sessions_admin.core import clock, db, lineage
+from sessions_admin.core import clock, db, faults, lineage
 from sessions_admin.core.db import store_operation
-from sessions_admin.core.errors import ConversationNotFound, InvalidInput, SessionNotFound
-from sessions_admin.core.lifecycle import create_session, new_session_id
+from sessions_admin.core.errors import ConversationNotFound, InvalidInput
+from sessions_admin.core.lifecycle import (
+    continue_session,
+    create_session,
+    json_text,
+    new_session_id,
+    require_text,
+    require_writable,
+    where_it_continues,
+)
 from sessions_admin.routers import responses_alias
 from sessions_admin.store.models import parse_model_config
 
@@ -73,11 +81,42 @@ def conversation_session(name: str) -> str | None:
 
 
 def _check_slug(conversation: str) -> str:
-    if not isinstance(conversation, str) or not conversation.strip():
-        raise InvalidInput("conversation must be a non-empty string.")
-    if len(conversation) > 500 or "\x00" in conversation:
-        raise InvalidInput("conversation must be at most 500 characters, without NUL.")
-    return conversation
+    return require_text("conversation", conversation, max_length=500)
+
+
+def _check_response_id(response_id: str | None, name: str = "response_id") -> str | None:
+    return None if response_id is None else require_text(name, response_id, max_length=500)
+
+
+def _continue_ended(session_id: str, conversation: str | None) -> tuple[str, bool]:
+    """The live session carrying the conversation recorded at ``session_id``; (id, created).
+
+    A conversation whose session ended (idle expiry, an operator's end) goes on in
+    the live session that continues it (compression tip, merge target, its key's
+    live session) or, when none does, in a new session linked to it
+    (``parent_session_id`` and ``_continued_from``): one slug stays one lineage
+    instead of a second, unlinked session (hermes-agent #16517 by another road).
+    The slug and the key are locked, so racing requests agree on one continuation.
+    """
+    current = lineage.current_session(session_id=session_id)
+    row = lineage.session_row(current)
+    if row is None or row["ended_at"] is None:
+        return current, False
+    db.lock_names(
+        f"conversation:{conversation}" if conversation else None,
+        db.key_lock_name(row.get("session_key")),
+        db.session_lock_name(current),
+    )
+    current = lineage.current_session(session_id=session_id)
+    row = lineage.session_row(current, lock=True)
+    if row is None or row["ended_at"] is None:
+        return current, False
+    live, _via = where_it_continues(row)
+    if live is not None:
+        return live, False
+    continuation = continue_session(row)
+    faults.checkpoint("continuation.before_commit")
+    return continuation, True
 
 
 @store_operation
@@ -96,18 +135,22 @@ def resolve_conversation(
       response row of it was evicted);
     - an unknown ``previous_response_id`` without a slug, or a slug with no
       recorded session: ``ConversationNotFound`` (never a silent fork);
-    - a new slug: a new session, created once even when requests race.
+    - a new slug: a new session, created once even when requests race;
+    - a session that has ended: the live session continuing it, or a new one
+      linked to it (``resolved_by`` ``"continuation"``), with the slug moved there.
     """
     if conversation is not None:
         _check_slug(conversation)
+    _check_response_id(previous_response_id, "previous_response_id")
+    for name, value in (("source", source), ("user_id", user_id), ("model", model)):
+        if value is not None:
+            require_text(name, value, max_length=500)
     if not conversation and not previous_response_id:
         raise InvalidInput("Give a conversation slug or a previous response id.")
     if previous_response_id:
         session_id = _response_session(previous_response_id)
         if session_id:
-            return ConversationTarget(
-                lineage.current_session(session_id=session_id), conversation, "response", False
-            )
+            return _live_target(session_id, conversation, "response")
         if not conversation:
             raise ConversationNotFound(
                 f"Previous response {previous_response_id!r} is not stored (evicted or never "
@@ -133,9 +176,7 @@ def resolve_conversation(
             # The slug was claimed but its session never written (a crash between
             # the two databases): create it now under the recorded id.
             create_session(session_id=session_id, source=source, user_id=user_id, model=model)
-        return ConversationTarget(
-            lineage.current_session(session_id=session_id), conversation, "conversation", False
-        )
+        return _live_target(session_id, conversation, "conversation")
     if previous_response_id:
         raise ConversationNotFound(
             f"Previous response {previous_response_id!r} is not stored and conversation "
@@ -154,11 +195,22 @@ def resolve_conversation(
         session_id = conversation_session(conversation)
     created = session_id == candidate
     create_session(session_id=session_id, source=source, user_id=user_id, model=model)
+    if created:
+        return ConversationTarget(session_id, conversation, "new", True)
+    return _live_target(session_id, conversation, "conversation")
+
+
+def _live_target(session_id: str, conversation: str | None, resolved_by: str) -> ConversationTarget:
+    """The target for a recorded session: where it continues, live; the slug moved there."""
+    target, created = _continue_ended(session_id, conversation)
+    if target != session_id:
+        repoint_conversations(
+            from_session_ids=lineage.compression_chain(session_id=session_id)
+            + [lineage.current_session(session_id=session_id)],
+            to_session_id=target,
+        )
     return ConversationTarget(
-        lineage.current_session(session_id=session_id),
-        conversation,
-        "new" if created else "conversation",
-        created,
+        target, conversation, "continuation" if created else resolved_by, created
     )
 
 
@@ -170,15 +222,20 @@ def record_turn(
     conversation: str | None = None,
     data: Mapping[str, Any] | None = None,
 ) -> None:
-    """Store a response and advance its conversation, persisting the slug's session id."""
-    if not isinstance(response_id, str) or not response_id.strip():
-        raise InvalidInput("response_id must be a non-empty string.")
+    """Store a response and advance its conversation, persisting the slug's session id.
+
+    The session must be live, as for an append: a turn recorded against an ended
+    session (a stale id) would move the slug back onto it, so it raises
+    ``SessionEnded`` naming the live session instead.
+    """
+    require_text("response_id", response_id, max_length=500)
     if conversation is not None:
         _check_slug(conversation)
+    if data is not None and not isinstance(data, Mapping):
+        raise InvalidInput("data must be a mapping.")
     # Locked: a delete of this session under way either finishes first (SessionNotFound
     # here) or waits for this turn and then takes its slug and response with it.
-    if lineage.session_row(session_id, lock=True) is None:
-        raise SessionNotFound(session_id)
+    require_writable(session_id)
     payload = dict(data or {})
     payload["session_id"] = session_id
     if conversation:
@@ -188,7 +245,7 @@ def record_turn(
             "INSERT INTO responses (response_id, data, accessed_at) VALUES (%s, %s, %s) "
             "ON CONFLICT (response_id) DO UPDATE SET data = excluded.data, "
             "accessed_at = excluded.accessed_at",
-            [response_id, db.dumps(payload), clock.now()],
+            [response_id, json_text("data", payload), clock.now()],
             alias=_alias(),
         )
         if conversation:

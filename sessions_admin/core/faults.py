@@ -52,6 +52,8 @@ POINTS = frozenset(
         "job.before_done",
         # create_session: the checks done (locks held), the new row not yet inserted.
         "create.before_insert",
+        # create_session: the new row inserted (a key's previous live session ended), not committed.
+        "create.before_commit",
         # reset_session_key: the new session inserted, the transaction not yet committed.
         "reset.before_commit",
         # resume_session: the session reopened, the transaction not yet committed.

@@ -8,13 +8,14 @@ domain errors of ``sessions_admin.core.errors``.
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sessions_admin.core import clock, db, events, lineage
+from sessions_admin.core import clock, db, events, faults, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import (
     AmbiguousSessionRef,
@@ -26,7 +27,13 @@ from sessions_admin.core.errors import (
 from sessions_admin.store.models import parse_model_config
 
 MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool"})
-LINEAGE_MARKERS = ("_branched_from", "_delegate_from", "_reset_from", "_merged_into")
+LINEAGE_MARKERS = (
+    "_branched_from",
+    "_delegate_from",
+    "_reset_from",
+    "_merged_into",
+    "_continued_from",
+)
 METADATA_FIELDS = ("user_id", "session_key", "chat_id", "chat_type", "thread_id", "model")
 
 
@@ -87,6 +94,21 @@ def new_session_id() -> str:
 def _require_text(name: str, value: Any, *, max_length: int = 4000) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput(f"{name} must be a non-empty string.")
+    return _check_storable(name, value, max_length=max_length)
+
+
+require_text = _require_text
+
+
+def _optional_text(name: str, value: Any, *, max_length: int = 4000) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"{name} must be a string, not {type(value).__name__}.")
+    return _check_storable(name, value, max_length=max_length)
+
+
+def _check_storable(name: str, value: str, *, max_length: int) -> str:
     if len(value) > max_length:
         raise InvalidInput(f"{name} is longer than {max_length} characters.")
     if "\x00" in value:
@@ -94,6 +116,39 @@ def _require_text(name: str, value: Any, *, max_length: int = 4000) -> str:
     if not is_storable_text(value):
         raise InvalidInput(f"{name} is not valid Unicode text (it holds a lone surrogate).")
     return value
+
+
+SESSION_ID_MAX = 4000  # lookups accept any stored id; new ids are shorter (create_session)
+
+
+def require_session_id(value: Any, name: str = "session_id") -> str:
+    """A session id both backends can look up, or ``InvalidInput`` (never a driver error)."""
+    return _require_text(name, value, max_length=SESSION_ID_MAX)
+
+
+# Seconds since the epoch: 1970 to 2286. Anything else is a caller's bug (milliseconds, NaN).
+TIMESTAMP_RANGE = (0.0, 1e10)
+
+
+def _timestamp(name: str, value: Any) -> float:
+    if value is None:
+        return clock.now()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{name} must be a number of seconds since the epoch.")
+    value = float(value)
+    low, high = TIMESTAMP_RANGE
+    if not math.isfinite(value) or not low <= value <= high:
+        raise InvalidInput(f"{name} {value!r} is not a time between 1970 and 2286 in seconds.")
+    return value
+
+
+def json_text(name: str, value: Any) -> str:
+    """``value`` as JSON text, or ``InvalidInput`` when it is not JSON (objects, NaN, cycles)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise InvalidInput(f"{name} is not JSON-serialisable: {error}.") from None
+    return _check_storable(name, text, max_length=50_000_000)
 
 
 def is_storable_text(value: str) -> bool:
@@ -109,8 +164,10 @@ def _config_text(model_config: Mapping[str, Any] | str | None) -> str | None:
     if model_config is None:
         return None
     if isinstance(model_config, str):
-        return model_config
-    return db.dumps(dict(model_config))
+        return _check_storable("model_config", model_config, max_length=1_000_000)
+    if not isinstance(model_config, Mapping):
+        raise InvalidInput("model_config must be a mapping or JSON text.")
+    return json_text("model_config", dict(model_config))
 
 
 def _inherited_config(row: dict, **markers: Any) -> str:
@@ -128,6 +185,7 @@ def _check_title(title: str | None, *, session_id: str) -> None:
     if title is None:
         return
     _require_text("title", title, max_length=500)
+    db.lock_names(f"title:{title}")  # two sessions given one title at once: one wins
     owner = db.fetchone(
         "SELECT id FROM sessions WHERE title = %s AND id <> %s", [title, session_id]
     )
@@ -163,6 +221,7 @@ def _insert_session(
 
 
 def _require_session(session_id: str, *, lock: bool = False) -> dict:
+    require_session_id(session_id)
     row = lineage.session_row(session_id, lock=lock)
     if row is None:
         raise SessionNotFound(session_id)
@@ -170,6 +229,9 @@ def _require_session(session_id: str, *, lock: bool = False) -> dict:
 
 
 def _end(session_id: str, end_reason: str, *, at: float | None = None) -> bool:
+    # The row lock first, then the time: an append holding the lock commits with a
+    # timestamp before ended_at, never after it.
+    db.fetchone("SELECT id FROM sessions WHERE id = %s" + db.for_update(), [session_id])
     return (
         db.execute(
             "UPDATE sessions SET ended_at = %s, end_reason = %s WHERE id = %s AND ended_at IS NULL",
@@ -246,16 +308,21 @@ def create_session(
     parent_session_id: str | None = None,
     title: str | None = None,
     started_at: float | None = None,
+    join_live: bool = False,
 ) -> SessionRef:
     """Register a session. Idempotent: an existing id is a no-op that fills NULL metadata.
 
-    Registering twice is never an error (hermes-agent #3123: a UNIQUE error
-    there once switched persistence off and lost every later message). A new
-    root session for a session_key ends the key's previous live session
-    (``new_session``) and is announced to listeners as a switch (reset=True).
+    Registering twice is never an error, not even from two processes at the same
+    moment (hermes-agent #3123: a UNIQUE error there once switched persistence off
+    and lost every later message). A new root session for a session_key ends the
+    key's previous live session (``new_session``, a ``/new``) and is announced to
+    listeners as a switch (reset=True); with ``join_live=True`` (a gateway's "get or
+    create" for an incoming message) the key's live session is returned instead, if
+    it has one. Either way a key never has two live sessions: the key is locked
+    while its live session is read and replaced.
     """
     _require_text("source", source, max_length=200)
-    session_id = session_id or new_session_id()
+    session_id = new_session_id() if session_id is None else session_id
     _require_text("session_id", session_id, max_length=200)
     metadata = {
         "user_id": user_id,
@@ -265,7 +332,14 @@ def create_session(
         "thread_id": thread_id,
         "model": model,
     }
+    for name, value in metadata.items():
+        _optional_text(name, value, max_length=500)
+    if parent_session_id is not None:
+        require_session_id(parent_session_id, "parent_session_id")
+    _optional_text("title", title, max_length=500)
+    started_at = _timestamp("started_at", started_at)
     config_text = _config_text(model_config)
+    db.lock_names(db.key_lock_name(session_key), db.session_lock_name(session_id))
     existing = lineage.session_row(session_id, lock=True)
     if existing is not None:
         fills = {k: v for k, v in metadata.items() if v is not None and existing.get(k) is None}
@@ -281,9 +355,15 @@ def create_session(
         _require_session(parent_session_id)
     previous_live = None
     is_delegate = "_delegate_from" in parse_model_config(config_text)
-    if parent_session_id is None and not is_delegate and session_key:
+    starts_conversation = parent_session_id is None and not is_delegate
+    if starts_conversation and session_key:
+        if join_live:
+            live = lineage.live_session_for_key(session_key)
+            if live is not None:
+                return SessionRef(session_id=live, created=False)
         ended = _end_live_of_key(session_key, "new_session")
         previous_live = ended[0] if ended else None
+    faults.checkpoint("create.before_insert")
     _insert_session(
         session_id=session_id,
         source=source,
@@ -293,7 +373,7 @@ def create_session(
         started_at=started_at,
         **metadata,
     )
-    if parent_session_id is None and not is_delegate:
+    if starts_conversation:
         events.record_switch(
             new_session_id=session_id,
             previous_session_id=previous_live,
@@ -302,31 +382,38 @@ def create_session(
             reason="new",
             session_key=session_key,
         )
+    faults.checkpoint("create.before_commit")
     return SessionRef(session_id=session_id, created=True)
 
 
 def _message_values(session_id: str, message: Mapping[str, Any]) -> list[Any]:
+    if not isinstance(message, Mapping):
+        raise InvalidInput("Each message must be a mapping with a role.")
     role = message.get("role")
     if role not in MESSAGE_ROLES:
         raise InvalidInput(f"role must be one of {sorted(MESSAGE_ROLES)}, not {role!r}.")
     content = message.get("content")
     if content is not None and not isinstance(content, str):
-        content = db.dumps(content)  # multimodal parts: kept, as JSON text
+        content = json_text("content", content)  # multimodal parts: kept, as JSON text
     tool_calls = message.get("tool_calls")
     if tool_calls is not None and not isinstance(tool_calls, str):
-        tool_calls = db.dumps(tool_calls) if tool_calls else None
-    timestamp = message.get("timestamp")
+        tool_calls = json_text("tool_calls", tool_calls) if tool_calls else None
+    token_count = message.get("token_count")
+    if token_count is not None and (
+        isinstance(token_count, bool) or not isinstance(token_count, int) or token_count < 0
+    ):
+        raise InvalidInput("token_count must be a non-negative whole number.")
     values = [
         session_id,
         role,
         content,
-        message.get("tool_call_id"),
+        _optional_text("tool_call_id", message.get("tool_call_id")),
         tool_calls,
-        message.get("tool_name"),
-        float(timestamp) if timestamp is not None else clock.now(),
-        message.get("token_count"),
-        message.get("finish_reason"),
-        message.get("reasoning"),
+        _optional_text("tool_name", message.get("tool_name")),
+        _timestamp("timestamp", message.get("timestamp")),
+        token_count,
+        _optional_text("finish_reason", message.get("finish_reason")),
+        _optional_text("reasoning", message.get("reasoning"), max_length=50_000_000),
     ]
     texts = [v for v in values if isinstance(v, str)]
     if any(chr(0) in v for v in texts):
@@ -391,6 +478,8 @@ def require_writable(session_id: str) -> dict:
 @store_operation
 def append_messages(*, session_id: str, messages: Iterable[Mapping[str, Any]]) -> AppendResult:
     """Append messages to a live session. Never silently dropped: it lands or it raises."""
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+        raise InvalidInput("messages must be a list of message mappings.")
     messages = list(messages)
     if not messages:
         raise InvalidInput("No messages to append.")
@@ -420,7 +509,12 @@ def end_session(*, session_id: str, end_reason: str) -> EndResult:
 
 
 def resolve_session_ref(ref: str) -> str:
-    """A session id from an exact id, an exact title, or a unique id prefix."""
+    """A session id from an exact id, an exact title, or a unique id prefix.
+
+    The prefix match is case-sensitive on every backend (ids are case-sensitive;
+    SQLite's LIKE is not, PostgreSQL's is), so a reference means the same
+    session whichever store is attached.
+    """
     _require_text("session reference", ref, max_length=500)
     ref = ref.strip()
     if db.fetchone("SELECT 1 FROM sessions WHERE id = %s", [ref]):
@@ -429,10 +523,9 @@ def resolve_session_ref(ref: str) -> str:
     if row:
         return row[0]
     if len(ref) >= 4:
-        escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         rows = db.fetchall(
-            "SELECT id FROM sessions WHERE id LIKE %s ESCAPE '\\' ORDER BY id LIMIT 6",
-            [escaped + "%"],
+            "SELECT id FROM sessions WHERE substr(id, 1, %s) = %s ORDER BY id LIMIT 6",
+            [len(ref), ref],
         )
         if len(rows) == 1:
             return rows[0][0]
@@ -441,31 +534,82 @@ def resolve_session_ref(ref: str) -> str:
     raise SessionNotFound(ref)
 
 
+def _lock_key_of(session_id: str) -> dict:
+    """Lock ``session_id``'s key (then the row) and return the row as it is under the locks.
+
+    The key is read before its lock is held, so it is read again after: a row
+    whose key was filled meanwhile locks the new key too.
+    """
+    locked: set[str] = set()
+    while True:
+        row = _require_session(session_id)
+        name = db.key_lock_name(row.get("session_key"))
+        if name is None or name in locked:
+            return _require_session(session_id, lock=True)
+        db.lock_names(name)
+        locked.add(name)
+
+
 @store_operation
-def resume_session(*, ref: str) -> ResumeResult:
+def resume_session(*, ref: str, current_session_id: str | None = None) -> ResumeResult:
     """Reopen the latest session of the lineage ``ref`` names and make it live for its key.
 
     Resolves by id, title or id prefix, then follows compression forward so the
     latest segment is reopened, not an old one whose short transcript would
-    replace the long one (hermes-agent #3123). The key's previous live session
-    ends with ``session_switch``; conversations of the lineage point at it.
+    replace the long one (hermes-agent #3123). Every other live session of the
+    key ends with ``session_switch`` (one live session per key); so does
+    ``current_session_id``, the session a caller without a key (the CLI) is
+    leaving. Conversations of the lineage point at it. Resuming what is already
+    the only live session changes nothing and announces nothing.
     """
+    if current_session_id is not None:
+        require_session_id(current_session_id, "current_session_id")
     matched = resolve_session_ref(ref)
+    _lock_key_of(lineage.current_session(session_id=matched))
+    # Read what is acted on under the lock: a compression or merge may have moved the tip.
     target = lineage.current_session(session_id=matched)
-    row = _require_session(target, lock=True)
-    switched_from = lineage.live_session_for_key(row.get("session_key"), exclude=target)
-    if switched_from:
-        _end(switched_from, "session_switch")
+    row = _lock_key_of(target)
+    key = row.get("session_key")
+    leaving = None
+    if current_session_id and current_session_id != target:
+        leaving_row = _require_session(current_session_id, lock=True)
+        if leaving_row["ended_at"] is None:
+            leaving = current_session_id
+    others = []
+    if key:
+        others = [
+            r[0]
+            for r in db.fetchall(
+                "SELECT id FROM sessions WHERE session_key = %s AND ended_at IS NULL AND id <> %s "
+                f"AND {lineage.marker('_delegate_from')} IS NULL ORDER BY started_at DESC, id DESC",
+                [key, target],
+            )
+        ]
+    chain = lineage.compression_chain(session_id=target)
+    if row["ended_at"] is None and not others and not leaving:
+        _move_conversations(chain, target)  # slugs left on older segments: no switch
+        return ResumeResult(
+            session_id=target,
+            matched_session_id=matched,
+            previous_end_reason=None,
+            switched_from_session_id=None,
+            message_count=int(row["message_count"] or 0),
+        )
+    switched_from = leaving or (others[0] if others else None)
+    for other in [leaving, *others]:
+        if other:
+            _end(other, "session_switch")
     db.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = %s", [target])
-    _move_conversations(lineage.compression_chain(session_id=target), target)
+    _move_conversations(chain, target)
     events.record_switch(
         new_session_id=target,
         previous_session_id=switched_from,
         parent_session_id=switched_from,
         reset=False,
         reason="resume",
-        session_key=row.get("session_key"),
+        session_key=key,
     )
+    faults.checkpoint("resume.before_commit")
     return ResumeResult(
         session_id=target,
         matched_session_id=matched,
@@ -477,8 +621,15 @@ def resume_session(*, ref: str) -> ResumeResult:
 
 @store_operation
 def reset_session_key(*, session_key: str, summary: str | None = None) -> ResetResult:
-    """End the key's live session (``session_reset``) and start a fresh one linked by ``_reset_from``."""
+    """End the key's live session (``session_reset``) and start a fresh one linked by ``_reset_from``.
+
+    The key is locked before its live session is read: a compression, resume or
+    ``/new`` of the same key in flight either commits first (and the reset ends
+    the session it made live) or waits for the reset.
+    """
     _require_text("session_key", session_key, max_length=500)
+    _optional_text("summary", summary, max_length=1_000_000)
+    db.lock_names(db.key_lock_name(session_key))
     live = lineage.live_session_for_key(session_key)
     template_id = live
     if template_id is None:
@@ -500,7 +651,7 @@ def reset_session_key(*, session_key: str, summary: str | None = None) -> ResetR
     )
     if summary:
         insert_messages(new_id, [{"role": "system", "content": summary}])
-    _move_conversations([template_id], new_id)
+    _move_conversations(lineage.compression_chain(session_id=template_id), new_id)
     events.record_switch(
         new_session_id=new_id,
         previous_session_id=live,
@@ -509,6 +660,7 @@ def reset_session_key(*, session_key: str, summary: str | None = None) -> ResetR
         reason="reset",
         session_key=session_key,
     )
+    faults.checkpoint("reset.before_commit")
     return ResetResult(ended_session_id=live, new_session_id=new_id)
 
 
@@ -521,15 +673,21 @@ def branch_session(
     The branch links to its parent (``parent_session_id`` and ``_branched_from``)
     and becomes the live session of the key; a live parent ends ``branched``.
     """
-    row = _require_session(session_id, lock=True)
+    _optional_text("title", title, max_length=500)
+    row = _lock_key_of(session_id)
     if at_message_id is None:
         last = db.fetchone(
             "SELECT MAX(id) FROM messages WHERE session_id = %s AND active = 1", [session_id]
         )
         at_message_id = int(last[0]) if last and last[0] is not None else 0
-    elif not db.fetchone(
-        "SELECT 1 FROM messages WHERE id = %s AND session_id = %s AND active = 1",
-        [int(at_message_id), session_id],
+    elif (
+        isinstance(at_message_id, bool)
+        or not isinstance(at_message_id, int)
+        or not -(2**63) <= at_message_id < 2**63
+        or not db.fetchone(
+            "SELECT 1 FROM messages WHERE id = %s AND session_id = %s AND active = 1",
+            [at_message_id, session_id],
+        )
     ):
         raise InvalidInput(f"Message {at_message_id} is not an active message of {session_id}.")
     new_id = new_session_id()
@@ -579,6 +737,8 @@ def rotate_for_compression(
     The child carries ``parent_session_id`` and no branch/delegate marker, so
     every lineage reader follows it as the continuation.
     """
+    _optional_text("summary", summary, max_length=1_000_000)
+    _lock_key_of(session_id)
     row = require_writable(session_id)
     _end(session_id, "compression")
     new_id = new_session_id()
@@ -603,7 +763,35 @@ def rotate_for_compression(
         reason="compression",
         session_key=row.get("session_key"),
     )
+    faults.checkpoint("compression.before_commit")
     return CompressionResult(new_session_id=new_id, parent_session_id=session_id)
+
+
+def continue_session(row: dict) -> str:
+    """Start a live session continuing the ended session ``row``; its id.
+
+    Linked by ``parent_session_id`` and ``_continued_from``, with the same source,
+    key and chat, so every lineage reader shows one conversation. The caller holds
+    the transaction and the locks (``conversations.resolve_conversation``).
+    """
+    new_id = new_session_id()
+    _end_live_of_key(row.get("session_key"), "session_switch")
+    _insert_session(
+        session_id=new_id,
+        source=row["source"],
+        parent_session_id=row["id"],
+        model_config=_inherited_config(row, _continued_from=row["id"]),
+        **{f: row.get(f) for f in METADATA_FIELDS},
+    )
+    events.record_switch(
+        new_session_id=new_id,
+        previous_session_id=row["id"],
+        parent_session_id=row["id"],
+        reset=False,
+        reason="continuation",
+        session_key=row.get("session_key"),
+    )
+    return new_id
 
 
 @store_operation
@@ -626,11 +814,21 @@ def add_usage(
     reasoning_tokens: int = 0,
     cost_usd: float = 0.0,
 ) -> None:
-    """Add a turn's token usage and cost to a session's totals."""
-    _require_session(session_id, lock=True)
+    """Add a turn's token usage and cost to a live session's totals.
+
+    Usage belongs to the session that is live for the conversation: an ended
+    session refuses it (``SessionEnded`` naming the live one), as an append does.
+    """
     values = [input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens]
-    if any(not isinstance(v, int) or v < 0 for v in values) or cost_usd < 0:
-        raise InvalidInput("Usage figures must be non-negative.")
+    if (
+        any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63 for v in values)
+        or isinstance(cost_usd, bool)
+        or not isinstance(cost_usd, int | float)
+        or not math.isfinite(cost_usd)
+        or cost_usd < 0
+    ):
+        raise InvalidInput("Usage figures must be finite, non-negative numbers.")
+    require_writable(session_id)
     db.execute(
         "UPDATE sessions SET input_tokens = COALESCE(input_tokens, 0) + %s, "
         "output_tokens = COALESCE(output_tokens, 0) + %s, "

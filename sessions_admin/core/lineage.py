@@ -9,6 +9,8 @@ Links, as the runtime writes them:
 - ``model_config._reset_from`` (no parent link, so runtimes still list the new
   session as a conversation of its own): a reset of the same session_key.
 - ``model_config._merged_into``: a session absorbed by a merge.
+- ``parent_session_id`` with ``model_config._continued_from``: a conversation
+  (an API slug) whose session had ended, going on in a new session.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ def edge_kind(child: dict, parent_end_reason: str | None) -> str:
         return "delegate"
     if config.get("_branched_from"):
         return "branch"
+    if child.get("parent_session_id") and config.get("_continued_from"):
+        return "continuation"
     if child.get("parent_session_id"):
         return "compression" if parent_end_reason == "compression" else "child"
     if config.get("_reset_from"):

@@ -13,10 +13,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sessions_admin.core import clock, db
+from sessions_admin.core import clock, db, lineage
 from sessions_admin.core.db import store_operation
-from sessions_admin.core.errors import NothingToUndo, SessionNotFound, TruncationRefused
-from sessions_admin.core.lifecycle import insert_messages, require_writable
+from sessions_admin.core.errors import (
+    InvalidInput,
+    NothingToUndo,
+    SessionNotFound,
+    TruncationRefused,
+)
+from sessions_admin.core.lifecycle import insert_messages, require_session_id, require_writable
 
 
 @dataclass(frozen=True)
@@ -56,11 +61,6 @@ def recompute_counters(session_id: str) -> tuple[int, int]:
     return int(row[0] or 0), int(row[1] or 0)
 
 
-def _lock_session(session_id: str) -> None:
-    if not db.fetchone("SELECT id FROM sessions WHERE id = %s" + db.for_update(), [session_id]):
-        raise SessionNotFound(session_id)
-
-
 def _set_active(session_id: str, ids: list[int], active: int) -> None:
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
@@ -93,8 +93,14 @@ def _last_active_user_id(session_id: str) -> int | None:
 
 @store_operation
 def undo_last_turn(*, session_id: str) -> RewriteResult:
-    """Make the last turn (last active user message and everything after it) inactive."""
-    _lock_session(session_id)
+    """Make the last turn (last active user message and everything after it) inactive.
+
+    Only the live session's transcript is rewound: an ended segment's id (a
+    runtime's stale cache, an operator on an old page) raises ``SessionEnded``
+    naming the live session, so the turn the conversation really continues from
+    is the one undone.
+    """
+    require_writable(session_id)
     last_user = _last_active_user_id(session_id)
     if last_user is None:
         raise NothingToUndo(f"Session {session_id} has no turn to undo.")
@@ -116,8 +122,11 @@ def undo_last_turn(*, session_id: str) -> RewriteResult:
 
 @store_operation
 def retry_last_turn(*, session_id: str) -> RewriteResult:
-    """Drop the reply to the last user message (it becomes inactive) so it can be generated again."""
-    _lock_session(session_id)
+    """Drop the reply to the last user message (it becomes inactive) so it can be generated again.
+
+    Like undo, only on the live session (``SessionEnded`` otherwise).
+    """
+    require_writable(session_id)
     last_user = _last_active_user_id(session_id)
     ids = []
     if last_user is not None:
@@ -148,8 +157,9 @@ def redo_turn(*, session_id: str) -> RewriteResult:
     rows alone cannot tell the rewind just made from an older one (a reply a
     retry dropped before the turn was undone, an older undone turn). Only a turn after every active row can come back: once the
     conversation has moved on past it, restoring it would reorder history.
+    Like undo, only on the live session (``SessionEnded`` otherwise).
     """
-    _lock_session(session_id)
+    require_writable(session_id)
     record = db.fetchone(
         "SELECT id, message_ids FROM sessions_admin_undos WHERE session_id = %s "
         "ORDER BY id DESC LIMIT 1",
@@ -188,6 +198,50 @@ def _fingerprint(message: Mapping[str, Any]) -> tuple:
     return (message.get("role"), content or "", message.get("tool_call_id") or "")
 
 
+def _same_row(offered: Mapping[str, Any], row: Mapping[str, Any]) -> bool:
+    """Whether an offered message is this stored row: same text, and same id/time where given."""
+    if _fingerprint(offered) != _fingerprint(row):
+        return False
+    if offered.get("id") is not None and offered.get("id") != row["id"]:
+        return False
+    stamp = offered.get("timestamp")
+    return stamp is None or row["timestamp"] is None or float(stamp) == float(row["timestamp"])
+
+
+def _rewound_runs(session_id: str) -> list[list[dict]]:
+    """The rows of each undo/retry not redone, oldest first: history the runtime may still hold."""
+    runs = []
+    for (ids_text,) in db.fetchall(
+        "SELECT message_ids FROM sessions_admin_undos WHERE session_id = %s ORDER BY id",
+        [session_id],
+    ):
+        ids = [int(i) for i in json.loads(ids_text)]
+        if not ids:
+            continue
+        rows = {
+            r["id"]: r
+            for r in db.fetchdicts(
+                "SELECT id, role, content, tool_call_id, timestamp FROM messages "
+                f"WHERE session_id = %s AND active = 0 AND id IN ({db.placeholders(ids)})",
+                [session_id, *ids],
+            )
+        }
+        if len(rows) == len(ids):
+            runs.append([rows[i] for i in ids])
+    return runs
+
+
+def _rewound_run_at(offered: list, start: int, runs: list[list[dict]]) -> int:
+    """How many offered messages from ``start`` repeat one whole undone turn (0: none does)."""
+    for run in runs:
+        end = start + len(run)
+        if end <= len(offered) and all(
+            _same_row(m, r) for m, r in zip(offered[start:end], run, strict=True)
+        ):
+            return len(run)
+    return 0
+
+
 @store_operation
 def save_transcript(
     *, session_id: str, messages: Iterable[Mapping[str, Any]], rewrite: bool = False
@@ -199,34 +253,50 @@ def save_transcript(
     partial history and saves over the full one, hermes-agent #3123) is
     refused unless ``rewrite=True``; even then the dropped rows become
     inactive, never deleted.
+
+    A runtime that missed an operator's undo or retry still holds the turn in
+    memory and saves it again: a whole undone turn repeated where it stood is
+    known history, not a new turn, and stays inactive (an undo sticks). A save
+    that would change an ended session raises ``SessionEnded`` naming the live
+    one; a save that matches it exactly is a no-op.
     """
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+        raise InvalidInput("messages must be a list of message mappings.")
     offered = list(messages)
-    _lock_session(session_id)
-    stored = [
-        {"id": r[0], "role": r[1], "content": r[2], "tool_call_id": r[3]}
-        for r in db.fetchall(
-            "SELECT id, role, content, tool_call_id FROM messages "
-            "WHERE session_id = %s AND active = 1 ORDER BY id",
-            [session_id],
-        )
-    ]
-    prefix = 0
-    while (
-        prefix < len(stored)
-        and prefix < len(offered)
-        and _fingerprint(stored[prefix]) == _fingerprint(offered[prefix])
-    ):
-        prefix += 1
-    dropped = [int(m["id"]) for m in stored[prefix:]]
-    tail = offered[prefix:]
+    if any(not isinstance(m, Mapping) for m in offered):
+        raise InvalidInput("Each message must be a mapping with a role.")
+    row = lineage.session_row(require_session_id(session_id), lock=True)
+    if row is None:
+        raise SessionNotFound(session_id)
+    stored = db.fetchdicts(
+        "SELECT id, role, content, tool_call_id, timestamp FROM messages "
+        "WHERE session_id = %s AND active = 1 ORDER BY id",
+        [session_id],
+    )
+    runs = _rewound_runs(session_id)
+    kept = 0  # stored rows matched
+    position = 0  # offered messages consumed
+    skipped = 0  # offered messages that repeat undone turns
+    while position < len(offered):
+        if kept < len(stored) and _same_row(offered[position], stored[kept]):
+            kept += 1
+            position += 1
+            continue
+        repeated = _rewound_run_at(offered, position, runs)
+        if not repeated:
+            break
+        position += repeated
+        skipped += repeated
+    dropped = [int(m["id"]) for m in stored[kept:]]
+    tail = offered[position:]
     if dropped and not rewrite:
         reason = (
             "it is shorter than the stored transcript"
-            if len(offered) < len(stored)
-            else f"it differs from the stored transcript at message {prefix + 1}"
+            if len(offered) - skipped < len(stored)
+            else f"it differs from the stored transcript at message {kept + 1}"
         )
         raise TruncationRefused(session_id, len(stored), len(offered), reason)
-    if tail:
+    if tail or dropped:
         require_writable(session_id)
     _set_active(session_id, dropped, 0)
     insert_messages(session_id, tail)
@@ -236,7 +306,7 @@ def save_transcript(
             [session_id],
         )
         recompute_counters(session_id)
-    return SaveResult(session_id, kept=prefix, appended=len(tail), deactivated=len(dropped))
+    return SaveResult(session_id, kept=kept, appended=len(tail), deactivated=len(dropped))
 
 
 def active_transcript(*, session_id: str) -> list[dict[str, Any]]:
