@@ -44,7 +44,7 @@ def storability_problem(value: str) -> str | None:
 def operator_text(
     value: Any, *, field: str, max_length: int = REASON_MAX, required: bool = False
 ) -> str:
-    """``value`` stripped, or ``InvalidInput`` saying what is wrong with it.
+    """``value`` stripped (line breaks as ``\\n``), or ``InvalidInput`` saying what is wrong.
 
     ``None`` is the empty text. ``required`` refuses empty or blank text (destructive
     actions); the message then starts with "Give a {field}", which the forms show as is.
@@ -53,10 +53,11 @@ def operator_text(
         value = ""
     if not isinstance(value, str):
         raise InvalidInput(f"The {field} must be text, not {type(value).__name__}.")
-    value = value.strip()
+    # A browser posts a textarea's line breaks as CRLF: count and keep them as one character.
+    value = value.replace("\r\n", "\n").strip()
     problem = storability_problem(value)
     if problem:
-        raise InvalidInput(f"The {field} {problem}. Nothing changed.")
+        raise InvalidInput(f"The {field} {problem}.")
     if len(value) > max_length:
         raise InvalidInput(
             f"The {field} is {len(value):,} characters long; keep it under {max_length:,}."
@@ -83,10 +84,18 @@ def operator_identifier(
         raise InvalidInput(f"Give a {field}.")
     problem = storability_problem(value)
     if problem:
-        raise InvalidInput(f"The {field} {value[:40]!r} {problem}. Nothing changed.")
+        raise InvalidInput(f"The {field} {value[:40]!r} {problem}.")
     if len(value) > max_length:
         raise InvalidInput(f"The {field} is longer than {max_length:,} characters.")
     return value
+
+
+def shown_back(value: Any, *, max_length: int = REASON_MAX) -> str:
+    """Refused text as a form may show it again for correction: storable, cut to the bound."""
+    if not isinstance(value, str):
+        return ""
+    value = value.replace("\x00", "").encode("utf-8", "ignore").decode("utf-8")
+    return value.strip()[:max_length]
 
 
 def operator_identifiers(values: Iterable[Any], *, field: str = "session id") -> list[str]:

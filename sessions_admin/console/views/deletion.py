@@ -49,6 +49,7 @@ from sessions_admin import core
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
 from sessions_admin.console.roles import DELETE
 from sessions_admin.core.lineage import edge_kind
+from sessions_admin.core.text import operator_text, shown_back
 from sessions_admin.ledger import actions, worker
 from sessions_admin.ledger.models import DeleteJob, TrashEntry, TrashSession
 from sessions_admin.store import listing
@@ -59,7 +60,6 @@ BULK_TEMPLATE = "console/bulk_delete.html"
 JOB_TEMPLATE = "console/job.html"
 TRASH_TEMPLATE = "console/trash.html"
 
-REASON_MAX = 2000
 CHUNK = 500
 
 # Cascade plan: the order and words of the relation groups, and how many rows each lists.
@@ -128,15 +128,12 @@ def _plural(n: int, word: str, plural: str | None = None) -> str:
 
 
 def _reason(data: QueryDict) -> tuple[str, str | None]:
-    reason = (data.get("reason") or "").strip()
-    if not reason:
-        return reason, "Give a reason: it is required for deleting and goes into the audit log."
-    if len(reason) > REASON_MAX:
-        return reason, f"Keep the reason under {REASON_MAX:,} characters."
-    if "\x00" in reason:
-        # The audit log could not store it (PostgreSQL refuses NUL in text).
-        return reason.replace("\x00", ""), "The reason cannot contain a NUL character."
-    return reason, None
+    """The required reason, or what to show back and why it was refused (``core.text``'s rule)."""
+    raw = data.get("reason")
+    try:
+        return operator_text(raw, field="reason", required=True), None
+    except core.InvalidInput as problem:
+        return shown_back(raw), str(problem)
 
 
 def _session_rows(ids) -> dict[str, Session]:
@@ -738,11 +735,13 @@ def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     if job.state not in ACTIVE_JOB_STATES:
         messages.info(request, f"Job #{job.pk} is already {job.state}; nothing to cancel.")
         return redirect("job_detail", job_id=job.pk)
-    actions.cancel_bulk_delete(
-        actor=request.user,
-        job_id=job.pk,
-        reason=(request.POST.get("reason") or "").strip()[:REASON_MAX],
-    )
+    try:
+        actions.cancel_bulk_delete(
+            actor=request.user, job_id=job.pk, reason=request.POST.get("reason") or ""
+        )
+    except core.StoreError as error:
+        messages.error(request, f"Job #{job.pk} was not cancelled: {error}")
+        return redirect("job_detail", job_id=job.pk)
     progress = core.job_progress(job_id=job.pk)
     if progress.state == DeleteJob.CANCELLED:
         messages.success(

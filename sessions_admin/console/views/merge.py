@@ -26,6 +26,7 @@ from sessions_admin import core
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm, session_url
 from sessions_admin.console.roles import OPERATE, VIEW
 from sessions_admin.core.merge import MAX_MERGE_SESSIONS
+from sessions_admin.core.text import shown_back
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditEntry, AuditSession
 from sessions_admin.store.models import Session
@@ -252,7 +253,9 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
     picks = _parse_picks(request.POST.getlist("ids"))
     target = request.POST.get("target", "").strip() or None
     fingerprint = request.POST.get("fingerprint", "").strip()
-    reason = request.POST.get("reason", "").strip()[:2000]
+    # Checked by actions.merge (core.text); the preview shows it back for correction.
+    raw_reason = request.POST.get("reason", "")
+    reason = shown_back(raw_reason)
 
     def again(error: str) -> HttpResponse:
         context = _preview_context(request, picks=picks, target=target, error=error, reason=reason)
@@ -273,7 +276,7 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
             session_ids=picks,
             target_id=target,
             expected_fingerprint=fingerprint,
-            reason=reason,
+            reason=raw_reason,
         )
     except core.StoreError as problem:
         return again(str(problem))
@@ -299,7 +302,7 @@ def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
     if record.undone_at is not None:
         messages.info(request, f"Merge #{merge_id} was already undone; nothing changed.")
         return _redirect(request, back)
-    reason = request.POST.get("reason", "").strip()[:2000]
+    reason = request.POST.get("reason", "")  # checked by actions.unmerge (core.text)
     try:
         result = actions.unmerge(actor=request.user, merge_id=merge_id, reason=reason)
     except core.StoreError as problem:
@@ -322,9 +325,7 @@ class AuditFilterForm(forms.Form):
     action = forms.ChoiceField(required=False)
     actor = forms.CharField(required=False, max_length=150)
     session = forms.CharField(required=False, max_length=MAX_ID_LENGTH)
-    outcome = forms.ChoiceField(
-        required=False, choices=[("", "any"), ("ok", "ok"), ("failed", "failed")]
-    )
+    outcome = forms.ChoiceField(required=False, choices=[("", "any"), *AuditEntry.OUTCOMES])
     since = forms.DateField(
         required=False, label="from", widget=forms.DateInput(attrs={"type": "date"})
     )

@@ -29,6 +29,13 @@ from sessions_admin import core
 from sessions_admin.console.http import HtmxHttpRequest, require_perm, wants_fragment
 from sessions_admin.console.roles import DELETE, OPERATE, VIEW
 from sessions_admin.console.templatetags.console import end_reason_words
+from sessions_admin.core.text import (
+    REFERENCE_MAX,
+    SUMMARY_MAX,
+    operator_identifier,
+    operator_text,
+    shown_back,
+)
 from sessions_admin.ledger import actions
 from sessions_admin.store.models import Session
 
@@ -36,9 +43,7 @@ TEMPLATE = "console/session_actions.html"
 PANEL = f"{TEMPLATE}#actions-panel"
 # The client event the detail page's transcript, counters and history listen for.
 CHANGED_EVENT = "session-changed"
-REASON_MAX = 2000
-SUMMARY_MAX = 20_000
-REF_MAX = 500
+REF_MAX = REFERENCE_MAX
 
 REWRITE_WORDS = {
     "undo": "Undo last turn",
@@ -86,8 +91,12 @@ def _redirect(request: HtmxHttpRequest, url: str) -> HttpResponse:
 
 
 def _reason(request: HtmxHttpRequest) -> str:
-    # PostgreSQL cannot store a NUL character; a reason is free text, so drop them.
-    return request.POST.get("reason", "").replace("\x00", "").strip()[:REASON_MAX]
+    """The optional reason as typed; ``ledger.actions`` checks it (``core.text``).
+
+    A NUL in this one-line box is taken for a stray keystroke and dropped (as it always
+    was here); anything else the rule refuses comes back as the action's message.
+    """
+    return request.POST.get("reason", "").replace("\x00", "")
 
 
 def _plural(count: int, word: str) -> str:
@@ -205,13 +214,12 @@ def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
             f"{session.id} has no session key, so there is no chat to reset. Nothing changed.",
         )
         return _redirect(request, back)
-    summary = request.POST.get("summary", "").strip()
-    if len(summary) > SUMMARY_MAX or "\x00" in summary:
-        messages.error(
-            request,
-            f"The summary must be at most {SUMMARY_MAX} characters of text "
-            "(no NUL characters). Nothing changed.",
+    try:
+        summary = operator_text(
+            request.POST.get("summary"), field="summary", max_length=SUMMARY_MAX
         )
+    except core.InvalidInput as problem:
+        messages.error(request, f"{problem} Nothing changed.")
         return _redirect(request, back)
     live = core.live_session_for_key(key)
     if "live" in request.POST and request.POST["live"] != (live or ""):
@@ -297,11 +305,13 @@ def _resume_preflight(request: HtmxHttpRequest, session_id: str) -> HttpResponse
     ref = request.GET.get("ref", "").strip()
     if not ref:
         return _preflight(request, session)
-    if len(ref) > REF_MAX or "\x00" in ref:
+    try:
+        operator_identifier(ref, field="session reference", max_length=REF_MAX)
+    except core.InvalidInput:
         return _preflight(
             request,
             session,
-            ref=ref[:REF_MAX],
+            ref=shown_back(ref, max_length=REF_MAX),
             ref_error="That is not a session id, title or id prefix.",
         )
     try:
