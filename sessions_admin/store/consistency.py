@@ -12,7 +12,16 @@
   core clears a kept child's link when its parent is deleted, so no such
   state is legitimate), and no message belongs to a missing session;
 - no conversation records a missing session;
-- the switch-event log is numbered 1, 2, 3... with no gap.
+- the switch-event log is numbered 1, 2, 3... with no gap;
+- at most one live session per session_key, delegates aside (the
+  ``several_live`` health predicate);
+- no message stamped later than its session's end (``written_after_end``: a
+  runtime wrote with a stale session id);
+- no conversation slug stranded on a session a rotation ended, with nothing
+  live continuing it (``stranded_conversation``).
+
+The last three are states only a runtime writing past the core can produce;
+the core refuses each.
 
 ``check_ledger(paths)`` checks a simulator's ledger (``sessions_admin.simulator``)
 against the store and the trash: every acknowledged message exists exactly
@@ -50,6 +59,9 @@ def check_store() -> list[str]:
     problems += _check_links()
     problems += _check_conversations()
     problems += _check_switch_events()
+    problems += _check_live_per_key()
+    problems += _check_written_after_end()
+    problems += _check_stranded_conversations()
     return problems
 
 
@@ -164,6 +176,47 @@ def _check_switch_events() -> list[str]:
         return [
             f"The switch-event log has gaps: {count} events numbered {low} to {high} "
             "(expected 1 to the count)."
+        ]
+    return []
+
+
+def _check_live_per_key() -> list[str]:
+    sql, params = health.predicate("several_live")
+    rows = db.fetchall(
+        f"SELECT s.session_key, s.id FROM sessions s WHERE {sql} "
+        "ORDER BY s.session_key, s.started_at, s.id",
+        params,
+    )
+    if not rows:
+        return []
+    by_key: dict[str, list[str]] = {}
+    for key, session_id in rows:
+        by_key.setdefault(key, []).append(session_id)
+    return [
+        f"{len(by_key)} session_key(s) with more than one live session: "
+        + _named([f"{key!r} ({', '.join(ids)})" for key, ids in by_key.items()])
+    ]
+
+
+def _check_written_after_end() -> list[str]:
+    sql, params = health.predicate("written_after_end")
+    late = [
+        r[0] for r in db.fetchall(f"SELECT s.id FROM sessions s WHERE {sql} ORDER BY s.id", params)
+    ]
+    if late:
+        return [
+            f"{len(late)} ended session(s) holding messages stamped after their end "
+            "(written with a stale session id): " + _named(late)
+        ]
+    return []
+
+
+def _check_stranded_conversations() -> list[str]:
+    stranded = [f"{name} -> {sid}" for name, sid in health.stranded_conversations()]
+    if stranded:
+        return [
+            f"{len(stranded)} conversation(s) stranded on a session a rotation ended, "
+            "with no live session continuing it: " + _named(stranded)
         ]
     return []
 

@@ -240,3 +240,49 @@ def test_a_read_only_store_says_so_on_every_page(rf, settings):
 
 def test_a_writable_store_shows_no_read_only_banner(signed_in):
     assert "attached read-only" not in signed_in("viewer").get(reverse("home")).content.decode()
+
+
+def test_the_health_panel_counts_the_stale_writer_checks_and_lists_their_sessions(signed_in):
+    from sessions_admin.core import clock, db
+
+    # Two live sessions for one chat, as two runtime processes starting it at once.
+    live = core.create_session(source="telegram", session_key="chat:7").session_id
+    db.execute(
+        "INSERT INTO sessions (id, source, session_key, started_at, message_count, "
+        "tool_call_count) VALUES ('racer', 'telegram', 'chat:7', %s, 0, 0)",
+        [clock.now()],
+    )
+    # A message written after its session ended (a stale id).
+    stale = core.create_session(source="cli").session_id
+    core.end_session(session_id=stale, end_reason="user_exit")
+    db.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp, active, compacted) "
+        "VALUES (%s, 'user', 'late', %s, 1, 0)",
+        [stale, clock.now() + 3600],
+    )
+    db.execute("UPDATE sessions SET message_count = 1 WHERE id = %s", [stale])
+    # A slug left on a session a reset ended, with nothing live after it.
+    stranded = core.create_session(source="api_server").session_id
+    core.record_turn(response_id="r-stranded", session_id=stranded, conversation="helpdesk")
+    db.execute(
+        "UPDATE sessions SET ended_at = %s, end_reason = 'session_reset' WHERE id = %s",
+        [clock.now(), stranded],
+    )
+    client = signed_in("viewer")
+
+    body = client.get(reverse("health_panel"), headers={"HX-Request": "true"}).content.decode()
+
+    expected = {
+        "several_live": {live, "racer"},
+        "written_after_end": {stale},
+        "stranded_conversation": {stranded},
+    }
+    for kind, ids in expected.items():
+        item = _check(body, kind)
+        assert f'<span class="check-count">{len(ids)}</span>' in item, kind
+        assert f'href="{reverse("session_list")}?health={kind}"' in item
+        listed = client.get(reverse("session_list"), {"health": kind, "scope": "all"})
+        assert listed.status_code == 200
+        page = listed.content.decode()
+        everyone = {live, "racer", stale, stranded}
+        assert {sid for sid in everyone if f"<code>{sid}</code>" in page} == ids, kind
