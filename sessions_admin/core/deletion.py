@@ -23,6 +23,7 @@ from django.utils import timezone
 from sessions_admin.core import db, faults, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
+from sessions_admin.core.lifecycle import keep_one_live
 from sessions_admin.core.merge import PlanChanged
 from sessions_admin.routers import responses_alias
 
@@ -624,9 +625,16 @@ def restore_trash_entry(*, entry_id: int, actor: str) -> RestoreResult:
         )
         if clash:
             raise RestoreConflict(f"Cannot restore: message id {clash[0]} is in use again.")
+    # The key may have moved on while these sessions were in the trash: its live
+    # session now stays live, and a restored one that was live ends (one live per key).
+    keys = {s["session_key"] for s in sessions if s.get("session_key")}
+    db.lock_names(*(db.key_lock_name(k) for k in keys))
+    live_now = [lineage.live_session_for_key(k) for k in sorted(keys)]
     # Parents first: insert without links, then put the links back.
     parents = {s["id"]: s.get("parent_session_id") for s in sessions}
     _insert_rows("sessions", [{**s, "parent_session_id": None} for s in sessions])
+    for key in sorted(keys):
+        keep_one_live(key, prefer=live_now)
     for sid, parent in parents.items():
         if parent and (parent in parents or lineage.session_row(parent) is not None):
             db.execute("UPDATE sessions SET parent_session_id = %s WHERE id = %s", [parent, sid])

@@ -259,6 +259,51 @@ def _end_live_of_key(
         ended.append(live)
 
 
+def keep_one_live(session_key: str | None, *, prefer: Iterable[str | None] = ()) -> list[str]:
+    """End every live session of ``session_key`` but one (``session_switch``); the ended ids.
+
+    The one kept is the first of ``prefer`` that is live for the key, else the newest
+    started. For operations that bring sessions back to life as they were (merge,
+    unmerge, a trash restore) while the key may have moved on meanwhile: one live
+    session per key, whatever the store held before. The caller holds the key's lock.
+    """
+    if not session_key:
+        return []
+    live = [
+        r[0]
+        for r in db.fetchall(
+            "SELECT id FROM sessions WHERE session_key = %s AND ended_at IS NULL "
+            f"AND {lineage.marker('_delegate_from')} IS NULL ORDER BY started_at DESC, id DESC",
+            [session_key],
+        )
+    ]
+    if len(live) < 2:
+        return []
+    kept = next((p for p in prefer if p in live), live[0])
+    ended = [sid for sid in live if sid != kept]
+    for sid in ended:
+        _end(sid, "session_switch")
+    return ended
+
+
+def lock_keys_of(session_ids: Iterable[str]) -> set[str]:
+    """Lock the keys of these sessions (as they are read now); the keys."""
+    ids = list(dict.fromkeys(session_ids))
+    keys: set[str] = set()
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        keys.update(
+            r[0]
+            for r in db.fetchall(
+                f"SELECT DISTINCT session_key FROM sessions WHERE id IN ({db.placeholders(chunk)}) "
+                "AND session_key IS NOT NULL",
+                chunk,
+            )
+        )
+    db.lock_names(*(db.key_lock_name(k) for k in keys))
+    return keys
+
+
 def _move_conversations(from_ids: Iterable[str], to_id: str) -> None:
     from sessions_admin.core import conversations
 

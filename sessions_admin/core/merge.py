@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from sessions_admin.core import clock, db, events, faults, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
+from sessions_admin.core.lifecycle import keep_one_live, lock_keys_of
 from sessions_admin.core.transcript import recompute_counters
 from sessions_admin.routers import responses_alias
 from sessions_admin.store.models import parse_model_config
@@ -337,6 +338,7 @@ def merge_sessions(
 ) -> MergeResult:
     """Merge the sessions into the target in one transaction; see the module docstring."""
     target, absorbed = _members(session_ids, target_id)
+    lock_keys_of([target, *absorbed])
     plan = _build_plan(target, absorbed, lock=True)
     if expected_fingerprint is not None and expected_fingerprint != plan.fingerprint:
         raise PlanChanged("merge")
@@ -383,6 +385,13 @@ def merge_sessions(
         assignments.append("ended_at = NULL, end_reason = NULL")
     db.execute(f"UPDATE sessions SET {', '.join(assignments)} WHERE id = %s", [*params, target])
     recompute_counters(target)
+    after_key = _rows([target])[target]
+    # The conversation goes on in a live target: one live session for its key.
+    switched = (
+        keep_one_live(after_key["session_key"], prefer=[target])
+        if after_key["ended_at"] is None
+        else []
+    )
     from sessions_admin.core.conversations import repoint_conversations, repoint_responses
 
     if conversations:
@@ -397,6 +406,7 @@ def merge_sessions(
         "children": children,
         "conversations": conversations,
         "responses": moved_responses,
+        "switched": switched,
     }
     with db.cursor() as c:
         c.execute(
@@ -478,6 +488,9 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
             f"Undo merge {', '.join(f'#{m}' for m in reversed(blocking))} first: "
             f"it moved sessions of merge #{merge_id} again."
         )
+    keys = lock_keys_of([target, *absorbed, *prior.get("switched", [])])
+    keys.update(s["session_key"] for s in prior["sessions"].values() if s.get("session_key"))
+    db.lock_names(*(db.key_lock_name(k) for k in keys))
     present = _rows([target, *absorbed], lock=True)
     missing = [sid for sid in [target, *absorbed] if sid not in present]
     if missing:
@@ -515,6 +528,26 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
         )
     for sid in [target, *absorbed]:
         recompute_counters(sid)
+    # Sessions the merge ended to keep one live per key come back if nothing replaced them.
+    for sid in prior.get("switched", []):
+        db.execute(
+            "UPDATE sessions SET ended_at = NULL, end_reason = NULL "
+            "WHERE id = %s AND end_reason = 'session_switch'",
+            [sid],
+        )
+    # What became live since the merge stays live; what the unmerge brings back makes way.
+    part_of_merge = {target, *absorbed, *prior.get("switched", [])}
+    for key in keys:
+        newer = [
+            r[0]
+            for r in db.fetchall(
+                "SELECT id FROM sessions WHERE session_key = %s AND ended_at IS NULL "
+                "ORDER BY started_at DESC, id DESC",
+                [key],
+            )
+            if r[0] not in part_of_merge
+        ]
+        keep_one_live(key, prefer=newer)
     if prior["conversations"]:
         for name, old_session in prior["conversations"]:
             db.execute(

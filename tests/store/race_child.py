@@ -27,7 +27,18 @@ def run(command: dict) -> dict:
 
         ensure_store_schema()
         return {"ok": None}
-    operation = getattr(core, command["op"])
+    if command["op"] == "cascade_delete":  # preview then delete, as an operator does
+
+        def operation(**kwargs):
+            plan = core.plan_cascade_delete(session_ids=kwargs["session_ids"])
+            return core.execute_cascade_delete(
+                session_ids=kwargs["session_ids"],
+                expected_fingerprint=plan.fingerprint,
+                actor="race test",
+                reason="race test",
+            )
+    else:
+        operation = getattr(core, command["op"])
     try:
         result = operation(**command.get("kwargs", {}))
     except core.StoreError as error:

@@ -212,3 +212,51 @@ def test_a_keyless_caller_names_the_session_it_leaves():
     assert session(old)["ended_at"] is None
     (event,) = [e for e in core.read_switch_events() if e.reason == "resume"]
     assert event.previous_session_id == current
+
+
+def live_of(key: str) -> list[str]:
+    return [
+        r[0]
+        for r in db.fetchall(
+            "SELECT id FROM sessions WHERE session_key = %s AND ended_at IS NULL ORDER BY id", [key]
+        )
+    ]
+
+
+def test_a_merge_reopening_its_target_leaves_one_live_session_and_unmerge_puts_it_back():
+    old = core.create_session(source="telegram", session_key="tg:m", session_id="a-old").session_id
+    current = core.create_session(source="telegram", session_key="tg:m", session_id="c-now")
+    fork = core.create_session(source="api_server", session_id="b-fork").session_id
+    core.append_message(session_id=fork, role="user", content="lost half")
+    merged = core.merge_sessions(session_ids=[old, fork], target_id=old)
+    assert live_of("tg:m") == [old]  # the target goes on; the key's other session made way
+    assert session(current.session_id)["end_reason"] == "session_switch"
+    core.unmerge(merge_id=merged.merge_id)
+    assert live_of("tg:m") == [current.session_id]
+    assert session(old)["end_reason"] == "new_session"
+    assert session(fork)["ended_at"] is None
+
+
+def test_an_unmerge_after_the_key_moved_on_keeps_the_new_live_session():
+    a = core.create_session(source="telegram", session_key="tg:u", session_id="a1").session_id
+    core.end_session(session_id=a, end_reason="user_exit")
+    b = core.create_session(source="telegram", session_key="tg:u", session_id="b1").session_id
+    merged = core.merge_sessions(session_ids=[a, b], target_id=a)
+    newest = core.reset_session_key(session_key="tg:u").new_session_id
+    core.unmerge(merge_id=merged.merge_id)
+    assert live_of("tg:u") == [newest]
+    assert session(b)["end_reason"] == "session_switch"
+
+
+def test_a_trash_restore_does_not_take_over_the_key_of_a_runtime_that_moved_on():
+    gone = core.create_session(source="telegram", session_key="tg:r").session_id
+    core.append_message(session_id=gone, role="user", content="hello")
+    plan = core.plan_cascade_delete(session_ids=[gone])
+    deleted = core.execute_cascade_delete(
+        session_ids=[gone], expected_fingerprint=plan.fingerprint, actor="t", reason="test"
+    )
+    now_live = core.create_session(source="telegram", session_key="tg:r").session_id
+    core.restore_trash_entry(entry_id=deleted.trash_entry_ids[0], actor="t")
+    assert live_of("tg:r") == [now_live]
+    assert session(gone)["end_reason"] == "session_switch"
+    assert len(messages(gone)) == 1
