@@ -18,6 +18,7 @@ from sessions_admin.routers import responses_alias, store_alias
 
 STORE_TABLES = [
     "sessions_admin_switch_events",
+    "sessions_admin_switch_cursors",
     "sessions_admin_merges",
     "sessions_admin_undos",
     "messages",

@@ -39,11 +39,13 @@ from sessions_admin.core.errors import (
     TruncationRefused,
 )
 from sessions_admin.core.events import (
+    SessionSwitchListener,
     SwitchEvent,
     read_switch_events,
     register_listener,
     unregister_listener,
 )
+from sessions_admin.core.follower import SwitchFollower, start_switch_follower
 from sessions_admin.core.forks import (
     ForkGroup,
     find_fork_groups,

@@ -45,7 +45,12 @@ from sessions_admin.store.schema import MESSAGE_FIELDS
 SQLITE_HEADER = b"SQLite format 3\x00"
 # The newest Hermes Agent state.db layout this version was checked against.
 NEWEST_KNOWN_SCHEMA_VERSION = 30
-OWN_TABLES = ("sessions_admin_switch_events", "sessions_admin_merges", "sessions_admin_undos")
+OWN_TABLES = (
+    "sessions_admin_switch_events",
+    "sessions_admin_switch_cursors",
+    "sessions_admin_merges",
+    "sessions_admin_undos",
+)
 OPERATE_PERMISSIONS = ("console.operate_sessions", "console.delete_sessions")
 
 # Columns every session/message INSERT of the core supplies (restore and import
@@ -669,7 +674,7 @@ _STORE_SHIMS = {
     "sessions_admin_switch_events": "CREATE TEMP TABLE sessions_admin_switch_events ("
     "seq BIGINT PRIMARY KEY, created_at REAL NOT NULL, new_session_id TEXT NOT NULL, "
     "previous_session_id TEXT, parent_session_id TEXT, reset INTEGER NOT NULL DEFAULT 0, "
-    "reason TEXT NOT NULL, session_key TEXT)",
+    "reason TEXT NOT NULL, session_key TEXT, source TEXT, origin TEXT)",
     "sessions_admin_merges": "CREATE TEMP TABLE sessions_admin_merges (id INTEGER PRIMARY KEY, "
     "created_at REAL NOT NULL, target_session_id TEXT NOT NULL, absorbed_session_ids TEXT "
     "NOT NULL, prior_state TEXT NOT NULL, undone_at REAL)",

@@ -3,7 +3,8 @@
 Pointed at a fresh database it creates the tables of Hermes Agent's
 ``state.db`` (schema version 22, hermes-agent 0.19) with their indexes and
 full-text index, plus what sessions_admin adds: the ``session_id`` column on
-``conversations``, the ``sessions_admin_switch_events`` log and the
+``conversations``, the ``sessions_admin_switch_events`` log (and the
+``sessions_admin_switch_cursors`` of its followers) and the
 ``sessions_admin_merges`` and ``sessions_admin_undos`` records.
 
 Pointed at an existing store (attaching to a runtime's ``state.db``) it adds
@@ -212,7 +213,19 @@ SWITCH_EVENTS_SQL = (
     " parent_session_id TEXT,"
     " reset INTEGER NOT NULL DEFAULT 0,"
     " reason TEXT NOT NULL,"
-    " session_key TEXT)"
+    " session_key TEXT,"
+    " source TEXT,"
+    " origin TEXT)"
+)
+# Columns added to the log after its first release: (name, type), added to an older log.
+SWITCH_EVENTS_ADDED_COLUMNS = [("source", "TEXT"), ("origin", "TEXT")]
+
+# Where each named switch follower (core/follower.py) stopped reading the log.
+SWITCH_CURSORS_SQL = (
+    "CREATE TABLE IF NOT EXISTS sessions_admin_switch_cursors ("
+    " name TEXT PRIMARY KEY,"
+    " last_seq BIGINT NOT NULL,"
+    " updated_at {real} NOT NULL)"
 )
 
 # A merge's prior state, kept in the store so the merge and its undo record
@@ -330,7 +343,7 @@ def _ensure_store_schema(alias: str, responses: str, upgrade: bool) -> SchemaRep
         problems += _missing_runtime_parts(alias, before)
     else:
         added += _ensure_runtime_tables(alias, before)
-    _ensure_own_tables(alias)
+    added += _ensure_own_tables(alias)
     added += _ensure_responses_schema(responses)
     after = existing_tables(alias)
     created = sorted(after - before)
@@ -395,8 +408,8 @@ def _ensure_runtime_tables(alias: str, before: set[str]) -> list[str]:
     return added
 
 
-def _ensure_own_tables(alias: str) -> None:
-    """sessions_admin's own tables in the store: always, attached or not."""
+def _ensure_own_tables(alias: str) -> list[str]:
+    """sessions_admin's own tables in the store: always, attached or not; returns added columns."""
     connection = connections[alias]
     real = _real(alias)
     serial = (
@@ -406,9 +419,21 @@ def _ensure_own_tables(alias: str) -> None:
     )
     with connection.cursor() as cursor:
         cursor.execute(SWITCH_EVENTS_SQL.format(real=real))
+        cursor.execute(SWITCH_CURSORS_SQL.format(real=real))
         cursor.execute(MERGES_SQL.format(real=real, serial=serial))
         for statement in UNDOS_SQL:
             cursor.execute(statement.format(real=real, serial=serial))
+    # A log created by an older version lacks the later columns (nullable: old rows keep NULL).
+    present = existing_columns(alias, "sessions_admin_switch_events")
+    added = []
+    with connection.cursor() as cursor:
+        for name, column_type in SWITCH_EVENTS_ADDED_COLUMNS:
+            if name not in present:
+                cursor.execute(
+                    f"ALTER TABLE sessions_admin_switch_events ADD COLUMN {name} {column_type}"
+                )
+                added.append(f"sessions_admin_switch_events.{name}")
+    return added
 
 
 def _ensure_responses_schema(alias: str) -> list[str]:
