@@ -448,3 +448,35 @@ def test_a_follower_refuses_bad_arguments():
     ):
         with pytest.raises(core.InvalidInput):
             core.start_switch_follower(**arguments)
+
+
+KEYBOARD_INTERRUPT_SCRIPT = """
+import time, django
+django.setup()
+from sessions_admin import core
+
+def interrupting(new_session_id, **kwargs):
+    raise KeyboardInterrupt
+
+core.register_listener(interrupting)
+core.create_session(source="cli")
+time.sleep(10)
+print("not interrupted")
+"""
+
+
+def test_a_keyboard_interrupt_from_a_listener_still_interrupts_the_process():
+    connections.close_all()
+    started = time.monotonic()
+    finished = subprocess.run(
+        [sys.executable, "-c", KEYBOARD_INTERRUPT_SCRIPT],
+        cwd=REPO,
+        env=_child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "KeyboardInterrupt" in finished.stderr
+    assert "not interrupted" not in finished.stdout
+    assert finished.returncode != 0
+    assert time.monotonic() - started < 9
