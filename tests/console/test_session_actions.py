@@ -664,3 +664,38 @@ def test_a_busy_store_is_a_message_never_a_500(signed_in, short_waits):
     # Once the runtime lets go, the same action goes through.
     assert client.post(url("session_undo", newer)).status_code == 302
     assert counters(newer) == (2, 0, 1)
+
+
+def test_an_ended_segment_offers_its_rewinds_on_the_live_session(signed_in):
+    old = chat("tg:dm:40")
+    live = core.reset_session_key(session_key="tg:dm:40").new_session_id
+    core.append_message(session_id=live, role="user", content="new question")
+    body = signed_in("support").get(detail(old)).content.decode()
+    panel = body[body.index('id="session-actions"') :]
+    panel = panel[: panel.index("</section>")]
+    assert f'action="{url("session_undo", live)}"' in panel
+    assert url("session_undo", old) not in panel
+
+
+def test_undo_posted_for_an_ended_segment_is_refused_and_names_the_live_session(signed_in):
+    old = chat("tg:dm:41")
+    live = core.reset_session_key(session_key="tg:dm:41").new_session_id
+    before = snapshot()
+    client = signed_in("support")
+    response = client.post(url("session_undo", old), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    text = html.unescape(response.content.decode())
+    assert "refused, nothing changed" in text and f'href="{detail(live)}"' in text
+    assert snapshot() == before
+    failed = AuditEntry.objects.get(action="undo")
+    assert failed.outcome == "failed" and live in failed.detail
+
+
+def test_a_session_ended_with_nothing_live_offers_no_rewind(signed_in):
+    ref = chat(None)
+    core.end_session(session_id=ref, end_reason="user_exit")
+    body = signed_in("support").get(detail(ref)).content.decode()
+    panel = body[body.index('id="session-actions"') :]
+    panel = panel[: panel.index("</section>")]
+    assert url("session_undo", ref) not in panel
+    assert "cannot be undone or retried" in panel

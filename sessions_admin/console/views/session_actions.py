@@ -29,6 +29,8 @@ from sessions_admin import core
 from sessions_admin.console.http import HtmxHttpRequest, require_perm, wants_fragment
 from sessions_admin.console.roles import DELETE, OPERATE, VIEW
 from sessions_admin.console.templatetags.console import end_reason_words
+from sessions_admin.core import lineage
+from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.core.text import (
     REFERENCE_MAX,
     SUMMARY_MAX,
@@ -110,16 +112,17 @@ def panel_context(request: HtmxHttpRequest, session: Session) -> dict:
     if not can_operate:
         return context
     key_live = core.live_session_for_key(session.session_key) if session.session_key else None
-    tip = None
-    if session.ended_at is not None and session.end_reason in ("compression", "merged"):
-        tip = core.current_session(session_id=session.id)
-        if tip == session.id:
-            tip = None
+    # The core rewinds live sessions only: an ended segment's buttons act on the live
+    # session that continues it, named on the panel, or are not offered at all.
+    rewrite_target = session.id
+    if session.ended_at is not None:
+        row = lineage.session_row(session.id)
+        rewrite_target = where_it_continues(row)[0] if row else None
     context.update(
         {
             "can_delete": request.user.has_perm(DELETE),
             "key_live": key_live,
-            "rewrite_elsewhere": tip,
+            "rewrite_target": rewrite_target,
         }
     )
     return context
@@ -152,6 +155,14 @@ def _rewrite(request: HtmxHttpRequest, session_id: str, action: str) -> HttpResp
         )
     except core.NothingToUndo as nothing:
         notice = Notice("info", f"Nothing changed: {nothing}")
+    except core.SessionEnded as ended:
+        live = ended.live_session_id
+        notice = Notice(
+            "error",
+            f"{REWRITE_WORDS[action]} refused, nothing changed: {ended}",
+            _detail_url(live) if live else None,
+            "Open the live session",
+        )
     except core.StoreError as problem:
         notice = Notice("error", f"{REWRITE_WORDS[action]} failed, nothing changed: {problem}")
     else:
