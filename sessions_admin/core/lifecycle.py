@@ -24,6 +24,7 @@ from sessions_admin.core.errors import (
     SessionNotFound,
     TitleTaken,
 )
+from sessions_admin.core.text import storability_problem
 from sessions_admin.store.models import parse_model_config
 
 MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -111,10 +112,9 @@ def _optional_text(name: str, value: Any, *, max_length: int = 4000) -> str | No
 def _check_storable(name: str, value: str, *, max_length: int) -> str:
     if len(value) > max_length:
         raise InvalidInput(f"{name} is longer than {max_length} characters.")
-    if "\x00" in value:
-        raise InvalidInput(f"{name} must not contain NUL characters.")
-    if not is_storable_text(value):
-        raise InvalidInput(f"{name} is not valid Unicode text (it holds a lone surrogate).")
+    problem = storability_problem(value)
+    if problem:
+        raise InvalidInput(f"{name} {problem}.")
     return value
 
 
@@ -149,15 +149,6 @@ def json_text(name: str, value: Any) -> str:
     except (TypeError, ValueError) as error:
         raise InvalidInput(f"{name} is not JSON-serialisable: {error}.") from None
     return _check_storable(name, text, max_length=50_000_000)
-
-
-def is_storable_text(value: str) -> bool:
-    """Whether both backends can store ``value``: UTF-8 encodable (no lone surrogates)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _config_text(model_config: Mapping[str, Any] | str | None) -> str | None:
@@ -460,13 +451,11 @@ def _message_values(session_id: str, message: Mapping[str, Any]) -> list[Any]:
         _optional_text("finish_reason", message.get("finish_reason")),
         _optional_text("reasoning", message.get("reasoning"), max_length=50_000_000),
     ]
-    texts = [v for v in values if isinstance(v, str)]
-    if any(chr(0) in v for v in texts):
-        # PostgreSQL text cannot hold NUL; refuse it on every backend alike.
-        raise InvalidInput("A message field contains a NUL character.")
-    if not all(is_storable_text(v) for v in texts):
-        # A lone surrogate cannot be encoded for either database: refuse it cleanly.
-        raise InvalidInput("A message field is not valid Unicode text (a lone surrogate).")
+    for text in (v for v in values if isinstance(v, str)):
+        # PostgreSQL text cannot hold NUL; no database can encode a lone surrogate.
+        problem = storability_problem(text)
+        if problem:
+            raise InvalidInput(f"A message field {problem}.")
     return values
 
 
