@@ -92,6 +92,7 @@ CHECK_IDS = {
     ("warning", "conversation_sessions"): "W006",
     ("warning", "missing_tables"): "W007",
     ("warning", "journal_mode"): "W008",
+    ("warning", "own_columns_missing"): "W009",
 }
 
 
@@ -351,6 +352,18 @@ def _inspect_open_sqlite(
                         "Run `python manage.py init_store` once (docs/attach.md lists what it adds).",
                     )
                 )
+            if "sessions_admin_switch_events" in tables and not read_only():
+                logged = {c[1] for c in _columns(conn, "sessions_admin_switch_events")}
+                if not {"source", "origin"} <= logged:
+                    findings.append(
+                        Finding(
+                            "warning",
+                            "own_columns_missing",
+                            "sessions_admin_switch_events predates its source and origin columns: "
+                            "every session switch will fail until they are added.",
+                            "Run `python manage.py init_store` (it adds those two columns).",
+                        )
+                    )
     if role == "responses" or responses_alias() == alias:
         findings += _responses_findings(conn, tables, role=role, path=path)
     return StoreInspection(

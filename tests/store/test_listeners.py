@@ -27,6 +27,7 @@ from django.db import connections
 
 from sessions_admin import core
 from sessions_admin.core import bulk, events
+from sessions_admin.store.attach import inspect_alias
 from sessions_admin.store.schema import ensure_store_schema, existing_columns
 from tests.store.test_schema import runtime_store, sqlite_only  # noqa: F401 - a fixture
 
@@ -233,7 +234,13 @@ def test_an_older_switch_log_gains_the_new_columns_and_keeps_its_rows(runtime_st
     )
     conn.commit()
     conn.close()
+    # The start-up check says what to run before the first switch would fail.
+    codes = [f.code for f in inspect_alias(alias, role="store").findings]
+    assert "own_columns_missing" in codes
     report = ensure_store_schema(alias)
+    assert "own_columns_missing" not in [
+        f.code for f in inspect_alias(alias, role="store").findings
+    ]
     assert {
         "sessions_admin_switch_events.source",
         "sessions_admin_switch_events.origin",
