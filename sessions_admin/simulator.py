@@ -25,6 +25,25 @@ Switches are followed two ways: an in-process listener (``register_listener``)
 and the persisted switch-event log, read with a cursor as another process
 would (gaps in its ``seq`` are counted).
 
+It also plays a hostile runtime (``stale_rate``, the share of chances taken):
+
+- stale ids: after its own reset, compression, branch or resume a chat may
+  keep its cached session id; its next append, undo / retry / redo or save is
+  refused with ``SessionEnded``, whose live session it then follows;
+- stale transcripts: a gateway chat keeps its history in memory and now and
+  then saves it (``save_transcript``). That history goes stale: a turn written
+  by another worker of the same chat is missing from it, an undo or retry made
+  from the console still holds the turn. A save missing turns is refused
+  (``TruncationRefused``), one on an ended session too (``SessionEnded``);
+  either way the chat reloads its history (``active_transcript``). A save
+  holding an undone turn is accepted and must leave it undone: every message
+  in memory was once a row of that session, so an accepted save appends
+  nothing (``stale_saves_appended`` counts the exceptions; a run with no
+  operator merging and unmerging has none);
+- a slow listener (``slow_listener`` seconds, on every ``slow_listener_every``-th
+  switch, the first included): a memory provider that hangs past the listener
+  time limit. Listeners run off the caller's path, so throughput holds.
+
 The optional ledger is append-only JSONL: one ``ack`` line per message the
 store acknowledged (session, message id, content hash) and one ``refused`` line
 per append that was refused (the error). ``sessions_admin.store.consistency.
@@ -85,6 +104,7 @@ TITLES = (
 MAX_APPEND_ATTEMPTS = 6
 BUSY_RETRIES = 8
 EVENT_POLL_SECONDS = 1.0
+SAVE_SHARE = 0.08  # of a hostile gateway chat's actions, a save of its in-memory history
 
 
 def message_hash(role: str, content: Any, tool_call_id: Any = None, tool_calls: Any = None) -> str:
@@ -105,6 +125,9 @@ class SimulatorOptions:
     evict_keep: int = 500  # responses the LRU keeps; 0 never evicts
     api_share: float = 0.25  # share of chats that are API conversations
     max_actions: int | None = None
+    stale_rate: float = 0.1  # share of chances to act on a stale id or history (0: never)
+    slow_listener: float = 0.0  # seconds a slow listener hangs now and then; 0: none
+    slow_listener_every: int = 5  # it hangs on every n-th switch it hears, the first included
 
 
 @dataclass
@@ -123,6 +146,12 @@ class Chat:
     previous_response_id: str | None = None
     slug_count: int = 0
     due: float = 0.0
+    # What the runtime holds in memory: the history of memory_session as it last
+    # knew it (None: not loaded), possibly stale.
+    memory: list[dict[str, Any]] | None = None
+    memory_session: str | None = None
+    forgetting: bool = False  # the turn being sent is written by another worker
+    save_due: bool = False  # its next action saves the history
 
     @property
     def is_api(self) -> bool:
@@ -163,6 +192,27 @@ class _SwitchListener:
         self.counts[f"listener_{reason}"] += 1
 
 
+class _SlowListener:
+    """A memory provider that now and then hangs longer than the listener time limit.
+
+    It keeps its own tallies (it runs on a dispatcher thread, not the
+    simulator's); ``wake`` ends a hang when the run is over.
+    """
+
+    def __init__(self, seconds: float, every: int) -> None:
+        self.seconds = seconds
+        self.every = max(1, every)
+        self.wake = threading.Event()
+        self.calls = 0
+        self.hangs = 0
+
+    def on_session_switch(self, new_session_id: str, **kwargs: Any) -> None:
+        self.calls += 1
+        if (self.calls - 1) % self.every == 0:
+            self.hangs += 1
+            self.wake.wait(self.seconds)
+
+
 class RuntimeSimulator:
     def __init__(
         self,
@@ -175,10 +225,19 @@ class RuntimeSimulator:
         self.stop_event = stop or threading.Event()
         self.log = log or (lambda _text: None)
         self.rng = random.Random(options.seed)
+        # The hostile runtime's choices draw from their own stream, so the chats'
+        # ordinary actions and content stay the run a seed gave before (and with
+        # stale_rate 0 exactly that run).
+        self.hostile_rng = random.Random(None if options.seed is None else options.seed + 7919)
         self.label = options.label or f"p{os.getpid()}"
         self.counts: Counter = Counter()
         self.ledger = Ledger(options.ledger_path)
         self.listener = _SwitchListener(self.counts)
+        self.slow_listener = (
+            _SlowListener(options.slow_listener, options.slow_listener_every)
+            if options.slow_listener > 0
+            else None
+        )
         self.sessions_seen: set[str] = set()
         self.event_cursor = 0
         self.next_event_poll = 0.0
@@ -209,6 +268,8 @@ class RuntimeSimulator:
     def run(self) -> Counter:
         """Act until the duration is over, ``stop()`` is called or ``max_actions`` ran."""
         core.register_listener(self.listener)
+        if self.slow_listener is not None:
+            core.register_listener(self.slow_listener)
         self.started = time.monotonic()
         deadline = self.started + self.options.duration if self.options.duration > 0 else None
         try:
@@ -243,6 +304,11 @@ class RuntimeSimulator:
         finally:
             self.finished = time.monotonic()
             core.unregister_listener(self.listener)
+            if self.slow_listener is not None:
+                self.slow_listener.wake.set()
+                core.unregister_listener(self.slow_listener)
+                self.counts["slow_listener_calls"] = self.slow_listener.calls
+                self.counts["slow_listener_hangs"] = self.slow_listener.hangs
             self.ledger.close()
             connections.close_all()
         return self.counts
@@ -312,9 +378,33 @@ class RuntimeSimulator:
             if chat.session_id not in chat.history:
                 chat.history.append(chat.session_id)
             del chat.history[:-20]
+            # A runtime that follows a switch loads the new session's history when it needs it.
+            chat.memory, chat.memory_session = None, None
         chat.session_id = session_id
         self.sessions_seen.add(session_id)
         return session_id
+
+    def _rotated(self, chat: Chat, session_id: str) -> None:
+        """The chat's own rotation made ``session_id`` live; a stale runtime keeps its cached id."""
+        if chat.session_id and chat.session_id != session_id and self._stale():
+            self.counts["stale_ids_kept"] += 1
+            self.sessions_seen.add(session_id)
+            if session_id not in chat.history:
+                chat.history.append(session_id)
+            return
+        self._switch(chat, session_id)
+
+    def _stale(self, share: float | None = None) -> bool:
+        rate = self.options.stale_rate if share is None else share
+        return self.options.stale_rate > 0 and self.hostile_rng.random() < rate
+
+    def _follow(self, chat: Chat, error: core.SessionEnded) -> None:
+        """Carry on where the ended session continues, or afresh."""
+        if error.live_session_id:
+            self.counts["followed_session_ended"] += 1
+            self._switch(chat, error.live_session_id)
+        else:
+            self._start_session(chat)
 
     def _append(self, chat: Chat, message: dict[str, Any]) -> str:
         """Append one message to the chat's session, following switches; returns where it landed."""
@@ -342,6 +432,7 @@ class RuntimeSimulator:
                 self._refused(chat, target, error)
                 raise
             self.counts["appends"] += 1
+            self._remember(chat, result.session_id, message, result.message_ids)
             for message_id in result.message_ids:
                 self.ledger.write(
                     {
@@ -360,17 +451,91 @@ class RuntimeSimulator:
             return result.session_id
         raise core.StoreBusy("append_messages (the session kept switching)", MAX_APPEND_ATTEMPTS)
 
-    def _refused(self, chat: Chat, session_id: str | None, error: Exception) -> None:
-        self.counts["append_refusals"] += 1
+    def _refused(
+        self,
+        chat: Chat,
+        session_id: str | None,
+        error: Exception,
+        *,
+        operation: str = "append_messages",
+    ) -> None:
+        self.counts["append_refusals" if operation == "append_messages" else "other_refusals"] += 1
         self.ledger.write(
             {
                 "kind": "refused",
                 "chat": chat.index,
                 "session_id": session_id,
+                "operation": operation,
                 "error": type(error).__name__,
                 "detail": str(error)[:300],
             }
         )
+
+    # -------------------------------------------------------------- memory
+
+    def _remember(self, chat: Chat, session_id: str, message: Mapping[str, Any], ids: Any) -> None:
+        """The runtime's in-memory history gains what it wrote (unless another worker wrote it)."""
+        if chat.forgetting or chat.memory is None or chat.memory_session != session_id:
+            return
+        for message_id in ids:
+            chat.memory.append({**message, "id": message_id})
+
+    def _reload_memory(self, chat: Chat) -> None:
+        """Load the history as the runtime does at start or after a refusal."""
+        chat.memory, chat.memory_session = None, None
+        if chat.session_id is None:
+            return
+        try:
+            chat.memory = self._call(core.active_transcript, session_id=chat.session_id)
+        except core.SessionNotFound:
+            return
+        chat.memory_session = chat.session_id
+        self.counts["histories_loaded"] += 1
+
+    def _save_history(self, chat: Chat) -> None:
+        """Save the in-memory history, stale or not; refusals reload it from the store."""
+        if chat.memory is None or chat.memory_session is None:
+            self._reload_memory(chat)
+            return
+        session_id, memory = chat.memory_session, chat.memory
+        remembered = [int(m["id"]) for m in memory if m.get("id") is not None]
+        undone = self._inactive(session_id, remembered)
+        try:
+            result = self._call(core.save_transcript, session_id=session_id, messages=memory)
+        except (core.TruncationRefused, core.SessionEnded) as error:
+            self._refused(chat, session_id, error, operation="save_transcript")
+            self.counts[f"stale_saves_refused_{type(error).__name__}"] += 1
+            if isinstance(error, core.SessionEnded) and chat.session_id == session_id:
+                self._follow(chat, error)
+            self._reload_memory(chat)
+            return
+        except core.SessionNotFound:
+            chat.memory, chat.memory_session = None, None
+            return
+        self.counts["saves"] += 1
+        if result.appended:
+            # Every remembered message was once a row of this session: only an
+            # operator's unmerge (rows moved back out) makes them new again.
+            self.counts["stale_saves_appended"] += 1
+        if undone:
+            self.counts["stale_saves_holding_undone"] += 1
+            if len(self._inactive(session_id, sorted(undone))) != len(undone):
+                # An undone turn came back (or an operator redid it meanwhile).
+                self.counts["undone_rows_active_after_save"] += 1
+
+    def _inactive(self, session_id: str, ids: list[int]) -> set[int]:
+        found: set[int] = set()
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            found.update(
+                int(r[0])
+                for r in db.fetchall(
+                    "SELECT id FROM messages WHERE session_id = %s AND active = 0 "
+                    f"AND id IN ({db.placeholders(chunk)})",
+                    [session_id, *chunk],
+                )
+            )
+        return found
 
     # -------------------------------------------------------------- content
 
@@ -414,8 +579,15 @@ class RuntimeSimulator:
     def _send_turn(self, chat: Chat) -> str:
         self.counts["turns"] += 1
         landed = chat.session_id
-        for message in self._turn_messages(chat):
-            landed = self._append(chat, message)
+        # Another worker of the same chat writes this turn: this one's memory misses it.
+        chat.forgetting = chat.memory is not None and self._stale()
+        if chat.forgetting:
+            self.counts["turns_missed_by_memory"] += 1
+        try:
+            for message in self._turn_messages(chat):
+                landed = self._append(chat, message)
+        finally:
+            chat.forgetting = False
         chat.turns_since_compression += 1
         try:
             self._call(
@@ -434,6 +606,10 @@ class RuntimeSimulator:
     def _act_gateway(self, chat: Chat) -> None:
         if chat.session_id is None:
             self._start_session(chat)
+        if chat.save_due or self._stale(SAVE_SHARE):
+            chat.save_due = False
+            self._save_history(chat)
+            return
         roll = self.rng.random()
         if chat.turns_since_compression >= chat.compress_after and roll < 0.5:
             self._compress(chat)
@@ -464,12 +640,9 @@ class RuntimeSimulator:
                 summary=f"Summary of the conversation so far ({chat.turns_since_compression} turns).",
             )
         except core.SessionEnded as error:
-            # Someone else ended it first: carry on where it continues (or afresh).
-            if error.live_session_id:
-                self.counts["followed_session_ended"] += 1
-                self._switch(chat, error.live_session_id)
-            else:
-                self._start_session(chat)
+            # Someone else ended it first (or the id was stale): carry on where it continues.
+            self._refused(chat, chat.session_id, error, operation="rotate_for_compression")
+            self._follow(chat, error)
             return
         except core.SessionNotFound:
             chat.session_id = None
@@ -477,7 +650,7 @@ class RuntimeSimulator:
             return
         self.counts["compressions"] += 1
         chat.turns_since_compression = 0
-        self._switch(chat, result.new_session_id)
+        self._rotated(chat, result.new_session_id)
 
     def _reset(self, chat: Chat) -> None:
         try:
@@ -488,7 +661,7 @@ class RuntimeSimulator:
             return
         self.counts["resets"] += 1
         chat.turns_since_compression = 0
-        self._switch(chat, result.new_session_id)
+        self._rotated(chat, result.new_session_id)
 
     def _branch(self, chat: Chat) -> None:
         try:
@@ -498,7 +671,7 @@ class RuntimeSimulator:
             self._start_session(chat)
             return
         self.counts["branches"] += 1
-        self._switch(chat, result.new_session_id)
+        self._rotated(chat, result.new_session_id)
 
     def _rewrite(self, chat: Chat, action: str) -> None:
         operation = {
@@ -506,16 +679,30 @@ class RuntimeSimulator:
             "retry": core.retry_last_turn,
             "redo": core.redo_turn,
         }[action]
+        # Done from the console by an operator, the runtime unaware: its memory keeps the turn.
+        unseen = self._stale()
+        if unseen and chat.memory is None:
+            self._reload_memory(chat)
         try:
             self._call(operation, session_id=chat.session_id)
         except core.NothingToUndo:
             self.counts[f"{action}_nothing"] += 1
+            return
+        except core.SessionEnded as error:
+            # A stale id: only the live session's transcript is rewound.
+            self._refused(chat, chat.session_id, error, operation=f"{action}_turn")
+            self._follow(chat, error)
             return
         except core.SessionNotFound:
             chat.session_id = None
             self._start_session(chat)
             return
         self.counts[action] += 1
+        if unseen:
+            self.counts[f"{action}_unseen_by_memory"] += 1
+            chat.save_due = True  # the runtime saves its history when its turn ends
+        else:
+            chat.memory, chat.memory_session = None, None
         if action == "retry":
             self._append(
                 chat,
@@ -538,7 +725,7 @@ class RuntimeSimulator:
             chat.history.remove(ref)
             return
         self.counts["resumes"] += 1
-        self._switch(chat, result.session_id)
+        self._rotated(chat, result.session_id)
 
     def _expire(self, chat: Chat) -> None:
         # The gateway's idle expiry: the session ends; the stale id stays cached, so

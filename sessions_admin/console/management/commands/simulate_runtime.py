@@ -56,6 +56,20 @@ class Command(BaseCommand):
             help="responses kept when the simulated LRU evicts; 0 never evicts (default 500)",
         )
         parser.add_argument("--max-actions", type=int, default=None, help="stop after N actions")
+        parser.add_argument(
+            "--stale-rate",
+            type=float,
+            default=0.1,
+            help="share of chances to play a stale runtime: keep a rotated session id, "
+            "save a stale history (default 0.1; 0 never)",
+        )
+        parser.add_argument(
+            "--slow-listener",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="register a listener that hangs this long on every 5th switch (default 0: none)",
+        )
 
     def handle(self, *args, **options):
         if options["chats"] < 1:
@@ -73,6 +87,10 @@ class Command(BaseCommand):
             raise CommandError("--cold-start-rate must be between 0 and 1.")
         if options["evict_keep"] < 0:
             raise CommandError("--evict-keep must be zero or more.")
+        if not 0 <= options["stale_rate"] <= 1:
+            raise CommandError("--stale-rate must be between 0 and 1.")
+        if not 0 <= options["slow_listener"] <= 3600:
+            raise CommandError("--slow-listener must be between 0 and 3600 seconds.")
         simulator = RuntimeSimulator(
             SimulatorOptions(
                 chats=options["chats"],
@@ -84,6 +102,8 @@ class Command(BaseCommand):
                 cold_start_rate=options["cold_start_rate"],
                 evict_keep=options["evict_keep"],
                 max_actions=options["max_actions"],
+                stale_rate=options["stale_rate"],
+                slow_listener=options["slow_listener"],
             ),
             log=lambda text: self.stderr.write(text),
         )
