@@ -270,6 +270,10 @@ class _Dispatcher:
             return
         self.queue.put((switch, pending))
 
+    def idle(self) -> bool:
+        """Nothing queued and no call running (a snapshot: the thread may start one next)."""
+        return self.current is None and self.queue.empty()
+
     def stop(self) -> None:
         """No further call; switches not yet delivered are dropped. Does not wait for a hung call."""
         self.stopped = True
@@ -411,11 +415,19 @@ def _sync_dispatchers() -> list[_Dispatcher]:
 
 
 def _enqueue(switch: _Switch) -> _Pending:
+    """Queue ``switch`` for every listener; the returned count covers the idle ones only.
+
+    A listener still busy with an earlier switch (hung, or slow) gets this one queued
+    behind it, but the caller does not wait for it: otherwise one hung listener would
+    cost every later operation the whole grace period.
+    """
     with _listeners_lock:
         dispatchers = _sync_dispatchers()
-    pending = _Pending(len(dispatchers))
+    idle = [d for d in dispatchers if d.idle()]
+    pending = _Pending(len(idle))
+    unwaited = _Pending(len(dispatchers) - len(idle))
     for dispatcher in dispatchers:
-        dispatcher.enqueue(switch, pending)
+        dispatcher.enqueue(switch, pending if dispatcher in idle else unwaited)
     return pending
 
 
