@@ -311,6 +311,14 @@ def where_it_continues(row: dict) -> tuple[str | None, str | None]:
         current = lineage.current_session(session_id=row["id"])
         if current != row["id"] and _is_live(current):
             return current, "merge target"
+    if row["end_reason"] == "branched":
+        branch = db.fetchone(
+            "SELECT id FROM sessions WHERE parent_session_id = %s AND ended_at IS NULL "
+            f"AND {lineage.marker('_branched_from')} = %s ORDER BY started_at DESC, id DESC LIMIT 1",
+            [row["id"], row["id"]],
+        )
+        if branch:
+            return branch[0], "branch"
     live = lineage.live_session_for_key(row.get("session_key"), exclude=row["id"])
     if live:
         return live, f"session_key {row['session_key']!r}"

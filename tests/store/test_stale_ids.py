@@ -260,3 +260,16 @@ def test_a_trash_restore_does_not_take_over_the_key_of_a_runtime_that_moved_on()
     assert live_of("tg:r") == [now_live]
     assert session(gone)["end_reason"] == "session_switch"
     assert len(messages(gone)) == 1
+
+
+def test_a_keyless_session_that_branched_names_and_continues_in_its_live_branch():
+    first = core.resolve_conversation(conversation="branchy")
+    core.append_message(session_id=first.session_id, role="user", content="hello")
+    core.record_turn(response_id="r1", session_id=first.session_id, conversation="branchy")
+    branch = core.branch_session(session_id=first.session_id).new_session_id
+    with pytest.raises(core.SessionEnded) as ended:
+        core.append_message(session_id=first.session_id, role="user", content="stale")
+    assert ended.value.live_session_id == branch
+    again = core.resolve_conversation(conversation="branchy")
+    assert (again.session_id, again.created) == (branch, False)
+    assert conversation("branchy")[1] == branch
