@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+from django.conf import settings
 from django.db import connections
 
 from sessions_admin.core import db
 from sessions_admin.routers import responses_alias
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def rows(sql: str, params: list[Any] | None = None) -> list[tuple]:
@@ -78,3 +84,25 @@ def run_threads(target: Callable[[int], Any], n: int, *, timeout: float = 60) ->
     if errors:
         raise errors[0]
     return results
+
+
+def database_url(alias: str) -> str:
+    """The URL of the database this test process really uses for ``alias`` (the test database)."""
+    config = connections[alias].settings_dict
+    if config["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{Path(config['NAME']).resolve()}"
+    user = quote(config["USER"] or "")
+    password = f":{quote(config['PASSWORD'])}" if config["PASSWORD"] else ""
+    port = f":{config['PORT']}" if config["PORT"] else ""
+    return f"postgres://{user}{password}@{config['HOST']}{port}/{quote(config['NAME'])}"
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child process (a runtime, a simulator) on this test's databases."""
+    env = {**os.environ, "DATABASE_URL": database_url("default")}
+    env["SESSIONS_ADMIN_STORE_URL"] = database_url("store")
+    env["DJANGO_SETTINGS_MODULE"] = "sessions_admin.settings"
+    env["PYTHONPATH"] = str(REPO)
+    if "responses" in settings.DATABASES:
+        env["SESSIONS_ADMIN_RESPONSES_URL"] = database_url("responses")
+    return env

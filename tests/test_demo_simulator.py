@@ -7,8 +7,7 @@ import sys
 import time
 
 from sessions_admin import devtools
-from tests.helpers import count
-from tests.store.test_simulated_concurrency import _simulator_env
+from tests.helpers import child_env, count
 
 
 def test_the_demo_simulator_is_on_unless_turned_off_or_read_only():
@@ -23,7 +22,7 @@ def test_the_demo_simulator_writes_until_stopped_then_exits_cleanly(monkeypatch)
     monkeypatch.setattr(
         devtools, "DEMO_SIMULATOR_ARGS", ("--chats", "2", "--duration", "0", "--think-time", "0.05")
     )
-    process = devtools.start_demo_simulator({**_simulator_env(), "PYTHONUNBUFFERED": "1"})
+    process = devtools.start_demo_simulator({**child_env(), "PYTHONUNBUFFERED": "1"})
     try:
         deadline = time.monotonic() + 60
         while count("messages") == 0 and time.monotonic() < deadline:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import queue
 import sqlite3
 import subprocess
@@ -19,16 +18,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-from django.conf import settings
 from django.db import connections
 
 from sessions_admin import core
 from sessions_admin.core import bulk, events
 from sessions_admin.store.attach import inspect_alias
 from sessions_admin.store.schema import ensure_store_schema, existing_columns
+from tests.helpers import child_env
 from tests.store.test_schema import runtime_store, sqlite_only  # noqa: F401 - a fixture
 
 REPO = Path(__file__).resolve().parents[2]
@@ -257,27 +255,6 @@ def test_an_older_switch_log_gains_the_new_columns_and_keeps_its_rows(runtime_st
 # --------------------------------------------------------------------------- 14: follower
 
 
-def database_url(alias: str) -> str:
-    """The URL of the database this test process really uses for ``alias`` (the test database)."""
-    config = connections[alias].settings_dict
-    if config["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{Path(config['NAME']).resolve()}"
-    user = quote(config["USER"] or "")
-    password = f":{quote(config['PASSWORD'])}" if config["PASSWORD"] else ""
-    port = f":{config['PORT']}" if config["PORT"] else ""
-    return f"postgres://{user}{password}@{config['HOST']}{port}/{quote(config['NAME'])}"
-
-
-def _child_env() -> dict[str, str]:
-    env = {**os.environ, "DATABASE_URL": database_url("default")}
-    env["SESSIONS_ADMIN_STORE_URL"] = database_url("store")
-    env["DJANGO_SETTINGS_MODULE"] = "sessions_admin.settings"
-    env["PYTHONPATH"] = str(REPO)
-    if "responses" in settings.DATABASES:
-        env["SESSIONS_ADMIN_RESPONSES_URL"] = database_url("responses")
-    return env
-
-
 class Runtime:
     """A runtime process following the log under ``name``; its listener writes ``output``."""
 
@@ -290,7 +267,7 @@ class Runtime:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.store.listener_child", name, str(output), *extra],
             cwd=REPO,
-            env=_child_env(),
+            env=child_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -478,7 +455,7 @@ def test_a_keyboard_interrupt_from_a_listener_still_interrupts_the_process():
     finished = subprocess.run(
         [sys.executable, "-c", KEYBOARD_INTERRUPT_SCRIPT],
         cwd=REPO,
-        env=_child_env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=60,

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from sessions_admin.core import db
 from tests.conftest import _wipe
-from tests.store.test_simulated_concurrency import _simulator_env
+from tests.helpers import child_env
 
 KEYS = ("tg:a", "tg:b")
 
@@ -35,7 +35,7 @@ class Worker:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.store.race_child", "--serve"],
             cwd=django_settings.BASE_DIR,
-            env=_simulator_env(),
+            env=child_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

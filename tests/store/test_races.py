@@ -21,8 +21,7 @@ from django.conf import settings
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.store.models import parse_model_config
-from tests.helpers import session
-from tests.store.test_simulated_concurrency import _simulator_env
+from tests.helpers import child_env, session
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -33,14 +32,14 @@ class Runtime:
     def __init__(
         self, commands: list[dict], *, env: dict | None = None, pause_at=None, folder=None
     ):
-        child_env = {**_simulator_env(), **(env or {})}
+        environment = {**child_env(), **(env or {})}
         if pause_at:
-            child_env["SESSIONS_ADMIN_PAUSE_AT"] = pause_at
-            child_env["SESSIONS_ADMIN_PAUSE_DIR"] = str(folder)
+            environment["SESSIONS_ADMIN_PAUSE_AT"] = pause_at
+            environment["SESSIONS_ADMIN_PAUSE_DIR"] = str(folder)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.store.race_child", json.dumps(commands)],
             cwd=ROOT,
-            env=child_env,
+            env=environment,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -9,45 +9,24 @@ lost or doubled and every store invariant holds. Runs on both test passes
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 from django.conf import settings
-from django.db import connections
 
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import TrashEntry
 from sessions_admin.store.consistency import check_ledger, check_store, read_ledger
+from tests.helpers import child_env
 
 ROOT = Path(settings.BASE_DIR)
 SIMULATORS = 3
 SIMULATE_SECONDS = 10
-
-
-def database_url(alias: str) -> str:
-    """The URL of the database this test process really uses for ``alias`` (the test database)."""
-    config = connections[alias].settings_dict
-    if config["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{Path(config['NAME']).resolve()}"
-    user = quote(config["USER"] or "")
-    password = f":{quote(config['PASSWORD'])}" if config["PASSWORD"] else ""
-    port = f":{config['PORT']}" if config["PORT"] else ""
-    return f"postgres://{user}{password}@{config['HOST']}{port}/{quote(config['NAME'])}"
-
-
-def _simulator_env() -> dict[str, str]:
-    env = {**os.environ, "DATABASE_URL": database_url("default")}
-    env["SESSIONS_ADMIN_STORE_URL"] = database_url("store")
-    if "responses" in connections.databases:
-        env["SESSIONS_ADMIN_RESPONSES_URL"] = database_url("responses")
-    return env
 
 
 class Operator:
@@ -177,7 +156,7 @@ class Operator:
 
 def test_runtimes_and_operators_together_lose_and_double_nothing(tmp_path):
     ledgers = [tmp_path / f"runtime-{n}.jsonl" for n in range(SIMULATORS)]
-    env = _simulator_env()
+    env = child_env()
     processes = [
         subprocess.Popen(
             [
