@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DatabaseError, connections, transaction
 
 from sessions_admin import core
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditEntry, AuditSession, DeleteJob, TrashEntry
-from tests.store.test_crash import CHILD_TIMEOUT, REPO, _url, assert_killed, store_state
+from tests.helpers import child_env
+from tests.store.test_crash import CHILD_TIMEOUT, REPO, assert_killed, store_state
 from tests.store.test_deletion import _lineage
 from tests.store.test_merge import _forked_conversation
 
@@ -288,15 +287,7 @@ def test_record_keeps_working_after_the_fact_and_never_fails_on_its_text(ada):
 
 
 def run_action_in_child(action: str, arguments: dict, *, crash_at: str | None):
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "sessions_admin.settings",
-        "DATABASE_URL": _url("default"),
-        "SESSIONS_ADMIN_STORE_URL": _url("store"),
-        "PYTHONPATH": str(REPO),
-    }
-    if "responses" in settings.DATABASES:
-        env["SESSIONS_ADMIN_RESPONSES_URL"] = _url("responses")
+    env = child_env()
     env.pop("SESSIONS_ADMIN_CRASH_AT", None)
     if crash_at:
         env["SESSIONS_ADMIN_CRASH_AT"] = crash_at

@@ -13,16 +13,13 @@ selected session exactly once and nothing else.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
@@ -31,6 +28,7 @@ from sessions_admin.core import db, deletion, jobs
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry, TrashSession
 from sessions_admin.routers import responses_alias
 from sessions_admin.store.consistency import check_store
+from tests.helpers import child_env
 from tests.store.test_deletion import _lineage
 from tests.store.test_merge import _forked_conversation
 
@@ -41,30 +39,9 @@ SESSIONS_SQL = "SELECT s.id, s.* FROM sessions s"
 MESSAGES_SQL = "SELECT m.id, m.session_id, m.* FROM messages m"
 
 
-def _url(alias: str) -> str:
-    """A URL for the database this test process's ``alias`` really uses (the test database)."""
-    conf = connections[alias].settings_dict
-    if connections[alias].vendor == "sqlite":
-        return f"sqlite:///{conf['NAME']}"  # an absolute path: sqlite:////abs/file.db
-    credentials = quote(conf["USER"] or "", safe="")
-    if conf["PASSWORD"]:
-        credentials += ":" + quote(conf["PASSWORD"], safe="")
-    host = quote(conf["HOST"] or "", safe="")
-    port = f":{conf['PORT']}" if conf["PORT"] else ""
-    return f"postgresql://{credentials}@{host}{port}/{quote(conf['NAME'], safe='')}"
-
-
 def run_child(operation: str, arguments: dict, *, crash_at: str | None, batch_sessions=None):
     """Run the operation in a child process; return it once it exited."""
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "sessions_admin.settings",
-        "DATABASE_URL": _url("default"),
-        "SESSIONS_ADMIN_STORE_URL": _url("store"),
-        "PYTHONPATH": str(REPO),
-    }
-    if "responses" in settings.DATABASES:
-        env["SESSIONS_ADMIN_RESPONSES_URL"] = _url("responses")
+    env = child_env()
     env.pop("SESSIONS_ADMIN_CRASH_AT", None)
     if crash_at:
         env["SESSIONS_ADMIN_CRASH_AT"] = crash_at
