@@ -12,8 +12,10 @@ search index in step.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -278,6 +280,89 @@ def plan_cascade_delete(
     )
 
 
+# The trash is JSON (a JSONField in the dashboard's database, SQLite or PostgreSQL jsonb), but a
+# store row holds SQLite values JSON cannot carry or jsonb would change: BLOBs (schema 30's
+# ``display_identity`` is a sha256 digest), integers beyond 2**53 (exact in Python's JSON, not
+# in every JSON reader), floats whose text jsonb rewrites (1e+16 comes back as the integer
+# 10000000000000000, -0.0 as 0.0; inf and nan are not JSON at all) and text holding NUL (jsonb
+# refuses it). Those values are stored as a one-key object naming their type; every other
+# value stays plain JSON, so a store value is never an object and old entries (plain JSON
+# only) decode unchanged.
+_TAG_BYTES = "$bytes"  # base64 of the bytes
+_TAG_INT = "$int"  # decimal text
+_TAG_FLOAT = "$float"  # repr(), which float() reads back to the same double
+_TAG_TEXT = "$text"  # base64 of the UTF-8 text
+_JSON_SAFE_INT = 2**53
+
+
+def encode_trash_value(value: object) -> object:
+    """A store value as JSON that gives back exactly this value (see above)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {_TAG_BYTES: base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, int):
+        return value if -_JSON_SAFE_INT <= value <= _JSON_SAFE_INT else {_TAG_INT: str(value)}
+    if isinstance(value, float):
+        text = repr(value)
+        plain = math.isfinite(value) and "e" not in text and text != "-0.0"
+        return value if plain else {_TAG_FLOAT: text}
+    if isinstance(value, str):
+        if "\x00" in value:
+            return {_TAG_TEXT: base64.b64encode(value.encode("utf-8", "surrogatepass")).decode()}
+        return value
+    return value
+
+
+def decode_trash_value(value: object) -> object:
+    """The store value ``encode_trash_value`` wrote (plain JSON values pass unchanged)."""
+    if not isinstance(value, dict) or len(value) != 1:
+        return value
+    ((tag, text),) = value.items()
+    if tag == _TAG_BYTES:
+        return base64.b64decode(text)
+    if tag == _TAG_INT:
+        return int(text)
+    if tag == _TAG_FLOAT:
+        return float(text)
+    if tag == _TAG_TEXT:
+        return base64.b64decode(text).decode("utf-8", "surrogatepass")
+    return value
+
+
+def _encode_rows(rows: list[dict]) -> list[dict]:
+    return [{column: encode_trash_value(v) for column, v in row.items()} for row in rows]
+
+
+def decode_trash_rows(rows: list[dict]) -> list[dict]:
+    """A trash payload's rows with their store values (old entries' plain JSON included)."""
+    return [{column: decode_trash_value(v) for column, v in row.items()} for row in rows]
+
+
+_ROW_LISTS = ("sessions", "messages", "conversations", "responses")
+
+
+def _encode_payload(payload: dict) -> dict:
+    """The snapshot as the trash stores it: every row value through ``encode_trash_value``."""
+    encoded = dict(payload)
+    for key in _ROW_LISTS:
+        encoded[key] = _encode_rows(payload.get(key, []))
+    encoded["dependents"] = {
+        table: _encode_rows(rows) for table, rows in payload.get("dependents", {}).items()
+    }
+    return encoded
+
+
+def _decode_payload(payload: dict) -> dict:
+    decoded = dict(payload)
+    for key in _ROW_LISTS:
+        decoded[key] = decode_trash_rows(payload.get(key, []))
+    decoded["dependents"] = {
+        table: decode_trash_rows(rows) for table, rows in payload.get("dependents", {}).items()
+    }
+    return decoded
+
+
 def _all_columns(table: str, where: str, params: list, *, alias: str | None = None) -> list[dict]:
     return db.fetchdicts(f"SELECT * FROM {table} WHERE {where}", params, alias=alias)
 
@@ -392,7 +477,7 @@ def _copy_to_trash(batch: list[str], payload: dict, *, actor: str, reason: str, 
             session_ids=batch,
             session_count=len(payload["sessions"]),
             message_count=len(payload["messages"]),
-            payload=payload,
+            payload=_encode_payload(payload),
         )
         TrashSession.objects.bulk_create(
             TrashSession(
@@ -430,7 +515,8 @@ def _locked_delete(
         entry_id, copied_payload = copied
         if (
             not batch
-            or payload != copied_payload
+            # Compared as stored: a NaN (PostgreSQL's double precision holds one) never equals itself.
+            or _encode_payload(payload) != _encode_payload(copied_payload)
             or not TrashEntry.objects.filter(pk=entry_id, state=TrashEntry.PENDING).exists()
         ):
             return None
@@ -597,7 +683,7 @@ def restore_trash_entry(*, entry_id: int, actor: str) -> RestoreResult:
         raise InvalidInput(f"No trash entry {entry_id}.")
     if entry.state == TrashEntry.RESTORED:
         raise InvalidInput(f"Trash entry {entry_id} was already restored.")
-    payload = entry.payload
+    payload = _decode_payload(entry.payload)
     sessions = payload["sessions"]
     ids = [s["id"] for s in sessions]
     found = lineage.existing_session_ids(ids)

@@ -252,6 +252,7 @@ def _row_hash(row: dict) -> str:
 
 def check_ledger(paths: Iterable[Path]) -> list[str]:
     """Every acknowledged message exists exactly once (store or unrestored trash), unchanged."""
+    from sessions_admin.core.deletion import decode_trash_rows
     from sessions_admin.ledger.models import TrashEntry
 
     acked, _refused, errors = read_ledger(paths)
@@ -281,7 +282,7 @@ def check_ledger(paths: Iterable[Path]) -> list[str]:
     for entry in TrashEntry.objects.exclude(state=TrashEntry.RESTORED).order_by("pk"):
         if entry.state == TrashEntry.PENDING and lineage.existing_session_ids(entry.session_ids):
             continue  # its delete never committed: the rows are still in the store
-        for row in entry.payload.get("messages", []):
+        for row in decode_trash_rows(entry.payload.get("messages", [])):
             message_id = int(row["id"])
             if message_id in acked and _row_hash(row) == acked[message_id]["hash"]:
                 found[message_id] += 1
