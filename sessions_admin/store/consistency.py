@@ -4,10 +4,12 @@
 
 - each session's ``message_count`` / ``tool_call_count`` equal its active rows
   (the ``counter_mismatch`` health predicate, plus tool calls);
-- the full-text index equals the rows: on SQLite ``messages_fts`` holds one
-  entry per message with the text the triggers index; on PostgreSQL search is
-  an expression over the row itself (``schema.PG_TSVECTOR_SQL``), so only its
-  index has to exist;
+- the full-text indexes equal the rows: on SQLite ``messages_fts`` and
+  ``messages_fts_trigram`` (where present) each index exactly the messages
+  their layout covers, in either layout (0.19's inline tables, with the text
+  the triggers index; schema 30's external-content tables, against the views
+  they read); on PostgreSQL search is an expression over the row itself
+  (``schema.PG_TSVECTOR_SQL``), so only its index has to exist;
 - no child names a missing parent (the ``missing_parent`` health predicate; the
   core clears a kept child's link when its parent is deleted, so no such
   state is legitimate), and no message belongs to a missing session;
@@ -34,6 +36,7 @@ The checks scan whole tables: tests and operators' spot checks, not page loads.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -91,47 +94,116 @@ def _check_counters() -> list[str]:
     return problems
 
 
+# The full-text tables a store may hold. Two layouts exist:
+# - inline (hermes-agent 0.19, and stores this console creates): each table keeps its own copy of
+#   one document per message, ``content || ' ' || tool_name || ' ' || tool_calls``, for every
+#   message (upstream's legacy triggers cut a tool row's content to a prefix: either text is
+#   Hermes's own);
+# - external content (schema 30): each table indexes the rows of a view named by its
+#   ``content=`` option (``messages_fts_src``: every message; ``messages_fts_trigram_src``: no
+#   tool rows, no cron, subagent or delegate sessions), in separate columns, and reads its text
+#   back through that view, so only which rows are indexed can differ from the view.
+# Which rows an FTS5 table has indexed is read from its ``_docsize`` shadow table (one row per
+# indexed document, for both layouts), never from the table itself: an external-content table
+# reads its rows from the view, whatever its index holds.
+SEARCH_TABLES = ("messages_fts", "messages_fts_trigram")
+_TOOL_PREFIX = 8192
+_INLINE_DOCUMENTS = (
+    FTS_DOCUMENT_SQL.format(t="m."),
+    "COALESCE(CASE WHEN m.role = 'tool' THEN substr(COALESCE(m.content, ''), 1, "
+    f"{_TOOL_PREFIX}) ELSE m.content END, '') || ' ' || COALESCE(m.tool_name, '') || ' ' || "
+    "COALESCE(m.tool_calls, '')",
+)
+_FTS_OPTION = r"\b{name}\s*=\s*(?:'([^']*)'|\"([^\"]*)\"|(\w+))"
+
+
+def _fts_option(create_sql: str, name: str) -> str | None:
+    found = re.search(_FTS_OPTION.format(name=name), create_sql, re.IGNORECASE)
+    return next((g for g in found.groups() if g is not None), None) if found else None
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _check_search_index() -> list[str]:
     if db.vendor() == "postgresql":
         found = db.fetchone(
             "SELECT 1 FROM pg_indexes WHERE tablename = 'messages' AND indexname = 'idx_sa_messages_fts'"
         )
         return [] if found else ["The full-text index idx_sa_messages_fts on messages is missing."]
-    if "messages_fts" not in existing_tables("store"):
+    tables = existing_tables("store")
+    if "messages_fts" not in tables:
         return ["The full-text index messages_fts is missing."]
+    problems = []
+    for table in SEARCH_TABLES:
+        if table in tables:
+            problems += _check_fts_table(table, tables)
+    return problems
+
+
+def _expected_rows_sql(table: str, create_sql: str, tables: set[str]) -> tuple[str, bool]:
+    """(SELECT of the message ids the table should index, whether it is external content)."""
+    content = _fts_option(create_sql, "content")
+    if content:
+        rowid = _fts_option(create_sql, "content_rowid") or "rowid"
+        expected = f"SELECT {_quoted(rowid)} AS id FROM {_quoted(content)}"
+        external = True
+    else:
+        expected = "SELECT id FROM messages"
+        external = False
+    if "state_meta" in tables:
+        # Upstream's deferred rebuild: ids in (progress, high water] are not indexed yet, and
+        # its triggers skip them too.
+        marker = "COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta WHERE key = '{}'), -1)"
+        high, done = marker.format("fts_rebuild_high_water"), marker.format("fts_rebuild_progress")
+        expected = f"SELECT id FROM ({expected}) WHERE id > {high} OR id <= {done}"
+    return expected, external
+
+
+def _check_fts_table(table: str, tables: set[str]) -> list[str]:
+    row = db.fetchone("SELECT sql FROM sqlite_master WHERE name = %s", [table])
+    create_sql = (row[0] or "") if row else ""
+    expected, external = _expected_rows_sql(table, create_sql, tables)
+    if f"{table}_docsize" in tables:
+        indexed = f"SELECT id FROM {table}_docsize"
+    elif not external:
+        indexed = f"SELECT rowid AS id FROM {table}"
+    else:
+        return []  # columnsize=0: which rows an external index holds is not readable
     problems = []
     unindexed = [
         r[0]
         for r in db.fetchall(
-            "SELECT m.id FROM messages m WHERE NOT EXISTS "
-            "(SELECT 1 FROM messages_fts f WHERE f.rowid = m.id) ORDER BY m.id"
+            f"SELECT e.id FROM ({expected}) e WHERE NOT EXISTS "
+            f"(SELECT 1 FROM ({indexed}) i WHERE i.id = e.id) ORDER BY e.id"
         )
     ]
     if unindexed:
-        problems.append(
-            f"{len(unindexed)} message(s) missing from messages_fts: {_named(unindexed)}"
-        )
+        problems.append(f"{len(unindexed)} message(s) missing from {table}: {_named(unindexed)}")
     stray = [
         r[0]
         for r in db.fetchall(
-            "SELECT f.rowid FROM messages_fts f WHERE NOT EXISTS "
-            "(SELECT 1 FROM messages m WHERE m.id = f.rowid) ORDER BY f.rowid"
+            f"SELECT i.id FROM ({indexed}) i WHERE NOT EXISTS "
+            f"(SELECT 1 FROM ({expected}) e WHERE e.id = i.id) ORDER BY i.id"
         )
     ]
     if stray:
-        problems.append(f"{len(stray)} messages_fts entr(ies) with no message: {_named(stray)}")
-    stale = [
-        r[0]
-        for r in db.fetchall(
-            "SELECT m.id FROM messages m JOIN messages_fts f ON f.rowid = m.id "
-            f"WHERE f.content IS NOT ({FTS_DOCUMENT_SQL.format(t='m.')}) ORDER BY m.id"
-        )
-    ]
-    if stale:
-        problems.append(
-            f"{len(stale)} messages_fts entr(ies) whose text differs from the message: "
-            + _named(stale)
-        )
+        problems.append(f"{len(stray)} {table} entr(ies) with no message to index: {_named(stray)}")
+    if not external:
+        differs = " AND ".join(f"f.content IS NOT ({doc})" for doc in _INLINE_DOCUMENTS)
+        stale = [
+            r[0]
+            for r in db.fetchall(
+                f"SELECT m.id FROM messages m JOIN {table} f ON f.rowid = m.id "
+                f"WHERE {differs} ORDER BY m.id"
+            )
+        ]
+        if stale:
+            problems.append(
+                f"{len(stale)} {table} entr(ies) whose text differs from the message: "
+                + _named(stale)
+            )
     return problems
 
 
