@@ -12,6 +12,7 @@ twice.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -56,26 +57,52 @@ class JobProgress:
         return 100 if self.total == 0 else int(100 * self.processed / self.total)
 
 
+def undoable_merge_husks() -> set[str]:
+    """Sessions a merge absorbed that the merge still holds (its record not undone).
+
+    Deleting one makes the merge impossible to undo (unmerge needs every
+    session back): no preset selects them; they go with their target, or by id.
+    """
+    husks: set[str] = set()
+    for (absorbed,) in db.fetchall(
+        "SELECT absorbed_session_ids FROM sessions_admin_merges WHERE undone_at IS NULL"
+    ):
+        husks.update(json.loads(absorbed))
+    return husks
+
+
 def preset_session_ids(
     *, preset: str, days: float | None = None, source: str | None = None
 ) -> list[str]:
-    """Sessions matching one of the bulk-delete presets, oldest first."""
+    """Sessions matching one of the bulk-delete presets, oldest first.
+
+    No preset selects the husk of a merge that can still be undone
+    (``undoable_merge_husks``); "empty" never selects a live session (an empty
+    live session is a chat's current one, often what a reset started a moment
+    ago): a live session is deleted only by picking it.
+    """
     if preset == "ended_older_than":
         if days is None or days < 0 or days > 36500:
             raise InvalidInput("Give a number of days between 0 and 36500.")
         cutoff = time.time() - float(days) * 86400
         sql, params = "ended_at IS NOT NULL AND ended_at < %s", [cutoff]
     elif preset == "empty":
-        sql, params = "NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id)", []
+        sql, params = (
+            "ended_at IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id)",
+            [],
+        )
     elif preset == "by_source":
         if not source:
             raise InvalidInput("Pick a source.")
         sql, params = "source = %s", [source]
     else:
         raise InvalidInput(f"Unknown preset {preset!r}.")
+    husks = undoable_merge_husks()
     return [
         r[0]
         for r in db.fetchall(f"SELECT id FROM sessions WHERE {sql} ORDER BY started_at, id", params)
+        if r[0] not in husks
     ]
 
 

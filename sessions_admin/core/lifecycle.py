@@ -66,12 +66,18 @@ class ResumeResult:
     previous_end_reason: str | None
     switched_from_session_id: str | None
     message_count: int
+    # (id, end reason it had) of siblings a gateway would have reopened over the resumed
+    # session; each now ends ``session_switch`` (see ``close_recoverable_siblings``).
+    closed_recoverable: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class ResetResult:
     ended_session_id: str | None
-    new_session_id: str
+    # None when a Hermes gateway routes the key: it starts the next session itself.
+    new_session_id: str | None
+    closed_recoverable: tuple[tuple[str, str], ...] = ()
+    left_to_gateway: bool = False
 
 
 @dataclass(frozen=True)
@@ -293,6 +299,93 @@ def lock_keys_of(session_ids: Iterable[str]) -> set[str]:
         )
     db.lock_names(*(db.key_lock_name(k) for k in keys))
     return keys
+
+
+# End reasons Hermes's gateway treats as accidents: when the session it routes a chat to
+# has ended, it reopens "the latest recoverable session for the peer", newest by
+# started_at, live or ended with one of these, and with messages
+# (hermes_state.SessionDB.find_latest_gateway_session_for_peer; 0.19 recovers these
+# two, upstream widens the set). An operator's resume or reset must leave no such
+# sibling for it to pick over the operator's choice.
+GATEWAY_RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
+
+
+def recoverable_siblings(
+    session_key: str | None, *, over: str | None = None
+) -> list[tuple[str, str]]:
+    """(id, end reason) of the key's sessions a gateway's recovery would reopen, newest first.
+
+    With ``over`` (the session the key should continue in): only those its
+    recovery would pick instead of ``over``, i.e. started no earlier than it,
+    or any when ``over`` has no message (recovery skips empty sessions).
+    Delegates count: Hermes's recovery query does not tell them apart.
+    """
+    if not session_key:
+        return []
+    marks = db.placeholders(GATEWAY_RECOVERABLE_END_REASONS)
+    sql = (
+        "SELECT id, end_reason FROM sessions WHERE session_key = %s AND ended_at IS NOT NULL "
+        f"AND end_reason IN ({marks})"
+    )
+    params: list[Any] = [session_key, *GATEWAY_RECOVERABLE_END_REASONS]
+    if over is not None:
+        sql += " AND id <> %s"
+        params.append(over)
+        has_messages = db.fetchone("SELECT 1 FROM messages WHERE session_id = %s LIMIT 1", [over])
+        if has_messages:
+            sql += " AND started_at >= (SELECT started_at FROM sessions WHERE id = %s)"
+            params.append(over)
+    return [(r[0], r[1]) for r in db.fetchall(sql + " ORDER BY started_at DESC, id DESC", params)]
+
+
+def close_recoverable_siblings(
+    session_key: str | None, end_reason: str, *, over: str | None = None
+) -> tuple[tuple[str, str], ...]:
+    """Re-end ``recoverable_siblings`` with ``end_reason``, a boundary the gateway respects.
+
+    Hermes's own ``/reset`` and ``/resume`` do the same to the session they leave
+    (``promote_to_session_reset``); ``ended_at`` is kept, only the reason
+    changes. The caller holds the key's lock. Returns what was changed, with the
+    reasons they had, for the audit entry.
+    """
+    closed = tuple(recoverable_siblings(session_key, over=over))
+    for session_id, previous in closed:
+        db.execute(
+            "UPDATE sessions SET end_reason = %s WHERE id = %s AND end_reason = %s",
+            [end_reason, session_id, previous],
+        )
+    return closed
+
+
+def gateway_routes_key(session_key: str | None) -> bool:
+    """Whether a Hermes gateway routes this key (and so starts its next session itself).
+
+    The layout is Hermes's (a SQLite store with its ``gateway_routing`` table, as
+    0.19 and schema 30 create it) and the key shows the gateway's hand: a routing
+    entry, or a session whose peer the gateway recorded (``origin_json``, which
+    nothing but ``record_gateway_session_peer`` writes).
+    """
+    if not session_key or db.vendor() != "sqlite":
+        return False
+    tables = {
+        r[0]
+        for r in db.fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'table' "
+            "AND name IN ('gateway_routing', 'sessions')"
+        )
+    }
+    if "gateway_routing" not in tables:
+        return False
+    if db.fetchone("SELECT 1 FROM gateway_routing WHERE session_key = %s LIMIT 1", [session_key]):
+        return True
+    columns = {r[1] for r in db.fetchall("PRAGMA table_info(sessions)")}
+    return "origin_json" in columns and (
+        db.fetchone(
+            "SELECT 1 FROM sessions WHERE session_key = %s AND origin_json IS NOT NULL LIMIT 1",
+            [session_key],
+        )
+        is not None
+    )
 
 
 def _move_conversations(from_ids: Iterable[str], to_id: str) -> None:
@@ -601,8 +694,11 @@ def resume_session(*, ref: str, current_session_id: str | None = None) -> Resume
     replace the long one (hermes-agent #3123). Every other live session of the
     key ends with ``session_switch`` (one live session per key); so does
     ``current_session_id``, the session a caller without a key (the CLI) is
-    leaving. Conversations of the lineage point at it. Resuming what is already
-    the only live session changes nothing and announces nothing.
+    leaving. Conversations of the lineage point at it. Siblings of the key that
+    Hermes's gateway would reopen instead (ended ``agent_close`` or
+    ``ws_orphan_reap``, started after the target) are re-ended ``session_switch``
+    (``closed_recoverable``). Resuming what is already the only live session
+    switches nothing and announces nothing.
     """
     if current_session_id is not None:
         require_session_id(current_session_id, "current_session_id")
@@ -628,6 +724,9 @@ def resume_session(*, ref: str, current_session_id: str | None = None) -> Resume
             )
         ]
     chain = lineage.compression_chain(session_id=target)
+    # A sibling ended by accident (agent_close...) and started after the target would be
+    # what Hermes's gateway reopens for the chat: the resume silently undone, two live.
+    closed = close_recoverable_siblings(key, "session_switch", over=target)
     if row["ended_at"] is None and not others and not leaving:
         _move_conversations(chain, target)  # slugs left on older segments: no switch
         return ResumeResult(
@@ -636,6 +735,7 @@ def resume_session(*, ref: str, current_session_id: str | None = None) -> Resume
             previous_end_reason=None,
             switched_from_session_id=None,
             message_count=int(row["message_count"] or 0),
+            closed_recoverable=closed,
         )
     switched_from = leaving or (others[0] if others else None)
     for other in [leaving, *others]:
@@ -658,6 +758,7 @@ def resume_session(*, ref: str, current_session_id: str | None = None) -> Resume
         previous_end_reason=row["end_reason"],
         switched_from_session_id=switched_from,
         message_count=int(row["message_count"] or 0),
+        closed_recoverable=closed,
     )
 
 
@@ -667,7 +768,17 @@ def reset_session_key(*, session_key: str, summary: str | None = None) -> ResetR
 
     The key is locked before its live session is read: a compression, resume or
     ``/new`` of the same key in flight either commits first (and the reset ends
-    the session it made live) or waits for the reset.
+    the session it made live) or waits for the reset. Siblings a gateway would
+    reopen (``recoverable_siblings``) end ``session_reset`` too.
+
+    A key a Hermes gateway routes (``gateway_routes_key``) is reset as Hermes's
+    own ``/reset`` leaves it, and without the session the gateway would never
+    use: a running gateway finds its routed session ended and starts the next
+    one itself (its recovery reopens only sessions with messages, so an empty
+    session of ours would stay live beside it). So no session is created
+    (``new_session_id`` None, ``left_to_gateway``), unless a ``summary`` is
+    given: a live session holding a message is what that recovery reopens, so
+    it is created as Hermes creates one (no lineage marker, the peer copied).
     """
     _require_text("session_key", session_key, max_length=500)
     _optional_text("summary", summary, max_length=1_000_000)
@@ -683,14 +794,27 @@ def reset_session_key(*, session_key: str, summary: str | None = None) -> ResetR
             raise SessionNotFound(f"session_key {session_key}")
         template_id = row[0]
     template = _require_session(template_id, lock=True)
+    gateway = gateway_routes_key(session_key)
     _end_live_of_key(session_key, "session_reset")
+    closed = close_recoverable_siblings(session_key, "session_reset")
+    if gateway and not summary:
+        faults.checkpoint("reset.before_commit")
+        return ResetResult(
+            ended_session_id=live,
+            new_session_id=None,
+            closed_recoverable=closed,
+            left_to_gateway=True,
+        )
     new_id = new_session_id()
     _insert_session(
         session_id=new_id,
         source=template["source"],
-        model_config=_inherited_config(template, _reset_from=template_id),
+        # Hermes's agent fills model_config only where it is NULL: none on a gateway's row.
+        model_config=None if gateway else _inherited_config(template, _reset_from=template_id),
         **{f: template.get(f) for f in METADATA_FIELDS},
     )
+    if gateway:
+        _copy_gateway_peer(template_id, new_id)
     if summary:
         insert_messages(new_id, [{"role": "system", "content": summary}])
     _move_conversations(lineage.compression_chain(session_id=template_id), new_id)
@@ -703,7 +827,27 @@ def reset_session_key(*, session_key: str, summary: str | None = None) -> ResetR
         session_key=session_key,
     )
     faults.checkpoint("reset.before_commit")
-    return ResetResult(ended_session_id=live, new_session_id=new_id)
+    return ResetResult(
+        ended_session_id=live,
+        new_session_id=new_id,
+        closed_recoverable=closed,
+        left_to_gateway=False,
+    )
+
+
+# What Hermes's gateway records of a chat on each session it routes (record_gateway_session_peer).
+GATEWAY_PEER_COLUMNS = ("display_name", "origin_json", "profile_name")
+
+
+def _copy_gateway_peer(from_id: str, to_id: str) -> None:
+    columns = {r[1] for r in db.fetchall("PRAGMA table_info(sessions)")}
+    present = [c for c in GATEWAY_PEER_COLUMNS if c in columns]
+    if present:
+        db.execute(
+            f"UPDATE sessions SET ({', '.join(present)}) = "
+            f"(SELECT {', '.join(present)} FROM sessions WHERE id = %s) WHERE id = %s",
+            [from_id, to_id],
+        )
 
 
 @store_operation

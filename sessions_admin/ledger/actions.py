@@ -31,8 +31,9 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from sessions_admin import core
-from sessions_admin.core import faults
+from sessions_admin.core import faults, stray
 from sessions_admin.core.errors import InvalidInput, StoreError
+from sessions_admin.core.lifecycle import recoverable_siblings
 from sessions_admin.core.text import (
     DESCRIPTION_MAX,
     REFERENCE_MAX,
@@ -285,6 +286,7 @@ def merge(
     target_id: str | None,
     expected_fingerprint: str,
     reason: str = "",
+    continue_history: bool = False,
 ) -> core.MergeResult:
     ids = operator_identifiers(session_ids)
     target_id = operator_identifier(target_id, field="target session id", required=False)
@@ -297,12 +299,20 @@ def merge(
         reason=reason,
         before=_counts(ids),
         run=lambda: core.merge_sessions(
-            session_ids=ids, target_id=target_id, expected_fingerprint=expected_fingerprint
+            session_ids=ids,
+            target_id=target_id,
+            expected_fingerprint=expected_fingerprint,
+            continue_history=continue_history,
         ),
         after=lambda r: {
             "merge_id": r.merge_id,
             "target": r.target_id,
             "moved_messages": r.moved_messages,
+            **(
+                {"rewritten_responses": list(r.rewritten_responses)}
+                if r.rewritten_responses
+                else {}
+            ),
             **_counts([r.target_id]),
         },
     )
@@ -337,16 +347,54 @@ def resume(*, actor, ref: str, reason: str = "") -> core.ResumeResult:
         asked = [core.resolve_session_ref(ref)]
     except StoreError:
         asked = []  # the refusal is audited below, with the reference as given
+    recoverable = []
+    if asked:
+        target = core.current_session(session_id=asked[0])
+        key = _key_of(target)
+        recoverable = recoverable_siblings(key, over=target)
     return _audited(
         actor=actor,
         action="resume",
         session_ids=asked,
         reason=reason,
-        before={"ref": ref, **_counts(asked)},
+        # What a gateway could have reopened instead, as it was: the resume re-ends it.
+        before={
+            "ref": ref,
+            **_counts(asked),
+            **({"recoverable_siblings": dict(recoverable)} if recoverable else {}),
+        },
         run=lambda: core.resume_session(ref=ref),
-        after=lambda r: {"resumed": r.session_id, "switched_from": r.switched_from_session_id},
-        result_ids=lambda r: [r.session_id, r.switched_from_session_id],
+        after=lambda r: {
+            "resumed": r.session_id,
+            "switched_from": r.switched_from_session_id,
+            **_closed(r.closed_recoverable, "session_switch"),
+        },
+        result_ids=lambda r: [
+            r.session_id,
+            r.switched_from_session_id,
+            *(sid for sid, _ in r.closed_recoverable),
+        ],
     )
+
+
+def _key_of(session_id: str) -> str | None:
+    from sessions_admin.store.models import Session
+
+    return Session.objects.filter(id=session_id).values_list("session_key", flat=True).first()
+
+
+def _closed(closed: Sequence[tuple[str, str]], now: str) -> dict:
+    """Sessions re-ended so that a gateway cannot reopen them: their reason before and now.
+
+    Absent when there were none, so a plain resume or reset reads as before.
+    """
+    if not closed:
+        return {}
+    return {
+        "closed_recoverable": {
+            sid: {"end_reason_before": before, "end_reason": now} for sid, before in closed
+        }
+    }
 
 
 def reset(
@@ -356,15 +404,29 @@ def reset(
     summary = operator_text(summary, field="summary", max_length=SUMMARY_MAX) or None
     reason = operator_text(reason, field="reason")
     live = core.live_session_for_key(session_key)
+    recoverable = recoverable_siblings(session_key)
     return _audited(
         actor=actor,
         action="reset",
         session_ids=[s for s in [live] if s],
         reason=reason,
-        before={"session_key": session_key, "live": live},
+        before={
+            "session_key": session_key,
+            "live": live,
+            **({"recoverable_siblings": dict(recoverable)} if recoverable else {}),
+        },
         run=lambda: core.reset_session_key(session_key=session_key, summary=summary),
-        after=lambda r: {"ended": r.ended_session_id, "new": r.new_session_id},
-        result_ids=lambda r: [r.ended_session_id, r.new_session_id],
+        after=lambda r: {
+            "ended": r.ended_session_id,
+            "new": r.new_session_id,
+            **({"left_to_gateway": True} if r.left_to_gateway else {}),
+            **_closed(r.closed_recoverable, "session_reset"),
+        },
+        result_ids=lambda r: [
+            r.ended_session_id,
+            r.new_session_id,
+            *(sid for sid, _ in r.closed_recoverable),
+        ],
     )
 
 
@@ -493,4 +555,63 @@ def cancel_bulk_delete(*, actor, job_id: int, reason: str = "") -> None:
         before={"job": job_id, "state": before.state, "processed": before.processed},
         run=lambda: core.cancel_job(job_id=job_id),
         after=lambda _: {"job": job_id, "state": core.job_progress(job_id=job_id).state},
+    )
+
+
+STRAY_MOVE = "move_stray_messages"
+STRAY_RETURN = "return_stray_messages"
+
+
+def move_stray_messages(
+    *, actor, session_id: str, expected_fingerprint: str, reason: str = ""
+) -> stray.StrayMoveResult:
+    """Move what was written into an ended session to where it continues (previewed plan)."""
+    session_id = operator_identifier(session_id, field="session id")
+    _check_fingerprint(expected_fingerprint)
+    reason = operator_text(reason, field="reason")
+    return _audited(
+        actor=actor,
+        action=STRAY_MOVE,
+        session_ids=[session_id],
+        reason=reason,
+        before={"fingerprint": expected_fingerprint, **_counts([session_id])},
+        run=lambda: stray.move_stray_messages(
+            session_id=session_id, expected_fingerprint=expected_fingerprint
+        ),
+        # The undo reads its plan from here: which ids went where.
+        after=lambda r: {
+            "from": r.session_id,
+            "to": r.destination_id,
+            "message_ids": list(r.message_ids),
+            **_counts([r.session_id, r.destination_id]),
+        },
+        result_ids=lambda r: [r.destination_id],
+    )
+
+
+def undo_stray_move(*, actor, entry_id: int, reason: str = "") -> stray.StrayReturnResult:
+    """Give the messages a ``move_stray_messages`` entry moved back to the session they left."""
+    reason = operator_text(reason, field="reason")
+    entry = (
+        AuditEntry.objects.using(_audit_alias())
+        .filter(pk=entry_id, action=STRAY_MOVE, outcome=AuditEntry.OK)
+        .first()
+    )
+    if entry is None or not isinstance(entry.after, dict) or "message_ids" not in entry.after:
+        raise InvalidInput(f"No completed move of stray messages #{entry_id}.")
+    moved = entry.after
+    return _audited(
+        actor=actor,
+        action=STRAY_RETURN,
+        session_ids=[moved["from"], moved["to"]],
+        reason=reason,
+        before={"move_entry": entry.pk, **_counts([moved["from"], moved["to"]])},
+        run=lambda: stray.return_stray_messages(
+            session_id=moved["from"], destination_id=moved["to"], message_ids=moved["message_ids"]
+        ),
+        after=lambda r: {
+            "move_entry": entry.pk,
+            "returned_ids": list(r.returned_ids),
+            **_counts([r.session_id, r.destination_id]),
+        },
     )

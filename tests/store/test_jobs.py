@@ -42,6 +42,8 @@ def _present(ids) -> set[str]:
 def test_presets_select_exactly_their_sessions():
     old = _old_sessions(3)
     empty = core.create_session(source="discord").session_id
+    core.end_session(session_id=empty, end_reason="user_exit")
+    core.create_session(source="discord")  # live and empty: only picked by id, never by "empty"
     db.execute("UPDATE sessions SET ended_at = 1 WHERE id = %s", [old[0]])
     assert core.preset_session_ids(preset="ended_older_than", days=30) == [old[0]]
     assert core.preset_session_ids(preset="empty") == [empty]

@@ -350,7 +350,7 @@ def expected_preset(preset: str, argument) -> set[str]:
         if preset == "ended_older_than":
             hit = ended_at is not None and ended_at < now - argument * DAY
         elif preset == "empty":
-            hit = messages == 0
+            hit = messages == 0 and ended_at is not None  # a live empty session: by id only
         else:
             hit = source == argument
         if hit:

@@ -248,6 +248,15 @@ def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     except core.StoreError as problem:
         messages.error(request, f"Reset failed, nothing changed: {problem}")
         return _redirect(request, back)
+    if result.left_to_gateway:
+        ended = result.ended_session_id or ", ".join(s for s, _ in result.closed_recoverable)
+        messages.success(
+            request,
+            (f"Reset: ended {ended} (session_reset). " if ended else "Reset: nothing was live. ")
+            + f"Hermes's gateway routes {key}: it starts the next session on the chat's next "
+            "message, as after its own /reset.",
+        )
+        return _redirect(request, back)
     if result.ended_session_id:
         text = f"Reset: ended {result.ended_session_id} (session_reset), started {result.new_session_id}"
     else:

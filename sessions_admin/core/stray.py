@@ -1,0 +1,214 @@
+"""Messages written into a session after it ended, moved to where its conversation continues.
+
+hermes-agent 0.19's ``append_message`` does not check ``ended_at``: a gateway
+still holding a session a merge absorbed (or a reset or switch left behind)
+keeps writing into it. The health check ``written_after_end`` finds such
+sessions; this module repairs one:
+
+- ``plan_stray_move`` (reads only): the messages stamped after the session
+  could have received them (the bound the health check uses: its own end, or
+  the latest end among sessions merged into it, plus its tolerance), the
+  session where the conversation continues (``lifecycle.where_it_continues``:
+  the merge target, the compression tip, the key's or the slug's live
+  session), and a fingerprint of both;
+- ``move_stray_messages``: executes exactly the previewed plan (or refuses
+  with ``PlanChanged``), ids and columns unchanged, counters recounted; every
+  full-text index follows (``merge._move_messages``);
+- ``return_stray_messages``: the undo, giving the same ids back to the session
+  they were written in.
+
+Only a live destination is offered: moving rows into another ended session
+would only move the finding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sessions_admin.core import db, lineage
+from sessions_admin.core.db import store_operation
+from sessions_admin.core.errors import InvalidInput, SessionNotFound
+from sessions_admin.core.lifecycle import lock_keys_of, require_session_id, where_it_continues
+from sessions_admin.core.merge import PlanChanged, _move_messages
+from sessions_admin.core.transcript import recompute_counters
+
+SAMPLE_SIZE = 20
+
+
+@dataclass(frozen=True)
+class StrayPlan:
+    session_id: str
+    end_reason: str | None
+    ended_at: float | None
+    bound: float | None  # messages stamped later than this are stray
+    destination_id: str | None  # None: nothing live continues the session
+    destination_via: str | None
+    message_ids: tuple[int, ...]
+    sample: tuple[dict, ...]  # the first stray messages, for the preview
+    fingerprint: str
+
+    @property
+    def movable(self) -> bool:
+        return bool(self.message_ids) and self.destination_id is not None
+
+
+@dataclass(frozen=True)
+class StrayMoveResult:
+    session_id: str
+    destination_id: str
+    message_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StrayReturnResult:
+    session_id: str
+    destination_id: str
+    returned_ids: tuple[int, ...]
+
+
+def _bound(row: dict) -> float | None:
+    """The latest time ``row`` could have received a message (``health._written_after_end``)."""
+    from sessions_admin.store.health import END_TOLERANCE_SECONDS
+
+    if row["ended_at"] is None:
+        return None
+    absorbed = db.fetchone(
+        "SELECT MAX(a.ended_at) FROM sessions a WHERE a.end_reason = 'merged' "
+        f"AND {lineage.marker('_merged_into', 'a')} = %s",
+        [row["id"]],
+    )
+    ends = [float(row["ended_at"])]
+    if absorbed and absorbed[0] is not None:
+        ends.append(float(absorbed[0]))
+    return max(ends) + END_TOLERANCE_SECONDS
+
+
+def _fingerprint(row: dict, destination: str | None, ids: Sequence[int]) -> str:
+    destination_row = lineage.session_row(destination) if destination else None
+    payload = [
+        row["id"],
+        row["ended_at"],
+        row["end_reason"],
+        destination,
+        destination_row["ended_at"] if destination_row else None,
+        list(ids),
+    ]
+    return hashlib.sha256(json.dumps(payload, default=str).encode()).hexdigest()[:32]
+
+
+def _plan(session_id: str) -> StrayPlan:
+    require_session_id(session_id)
+    row = lineage.session_row(session_id)
+    if row is None:
+        raise SessionNotFound(session_id)
+    bound = _bound(row)
+    ids: list[int] = []
+    if bound is not None:
+        ids = [
+            int(r[0])
+            for r in db.fetchall(
+                "SELECT id FROM messages WHERE session_id = %s AND timestamp > %s ORDER BY id",
+                [session_id, bound],
+            )
+        ]
+    destination, via = where_it_continues(row) if row["ended_at"] is not None else (None, None)
+    sample = ()
+    if ids:
+        sample = tuple(
+            db.fetchdicts(
+                "SELECT id, role, content, tool_name, timestamp, active FROM messages "
+                f"WHERE id IN ({db.placeholders(ids[:SAMPLE_SIZE])}) ORDER BY id",
+                ids[:SAMPLE_SIZE],
+            )
+        )
+    return StrayPlan(
+        session_id=session_id,
+        end_reason=row["end_reason"],
+        ended_at=row["ended_at"],
+        bound=bound,
+        destination_id=destination,
+        destination_via=via,
+        message_ids=tuple(ids),
+        sample=sample,
+        fingerprint=_fingerprint(row, destination, ids),
+    )
+
+
+def plan_stray_move(*, session_id: str) -> StrayPlan:
+    """What ``move_stray_messages`` would move, and where; reads only."""
+    return _plan(session_id)
+
+
+def _move(ids: Sequence[int], from_session: str, to_session: str) -> int:
+    moved = 0
+    for start in range(0, len(ids), 500):
+        chunk = list(ids[start : start + 500])
+        moved += _move_messages(
+            f"session_id = %s AND id IN ({db.placeholders(chunk)})",
+            [from_session, *chunk],
+            to_session,
+        )
+    recompute_counters(from_session)
+    recompute_counters(to_session)
+    return moved
+
+
+@store_operation
+def move_stray_messages(*, session_id: str, expected_fingerprint: str) -> StrayMoveResult:
+    """Move the previewed stray messages of ``session_id`` into the live session that continues it.
+
+    Refuses (``PlanChanged``, nothing written) when the plan read under the
+    locks differs from the preview: another stray message arrived, the
+    destination changed or ended.
+    """
+    require_session_id(session_id)
+    first = _plan(session_id)
+    lock_keys_of([session_id, *([first.destination_id] if first.destination_id else [])])
+    plan = _plan(session_id)
+    if plan.fingerprint != expected_fingerprint:
+        raise PlanChanged("move")
+    if not plan.message_ids:
+        raise InvalidInput(f"{session_id} holds no message written after it ended.")
+    if plan.destination_id is None:
+        raise InvalidInput(
+            f"No live session continues {session_id}: resume where its conversation went, "
+            "then move the messages."
+        )
+    _move(plan.message_ids, session_id, plan.destination_id)
+    return StrayMoveResult(session_id, plan.destination_id, plan.message_ids)
+
+
+@store_operation
+def return_stray_messages(
+    *, session_id: str, destination_id: str, message_ids: Sequence[int]
+) -> StrayReturnResult:
+    """Undo a move: the ``message_ids`` still in ``destination_id`` go back to ``session_id``."""
+    require_session_id(session_id)
+    require_session_id(destination_id, "destination_id")
+    ids = sorted({int(m) for m in message_ids if not isinstance(m, bool)})
+    if not ids:
+        raise InvalidInput("No message ids to return.")
+    lock_keys_of([session_id, destination_id])
+    for sid in (session_id, destination_id):
+        if lineage.session_row(sid, lock=True) is None:
+            raise SessionNotFound(sid)
+    present = []
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        present += [
+            int(r[0])
+            for r in db.fetchall(
+                f"SELECT id FROM messages WHERE session_id = %s AND id IN ({db.placeholders(chunk)})",
+                [destination_id, *chunk],
+            )
+        ]
+    if not present:
+        raise InvalidInput(
+            f"None of the moved messages is in {destination_id} any more: already returned, "
+            "deleted or moved on."
+        )
+    _move(sorted(present), destination_id, session_id)
+    return StrayReturnResult(session_id, destination_id, tuple(sorted(present)))
