@@ -14,6 +14,7 @@ These tables may live in a separate database (Hermes's ``response_store.db``):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -427,6 +428,104 @@ def restore_responses(*, moved: list[list[str]], from_session_id: str) -> int:
                 alias=_alias(),
             )
     return restored
+
+
+def latest_responses_of(session_ids: list[str]) -> list[tuple[str, str]]:
+    """(slug, latest response id) for the slugs of ``session_ids`` whose latest response is stored.
+
+    That response is what Hermes's API server reads the next turn's context from
+    (its ``conversation_history``), so a merge can offer to rewrite it.
+    """
+    found = []
+    for name, _session in slugs_of_sessions(session_ids):
+        row = db.fetchone(
+            "SELECT c.response_id FROM conversations c "
+            "JOIN responses r ON r.response_id = c.response_id WHERE c.name = %s",
+            [name],
+            alias=_alias(),
+        )
+        if row is not None and row[0]:
+            found.append((name, row[0]))
+    return found
+
+
+# Hermes stores non-text message content as this prefix and JSON (hermes_state._encode_content).
+_CONTENT_JSON_PREFIX = "\x00json:"
+
+
+def _message_content(content: Any) -> Any:
+    if isinstance(content, str) and content.startswith(_CONTENT_JSON_PREFIX):
+        try:
+            return json.loads(content[len(_CONTENT_JSON_PREFIX) :])
+        except ValueError:
+            return content
+    return content
+
+
+def conversation_history_of(session_id: str) -> list[dict[str, Any]]:
+    """The session's active messages in id order, as an API conversation history.
+
+    The shape Hermes's API server stores and replays (``conversation_history``):
+    role and content, with ``tool_calls`` (decoded), ``tool_call_id`` and
+    ``tool_name`` where the message has them; the same messages Hermes's own
+    ``get_messages_as_conversation`` loads for the session.
+    """
+    history = []
+    for role, content, tool_call_id, tool_calls, tool_name in db.fetchall(
+        "SELECT role, content, tool_call_id, tool_calls, tool_name FROM messages "
+        "WHERE session_id = %s AND active = 1 ORDER BY id",
+        [session_id],
+    ):
+        message: dict[str, Any] = {"role": role, "content": _message_content(content)}
+        if tool_call_id:
+            message["tool_call_id"] = tool_call_id
+        if tool_name:
+            message["tool_name"] = tool_name
+        if tool_calls:
+            try:
+                message["tool_calls"] = json.loads(tool_calls)
+            except ValueError:
+                message["tool_calls"] = []
+        history.append(message)
+    return history
+
+
+def rewrite_response_histories(
+    *, response_ids: list[str], history: list[dict[str, Any]], naming_session: str
+) -> list[list[str]]:
+    """Make each response's stored ``conversation_history`` ``history``; the rest of its data kept.
+
+    Returns ``[response id, session its data names, old data text]`` for each
+    response rewritten, the shape ``restore_responses`` puts back byte-exact.
+    Only responses whose data names ``naming_session`` are rewritten (the
+    session ``history`` is from); data that is not a JSON object is left alone.
+    Written as Hermes writes it (``json.dumps(data, default=str)``). Runs inside
+    the caller's store operation.
+    """
+    rewritten = []
+    with _responses_transaction():
+        for response_id in dict.fromkeys(response_ids):
+            row = db.fetchone(
+                "SELECT data FROM responses WHERE response_id = %s" + db.for_update(),
+                [response_id],
+                alias=_alias(),
+            )
+            if row is None:
+                continue
+            try:
+                data = json.loads(row[0])
+            except (TypeError, ValueError):
+                continue
+            if not isinstance(data, dict) or data.get("session_id") != naming_session:
+                continue
+            data["conversation_history"] = history
+            db.execute(
+                "UPDATE responses SET data = %s WHERE response_id = %s",
+                [json.dumps(data, default=str), response_id],
+                alias=_alias(),
+            )
+            rewritten.append([response_id, naming_session, row[0]])
+    return rewritten
 
 
 def conversations_of_session(session_id: str) -> list[tuple[str, str | None]]:

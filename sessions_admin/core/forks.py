@@ -5,8 +5,11 @@ it (hermes-agent #16517: a ``/v1/responses`` cold start after the response row
 was evicted). Two kinds of evidence find them:
 
 - **conversation**: one slug recorded on several sessions that share no lineage:
-  the ``conversations`` row, responses whose data names the slug, and the chain
-  of ``previous_response_id`` links from the slug's latest response;
+  the ``conversations`` row, responses whose data names the slug, the chain
+  of ``previous_response_id`` links from the slug's latest response, and the
+  slug history the console records from attach on (``store/slug_history.py``:
+  hermes-agent 0.19 itself deletes the slug's row on eviction and writes no
+  slug into its responses, so on its stores that history is the evidence);
 - **session_key**: consecutive sessions of one key where the earlier one ended
   without an intentional boundary (no end reason, or an accidental one) and
   the next started with no parent link and no reset marker.
@@ -18,9 +21,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sessions_admin.core import db, lineage
 from sessions_admin.routers import responses_alias
+from sessions_admin.store.slug_history import SlugObservation, slug_histories
 
 ACCIDENTAL_END_REASONS = ("agent_close", "ws_orphan_reap", "lru_evict")
 
@@ -31,6 +36,8 @@ class ForkGroup:
     key: str
     session_ids: tuple[str, ...]  # oldest first
     evidence: tuple[str, ...]
+    # The slug's recorded history (conversation groups): which response named which session, when.
+    history: tuple[SlugObservation, ...] = ()
 
     @property
     def group_id(self) -> str:
@@ -53,10 +60,22 @@ def _responses_by_id() -> dict[str, tuple[str | None, str | None, str | None]]:
     }
 
 
-def _conversation_evidence() -> dict[str, dict[str, list[str]]]:
+def _history_reason(seen: SlugObservation) -> str:
+    when = seen.response_created_at if seen.response_created_at is not None else seen.observed_at
+    stamp = datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return f"slug history: response {seen.response_id} named it ({stamp} UTC)"
+
+
+def _conversation_evidence(
+    histories: dict[str, list[SlugObservation]],
+) -> dict[str, dict[str, list[str]]]:
     """slug -> session id -> the reasons it is recorded for that slug."""
     responses = _responses_by_id()
     found: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for slug, entries in histories.items():
+        for seen in entries:
+            if seen.session_id:
+                found[slug][seen.session_id].append(_history_reason(seen))
     for response_id, (session_id, _previous, slug) in responses.items():
         if slug and session_id:
             found[slug][session_id].append(f"response {response_id} names it")
@@ -76,6 +95,13 @@ def _conversation_evidence() -> dict[str, dict[str, list[str]]]:
     return found
 
 
+def _first_reasons(reasons: list[str], shown: int = 3) -> list[str]:
+    """The first few distinct reasons in the order found (the slug history's come in time order)."""
+    distinct = list(dict.fromkeys(reasons))
+    more = len(distinct) - shown
+    return distinct[:shown] + ([f"and {more} more"] if more > 0 else [])
+
+
 def _session_rows(ids: set[str]) -> dict[str, dict]:
     rows: dict[str, dict] = {}
     id_list = sorted(ids)
@@ -90,7 +116,8 @@ def _session_rows(ids: set[str]) -> dict[str, dict]:
 
 
 def _conversation_groups() -> list[ForkGroup]:
-    evidence = _conversation_evidence()
+    histories = slug_histories(min_sessions=2)
+    evidence = _conversation_evidence(histories)
     rows = _session_rows({sid for sessions in evidence.values() for sid in sessions})
     candidates = {
         slug: [sid for sid in sessions if sid in rows and rows[sid]["end_reason"] != "merged"]
@@ -108,8 +135,9 @@ def _conversation_groups() -> list[ForkGroup]:
         if len(by_root) < 2:
             continue
         members = tuple(sorted(by_root.values(), key=lambda s: (rows[s]["started_at"], s)))
-        reasons = tuple(f"{sid}: {'; '.join(sorted(set(sessions[sid]))[:3])}" for sid in members)
-        groups.append(ForkGroup("conversation", slug, members, reasons))
+        reasons = tuple(f"{sid}: {'; '.join(_first_reasons(sessions[sid]))}" for sid in members)
+        history = tuple(histories.get(slug, ()))
+        groups.append(ForkGroup("conversation", slug, members, reasons, history))
     return groups
 
 

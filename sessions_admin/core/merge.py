@@ -9,6 +9,14 @@ the messages were written), re-parents children, maps conversation slugs and
 session keys to the target, ends each absorbed session ``merged`` with a
 ``_merged_into`` marker, and records the prior state in the store so
 ``unmerge`` can restore it exactly.
+
+API conversations (``/v1/responses`` slugs): Hermes's API server builds the
+next turn's context from the slug's latest stored response
+(``conversation_history``), not from the session's messages, so after a merge
+the client would go on with only what that response held. With
+``continue_history`` the merge also writes the target's merged active
+transcript into the latest response of each slug of the merged sessions; the
+unmerge puts that response's data text back byte-exact.
 """
 
 from __future__ import annotations
@@ -83,6 +91,14 @@ class MergePlan:
     reparented_children: tuple[str, ...]
     reopen_target: bool
     fingerprint: str
+    # (slug, its latest stored response) of every slug of these sessions: the responses
+    # whose conversation_history ``continue_history`` rewrites to the merged transcript.
+    latest_responses: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_api_conversation(self) -> bool:
+        """The merged sessions carry a /v1/responses slug whose next turn reads a stored history."""
+        return bool(self.latest_responses)
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,7 @@ class MergeResult:
     target_id: str
     absorbed_ids: tuple[str, ...]
     moved_messages: int
+    rewritten_responses: tuple[str, ...] = ()  # responses given the merged history
 
 
 @dataclass(frozen=True)
@@ -203,6 +220,9 @@ def _build_plan(target: str, absorbed: list[str], *, lock: bool) -> MergePlan:
     stats = _message_stats([target, *absorbed])
     conversations = _conversations_of(absorbed)
     children = _children_of(absorbed)
+    from sessions_admin.core.conversations import latest_responses_of
+
+    latest = latest_responses_of([target, *absorbed])
     sources = tuple(
         MergeSource(
             session_id=sid,
@@ -233,6 +253,9 @@ def _build_plan(target: str, absorbed: list[str], *, lock: bool) -> MergePlan:
         "conversations": conversations,
         "children": children,
     }
+    if latest:
+        # Only where there is one, so fingerprints of merges without slugs stay as they were.
+        fingerprint_source["latest_responses"] = latest
     fingerprint = hashlib.sha256(
         json.dumps(fingerprint_source, sort_keys=True, default=str).encode()
     ).hexdigest()[:32]
@@ -246,6 +269,7 @@ def _build_plan(target: str, absorbed: list[str], *, lock: bool) -> MergePlan:
         reparented_children=tuple(child for child, _ in children),
         reopen_target=reopen,
         fingerprint=fingerprint,
+        latest_responses=tuple(latest),
     )
 
 
@@ -335,8 +359,13 @@ def merge_sessions(
     session_ids: Sequence[str],
     target_id: str | None = None,
     expected_fingerprint: str | None = None,
+    continue_history: bool = False,
 ) -> MergeResult:
-    """Merge the sessions into the target in one transaction; see the module docstring."""
+    """Merge the sessions into the target in one transaction; see the module docstring.
+
+    ``continue_history``: also write the merged active transcript into the
+    latest stored response of each slug of these sessions (``plan.latest_responses``).
+    """
     target, absorbed = _members(session_ids, target_id)
     lock_keys_of([target, *absorbed])
     plan = _build_plan(target, absorbed, lock=True)
@@ -398,6 +427,7 @@ def merge_sessions(
         repoint_conversations(from_session_ids=absorbed, to_session_id=target)
     # Hermes's API server continues a slug in the session its latest response names.
     moved_responses = repoint_responses(from_session_ids=absorbed, to_session_id=target)
+    rewritten = _continue_histories(plan, moved_responses) if continue_history else []
     after = _rows([target])[target]
     prior_state = {
         "sessions": {sid: {c: rows[sid][c] for c in SAVED_COLUMNS} for sid in [target, *absorbed]},
@@ -407,6 +437,7 @@ def merge_sessions(
         "conversations": conversations,
         "responses": moved_responses,
         "switched": switched,
+        "rewritten_histories": rewritten,
     }
     with db.cursor() as c:
         c.execute(
@@ -425,7 +456,34 @@ def merge_sessions(
         session_key=after["session_key"],
     )
     faults.checkpoint("merge.before_commit")
-    return MergeResult(merge_id, target, tuple(absorbed), plan.moved_messages)
+    return MergeResult(merge_id, target, tuple(absorbed), plan.moved_messages, tuple(rewritten))
+
+
+def _continue_histories(plan: MergePlan, moved_responses: list[list[str]]) -> list[str]:
+    """Give the slugs' latest responses the merged transcript; their old text joins ``moved_responses``.
+
+    A response the merge already repointed has its original text there (the
+    unmerge restores that, which also undoes this); the others are added with
+    the target as the session they name now, so ``restore_responses`` finds them.
+    """
+    from sessions_admin.core.conversations import (
+        conversation_history_of,
+        rewrite_response_histories,
+    )
+
+    if not plan.latest_responses:
+        return []
+    history = conversation_history_of(plan.target_id)
+    kept = {entry[0] for entry in moved_responses}
+    rewritten = rewrite_response_histories(
+        response_ids=[response_id for _slug, response_id in plan.latest_responses],
+        history=history,
+        naming_session=plan.target_id,
+    )
+    for response_id, session_id, old_text in rewritten:
+        if response_id not in kept:
+            moved_responses.append([response_id, session_id, old_text])
+    return [entry[0] for entry in rewritten]
 
 
 def _record(row: tuple) -> MergeRecord:

@@ -1,9 +1,15 @@
-"""The background worker that runs delete jobs inside a dashboard process.
+"""The background workers of a dashboard process: delete jobs, and the slug history poller.
 
-One daemon thread per process, started when a job is created or its progress
-is looked at (so a job interrupted by a restart resumes as soon as anyone
-checks on it); it exits when no job is left. ``manage.py run_jobs`` runs the
-same loop in a process of its own.
+Delete jobs: one daemon thread per process, started when a job is created or
+its progress is looked at (so a job interrupted by a restart resumes as soon
+as anyone checks on it); it exits when no job is left. ``manage.py run_jobs``
+runs the same loop in a process of its own.
+
+Slug history (``store/slug_history.py``): one daemon thread per dashboard
+worker, started with the worker (gunicorn's ``post_worker_init``), polls the
+runtime's ``conversations`` every ``SESSIONS_ADMIN_SLUG_HISTORY_SECONDS``
+(default 2; 0 turns it off) for as long as the process lives.
+``manage.py watch_slug_history`` runs the same loop in a process of its own.
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ import logging
 import threading
 import time
 
+from django.conf import settings
 from django.db import connections
 
 from sessions_admin.core import jobs
+from sessions_admin.store.slug_history import SlugHistoryPoller
 
 logger = logging.getLogger(__name__)
 # Longer than a job lease, so a job whose worker died is picked up before this one exits.
@@ -49,3 +57,52 @@ def ensure_worker_running() -> None:
             return
         _thread = threading.Thread(target=work_until_idle, name="delete-jobs", daemon=True)
         _thread.start()
+
+
+# --- slug history -----------------------------------------------------------------------------
+
+DEFAULT_SLUG_HISTORY_SECONDS = 2.0
+
+_history_lock = threading.Lock()
+_history_thread: threading.Thread | None = None
+
+
+def slug_history_interval() -> float:
+    """Seconds between two polls of the runtime's slugs; 0 or less: no polling."""
+    return float(
+        getattr(settings, "SESSIONS_ADMIN_SLUG_HISTORY_SECONDS", DEFAULT_SLUG_HISTORY_SECONDS)
+    )
+
+
+def poll_slug_history(*, interval: float, stop: threading.Event) -> None:
+    """Record slug changes every ``interval`` seconds until ``stop`` is set."""
+    poller = SlugHistoryPoller()
+    try:
+        while not stop.is_set():
+            try:
+                poller.poll()
+            except Exception:
+                # A busy store or a file being replaced: the next poll tries again.
+                logger.exception("slug history poll failed")
+            stop.wait(interval)
+    finally:
+        connections.close_all()
+
+
+def ensure_slug_history_running(*, stop: threading.Event | None = None) -> threading.Thread | None:
+    """Start this process's slug history poller unless it runs already or polling is off."""
+    global _history_thread
+    interval = slug_history_interval()
+    if interval <= 0:
+        return None
+    with _history_lock:
+        if _history_thread is not None and _history_thread.is_alive():
+            return _history_thread
+        _history_thread = threading.Thread(
+            target=poll_slug_history,
+            kwargs={"interval": interval, "stop": stop or threading.Event()},
+            name="slug-history",
+            daemon=True,
+        )
+        _history_thread.start()
+        return _history_thread

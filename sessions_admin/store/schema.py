@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from django.db import connections, transaction
 
 from sessions_admin.routers import responses_alias, store_alias
+from sessions_admin.store.slug_history import ensure_slug_history_table
 
 HERMES_SCHEMA_VERSION = 22
 
@@ -344,6 +345,7 @@ def _ensure_store_schema(alias: str, responses: str, upgrade: bool) -> SchemaRep
     else:
         added += _ensure_runtime_tables(alias, before)
     added += _ensure_own_tables(alias)
+    added += ensure_slug_history_table(alias)
     added += _ensure_responses_schema(responses)
     after = existing_tables(alias)
     created = sorted(after - before)

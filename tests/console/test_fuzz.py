@@ -77,7 +77,10 @@ POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "session_undo": (["reason"], {}),
     "session_redo": (["reason"], {}),
     "session_retry": (["reason"], {}),
-    "merge_execute": (["ids", "target", "fingerprint", "reason", "next"], REASON),
+    "merge_execute": (
+        ["ids", "target", "fingerprint", "reason", "next", "continue_history"],
+        REASON,
+    ),
     "merge_undo": (["reason", "next"], {}),
     "cascade_delete_confirm": (
         ["include_branches", "fingerprint", "typed_count", "reason"],

@@ -72,6 +72,7 @@ def test_attaching_changes_nothing_in_the_runtimes_own_tables(runtime_store):
     assert set(report.created_tables) == {
         "responses",
         "sessions_admin_merges",
+        "sessions_admin_slug_history",
         "sessions_admin_switch_cursors",
         "sessions_admin_switch_events",
         "sessions_admin_undos",

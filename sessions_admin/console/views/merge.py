@@ -161,8 +161,13 @@ def _preview_context(
     target: str | None,
     error: str | None = None,
     reason: str = "",
+    continue_history: bool | None = None,
 ) -> dict:
-    """What the preview page shows: the plan for ``picks`` or why there is none."""
+    """What the preview page shows: the plan for ``picks`` or why there is none.
+
+    ``continue_history`` is the operator's last choice (a re-rendered form);
+    None: the default, on for API-conversation merges.
+    """
     malformed = _malformed(picks)
     sessions = _sessions_by_id(p for p in picks if p not in malformed)
     plan = None
@@ -230,6 +235,9 @@ def _preview_context(
             "transcript_more": max(total - len(rows), 0),
             "children": [_session_row(sid, details.get(sid)) for sid in plan.reparented_children],
             "absorbed_count": len(plan.absorbed_ids),
+            "continue_history": (
+                plan.is_api_conversation if continue_history is None else continue_history
+            ),
         }
     )
     return context
@@ -256,9 +264,18 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
     # Checked by actions.merge (core.text); the preview shows it back for correction.
     raw_reason = request.POST.get("reason", "")
     reason = shown_back(raw_reason)
+    # A checkbox: present when ticked (the preview ticks it for API conversations).
+    continue_history = request.POST.get("continue_history", "") == "1"
 
     def again(error: str) -> HttpResponse:
-        context = _preview_context(request, picks=picks, target=target, error=error, reason=reason)
+        context = _preview_context(
+            request,
+            picks=picks,
+            target=target,
+            error=error,
+            reason=reason,
+            continue_history=continue_history,
+        )
         return render(request, fragment(request, PREVIEW_TEMPLATE, "merge-preview"), context)
 
     if len(picks) < 2:
@@ -277,15 +294,23 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
             target_id=target,
             expected_fingerprint=fingerprint,
             reason=raw_reason,
+            continue_history=continue_history,
         )
     except core.StoreError as problem:
         return again(str(problem))
     count = len(result.absorbed_ids)
+    rewritten = len(result.rewritten_responses)
     messages.success(
         request,
         f"Merged {count} session{'s' if count != 1 else ''} into {result.target_id} "
         f"(merge #{result.merge_id}; undo available): "
-        f"{result.moved_messages} message{'s' if result.moved_messages != 1 else ''} moved.",
+        f"{result.moved_messages} message{'s' if result.moved_messages != 1 else ''} moved"
+        + (
+            f"; the next API turn continues with the merged transcript "
+            f"({rewritten} stored response{'s' if rewritten != 1 else ''} updated)."
+            if rewritten
+            else "."
+        ),
     )
     return _redirect(request, session_url(result.target_id) or reverse("fork_list"))
 
