@@ -254,28 +254,55 @@ def message_text(content: Any) -> str:
 
 def _fence(text: str) -> str:
     """A code fence longer than any backtick run in ``text``."""
+    return "`" * max(3, _longest_backtick_run(text) + 1)
+
+
+def _longest_backtick_run(text: str) -> int:
     longest = run = 0
     for char in text:
         run = run + 1 if char == "`" else 0
         longest = max(longest, run)
-    return "`" * max(3, longest + 1)
+    return longest
+
+
+# Stored text is the runtime's (or an import's): in Markdown it must stay text. A line
+# break in a heading or a list item would start a block of its own (a forged "#### 3.
+# user" message), and HTML would be rendered. Inline values are kept to one line with
+# Markdown's punctuation backslash-escaped; message bodies are fenced, where nothing is
+# markup and no line can close the fence (it is longer than any backtick run inside).
+_LINE_BREAKS = str.maketrans({c: " " for c in "\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029"})
+_MARKDOWN_PUNCTUATION = str.maketrans({c: "\\" + c for c in "\\`*_[]<>&!|~#"})
+
+
+def _one_line(value: Any) -> str:
+    return str(value).translate(_LINE_BREAKS)
+
+
+def _inline(value: Any) -> str:
+    """Stored text as plain inline Markdown: one line, no markup, no HTML."""
+    return _one_line(value).translate(_MARKDOWN_PUNCTUATION)
+
+
+def _code(value: Any) -> str:
+    """Stored text as an inline code span: one line, delimited past any backtick run in it."""
+    text = _one_line(value)
+    ticks = "`" * (_longest_backtick_run(text) + 1)
+    return f"{ticks} {text} {ticks}" if "`" in text else f"{ticks}{text}{ticks}"
 
 
 def _markdown_message(n: int, message: Mapping[str, Any]) -> str:
     role = message.get("role") or "?"
-    head = f"#### {n}. {role}"
+    head = f"#### {n}. {_inline(role)}"
     if message.get("tool_name"):
-        head += f" · `{message['tool_name']}`"
+        head += f" · {_code(message['tool_name'])}"
     head += f" · {_when(message.get('timestamp'))}"
     if message.get("active") == 0:
         head += " · *undone*"
     lines = [head, ""]
     text = message_text(message.get("content"))
-    if role == "tool" and text:
+    if text:
         fence = _fence(text)
         lines += [fence, text, fence]
-    elif text:
-        lines.append(text)
     calls = message.get("tool_calls")
     if calls:
         try:
@@ -287,9 +314,9 @@ def _markdown_message(n: int, message: Mapping[str, Any]) -> str:
                 function = call.get("function") or {}
                 name = function.get("name") or call.get("name") or "tool"
                 arguments = function.get("arguments") or call.get("arguments") or ""
-                lines.append(f"- calls `{name}` `{str(arguments)[:500]}`")
+                lines.append(f"- calls {_code(name)} {_code(str(arguments)[:500])}")
             else:
-                lines.append(f"- calls `{str(call)[:500]}`")
+                lines.append(f"- calls {_code(str(call)[:500])}")
     lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -306,24 +333,24 @@ def export_markdown(session_ids: Sequence[str]) -> Iterator[str]:
             continue
         title = row.get("title") or session_id
         facts = [
-            f"- id: `{session_id}`",
-            f"- source: {row.get('source')}",
+            f"- id: {_code(session_id)}",
+            f"- source: {_inline(row.get('source'))}",
             f"- started: {_when(row.get('started_at'))}",
         ]
         if row.get("ended_at") is not None:
             facts.append(
-                f"- ended: {_when(row['ended_at'])} ({row.get('end_reason') or 'no reason'})"
+                f"- ended: {_when(row['ended_at'])} ({_inline(row.get('end_reason') or 'no reason')})"
             )
         else:
             facts.append("- live")
         if row.get("parent_session_id"):
-            facts.append(f"- parent: `{row['parent_session_id']}`")
+            facts.append(f"- parent: {_code(row['parent_session_id'])}")
         if row.get("session_key"):
-            facts.append(f"- session key: `{row['session_key']}`")
+            facts.append(f"- session key: {_code(row['session_key'])}")
         if row.get("model"):
-            facts.append(f"- model: {row['model']}")
-        facts.append(f"- messages: {row.get('message_count') or 0}")
-        yield f"## {title}\n\n" + "\n".join(facts) + "\n\n"
+            facts.append(f"- model: {_inline(row['model'])}")
+        facts.append(f"- messages: {_inline(row.get('message_count') or 0)}")
+        yield f"## {_inline(title)}\n\n" + "\n".join(facts) + "\n\n"
         for n, message in enumerate(_messages(session_id), start=1):
             yield _markdown_message(n, message)
 

@@ -29,7 +29,7 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "home": (VIEWER, None),
     "health_panel": (VIEWER, None),
     "conversation_list": (VIEWER, None),
-    "session_list": (VIEWER, None),
+    "session_list": (VIEWER, VIEWER),  # POST: "Merge selected…" redirects to the preview
     "session_detail": (VIEWER, None),
     "session_transcript": (VIEWER, None),
     "session_resume": (VIEWER, SUPPORT),

@@ -72,6 +72,7 @@ REASON = {"reason": "fuzzing the form"}
 POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "login": (["username", "password", "next"], {"username": "nobody", "password": "x"}),
     "logout": (["next"], {}),
+    "session_list": (["ids", "filter"], {}),
     "session_resume": (["target", "switch_from", "reason"], REASON),
     "session_reset": (["summary", "live", "reason"], REASON),
     "session_undo": (["reason"], {}),

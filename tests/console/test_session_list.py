@@ -60,8 +60,10 @@ def test_an_operator_without_a_role_is_forbidden(signed_in):
     assert signed_in(None).get(URL).status_code == 403
 
 
-def test_post_is_not_allowed(signed_in):
-    assert signed_in("admin").post(URL).status_code == 405
+def test_a_post_is_the_merge_button_and_goes_to_the_merge_preview(signed_in):
+    response = signed_in("viewer").post(URL, {"ids": ["a", "b"], "filter": ""})
+    assert response.status_code == 303
+    assert response["Location"] == "/merge/preview/?ids=a&ids=b"
 
 
 def test_the_full_page_has_the_filter_form_and_the_selection_form(signed_in):

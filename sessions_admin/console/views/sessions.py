@@ -1,4 +1,10 @@
-"""The session list: filters, sorts, keyset pages, full-text search, row selection."""
+"""The session list: filters, sorts, keyset pages, full-text search, row selection.
+
+The selection form posts (it carries the CSRF token): "Delete selected…" to the bulk
+delete preview, "Merge selected…" back here, answered by a redirect to the merge
+preview's GET URL holding the picked ids only (submitted as a GET, the whole form,
+token included, had landed in the URL, the access log, the history and the Referer).
+"""
 
 from __future__ import annotations
 
@@ -8,13 +14,14 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
+from django.contrib import messages
 from django.db import DatabaseError
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.utils.safestring import SafeString, mark_safe
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_http_methods
 
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
 from sessions_admin.console.roles import VIEW
@@ -24,11 +31,15 @@ from sessions_admin.store import health, listing
 logger = logging.getLogger(__name__)
 
 TEMPLATE = "console/session_list.html"
+# The merge preview is a GET page; gunicorn refuses request lines over 4094 bytes.
+MERGE_URL_LIMIT = 4000
 
 
-@require_GET
+@require_http_methods(["GET", "POST"])
 @require_perm(VIEW)
 def session_list(request: HtmxHttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        return _merge_selection(request)
     parsed = listing.parse(request.GET)
     filters = parsed.filters
     problems = list(parsed.problems)
@@ -71,6 +82,29 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
     response = render(request, template, context)
     # Fragment or whole page depends on these headers (a history restore wants the page).
     patch_vary_headers(response, ["HX-Request", "HX-History-Restore-Request"])
+    return response
+
+
+def _merge_selection(request: HtmxHttpRequest) -> HttpResponse:
+    """The merge button: a 303 to the merge preview, its URL holding the picked ids only.
+
+    The preview itself refuses what cannot be merged and says why; a selection
+    whose preview URL would be too long goes back to the list with a message.
+    """
+    picks = list(dict.fromkeys(value for value in request.POST.getlist("ids") if value))
+    url = reverse("merge_preview")
+    if picks:
+        url += "?" + urlencode([("ids", pick) for pick in picks])
+    if len(url) > MERGE_URL_LIMIT:
+        messages.error(
+            request,
+            f"{len(picks)} selected sessions are too many to preview a merge from the list; "
+            "select fewer.",
+        )
+        filters = listing.parse(QueryDict(request.POST.get("filter", ""))).filters
+        url = _url(filters.querystring())
+    response = HttpResponseRedirect(url)
+    response.status_code = 303  # after a POST: the browser GETs the preview
     return response
 
 
