@@ -24,7 +24,24 @@ Import
     conversation history, not live channel ownership (no session_key, chat or
     handoff state), gives messages new ids in their original order, counts the
     counters from the active rows, and keeps a parent link only when the
-    parent exists (in the store or the file) and no cycle results.
+    parent is in the file and no cycle results.
+
+    An import restores history; it never takes over a conversation:
+
+    - imported sessions are never live: one the file says is live is imported
+      ended, ``end_reason`` ``imported``, at its last message's time;
+    - an imported session never becomes the child of a session the store
+      already holds (a compression continuation there would be where the real
+      conversation's writes go: ``SessionEnded`` would name it). Such links are
+      dropped and reported (``ImportResult.ungrafted``) unless the caller asks
+      to ``graft``, after ``plan_import`` showed them (``ImportPlan.grafts``).
+
+    Every value is checked before anything is written (``ImportRefused`` names
+    each problem): ids by ``core.ids`` (addressable by the console, rendering
+    as themselves), timestamps by the lifecycle's rule (finite seconds between
+    1970 and 2286), counters as integers that fit 64 bits, costs finite, JSON
+    values by the lifecycle's ``json_text`` (no NaN or Infinity) and at most
+    ``MAX_JSON_DEPTH`` deep, text storable by both backends.
 
     Parents are written before their children and linked in the same
     transaction, so an import the store interrupts (busy after its bounded
@@ -42,15 +59,17 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from sessions_admin.core import db, lineage
+from sessions_admin.core import db, ids, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
-from sessions_admin.core.lifecycle import MESSAGE_ROLES
+from sessions_admin.core.lifecycle import MESSAGE_ROLES, _timestamp, json_text
+from sessions_admin.core.text import storability_problem
 from sessions_admin.core.transcript import recompute_counters
 
 EXPORT_FORMAT = "sessions_admin/1"
@@ -116,23 +135,40 @@ IMPORTED_MESSAGE_COLUMNS = (
     "api_content",
 )
 _NUMERIC = {
-    "started_at": float,
-    "ended_at": float,
-    "timestamp": float,
-    "estimated_cost_usd": float,
-    "actual_cost_usd": float,
-    "input_tokens": int,
-    "output_tokens": int,
-    "cache_read_tokens": int,
-    "cache_write_tokens": int,
-    "reasoning_tokens": int,
-    "api_call_count": int,
-    "token_count": int,
-    "observed": int,
-    "active": int,
-    "compacted": int,
-    "archived": int,
+    "started_at": "time",
+    "ended_at": "time",
+    "timestamp": "time",
+    "estimated_cost_usd": "cost",
+    "actual_cost_usd": "cost",
+    "input_tokens": "count",
+    "output_tokens": "count",
+    "cache_read_tokens": "count",
+    "cache_write_tokens": "count",
+    "reasoning_tokens": "count",
+    "api_call_count": "count",
+    "token_count": "count",
+    "observed": "flag",
+    "active": "flag",
+    "compacted": "flag",
+    "archived": "flag",
 }
+# Text columns the console parses as JSON when they hold JSON text.
+_JSON_TEXT_COLUMNS = frozenset(
+    {
+        "model_config",
+        "tool_calls",
+        "reasoning_details",
+        "codex_reasoning_items",
+        "codex_message_items",
+        "api_content",
+    }
+)
+# How deep a stored JSON value may nest (a Hermes message part is 4 or 5 levels deep).
+MAX_JSON_DEPTH = 64
+COST_MAX = 1e12
+TEXT_MAX = 50_000_000  # the lifecycle's bound for a JSON value; also for any imported text
+# A live session in the file is imported ended with this reason.
+IMPORTED_END_REASON = "imported"
 
 
 # --- what to export ----------------------------------------------------------------------------
@@ -214,10 +250,29 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float written as text ("inf", "-inf", "nan").
+
+    A SQLite store can hold them (REAL columns take whatever a runtime binds); JSON
+    cannot, and ``json.dumps`` would write ``Infinity``, which no strict reader
+    accepts. As text they survive the export, and an import refuses them by name.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def export_jsonl(session_ids: Sequence[str]) -> Iterator[str]:
-    """JSONL lines (each ending in a newline), one record a line."""
+    """JSONL lines (each ending in a newline), one record a line; always strict JSON."""
     for record in export_records(session_ids):
-        yield json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
+        yield (
+            json.dumps(_finite(record), ensure_ascii=False, default=_json_default, allow_nan=False)
+            + "\n"
+        )
 
 
 def _when(timestamp: Any) -> str:
@@ -369,10 +424,36 @@ class ImportSession:
 
 
 @dataclass(frozen=True)
+class Graft:
+    """A parent link from an imported session to a session the store already holds."""
+
+    session_id: str
+    parent_id: str
+    parent_end_reason: str | None
+    parent_live: bool
+
+    @property
+    def effect(self) -> str:
+        """What linking would do to the existing session's conversation, for the preview."""
+        if self.parent_end_reason == "compression":
+            return (
+                "it would continue the conversation of a session that ended by compression "
+                "(writes to that session's id would be sent to the imported one)"
+            )
+        if self.parent_live:
+            return "it would become a child of a live session"
+        return f"it would become a child of a session that ended ({self.parent_end_reason})"
+
+
+@dataclass(frozen=True)
 class ImportPlan:
     sessions: tuple[ImportSession, ...]
     existing: tuple[str, ...]  # ids already in the store (skipped with skip_existing)
     message_count: int
+    # Links to sessions already in the store: made only with ``graft=True``.
+    grafts: tuple[Graft, ...] = ()
+    # Live in the file: imported ended, ``end_reason`` ``imported``.
+    ended_on_import: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -381,6 +462,10 @@ class ImportResult:
     skipped: tuple[str, ...]
     detached: tuple[str, ...]  # imported without their parent link (parent absent, or a cycle)
     messages: int
+    # Imported without their link to a session the store already held (no ``graft``).
+    ungrafted: tuple[str, ...] = ()
+    grafted: tuple[str, ...] = ()  # linked to a session the store already held (``graft``)
+    ended_on_import: tuple[str, ...] = ()
 
 
 class ImportInterrupted(StoreError):
@@ -392,7 +477,8 @@ class ImportInterrupted(StoreError):
         super().__init__(
             f"The import stopped after {len(self.imported)} of {total} session(s): {cause} "
             f"The {len(self.imported)} session(s) already imported stay, with their messages and "
-            "parent links; import the same file again with skip_existing to add the rest."
+            "parent links; import the same file again with skip_existing to add the rest (and "
+            "graft to link them to parents this import wrote: the dry run lists those links)."
         )
 
 
@@ -404,6 +490,30 @@ class ImportRefused(InvalidInput):
         shown = "; ".join(self.problems[:10])
         more = f" (and {len(self.problems) - 10} more)" if len(self.problems) > 10 else ""
         super().__init__(f"Nothing was imported: {shown}{more}.")
+
+
+class _NonFiniteConstant(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFiniteConstant(name)
+
+
+def _loads(text: str) -> Any:
+    """Strict JSON: ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON, whatever Python allows."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def _unreadable(error: Exception, where: str) -> ImportRefused:
+    """The refusal for JSON that parses in no strict reader, or not within Python's limits."""
+    if isinstance(error, _NonFiniteConstant):
+        return ImportRefused(
+            [f"{where} holds {error}, which is not a JSON number (write finite numbers)"]
+        )
+    if isinstance(error, RecursionError):
+        return ImportRefused([f"{where} nests JSON values too deeply to be read"])
+    return ImportRefused([f"{where} holds a value that cannot be read ({error})"])
 
 
 def _sessions_from_document(document: Any) -> list[Any]:
@@ -438,9 +548,11 @@ def read_export(stream: IO[str] | IO[bytes] | str | bytes) -> list[dict]:
     if not stripped:
         raise ImportRefused(["the file is empty"])
     try:
-        document = json.loads(stripped)
+        document = _loads(stripped)
     except json.JSONDecodeError:
-        document = None
+        document = None  # JSONL: read line by line below
+    except (ValueError, RecursionError) as error:
+        raise _unreadable(error, "the file") from None
     if document is not None and not _is_record(document):
         return [*_sessions_from_document(document)]
     sessions: list[dict] = []
@@ -449,9 +561,11 @@ def read_export(stream: IO[str] | IO[bytes] | str | bytes) -> list[dict]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = _loads(line)
         except json.JSONDecodeError as error:
             raise ImportRefused([f"line {number} is not JSON ({error.msg})"]) from error
+        except (ValueError, RecursionError) as error:
+            raise _unreadable(error, f"line {number}") from None
         if _is_record(record):
             if record["type"] == "session" and isinstance(record.get("session"), dict):
                 current = {**record["session"], "messages": []}
@@ -467,77 +581,205 @@ def read_export(stream: IO[str] | IO[bytes] | str | bytes) -> list[dict]:
     return sessions
 
 
-def _text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
+# --- checking each value -----------------------------------------------------------------------
+
+# Bounds of the session columns that name things (as core.create_session bounds them).
+_TEXT_MAX = {"source": 200, "title": 500, "end_reason": 200, "user_id": 500, "model": 500}
+_INT64 = 2**63
+
+
+def _too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests lists/objects more than ``limit`` deep (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, dict):
+            children = current.values()
+        elif isinstance(current, list | tuple):
+            children = current
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _json_value(name: str, value: Any) -> str:
+    """A list/object (or other non-text value) as stored JSON text: bounded depth, strict JSON."""
+    if _too_deep(value):
+        raise InvalidInput(f"{name} nests deeper than {MAX_JSON_DEPTH} levels")
+    return json_text(name, value)
+
+
+def _check_json_text(name: str, text: str) -> None:
+    """Text the console parses as JSON: if it is JSON, it must be strict and bounded in depth."""
+    try:
+        parsed = _loads(text)
+    except _NonFiniteConstant as error:
+        raise InvalidInput(f"{name} holds {error}, which is not a JSON number") from None
+    except RecursionError:
+        raise InvalidInput(f"{name} nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:
+        return  # not JSON: stored and shown as text
+    if _too_deep(parsed):
+        raise InvalidInput(f"{name} nests deeper than {MAX_JSON_DEPTH} levels")
+
+
+def _text_value(name: str, value: Any) -> str | None:
+    """A text column's value as stored, or ``InvalidInput`` saying why it cannot be."""
+    if value is None:
+        return None
     if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
+        return _json_value(name, value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(f"{name} is {value!r}, not a finite number")
+    if isinstance(value, bool | int | float):
+        return str(value)
+    if not isinstance(value, str):
+        raise InvalidInput(f"{name} must be text, not {type(value).__name__}")
+    problem = storability_problem(value)
+    if problem:
+        raise InvalidInput(f"{name} {problem}")
+    limit = _TEXT_MAX.get(name, TEXT_MAX)
+    if len(value) > limit:
+        raise InvalidInput(f"{name} is longer than {limit:,} characters")
+    if name in _JSON_TEXT_COLUMNS:
+        _check_json_text(name, value)
+    return value
 
 
-def _number(value: Any, name: str, problems: list[str], where: str) -> Any:
+def _as_number(name: str, value: Any) -> int | float:
+    """A JSON number (or numeric text), refusing booleans and integers beyond 64 bits."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                raise InvalidInput(f"{name} {text[:40]!r} is not a number") from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{name} must be a number, not {type(value).__name__}")
+    if isinstance(value, int) and not -_INT64 <= value < _INT64:
+        raise InvalidInput(f"{name} is a {len(str(abs(value)))}-digit integer, out of range")
+    return value
+
+
+def _number_value(name: str, value: Any) -> int | float | None:
+    """A numeric column's value as stored, or ``InvalidInput`` saying why it cannot be."""
     if value is None or value == "":
         return None
     kind = _NUMERIC[name]
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        problems.append(f"{where}: {name} is not a number")
-        return None
+    if kind == "flag" and isinstance(value, bool):
+        return int(value)
+    number = _as_number(name, value)
+    if kind == "time":
+        return _timestamp(name, number)  # the lifecycle's rule: finite, 1970 to 2286
+    if isinstance(number, float) and not math.isfinite(number):
+        raise InvalidInput(f"{name} is {number!r}, not a finite number")
+    if kind == "cost":
+        if not 0 <= number <= COST_MAX:
+            raise InvalidInput(f"{name} {number!r} is not a cost between 0 and {COST_MAX:g}")
+        return float(number)
+    if number != int(number):
+        raise InvalidInput(f"{name} {number!r} is not a whole number")
+    number = int(number)
+    if kind == "flag":
+        if number not in (0, 1):
+            raise InvalidInput(f"{name} must be 0 or 1, not {number}")
+        return number
+    if not 0 <= number < _INT64:
+        raise InvalidInput(f"{name} {number} is not a count between 0 and 2**63")
+    return number
 
 
-def _content(value: Any, *, sqlite: bool) -> str | None:
+def _content_value(value: Any, *, sqlite: bool) -> str | None:
     """Message content as stored: Hermes keeps multimodal parts as a prefixed JSON string."""
-    if value is None or isinstance(value, str):
-        if isinstance(value, str) and not sqlite and value.startswith(HERMES_JSON_PREFIX):
-            return value[len(HERMES_JSON_PREFIX) :]
-        return value
-    text = json.dumps(value, ensure_ascii=False)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        body = value[len(HERMES_JSON_PREFIX) :] if value.startswith(HERMES_JSON_PREFIX) else None
+        problem = storability_problem(value if body is None else body)
+        if problem:
+            raise InvalidInput(f"content {problem}")
+        if len(value) > TEXT_MAX:
+            raise InvalidInput(f"content is longer than {TEXT_MAX:,} characters")
+        if body is None:
+            return value
+        _check_json_text("content", body)
+        return value if sqlite else body
+    text = _json_value("content", value)
     return HERMES_JSON_PREFIX + text if sqlite else text
 
 
-def _has_nul(value: Any, *, allow_prefix: bool) -> bool:
-    if not isinstance(value, str) or "\x00" not in value:
-        return False
-    return not (allow_prefix and value.startswith(HERMES_JSON_PREFIX) and "\x00" not in value[1:])
+def _imported_id(value: Any) -> str:
+    """A session id from the file, or ``InvalidInput``: ``core.ids``'s rule for new ids."""
+    problem = ids.new_session_id_problem(value)
+    if problem:
+        raise InvalidInput(f"the id {ids.shown(value)} {problem}")
+    return value
+
+
+def _parent_id(value: Any) -> str | None:
+    """The parent a session names: any id the store could hold (it may be a runtime's odd id)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"parent_session_id must be text, not {type(value).__name__}")
+    problem = storability_problem(value)
+    if problem:
+        raise InvalidInput(f"parent_session_id {problem}")
+    if len(value) > 4000:
+        raise InvalidInput("parent_session_id is longer than 4,000 characters")
+    return value
 
 
 def normalise(
     raw_sessions: Iterable[Any], *, sqlite: bool
 ) -> tuple[list[ImportSession], list[str]]:
-    """Validate and normalise export objects; return the sessions and the problems found."""
+    """Validate and normalise export objects; return the sessions and the problems found.
+
+    Every value is checked; a problem is "where: what", the core's message without its period.
+    """
     problems: list[str] = []
     found: list[ImportSession] = []
     seen: set[str] = set()
     titles: dict[str, str] = {}
+
+    def check(where: str, run, *args, **kwargs) -> Any:
+        try:
+            return run(*args, **kwargs)
+        except InvalidInput as error:
+            problems.append(f"{where}: {str(error).rstrip('.')}")
+            return None
+
     for index, raw in enumerate(raw_sessions):
         where = f"session #{index + 1}"
         if not isinstance(raw, dict):
             problems.append(f"{where} is not an object")
             continue
-        session_id = raw.get("id")
-        if not isinstance(session_id, str) or not session_id.strip() or len(session_id) > 200:
+        if raw.get("id") is None:
             problems.append(f"{where} has no usable id")
             continue
-        where = f"session {session_id}"
-        if "\x00" in session_id:
-            problems.append(f"{where}: the id contains a NUL character")
+        session_id = check(where, _imported_id, raw.get("id"))
+        if session_id is None:
             continue
+        where = f"session {session_id}"
         if session_id in seen:
             problems.append(f"{where} appears twice in the file")
             continue
         seen.add(session_id)
+        before = len(problems)
         row: dict[str, Any] = {"id": session_id}
         for name in IMPORTED_SESSION_COLUMNS:
-            if name not in raw:
-                continue
-            value = raw[name]
-            row[name] = _number(value, name, problems, where) if name in _NUMERIC else _text(value)
+            if name in raw:
+                reader = _number_value if name in _NUMERIC else _text_value
+                row[name] = check(where, reader, name, raw[name])
         row["source"] = row.get("source") or "import"
         if row.get("started_at") is None:
             row["started_at"] = time.time()
-        if row.get("archived") is not None:
-            row["archived"] = 1 if row["archived"] else 0
         title = row.get("title")
         if title:
             if title in titles:
@@ -545,12 +787,8 @@ def normalise(
                     f"{where}: title {title!r} is also used by {titles[title]} in the file"
                 )
             titles[title] = session_id
-        if any(_has_nul(v, allow_prefix=False) for v in row.values()):
-            problems.append(f"{where}: a field contains a NUL character")
-        parent = raw.get("parent_session_id")
-        session = ImportSession(
-            session_id, row, parent if isinstance(parent, str) and parent.strip() else None
-        )
+        parent = check(where, _parent_id, raw.get("parent_session_id"))
+        session = ImportSession(session_id, row, parent)
         messages = raw.get("messages") or []
         if not isinstance(messages, list):
             problems.append(f"{where}: messages is not a list")
@@ -571,18 +809,22 @@ def normalise(
                     continue
                 value = message[name]
                 if name == "content":
-                    values[name] = _content(value, sqlite=sqlite)
+                    values[name] = check(at, _content_value, value, sqlite=sqlite)
                 elif name in _NUMERIC:
-                    values[name] = _number(value, name, problems, at)
+                    values[name] = check(at, _number_value, name, value)
                 else:
-                    values[name] = _text(value)
+                    values[name] = check(at, _text_value, name, value)
             if values.get("timestamp") is None:
                 values["timestamp"] = started + number * 1e-6
             values["active"] = 0 if values.get("active") == 0 else 1
             values["compacted"] = 1 if values.get("compacted") else 0
-            if any(_has_nul(v, allow_prefix=sqlite and k == "content") for k, v in values.items()):
-                problems.append(f"{at}: a field contains a NUL character")
             session.messages.append(values)
+        if len(problems) > before:
+            continue
+        if row.get("ended_at") is None:
+            # History, never a live conversation: ended when its last message was written.
+            row["ended_at"] = max([started, *(m["timestamp"] for m in session.messages)])
+            row["end_reason"] = IMPORTED_END_REASON
         found.append(session)
     return found, problems
 
@@ -597,9 +839,11 @@ def plan_import(raw_sessions: Iterable[Any]) -> ImportPlan:
         problems.append(f"at most {MAX_IMPORT_SESSIONS:,} sessions per import")
     if total > MAX_IMPORT_MESSAGES:
         problems.append(f"at most {MAX_IMPORT_MESSAGES:,} messages per import")
-    ids = [s.session_id for s in sessions]
-    existing_set = lineage.existing_session_ids(ids)
-    existing = [sid for sid in dict.fromkeys(ids) if sid in existing_set]
+    if problems:
+        raise ImportRefused(problems)
+    session_ids = [s.session_id for s in sessions]
+    existing_set = lineage.existing_session_ids(session_ids)
+    existing = [sid for sid in dict.fromkeys(session_ids) if sid in existing_set]
     titles = {s.row["title"]: s.session_id for s in sessions if s.row.get("title")}
     title_list = sorted(titles)
     for start in range(0, len(title_list), 500):
@@ -613,8 +857,37 @@ def plan_import(raw_sessions: Iterable[Any]) -> ImportPlan:
                 )
     if problems:
         raise ImportRefused(problems)
-    order = {sid: n for n, sid in enumerate(ids)}
-    return ImportPlan(tuple(sessions), tuple(sorted(existing, key=order.__getitem__)), total)
+    order = {sid: n for n, sid in enumerate(session_ids)}
+    written = [s for s in sessions if s.session_id not in existing_set]
+    return ImportPlan(
+        tuple(sessions),
+        tuple(sorted(existing, key=order.__getitem__)),
+        total,
+        grafts=_grafts(written),
+        ended_on_import=tuple(
+            s.session_id for s in written if s.row.get("end_reason") == IMPORTED_END_REASON
+        ),
+    )
+
+
+def _grafts(written: list[ImportSession]) -> tuple[Graft, ...]:
+    """The links from sessions this import writes to sessions the store already holds."""
+    writing = {s.session_id for s in written}
+    outside = [s for s in written if s.parent_id and s.parent_id not in writing]
+    parents = sorted({s.parent_id for s in outside})
+    state: dict[str, tuple[str | None, bool]] = {}
+    for start in range(0, len(parents), 500):
+        chunk = parents[start : start + 500]
+        for parent_id, ended_at, end_reason in db.fetchall(
+            f"SELECT id, ended_at, end_reason FROM sessions WHERE id IN ({db.placeholders(chunk)})",
+            chunk,
+        ):
+            state[parent_id] = (end_reason if ended_at is not None else None, ended_at is None)
+    return tuple(
+        Graft(s.session_id, s.parent_id, *state[s.parent_id])
+        for s in outside
+        if s.parent_id in state
+    )
 
 
 def _columns(table: str) -> set[str]:
@@ -623,15 +896,32 @@ def _columns(table: str) -> set[str]:
     return existing_columns("store", table)
 
 
+@dataclass(frozen=True)
+class _Linking:
+    """How one import links parents: the ids it writes, and whether it may graft."""
+
+    importing: frozenset[str]
+    graft: bool
+
+
+@dataclass
+class _Links:
+    later: list[tuple[str, str]] = field(default_factory=list)  # parent comes in a later batch
+    detached: list[str] = field(default_factory=list)
+    ungrafted: list[str] = field(default_factory=list)
+    grafted: list[str] = field(default_factory=list)
+
+
 @store_operation
 def _write_batch(
-    batch: list[ImportSession], columns: dict[str, set[str]]
-) -> tuple[list[str], list[tuple[str, str]], list[str]]:
-    """Insert one batch of sessions and their messages, linking parents already in the store.
+    batch: list[ImportSession], columns: dict[str, set[str]], linking: _Linking
+) -> tuple[list[str], _Links]:
+    """Insert one batch of sessions and their messages, linking the parents it may link now.
 
-    Returns (written, links left for later: their parent comes in a later batch, detached).
     Linking in the batch's own transaction means an import interrupted after this
-    batch leaves its sessions complete, lineage included.
+    batch leaves its sessions complete, lineage included. A parent this import
+    does not write is linked only with ``graft`` (read in this transaction, so a
+    session the runtime created meanwhile counts as the store's, never as ours).
     """
     written = []
     for session in batch:
@@ -660,10 +950,26 @@ def _write_batch(
                 )
         recompute_counters(session.session_id)
         written.append(session.session_id)
-    links = [(s.session_id, s.parent_id) for s in batch if s.parent_id]
-    ready = [(child, parent) for child, parent in links if _exists(parent)]
-    later = [link for link in links if link not in ready]
-    return written, later, _link_parents(ready) if ready else []
+    links = _Links()
+    ready: list[tuple[str, str]] = []
+    for session in batch:
+        child, parent = session.session_id, session.parent_id
+        if not parent:
+            continue
+        if parent in linking.importing:
+            (ready if _exists(parent) else links.later).append((child, parent))
+        elif not _exists(parent):
+            links.detached.append(child)
+        elif linking.graft:
+            ready.append((child, parent))
+            links.grafted.append(child)
+        else:
+            links.ungrafted.append(child)
+    if ready:
+        cut = _link_parents(ready)
+        links.detached += cut
+        links.grafted = [sid for sid in links.grafted if sid not in cut]
+    return written, links
 
 
 def _exists(session_id: str) -> bool:
@@ -718,8 +1024,14 @@ def _link_parents(links: list[tuple[str, str]]) -> list[str]:
     return detached
 
 
-def import_sessions(*, sessions: Iterable[Any], skip_existing: bool = False) -> ImportResult:
-    """Import Hermes session exports (see the module docstring); refused whole on duplicates."""
+def import_sessions(
+    *, sessions: Iterable[Any], skip_existing: bool = False, graft: bool = False
+) -> ImportResult:
+    """Import Hermes session exports (see the module docstring); refused whole on duplicates.
+
+    ``graft``: also link sessions to parents the store already holds (``plan_import``'s
+    ``grafts``, which a caller shows first); without it those links are dropped.
+    """
     plan = plan_import(sessions)
     if plan.existing and not skip_existing:
         shown = ", ".join(plan.existing[:10])
@@ -732,6 +1044,7 @@ def import_sessions(*, sessions: Iterable[Any], skip_existing: bool = False) -> 
         )
     existing = set(plan.existing)
     todo = _parents_first([s for s in plan.sessions if s.session_id not in existing])
+    linking = _Linking(importing=frozenset(s.session_id for s in todo), graft=graft)
     columns = {"sessions": _columns("sessions"), "messages": _columns("messages")}
     batches: list[list[ImportSession]] = [[]]
     weight = 0
@@ -745,23 +1058,30 @@ def import_sessions(*, sessions: Iterable[Any], skip_existing: bool = False) -> 
         batches[-1].append(session)
         weight += len(session.messages)
     imported: list[str] = []
-    later: list[tuple[str, str]] = []
-    detached: list[str] = []
+    links = _Links()
     try:
         for batch in batches:
-            written, unlinked, cut = _write_batch(batch, columns) if batch else ([], [], [])
+            if not batch:
+                continue
+            written, found = _write_batch(batch, columns, linking)
             imported += written
-            later += unlinked
-            detached += cut
-        # Parents that came after their children: only a cycle in the file, or an absent parent.
-        detached += _link_parents(later) if later else []
+            links.later += found.later
+            links.detached += found.detached
+            links.ungrafted += found.ungrafted
+            links.grafted += found.grafted
+        # Parents that came after their children: only a cycle in the file.
+        links.detached += _link_parents(links.later) if links.later else []
     except StoreError as error:
         if not imported:
             raise  # the first batch failed: nothing was written
         raise ImportInterrupted(imported, len(todo), error) from error
+    ended = set(plan.ended_on_import)
     return ImportResult(
         imported=tuple(imported),
         skipped=tuple(plan.existing),
-        detached=tuple(detached),
+        detached=tuple(links.detached),
         messages=sum(len(s.messages) for s in todo),
+        ungrafted=tuple(links.ungrafted),
+        grafted=tuple(links.grafted),
+        ended_on_import=tuple(sid for sid in imported if sid in ended),
     )

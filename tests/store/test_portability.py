@@ -163,8 +163,18 @@ def test_our_jsonl_round_trips_through_import():
     assert {sid: _transcript(sid) for sid in lineage} == before
     for sid in lineage:
         now = session(sid)
-        for column in ("title", "source", "started_at", "ended_at", "end_reason", "model_config"):
+        for column in ("title", "source", "started_at", "model_config"):
             assert now[column] == rows[sid][column], (sid, column)
+        if rows[sid]["ended_at"] is not None:
+            assert (now["ended_at"], now["end_reason"]) == (
+                rows[sid]["ended_at"],
+                rows[sid]["end_reason"],
+            )
+        else:  # history, never a live conversation: ended at its last message
+            assert now["end_reason"] == "imported", sid
+            assert now["ended_at"] == max(
+                [now["started_at"], *(m["timestamp"] for m in messages(sid))]
+            )
         assert now["parent_session_id"] == rows[sid]["parent_session_id"]
         # Routing state is not imported: history, not a live channel.
         assert now["session_key"] is None
@@ -225,8 +235,12 @@ def test_hermes_json_and_jsonl_exports_import():
     two = _hermes_export("h-2", parent_session_id="h-1")
     portability.import_sessions(sessions=portability.read_export(json.dumps(one)))
     jsonl = json.dumps(two) + "\n"
-    result = portability.import_sessions(sessions=portability.read_export(jsonl))
+    # h-1 is in the store now: linking h-2 to it is a graft, made only when asked for.
+    plan = portability.plan_import(portability.read_export(jsonl))
+    assert [(g.session_id, g.parent_id) for g in plan.grafts] == [("h-2", "h-1")]
+    result = portability.import_sessions(sessions=portability.read_export(jsonl), graft=True)
     assert result.imported == ("h-2",) and result.detached == ()
+    assert result.grafted == ("h-2",)
     row = session("h-2")
     assert row["parent_session_id"] == "h-1"
     assert (row["message_count"], row["tool_call_count"]) == (3, 1)  # counted, not copied
