@@ -13,7 +13,15 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.safestring import SafeString, mark_safe
 
 from sessions_admin.console.templatetags.console import end_reason_words, unixtime
-from sessions_admin.store.transcripts import LineageEvent, ToolCall, TranscriptMessage
+from sessions_admin.store.transcripts import (
+    SHOWN_CHARS,
+    LineageEvent,
+    ToolCall,
+    TranscriptMessage,
+)
+
+# Lineage nodes show titles up to this many characters (the session page links the whole).
+NODE_TITLE_SHOWN = 200
 
 
 def _e(value: object) -> str:
@@ -27,6 +35,16 @@ def _flags(m: TranscriptMessage) -> str:
         ("" if m.active else " inactive")
         + (" compacted" if m.compacted else "")
         + (" highlight" if m.highlight else "")
+    )
+
+
+def _cut_note(m: TranscriptMessage, field: str, what: str) -> str:
+    """Where a field is shown cut: say so, and link the whole of it (the raw view)."""
+    if field not in m.cut:
+        return ""
+    return (
+        f'<p class="cut-note">Shown up to {SHOWN_CHARS:,} characters. '
+        f'<a href="{_e(m.raw_url)}&amp;field={field}">Show the whole {what}</a></p>'
     )
 
 
@@ -54,7 +72,8 @@ def _tool_call(call: ToolCall) -> str:
             parts.append(' <span class="badge undone">undone</span>')
         if r.compacted:
             parts.append(' <span class="badge compacted">compacted</span>')
-        parts.append(f'</div><pre class="code">{_e(r.content or "(empty)")}</pre></div>')
+        parts.append(f'</div><pre class="code">{_e(r.content or "(empty)")}</pre>')
+        parts.append(f"{_cut_note(r, 'content', 'result')}</div>")
     parts.append("</div></details>")
     return "".join(parts)
 
@@ -89,7 +108,8 @@ def message_html(m: TranscriptMessage) -> SafeString:
     if m.reasoning:
         parts.append(
             '<details class="reasoning"><summary>Reasoning</summary>'
-            f'<div class="text">{_e(m.reasoning)}</div></details>'
+            f'<div class="text">{_e(m.reasoning)}</div>{_cut_note(m, "reasoning", "reasoning")}'
+            "</details>"
         )
     if m.parts:
         for part in m.parts:
@@ -100,12 +120,14 @@ def message_html(m: TranscriptMessage) -> SafeString:
     elif m.content:
         code = " code" if m.content_is_json else ""
         parts.append(f'<div class="text{code}">{_e(m.content)}</div>')
+    parts.append(_cut_note(m, "content", "message"))
     parts.extend(_tool_call(call) for call in m.tool_calls)
     if m.tool_calls_unparsed:
         parts.append(
             '<details class="tool-call"><summary><span class="tool-name">tool calls</span> '
             '<span class="tool-preview">(not valid JSON)</span></summary>'
-            f'<pre class="code">{_e(m.tool_calls_unparsed)}</pre></details>'
+            f'<pre class="code">{_e(m.tool_calls_unparsed)}</pre>'
+            f"{_cut_note(m, 'tool_calls', 'tool calls')}</details>"
         )
     parts.append("</article>")
     return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped
@@ -132,7 +154,10 @@ def _node_html(event: LineageEvent) -> str:
     if row.current:
         parts.append(' <span class="badge here">this session</span>')
     if node.title:
-        parts.append(f' <span class="node-title">{_e(node.title)}</span>')
+        title = node.title
+        if len(title) > NODE_TITLE_SHOWN:
+            title = title[:NODE_TITLE_SHOWN] + "…"
+        parts.append(f' <span class="node-title">{_e(title)}</span>')
     count = node.message_count
     meta = f"{_e(node.source)} · {count} message{'' if count == 1 else 's'} · "
     started = unixtime(node.started_at)

@@ -66,6 +66,10 @@ WALK_MAX_WINDOW = 65536
 WALK_BUDGET = 8192
 # PostgreSQL search: the first id window, then four times larger each time.
 SEARCH_WINDOW = 4096
+# Titles are read up to this many characters (a runtime may store megabytes); the
+# list shows fewer, and the session page links the whole title.
+TITLE_READ = 1000
+_TITLE_SQL = f"substr(s.title, 1, {TITLE_READ}) AS title"
 
 SORTS = {
     "started": "Started",
@@ -562,7 +566,7 @@ class SessionPage:
 
 
 _BASE_COLUMNS = (
-    "s.id, s.title, s.source, s.user_id, s.model, s.started_at, s.archived, s.parent_session_id, "
+    f"s.id, {_TITLE_SQL}, s.source, s.user_id, s.model, s.started_at, s.archived, s.parent_session_id, "
     "s.ended_at, s.end_reason, s.message_count, s.input_tokens, s.output_tokens, "
     "s.estimated_cost_usd"
 )
@@ -1209,7 +1213,9 @@ def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
     op = "<" if desc else ">"
     limit = filters.per_page
     where, params = where_sql(filters, scope=False)
-    hit_columns = "m.session_id, m.role, m.timestamp, m.tool_name, m.active, s.title, s.source"
+    hit_columns = (
+        f"m.session_id, m.role, m.timestamp, m.tool_name, m.active, {_TITLE_SQL}, s.source"
+    )
     if db.vendor() == "postgresql":
         rows, count, capped = _pg_search(terms, where, params, desc, cursor, limit + 1)
     else:
@@ -1322,7 +1328,7 @@ def _pg_search(
         f'MaxFragments=2, FragmentDelimiter=" {SNIPPET_ELLIPSIS} "'
     )
     rows = db.fetchall(
-        f"SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, m.active, s.title, "
+        f"SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, m.active, {_TITLE_SQL}, "
         f"s.source, ts_headline('simple', {document}, ({tsquery}), %s) "
         f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {ids_sql} "
         f"ORDER BY m.id {order}",

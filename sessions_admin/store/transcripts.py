@@ -4,6 +4,12 @@ Read-only. A transcript is read in chunks with a keyset on the message id
 (``WHERE session_id = %s AND id > %s ORDER BY id LIMIT n``), never with OFFSET
 and never whole, so a 20,000-message session opens as fast as a short one.
 
+What a page shows is bounded whatever the store holds: each message's content,
+reasoning and tool calls are read cut at ``SHOWN_CHARS`` (``substr`` in SQL, so a
+100 MB message is never loaded whole into the page's process), and a chunk stops
+early once its messages reach ``CHUNK_CHARS``. A cut field says so; its whole
+text is the raw view's (``raw_text``).
+
 A conversation that was compressed lives in several sessions (segments, from
 ``core.compression_chain``); its transcript is stitched across them in chain
 order. A position in it is ``(segment index, message id)``: reading *after* a
@@ -28,6 +34,14 @@ from sessions_admin.store.schema import MESSAGE_FIELDS
 
 # Extra rows read past a chunk's end so a tool call and its results stay together.
 LOOKAHEAD = 25
+# A message's content, reasoning and tool calls are shown up to this many characters each;
+# a chunk takes messages until they hold CHUNK_CHARS (at least one message). With HTML
+# escaping at most six bytes a character, a page stays within a few MB.
+SHOWN_CHARS = 20_000
+CHUNK_CHARS = 250_000
+CUT_FIELDS = ("content", "reasoning", "tool_calls")
+# Pretty-printed JSON may grow by its indentation: beyond this factor it is shown as stored.
+PRETTY_GROWTH = 2
 # JSON bigger than this is shown as stored rather than re-indented.
 PRETTY_LIMIT = 200_000
 PREVIEW_LENGTH = 90
@@ -102,6 +116,8 @@ class TranscriptMessage:
     content_is_json: bool = False
     highlight: bool = False
     permalink: str = ""
+    raw_url: str = ""  # the raw view of this message; "&field=<name>" selects the field
+    cut: tuple[str, ...] = ()  # fields shown cut at SHOWN_CHARS (CUT_FIELDS names)
     with_date: bool = False  # the first message of a chunk or of a new day shows its date
 
     @property
@@ -182,6 +198,11 @@ def _rows(
         where.append("id < %s")
         params.append(int(before))
     order = "id" if after is not None else "id DESC"
+    # One character more than is shown, so _message can tell a cut field.
+    columns = ", ".join(
+        f"substr({name}, 1, {SHOWN_CHARS + 1}) AS {name}" if name in CUT_FIELDS else name
+        for name in MESSAGE_FIELDS
+    )
     if db.vendor() == "postgresql":
         # PostgreSQL may walk the primary key instead, filtering on session_id, when the
         # session holds a large share of all messages; from a segment's start (or end) that
@@ -192,10 +213,34 @@ def _rows(
         where.append(f"{bound} FROM messages WHERE session_id = %s)")
         params.append(session_id)
     return db.fetchdicts(
-        f"SELECT {', '.join(MESSAGE_FIELDS)} FROM messages WHERE {' AND '.join(where)} "
-        f"ORDER BY {order} LIMIT %s",
+        f"SELECT {columns} FROM messages WHERE {' AND '.join(where)} ORDER BY {order} LIMIT %s",
         [*params, int(limit)],
     )
+
+
+def _shown_size(row: dict) -> int:
+    """Characters a row puts on the page (its cut fields), for the chunk's budget."""
+    return sum(len(row[name]) for name in CUT_FIELDS if row.get(name))
+
+
+@dataclass
+class _Budget:
+    """The characters a chunk may still show; its first message is always taken."""
+
+    left: int = CHUNK_CHARS
+    taken: int = 0
+
+    def fit(self, rows: list[dict], take: int) -> int:
+        """How many of the first ``take`` rows fit, charged to the budget."""
+        kept = 0
+        for row in rows[:take]:
+            size = _shown_size(row)
+            if self.taken and size > self.left:
+                break
+            self.left -= size
+            self.taken += 1
+            kept += 1
+        return kept
 
 
 def _extend_forward(rows: list[dict], need: int) -> int:
@@ -219,12 +264,13 @@ def read_after(
 ) -> tuple[list[dict | Handoff], Position | None]:
     """Up to ``limit`` rows (and handoffs) following ``position``; the position to read on from."""
     items: list[dict | Handoff] = []
+    budget = _Budget()
     segment, after = position.segment, position.message_id
     while segment < len(chain):
         need = limit - sum(1 for i in items if not isinstance(i, Handoff))
         fetch = need + LOOKAHEAD
         rows = _rows(chain[segment], after=after, limit=fetch, hide_inactive=hide_inactive)
-        take = _extend_forward(rows, need)
+        take = budget.fit(rows, _extend_forward(rows, need))
         items.extend(dict(row, segment=segment) for row in rows[:take])
         if take:
             after = rows[take - 1]["id"]
@@ -245,13 +291,14 @@ def read_before(
 ) -> tuple[list[dict | Handoff], Position | None]:
     """Up to ``limit`` rows (and handoffs) preceding ``position``, in order; where to read back from."""
     backwards: list[dict | Handoff] = []
+    budget = _Budget()
     segment = position.segment
     before: int | None = position.message_id
     while segment >= 0:
         need = limit - sum(1 for i in backwards if not isinstance(i, Handoff))
         fetch = need + LOOKAHEAD
         rows = _rows(chain[segment], before=before, limit=fetch, hide_inactive=hide_inactive)
-        take = _extend_backward(rows, need)
+        take = budget.fit(rows, _extend_backward(rows, need))
         backwards.extend(dict(row, segment=segment) for row in rows[:take])
         if take:
             before = rows[take - 1]["id"]
@@ -343,6 +390,12 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
 
 
+def _pretty_or_none(value: Any) -> str | None:
+    """``pretty_json``, unless its indentation would grow the text past what a page shows."""
+    pretty = pretty_json(value)
+    return pretty if len(pretty) <= PRETTY_GROWTH * SHOWN_CHARS else None
+
+
 def _tool_call(raw: Any) -> ToolCall:
     if not isinstance(raw, dict):
         return ToolCall(None, "?", str(raw), False)
@@ -351,11 +404,13 @@ def _tool_call(raw: Any) -> ToolCall:
     arguments = function.get("arguments", raw.get("arguments", raw.get("input")))
     if isinstance(arguments, str):
         parsed = _json_value(arguments)
-        shown, is_json = (pretty_json(parsed), True) if parsed is not None else (arguments, False)
+        pretty = _pretty_or_none(parsed) if parsed is not None else None
+        shown, is_json = (pretty, True) if pretty is not None else (arguments, False)
     elif arguments is None:
         shown, is_json = "", False
     else:
-        shown, is_json = pretty_json(arguments), True
+        pretty = _pretty_or_none(arguments)
+        shown, is_json = (pretty, True) if pretty is not None else (json.dumps(arguments), True)
     call_id = raw.get("id")
     return ToolCall(
         call_id=call_id if isinstance(call_id, str) and call_id else None,
@@ -402,7 +457,20 @@ def _content_parts(content: str | None) -> list[ContentPart] | None:
     return parts
 
 
+def _cut(row: dict) -> tuple[str, ...]:
+    """Cut the row's long fields to SHOWN_CHARS in place; the names of those cut."""
+    cut = []
+    for name in CUT_FIELDS:
+        value = row.get(name)
+        if isinstance(value, str | bytes) and len(value) > SHOWN_CHARS:
+            row[name] = value[:SHOWN_CHARS]
+            cut.append(name)
+    return tuple(cut)
+
+
 def _message(row: dict) -> TranscriptMessage:
+    row = dict(row)
+    cut = _cut(row)
     message = TranscriptMessage(
         id=int(row["id"]),
         session_id=row["session_id"],
@@ -417,19 +485,24 @@ def _message(row: dict) -> TranscriptMessage:
         reasoning=row["reasoning"],
         active=bool(row["active"]),
         compacted=bool(row["compacted"]),
+        cut=cut,
     )
     if row["tool_calls"]:
-        value = _json_value(row["tool_calls"])
+        # Cut tool calls are no longer JSON: shown as stored, up to the cut.
+        value = None if "tool_calls" in cut else _json_value(row["tool_calls"])
         if isinstance(value, list):
             message.tool_calls = [_tool_call(call) for call in value]
         elif isinstance(value, dict):
             message.tool_calls = [_tool_call(value)]
         else:
             message.tool_calls_unparsed = row["tool_calls"]
-    if message.role == "tool":
+    if "content" in cut:
+        pass  # the cut text is no longer JSON (nor parts): shown as stored, up to the cut
+    elif message.role == "tool":
         value = _json_value(message.content)
-        if value is not None:
-            message.content = pretty_json(value)
+        pretty = _pretty_or_none(value) if value is not None else None
+        if pretty is not None:
+            message.content = pretty
             message.content_is_json = True
     else:
         message.parts = _content_parts(message.content)
@@ -469,6 +542,22 @@ def _chunk(
             if call.call_id:
                 pending[call.call_id] = call
     return Chunk(items=items, earlier=earlier, later=later, message_count=count)
+
+
+# --- whole values, for the raw view -----------------------------------------------------------
+
+RAW_FIELDS = CUT_FIELDS
+
+
+def raw_message_field(*, session_id: str, message_id: int, field: str) -> tuple[bool, Any]:
+    """(found, value) of one field of one of the session's messages, whole."""
+    if field not in RAW_FIELDS:
+        raise ValueError(f"field must be one of {', '.join(RAW_FIELDS)}")
+    row = db.fetchone(
+        f"SELECT {field} FROM messages WHERE id = %s AND session_id = %s",
+        [int(message_id), session_id],
+    )
+    return (False, None) if row is None else (True, row[0])
 
 
 # --- lineage ---------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ GET_PARAMS: dict[str, list[str]] = {
     "session_list": LISTING,
     "session_detail": ["after", "before", "around", "inactive", "part"],
     "session_transcript": ["after", "before", "around", "inactive"],
+    "session_raw": ["message", "field"],
     "session_resume": ["ref"],
     "fork_list": [],
     "merge_preview": ["ids", "pick", "target"],

@@ -9,4 +9,5 @@ urlpatterns = [
     path(
         "<session_id:session_id>/transcript/", detail.session_transcript, name="session_transcript"
     ),
+    path("<session_id:session_id>/raw/", detail.session_raw, name="session_raw"),
 ]

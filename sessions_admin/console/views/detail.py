@@ -1,8 +1,13 @@
-"""The session detail page: metadata, the lineage drawn as a tree, the stitched transcript."""
+"""The session detail page: metadata, the lineage drawn as a tree, the stitched transcript.
+
+A page shows each message's long fields cut (store/transcripts.py: SHOWN_CHARS a field,
+CHUNK_CHARS a chunk) and the title cut at TITLE_SHOWN; ``session_raw`` serves the
+whole of any of them as plain text.
+"""
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
@@ -22,6 +27,9 @@ TEMPLATE = "console/session_detail.html"
 CHUNK_SIZE = 100
 # Messages shown before the one ``?around=`` asks for.
 AROUND_CONTEXT = 5
+# A title longer than this is shown cut (with a link to the whole of it).
+TITLE_SHOWN = 300
+MODEL_CONFIG_SHOWN = transcripts.SHOWN_CHARS
 
 
 class BadCursor(ValueError):
@@ -106,24 +114,33 @@ def _links(session: Session, chunk: Chunk, *, hide: bool) -> dict[str, str]:
 
 
 def _add_permalinks(chunk: Chunk) -> None:
-    """Each message's own link (``?around=<id>#m<id>``), as search results link to it."""
-    pages: dict[str, str] = {}
+    """Each message's own link (``?around=<id>#m<id>``), as search results link to it,
+    and its raw view (the whole of a field shown cut)."""
+    pages: dict[str, tuple[str, str]] = {}
     for item in chunk.items:
         if item.kind != "message":
             continue
         for message in (item, *(call.result for call in item.tool_calls if call.result)):
-            page = pages.get(message.session_id)
-            if page is None:
-                page = pages[message.session_id] = reverse(
-                    "session_detail", args=[message.session_id]
+            urls = pages.get(message.session_id)
+            if urls is None:
+                urls = pages[message.session_id] = (
+                    reverse("session_detail", args=[message.session_id]),
+                    reverse("session_raw", args=[message.session_id]),
                 )
-            message.permalink = f"{page}?around={message.id}#m{message.id}"
+            message.permalink = f"{urls[0]}?around={message.id}#m{message.id}"
+            message.raw_url = f"{urls[1]}?message={message.id}"
 
 
 def _meta_context(session: Session) -> dict:
+    config = transcripts.pretty_json(session.config) if session.config else ""
+    title = session.title or ""
     return {
         "lasted": None if session.ended_at is None else session.ended_at - session.started_at,
-        "model_config_pretty": transcripts.pretty_json(session.config) if session.config else "",
+        "model_config_pretty": config[:MODEL_CONFIG_SHOWN],
+        "model_config_cut": len(config) > MODEL_CONFIG_SHOWN,
+        "title_shown": title[:TITLE_SHOWN] + ("…" if len(title) > TITLE_SHOWN else ""),
+        "title_cut": len(title) > TITLE_SHOWN,
+        "raw_url": reverse("session_raw", args=[session.id]),
     }
 
 
@@ -211,3 +228,38 @@ def session_transcript(request: HtmxHttpRequest, session_id: str) -> HttpRespons
     if "after" not in request.GET and "before" not in request.GET:
         return HttpResponseBadRequest("Give after=<segment>:<message id> or before=...")
     return _render(request, session, partial="transcript-chunk")
+
+
+RAW_FIELDS = {"title", *transcripts.RAW_FIELDS}
+
+
+@require_GET
+@require_perm(VIEW)
+def session_raw(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """The whole of a value a page shows cut, as plain text: ``?field=title`` (the session's),
+    or ``?message=<id>&field=content|reasoning|tool_calls`` (one of its messages)."""
+    field = request.GET.get("field", "content")
+    if field not in RAW_FIELDS:
+        return HttpResponseBadRequest(f"field must be one of {', '.join(sorted(RAW_FIELDS))}")
+    session = _session_or_404(session_id)
+    if field == "title":
+        value, name = session.title, "title"
+    else:
+        message_id = _message_id(request.GET.get("message"))
+        if message_id is None:
+            return HttpResponseBadRequest("Give message=<message id>")
+        found, value = transcripts.raw_message_field(
+            session_id=session.id, message_id=message_id, field=field
+        )
+        if not found:
+            raise Http404("No such message in this session")
+        name = f"message-{message_id}-{field}"
+    if isinstance(value, bytes):
+        body, content_type = value, "application/octet-stream"
+    else:
+        body, content_type = ("" if value is None else str(value)), "text/plain; charset=utf-8"
+    response = HttpResponse(body, content_type=content_type)
+    filename = f"{session.id}-{name}.txt"
+    # Shown in the browser (text/plain, nosniff: nothing in it runs); saved under this name.
+    response["Content-Disposition"] = f"inline; filename*=UTF-8''{quote(filename, safe='')}"
+    return response

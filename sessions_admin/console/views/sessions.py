@@ -33,6 +33,10 @@ logger = logging.getLogger(__name__)
 TEMPLATE = "console/session_list.html"
 # The merge preview is a GET page; gunicorn refuses request lines over 4094 bytes.
 MERGE_URL_LIMIT = 4000
+# Runtime-written text a row shows, at most (the session page has the whole of it):
+# a 1 MB title made a 2 MB list page.
+TITLE_SHOWN = 200
+VALUE_SHOWN = 200
 
 
 @require_http_methods(["GET", "POST"])
@@ -182,6 +186,12 @@ def _row(row: listing.SessionRow, detail: _DetailLinks) -> _Row:
     )
 
 
+def _clip(text: str | None, limit: int = VALUE_SHOWN) -> str:
+    if not text:
+        return ""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def escape(value: object) -> str:
     # Django's escape() is this call behind lazy-string handling, which costs more than
     # the escaping itself at 20 values a row.
@@ -262,14 +272,12 @@ def _row_html(item: _Row) -> SafeString:
             tip = f'<a href="{escape(item.tip_url)}">{tip}</a>'
         status += f'<div class="tip hint">latest segment {tip}</div>'
     if row.user_id:
-        user = f'<td class="user" title="{escape(row.user_id)}"><code>{escape(row.user_id)}</code></td>'
+        user_id = escape(_clip(row.user_id))
+        user = f'<td class="user" title="{user_id}"><code>{user_id}</code></td>'
     else:
         user = '<td class="user"><span class="hint">—</span></td>'
-    title = (
-        f'<div class="title" title="{escape(row.title)}">{escape(row.title)}</div>'
-        if row.title
-        else ""
-    )
+    shown_title = escape(_clip(row.title, TITLE_SHOWN))
+    title = f'<div class="title" title="{shown_title}">{shown_title}</div>' if row.title else ""
     link = f'<a href="{escape(item.url)}">{code}</a>' if item.url else code
     cost = '<span class="hint">—</span>' if item.cost is None else escape(item.cost)
     started = _time_html(item.started) if item.started else ""
@@ -279,9 +287,9 @@ def _row_html(item: _Row) -> SafeString:
         f'<td class="pick"><input type="checkbox" name="ids" value="{sid}" '
         f'aria-label="Select {sid}"></td>'
         f'<td class="session">{link}{title}<div class="markers">{"".join(markers)}</div></td>'
-        f"<td>{escape(row.source)}</td>"
+        f"<td>{escape(_clip(row.source))}</td>"
         f"{user}"
-        f'<td class="model">{escape(row.model or "")}</td>'
+        f'<td class="model">{escape(_clip(row.model))}</td>'
         f'<td class="when">{started}</td>'
         f'<td class="when">{last}</td>'
         f'<td class="status">{status}</td>'
@@ -297,7 +305,15 @@ class _Hit:
     h: listing.SearchHit
     url: str | None
     when: _When | None
+    title: str
+    source: str
 
 
 def _hit(hit: listing.SearchHit, detail: _DetailLinks) -> _Hit:
-    return _Hit(h=hit, url=detail(hit.session_id), when=_when(hit.timestamp))
+    return _Hit(
+        h=hit,
+        url=detail(hit.session_id),
+        when=_when(hit.timestamp),
+        title=_clip(hit.session_title, TITLE_SHOWN),
+        source=_clip(hit.session_source),
+    )
