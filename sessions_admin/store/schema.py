@@ -1,8 +1,11 @@
 """Create the store schema: idempotent, additive only.
 
 Pointed at a fresh database it creates the tables of Hermes Agent's
-``state.db`` (schema version 22, hermes-agent 0.19) with their indexes and
-full-text index, plus what sessions_admin adds: the ``session_id`` column on
+``state.db`` (schema version 22, hermes-agent 0.19) with their indexes and, on
+SQLite, exactly what 0.19's ``SessionDB`` creates besides (both full-text
+indexes, ``messages_fts`` and ``messages_fts_trigram``, with their six
+triggers, and its bookkeeping tables), so Hermes opens such a store without
+changing its schema; plus what sessions_admin adds: the ``session_id`` column on
 ``conversations``, the ``sessions_admin_switch_events`` log (and the
 ``sessions_admin_switch_cursors`` of its followers) and the
 ``sessions_admin_merges`` and ``sessions_admin_undos`` records.
@@ -180,6 +183,70 @@ SQLITE_FTS_SQL = [
     "INSERT INTO messages_fts(rowid, content) VALUES (new.id, "
     + FTS_DOCUMENT_SQL.format(t="new.")
     + "); END",
+]
+
+# hermes-agent 0.19's second full-text index: trigram tokens for substring and CJK search,
+# the same document as messages_fts, for every message. 0.19's SessionDB creates it (and
+# refills both indexes when any of the six triggers is missing) on its first open of a store
+# that lacks it: seconds and a doubled file on a large store, so a store we create has it.
+SQLITE_TRIGRAM_SQL = [
+    "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_trigram USING fts5(content, tokenize='trigram')",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_insert AFTER INSERT ON messages BEGIN "
+    "INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id, "
+    + FTS_DOCUMENT_SQL.format(t="new.")
+    + "); END",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_delete AFTER DELETE ON messages BEGIN "
+    "DELETE FROM messages_fts_trigram WHERE rowid = old.id; END",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_update AFTER UPDATE ON messages BEGIN "
+    "DELETE FROM messages_fts_trigram WHERE rowid = old.id; "
+    "INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id, "
+    + FTS_DOCUMENT_SQL.format(t="new.")
+    + "); END",
+]
+
+# The rest of what hermes-agent 0.19's SessionDB creates on a new state.db (hermes_state.py:
+# SCHEMA_SQL, DEFERRED_INDEX_SQL and the platform-message index), beside sessions, messages,
+# schema_version, the FTS tables and INDEX_SQL's indexes of the same names. SQLite only, on a
+# store we create: with all of it present, Hermes's first open changes nothing.
+HERMES_SQLITE_SQL = [
+    "CREATE TABLE IF NOT EXISTS session_model_usage ("
+    " session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,"
+    " model TEXT NOT NULL, billing_provider TEXT NOT NULL DEFAULT '',"
+    " billing_base_url TEXT NOT NULL DEFAULT '', billing_mode TEXT NOT NULL DEFAULT '',"
+    " task TEXT NOT NULL DEFAULT '', api_call_count INTEGER NOT NULL DEFAULT 0,"
+    " input_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0,"
+    " cache_read_tokens INTEGER NOT NULL DEFAULT 0, cache_write_tokens INTEGER NOT NULL DEFAULT 0,"
+    " reasoning_tokens INTEGER NOT NULL DEFAULT 0, estimated_cost_usd REAL NOT NULL DEFAULT 0,"
+    " actual_cost_usd REAL NOT NULL DEFAULT 0, cost_status TEXT, cost_source TEXT,"
+    " first_seen REAL, last_seen REAL,"
+    " PRIMARY KEY (session_id, model, billing_provider, billing_base_url, billing_mode, task))",
+    "CREATE TABLE IF NOT EXISTS state_meta (key TEXT PRIMARY KEY, value TEXT)",
+    "CREATE TABLE IF NOT EXISTS gateway_routing ("
+    " scope TEXT NOT NULL DEFAULT '', session_key TEXT NOT NULL, entry_json TEXT NOT NULL,"
+    " updated_at REAL NOT NULL, PRIMARY KEY (scope, session_key))",
+    "CREATE TABLE IF NOT EXISTS compression_locks ("
+    " session_id TEXT PRIMARY KEY, holder TEXT NOT NULL, acquired_at REAL NOT NULL,"
+    " expires_at REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS async_delegations ("
+    " delegation_id TEXT PRIMARY KEY, origin_session TEXT NOT NULL,"
+    " origin_ui_session_id TEXT NOT NULL DEFAULT '', parent_session_id TEXT,"
+    " state TEXT NOT NULL, dispatched_at REAL NOT NULL, completed_at REAL,"
+    " updated_at REAL NOT NULL, event_json TEXT, result_json TEXT,"
+    " delivery_state TEXT NOT NULL DEFAULT 'pending', delivery_attempts INTEGER NOT NULL DEFAULT 0,"
+    " delivered_at REAL, owner_pid INTEGER, owner_started_at INTEGER, task_json TEXT,"
+    " delivery_claim TEXT, delivery_claimed_at REAL)",
+    "CREATE INDEX IF NOT EXISTS idx_sessions_source_id ON sessions(source, id)",
+    "CREATE INDEX IF NOT EXISTS idx_compression_locks_expires ON compression_locks(expires_at)",
+    "CREATE INDEX IF NOT EXISTS idx_session_model_usage_session ON session_model_usage(session_id)",
+    "CREATE INDEX IF NOT EXISTS idx_session_model_usage_model ON session_model_usage(model)",
+    "CREATE INDEX IF NOT EXISTS idx_async_delegations_delivery "
+    "ON async_delegations(delivery_state, completed_at)",
+    "CREATE INDEX IF NOT EXISTS idx_messages_platform_msg_id "
+    "ON messages(session_id, platform_message_id) WHERE platform_message_id IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS idx_messages_active_null ON messages(active) WHERE active IS NULL",
+    "CREATE INDEX IF NOT EXISTS idx_sessions_gateway_peer "
+    "ON sessions(source, user_id, chat_id, chat_type, thread_id, started_at DESC)",
+    "CREATE INDEX IF NOT EXISTS idx_sessions_handoff_state ON sessions(handoff_state, started_at)",
 ]
 
 INDEX_SQL = [
@@ -373,8 +440,13 @@ def _missing_runtime_parts(alias: str, before: set[str]) -> list[str]:
 
 
 def _ensure_runtime_tables(alias: str, before: set[str]) -> list[str]:
-    """The runtime's tables, indexes and full-text index: a fresh store, or an explicit upgrade."""
+    """The runtime's tables, indexes and full-text index: a fresh store, or an explicit upgrade.
+
+    A fresh SQLite store gets everything hermes-agent 0.19 creates (``HERMES_SQLITE_SQL``,
+    both FTS tables); an upgraded one gets both FTS tables where it has no ``messages_fts``.
+    """
     connection = connections[alias]
+    fresh = not ({"sessions", "messages"} & before)
     added: list[str] = []
     with connection.cursor() as cursor:
         cursor.execute(_create_table_sql(alias, "sessions", SESSION_COLUMNS))
@@ -392,17 +464,25 @@ def _ensure_runtime_tables(alias: str, before: set[str]) -> list[str]:
         for statement in INDEX_SQL:
             cursor.execute(statement)
         if connection.vendor == "sqlite":
+            if fresh:
+                for statement in HERMES_SQLITE_SQL:
+                    cursor.execute(statement)
             fts_existed = "messages_fts" in before
             if not fts_existed:
                 for statement in SQLITE_FTS_SQL:
                     cursor.execute(statement)
+                if "messages_fts_trigram" not in before:
+                    for statement in SQLITE_TRIGRAM_SQL:
+                        cursor.execute(statement)
             if not fts_existed and "messages" in before:
-                # Index what an older store already holds.
-                cursor.execute(
-                    "INSERT INTO messages_fts(rowid, content) SELECT id, "
-                    + FTS_DOCUMENT_SQL.format(t="")
-                    + " FROM messages"
-                )
+                # Index what an older store already holds, in the tables created here.
+                created = {"messages_fts", "messages_fts_trigram"} - before
+                for table in sorted(created):
+                    cursor.execute(
+                        f"INSERT INTO {table}(rowid, content) SELECT id, "
+                        + FTS_DOCUMENT_SQL.format(t="")
+                        + " FROM messages"
+                    )
         else:
             cursor.execute(
                 f"CREATE INDEX IF NOT EXISTS idx_sa_messages_fts ON messages USING GIN ({PG_TSVECTOR_SQL})"
