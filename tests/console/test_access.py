@@ -57,6 +57,9 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "trash_purge": (None, ADMIN),
     "export_sessions": (VIEWER, None),
     "export_session": (VIEWER, None),
+    "stray_move_preview": (VIEWER, None),
+    "stray_move_execute": (None, SUPPORT),
+    "stray_move_undo": (None, SUPPORT),
 }
 PUBLIC = {name for name, (get, post) in ACCESS.items() if ANYONE in (get, post)}
 # None: signed in without a role.

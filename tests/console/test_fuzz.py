@@ -67,6 +67,7 @@ GET_PARAMS: dict[str, list[str]] = {
     "trash": ["q", "page"],
     "export_sessions": ["session", "lineage", "ids", "format", *LISTING],
     "export_session": ["scope", "format"],
+    "stray_move_preview": [],
 }
 REASON = {"reason": "fuzzing the form"}
 # name: (fields to fuzz, the rest of a plausible form)
@@ -106,6 +107,8 @@ POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "job_cancel": (["reason"], {}),
     "trash_restore": (["q"], {}),
     "trash_purge": (["scope", "reason", "q"], {"scope": "expired", **REASON}),
+    "stray_move_execute": (["fingerprint", "reason"], REASON),
+    "stray_move_undo": (["reason"], {}),
 }
 
 HUGE = "x" * 100_000

@@ -29,7 +29,7 @@ from sessions_admin import core
 from sessions_admin.console.http import HtmxHttpRequest, require_perm, wants_fragment
 from sessions_admin.console.roles import DELETE, OPERATE, VIEW
 from sessions_admin.console.templatetags.console import end_reason_words
-from sessions_admin.core import lineage
+from sessions_admin.core import lineage, stray
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.core.text import (
     REFERENCE_MAX,
@@ -123,6 +123,12 @@ def panel_context(request: HtmxHttpRequest, session: Session) -> dict:
             "can_delete": request.user.has_perm(DELETE),
             "key_live": key_live,
             "rewrite_target": rewrite_target,
+            # Messages a stale runtime wrote after the end: the repair is a previewed move.
+            "stray_count": (
+                len(stray.plan_stray_move(session_id=session.id).message_ids)
+                if session.ended_at is not None
+                else 0
+            ),
         }
     )
     return context

@@ -1,0 +1,82 @@
+"""The repairs on both backends: stray messages moved and returned, recoverable siblings closed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sessions_admin import core
+from sessions_admin.core import clock, db, stray
+from sessions_admin.store import health
+
+pytestmark = pytest.mark.django_db(databases=["default", "store"])
+
+
+def _stale_write(session_id: str, content: str) -> int:
+    """What hermes-agent 0.19's append_message does with an ended session: writes anyway."""
+    db.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp, active) "
+        "VALUES (%s, 'user', %s, %s, 1)",
+        [session_id, content, time.time()],
+    )
+    return int(db.fetchone("SELECT MAX(id) FROM messages")[0])
+
+
+def test_stray_messages_move_to_the_merge_target_and_back():
+    key = "agent:main:discord:dm:5"
+    kept = core.create_session(source="discord", session_key=key).session_id
+    core.append_message(session_id=kept, role="user", content="first")
+    core.end_session(session_id=kept, end_reason="agent_close")
+    husk = core.create_session(source="discord", session_key=key).session_id
+    core.append_message(session_id=husk, role="user", content="second")
+    plan = core.plan_merge(session_ids=[kept, husk], target_id=kept)
+    with clock.use_clock(lambda: time.time() - 120):
+        core.merge_sessions(
+            session_ids=[kept, husk], target_id=kept, expected_fingerprint=plan.fingerprint
+        )
+    strays = [_stale_write(husk, "late one"), _stale_write(husk, "late two")]
+    assert health.count("written_after_end") == 1
+
+    moving = stray.plan_stray_move(session_id=husk)
+    assert moving.message_ids == tuple(strays) and moving.destination_id == kept
+    with pytest.raises(core.StoreError):
+        stray.move_stray_messages(session_id=husk, expected_fingerprint="stale")
+    result = stray.move_stray_messages(session_id=husk, expected_fingerprint=moving.fingerprint)
+    assert result.destination_id == kept
+    in_kept = [r[0] for r in db.fetchall("SELECT id FROM messages WHERE session_id = %s", [kept])]
+    assert set(strays) <= set(in_kept)
+    assert health.count("written_after_end") == 0
+    assert stray.plan_stray_move(session_id=husk).message_ids == ()
+
+    returned = stray.return_stray_messages(
+        session_id=husk, destination_id=kept, message_ids=result.message_ids
+    )
+    assert returned.returned_ids == tuple(strays)
+    assert health.count("written_after_end") == 1
+    with pytest.raises(core.InvalidInput):
+        stray.return_stray_messages(session_id=husk, destination_id=kept, message_ids=strays)
+
+
+def test_resume_closes_only_the_siblings_a_gateway_would_reopen_instead():
+    key = "agent:main:telegram:dm:77"
+    ids = []
+    for n, reason in enumerate(["agent_close", "user_exit", "agent_close", "ws_orphan_reap"]):
+        sid = core.create_session(source="telegram", session_key=key, started_at=1000.0 + n)
+        core.append_message(session_id=sid.session_id, role="user", content=f"turn {n}")
+        core.end_session(session_id=sid.session_id, end_reason=reason)
+        ids.append(sid.session_id)
+    result = core.resume_session(ref=ids[1])
+    assert dict(result.closed_recoverable) == {ids[2]: "agent_close", ids[3]: "ws_orphan_reap"}
+    reasons = dict(db.fetchall("SELECT id, end_reason FROM sessions WHERE session_key = %s", [key]))
+    # The earlier accidental close is left alone: the gateway prefers the newer, resumed one.
+    assert reasons == {
+        ids[0]: "agent_close",
+        ids[1]: None,
+        ids[2]: "session_switch",
+        ids[3]: "session_switch",
+    }
+
+    reset = core.reset_session_key(session_key=key)
+    assert dict(reset.closed_recoverable) == {ids[0]: "agent_close"}
+    assert reset.new_session_id and not reset.left_to_gateway  # no Hermes gateway routes it
