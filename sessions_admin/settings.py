@@ -7,6 +7,8 @@ Everything an operator changes comes from the environment:
 - ``SESSIONS_ADMIN_RESPONSES_URL``: optional separate ``response_store.db``.
 - ``SESSIONS_ADMIN_READ_ONLY``: attach without writing anything to the store (docs/attach.md).
 - ``SESSIONS_ADMIN_SECRET_KEY``, ``SESSIONS_ADMIN_DEBUG``, ``SESSIONS_ADMIN_ALLOWED_HOSTS``.
+- Sign-in: ``SESSIONS_ADMIN_SIGNIN_FAILURES``, ``SESSIONS_ADMIN_SIGNIN_COOLOFF_MINUTES``,
+  ``SESSIONS_ADMIN_IDLE_MINUTES``, ``SESSIONS_ADMIN_SESSION_MAX_HOURS`` (sessions_admin/signin).
 - Production: ``SESSIONS_ADMIN_HTTPS``, ``SESSIONS_ADMIN_BEHIND_PROXY``,
   ``SESSIONS_ADMIN_HSTS_SECONDS``, ``SESSIONS_ADMIN_CSRF_TRUSTED_ORIGINS`` (README).
 """
@@ -14,8 +16,11 @@ Everything an operator changes comes from the environment:
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
+
+from django.core.exceptions import ImproperlyConfigured
 
 from sessions_admin.dburl import parse_database_url
 
@@ -29,6 +34,19 @@ def _env_bool(name: str, default: bool) -> bool:
     if value is None:
         return default
     return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_int(name: str, default: int, *, minimum: int = 1) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}.") from None
+    if number < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}.")
+    return number
 
 
 DEBUG = _env_bool("SESSIONS_ADMIN_DEBUG", False)
@@ -52,6 +70,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    "axes",
+    "sessions_admin.signin",
     "sessions_admin.store",
     "sessions_admin.console",
     "sessions_admin.ledger",
@@ -67,11 +87,14 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "sessions_admin.signin.middleware.SessionLifetimeMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "sessions_admin.console.http.VaryOnHtmxMiddleware",
     "sessions_admin.console.http.StoreBusyMiddleware",
     "sessions_admin.security.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes asks: turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "sessions_admin.urls"
@@ -141,17 +164,52 @@ if SESSIONS_ADMIN_READ_ONLY:
 DATABASE_ROUTERS = ["sessions_admin.routers.StoreRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Django's model backend, withholding operate/delete in read-only mode (listed first so its
-# refusal wins; ModelBackend stays listed for sessions signed in before it existed).
+# django-axes first: a locked-out user name or address is refused before any password is
+# hashed. Then Django's model backend, withholding operate/delete in read-only mode (before
+# ModelBackend so its refusal wins; ModelBackend stays listed for sessions signed in before
+# it existed).
 AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
     "sessions_admin.store.attach.ReadOnlyPermissionBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 
+# create_operator also refuses a blank (whitespace-only) password.
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# Sign-in throttling (django-axes, README "Running in production"): after
+# SESSIONS_ADMIN_SIGNIN_FAILURES failed sign-ins for one user name, or from one client
+# address, that name or address is refused for SESSIONS_ADMIN_SIGNIN_COOLOFF_MINUTES after
+# its last failure, whatever the password, and without hashing it. Unknown and real names
+# count alike and get the same answers. Every failure is kept (AccessFailureLog: name,
+# address, user agent, time) for admins at /audit/sign-ins/.
+AXES_FAILURE_LIMIT = _env_int("SESSIONS_ADMIN_SIGNIN_FAILURES", 10)
+AXES_COOLOFF_TIME = timedelta(minutes=_env_int("SESSIONS_ADMIN_SIGNIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one reaching the limit locks
+AXES_LOCK_OUT_AT_FAILURE = True
+AXES_RESET_ON_SUCCESS = False  # a valid account must not clear its address's failures
+# Refused attempts during a lockout add nothing to axes's tables and do not extend it: they
+# do not grow with an attacker's request rate, and the lockout ends a cool-off after the last
+# counted failure.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+AXES_ACCESS_FAILURE_LOG_PER_USER_LIMIT = 1000
+AXES_CLIENT_IP_CALLABLE = "sessions_admin.signin.lockout.client_address"
+AXES_LOCKOUT_CALLABLE = "sessions_admin.signin.lockout.lockout_response"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "password", "csrfmiddlewaretoken"]
+AXES_VERBOSE = False
+
+# Signed-in sessions end after SESSIONS_ADMIN_IDLE_MINUTES without a request and, however
+# active, SESSIONS_ADMIN_SESSION_MAX_HOURS after signing in (SessionLifetimeMiddleware).
+SESSIONS_ADMIN_IDLE_SECONDS = 60 * _env_int("SESSIONS_ADMIN_IDLE_MINUTES", 240)
+SESSIONS_ADMIN_SESSION_MAX_SECONDS = 3600 * _env_int("SESSIONS_ADMIN_SESSION_MAX_HOURS", 12)
+SESSION_COOKIE_AGE = SESSIONS_ADMIN_SESSION_MAX_SECONDS
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -185,6 +243,7 @@ WHITENOISE_USE_FINDERS = True
 # with SESSIONS_ADMIN_HTTPS=1 and a secret key of our own. The demo serves plain http on
 # localhost, so nothing here forces HTTPS unless SESSIONS_ADMIN_HTTPS asks for it.
 SESSION_COOKIE_HTTPONLY = True
+CSRF_FAILURE_VIEW = "sessions_admin.console.http.csrf_failure"  # audited, then Django's page
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the body's hx-headers, not the cookie
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -200,7 +259,10 @@ if _env_bool("SESSIONS_ADMIN_HTTPS", False):
 # Behind a proxy that terminates TLS, Django sees plain http: trust the proxy's
 # X-Forwarded-Proto (the proxy must set it and drop any the client sent), or every
 # request would be redirected to https again.
-if _env_bool("SESSIONS_ADMIN_BEHIND_PROXY", False):
+# The sign-in throttle then counts failures by the address the proxy appends to
+# X-Forwarded-For (sessions_admin/signin/lockout.py).
+SESSIONS_ADMIN_BEHIND_PROXY = _env_bool("SESSIONS_ADMIN_BEHIND_PROXY", False)
+if SESSIONS_ADMIN_BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 CSRF_TRUSTED_ORIGINS = [
     o.strip()

@@ -59,6 +59,7 @@ GET_PARAMS: dict[str, list[str]] = {
     "fork_list": [],
     "merge_preview": ["ids", "pick", "target"],
     "audit_log": ["action", "actor", "session", "outcome", "since", "until", "page"],
+    "signin_failures": ["page"],
     "session_history": [],
     "cascade_delete": ["include_branches"],
     "bulk_delete": ["preset", "days", "source", "selection", "include_live"],

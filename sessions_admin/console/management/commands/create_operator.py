@@ -2,7 +2,9 @@
 
 Creates a console operator: a Django user in one role group. The password is
 the first line of stdin when stdin is piped in with content, otherwise a
-strong one is generated and printed once.
+strong one is generated and printed once. A piped password must pass Django's
+password validators (settings.AUTH_PASSWORD_VALIDATORS) and not be blank;
+otherwise nothing is created.
 """
 
 from __future__ import annotations
@@ -100,8 +102,15 @@ class Command(BaseCommand):
 
         piped = _stdin_password()
         password = piped if piped is not None else secrets.token_urlsafe(18)
+        if not password.strip():
+            raise CommandError(
+                f"Password rejected for operator {name}: it is blank (only whitespace). "
+                "Nothing was created."
+            )
         candidate = User(**{User.USERNAME_FIELD: name})
         try:
+            # settings.AUTH_PASSWORD_VALIDATORS: not like the name, long enough, not common,
+            # not all digits.
             validate_password(password, user=candidate)
         except ValidationError as error:
             raise CommandError(

@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.contrib.auth.signals import user_logged_in
+
+
+class SigninConfig(AppConfig):
+    name = "sessions_admin.signin"
+    label = "signin"
+    verbose_name = "Sign-in"
+
+    def ready(self) -> None:
+        from sessions_admin.signin import checks  # noqa: F401 - registers the deploy check
+        from sessions_admin.signin.middleware import stamp_sign_in
+
+        # Connected here, not in the middleware module: the test client's force_login
+        # signs in before any request has loaded the middleware.
+        user_logged_in.connect(stamp_sign_in, dispatch_uid="sessions_admin.signin.stamp")
