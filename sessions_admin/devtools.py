@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -221,6 +222,44 @@ def stop_process(process: subprocess.Popen | None, *, timeout: float = 15) -> No
         process.wait()
 
 
+def gunicorn_command(bind: str) -> list[str]:
+    """The demo's server: workers, threads and timeouts come from sessions_admin/gunicorn_conf.py."""
+    return [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "sessions_admin.wsgi",
+        "--bind",
+        bind,
+        "--config",
+        "python:sessions_admin.gunicorn_conf",
+        "--access-logfile",
+        "-",
+    ]
+
+
+def demo_secret_key(env: dict) -> str:
+    """The demo's own secret key: generated into <var>/secret_key on first use (mode 0600), then
+    read back, so demo sign-ins survive restarts. The dashboard serves with no built-in key."""
+    # Relative to BASE_DIR: the demo's commands and server run there (cwd=BASE_DIR).
+    var_dir = BASE_DIR / (env.get("SESSIONS_ADMIN_VAR_DIR") or "var")
+    var_dir.mkdir(parents=True, exist_ok=True)
+    path = var_dir / "secret_key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_text().strip()
+        if key:
+            return key
+        raise SystemExit(
+            f"{path} is empty: delete it and the demo will generate a new key."
+        ) from None
+    key = secrets.token_urlsafe(50)
+    with os.fdopen(fd, "w") as file:
+        file.write(key + "\n")
+    return key
+
+
 def run_demo(bind: str, *, simulator: bool = True) -> int:
     """Migrate, create the store, seed demo data and an operator on first run, serve with gunicorn.
 
@@ -229,6 +268,8 @@ def run_demo(bind: str, *, simulator: bool = True) -> int:
     stops with the dashboard.
     """
     env = {**os.environ}
+    if not env.get("SESSIONS_ADMIN_SECRET_KEY", "").strip():
+        env["SESSIONS_ADMIN_SECRET_KEY"] = demo_secret_key(env)
     read_only = env.get("SESSIONS_ADMIN_READ_ONLY", "").strip().lower() in TRUTHY
     manage("migrate", "--noinput", "-v", "0", env=env)  # also runs the store check
     if not read_only:  # read-only attach: nothing is created or seeded in the store
@@ -242,24 +283,7 @@ def run_demo(bind: str, *, simulator: bool = True) -> int:
         print("A simulated runtime (5 chats) writes to the store while the dashboard runs.")
     print(f"Dashboard: http://{bind}/  (Ctrl-C stops it)", flush=True)
     time.sleep(0.1)
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "sessions_admin.wsgi",
-            "--bind",
-            bind,
-            "--workers",
-            "2",
-            "--config",
-            "python:sessions_admin.gunicorn_conf",
-            "--access-logfile",
-            "-",
-        ],
-        cwd=BASE_DIR,
-        env=env,
-    )
+    server = subprocess.Popen(gunicorn_command(bind), cwd=BASE_DIR, env=env)
     # SIGTERM to this process alone (a supervisor) stops the children too, as Ctrl-C does.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:

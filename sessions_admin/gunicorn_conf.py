@@ -1,9 +1,55 @@
-"""gunicorn settings for the dashboard: ``gunicorn -c python:sessions_admin.gunicorn_conf ...``."""
+"""gunicorn settings for the dashboard: ``gunicorn -c python:sessions_admin.gunicorn_conf ...``.
+
+Workers: threaded (``gthread``). A sync worker serves one connection at a time, so two
+clients sending their headers slowly, or not reading a large response, held both of the
+demo's workers for the whole 30 s timeout. A gthread worker hands a connection that sends
+nothing back to its event loop after a few seconds, and keeps serving on its other threads
+while a few slow clients hold one each: 2 workers x 16 threads here. Many slow clients can
+still exhaust the threads: in production put a buffering reverse proxy in front (nginx with
+its default ``proxy_buffering on``), which reads whole requests before passing them on and
+takes whole responses off us (README "Running in production").
+
+``WEB_CONCURRENCY`` (gunicorn's own variable) sets the number of workers, and
+``SESSIONS_ADMIN_THREADS`` the threads per worker; command-line options override all of this.
+
+gunicorn 25.1+ opens a control socket, by default in the user's home (shared by every
+instance that user runs): ours lives in the var directory beside the databases
+(``gunicornc -s var/gunicorn.ctl``).
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+
+
+def _positive_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else default
+
+
+def _var_dir() -> Path:
+    # As sessions_admin.settings computes it; gunicorn reads this file before Django is set up.
+    default = Path(__file__).resolve().parent.parent / "var"
+    return Path(os.environ.get("SESSIONS_ADMIN_VAR_DIR", default)).resolve()
+
+
+worker_class = "gthread"
+workers = _positive_int("WEB_CONCURRENCY", 2)
+threads = _positive_int("SESSIONS_ADMIN_THREADS", 16)
+# A worker whose main loop is silent this long is restarted; graceful stops wait this long
+# for requests in flight; an idle kept-alive connection is closed after keepalive seconds.
+timeout = 30
+graceful_timeout = 20
+keepalive = 5
+# gunicorn's defaults, said out loud: request line, header count and header size.
+limit_request_line = 4094
+limit_request_fields = 100
+limit_request_field_size = 8190
+# Names gunicorn < 25.1 does not know are ignored.
+control_socket = str(_var_dir() / "gunicorn.ctl")
+control_socket_mode = 0o600
 
 
 def on_starting(server) -> None:
@@ -12,7 +58,13 @@ def on_starting(server) -> None:
     import django
 
     django.setup()
+    from sessions_admin.signin.checks import secret_key_problem
     from sessions_admin.store import attach
+
+    missing_key = secret_key_problem()
+    if missing_key:
+        print(missing_key, file=sys.stderr)
+        sys.exit(1)
 
     problems = attach.blocking_problems()
     if problems:

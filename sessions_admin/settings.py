@@ -16,6 +16,7 @@ Everything an operator changes comes from the environment:
 from __future__ import annotations
 
 import os
+import secrets
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
@@ -50,11 +51,14 @@ def _env_int(name: str, default: int, *, minimum: int = 1) -> int:
 
 
 DEBUG = _env_bool("SESSIONS_ADMIN_DEBUG", False)
-SECRET_KEY = os.environ.get("SESSIONS_ADMIN_SECRET_KEY", "")
-if not SECRET_KEY:
-    # A development key is fine for the embedded demo; production sets its own
-    # (``check --deploy`` flags this one).
-    SECRET_KEY = "django-insecure-sessions-admin-development-key-change-me"
+# No built-in fallback: a key everyone can read lets anyone forge a signed cookie. The
+# dashboard server refuses to start without one (sessions_admin/signin/checks.py: gunicorn,
+# the WSGI module, ``check --deploy``); commands and runtimes that sign nothing run without.
+# The demo keeps a generated key in var/secret_key (devtools); pytest (which sets
+# PYTEST_VERSION for the length of a run) gets a throwaway key per process.
+SECRET_KEY = os.environ.get("SESSIONS_ADMIN_SECRET_KEY", "").strip()
+if not SECRET_KEY and os.environ.get("PYTEST_VERSION"):
+    SECRET_KEY = "tests-only-" + secrets.token_urlsafe(48)
 ALLOWED_HOSTS = [
     h.strip()
     for h in os.environ.get("SESSIONS_ADMIN_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
