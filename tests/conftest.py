@@ -21,6 +21,7 @@ STORE_TABLES = [
     "sessions_admin_switch_cursors",
     "sessions_admin_merges",
     "sessions_admin_undos",
+    "sessions_admin_slug_history",
     "messages",
     "sessions",
 ]
