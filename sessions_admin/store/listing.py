@@ -66,6 +66,11 @@ WALK_MAX_WINDOW = 65536
 WALK_BUDGET = 8192
 # PostgreSQL search: the first id window, then four times larger each time.
 SEARCH_WINDOW = 4096
+# A search with filters checks at most this many messages containing the words per page
+# (and for its count): a common word under a selective filter otherwise read every match
+# (300 ms at 20,000 sessions, growing with the store). The page says when it stopped
+# there, and its next link searches on from the last message checked.
+SEARCH_CANDIDATES = 10_000
 # Titles are read up to this many characters (a runtime may store megabytes); the
 # list shows fewer, and the session page links the whole title.
 TITLE_READ = 1000
@@ -1157,6 +1162,10 @@ class SearchPage:
     count: int
     count_capped: bool
     terms: tuple[str, ...] = field(default=())
+    # The page stopped after checking SEARCH_CANDIDATES messages containing the words
+    # (its next link searches on); the count covers only the first that many.
+    scan_capped: bool = False
+    count_within: int | None = None
 
 
 def fts5_query(terms: Sequence[str]) -> str:
@@ -1209,40 +1218,11 @@ def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
     if not terms:
         return SearchPage(hits=(), next_cursor=None, count=0, count_capped=False, terms=())
     desc = filters.direction == "desc"
-    order = "DESC" if desc else "ASC"
-    op = "<" if desc else ">"
     limit = filters.per_page
     where, params = where_sql(filters, scope=False)
-    hit_columns = (
-        f"m.session_id, m.role, m.timestamp, m.tool_name, m.active, {_TITLE_SQL}, s.source"
-    )
-    if db.vendor() == "postgresql":
-        rows, count, capped = _pg_search(terms, where, params, desc, cursor, limit + 1)
-    else:
-        match = fts5_query(terms)
-        from_where = (
-            "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
-            f"JOIN sessions s ON s.id = m.session_id WHERE messages_fts MATCH %s AND {where}"
-        )
-        from_params = [match, *params]
-        if where == "1 = 1":
-            count, capped = count_capped("FROM messages_fts WHERE messages_fts MATCH %s", [match])
-        else:
-            count, capped = count_capped(from_where, from_params)
-        after = f" AND messages_fts.rowid {op} %s" if cursor else ""
-        rows = db.fetchall(
-            f"SELECT messages_fts.rowid, {hit_columns}, snippet(messages_fts, 0, %s, %s, %s, %s) "
-            f"{from_where}{after} ORDER BY messages_fts.rowid {order} LIMIT %s",
-            [
-                MARK_START,
-                MARK_END,
-                SNIPPET_ELLIPSIS,
-                SNIPPET_TOKENS,
-                *from_params,
-                *([cursor.values[0]] if cursor else []),
-                limit + 1,
-            ],
-        )
+    search = _pg_search if db.vendor() == "postgresql" else _sqlite_search
+    found = search(terms, where, params, desc, cursor, limit + 1)
+    rows = found.rows
     hits = tuple(
         SearchHit(
             message_id=int(r[0]),
@@ -1260,14 +1240,110 @@ def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
     next_cursor = None
     if len(rows) > limit:
         next_cursor = encode_cursor("search", filters.direction, [hits[-1].message_id])
+    elif found.checked_to is not None:
+        next_cursor = encode_cursor("search", filters.direction, [found.checked_to])
     return SearchPage(
-        hits=hits, next_cursor=next_cursor, count=count, count_capped=capped, terms=terms
+        hits=hits,
+        next_cursor=next_cursor,
+        count=found.count,
+        count_capped=found.count_capped,
+        terms=terms,
+        scan_capped=found.checked_to is not None,
+        count_within=found.count_within,
     )
+
+
+@dataclass(frozen=True)
+class _Found:
+    rows: list[
+        tuple
+    ]  # (id, session_id, role, timestamp, tool_name, active, title, source, snippet)
+    count: int
+    count_capped: bool
+    checked_to: int | None = None  # the scan stopped at its cap after this message id
+    count_within: int | None = None  # the count covers only the first this many candidates
+
+
+def _sqlite_search(
+    terms: Sequence[str], where: str, params: list, desc: bool, cursor: Cursor | None, need: int
+) -> _Found:
+    """SQLite: hits among the next SEARCH_CANDIDATES messages the FTS index matches.
+
+    FTS5 hands matches out in rowid order, so the candidates are a LIMITed read of
+    the index, and only they are joined to their sessions for the filters.
+    """
+    order = "DESC" if desc else "ASC"
+    op = "<" if desc else ">"
+    match = fts5_query(terms)
+    after = f" AND messages_fts.rowid {op} %s" if cursor else ""
+    after_params = [cursor.values[0]] if cursor else []
+    hit_columns = (
+        f"m.session_id, m.role, m.timestamp, m.tool_name, m.active, {_TITLE_SQL}, s.source"
+    )
+    snippet = "snippet(messages_fts, 0, %s, %s, %s, %s)"
+    snippet_params = [MARK_START, MARK_END, SNIPPET_ELLIPSIS, SNIPPET_TOKENS]
+    joins = "JOIN messages m ON m.id = messages_fts.rowid JOIN sessions s ON s.id = m.session_id"
+    if where == "1 = 1":
+        # No filter: every match is a hit, and the index stops at the page's end.
+        count, capped = count_capped("FROM messages_fts WHERE messages_fts MATCH %s", [match])
+        rows = db.fetchall(
+            f"SELECT messages_fts.rowid, {hit_columns}, {snippet} FROM messages_fts {joins} "
+            f"WHERE messages_fts MATCH %s{after} ORDER BY messages_fts.rowid {order} LIMIT %s",
+            [*snippet_params, match, *after_params, need],
+        )
+        return _Found(rows, count, capped)
+
+    def candidates(bounded_after: bool) -> tuple[str, list]:
+        clause = after if bounded_after else ""
+        return (
+            f"SELECT rowid AS id FROM messages_fts WHERE messages_fts MATCH %s{clause} "
+            f"ORDER BY rowid {order} LIMIT {SEARCH_CANDIDATES}",
+            [match, *(after_params if bounded_after else [])],
+        )
+
+    filtered = "JOIN messages m ON m.id = c.id JOIN sessions s ON s.id = m.session_id"
+    sql, sql_params = candidates(False)
+    count, capped = count_capped(f"FROM ({sql}) c {filtered} WHERE {where}", [*sql_params, *params])
+    count_within = None
+    if not capped:
+        checked = db.fetchone(f"SELECT COUNT(*) FROM ({sql}) c", sql_params)[0]
+        count_within = SEARCH_CANDIDATES if checked >= SEARCH_CANDIDATES else None
+    sql, sql_params = candidates(True)
+    ids = [
+        int(r[0])
+        for r in db.fetchall(
+            f"SELECT c.id FROM ({sql}) c {filtered} WHERE {where} ORDER BY c.id {order} LIMIT %s",
+            [*sql_params, *params, need],
+        )
+    ]
+    checked_to = None
+    if len(ids) < need:
+        checked, edge = db.fetchone(
+            f"SELECT COUNT(*), {'MIN' if desc else 'MAX'}(id) FROM ({sql}) c", sql_params
+        )
+        if checked >= SEARCH_CANDIDATES:
+            more = db.fetchone(
+                f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH %s AND rowid {op} %s "
+                "LIMIT 1",
+                [match, edge],
+            )
+            checked_to = int(edge) if more else None
+    if not ids:
+        return _Found([], count, capped, checked_to, count_within)
+    # Snippets for the page's hits only, read within their rowid range (FTS5 uses it).
+    ids_sql, ids_params = _in_list("messages_fts.rowid", ids)
+    rows = db.fetchall(
+        f"SELECT messages_fts.rowid, {hit_columns}, {snippet} FROM messages_fts {joins} "
+        f"WHERE messages_fts MATCH %s AND messages_fts.rowid >= %s AND messages_fts.rowid <= %s "
+        f"AND {ids_sql} ORDER BY messages_fts.rowid {order}",
+        [*snippet_params, match, min(ids), max(ids), *ids_params],
+    )
+    return _Found(rows, count, capped, checked_to, count_within)
 
 
 def _pg_search(
     terms: Sequence[str], where: str, params: list, desc: bool, cursor: Cursor | None, need: int
-) -> tuple[list[tuple], int, bool]:
+) -> _Found:
     """PostgreSQL: matching messages in id windows from the cursor, then headlines for the page.
 
     Left to itself the planner walks the primary key and computes to_tsvector
@@ -1275,6 +1351,8 @@ def _pg_search(
     with a narrow session filter). Here the first window (SEARCH_WINDOW ids) is
     planned freely, which suits frequent words; later windows, growing, are
     read through the GIN index ANDed with the id range (bitmap scans only).
+    With filters, each window returns its matches with whether they pass them,
+    so the walk stops after SEARCH_CANDIDATES matches whatever the filters keep.
     """
     from sessions_admin.store.schema import FTS_DOCUMENT_SQL
 
@@ -1282,46 +1360,77 @@ def _pg_search(
     tsquery = " && ".join("phraseto_tsquery('simple', %s)" for _ in terms)
     matches = f"to_tsvector('simple', {document}) @@ ({tsquery})"
     order = "DESC" if desc else "ASC"
+    filtered = where != "1 = 1"
     low = db.fetchone("SELECT MIN(id) FROM messages")[0]
     high = db.fetchone("SELECT MAX(id) FROM messages")[0]
-    found: list[int] = []
-    if low is not None:
-        low, high = int(low), int(high)
-        edge = int(cursor.values[0]) if cursor else (high + 1 if desc else low - 1)
+
+    def walk(start: int | None, *, wanted: int) -> tuple[list[int], int | None, int]:
+        """Hits after ``start`` (None: from the first message): up to ``wanted``, checking at
+        most SEARCH_CANDIDATES matches; (hits, the last match checked at the cap, checked)."""
+        hits: list[int] = []
+        checked = 0
+        last: int | None = None
+        if low is None:
+            return hits, None, checked
+        edge = start if start is not None else (int(high) + 1 if desc else int(low) - 1)
         window = SEARCH_WINDOW
-        while len(found) < need:
+        while len(hits) < wanted:
             if desc:
                 if edge <= low:
                     break
-                start = max(edge - window, low)
-                bounds, next_edge = ("m.id >= %s AND m.id < %s", [start, edge]), start
+                first = max(edge - window, int(low))
+                bounds, next_edge = ("m.id >= %s AND m.id < %s", [first, edge]), first
             else:
                 if edge >= high:
                     break
-                stop = min(edge + window, high)
+                stop = min(edge + window, int(high))
                 bounds, next_edge = ("m.id > %s AND m.id <= %s", [edge, stop]), stop
-            found += [
-                int(r[0])
-                for r in db.fetchall(
-                    f"SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id "
-                    f"WHERE {bounds[0]} AND {matches} AND {where} ORDER BY m.id {order} LIMIT %s",
-                    [*bounds[1], *terms, *params, need - len(found)],
+            if filtered:
+                # Every match of the window, and whether it passes the filters.
+                rows = db.fetchall(
+                    f"SELECT m.id, CASE WHEN {where} THEN 1 ELSE 0 END FROM messages m "
+                    f"JOIN sessions s ON s.id = m.session_id WHERE {bounds[0]} AND {matches} "
+                    f"ORDER BY m.id {order} LIMIT %s",
+                    [*params, *bounds[1], *terms, SEARCH_CANDIDATES - checked + 1],
                 )
-            ]
+            else:
+                rows = db.fetchall(
+                    f"SELECT m.id, 1 FROM messages m JOIN sessions s ON s.id = m.session_id "
+                    f"WHERE {bounds[0]} AND {matches} ORDER BY m.id {order} LIMIT %s",
+                    [*bounds[1], *terms, wanted - len(hits)],
+                )
             if window == SEARCH_WINDOW:
                 db.execute("SET LOCAL enable_indexscan = off")
                 db.execute("SET LOCAL enable_seqscan = off")
+            for message_id, passes in rows:
+                if filtered and checked == SEARCH_CANDIDATES:
+                    return hits, last, checked  # more matches than were checked
+                last = int(message_id)
+                checked += 1
+                if passes:
+                    hits.append(last)
+                    if len(hits) == wanted:
+                        return hits, None, checked
             edge = next_edge
             window *= 4
-    # Still bitmap-only: the capped count reads matches through the GIN index.
-    count, capped = count_capped(
-        f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {matches} AND {where}",
-        [*terms, *params],
-    )
+        return hits, None, checked
+
+    found, checked_to, _ = walk(int(cursor.values[0]) if cursor else None, wanted=need)
+    count_within = None
+    if filtered:
+        counted, stopped, checked = walk(None, wanted=COUNT_CAP + 1)
+        count, capped = min(len(counted), COUNT_CAP), len(counted) > COUNT_CAP
+        count_within = SEARCH_CANDIDATES if stopped is not None else None
+    else:
+        # Still bitmap-only: the capped count reads matches through the GIN index.
+        count, capped = count_capped(
+            f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {matches}",
+            [*terms],
+        )
     db.execute("SET LOCAL enable_indexscan = on")
     db.execute("SET LOCAL enable_seqscan = on")
     if not found:
-        return [], count, capped
+        return _Found([], count, capped, checked_to, count_within)
     ids_sql, ids_params = _in_list("m.id", found)
     options = (
         f'StartSel="{MARK_START}", StopSel="{MARK_END}", MaxWords=30, MinWords=12, '
@@ -1334,7 +1443,7 @@ def _pg_search(
         f"ORDER BY m.id {order}",
         [*terms, options, *ids_params],
     )
-    return rows, count, capped
+    return _Found(rows, count, capped, checked_to, count_within)
 
 
 # ---------------------------------------------------------------------------

@@ -7,7 +7,9 @@ the pages are as large as stored text can make them.
 
 from __future__ import annotations
 
+import random
 import re
+import string
 
 import pytest
 from django.contrib.auth.models import User
@@ -92,6 +94,9 @@ def test_a_transcript_of_long_messages_comes_in_bounded_chunks_missing_none(view
 
 def test_a_huge_title_is_cut_on_every_page_and_whole_in_the_raw_view(viewer):
     title = "&" * MB
+    if db.vendor() == "postgresql":
+        # Its unique btree index on titles holds at most 2704 bytes: as long as it gets.
+        title = "&" + "".join(random.Random(1).choices(string.ascii_letters + "&", k=2600))
     sid = core.create_session(source="cli").session_id
     # The core refuses such a title; a runtime writing its own rows does not.
     db.execute("UPDATE sessions SET title = %s WHERE id = %s", [title, sid])

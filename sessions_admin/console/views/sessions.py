@@ -80,6 +80,7 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
         "empty_choices": listing.EMPTY,
         "health_checks": health.CHECKS,
         "page_sizes": listing.PAGE_SIZES,
+        "search_candidates": listing.SEARCH_CANDIDATES,
     }
     if template == TEMPLATE:
         context["choices"] = listing.choices()
