@@ -40,4 +40,4 @@ def require_secret_key() -> None:
 @register(Tags.security, deploy=True)
 def check_secret_key_is_set(app_configs, **kwargs):
     problem = secret_key_problem()
-    return [Error(problem, id="sessions_admin.E001")] if problem else []
+    return [Error(problem, id="signin.E001")] if problem else []

@@ -107,7 +107,7 @@ def test_check_deploy_is_clean_behind_a_tls_terminating_proxy(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "warning"),
     [
-        ({"SESSIONS_ADMIN_SECRET_KEY": ""}, "sessions_admin.E001"),  # no key at all
+        ({"SESSIONS_ADMIN_SECRET_KEY": ""}, "signin.E001"),  # no key at all
         ({"SESSIONS_ADMIN_SECRET_KEY": "short"}, "security.W009"),
         ({"SESSIONS_ADMIN_HTTPS": "0"}, "security.W012"),  # session cookie not Secure
         ({"SESSIONS_ADMIN_DEBUG": "1"}, "security.W018"),

@@ -49,7 +49,7 @@ def test_check_deploy_fails_without_a_secret_key_and_says_why(tmp_path):
     result = _run([sys.executable, "manage.py", "check", "--deploy"], _production_env(tmp_path))
     assert result.returncode != 0
     output = result.stdout + result.stderr
-    assert "sessions_admin.E001" in output
+    assert "signin.E001" in output
     assert FIRST_LINE in output
 
 
