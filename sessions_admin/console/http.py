@@ -27,17 +27,48 @@ def require_perm(perm: str):
             from sessions_admin.store.attach import OPERATE_PERMISSIONS
 
             if read_only() and perm in OPERATE_PERMISSIONS:
-                raise PermissionDenied(
+                raise _refused(
+                    request,
+                    view,
                     "The store is attached read-only (SESSIONS_ADMIN_READ_ONLY=1): "
-                    "actions are switched off."
+                    "actions are switched off.",
                 )
             if not request.user.has_perm(perm):
-                raise PermissionDenied(f"Your role does not allow this ({perm}).")
+                raise _refused(request, view, f"Your role does not allow this ({perm}).")
             return view(request, *args, **kwargs)
 
         return wrapped
 
     return decorator
+
+
+def _refused(request, view, why: str) -> PermissionDenied:
+    """The 403 for ``view``, recorded in the audit log first (who, what, from where, why)."""
+    from sessions_admin.ledger.actions import record_refusal
+
+    match = getattr(request, "resolver_match", None)
+    record_refusal(
+        request=request,
+        action=(match.url_name if match and match.url_name else view.__name__),
+        why=why,
+        session_ids=[v for k, v in (match.kwargs if match else {}).items() if k == "session_id"],
+    )
+    return PermissionDenied(why)
+
+
+def csrf_failure(request, reason: str = ""):
+    """Django's CSRF refusal page, after recording the attempt (a forged or stale form)."""
+    from django.views.csrf import csrf_failure as django_csrf_failure
+
+    from sessions_admin.ledger.actions import record_refusal
+
+    match = getattr(request, "resolver_match", None)
+    record_refusal(
+        request=request,
+        action=match.url_name if match and match.url_name else "csrf",
+        why=f"CSRF verification failed ({reason or 'no reason given'})",
+    )
+    return django_csrf_failure(request, reason=reason)
 
 
 def session_url(session_id: str | None) -> str | None:

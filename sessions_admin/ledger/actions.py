@@ -14,6 +14,13 @@ No store change may lack its audit entry, so an action runs in four steps:
 3. the core operation runs (its own store transaction);
 4. the entry is completed: ``ok`` with ``after``, or ``failed`` with the error.
 
+Every entry names the request's client (address, user agent) when written
+during a request (``sessions_admin.ledger.context``). Attempts refused before
+an action runs (a permission, a stale preview, a missing reason, a CSRF
+failure, a failed sign-in) are recorded by ``record_refusal``; an error
+``_audited`` already recorded is marked (``audited_entry``) so the view's
+``record_refusal`` does not record it twice.
+
 A process that dies between 3 and 4 (kill -9, power cut) leaves the
 ``pending`` entry, which the audit page shows as "outcome unknown". A
 completion that fails (the dashboard's database refuses the write) is logged
@@ -42,6 +49,7 @@ from sessions_admin.core.text import (
     operator_identifiers,
     operator_text,
 )
+from sessions_admin.ledger.context import current_client
 from sessions_admin.ledger.models import AuditEntry, AuditSession
 from sessions_admin.store import cached
 
@@ -128,8 +136,11 @@ def record(
     Its text is made storable rather than refused: the operation it records already happened.
     """
     ids = [_storable(str(sid)) for sid in session_ids]
+    client = current_client()
     with transaction.atomic(using=_audit_alias()):
         entry = AuditEntry.objects.using(_audit_alias()).create(
+            client_address=client.address,
+            user_agent=_storable(client.user_agent),
             actor=actor if getattr(actor, "pk", None) else None,
             actor_name=_storable(_name(actor))[:150],
             action=action,
@@ -209,6 +220,8 @@ def _audited(
     try:
         result = run()
     except Exception as error:
+        # Recorded here: the edge's record_refusal must not record it again.
+        error.audited_entry = entry.pk
         # A StoreError is the core's "refused, nothing changed"; anything else
         # escaped the core's transaction, which rolled back.
         detail = (
@@ -256,6 +269,46 @@ def _audited(
         )
         raise AuditIncomplete(action, entry.pk, error) from error
     return result
+
+
+def record_refusal(
+    *,
+    request: Any = None,
+    actor: Any = None,
+    action: str,
+    why: str | BaseException,
+    session_ids: Sequence[str] = (),
+    before: dict | None = None,
+) -> AuditEntry | None:
+    """Record an attempt refused before (or instead of) its action: outcome ``refused``.
+
+    Who: ``actor``, or the request's user ("anonymous" when signed out); what:
+    ``action``, the sessions and ``before`` (plus the request's method and path);
+    from where: the request's client (every entry has it); why: ``why``. An error
+    ``_audited`` already recorded is skipped (None). Recording never raises: a
+    refusal is shown to the operator even when the audit database fails (logged).
+    """
+    if getattr(why, "audited_entry", None) is not None:
+        return None
+    if actor is None and request is not None:
+        user = getattr(request, "user", None)
+        actor = user if getattr(user, "is_authenticated", False) else "anonymous"
+    what = dict(before or {})
+    if request is not None:
+        what.setdefault("method", request.method)
+        what.setdefault("path", request.path)
+    try:
+        return record(
+            actor=actor,
+            action=action[:40],
+            session_ids=[str(sid) for sid in session_ids][:MAX_AUDIT_SESSIONS],
+            before=what,
+            outcome=AuditEntry.REFUSED,
+            detail=str(why),
+        )
+    except Exception:
+        logger.exception("Could not audit the refused %s by %s: %s", action, _name(actor), why)
+        return None
 
 
 def _caller_transaction() -> str | None:

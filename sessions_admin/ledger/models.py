@@ -12,14 +12,24 @@ from django.db import models
 class AuditEntry(models.Model):
     """One operator action: written ``pending`` before the store is touched, completed after.
 
+    Also one refused attempt (``outcome`` ``refused``, ``detail`` saying why): a
+    permission denied, a stale or forged preview, a CSRF failure, a failed sign-in
+    (``sessions_admin.ledger.actions.record_refusal``). Entries are only ever added
+    and completed: no URL edits or deletes one, for any role.
+
     ``pending`` that stays pending means the outcome is unknown: the action is still
     running, or its process stopped (a crash, a kill) between the store change and
     recording the result, so the store may hold the change. ``completed_at`` is when
     the outcome was recorded (empty for entries written before outcomes were two-step).
     """
 
-    OK, FAILED, PENDING = "ok", "failed", "pending"
-    OUTCOMES = [(OK, "ok"), (FAILED, "failed"), (PENDING, "pending (outcome unknown)")]
+    OK, FAILED, PENDING, REFUSED = "ok", "failed", "pending", "refused"
+    OUTCOMES = [
+        (OK, "ok"),
+        (FAILED, "failed"),
+        (PENDING, "pending (outcome unknown)"),
+        (REFUSED, "refused before it ran"),
+    ]
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(
@@ -34,6 +44,9 @@ class AuditEntry(models.Model):
     outcome = models.CharField(max_length=20, default=OK, choices=OUTCOMES, db_index=True)
     detail = models.TextField(blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # Where the request came from (sessions_admin.ledger.context); empty outside a request.
+    client_address = models.GenericIPAddressField(null=True, blank=True)
+    user_agent = models.CharField(max_length=512, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -116,7 +116,12 @@ def state() -> dict:
         "responses": db.fetchall(
             "SELECT * FROM responses ORDER BY response_id", alias=responses_alias()
         ),
-        "audit": list(AuditEntry.objects.order_by("pk").values_list("pk", "action", "outcome")),
+        # Refused attempts are recorded (tests/security/test_refusals.py); nothing else changes.
+        "audit": list(
+            AuditEntry.objects.exclude(outcome=AuditEntry.REFUSED)
+            .order_by("pk")
+            .values_list("pk", "action", "outcome")
+        ),
         "trash": list(TrashEntry.objects.order_by("pk").values_list("pk", "state")),
         "jobs": list(DeleteJob.objects.order_by("pk").values_list("pk", "state", "done")),
     }

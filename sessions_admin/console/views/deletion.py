@@ -293,6 +293,13 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
             + " Nothing was deleted."
         )
     if problems:
+        actions.record_refusal(
+            request=request,
+            action="cascade_delete",
+            why=" ".join(problems),
+            session_ids=[session_id],
+            before={"fingerprint": fingerprint[:200]},
+        )
         return _render_cascade(request, session_id, plan, reason=reason, problems=problems)
     try:
         result = actions.cascade_delete(
@@ -303,9 +310,15 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
             reason=reason,
         )
     except core.PlanChanged as changed:
+        actions.record_refusal(
+            request=request, action="cascade_delete", why=changed, session_ids=[session_id]
+        )
         plan = _plan_or_404(session_id, include_branches)
         return _render_cascade(request, session_id, plan, reason=reason, problems=[str(changed)])
     except core.StoreError as error:
+        actions.record_refusal(
+            request=request, action="cascade_delete", why=error, session_ids=[session_id]
+        )
         plan = _plan_or_404(session_id, include_branches)
         return _render_cascade(
             request, session_id, plan, reason=reason, problems=[f"Nothing was deleted: {error}"]
@@ -634,6 +647,13 @@ def bulk_delete_start(request: HtmxHttpRequest) -> HttpResponse:
                 "will be deleted too. Nothing was deleted."
             )
     if problems:
+        actions.record_refusal(
+            request=request,
+            action="bulk_delete",
+            why=" ".join(problems),
+            session_ids=dry_run.selected_ids if dry_run else (),
+            before={"digest": request.POST.get("digest", "")[:200]},
+        )
         return _render_bulk(
             request,
             selection=selection,
@@ -652,6 +672,9 @@ def bulk_delete_start(request: HtmxHttpRequest) -> HttpResponse:
             description=description,
         )
     except core.StoreError as error:
+        actions.record_refusal(
+            request=request, action="bulk_delete", why=error, session_ids=dry_run.selected_ids
+        )
         return _render_bulk(
             request,
             selection=selection,
@@ -740,6 +763,7 @@ def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
             actor=request.user, job_id=job.pk, reason=request.POST.get("reason") or ""
         )
     except core.StoreError as error:
+        actions.record_refusal(request=request, action="cancel_bulk_delete", why=error)
         messages.error(request, f"Job #{job.pk} was not cancelled: {error}")
         return redirect("job_detail", job_id=job.pk)
     progress = core.job_progress(job_id=job.pk)
@@ -871,6 +895,12 @@ def trash(request: HtmxHttpRequest) -> HttpResponse:
 def trash_restore(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
     entry = TrashEntry.objects.defer("payload").filter(pk=entry_id).first()
     if entry is None:
+        actions.record_refusal(
+            request=request,
+            action="restore",
+            why=f"no trash entry #{entry_id}",
+            before={"trash_entry": entry_id},
+        )
         raise Http404("No such trash entry")
     back = _trash_url(_search_term(request.POST))
     if entry.state == TrashEntry.RESTORED:
@@ -879,6 +909,7 @@ def trash_restore(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
     try:
         result = actions.restore(actor=request.user, entry_id=entry.pk)
     except core.StoreError as error:
+        actions.record_refusal(request=request, action="restore", why=error)
         messages.error(request, f"Nothing was restored: {error}")
         return redirect(back)
     messages.success(
@@ -908,6 +939,7 @@ def trash_purge(request: HtmxHttpRequest) -> HttpResponse:
         problems.append(reason_problem)
     q = _search_term(request.POST)
     if problems:
+        actions.record_refusal(request=request, action="purge_trash", why=" ".join(problems))
         return _render_trash(
             request, q=q, problems=problems, purge_reason=reason, purge_scope=scope or "expired"
         )
@@ -915,6 +947,7 @@ def trash_purge(request: HtmxHttpRequest) -> HttpResponse:
     try:
         expected = actions.purge(actor=request.user, older_than_days=days, reason=reason)
     except core.StoreError as error:
+        actions.record_refusal(request=request, action="purge_trash", why=error)
         return _render_trash(
             request,
             q=q,

@@ -267,7 +267,15 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
     # A checkbox: present when ticked (the preview ticks it for API conversations).
     continue_history = request.POST.get("continue_history", "") == "1"
 
-    def again(error: str) -> HttpResponse:
+    def again(error: str | core.StoreError) -> HttpResponse:
+        actions.record_refusal(
+            request=request,
+            action="merge",
+            why=error,
+            session_ids=picks,
+            before={"target": target, "fingerprint": fingerprint[:200]},
+        )
+        error = str(error)
         context = _preview_context(
             request,
             picks=picks,
@@ -297,7 +305,7 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
             continue_history=continue_history,
         )
     except core.StoreError as problem:
-        return again(str(problem))
+        return again(problem)  # a refusal the core raised is audited already
     count = len(result.absorbed_ids)
     rewritten = len(result.rewritten_responses)
     messages.success(
@@ -322,6 +330,9 @@ def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
     try:
         record = core.merge_record(merge_id=merge_id)
     except core.MergeNotFound as missing:
+        actions.record_refusal(
+            request=request, action="unmerge", why=missing, before={"merge_id": merge_id}
+        )
         raise Http404(f"No merge {merge_id}.") from missing
     back = _safe_next(request) or session_url(record.target_id) or reverse("audit_log")
     if record.undone_at is not None:
@@ -331,6 +342,9 @@ def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
     try:
         result = actions.unmerge(actor=request.user, merge_id=merge_id, reason=reason)
     except core.StoreError as problem:
+        actions.record_refusal(
+            request=request, action="unmerge", why=problem, before={"merge_id": merge_id}
+        )
         messages.error(request, f"Merge #{merge_id} was not undone: {problem}")
         return _redirect(request, back)
     restored = len(result.restored_ids)

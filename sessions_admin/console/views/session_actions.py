@@ -170,6 +170,9 @@ def _rewrite(request: HtmxHttpRequest, session_id: str, action: str) -> HttpResp
             "Open the live session",
         )
     except core.StoreError as problem:
+        actions.record_refusal(
+            request=request, action=action, why=problem, session_ids=[session.id]
+        )
         notice = Notice("error", f"{REWRITE_WORDS[action]} failed, nothing changed: {problem}")
     else:
         notice = _rewrite_notice(session, result)
@@ -236,11 +239,20 @@ def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
             request.POST.get("summary"), field="summary", max_length=SUMMARY_MAX
         )
     except core.InvalidInput as problem:
+        actions.record_refusal(
+            request=request, action="reset", why=problem, session_ids=[session.id]
+        )
         messages.error(request, f"{problem} Nothing changed.")
         return _redirect(request, back)
     live = core.live_session_for_key(key)
     if "live" in request.POST and request.POST["live"] != (live or ""):
         now = f"now {live}" if live else "now none"
+        actions.record_refusal(
+            request=request,
+            action="reset",
+            why=f"the live session of key {key} changed since the page was shown ({now})",
+            session_ids=[session.id],
+        )
         messages.error(
             request,
             f"The live session of key {key} changed since the page was shown ({now}). "
@@ -252,6 +264,9 @@ def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
             actor=request.user, session_key=key, summary=summary or None, reason=_reason(request)
         )
     except core.StoreError as problem:
+        actions.record_refusal(
+            request=request, action="reset", why=problem, session_ids=[session.id]
+        )
         messages.error(request, f"Reset failed, nothing changed: {problem}")
         return _redirect(request, back)
     if result.left_to_gateway:
@@ -370,6 +385,12 @@ def _resume_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         return _preflight(request, session, error=str(problem))
     expected_target = request.POST.get("target")
     if expected_target is not None and expected_target != plan["target"].id:
+        actions.record_refusal(
+            request=request,
+            action="resume",
+            why=f"the lineage changed since the preflight (now {plan['target'].id})",
+            session_ids=[session.id],
+        )
         return _preflight(
             request,
             session,
@@ -382,6 +403,12 @@ def _resume_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     expected_switch = request.POST.get("switch_from")
     if expected_switch is not None and expected_switch != switch_from:
         now = switch_from or "none"
+        actions.record_refusal(
+            request=request,
+            action="resume",
+            why=f"the live session of this chat changed since the preflight (now {now})",
+            session_ids=[session.id],
+        )
         return _preflight(
             request,
             session,
@@ -393,6 +420,9 @@ def _resume_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     try:
         result = actions.resume(actor=request.user, ref=session.id, reason=_reason(request))
     except core.StoreError as problem:
+        actions.record_refusal(
+            request=request, action="resume", why=problem, session_ids=[session.id]
+        )
         return _preflight(request, session, error=f"Resume failed, nothing changed: {problem}")
     if result.previous_end_reason is None:
         text = f"{result.session_id} was already live"

@@ -1,0 +1,68 @@
+"""Where an audited action comes from: the client address and user agent of the request.
+
+``RequestClientMiddleware`` sets a context variable for the length of each
+request; ``sessions_admin.ledger.actions.record`` reads it, so every audit entry
+written while a request is handled (an action, its refusal, a failed sign-in)
+carries both without each view passing them along. Outside a request (commands,
+the bulk-delete worker thread, a runtime calling the core) there is no client:
+the entry's address is empty and its user agent blank.
+
+The address is the one django-axes counts sign-in failures by
+(``sessions_admin.signin.lockout.client_address``: the peer, or behind the TLS
+proxy the address the proxy appended), so a lockout and the audit agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from django.http import HttpRequest
+
+USER_AGENT_MAX = 512
+
+
+@dataclass(frozen=True)
+class Client:
+    address: str | None = None
+    user_agent: str = ""
+
+
+NO_CLIENT = Client()
+_current: ContextVar[Client] = ContextVar("sessions_admin_audit_client", default=NO_CLIENT)
+
+
+def client_of(request: HttpRequest) -> Client:
+    """The request's client as the audit log records it (storable, bounded)."""
+    from sessions_admin.signin.lockout import client_address
+
+    agent = request.META.get("HTTP_USER_AGENT", "") or ""
+    # Headers arrive as latin-1 decoded bytes: keep them printable and bounded.
+    agent = "".join(c if c.isprintable() else "\ufffd" for c in agent)[:USER_AGENT_MAX]
+    return Client(address=client_address(request), user_agent=agent)
+
+
+def current_client() -> Client:
+    return _current.get()
+
+
+@contextmanager
+def client_context(client: Client) -> Iterator[None]:
+    token = _current.set(client)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+class RequestClientMiddleware:
+    """Every audit entry written during a request names the request's client."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        with client_context(client_of(request)):
+            return self.get_response(request)
