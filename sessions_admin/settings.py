@@ -85,8 +85,6 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "sessions_admin.console.middleware.PageResponseMiddleware",
-    # Before everything that refuses (CSRF, sign-in, permissions): audit entries name the client.
-    "sessions_admin.ledger.context.RequestClientMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -206,6 +204,7 @@ AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_ACCESS_FAILURE_LOG_PER_USER_LIMIT = 1000
 AXES_CLIENT_IP_CALLABLE = "sessions_admin.signin.lockout.client_address"
+AXES_USERNAME_CALLABLE = "sessions_admin.signin.lockout.attempted_username"
 AXES_LOCKOUT_CALLABLE = "sessions_admin.signin.lockout.lockout_response"
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "password", "csrfmiddlewaretoken"]

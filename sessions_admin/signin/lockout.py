@@ -5,6 +5,8 @@ every request comes from the proxy, so the address is the last ``X-Forwarded-For
 the one the proxy appended (nginx's ``$proxy_add_x_forwarded_for``). Entries before it come
 from the client and are not trusted; a value that is not an IP address is ignored.
 
+``attempted_username``: the name tried, cut to the longest a real name can be.
+
 ``lockout_response``: the sign-in page with one message for every lockout, the same for a
 real and an unknown user name, and for a lockout by name or by address (429).
 """
@@ -34,6 +36,19 @@ def client_address(request: HttpRequest) -> str | None:
         if appended_by_proxy:
             return appended_by_proxy
     return _ip(request.META.get("REMOTE_ADDR"))
+
+
+# No user name is longer (django.contrib.auth's User); axes's columns hold 255 characters.
+USERNAME_MAX = 150
+
+
+def attempted_username(request: HttpRequest, credentials: dict | None = None) -> str | None:
+    """The user name a sign-in tried, as axes counts and records it: cut to what a real name
+    can be (the sign-in form sets no length limit of its own), so a longer one is still counted
+    and fits its column."""
+    source = credentials if credentials else request.POST
+    username = source.get(settings.AXES_USERNAME_FORM_FIELD) if source else None
+    return username[:USERNAME_MAX] if isinstance(username, str) else None
 
 
 def cooloff_minutes() -> int:

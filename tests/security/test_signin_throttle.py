@@ -121,6 +121,17 @@ def test_once_locked_out_no_attempt_costs_a_password_hash(alice, limit, settings
     assert CountingHasher.calls > hashed
 
 
+def test_an_oversized_user_name_is_counted_and_locked_out_like_any_other(limit):
+    # The sign-in form sets no length limit: the name is cut to what a real one can be.
+    huge = "x" * 10_000
+    for n in range(limit):
+        _, response = _sign_in(huge, "wrong", address=f"10.0.9.{n}")
+        assert response.status_code in (200, 429)
+    _, response = _sign_in(huge, "wrong", address="10.0.10.1")
+    assert response.status_code == 429
+    assert set(AccessFailureLog.objects.values_list("username", flat=True)) == {"x" * 150}
+
+
 def test_a_lockout_ends_after_the_cool_off(alice, limit, settings):
     for n in range(limit):
         _sign_in("alice", "wrong", address=f"10.0.7.{n}")
