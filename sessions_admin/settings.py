@@ -85,6 +85,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "sessions_admin.console.middleware.PageResponseMiddleware",
+    # Before everything that refuses (CSRF, sign-in, permissions): audit entries name the client.
+    "sessions_admin.ledger.context.RequestClientMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
