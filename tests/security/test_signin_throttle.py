@@ -189,3 +189,8 @@ def test_admins_read_failed_sign_ins_and_current_lockouts(alice, limit):
     assert "mallory-guess" in text and "192.0.2.0" in text and "probe/1.0" in text
     assert 'class="locked-name"' in text  # the name is locked out now
     assert "locked out" in text
+    # Linked from the audit log, for admins only.
+    assert url in client.get(reverse("audit_log")).content.decode()
+    viewer = Client()
+    viewer.force_login(User.objects.get(username="op-viewer"))
+    assert url not in viewer.get(reverse("audit_log")).content.decode()
