@@ -50,6 +50,7 @@ OWN_TABLES = (
     "sessions_admin_switch_cursors",
     "sessions_admin_merges",
     "sessions_admin_undos",
+    "sessions_admin_slug_history",
 )
 OPERATE_PERMISSIONS = ("console.operate_sessions", "console.delete_sessions")
 
