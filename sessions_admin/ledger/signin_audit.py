@@ -12,6 +12,30 @@ from __future__ import annotations
 from typing import Any
 
 USERNAME_MAX = 150
+LOCKED_OUT = "sign-in refused during a lockout after repeated failures"
+
+
+def _lockout_already_recorded(request: Any, tried: str) -> bool:
+    """Whether this lockout's refusals for this name and address are already in the log.
+
+    One entry per name, address and cool-off window: a client hammering a locked-out
+    name must not grow the append-only audit log at its request rate.
+    """
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions_admin.ledger.models import AuditEntry
+    from sessions_admin.signin.lockout import client_address, cooloff_minutes
+
+    return AuditEntry.objects.filter(
+        action="sign_in",
+        outcome=AuditEntry.REFUSED,
+        detail=LOCKED_OUT,
+        client_address=client_address(request) if request is not None else None,
+        before__username=tried,
+        created_at__gte=timezone.now() - timedelta(minutes=cooloff_minutes()),
+    ).exists()
 
 
 def record_failed_sign_in(sender: Any, credentials: dict, request: Any = None, **kwargs) -> None:
@@ -20,14 +44,33 @@ def record_failed_sign_in(sender: Any, credentials: dict, request: Any = None, *
     tried = credentials.get("username")
     tried = tried[:USERNAME_MAX] if isinstance(tried, str) else ""
     locked = bool(getattr(request, "axes_locked_out", False))
+    if locked:
+        record_locked_out_sign_in(request, tried)
+        return
     record_refusal(
         request=request,
         actor="anonymous",
         action="sign_in",
-        why=(
-            "sign-in refused during a lockout after repeated failures"
-            if locked
-            else "wrong user name or password"
-        ),
+        why="wrong user name or password",
+        before={"username": tried},
+    )
+
+
+def record_locked_out_sign_in(request: Any, tried: str | None) -> None:
+    """A sign-in refused because its name or address is locked out: on record once per window.
+
+    django-axes answers these before any password is checked, so no ``user_login_failed``
+    is sent for them; its lockout page calls this instead.
+    """
+    from sessions_admin.ledger.actions import record_refusal
+
+    tried = tried[:USERNAME_MAX] if isinstance(tried, str) else ""
+    if _lockout_already_recorded(request, tried):
+        return
+    record_refusal(
+        request=request,
+        actor="anonymous",
+        action="sign_in",
+        why=LOCKED_OUT,
         before={"username": tried},
     )

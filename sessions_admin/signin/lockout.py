@@ -56,6 +56,9 @@ def cooloff_minutes() -> int:
 
 
 def lockout_response(request: HttpRequest, original_response=None, credentials=None):
+    from sessions_admin.ledger.signin_audit import record_locked_out_sign_in
+
+    record_locked_out_sign_in(request, attempted_username(request, credentials))
     next_url = request.POST.get("next") or request.GET.get("next") or ""
     if not url_has_allowed_host_and_scheme(
         next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()

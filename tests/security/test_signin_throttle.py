@@ -194,3 +194,25 @@ def test_admins_read_failed_sign_ins_and_current_lockouts(alice, limit):
     viewer = Client()
     viewer.force_login(User.objects.get(username="op-viewer"))
     assert url not in viewer.get(reverse("audit_log")).content.decode()
+
+
+def test_hammering_a_locked_out_name_is_on_record_once_not_once_per_request(alice, limit):
+    from sessions_admin.ledger.models import AuditEntry
+    from sessions_admin.ledger.signin_audit import LOCKED_OUT
+
+    def lockout_entries(address: str) -> int:
+        return AuditEntry.objects.filter(
+            action="sign_in", outcome="refused", detail=LOCKED_OUT, client_address=address
+        ).count()
+
+    for n in range(limit):
+        _sign_in("alice", f"wrong {n}", address="198.51.100.7")
+    for _ in range(30):
+        _, response = _sign_in("alice", "still wrong", address="198.51.100.7")
+        assert response.status_code == 429
+    assert lockout_entries("198.51.100.7") == 1
+    entry = AuditEntry.objects.get(detail=LOCKED_OUT)
+    assert entry.before["username"] == "alice"
+    _, response = _sign_in("alice", PASSWORD, address="198.51.100.8")  # the name is locked
+    assert response.status_code == 429
+    assert lockout_entries("198.51.100.8") == 1
