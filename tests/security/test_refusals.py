@@ -123,6 +123,8 @@ def test_unknown_merge_and_trash_ids_are_recorded():
     assert not TrashEntry.objects.filter(pk=876543).exists()
     assert client.post(reverse("trash_restore", args=[876543])).status_code == 404
     assert "876543" in _refusal("restore").detail
+    assert client.post(reverse("stray_move_undo", args=[765432])).status_code == 404
+    assert _refusal("return_stray_messages").before["entry"] == 765432
 
 
 def test_a_csrf_failure_is_recorded():

@@ -136,6 +136,12 @@ def stray_move_undo(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
         pk=entry_id, action=actions.STRAY_MOVE, outcome=AuditEntry.OK
     ).first()
     if entry is None:
+        actions.record_refusal(
+            request=request,
+            action="return_stray_messages",
+            why=f"no completed move of stray messages #{entry_id}",
+            before={"entry": entry_id},
+        )
         raise Http404(f"No completed move of stray messages #{entry_id}.")
     source = entry.after.get("from") if isinstance(entry.after, dict) else None
     back = (_preview_url(source) if source and session_url(source) else None) or reverse(
