@@ -78,3 +78,36 @@ def _clean_store(request):
     _wipe()
     with events._listeners_lock:
         events._listeners.clear()
+
+
+# The tests that walk every URL (access, fuzz, page headers) share these.
+
+
+@pytest.fixture
+def no_worker(monkeypatch):
+    """Looking at a job wakes the delete worker: it would delete the seeded job's session."""
+    from sessions_admin.ledger import worker
+
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
+
+
+@pytest.fixture
+def seeded():
+    """A small store holding one of every kind of object a URL can name (tests/console/urlmap)."""
+    from tests.console import urlmap
+
+    return urlmap.seed()
+
+
+@pytest.fixture
+def admin_client():
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from sessions_admin.console.roles import assign_role
+
+    client = Client()
+    user = User.objects.create_user("walking-admin")
+    assign_role(user, "admin")
+    client.force_login(user)
+    return client

@@ -16,7 +16,6 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from sessions_admin.console.roles import ROLES, assign_role
-from sessions_admin.ledger import worker
 from tests.console import urlmap
 
 ANYONE = "anyone"
@@ -78,15 +77,7 @@ def _allowed(actor: str | None, needed: str | None) -> bool:
     return needed == ANYONE or (needed is not None and _rank(actor) >= _rank(needed))
 
 
-@pytest.fixture(autouse=True)
-def no_worker(monkeypatch):
-    # Looking at a job wakes the delete worker: it would delete the seeded job's session.
-    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
-
-
-@pytest.fixture
-def seeded():
-    return urlmap.seed()
+pytestmark = pytest.mark.usefixtures("no_worker")
 
 
 def _client_for(actor: str | None, **kwargs) -> Client:

@@ -21,8 +21,6 @@ from django.test import Client
 from django.urls import NoReverseMatch
 
 from sessions_admin import core
-from sessions_admin.console.roles import assign_role
-from sessions_admin.ledger import worker
 from sessions_admin.ledger.models import AuditEntry
 from tests.console import urlmap
 from tests.console.test_access import ACCESS
@@ -162,24 +160,7 @@ BAD_SESSION_IDS = [
 BAD_NUMBERS = ["0", "99999999999999999999999999999", "9223372036854775808"]
 
 
-@pytest.fixture(autouse=True)
-def no_worker(monkeypatch):
-    # Looking at a job wakes the delete worker: it would delete the seeded job's session.
-    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
-
-
-@pytest.fixture
-def seeded():
-    return urlmap.seed()
-
-
-@pytest.fixture
-def admin_client():
-    client = Client()
-    user = User.objects.create_user("fuzz-admin")
-    assign_role(user, "admin")
-    client.force_login(user)
-    return client
+pytestmark = pytest.mark.usefixtures("no_worker")
 
 
 def _route(name: str) -> urlmap.Route:
@@ -359,7 +340,7 @@ def test_it_refuses_oversized_forms_cleanly(name, seeded, admin_client):
     too_big = "reason=" + "x" * 3_000_000
     for body, what in ((too_many, "25,000 fields"), (too_big, "a 3 MB body")):
         if name == "logout":  # the last request may have signed out
-            client.force_login(User.objects.get(username="fuzz-admin"))
+            client.force_login(User.objects.get(username="walking-admin"))
         response = _post(
             client,
             url,

@@ -14,31 +14,13 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from sessions_admin.console.roles import assign_role
-from sessions_admin.ledger import worker
 from tests.console import urlmap
 from tests.console.test_access import ACCESS
 
 GET_PAGES = sorted(name for name, (get, _post) in ACCESS.items() if get is not None)
 
 
-@pytest.fixture(autouse=True)
-def no_worker(monkeypatch):
-    # Looking at a job wakes the delete worker: it would delete the seeded job's session.
-    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
-
-
-@pytest.fixture
-def seeded():
-    return urlmap.seed()
-
-
-@pytest.fixture
-def admin_client():
-    client = Client()
-    user = User.objects.create_user("headers-admin")
-    assign_role(user, "admin")
-    client.force_login(user)
-    return client
+pytestmark = pytest.mark.usefixtures("no_worker")
 
 
 def _url(name: str, seeded) -> str:
