@@ -131,8 +131,13 @@ def test_concurrent_writers_and_resets_lose_and_misplace_nothing():
     stop = threading.Event()
     acknowledged: list[list[int]] = [[] for _ in range(4)]
 
+    first_reset = threading.Event()
+
     def writer(i: int) -> int:
         cached = core.live_session_for_key(key)
+        # Hold the id across at least one reset, as a cached agent does (on a loaded
+        # machine the resetter could otherwise start only after the writers finished).
+        first_reset.wait(30)
         switches = 0
         for n in range(40):
             for _ in range(20):
@@ -156,6 +161,7 @@ def test_concurrent_writers_and_resets_lose_and_misplace_nothing():
     def resetter() -> None:
         while not stop.is_set():
             core.reset_session_key(session_key=key)
+            first_reset.set()
             time.sleep(0.01)
 
     def job(i: int):
