@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from sessions_admin import core
-
-pytestmark = pytest.mark.django_db(databases=["default", "store"])
 
 
 def _ended(source: str, *, messages: int = 1, key: str | None = None) -> str:

@@ -10,8 +10,6 @@ from sessions_admin import core
 from sessions_admin.core import clock, db, stray
 from sessions_admin.store import health
 
-pytestmark = pytest.mark.django_db(databases=["default", "store"])
-
 
 def _stale_write(session_id: str, content: str) -> int:
     """What hermes-agent 0.19's append_message does with an ended session: writes anyway."""
