@@ -4,7 +4,7 @@ import logging
 from functools import wraps
 
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest
 from django_htmx.middleware import HtmxDetails
 
 logger = logging.getLogger(__name__)
@@ -148,3 +148,16 @@ class StoreBusyMiddleware:
         response = render(request, "503.html", {"message": message}, status=503)
         response["Retry-After"] = str(BUSY_RETRY_AFTER_SECONDS)
         return response
+
+
+def session_or_404(session_id: str):
+    """The session a URL names, or 404: every view about one session starts here."""
+    from sessions_admin.store.models import Session
+
+    # A NUL cannot be in a stored id, and PostgreSQL refuses to compare with one.
+    if "\x00" in session_id:
+        raise Http404("No such session")
+    session = Session.objects.filter(id=session_id).first()
+    if session is None:
+        raise Http404("No such session")
+    return session

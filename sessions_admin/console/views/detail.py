@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from sessions_admin import core
-from sessions_admin.console.http import HtmxHttpRequest, require_perm
+from sessions_admin.console.http import HtmxHttpRequest, require_perm, session_or_404
 from sessions_admin.console.roles import VIEW
 from sessions_admin.console.views.session_actions import panel_context
 from sessions_admin.core.lifecycle import where_it_continues
@@ -34,13 +34,6 @@ MODEL_CONFIG_SHOWN = transcripts.SHOWN_CHARS
 
 class BadCursor(ValueError):
     pass
-
-
-def _session_or_404(session_id: str) -> Session:
-    session = Session.objects.filter(id=session_id).first()
-    if session is None:
-        raise Http404("No such session")
-    return session
 
 
 def _message_id(text: str | None) -> int | None:
@@ -209,7 +202,7 @@ def session_detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     ``?part=meta`` and ``?part=lineage`` for htmx are those cards alone, reloaded after an
     action changed the counts they show.
     """
-    session = _session_or_404(session_id)
+    session = session_or_404(session_id)
     as_fragment = bool(request.htmx) and not request.htmx.history_restore_request
     part = request.GET.get("part")
     if as_fragment and part == "meta":
@@ -224,7 +217,7 @@ def session_detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @require_perm(VIEW)
 def session_transcript(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """One more chunk (``?after=`` or ``?before=``) for htmx; the whole page without JavaScript."""
-    session = _session_or_404(session_id)
+    session = session_or_404(session_id)
     if "after" not in request.GET and "before" not in request.GET:
         return HttpResponseBadRequest("Give after=<segment>:<message id> or before=...")
     return _render(request, session, partial="transcript-chunk")
@@ -241,7 +234,7 @@ def session_raw(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     field = request.GET.get("field", "content")
     if field not in RAW_FIELDS:
         return HttpResponseBadRequest(f"field must be one of {', '.join(sorted(RAW_FIELDS))}")
-    session = _session_or_404(session_id)
+    session = session_or_404(session_id)
     if field == "title":
         value, name = session.title, "title"
     else:

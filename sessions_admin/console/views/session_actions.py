@@ -19,14 +19,19 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from sessions_admin import core
-from sessions_admin.console.http import HtmxHttpRequest, require_perm, wants_fragment
+from sessions_admin.console.http import (
+    HtmxHttpRequest,
+    require_perm,
+    session_or_404,
+    wants_fragment,
+)
 from sessions_admin.console.roles import DELETE, OPERATE, VIEW
 from sessions_admin.console.templatetags.console import end_reason_words
 from sessions_admin.core import lineage, stray
@@ -65,16 +70,6 @@ class Notice:
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def _session_or_404(session_id: str) -> Session:
-    # A NUL cannot be in a stored id, and PostgreSQL refuses to compare with one.
-    if "\x00" in session_id:
-        raise Http404("No such session")
-    session = Session.objects.filter(id=session_id).first()
-    if session is None:
-        raise Http404("No such session")
-    return session
 
 
 def _detail_url(session_id: str, **query: str) -> str:
@@ -153,7 +148,7 @@ def _rewrite_notice(session: Session, result: core.RewriteResult) -> Notice:
 
 
 def _rewrite(request: HtmxHttpRequest, session_id: str, action: str) -> HttpResponse:
-    session = _session_or_404(session_id)
+    session = session_or_404(session_id)
     result = None
     try:
         result = actions.rewrite(
@@ -225,7 +220,7 @@ def session_retry(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @require_perm(OPERATE)
 def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """End the live session of this session's key (``session_reset``) and start a fresh one."""
-    session = _session_or_404(session_id)
+    session = session_or_404(session_id)
     back = _detail_url(session.id)
     key = session.session_key
     if not key:
@@ -342,7 +337,7 @@ def _preflight(
 
 
 def _resume_preflight(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = _session_or_404(session_id)
+    session = session_or_404(session_id)
     ref = request.GET.get("ref", "").strip()
     if not ref:
         return _preflight(request, session)
@@ -378,7 +373,7 @@ def _resume_preflight(request: HtmxHttpRequest, session_id: str) -> HttpResponse
 
 
 def _resume_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = _session_or_404(session_id)
+    session = session_or_404(session_id)
     try:
         plan = _resume_plan(session)
     except core.StoreError as problem:

@@ -19,7 +19,13 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from sessions_admin import core
-from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm, session_url
+from sessions_admin.console.http import (
+    HtmxHttpRequest,
+    fragment,
+    require_perm,
+    session_or_404,
+    session_url,
+)
 from sessions_admin.console.roles import OPERATE, VIEW
 from sessions_admin.core import db, stray
 from sessions_admin.ledger import actions
@@ -28,13 +34,6 @@ from sessions_admin.store.models import Session
 
 TEMPLATE = "console/stray_move.html"
 CONTENT_CHARS = 2000
-
-
-def _session_or_404(session_id: str) -> Session:
-    session = Session.objects.filter(id=session_id).first()
-    if session is None:
-        raise Http404("No such session")
-    return session
 
 
 def _preview_url(session_id: str) -> str:
@@ -101,14 +100,14 @@ def _page(request: HtmxHttpRequest, session: Session, *, error: str = "") -> Htt
 @require_perm(VIEW)
 def stray_move_preview(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """What a move would do: the stray messages, where they would go, the plan's fingerprint."""
-    return _page(request, _session_or_404(session_id))
+    return _page(request, session_or_404(session_id))
 
 
 @require_POST
 @require_perm(OPERATE)
 def stray_move_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Execute exactly the previewed plan (its fingerprint), or show the new preview."""
-    session = _session_or_404(session_id)
+    session = session_or_404(session_id)
     try:
         result = actions.move_stray_messages(
             actor=request.user,
