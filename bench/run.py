@@ -127,7 +127,7 @@ def build_cases(word_common: str, word_rare: str) -> list[Case]:
 
     def fts_floor(word: str) -> list:
         if postgres:
-            from sessions_admin.store.schema import FTS_DOCUMENT_SQL
+            from sessions_admin.core.schema import FTS_DOCUMENT_SQL
 
             doc = FTS_DOCUMENT_SQL.format(t="m.")
             return [
@@ -295,8 +295,8 @@ def measure(args) -> dict:
     from django.db import connections
     from django.test import Client
 
-    from sessions_admin.console.roles import assign_role
     from sessions_admin.core import db
+    from sessions_admin.signin.roles import assign_role
 
     assert not settings.DEBUG, "benchmarks run with DEBUG off"
     user, _ = User.objects.get_or_create(username="bench")

@@ -1,7 +1,7 @@
 """Send the runtime's store models to the store database, everything else to default.
 
 The store belongs to the runtime: Django never migrates it. Its schema is
-created (additively, idempotently) by ``sessions_admin.store.schema``.
+created (additively, idempotently) by ``sessions_admin.core.schema``.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def short_waits(monkeypatch):
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
-    from sessions_admin.store.schema import ensure_store_schema
+    from sessions_admin.core.schema import ensure_store_schema
 
     with django_db_blocker.unblock():
         ensure_store_schema()
@@ -104,7 +104,7 @@ def admin_client():
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from sessions_admin.console.roles import assign_role
+    from sessions_admin.signin.roles import assign_role
 
     client = Client()
     user = User.objects.create_user("walking-admin")

@@ -13,9 +13,9 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from sessions_admin.console.roles import role_of
 from sessions_admin.core import db
 from sessions_admin.routers import responses_alias
+from sessions_admin.signin.roles import role_of
 
 # ---------------------------------------------------------------------------
 # helpers

@@ -10,6 +10,6 @@ class ConsoleConfig(AppConfig):
     verbose_name = "Operator console"
 
     def ready(self) -> None:
-        from sessions_admin.console.roles import ensure_roles_after_migrate
+        from sessions_admin.signin.roles import ensure_roles_after_migrate
 
         post_migrate.connect(ensure_roles_after_migrate, sender=self)

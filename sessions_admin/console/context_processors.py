@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from sessions_admin.console.roles import role_of
+from sessions_admin.signin.roles import role_of
 
 
 def operator(request) -> dict:

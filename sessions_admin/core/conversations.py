@@ -33,8 +33,8 @@ from sessions_admin.core.lifecycle import (
     require_writable,
     where_it_continues,
 )
+from sessions_admin.core.rows import parse_model_config
 from sessions_admin.routers import responses_alias
-from sessions_admin.store.models import parse_model_config
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ def is_busy_error(error: BaseException) -> bool:
     return getattr(cause, "sqlstate", None) in {"40001", "40P01", "55P03"}
 
 
-_is_retryable = is_busy_error  # the name sessions_admin/simulator.py uses
+_is_retryable = is_busy_error  # the name sessions_admin/demo/simulator.py uses
 
 
 def read_only() -> bool:

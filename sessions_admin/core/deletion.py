@@ -665,7 +665,7 @@ def execute_cascade_delete(
 def _insert_rows(table: str, rows: list[dict], *, alias: str | None = None) -> None:
     if not rows:
         return
-    from sessions_admin.store.schema import existing_columns
+    from sessions_admin.core.schema import existing_columns
 
     columns = [c for c in rows[0] if c in existing_columns(alias or "store", table)]
     sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({db.placeholders(columns)})"

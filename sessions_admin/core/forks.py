@@ -7,7 +7,7 @@ was evicted). Two kinds of evidence find them:
 - **conversation**: one slug recorded on several sessions that share no lineage:
   the ``conversations`` row, responses whose data names the slug, the chain
   of ``previous_response_id`` links from the slug's latest response, and the
-  slug history the console records from attach on (``store/slug_history.py``:
+  slug history the console records from attach on (``core/slug_history.py``:
   hermes-agent 0.19 itself deletes the slug's row on eviction and writes no
   slug into its responses, so on its stores that history is the evidence);
 - **session_key**: consecutive sessions of one key where the earlier one ended
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sessions_admin.core import db, lineage
+from sessions_admin.core.slug_history import SlugObservation, slug_histories
 from sessions_admin.routers import responses_alias
-from sessions_admin.store.slug_history import SlugObservation, slug_histories
 
 ACCIDENTAL_END_REASONS = ("agent_close", "ws_orphan_reap", "lru_evict")
 

@@ -24,8 +24,8 @@ from sessions_admin.core.errors import (
     SessionNotFound,
     TitleTaken,
 )
+from sessions_admin.core.rows import parse_model_config
 from sessions_admin.core.text import storability_problem
-from sessions_admin.store.models import parse_model_config
 
 MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool"})
 LINEAGE_MARKERS = (

@@ -73,7 +73,7 @@ def existing_session_ids(ids: Iterable[str]) -> set[str]:
 
 def edge_kind(child: dict, parent_end_reason: str | None) -> str:
     """The kind of the link from a child row to the session it continues."""
-    from sessions_admin.store.models import parse_model_config
+    from sessions_admin.core.rows import parse_model_config
 
     config = parse_model_config(child.get("model_config"))
     if config.get("_delegate_from"):
@@ -339,7 +339,7 @@ def current_session(*, session_id: str) -> str:
 
     Follows compression forward, and a merged session to the session that absorbed it.
     """
-    from sessions_admin.store.models import parse_model_config
+    from sessions_admin.core.rows import parse_model_config
 
     current = compression_tip(session_id=session_id)
     for _ in range(MAX_DEPTH):

@@ -30,9 +30,9 @@ from sessions_admin.core import clock, db, events, faults, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
 from sessions_admin.core.lifecycle import keep_one_live, lock_keys_of
+from sessions_admin.core.rows import parse_model_config
 from sessions_admin.core.transcript import recompute_counters
 from sessions_admin.routers import responses_alias
-from sessions_admin.store.models import parse_model_config
 
 SUMMED_COLUMNS = (
     "input_tokens",

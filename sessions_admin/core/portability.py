@@ -891,7 +891,7 @@ def _grafts(written: list[ImportSession]) -> tuple[Graft, ...]:
 
 
 def _columns(table: str) -> set[str]:
-    from sessions_admin.store.schema import existing_columns
+    from sessions_admin.core.schema import existing_columns
 
     return existing_columns("store", table)
 

@@ -69,10 +69,16 @@ class StrayReturnResult:
     returned_ids: tuple[int, ...]
 
 
+# Seconds a message may be stamped after its session's end before it counts as
+# written after it. Within the core a message's stamp is taken under the session's
+# lock, so it always precedes an end committed after it; but a runtime may stamp
+# messages with its own clock (``timestamp=``), and two hosts' clocks drift by a
+# little. A stale writer is typically minutes or hours late.
+END_TOLERANCE_SECONDS = 5.0
+
+
 def _bound(row: dict) -> float | None:
     """The latest time ``row`` could have received a message (``health._written_after_end``)."""
-    from sessions_admin.store.health import END_TOLERANCE_SECONDS
-
     if row["ended_at"] is None:
         return None
     absorbed = db.fetchone(

@@ -8,20 +8,38 @@ the bulk-delete worker thread, a runtime calling the core) there is no client:
 the entry's address is empty and its user agent blank.
 
 The address is the one django-axes counts sign-in failures by
-(``sessions_admin.signin.lockout.client_address``: the peer, or behind the TLS
+(``client_address`` below, django-axes's ``AXES_CLIENT_IP_CALLABLE``: the peer, or behind the TLS
 proxy the address the proxy appended), so a lockout and the audit agree.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.http import HttpRequest
 
 USER_AGENT_MAX = 512
+
+
+def _ip(value: str | None) -> str | None:
+    try:
+        return str(ipaddress.ip_address((value or "").strip()))
+    except ValueError:
+        return None
+
+
+def client_address(request: HttpRequest) -> str | None:
+    if getattr(settings, "SESSIONS_ADMIN_BEHIND_PROXY", False):
+        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+        appended_by_proxy = _ip(forwarded.rsplit(",", 1)[-1]) if forwarded else None
+        if appended_by_proxy:
+            return appended_by_proxy
+    return _ip(request.META.get("REMOTE_ADDR"))
 
 
 @dataclass(frozen=True)
@@ -36,8 +54,6 @@ _current: ContextVar[Client] = ContextVar("sessions_admin_audit_client", default
 
 def client_of(request: HttpRequest) -> Client:
     """The request's client as the audit log records it (storable, bounded)."""
-    from sessions_admin.signin.lockout import client_address
-
     agent = request.META.get("HTTP_USER_AGENT", "") or ""
     # Headers arrive as latin-1 decoded bytes: keep them printable and bounded.
     agent = "".join(c if c.isprintable() else "\ufffd" for c in agent)[:USER_AGENT_MAX]

@@ -5,7 +5,7 @@ its progress is looked at (so a job interrupted by a restart resumes as soon
 as anyone checks on it); it exits when no job is left. ``manage.py run_jobs``
 runs the same loop in a process of its own.
 
-Slug history (``store/slug_history.py``): one daemon thread per dashboard
+Slug history (``core/slug_history.py``): one daemon thread per dashboard
 worker, started with the worker (gunicorn's ``post_worker_init``), polls the
 runtime's ``conversations`` every ``SESSIONS_ADMIN_SLUG_HISTORY_SECONDS``
 (default 2; 0 turns it off) for as long as the process lives.
@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import connections
 
 from sessions_admin.core import jobs
-from sessions_admin.store.slug_history import SlugHistoryPoller
+from sessions_admin.core.slug_history import SlugHistoryPoller
 
 logger = logging.getLogger(__name__)
 # Longer than a job lease, so a job whose worker died is picked up before this one exits.

@@ -1,20 +1,24 @@
-"""Failed sign-ins and current lockouts, for admins (read-only: lockouts end by themselves;
-``manage.py axes_reset_username NAME`` / ``axes_reset_ip ADDRESS`` lift one early)."""
+"""The lockout page, and failed sign-ins and current lockouts for admins (read-only: lockouts
+end by themselves; ``manage.py axes_reset_username NAME`` / ``axes_reset_ip ADDRESS`` lift one
+early)."""
 
 from __future__ import annotations
 
 from axes.models import AccessAttempt, AccessFailureLog
 from django.conf import settings
+from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Max, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET
 
-from sessions_admin.console.roles import role_of
-from sessions_admin.signin.lockout import cooloff_minutes
+from sessions_admin.signin.audit import record_locked_out_sign_in
+from sessions_admin.signin.lockout import attempted_username, cooloff_minutes
+from sessions_admin.signin.roles import role_of
 
 PAGE_SIZE = 50
 LOCKOUTS_SHOWN = 50
@@ -56,3 +60,23 @@ def signin_failures(request: HttpRequest) -> HttpResponse:
         "cooloff_minutes": cooloff_minutes(),
     }
     return render(request, "console/signin_failures.html", context)
+
+
+def lockout_response(request: HttpRequest, original_response=None, credentials=None):
+    record_locked_out_sign_in(request, attempted_username(request, credentials))
+    next_url = request.POST.get("next") or request.GET.get("next") or ""
+    if not url_has_allowed_host_and_scheme(
+        next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        next_url = ""
+    context = {
+        "form": AuthenticationForm(request),
+        "next": next_url,
+        "locked_out": True,
+        "cooloff_minutes": cooloff_minutes(),
+    }
+    response: HttpResponse = render(
+        request, "console/login.html", context, status=settings.AXES_HTTP_RESPONSE_CODE
+    )
+    response["Retry-After"] = str(cooloff_minutes() * 60)
+    return response

@@ -39,8 +39,8 @@ from django.core.checks import Error, Warning
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, connections
 
+from sessions_admin.core.schema import MESSAGE_FIELDS
 from sessions_admin.routers import responses_alias, store_alias
-from sessions_admin.store.schema import MESSAGE_FIELDS
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 # The newest Hermes Agent state.db layout this version was checked against.
@@ -383,7 +383,7 @@ def _inspect_open_sqlite(
 def _runtime_table_findings(
     conn: sqlite3.Connection, tables: frozenset[str], *, role: str, path: str
 ) -> list[Finding]:
-    from sessions_admin.store.schema import REQUIRED_MESSAGE_COLUMNS, REQUIRED_SESSION_COLUMNS
+    from sessions_admin.core.schema import REQUIRED_MESSAGE_COLUMNS, REQUIRED_SESSION_COLUMNS
 
     runtime = tables & {"sessions", "messages"}
     if not runtime:
@@ -580,7 +580,7 @@ def inspect_alias(alias: str, *, role: str) -> StoreInspection:
 
 def _inspect_via_django(alias: str, *, role: str) -> StoreInspection:
     """A PostgreSQL store: connect and look at its tables (no writes)."""
-    from sessions_admin.store.schema import REQUIRED_MESSAGE_COLUMNS, REQUIRED_SESSION_COLUMNS
+    from sessions_admin.core.schema import REQUIRED_MESSAGE_COLUMNS, REQUIRED_SESSION_COLUMNS
 
     connection = connections[alias]
     location = f"{connection.vendor} database {connection.settings_dict.get('NAME')}"

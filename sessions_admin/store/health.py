@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sessions_admin.core import db, forks, lineage
+from sessions_admin.core.stray import END_TOLERANCE_SECONDS
 from sessions_admin.routers import responses_alias
 
 
@@ -137,14 +138,6 @@ def count(kind: str) -> int:
 
 def fork_group_count() -> int:
     return len(forks.find_fork_groups())
-
-
-# Seconds a message may be stamped after its session's end before it counts as
-# written after it. Within the core a message's stamp is taken under the session's
-# lock, so it always precedes an end committed after it; but a runtime may stamp
-# messages with its own clock (``timestamp=``), and two hosts' clocks drift by a
-# little. A stale writer is typically minutes or hours late.
-END_TOLERANCE_SECONDS = 5.0
 
 
 def _written_after_end(alias: str) -> str:

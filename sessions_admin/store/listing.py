@@ -1354,7 +1354,7 @@ def _pg_search(
     With filters, each window returns its matches with whether they pass them,
     so the walk stops after SEARCH_CANDIDATES matches whatever the filters keep.
     """
-    from sessions_admin.store.schema import FTS_DOCUMENT_SQL
+    from sessions_admin.core.schema import FTS_DOCUMENT_SQL
 
     document = FTS_DOCUMENT_SQL.format(t="m.")
     tsquery = " && ".join("phraseto_tsquery('simple', %s)" for _ in terms)

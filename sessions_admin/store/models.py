@@ -1,16 +1,15 @@
 """Read models over the runtime's tables.
 
 ``managed = False``: Django never creates, migrates or flushes these tables;
-the runtime owns them and ``sessions_admin.store.schema`` creates them
+the runtime owns them and ``sessions_admin.core.schema`` creates them
 additively. Writes go through ``sessions_admin.core`` only.
 """
 
 from __future__ import annotations
 
-import json
-
 from django.db import models
 
+from sessions_admin.core.rows import parse_model_config
 from sessions_admin.routers import responses_alias
 
 
@@ -62,17 +61,6 @@ class Session(models.Model):
     @property
     def config(self) -> dict:
         return parse_model_config(self.model_config)
-
-
-def parse_model_config(text: str | None) -> dict:
-    """model_config as a dict; a runtime may have written anything there."""
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 class Message(models.Model):

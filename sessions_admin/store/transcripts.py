@@ -29,8 +29,9 @@ from typing import Any
 
 from sessions_admin.core import db
 from sessions_admin.core.lineage import LineageNode
-from sessions_admin.store.models import Message, Session, parse_model_config
-from sessions_admin.store.schema import MESSAGE_FIELDS
+from sessions_admin.core.rows import parse_model_config
+from sessions_admin.core.schema import MESSAGE_FIELDS
+from sessions_admin.store.models import Message, Session
 
 # Extra rows read past a chunk's end so a tool call and its results stay together.
 LOOKAHEAD = 25

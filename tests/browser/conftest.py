@@ -8,7 +8,7 @@ import shutil
 import pytest
 from django.contrib.auth.models import User
 
-from sessions_admin.console.roles import assign_role
+from sessions_admin.signin.roles import assign_role
 
 # Playwright's sync API keeps an event loop running in this thread; Django would
 # otherwise refuse the test's own ORM calls as "async-unsafe".

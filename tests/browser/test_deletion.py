@@ -11,10 +11,10 @@ from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
 from sessions_admin import core
-from sessions_admin.console.roles import assign_role
 from sessions_admin.core import db
 from sessions_admin.ledger import worker
 from sessions_admin.ledger.models import DeleteJob, TrashEntry
+from sessions_admin.signin.roles import assign_role
 from tests.browser.conftest import PASSWORD
 from tests.console.test_deletion_views import snapshot
 

@@ -17,8 +17,8 @@ from django.core.cache import cache
 from django.test import Client
 
 from sessions_admin import core
-from sessions_admin.console.roles import assign_role
 from sessions_admin.ledger import actions, worker
+from sessions_admin.signin.roles import assign_role
 from tests.browser.conftest import PASSWORD
 
 # Breaks out of text, of double- and single-quoted attributes, of <textarea>/<title>, tries

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from sessions_admin.console.roles import assign_role
+from sessions_admin.signin.roles import assign_role
 
 PASSWORD = "correct horse battery staple"
 

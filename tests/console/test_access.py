@@ -15,7 +15,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from sessions_admin.console.roles import ROLES, assign_role
+from sessions_admin.signin.roles import ROLES, assign_role
 from tests.console import urlmap
 
 ANYONE = "anyone"

@@ -236,7 +236,7 @@ def attach(hermes_home, settings, monkeypatch):
             )
         )
         if init and not read_only:
-            from sessions_admin.store.schema import ensure_store_schema
+            from sessions_admin.core.schema import ensure_store_schema
 
             ensure_store_schema()
         return Attached(hermes_home, read_only)
@@ -264,7 +264,7 @@ def admin(client, db):
     """A signed-in admin operator (every action) and the client signed in as them."""
     from django.contrib.auth.models import User
 
-    from sessions_admin.console.roles import assign_role
+    from sessions_admin.signin.roles import assign_role
 
     user = User.objects.create_user("hermes-admin", password="correct horse battery staple")
     assign_role(user, "admin")

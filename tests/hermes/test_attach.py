@@ -12,8 +12,8 @@ import pytest
 from django.urls import reverse
 
 from sessions_admin import core
+from sessions_admin.core.schema import ensure_store_schema
 from sessions_admin.store import attach as attach_module
-from sessions_admin.store.schema import ensure_store_schema
 from tests.hermes import scenario
 from tests.hermes.checks import assert_healthy, transcripts
 from tests.hermes.conftest import BASE_DIR, file_digest, raw_rows
@@ -177,7 +177,7 @@ def test_a_full_text_table_needing_a_missing_tokenizer_is_an_error(tmp_path):
 
 
 def _complete_store_sql(extra: str = "") -> str:
-    from sessions_admin.store.schema import MESSAGE_COLUMNS, SESSION_COLUMNS
+    from sessions_admin.core.schema import MESSAGE_COLUMNS, SESSION_COLUMNS
 
     sessions = ", ".join(f"{name} {lite}" for name, lite, _pg in SESSION_COLUMNS)
     messages = ", ".join(f"{name} {lite}" for name, lite, _pg in MESSAGE_COLUMNS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from sessions_admin.store import consistency
+from sessions_admin.demo import consistency
 from tests.hermes import scenario
 from tests.hermes.conftest import raw_rows
 

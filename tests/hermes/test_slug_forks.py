@@ -21,8 +21,8 @@ import pytest
 from django.urls import reverse
 
 from sessions_admin import core
+from sessions_admin.core.slug_history import SlugHistoryPoller, slug_histories
 from sessions_admin.ledger import actions, worker
-from sessions_admin.store.slug_history import SlugHistoryPoller, slug_histories
 from tests.hermes.conftest import call, raw_rows
 from tests.hermes.live import LiveHermes
 

@@ -14,9 +14,9 @@ import pytest
 from django.urls import reverse
 
 from sessions_admin import core
+from sessions_admin.demo import consistency
 from sessions_admin.ledger.models import TrashEntry
 from sessions_admin.store import attach as attach_module
-from sessions_admin.store import consistency
 from tests.hermes import v30
 from tests.hermes.conftest import raw_rows
 

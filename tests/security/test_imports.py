@@ -17,9 +17,9 @@ from django.core.management import CommandError, call_command
 from django.urls import NoReverseMatch, reverse
 
 from sessions_admin import core
-from sessions_admin.console.roles import assign_role
 from sessions_admin.core import db, ids, portability
 from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.signin.roles import assign_role
 from tests.console.test_fuzz import ODD_SESSION_IDS
 from tests.helpers import messages, session
 

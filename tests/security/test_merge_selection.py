@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from sessions_admin import core
-from sessions_admin.console.roles import assign_role
+from sessions_admin.signin.roles import assign_role
 
 
 def _support() -> Client:

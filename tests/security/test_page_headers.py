@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from sessions_admin.console.roles import assign_role
+from sessions_admin.signin.roles import assign_role
 from tests.console import urlmap
 from tests.console.test_access import ACCESS
 

@@ -16,8 +16,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from sessions_admin import core
-from sessions_admin.console.roles import assign_role
 from sessions_admin.core import db
+from sessions_admin.signin.roles import assign_role
 from sessions_admin.store import transcripts
 
 MB = 1_000_000

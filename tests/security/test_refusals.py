@@ -13,8 +13,8 @@ from django.test import Client
 from django.urls import reverse
 
 from sessions_admin import core
-from sessions_admin.console.roles import assign_role
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
+from sessions_admin.signin.roles import assign_role
 from tests.console import urlmap
 
 ADDRESS = "203.0.113.7"

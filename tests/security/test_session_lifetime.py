@@ -15,8 +15,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from sessions_admin.console.roles import assign_role
 from sessions_admin.signin.middleware import LAST_SEEN_AT, SIGNED_IN_AT
+from sessions_admin.signin.roles import assign_role
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery staple"

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from sessions_admin.console.roles import assign_role
+from sessions_admin.signin.roles import assign_role
 from tests.security.hashers import CountingHasher
 
 PASSWORD = "correct horse battery staple"
@@ -198,7 +198,7 @@ def test_admins_read_failed_sign_ins_and_current_lockouts(alice, limit):
 
 def test_hammering_a_locked_out_name_is_on_record_once_not_once_per_request(alice, limit):
     from sessions_admin.ledger.models import AuditEntry
-    from sessions_admin.ledger.signin_audit import LOCKED_OUT
+    from sessions_admin.signin.audit import LOCKED_OUT
 
     def lockout_entries(address: str) -> int:
         return AuditEntry.objects.filter(

@@ -23,7 +23,7 @@ def run(command: dict) -> dict:
     from sessions_admin import core
 
     if command["op"] == "ensure_store_schema":  # a separate response_store.db, created empty
-        from sessions_admin.store.schema import ensure_store_schema
+        from sessions_admin.core.schema import ensure_store_schema
 
         ensure_store_schema()
         return {"ok": None}

@@ -18,9 +18,9 @@ from django.core.management import call_command
 
 from sessions_admin import core
 from sessions_admin.core import clock, db
+from sessions_admin.demo.consistency import check_store
 from sessions_admin.routers import responses_alias
 from sessions_admin.store import health, overview
-from sessions_admin.store.consistency import check_store
 
 
 def _ids(kind: str) -> set[str]:

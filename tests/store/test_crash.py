@@ -25,9 +25,9 @@ from django.utils import timezone
 
 from sessions_admin import core
 from sessions_admin.core import db, deletion, jobs
+from sessions_admin.demo.consistency import check_store
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry, TrashSession
 from sessions_admin.routers import responses_alias
-from sessions_admin.store.consistency import check_store
 from tests.helpers import child_env
 from tests.store.test_deletion import _lineage
 from tests.store.test_merge import _forked_conversation

@@ -24,8 +24,8 @@ from django.db import connections
 
 from sessions_admin import core
 from sessions_admin.core import bulk, events
+from sessions_admin.core.schema import ensure_store_schema, existing_columns
 from sessions_admin.store.attach import inspect_alias
-from sessions_admin.store.schema import ensure_store_schema, existing_columns
 from tests.helpers import child_env
 from tests.store.test_schema import runtime_store, sqlite_only  # noqa: F401 - a fixture
 

@@ -12,9 +12,9 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from sessions_admin import core
-from sessions_admin.console.roles import assign_role
 from sessions_admin.core import db, portability
 from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.signin.roles import assign_role
 from tests.helpers import counter_mismatches, messages, session
 
 TOOL_CALLS = [

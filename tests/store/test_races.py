@@ -20,7 +20,7 @@ from django.conf import settings
 
 from sessions_admin import core
 from sessions_admin.core import db
-from sessions_admin.store.models import parse_model_config
+from sessions_admin.core.rows import parse_model_config
 from tests.helpers import child_env, session
 
 ROOT = Path(settings.BASE_DIR)

@@ -8,7 +8,7 @@ import pytest
 from django.db import connections
 
 from sessions_admin.core import db
-from sessions_admin.store.schema import ensure_store_schema, existing_columns, existing_tables
+from sessions_admin.core.schema import ensure_store_schema, existing_columns, existing_tables
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ from django.conf import settings
 
 from sessions_admin import core
 from sessions_admin.core import db
+from sessions_admin.demo.consistency import check_ledger, check_store, read_ledger
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import TrashEntry
-from sessions_admin.store.consistency import check_ledger, check_store, read_ledger
 from tests.helpers import child_env
 
 ROOT = Path(settings.BASE_DIR)

@@ -11,9 +11,9 @@ from django.core.management import CommandError, call_command
 
 from sessions_admin import core
 from sessions_admin.core import db
+from sessions_admin.demo.consistency import check_ledger, check_store, read_ledger
+from sessions_admin.demo.simulator import RuntimeSimulator, SimulatorOptions
 from sessions_admin.ledger.models import TrashEntry
-from sessions_admin.simulator import RuntimeSimulator, SimulatorOptions
-from sessions_admin.store.consistency import check_ledger, check_store, read_ledger
 from tests.helpers import count, one, rows
 from tests.store.test_health import _foreign_keys_off as foreign_keys_off
 

@@ -15,8 +15,8 @@ import pytest
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.core.conversations import conversation_history_of
+from sessions_admin.core.slug_history import TABLE, SlugHistoryPoller, slug_histories
 from sessions_admin.routers import responses_alias
-from sessions_admin.store.slug_history import TABLE, SlugHistoryPoller, slug_histories
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,8 @@ import pytest
 
 from sessions_admin import core
 from sessions_admin.core import db
+from sessions_admin.core.rows import parse_model_config
 from sessions_admin.routers import responses_alias
-from sessions_admin.store.models import parse_model_config
 from tests.helpers import conversation, messages, session
 
 

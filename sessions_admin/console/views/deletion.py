@@ -47,11 +47,11 @@ from django_htmx.http import (
 
 from sessions_admin import core
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
-from sessions_admin.console.roles import DELETE
 from sessions_admin.core.lineage import edge_kind
 from sessions_admin.core.text import operator_text, shown_back
 from sessions_admin.ledger import actions, worker
 from sessions_admin.ledger.models import DeleteJob, TrashEntry, TrashSession
+from sessions_admin.signin.roles import DELETE
 from sessions_admin.store import listing
 from sessions_admin.store.models import Session
 

@@ -16,9 +16,9 @@ from django.views.decorators.http import require_GET
 
 from sessions_admin import core
 from sessions_admin.console.http import HtmxHttpRequest, require_perm, session_or_404
-from sessions_admin.console.roles import VIEW
 from sessions_admin.console.views.session_actions import panel_context
 from sessions_admin.core.lifecycle import where_it_continues
+from sessions_admin.signin.roles import VIEW
 from sessions_admin.store import transcripts
 from sessions_admin.store.models import Session
 from sessions_admin.store.transcripts import Chunk, Position

@@ -17,8 +17,8 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm, session_url
-from sessions_admin.console.roles import VIEW
 from sessions_admin.core.forks import ForkGroup, find_fork_groups
+from sessions_admin.signin.roles import VIEW
 from sessions_admin.store import cached, overview
 
 logger = logging.getLogger(__name__)

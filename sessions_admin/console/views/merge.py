@@ -24,11 +24,11 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from sessions_admin import core
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm, session_url
-from sessions_admin.console.roles import OPERATE, VIEW
 from sessions_admin.core.merge import MAX_MERGE_SESSIONS
 from sessions_admin.core.text import shown_back
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditEntry, AuditSession
+from sessions_admin.signin.roles import OPERATE, VIEW
 from sessions_admin.store.models import Session
 
 FORKS_TEMPLATE = "console/forks.html"

@@ -17,9 +17,9 @@ from django.http import Http404, HttpResponse, HttpResponseBadRequest, Streaming
 from django.views.decorators.http import require_GET
 
 from sessions_admin.console.http import HtmxHttpRequest, require_perm
-from sessions_admin.console.roles import VIEW
 from sessions_admin.core import portability
 from sessions_admin.core.errors import InvalidInput, SessionNotFound
+from sessions_admin.signin.roles import VIEW
 
 FORMATS = {
     "jsonl": ("application/x-ndjson; charset=utf-8", "jsonl", portability.export_jsonl),

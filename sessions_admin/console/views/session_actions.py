@@ -32,7 +32,6 @@ from sessions_admin.console.http import (
     session_or_404,
     wants_fragment,
 )
-from sessions_admin.console.roles import DELETE, OPERATE, VIEW
 from sessions_admin.console.templatetags.console import end_reason_words
 from sessions_admin.core import lineage, stray
 from sessions_admin.core.lifecycle import where_it_continues
@@ -44,6 +43,7 @@ from sessions_admin.core.text import (
     shown_back,
 )
 from sessions_admin.ledger import actions
+from sessions_admin.signin.roles import DELETE, OPERATE, VIEW
 from sessions_admin.store.models import Session
 
 TEMPLATE = "console/session_actions.html"

@@ -24,8 +24,8 @@ from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_http_methods
 
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
-from sessions_admin.console.roles import VIEW
 from sessions_admin.console.templatetags.console import end_reason_words
+from sessions_admin.signin.roles import VIEW
 from sessions_admin.store import health, listing
 
 logger = logging.getLogger(__name__)

@@ -26,10 +26,10 @@ from sessions_admin.console.http import (
     session_or_404,
     session_url,
 )
-from sessions_admin.console.roles import OPERATE, VIEW
 from sessions_admin.core import db, stray
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.signin.roles import OPERATE, VIEW
 from sessions_admin.store.models import Session
 
 TEMPLATE = "console/stray_move.html"

@@ -1,7 +1,7 @@
 """``manage.py check_consistency [--ledger PATH ...]``: the store's invariants, checked (reads only).
 
 Prints each violation (counters, search index, links, conversations, the
-switch-event log; see ``sessions_admin.store.consistency``) and exits 1 if
+switch-event log; see ``sessions_admin.demo.consistency``) and exits 1 if
 there is any. With ``--ledger``, also checks simulator ledgers against the
 store and the trash.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions_admin.store.consistency import check_ledger, check_store
+from sessions_admin.demo.consistency import check_ledger, check_store
 
 
 class Command(BaseCommand):

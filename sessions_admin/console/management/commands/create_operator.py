@@ -19,7 +19,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError, transaction
 
-from sessions_admin.console.roles import ROLES, assign_role, role_of
+from sessions_admin.signin.roles import ROLES, assign_role, role_of
 
 # How long to wait for a piped password that has not arrived yet. Without a
 # bound, a stdin that is an open pipe nobody writes to would hang the command

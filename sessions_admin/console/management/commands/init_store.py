@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_admin.core.errors import ReadOnlyStore
-from sessions_admin.store.schema import ensure_store_schema
+from sessions_admin.core.schema import ensure_store_schema
 
 
 class Command(BaseCommand):

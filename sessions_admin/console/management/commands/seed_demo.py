@@ -48,8 +48,8 @@ from sessions_admin import core
 from sessions_admin.core import bulk as core_bulk
 from sessions_admin.core import clock as core_clock
 from sessions_admin.core import lifecycle as core_lifecycle
+from sessions_admin.core.schema import existing_tables
 from sessions_admin.routers import responses_alias, store_alias
-from sessions_admin.store.schema import existing_tables
 
 HOUR = 3_600.0
 DAY = 86_400.0

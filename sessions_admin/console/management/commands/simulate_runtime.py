@@ -1,6 +1,6 @@
 """``manage.py simulate_runtime --chats N --duration S``: drive the store as an agent gateway does.
 
-A thin edge over ``sessions_admin.simulator`` (which see). Runs until the
+A thin edge over ``sessions_admin.demo.simulator`` (which see). Runs until the
 duration is over (``--duration 0``: until interrupted; SIGTERM and Ctrl-C stop
 it cleanly), then prints a summary. Exits 1 if an unexpected (non-domain)
 error happened, so tests and scripts notice.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions_admin.simulator import RuntimeSimulator, SimulatorOptions
+from sessions_admin.demo.simulator import RuntimeSimulator, SimulatorOptions
 
 
 class Command(BaseCommand):

@@ -6,8 +6,8 @@ import threading
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_admin.core import db
+from sessions_admin.core.slug_history import capture_slug_history, history_table_exists
 from sessions_admin.ledger.worker import poll_slug_history, slug_history_interval
-from sessions_admin.store.slug_history import capture_slug_history, history_table_exists
 
 
 class Command(BaseCommand):

@@ -46,7 +46,7 @@ It also plays a hostile runtime (``stale_rate``, the share of chances taken):
 
 The optional ledger is append-only JSONL: one ``ack`` line per message the
 store acknowledged (session, message id, content hash) and one ``refused`` line
-per append that was refused (the error). ``sessions_admin.store.consistency.
+per append that was refused (the error). ``sessions_admin.demo.consistency.
 check_ledger`` checks every acknowledged message exists exactly once.
 """
 

@@ -1,6 +1,6 @@
 """Failed sign-ins in the audit log: who tried which name, from where, when.
 
-A ``user_login_failed`` receiver (connected in ``LedgerConfig.ready``). Django
+A ``user_login_failed`` receiver (connected in ``SigninConfig.ready``). Django
 sends the signal for a wrong password, an unknown name, and an attempt django-axes
 refused during a lockout (its backend's PermissionDenied ends ``authenticate``).
 The entry says the same for a real and an unknown name, as the sign-in page does.

@@ -25,7 +25,7 @@
 The last three are states only a runtime writing past the core can produce;
 the core refuses each.
 
-``check_ledger(paths)`` checks a simulator's ledger (``sessions_admin.simulator``)
+``check_ledger(paths)`` checks a simulator's ledger (``sessions_admin.demo.simulator``)
 against the store and the trash: every acknowledged message exists exactly
 once, in a session that still exists or in a trash entry not restored, with
 the content that was acknowledged.
@@ -42,9 +42,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sessions_admin.core import db, lineage
+from sessions_admin.core.schema import FTS_DOCUMENT_SQL, existing_tables
 from sessions_admin.routers import responses_alias
 from sessions_admin.store import health
-from sessions_admin.store.schema import FTS_DOCUMENT_SQL, existing_tables
 
 SHOWN = 10  # offending ids named per violation
 
@@ -317,7 +317,7 @@ def read_ledger(paths: Iterable[Path]) -> tuple[dict[int, dict], list[dict], lis
 
 
 def _row_hash(row: dict) -> str:
-    from sessions_admin.simulator import message_hash
+    from sessions_admin.demo.simulator import message_hash
 
     return message_hash(row["role"], row["content"], row["tool_call_id"], row["tool_calls"])
 

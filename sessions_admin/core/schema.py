@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from django.db import connections, transaction
 
+from sessions_admin.core.slug_history import ensure_slug_history_table
 from sessions_admin.routers import responses_alias, store_alias
-from sessions_admin.store.slug_history import ensure_slug_history_table
 
 HERMES_SCHEMA_VERSION = 22
 
