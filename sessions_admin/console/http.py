@@ -4,7 +4,7 @@ import logging
 from functools import wraps
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django_htmx.middleware import HtmxDetails
 
 logger = logging.getLogger(__name__)
@@ -89,12 +89,26 @@ def wants_fragment(request: HtmxHttpRequest) -> bool:
 
 
 def fragment(request: HtmxHttpRequest, template: str, name: str) -> str:
-    """The whole page for a normal request, just the named partial for htmx."""
+    """The whole page for a normal request (and an htmx history restore), just the named
+    partial for htmx."""
     return f"{template}#{name}" if wants_fragment(request) else template
 
 
+def redirect_to(request: HtmxHttpRequest, url: str) -> HttpResponse:
+    """A redirect htmx follows as a full navigation, so the next page shows the message."""
+    from django_htmx.http import HttpResponseClientRedirect
+
+    return HttpResponseClientRedirect(url) if request.htmx else HttpResponseRedirect(url)
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``"1 session"``, ``"1,234 sessions"`` (``many`` for irregular plurals)."""
+    return f"{count:,} {word if count == 1 else (many or word + 's')}"
+
+
 class VaryOnHtmxMiddleware:
-    """Every page answers htmx with a fragment and browsers with the whole page: say so to caches."""
+    """Every page answers htmx with a fragment and browsers with the whole page (and an htmx
+    history restore with the whole page again): say so to caches, here for every view."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -103,7 +117,7 @@ class VaryOnHtmxMiddleware:
         from django.utils.cache import patch_vary_headers
 
         response = self.get_response(request)
-        patch_vary_headers(response, ("HX-Request",))
+        patch_vary_headers(response, ("HX-Request", "HX-History-Restore-Request"))
         return response
 
 

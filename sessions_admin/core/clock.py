@@ -8,6 +8,7 @@ where nothing else is writing through the core at the same moment.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import time
 from collections.abc import Callable, Iterator
 
@@ -27,3 +28,17 @@ def use_clock(clock: Callable[[], float]) -> Iterator[None]:
         yield
     finally:
         _clock = previous
+
+
+def moment_of(timestamp: object) -> dt.datetime | None:
+    """A stored unix-seconds value as an aware UTC datetime; None when it is not one.
+
+    The store's REAL columns hold whatever a runtime wrote (NULL, text, out of range):
+    every reader turns them into a time here, and shows nothing for what is not one.
+    """
+    if timestamp is None or timestamp == "":
+        return None
+    try:
+        return dt.datetime.fromtimestamp(float(timestamp), tz=dt.UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None

@@ -56,7 +56,6 @@ Import
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 import json
 import math
@@ -65,7 +64,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from sessions_admin.core import db, ids, lineage
+from sessions_admin.core import clock, db, ids, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
 from sessions_admin.core.lifecycle import MESSAGE_ROLES, _timestamp, json_text
@@ -276,11 +275,8 @@ def export_jsonl(session_ids: Sequence[str]) -> Iterator[str]:
 
 
 def _when(timestamp: Any) -> str:
-    try:
-        moment = dt.datetime.fromtimestamp(float(timestamp), tz=dt.UTC)
-    except (TypeError, ValueError, OverflowError, OSError):
-        return "?"
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    moment = clock.moment_of(timestamp)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "?"
 
 
 def message_text(content: Any) -> str:

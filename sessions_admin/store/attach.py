@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.core.checks import Error, Warning
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, connections
 
+from sessions_admin.core.db import read_only
 from sessions_admin.core.schema import MESSAGE_FIELDS
 from sessions_admin.routers import responses_alias, store_alias
 
@@ -95,10 +95,6 @@ CHECK_IDS = {
     ("warning", "journal_mode"): "W008",
     ("warning", "own_columns_missing"): "W009",
 }
-
-
-def read_only() -> bool:
-    return bool(getattr(settings, "SESSIONS_ADMIN_READ_ONLY", False))
 
 
 @dataclass(frozen=True)

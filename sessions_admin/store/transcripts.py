@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sessions_admin.core import db
+from sessions_admin.core.clock import moment_of
 from sessions_admin.core.lineage import LineageNode
 from sessions_admin.core.rows import parse_model_config
 from sessions_admin.core.schema import MESSAGE_FIELDS
@@ -169,10 +170,7 @@ class Chunk:
 
 
 def _when(timestamp: float | None) -> dt.datetime | None:
-    try:
-        return dt.datetime.fromtimestamp(float(timestamp), tz=dt.UTC)
-    except (TypeError, ValueError, OverflowError, OSError):
-        return None
+    return moment_of(timestamp)
 
 
 # --- messages -------------------------------------------------------------------------------

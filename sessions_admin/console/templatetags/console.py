@@ -6,6 +6,8 @@ import datetime as dt
 
 from django import template
 
+from sessions_admin.core.clock import moment_of
+
 register = template.Library()
 
 END_REASON_WORDS = {
@@ -30,12 +32,7 @@ END_REASON_WORDS = {
 @register.filter
 def unixtime(value) -> dt.datetime | None:
     """A REAL unix-seconds column as an aware datetime (None stays None)."""
-    if value is None or value == "":
-        return None
-    try:
-        return dt.datetime.fromtimestamp(float(value), tz=dt.UTC)
-    except (TypeError, ValueError, OverflowError, OSError):
-        return None
+    return moment_of(value)
 
 
 @register.filter

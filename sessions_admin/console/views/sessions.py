@@ -8,7 +8,6 @@ token included, had landed in the URL, the access log, the history and the Refer
 
 from __future__ import annotations
 
-import datetime as dt
 import html
 import logging
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from django.views.decorators.http import require_http_methods
 
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
 from sessions_admin.console.templatetags.console import end_reason_words
+from sessions_admin.core.clock import moment_of
 from sessions_admin.signin.roles import VIEW
 from sessions_admin.store import health, listing
 
@@ -147,11 +147,8 @@ class _When:
 
 
 def _when(timestamp: float | None) -> _When | None:
-    if timestamp is None:
-        return None
-    try:
-        moment = dt.datetime.fromtimestamp(float(timestamp), tz=dt.UTC)
-    except (TypeError, ValueError, OverflowError, OSError):
+    moment = moment_of(timestamp)
+    if moment is None:
         return None
     return _When(moment.isoformat(), moment.strftime("%Y-%m-%d"), moment.strftime("%H:%M:%S"))
 

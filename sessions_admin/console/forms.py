@@ -1,0 +1,162 @@
+"""The fields every POST of the console is validated with, and the forms built from them.
+
+Operator text follows one rule (``core.text``): these fields apply it while the form is
+cleaned, so a NUL, a lone surrogate, an over-long or a blank required text is refused
+with the rule's own message before a view calls ``ledger.actions``, and nothing is
+written. ``ledger.actions`` applies the same rule again to every argument (the door a
+command or a runtime uses too); the form is where the message is shown next to the box.
+
+Views do: ``form = SomeForm(request.POST)``; ``if not form.is_valid(): ...
+form.problem()``; then call ``ledger.actions`` with ``form.cleaned_data``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.text import (
+    IDENTIFIER_MAX,
+    REASON_MAX,
+    operator_identifier,
+    operator_text,
+    shown_back,
+)
+
+TRUE_WORDS = frozenset({"1", "on", "true", "yes"})
+
+
+class OperatorTextField(forms.CharField):
+    """Free text an operator types (a reason, a summary), checked by ``core.text``'s rule.
+
+    ``word`` names the field in messages ("Give a reason: ..."). ``required`` refuses
+    blank text with the rule's message; Django's own required check is not used, so
+    every refusal reads the same whatever the view.
+    """
+
+    def __init__(
+        self, *, word: str = "reason", max_length: int = REASON_MAX, required: bool = False, **kw
+    ):
+        self.word = word
+        self.text_max = max_length
+        self.text_required = required
+        super().__init__(required=False, strip=False, **kw)
+
+    def clean(self, value: Any) -> str:
+        try:
+            return operator_text(
+                value, field=self.word, max_length=self.text_max, required=self.text_required
+            )
+        except InvalidInput as problem:
+            raise ValidationError(str(problem), code="operator_text") from problem
+
+
+class ReasonField(OperatorTextField):
+    def __init__(self, *, required: bool = True, **kw):
+        super().__init__(word="reason", required=required, **kw)
+
+
+class IdentifierField(forms.CharField):
+    """What names a thing (a session id, a fingerprint, a digest): taken exactly as given,
+    refused if neither database could store it."""
+
+    def __init__(
+        self, *, word: str = "session id", max_length: int = IDENTIFIER_MAX, required=True, **kw
+    ):
+        self.word = word
+        self.identifier_max = max_length
+        self.identifier_required = required
+        super().__init__(required=False, strip=False, **kw)
+
+    def clean(self, value: Any) -> str | None:
+        if isinstance(value, str):
+            value = value.strip()
+        try:
+            return operator_identifier(
+                value,
+                field=self.word,
+                max_length=self.identifier_max,
+                required=self.identifier_required,
+            )
+        except InvalidInput as problem:
+            raise ValidationError(str(problem), code="identifier") from problem
+
+
+class FlagField(forms.Field):
+    """A checkbox or hidden flag: "1", "on", "true" or "yes" (any case) is set, anything else not."""
+
+    def __init__(self, **kw):
+        super().__init__(required=False, **kw)
+
+    def clean(self, value: Any) -> bool:
+        return isinstance(value, str) and value.strip().lower() in TRUE_WORDS
+
+
+class TypedCountField(forms.Field):
+    """A number the operator typed to confirm ("1,234" and "1 234" read as 1234); None if
+    nothing or something else was typed (the view says what to type)."""
+
+    def __init__(self, **kw):
+        super().__init__(required=False, **kw)
+
+    def clean(self, value: Any) -> int | None:
+        if not isinstance(value, str):
+            return None
+        digits = "".join(value.split()).replace(",", "")
+        if not digits.isascii() or not digits.isdigit() or len(digits) > 12:
+            return None
+        return int(digits)
+
+
+class PicksField(forms.Field):
+    """Picked session ids (repeated ``ids`` values, and optionally ids typed in a box),
+    stripped, in order, without repeats; each must be storable."""
+
+    widget = forms.MultipleHiddenInput
+
+    def __init__(self, *, word: str = "session id", **kw):
+        self.word = word
+        super().__init__(required=False, **kw)
+
+    def clean(self, value: Any) -> list[str]:
+        values = value if isinstance(value, list | tuple) else ([value] if value else [])
+        picked: list[str] = []
+        for raw in values:
+            if not isinstance(raw, str) or not raw.strip():
+                continue
+            try:
+                picked.append(operator_identifier(raw.strip(), field=self.word))
+            except InvalidInput as problem:
+                raise ValidationError(str(problem), code="identifier") from problem
+        return list(dict.fromkeys(picked))
+
+
+class ConsoleForm(forms.Form):
+    """A form whose first problem is the one message a view shows."""
+
+    def problem(self) -> str | None:
+        if self.is_valid():
+            return None
+        for errors in self.errors.values():
+            for error in errors:
+                return str(error)
+        return "The form was not valid."
+
+    def shown_back(self, name: str) -> str:
+        """What the operator typed in ``name``, storable and bounded, to show again."""
+        return shown_back(self.data.get(name))
+
+
+class ReasonForm(ConsoleForm):
+    """An action whose only input is a required reason."""
+
+    reason = ReasonField()
+
+
+class OptionalReasonForm(ConsoleForm):
+    """An action whose only input is an optional reason (support actions: undo, resume...)."""
+
+    reason = ReasonField(required=False)
