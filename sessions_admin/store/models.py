@@ -103,18 +103,6 @@ class Conversation(models.Model):
         db_table = "conversations"
 
 
-class StoredResponse(models.Model):
-    store_alias = staticmethod(responses_alias)
-
-    response_id = models.TextField(primary_key=True)
-    data = models.TextField()
-    accessed_at = models.FloatField()
-
-    class Meta:
-        managed = False
-        db_table = "responses"
-
-
 class SwitchEvent(models.Model):
     """The persisted, ordered log of session switches (ours, additive to the store)."""
 

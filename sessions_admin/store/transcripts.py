@@ -680,11 +680,6 @@ def _merge_nodes(nodes: list[LineageNode]) -> list[LineageNode]:
     return extra
 
 
-def lineage_rows(nodes: list[LineageNode], *, current: str) -> list[LineageRow]:
-    """The sessions of the lineage in drawing order, each with its indentation level."""
-    return [event.row for event in lineage_drawing(nodes, current=current) if event.row]
-
-
 def lineage_drawing(nodes: list[LineageNode], *, current: str) -> list[LineageEvent]:
     """The lineage as nested lists to draw.
 
