@@ -20,7 +20,6 @@ from sessions_admin.core import db, forks
 from sessions_admin.routers import responses_alias
 from sessions_admin.store import health
 
-DAY_SECONDS = 86_400
 DEFAULT_DAYS = 30
 CONVERSATION_PAGE_SIZE = 50
 # Bound on the parameters of one IN list (SQLite's limit is far higher, but stay small).
