@@ -51,6 +51,9 @@ class DeletePlan:
     picked_ids: tuple[str, ...]
     session_ids: tuple[str, ...]  # children before parents
     relations: tuple[tuple[str, int], ...]  # (relation, sessions)
+    # (session, relation) in session_ids' order, as the cascade page groups them: "picked"
+    # for a first segment, else lineage.edge_kind of its link to its parent.
+    session_relations: tuple[tuple[str, str], ...]
     kept_children: tuple[tuple[str, str], ...]  # (child, relation): kept, parent link cleared
     live_session_ids: tuple[str, ...]
     message_count: int
@@ -256,6 +259,22 @@ def plan_cascade_delete(
                 list(chunk),
             )
         ]
+    # A session whose parent goes (or stays, as a kept child) is linked by the edge rule;
+    # any other is where the conversation starts.
+    linked = id_set | {child for child, _ in kept}
+    session_relation: dict[str, str] = {}
+    for chunk in _chunks(ids):
+        for row in db.fetchdicts(
+            "SELECT c.id, c.model_config, c.parent_session_id, p.end_reason AS parent_end_reason "
+            "FROM sessions c LEFT JOIN sessions p ON p.id = c.parent_session_id "
+            f"WHERE c.id IN ({db.placeholders(chunk)})",
+            list(chunk),
+        ):
+            session_relation[row["id"]] = (
+                lineage.edge_kind(row, row["parent_end_reason"])
+                if row["parent_session_id"] in linked
+                else "picked"
+            )
     relations: dict[str, int] = {}
     for relation in closure.values():
         relations[relation] = relations.get(relation, 0) + 1
@@ -270,6 +289,7 @@ def plan_cascade_delete(
         picked_ids=tuple(picks),
         session_ids=tuple(ordered),
         relations=tuple(sorted(relations.items())),
+        session_relations=tuple((sid, session_relation.get(sid, "picked")) for sid in ordered),
         kept_children=tuple(kept),
         live_session_ids=tuple(sorted(live)),
         message_count=messages,

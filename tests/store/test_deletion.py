@@ -57,6 +57,19 @@ def test_the_plan_groups_what_goes_by_relation_and_counts_by_sql():
     assert branch in with_branches.session_ids
 
 
+def test_the_plan_names_each_sessions_relation_as_the_cascade_page_shows_it():
+    root, delegate, grand, tip, branch, child, other = _lineage()
+    plan = core.plan_cascade_delete(session_ids=[tip], include_branches=True)
+    assert [sid for sid, _ in plan.session_relations] == list(plan.session_ids)
+    assert dict(plan.session_relations) == {
+        root: "picked",
+        delegate: "delegate",
+        grand: "delegate",
+        tip: "compression",
+        branch: "branch",
+    }
+
+
 def test_it_deletes_exactly_the_planned_set_and_leaves_nothing_behind():
     root, delegate, grand, tip, branch, child, other = _lineage()
     plan = core.plan_cascade_delete(session_ids=[root])
