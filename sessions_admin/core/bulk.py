@@ -18,7 +18,7 @@ from django.db import IntegrityError
 from sessions_admin.core import clock, db, events
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput
-from sessions_admin.core.lifecycle import _config_text, _message_values, tool_call_total
+from sessions_admin.core.rows import config_text, message_values, tool_call_total
 
 USAGE_COLUMNS = (
     "input_tokens",
@@ -59,7 +59,7 @@ def insert_sessions(*, sessions: Sequence[Mapping[str, Any]]) -> int:
     message_rows: list[list[Any]] = []
     for session in sessions:
         session_id = session["id"]
-        rows = [_message_values(session_id, m) for m in session.get("messages", ())]
+        rows = [message_values(session_id, m) for m in session.get("messages", ())]
         usage = session.get("usage", {})
         session_rows.append(
             [
@@ -71,7 +71,7 @@ def insert_sessions(*, sessions: Sequence[Mapping[str, Any]]) -> int:
                 session.get("chat_type"),
                 session.get("thread_id"),
                 session.get("model"),
-                _config_text(session.get("model_config")),
+                config_text(session.get("model_config")),
                 float(session["started_at"]),
                 session.get("title"),
                 session.get("ended_at"),

@@ -27,13 +27,20 @@ from sessions_admin.core.errors import ConversationNotFound, InvalidInput
 from sessions_admin.core.lifecycle import (
     continue_session,
     create_session,
-    json_text,
     new_session_id,
-    require_text,
     require_writable,
     where_it_continues,
 )
-from sessions_admin.core.rows import parse_model_config
+from sessions_admin.core.rows import (
+    conversation_row,
+    conversation_session,
+    json_text,
+    repoint_conversations,
+    require_text,
+    response_session,
+    responses_transaction,
+    slugs_of_sessions,
+)
 from sessions_admin.routers import responses_alias
 
 
@@ -47,38 +54,6 @@ class ConversationTarget:
 
 def _alias() -> str:
     return responses_alias()
-
-
-def _responses_transaction():
-    """A savepoint inside the store operation, or the responses database's own transaction."""
-    return transaction.atomic(using=_alias())
-
-
-def _response_session(response_id: str | None) -> str | None:
-    if not response_id:
-        return None
-    row = db.fetchone(
-        "SELECT data FROM responses WHERE response_id = %s", [response_id], alias=_alias()
-    )
-    if row is None:
-        return None
-    session_id = parse_model_config(row[0]).get("session_id")
-    return session_id if isinstance(session_id, str) and session_id else None
-
-
-def _conversation_row(name: str) -> tuple[str, str | None] | None:
-    row = db.fetchone(
-        "SELECT response_id, session_id FROM conversations WHERE name = %s", [name], alias=_alias()
-    )
-    return (row[0], row[1]) if row else None
-
-
-def conversation_session(name: str) -> str | None:
-    """The session recorded for a slug, from its row or, failing that, its latest response."""
-    row = _conversation_row(name)
-    if row is None:
-        return None
-    return row[1] or _response_session(row[0])
 
 
 def _check_slug(conversation: str) -> str:
@@ -149,7 +124,7 @@ def resolve_conversation(
     if not conversation and not previous_response_id:
         raise InvalidInput("Give a conversation slug or a previous response id.")
     if previous_response_id:
-        session_id = _response_session(previous_response_id)
+        session_id = response_session(previous_response_id)
         if session_id:
             return _live_target(session_id, conversation, "response")
         if not conversation:
@@ -157,15 +132,15 @@ def resolve_conversation(
                 f"Previous response {previous_response_id!r} is not stored (evicted or never "
                 "recorded) and no conversation slug was given to continue by."
             )
-    row = _conversation_row(conversation)
+    row = conversation_row(conversation)
     if row is not None:
-        session_id = row[1] or _response_session(row[0])
+        session_id = row[1] or response_session(row[0])
         if not session_id:
             raise ConversationNotFound(
                 f"Conversation {conversation!r} has no recorded session (its responses were "
                 "evicted before sessions were recorded on conversations); start a new slug."
             )
-        with _responses_transaction():
+        with responses_transaction():
             if row[1] is None:
                 db.execute(
                     "UPDATE conversations SET session_id = %s WHERE name = %s "
@@ -184,7 +159,7 @@ def resolve_conversation(
             f"{conversation!r} is unknown."
         )
     candidate = new_session_id()
-    with _responses_transaction():
+    with responses_transaction():
         # The slug is claimed before the session exists, so racing requests for
         # one new slug agree on one session id (ON CONFLICT waits for the winner).
         db.execute(
@@ -241,7 +216,7 @@ def record_turn(
     payload["session_id"] = session_id
     if conversation:
         payload.setdefault("conversation", conversation)
-    with _responses_transaction():
+    with responses_transaction():
         db.execute(
             "INSERT INTO responses (response_id, data, accessed_at) VALUES (%s, %s, %s) "
             "ON CONFLICT (response_id) DO UPDATE SET data = excluded.data, "
@@ -273,54 +248,6 @@ def evict_responses(*, keep_latest: int) -> int:
         )
 
 
-def slugs_of_sessions(session_ids: list[str]) -> list[tuple[str, str]]:
-    """(slug, session) for every conversation whose session is one of ``session_ids``, by name.
-
-    A row's session is its ``session_id`` column or, where that is NULL, the
-    session its latest response names: Hermes's ResponseStore rewrites the row
-    with ``INSERT OR REPLACE (name, response_id)`` on every turn, which leaves
-    the column NULL until something fills it again.
-    """
-    ids = [i for i in dict.fromkeys(session_ids) if i]
-    if not ids:
-        return []
-    data_session = db.json_field("r.data", "session_id", alias=_alias())
-    found: dict[str, str] = {}
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        marks = db.placeholders(chunk)
-        for name, column, latest in db.fetchall(
-            f"SELECT c.name, c.session_id, {data_session} FROM conversations c "
-            "LEFT JOIN responses r ON r.response_id = c.response_id "
-            f"WHERE c.session_id IN ({marks}) OR (c.session_id IS NULL AND {data_session} IN ({marks}))",
-            [*chunk, *chunk],
-            alias=_alias(),
-        ):
-            found[name] = column or latest
-    return sorted(found.items())
-
-
-def refill_conversation_sessions(*, session_ids: list[str]) -> int:
-    """Write the session back into the column of these sessions' slugs where it is NULL.
-
-    Runs inside the caller's store operation (after Hermes's next turn the column is NULL again;
-    readers fall back on the latest response, see ``slugs_of_sessions``).
-    """
-    missing = []
-    for name, sid in slugs_of_sessions(session_ids):
-        row = _conversation_row(name)
-        if row is not None and row[1] is None:
-            missing.append((name, sid))
-    with _responses_transaction():
-        for name, sid in missing:
-            db.execute(
-                "UPDATE conversations SET session_id = %s WHERE name = %s AND session_id IS NULL",
-                [sid, name],
-                alias=_alias(),
-            )
-    return len(missing)
-
-
 @store_operation
 def refill_all_conversation_sessions() -> int:
     """Repopulate ``conversations.session_id`` wherever the runtime left it NULL.
@@ -333,9 +260,9 @@ def refill_all_conversation_sessions() -> int:
         "SELECT name, response_id FROM conversations WHERE session_id IS NULL", alias=_alias()
     )
     filled = 0
-    with _responses_transaction():
+    with responses_transaction():
         for name, response_id in rows:
-            session_id = _response_session(response_id)
+            session_id = response_session(response_id)
             if session_id:
                 filled += db.execute(
                     "UPDATE conversations SET session_id = %s WHERE name = %s "
@@ -344,24 +271,6 @@ def refill_all_conversation_sessions() -> int:
                     alias=_alias(),
                 )
     return filled
-
-
-def repoint_conversations(*, from_session_ids: list[str], to_session_id: str) -> int:
-    """Point every slug recorded at one of ``from_session_ids`` at ``to_session_id``.
-
-    Runs inside the caller's store operation. Slugs whose column Hermes left
-    NULL are found through their latest response and get the column filled.
-    """
-    ids = [i for i in from_session_ids if i and i != to_session_id]
-    if not ids:
-        return 0
-    refill_conversation_sessions(session_ids=ids)
-    with _responses_transaction():
-        return db.execute(
-            f"UPDATE conversations SET session_id = %s WHERE session_id IN ({db.placeholders(ids)})",
-            [to_session_id, *ids],
-            alias=_alias(),
-        )
 
 
 def _response_session_sql(alias: str) -> str:
@@ -396,7 +305,7 @@ def repoint_responses(*, from_session_ids: list[str], to_session_id: str) -> lis
         )
     ]
     set_data = _response_session_sql(_alias())
-    with _responses_transaction():
+    with responses_transaction():
         for response_id, _old, _data in moved:
             db.execute(
                 f"UPDATE responses SET data = {set_data} WHERE response_id = %s",
@@ -415,7 +324,7 @@ def restore_responses(*, moved: list[list[str]], from_session_id: str) -> int:
     field = db.json_field("data", "session_id", alias=_alias())
     set_data = _response_session_sql(_alias())
     restored = 0
-    with _responses_transaction():
+    with responses_transaction():
         for entry in moved:
             response_id, old_session = entry[0], entry[1]
             if len(entry) > 2 and entry[2] is not None:
@@ -503,7 +412,7 @@ def rewrite_response_histories(
     the caller's store operation.
     """
     rewritten = []
-    with _responses_transaction():
+    with responses_transaction():
         for response_id in dict.fromkeys(response_ids):
             row = db.fetchone(
                 "SELECT data FROM responses WHERE response_id = %s" + db.for_update(),
@@ -526,21 +435,3 @@ def rewrite_response_histories(
             )
             rewritten.append([response_id, naming_session, row[0]])
     return rewritten
-
-
-def conversations_of_session(session_id: str) -> list[tuple[str, str | None]]:
-    """Slugs that are or were recorded at ``session_id``, with their current session."""
-    names = {
-        r[0]
-        for r in db.fetchall(
-            "SELECT name FROM conversations WHERE session_id = %s", [session_id], alias=_alias()
-        )
-    }
-    field = db.json_field("data", "session_id", alias=_alias())
-    slug = db.json_field("data", "conversation", alias=_alias())
-    for (name,) in db.fetchall(
-        f"SELECT DISTINCT {slug} FROM responses WHERE {field} = %s", [session_id], alias=_alias()
-    ):
-        if name:
-            names.add(name)
-    return [(name, conversation_session(name)) for name in sorted(names)]

@@ -27,6 +27,8 @@ from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
 from sessions_admin.core.lifecycle import keep_one_live
 from sessions_admin.core.merge import PlanChanged
+from sessions_admin.core.rows import slugs_of_sessions
+from sessions_admin.core.schema import existing_columns
 from sessions_admin.routers import responses_alias
 
 # A plan this large asks the operator to type the number of sessions to confirm.
@@ -177,8 +179,6 @@ def _conversation_names(
     Hermes leaves the session_id column NULL after each turn, and its own
     ``ResponseStore.delete`` never keeps a slug whose latest response is gone.
     """
-    from sessions_admin.core.conversations import slugs_of_sessions
-
     names = {name for name, _sid in slugs_of_sessions(list(ids))}
     if response_ids is None:
         response_ids = _response_ids(ids)
@@ -685,8 +685,6 @@ def execute_cascade_delete(
 def _insert_rows(table: str, rows: list[dict], *, alias: str | None = None) -> None:
     if not rows:
         return
-    from sessions_admin.core.schema import existing_columns
-
     columns = [c for c in rows[0] if c in existing_columns(alias or "store", table)]
     sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({db.placeholders(columns)})"
     with db.cursor(alias) as c:

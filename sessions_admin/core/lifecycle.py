@@ -7,7 +7,6 @@ domain errors of ``sessions_admin.core.errors``.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import uuid
@@ -24,10 +23,19 @@ from sessions_admin.core.errors import (
     SessionNotFound,
     TitleTaken,
 )
-from sessions_admin.core.rows import parse_model_config
-from sessions_admin.core.text import storability_problem
+from sessions_admin.core.rows import (
+    config_text,
+    conversations_of_session,
+    epoch_seconds,
+    insert_messages,
+    optional_text,
+    parse_model_config,
+    recompute_counters,
+    repoint_conversations,
+    require_session_id,
+    require_text,
+)
 
-MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool"})
 LINEAGE_MARKERS = (
     "_branched_from",
     "_delegate_from",
@@ -98,75 +106,6 @@ def new_session_id() -> str:
     return f"{time.strftime('%Y%m%d_%H%M%S', time.gmtime(clock.now()))}_{uuid.uuid4().hex[:8]}"
 
 
-def _require_text(name: str, value: Any, *, max_length: int = 4000) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInput(f"{name} must be a non-empty string.")
-    return _check_storable(name, value, max_length=max_length)
-
-
-require_text = _require_text
-
-
-def _optional_text(name: str, value: Any, *, max_length: int = 4000) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidInput(f"{name} must be a string, not {type(value).__name__}.")
-    return _check_storable(name, value, max_length=max_length)
-
-
-def _check_storable(name: str, value: str, *, max_length: int) -> str:
-    if len(value) > max_length:
-        raise InvalidInput(f"{name} is longer than {max_length} characters.")
-    problem = storability_problem(value)
-    if problem:
-        raise InvalidInput(f"{name} {problem}.")
-    return value
-
-
-SESSION_ID_MAX = 4000  # lookups accept any stored id; new ids are shorter (create_session)
-
-
-def require_session_id(value: Any, name: str = "session_id") -> str:
-    """A session id both backends can look up, or ``InvalidInput`` (never a driver error)."""
-    return _require_text(name, value, max_length=SESSION_ID_MAX)
-
-
-# Seconds since the epoch: 1970 to 2286. Anything else is a caller's bug (milliseconds, NaN).
-TIMESTAMP_RANGE = (0.0, 1e10)
-
-
-def _timestamp(name: str, value: Any) -> float:
-    if value is None:
-        return clock.now()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput(f"{name} must be a number of seconds since the epoch.")
-    value = float(value)
-    low, high = TIMESTAMP_RANGE
-    if not math.isfinite(value) or not low <= value <= high:
-        raise InvalidInput(f"{name} {value!r} is not a time between 1970 and 2286 in seconds.")
-    return value
-
-
-def json_text(name: str, value: Any) -> str:
-    """``value`` as JSON text, or ``InvalidInput`` when it is not JSON (objects, NaN, cycles)."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as error:
-        raise InvalidInput(f"{name} is not JSON-serialisable: {error}.") from None
-    return _check_storable(name, text, max_length=50_000_000)
-
-
-def _config_text(model_config: Mapping[str, Any] | str | None) -> str | None:
-    if model_config is None:
-        return None
-    if isinstance(model_config, str):
-        return _check_storable("model_config", model_config, max_length=1_000_000)
-    if not isinstance(model_config, Mapping):
-        raise InvalidInput("model_config must be a mapping or JSON text.")
-    return json_text("model_config", dict(model_config))
-
-
 def _inherited_config(row: dict, **markers: Any) -> str:
     """The parent's model_config without its lineage markers, plus ``markers``."""
     config = {
@@ -181,7 +120,7 @@ def _inherited_config(row: dict, **markers: Any) -> str:
 def _check_title(title: str | None, *, session_id: str) -> None:
     if title is None:
         return
-    _require_text("title", title, max_length=500)
+    require_text("title", title, max_length=500)
     db.lock_names(f"title:{title}")  # two sessions given one title at once: one wins
     owner = db.fetchone(
         "SELECT id FROM sessions WHERE title = %s AND id <> %s", [title, session_id]
@@ -389,9 +328,7 @@ def gateway_routes_key(session_key: str | None) -> bool:
 
 
 def _move_conversations(from_ids: Iterable[str], to_id: str) -> None:
-    from sessions_admin.core import conversations
-
-    conversations.repoint_conversations(from_session_ids=list(from_ids), to_session_id=to_id)
+    repoint_conversations(from_session_ids=list(from_ids), to_session_id=to_id)
 
 
 def where_it_continues(row: dict) -> tuple[str | None, str | None]:
@@ -415,9 +352,7 @@ def where_it_continues(row: dict) -> tuple[str | None, str | None]:
     live = lineage.live_session_for_key(row.get("session_key"), exclude=row["id"])
     if live:
         return live, f"session_key {row['session_key']!r}"
-    from sessions_admin.core import conversations
-
-    for name, session_id in conversations.conversations_of_session(row["id"]):
+    for name, session_id in conversations_of_session(row["id"]):
         if session_id and session_id != row["id"]:
             tip = lineage.compression_tip(session_id=session_id)
             if _is_live(tip):
@@ -458,9 +393,9 @@ def create_session(
     it has one. Either way a key never has two live sessions: the key is locked
     while its live session is read and replaced.
     """
-    _require_text("source", source, max_length=200)
+    require_text("source", source, max_length=200)
     session_id = new_session_id() if session_id is None else session_id
-    _require_text("session_id", session_id, max_length=200)
+    require_text("session_id", session_id, max_length=200)
     metadata = {
         "user_id": user_id,
         "session_key": session_key,
@@ -470,18 +405,18 @@ def create_session(
         "model": model,
     }
     for name, value in metadata.items():
-        _optional_text(name, value, max_length=500)
+        optional_text(name, value, max_length=500)
     if parent_session_id is not None:
         require_session_id(parent_session_id, "parent_session_id")
-    _optional_text("title", title, max_length=500)
-    started_at = _timestamp("started_at", started_at)
-    config_text = _config_text(model_config)
+    optional_text("title", title, max_length=500)
+    started_at = epoch_seconds("started_at", started_at)
+    stored_config = config_text(model_config)
     db.lock_names(db.key_lock_name(session_key), db.session_lock_name(session_id))
     existing = lineage.session_row(session_id, lock=True)
     if existing is not None:
         fills = {k: v for k, v in metadata.items() if v is not None and existing.get(k) is None}
-        if config_text is not None and existing.get("model_config") is None:
-            fills["model_config"] = config_text
+        if stored_config is not None and existing.get("model_config") is None:
+            fills["model_config"] = stored_config
         if fills:
             assignments = ", ".join(f"{k} = %s" for k in fills)
             db.execute(
@@ -491,7 +426,7 @@ def create_session(
     if parent_session_id is not None:
         _require_session(parent_session_id)
     previous_live = None
-    is_delegate = "_delegate_from" in parse_model_config(config_text)
+    is_delegate = "_delegate_from" in parse_model_config(stored_config)
     starts_conversation = parent_session_id is None and not is_delegate
     if starts_conversation and session_key:
         if join_live:
@@ -505,7 +440,7 @@ def create_session(
         session_id=session_id,
         source=source,
         parent_session_id=parent_session_id,
-        model_config=config_text,
+        model_config=stored_config,
         title=title,
         started_at=started_at,
         **metadata,
@@ -521,77 +456,6 @@ def create_session(
         )
     faults.checkpoint("create.before_commit")
     return SessionRef(session_id=session_id, created=True)
-
-
-def _message_values(session_id: str, message: Mapping[str, Any]) -> list[Any]:
-    if not isinstance(message, Mapping):
-        raise InvalidInput("Each message must be a mapping with a role.")
-    role = message.get("role")
-    if role not in MESSAGE_ROLES:
-        raise InvalidInput(f"role must be one of {sorted(MESSAGE_ROLES)}, not {role!r}.")
-    content = message.get("content")
-    if content is not None and not isinstance(content, str):
-        content = json_text("content", content)  # multimodal parts: kept, as JSON text
-    tool_calls = message.get("tool_calls")
-    if tool_calls is not None and not isinstance(tool_calls, str):
-        tool_calls = json_text("tool_calls", tool_calls) if tool_calls else None
-    token_count = message.get("token_count")
-    if token_count is not None and (
-        isinstance(token_count, bool) or not isinstance(token_count, int) or token_count < 0
-    ):
-        raise InvalidInput("token_count must be a non-negative whole number.")
-    values = [
-        session_id,
-        role,
-        content,
-        _optional_text("tool_call_id", message.get("tool_call_id")),
-        tool_calls,
-        _optional_text("tool_name", message.get("tool_name")),
-        _timestamp("timestamp", message.get("timestamp")),
-        token_count,
-        _optional_text("finish_reason", message.get("finish_reason")),
-        _optional_text("reasoning", message.get("reasoning"), max_length=50_000_000),
-    ]
-    for text in (v for v in values if isinstance(v, str)):
-        # PostgreSQL text cannot hold NUL; no database can encode a lone surrogate.
-        problem = storability_problem(text)
-        if problem:
-            raise InvalidInput(f"A message field {problem}.")
-    return values
-
-
-def tool_call_total(tool_calls: str | None) -> int:
-    if not tool_calls:
-        return 0
-    try:
-        value = json.loads(tool_calls)
-    except ValueError:
-        return 1
-    return len(value) if isinstance(value, list) else 1
-
-
-def insert_messages(session_id: str, messages: Iterable[Mapping[str, Any]]) -> list[int]:
-    """Insert rows and bump the counters; the caller holds the transaction and checks the session."""
-    ids: list[int] = []
-    tool_calls = 0
-    with db.cursor() as c:
-        for message in messages:
-            values = _message_values(session_id, message)
-            c.execute(
-                "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, "
-                "tool_name, timestamp, token_count, finish_reason, reasoning, active, compacted) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1, 0) RETURNING id",
-                values,
-            )
-            ids.append(int(c.fetchone()[0]))
-            tool_calls += tool_call_total(values[4])
-        if ids:
-            c.execute(
-                "UPDATE sessions SET message_count = COALESCE(message_count, 0) + %s, "
-                "tool_call_count = COALESCE(tool_call_count, 0) + %s WHERE id = %s",
-                [len(ids), tool_calls, session_id],
-            )
-    return ids
 
 
 def _counters(session_id: str) -> tuple[int, int]:
@@ -635,7 +499,7 @@ def append_message(
 @store_operation
 def end_session(*, session_id: str, end_reason: str) -> EndResult:
     """End a session. The first end reason wins: ending an ended session changes nothing."""
-    _require_text("end_reason", end_reason, max_length=100)
+    require_text("end_reason", end_reason, max_length=100)
     row = _require_session(session_id, lock=True)
     if row["ended_at"] is not None:
         return EndResult(session_id, False, row["end_reason"])
@@ -650,7 +514,7 @@ def resolve_session_ref(ref: str) -> str:
     SQLite's LIKE is not, PostgreSQL's is), so a reference means the same
     session whichever store is attached.
     """
-    _require_text("session reference", ref, max_length=500)
+    require_text("session reference", ref, max_length=500)
     ref = ref.strip()
     if db.fetchone("SELECT 1 FROM sessions WHERE id = %s", [ref]):
         return ref
@@ -780,8 +644,8 @@ def reset_session_key(*, session_key: str, summary: str | None = None) -> ResetR
     given: a live session holding a message is what that recovery reopens, so
     it is created as Hermes creates one (no lineage marker, the peer copied).
     """
-    _require_text("session_key", session_key, max_length=500)
-    _optional_text("summary", summary, max_length=1_000_000)
+    require_text("session_key", session_key, max_length=500)
+    optional_text("summary", summary, max_length=1_000_000)
     db.lock_names(db.key_lock_name(session_key))
     live = lineage.live_session_for_key(session_key)
     template_id = live
@@ -859,7 +723,7 @@ def branch_session(
     The branch links to its parent (``parent_session_id`` and ``_branched_from``)
     and becomes the live session of the key; a live parent ends ``branched``.
     """
-    _optional_text("title", title, max_length=500)
+    optional_text("title", title, max_length=500)
     row = _lock_key_of(session_id)
     if at_message_id is None:
         last = db.fetchone(
@@ -897,8 +761,6 @@ def branch_session(
         "WHERE session_id = %s AND active = 1 AND id <= %s ORDER BY id",
         [new_id, session_id, int(at_message_id)],
     )
-    from sessions_admin.core.transcript import recompute_counters
-
     recompute_counters(new_id)
     events.record_switch(
         new_session_id=new_id,
@@ -923,7 +785,7 @@ def rotate_for_compression(
     The child carries ``parent_session_id`` and no branch/delegate marker, so
     every lineage reader follows it as the continuation.
     """
-    _optional_text("summary", summary, max_length=1_000_000)
+    optional_text("summary", summary, max_length=1_000_000)
     _lock_key_of(session_id)
     row = require_writable(session_id)
     _end(session_id, "compression")

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sessions_admin.core import db
+from sessions_admin.core.rows import parse_model_config
 
 MAX_DEPTH = 500
 
@@ -73,8 +74,6 @@ def existing_session_ids(ids: Iterable[str]) -> set[str]:
 
 def edge_kind(child: dict, parent_end_reason: str | None) -> str:
     """The kind of the link from a child row to the session it continues."""
-    from sessions_admin.core.rows import parse_model_config
-
     config = parse_model_config(child.get("model_config"))
     if config.get("_delegate_from"):
         return "delegate"
@@ -339,8 +338,6 @@ def current_session(*, session_id: str) -> str:
 
     Follows compression forward, and a merged session to the session that absorbed it.
     """
-    from sessions_admin.core.rows import parse_model_config
-
     current = compression_tip(session_id=session_id)
     for _ in range(MAX_DEPTH):
         row = db.fetchone("SELECT end_reason, model_config FROM sessions WHERE id = %s", [current])

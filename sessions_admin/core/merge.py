@@ -27,11 +27,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sessions_admin.core import clock, db, events, faults, lineage
+from sessions_admin.core.conversations import (
+    conversation_history_of,
+    latest_responses_of,
+    repoint_responses,
+    restore_responses,
+    rewrite_response_histories,
+)
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
 from sessions_admin.core.lifecycle import keep_one_live, lock_keys_of
-from sessions_admin.core.rows import parse_model_config
-from sessions_admin.core.transcript import recompute_counters
+from sessions_admin.core.rows import (
+    parse_model_config,
+    recompute_counters,
+    repoint_conversations,
+    slugs_of_sessions,
+)
 from sessions_admin.routers import responses_alias
 
 SUMMED_COLUMNS = (
@@ -199,8 +210,6 @@ def _message_stats(ids: Sequence[str]) -> dict[str, tuple[int, int, int]]:
 
 def _conversations_of(ids: Sequence[str]) -> list[tuple[str, str]]:
     # Slugs by their column or, where Hermes left it NULL, by their latest response.
-    from sessions_admin.core.conversations import slugs_of_sessions
-
     return slugs_of_sessions(list(ids))
 
 
@@ -220,8 +229,6 @@ def _build_plan(target: str, absorbed: list[str], *, lock: bool) -> MergePlan:
     stats = _message_stats([target, *absorbed])
     conversations = _conversations_of(absorbed)
     children = _children_of(absorbed)
-    from sessions_admin.core.conversations import latest_responses_of
-
     latest = latest_responses_of([target, *absorbed])
     sources = tuple(
         MergeSource(
@@ -421,8 +428,6 @@ def merge_sessions(
         if after_key["ended_at"] is None
         else []
     )
-    from sessions_admin.core.conversations import repoint_conversations, repoint_responses
-
     if conversations:
         repoint_conversations(from_session_ids=absorbed, to_session_id=target)
     # Hermes's API server continues a slug in the session its latest response names.
@@ -466,11 +471,6 @@ def _continue_histories(plan: MergePlan, moved_responses: list[list[str]]) -> li
     unmerge restores that, which also undoes this); the others are added with
     the target as the session they name now, so ``restore_responses`` finds them.
     """
-    from sessions_admin.core.conversations import (
-        conversation_history_of,
-        rewrite_response_histories,
-    )
-
     if not plan.latest_responses:
         return []
     history = conversation_history_of(plan.target_id)
@@ -614,8 +614,6 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
                 alias=responses_alias(),
             )
     if prior.get("responses"):
-        from sessions_admin.core.conversations import restore_responses
-
         restore_responses(moved=prior["responses"], from_session_id=target)
     db.execute(
         "UPDATE sessions_admin_merges SET undone_at = %s WHERE id = %s",

@@ -38,9 +38,9 @@ Import
 
     Every value is checked before anything is written (``ImportRefused`` names
     each problem): ids by ``core.ids`` (addressable by the console, rendering
-    as themselves), timestamps by the lifecycle's rule (finite seconds between
+    as themselves), timestamps by ``rows.epoch_seconds`` (finite seconds between
     1970 and 2286), counters as integers that fit 64 bits, costs finite, JSON
-    values by the lifecycle's ``json_text`` (no NaN or Infinity) and at most
+    values by ``rows.json_text`` (no NaN or Infinity) and at most
     ``MAX_JSON_DEPTH`` deep, text storable by both backends.
 
     Parents are written before their children and linked in the same
@@ -67,9 +67,9 @@ from typing import IO, Any
 from sessions_admin.core import clock, db, ids, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
-from sessions_admin.core.lifecycle import MESSAGE_ROLES, _timestamp, json_text
+from sessions_admin.core.rows import MESSAGE_ROLES, epoch_seconds, json_text, recompute_counters
+from sessions_admin.core.schema import existing_columns
 from sessions_admin.core.text import storability_problem
-from sessions_admin.core.transcript import recompute_counters
 
 EXPORT_FORMAT = "sessions_admin/1"
 MESSAGE_CHUNK = 500
@@ -165,7 +165,7 @@ _JSON_TEXT_COLUMNS = frozenset(
 # How deep a stored JSON value may nest (a Hermes message part is 4 or 5 levels deep).
 MAX_JSON_DEPTH = 64
 COST_MAX = 1e12
-TEXT_MAX = 50_000_000  # the lifecycle's bound for a JSON value; also for any imported text
+TEXT_MAX = 50_000_000  # rows.json_text's bound for a JSON value; also for any imported text
 # A live session in the file is imported ended with this reason.
 IMPORTED_END_REASON = "imported"
 
@@ -672,7 +672,7 @@ def _number_value(name: str, value: Any) -> int | float | None:
         return int(value)
     number = _as_number(name, value)
     if kind == "time":
-        return _timestamp(name, number)  # the lifecycle's rule: finite, 1970 to 2286
+        return epoch_seconds(name, number)  # finite, 1970 to 2286
     if isinstance(number, float) and not math.isfinite(number):
         raise InvalidInput(f"{name} is {number!r}, not a finite number")
     if kind == "cost":
@@ -887,8 +887,6 @@ def _grafts(written: list[ImportSession]) -> tuple[Graft, ...]:
 
 
 def _columns(table: str) -> set[str]:
-    from sessions_admin.core.schema import existing_columns
-
     return existing_columns("store", table)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from django.db import connections, transaction
 
+from sessions_admin.core.db import require_writable_store
 from sessions_admin.core.slug_history import ensure_slug_history_table
 from sessions_admin.routers import responses_alias, store_alias
 
@@ -393,8 +394,6 @@ def ensure_store_schema(
     added unless ``upgrade_runtime_tables`` (see the module docstring). Refused
     in read-only mode: nothing is written then.
     """
-    from sessions_admin.core.db import require_writable_store
-
     require_writable_store("creating the store schema")
     if alias is None:
         alias, responses = store_alias(), responses or responses_alias()

@@ -21,7 +21,8 @@ from sessions_admin.core.errors import (
     SessionNotFound,
     TruncationRefused,
 )
-from sessions_admin.core.lifecycle import insert_messages, require_session_id, require_writable
+from sessions_admin.core.lifecycle import require_writable
+from sessions_admin.core.rows import insert_messages, recompute_counters, require_session_id
 
 
 @dataclass(frozen=True)
@@ -39,26 +40,6 @@ class SaveResult:
     kept: int
     appended: int
     deactivated: int
-
-
-def recompute_counters(session_id: str) -> tuple[int, int]:
-    """Set message_count and tool_call_count from the active rows; return them."""
-    db.execute(
-        f"""
-        UPDATE sessions SET
-          message_count = (SELECT COUNT(*) FROM messages
-                           WHERE session_id = %s AND active = 1),
-          tool_call_count = (SELECT COALESCE(SUM({db.json_array_length("tool_calls")}), 0)
-                             FROM messages
-                             WHERE session_id = %s AND active = 1 AND tool_calls IS NOT NULL)
-        WHERE id = %s
-        """,
-        [session_id, session_id, session_id],
-    )
-    row = db.fetchone(
-        "SELECT message_count, tool_call_count FROM sessions WHERE id = %s", [session_id]
-    )
-    return int(row[0] or 0), int(row[1] or 0)
 
 
 def _set_active(session_id: str, ids: list[int], active: int) -> None:
