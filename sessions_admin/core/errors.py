@@ -65,6 +65,17 @@ class NothingToUndo(StoreError):
     pass
 
 
+class ResumePlanChanged(StoreError):
+    """The resume read under its locks is not the one previewed (``plan`` is the new one)."""
+
+    def __init__(self, plan):
+        self.plan = plan
+        super().__init__(
+            "The store changed since the resume was previewed (the runtime is still writing). "
+            "Nothing was changed: review the new preview and confirm again."
+        )
+
+
 class TitleTaken(StoreError):
     def __init__(self, title: str, owner: str):
         self.title = title

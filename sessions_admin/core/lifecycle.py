@@ -7,6 +7,8 @@ domain errors of ``sessions_admin.core.errors``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 import uuid
@@ -19,6 +21,7 @@ from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import (
     AmbiguousSessionRef,
     InvalidInput,
+    ResumePlanChanged,
     SessionEnded,
     SessionNotFound,
     TitleTaken,
@@ -77,6 +80,38 @@ class ResumeResult:
     # (id, end reason it had) of siblings a gateway would have reopened over the resumed
     # session; each now ends ``session_switch`` (see ``close_recoverable_siblings``).
     closed_recoverable: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What resuming ``asked_id`` would do, read as ``resume_session`` reads it.
+
+    The preview shows it; ``fingerprint`` names it, and ``resume_session`` given that
+    fingerprint acts only if the plan it reads under its locks is still this one.
+    """
+
+    asked_id: str  # the session the reference names
+    target_id: str  # the session made live: where the asked one's conversation now continues
+    # Why the target is not the asked session: None (it is), "compression" (a later
+    # segment continues it) or "merged" (another session absorbed it).
+    followed: str | None
+    chain_length: int  # compression segments of the target's conversation
+    target_end_reason: str | None  # None while the target is live
+    already_live: bool
+    # Live sessions ended ``session_switch``: the one the caller leaves, then the key's others.
+    ending_ids: tuple[str, ...]
+    # (id, end reason) of siblings a gateway would reopen over the target: re-ended.
+    recoverable: tuple[tuple[str, str], ...]
+    fingerprint: str
+
+    @property
+    def switch_from_id(self) -> str | None:
+        """The live session the resume switches away from (the one named in the switch event)."""
+        return self.ending_ids[0] if self.ending_ids else None
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return self.already_live and not self.ending_ids
 
 
 @dataclass(frozen=True)
@@ -549,8 +584,91 @@ def _lock_key_of(session_id: str) -> dict:
         locked.add(name)
 
 
+def _followed(asked: dict, target_id: str) -> str | None:
+    if target_id == asked["id"]:
+        return None
+    if asked["end_reason"] == "merged" or target_id != lineage.compression_tip(
+        session_id=asked["id"]
+    ):
+        return "merged"
+    return "compression"
+
+
+def _plan_resume(
+    matched: str, *, current_session_id: str | None, lock: bool
+) -> tuple[ResumePlan, dict]:
+    """The plan for resuming ``matched``, and the target's row (locked with ``lock``).
+
+    ``lock``: the caller holds the lock of the key ``matched`` continues in; the
+    target's key (re-read under its lock) and the session being left are locked here.
+    """
+    target = lineage.current_session(session_id=matched)
+    row = _lock_key_of(target) if lock else _require_session(target)
+    key = row.get("session_key")
+    ending: list[str] = []
+    if current_session_id and current_session_id != target:
+        leaving_row = _require_session(current_session_id, lock=lock)
+        if leaving_row["ended_at"] is None:
+            ending.append(current_session_id)
+    if key:
+        ending.extend(
+            r[0]
+            for r in db.fetchall(
+                "SELECT id FROM sessions WHERE session_key = %s AND ended_at IS NULL AND id <> %s "
+                f"AND {lineage.marker('_delegate_from')} IS NULL ORDER BY started_at DESC, id DESC",
+                [key, target],
+            )
+            if r[0] not in ending
+        )
+    asked = row if matched == target else _require_session(matched)
+    already_live = row["ended_at"] is None
+    recoverable = tuple(recoverable_siblings(key, over=target))
+    # What the resume acts on: a change to any of it makes another plan.
+    fingerprint = hashlib.sha256(
+        json.dumps(
+            [
+                matched,
+                target,
+                None if already_live else [row["ended_at"], row["end_reason"]],
+                ending,
+                recoverable,
+            ],
+            default=str,
+        ).encode()
+    ).hexdigest()
+    plan = ResumePlan(
+        asked_id=matched,
+        target_id=target,
+        followed=_followed(asked, target),
+        chain_length=len(lineage.compression_chain(session_id=target)),
+        target_end_reason=row["end_reason"] if not already_live else None,
+        already_live=already_live,
+        ending_ids=tuple(ending),
+        recoverable=recoverable,
+        fingerprint=fingerprint,
+    )
+    return plan, row
+
+
+def plan_resume(*, ref: str, current_session_id: str | None = None) -> ResumePlan:
+    """What ``resume_session`` with these arguments would do now (nothing is written).
+
+    Pass its ``fingerprint`` to ``resume_session`` to resume only as planned.
+    """
+    if current_session_id is not None:
+        require_session_id(current_session_id, "current_session_id")
+    return _plan_resume(
+        resolve_session_ref(ref), current_session_id=current_session_id, lock=False
+    )[0]
+
+
 @store_operation
-def resume_session(*, ref: str, current_session_id: str | None = None) -> ResumeResult:
+def resume_session(
+    *,
+    ref: str,
+    current_session_id: str | None = None,
+    expected_fingerprint: str | None = None,
+) -> ResumeResult:
     """Reopen the latest session of the lineage ``ref`` names and make it live for its key.
 
     Resolves by id, title or id prefix, then follows compression forward so the
@@ -563,35 +681,24 @@ def resume_session(*, ref: str, current_session_id: str | None = None) -> Resume
     ``ws_orphan_reap``, started after the target) are re-ended ``session_switch``
     (``closed_recoverable``). Resuming what is already the only live session
     switches nothing and announces nothing.
+
+    ``expected_fingerprint`` (a ``plan_resume`` fingerprint): refused with
+    ``ResumePlanChanged``, nothing written, if the plan read under the locks differs.
     """
     if current_session_id is not None:
         require_session_id(current_session_id, "current_session_id")
     matched = resolve_session_ref(ref)
     _lock_key_of(lineage.current_session(session_id=matched))
     # Read what is acted on under the lock: a compression or merge may have moved the tip.
-    target = lineage.current_session(session_id=matched)
-    row = _lock_key_of(target)
-    key = row.get("session_key")
-    leaving = None
-    if current_session_id and current_session_id != target:
-        leaving_row = _require_session(current_session_id, lock=True)
-        if leaving_row["ended_at"] is None:
-            leaving = current_session_id
-    others = []
-    if key:
-        others = [
-            r[0]
-            for r in db.fetchall(
-                "SELECT id FROM sessions WHERE session_key = %s AND ended_at IS NULL AND id <> %s "
-                f"AND {lineage.marker('_delegate_from')} IS NULL ORDER BY started_at DESC, id DESC",
-                [key, target],
-            )
-        ]
+    plan, row = _plan_resume(matched, current_session_id=current_session_id, lock=True)
+    if expected_fingerprint is not None and expected_fingerprint != plan.fingerprint:
+        raise ResumePlanChanged(plan)
+    target, key = plan.target_id, row.get("session_key")
     chain = lineage.compression_chain(session_id=target)
     # A sibling ended by accident (agent_close...) and started after the target would be
     # what Hermes's gateway reopens for the chat: the resume silently undone, two live.
     closed = close_recoverable_siblings(key, "session_switch", over=target)
-    if row["ended_at"] is None and not others and not leaving:
+    if plan.nothing_to_do:
         _move_conversations(chain, target)  # slugs left on older segments: no switch
         return ResumeResult(
             session_id=target,
@@ -601,10 +708,9 @@ def resume_session(*, ref: str, current_session_id: str | None = None) -> Resume
             message_count=int(row["message_count"] or 0),
             closed_recoverable=closed,
         )
-    switched_from = leaving or (others[0] if others else None)
-    for other in [leaving, *others]:
-        if other:
-            _end(other, "session_switch")
+    switched_from = plan.switch_from_id
+    for other in plan.ending_ids:
+        _end(other, "session_switch")
     db.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = %s", [target])
     _move_conversations(chain, target)
     events.record_switch(

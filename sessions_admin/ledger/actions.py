@@ -393,8 +393,12 @@ def unmerge(*, actor, merge_id: int, reason: str = "") -> core.UnmergeResult:
     )
 
 
-def resume(*, actor, ref: str, reason: str = "") -> core.ResumeResult:
+def resume(
+    *, actor, ref: str, reason: str = "", expected_fingerprint: str | None = None
+) -> core.ResumeResult:
+    """``core.resume_session``, audited; with a ``plan_resume`` fingerprint, only as planned."""
     ref = operator_identifier(ref, field="session reference", max_length=REFERENCE_MAX)
+    _check_fingerprint(expected_fingerprint)
     reason = operator_text(reason, field="reason")
     try:
         asked = [core.resolve_session_ref(ref)]
@@ -416,7 +420,7 @@ def resume(*, actor, ref: str, reason: str = "") -> core.ResumeResult:
             **_counts(asked),
             **({"recoverable_siblings": dict(recoverable)} if recoverable else {}),
         },
-        run=lambda: core.resume_session(ref=ref),
+        run=lambda: core.resume_session(ref=ref, expected_fingerprint=expected_fingerprint),
         after=lambda r: {
             "resumed": r.session_id,
             "switched_from": r.switched_from_session_id,
