@@ -384,6 +384,7 @@ def child_bulk(limit: int | None, workdir: Path) -> dict:
     """Delete every seeded session (or the oldest ``limit``) by a job, appends running alongside."""
     from sessions_admin import core
     from sessions_admin.core import db
+    from sessions_admin.ledger import jobs
 
     ids = [r[0] for r in db.fetchall("SELECT id FROM sessions ORDER BY started_at, id")]
     if limit:
@@ -396,11 +397,11 @@ def child_bulk(limit: int | None, workdir: Path) -> dict:
     time.sleep(APPEND_BASELINE_SECONDS + 2)  # start-up, then a quiet baseline
     start_wall = time.time()
     start = time.perf_counter()
-    job_id = core.create_bulk_delete_job(
+    job_id = jobs.create_bulk_delete_job(
         session_ids=ids, include_live=True, actor="bench", reason="benchmark"
     )
     created = time.perf_counter()
-    progress = core.run_job(job_id=job_id)
+    progress = jobs.run_job(job_id=job_id)
     finished = time.perf_counter()
     end_wall = time.time()
     time.sleep(1)

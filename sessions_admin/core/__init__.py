@@ -16,14 +16,19 @@ from sessions_admin.core.conversations import (
     resolve_conversation,
 )
 from sessions_admin.core.deletion import (
+    BulkDeletePreview,
     DeletePlan,
     DeleteResult,
     RestoreConflict,
     RestoreResult,
+    Trash,
+    TrashContents,
     execute_cascade_delete,
     plan_cascade_delete,
-    purge_trash,
+    preset_session_ids,
+    preview_bulk_delete,
     restore_trash_entry,
+    set_default_trash,
 )
 from sessions_admin.core.errors import (
     AmbiguousSessionRef,
@@ -52,16 +57,6 @@ from sessions_admin.core.forks import (
     fork_group,
     fork_groups_of_session,
     fork_session_ids,
-)
-from sessions_admin.core.jobs import (
-    BulkDeletePreview,
-    JobProgress,
-    cancel_job,
-    create_bulk_delete_job,
-    job_progress,
-    preset_session_ids,
-    preview_bulk_delete,
-    run_job,
 )
 from sessions_admin.core.lifecycle import (
     AppendResult,

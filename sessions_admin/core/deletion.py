@@ -8,19 +8,27 @@ deletes them from the store in one short store transaction, children before
 parents: nothing is lost silently, no message is left without its session,
 no conversation points at a deleted session, and the FTS triggers keep the
 search index in step.
+
+The trash is not the core's: a delete writes it through ``Trash``, which the
+caller passes, else the process's default (``set_default_trash``; a dashboard
+process uses the ledger's, ``sessions_admin.ledger.trash``).
+
+A bulk delete's selection lives here too (the presets, ``preview_bulk_delete``);
+the job that works through it in the background is the ledger's
+(``sessions_admin.ledger.jobs``).
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
-import math
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
-from django.utils import timezone
 
 from sessions_admin.core import db, faults, lineage
 from sessions_admin.core.db import store_operation
@@ -91,6 +99,87 @@ class RestoreConflict(StoreError):
     pass
 
 
+@dataclass(frozen=True)
+class TrashContents:
+    entry_id: int
+    restored: bool
+    rows: dict  # as ``snapshot_rows`` took them, with their store values
+
+
+class Trash(Protocol):
+    """Where a delete keeps the rows it removes, restorable (the ledger's ``LedgerTrash``).
+
+    ``rows`` is the payload ``snapshot_rows`` builds (store rows by table, the
+    parent links cleared, the runtime's dependent rows); a trash gives it back
+    from ``contents`` exactly, every value of the same type.
+    """
+
+    def open_entry(
+        self,
+        *,
+        session_ids: Sequence[str],
+        rows: dict,
+        actor: str,
+        reason: str,
+        job_id: int | None,
+    ) -> int:
+        """Commit a pending entry holding ``rows``, before the store delete; its id."""
+        ...
+
+    def is_pending(self, entry_id: int) -> bool:
+        """The entry exists and is still pending (no other batch dropped it)."""
+        ...
+
+    def discard(self, entry_id: int) -> None:
+        """Drop the entry if it is still pending: its store delete did not happen."""
+        ...
+
+    def discard_unfinished(self, session_ids: Sequence[str], *, keep: int | None = None) -> None:
+        """Drop pending entries naming any of these sessions, but ``keep``.
+
+        Called under the store's lock on those sessions. Such an entry belongs to
+        a batch whose process died (or whose transaction rolled back) before its
+        store delete committed, or to a batch that copied its rows but has not
+        locked them yet. Either way its rows are still in the store and this
+        batch copies them too; a batch deletes only after finding its own entry
+        still pending under the lock (``is_pending``), so one whose entry was
+        dropped here copies again instead of deleting uncopied rows.
+        """
+        ...
+
+    def mark_complete(self, entry_id: int) -> None:
+        """The entry's store delete committed: its rows are now only here."""
+        ...
+
+    def contents(self, entry_id: int) -> TrashContents | None:
+        """The entry's rows and whether it was restored (None: no such entry)."""
+        ...
+
+    def mark_restored(self, entry_id: int, *, actor: str) -> None:
+        """The entry's rows are back in the store (called once the store committed)."""
+        ...
+
+
+_default_trash: Trash | None = None
+
+
+def set_default_trash(trash: Trash | None) -> None:
+    """The trash a delete or restore uses when its caller passes none (this process's)."""
+    global _default_trash
+    _default_trash = trash
+
+
+def _trash_or_default(trash: Trash | None) -> Trash:
+    if trash is not None:
+        return trash
+    if _default_trash is None:
+        raise ImproperlyConfigured(
+            "No trash to keep deleted rows in: pass trash=..., or call "
+            "deletion.set_default_trash (the dashboard's ledger app does, when it is installed)."
+        )
+    return _default_trash
+
+
 def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -134,7 +223,7 @@ def _closure(roots: list[str], include_branches: bool) -> dict[str, str]:
     return found
 
 
-def _ordered_children_first(ids: list[str]) -> list[str]:
+def ordered_children_first(ids: list[str]) -> list[str]:
     """Order a set so every session comes before its parent (if the parent is in the set)."""
     parents: dict[str, str | None] = {}
     for chunk in _chunks(ids):
@@ -278,7 +367,7 @@ def plan_cascade_delete(
     relations: dict[str, int] = {}
     for relation in closure.values():
         relations[relation] = relations.get(relation, 0) + 1
-    ordered = _ordered_children_first(ids)
+    ordered = ordered_children_first(ids)
     messages = _count_messages(ordered)
     responses = _response_ids(ordered)
     names = _conversation_names(ordered, response_ids=responses)
@@ -300,87 +389,135 @@ def plan_cascade_delete(
     )
 
 
-# The trash is JSON (a JSONField in the dashboard's database, SQLite or PostgreSQL jsonb), but a
-# store row holds SQLite values JSON cannot carry or jsonb would change: BLOBs (schema 30's
-# ``display_identity`` is a sha256 digest), integers beyond 2**53 (exact in Python's JSON, not
-# in every JSON reader), floats whose text jsonb rewrites (1e+16 comes back as the integer
-# 10000000000000000, -0.0 as 0.0; inf and nan are not JSON at all) and text holding NUL (jsonb
-# refuses it). Those values are stored as a one-key object naming their type; every other
-# value stays plain JSON, so a store value is never an object and old entries (plain JSON
-# only) decode unchanged.
-_TAG_BYTES = "$bytes"  # base64 of the bytes
-_TAG_INT = "$int"  # decimal text
-_TAG_FLOAT = "$float"  # repr(), which float() reads back to the same double
-_TAG_TEXT = "$text"  # base64 of the UTF-8 text
-_JSON_SAFE_INT = 2**53
+# --- bulk delete: what a preset selects, and the dry run of deleting it --------------------
+
+# Sessions a dry run shows as a sample of what goes.
+SAMPLE_SIZE = 10
 
 
-def encode_trash_value(value: object) -> object:
-    """A store value as JSON that gives back exactly this value (see above)."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {_TAG_BYTES: base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, int):
-        return value if -_JSON_SAFE_INT <= value <= _JSON_SAFE_INT else {_TAG_INT: str(value)}
+@dataclass(frozen=True)
+class BulkDeletePreview:
+    session_ids: tuple[str, ...]  # what would go (live ones excluded unless asked)
+    live_excluded: int
+    message_count: int
+    sample: tuple[dict, ...]
+
+
+def undoable_merge_husks() -> set[str]:
+    """Sessions a merge absorbed that the merge still holds (its record not undone).
+
+    Deleting one makes the merge impossible to undo (unmerge needs every
+    session back): no preset selects them; they go with their target, or by id.
+    """
+    husks: set[str] = set()
+    for (absorbed,) in db.fetchall(
+        "SELECT absorbed_session_ids FROM sessions_admin_merges WHERE undone_at IS NULL"
+    ):
+        husks.update(json.loads(absorbed))
+    return husks
+
+
+def preset_session_ids(
+    *, preset: str, days: float | None = None, source: str | None = None
+) -> list[str]:
+    """Sessions matching one of the bulk-delete presets, oldest first.
+
+    No preset selects the husk of a merge that can still be undone
+    (``undoable_merge_husks``); "empty" never selects a live session (an empty
+    live session is a chat's current one, often what a reset started a moment
+    ago): a live session is deleted only by picking it.
+    """
+    if preset == "ended_older_than":
+        if days is None or days < 0 or days > 36500:
+            raise InvalidInput("Give a number of days between 0 and 36500.")
+        cutoff = time.time() - float(days) * 86400
+        sql, params = "ended_at IS NOT NULL AND ended_at < %s", [cutoff]
+    elif preset == "empty":
+        sql, params = (
+            "ended_at IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id)",
+            [],
+        )
+    elif preset == "by_source":
+        if not source:
+            raise InvalidInput("Pick a source.")
+        sql, params = "source = %s", [source]
+    else:
+        raise InvalidInput(f"Unknown preset {preset!r}.")
+    husks = undoable_merge_husks()
+    return [
+        r[0]
+        for r in db.fetchall(f"SELECT id FROM sessions WHERE {sql} ORDER BY started_at, id", params)
+        if r[0] not in husks
+    ]
+
+
+def _with_downstream(ids: list[str]) -> list[str]:
+    """The ids plus what always goes with them in a delete: compression continuations and
+    delegates, recursively (a conversation's later segments never outlive its start)."""
+    found = list(dict.fromkeys(ids))
+    picked = set(found)
+    closure = _closure(found, include_branches=False)
+    return found + [sid for sid in closure if sid not in picked]
+
+
+def live_session_ids(ids: Sequence[str]) -> set[str]:
+    """Those of the sessions that are live (not ended)."""
+    live: set[str] = set()
+    for chunk in _chunks(list(ids)):
+        live |= {
+            r[0]
+            for r in db.fetchall(
+                f"SELECT id FROM sessions WHERE ended_at IS NULL AND id IN ({db.placeholders(chunk)})",
+                list(chunk),
+            )
+        }
+    return live
+
+
+def preview_bulk_delete(
+    *, session_ids: Sequence[str], include_live: bool = False
+) -> BulkDeletePreview:
+    """The dry run: the exact set, its size, how many live sessions were left out, a sample."""
+    ids = _with_downstream([s for s in session_ids if s])
+    live = live_session_ids(ids)
+    kept = [sid for sid in ids if include_live or sid not in live]
+    found = lineage.existing_session_ids(kept)
+    existing = [sid for sid in kept if sid in found]
+    sample = (
+        tuple(
+            db.fetchdicts(
+                "SELECT id, source, title, started_at, ended_at, end_reason, message_count "
+                f"FROM sessions WHERE id IN ({db.placeholders(existing[:SAMPLE_SIZE])})",
+                existing[:SAMPLE_SIZE],
+            )
+        )
+        if existing
+        else ()
+    )
+    return BulkDeletePreview(
+        session_ids=tuple(existing),
+        live_excluded=0 if include_live else len([s for s in ids if s in live]),
+        message_count=_count_messages(existing) if existing else 0,
+        sample=sample,
+    )
+
+
+# --- deleting: trash first, then one short store transaction per batch ----------------------
+
+
+def _exact(value: object) -> object:
+    """``value`` for comparing two reads of the same rows: a float by its text, so a NaN
+    (PostgreSQL's double precision holds one) equals itself and -0.0 is not 0.0."""
     if isinstance(value, float):
-        text = repr(value)
-        plain = math.isfinite(value) and "e" not in text and text != "-0.0"
-        return value if plain else {_TAG_FLOAT: text}
-    if isinstance(value, str):
-        if "\x00" in value:
-            return {_TAG_TEXT: base64.b64encode(value.encode("utf-8", "surrogatepass")).decode()}
-        return value
+        return ("float", repr(value))
+    if isinstance(value, dict):
+        return {key: _exact(v) for key, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_exact(v) for v in value]
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
     return value
-
-
-def decode_trash_value(value: object) -> object:
-    """The store value ``encode_trash_value`` wrote (plain JSON values pass unchanged)."""
-    if not isinstance(value, dict) or len(value) != 1:
-        return value
-    ((tag, text),) = value.items()
-    if tag == _TAG_BYTES:
-        return base64.b64decode(text)
-    if tag == _TAG_INT:
-        return int(text)
-    if tag == _TAG_FLOAT:
-        return float(text)
-    if tag == _TAG_TEXT:
-        return base64.b64decode(text).decode("utf-8", "surrogatepass")
-    return value
-
-
-def _encode_rows(rows: list[dict]) -> list[dict]:
-    return [{column: encode_trash_value(v) for column, v in row.items()} for row in rows]
-
-
-def decode_trash_rows(rows: list[dict]) -> list[dict]:
-    """A trash payload's rows with their store values (old entries' plain JSON included)."""
-    return [{column: decode_trash_value(v) for column, v in row.items()} for row in rows]
-
-
-_ROW_LISTS = ("sessions", "messages", "conversations", "responses")
-
-
-def _encode_payload(payload: dict) -> dict:
-    """The snapshot as the trash stores it: every row value through ``encode_trash_value``."""
-    encoded = dict(payload)
-    for key in _ROW_LISTS:
-        encoded[key] = _encode_rows(payload.get(key, []))
-    encoded["dependents"] = {
-        table: _encode_rows(rows) for table, rows in payload.get("dependents", {}).items()
-    }
-    return encoded
-
-
-def _decode_payload(payload: dict) -> dict:
-    decoded = dict(payload)
-    for key in _ROW_LISTS:
-        decoded[key] = decode_trash_rows(payload.get(key, []))
-    decoded["dependents"] = {
-        table: decode_trash_rows(rows) for table, rows in payload.get("dependents", {}).items()
-    }
-    return decoded
 
 
 def _all_columns(table: str, where: str, params: list, *, alias: str | None = None) -> list[dict]:
@@ -409,29 +546,11 @@ def _dependent_tables() -> list[tuple[str, str]]:
     return found
 
 
-def _drop_unfinished_trash(locked_ids: list[str], *, keep: int | None = None) -> None:
-    """Drop pending trash entries naming sessions this transaction holds, but ``keep``.
+def snapshot_rows(batch: list[str], *, lock: bool) -> tuple[list[str], dict]:
+    """The batch's sessions still present (in the given order) and every row deleting them removes.
 
-    Such an entry belongs to a batch whose process died (or whose transaction
-    rolled back) before its store delete committed, or to a batch that copied
-    its rows but has not locked them yet. Either way its rows are still in the
-    store and this batch copies them too; a batch deletes only after finding
-    its own entry still pending under the lock (``_locked_delete``), so one
-    whose entry was dropped here copies again instead of deleting uncopied rows.
+    The rows are what the trash keeps (``Trash.open_entry``) and a restore puts back.
     """
-    from sessions_admin.ledger.models import TrashEntry, TrashSession
-
-    unfinished = set(
-        TrashSession.objects.filter(
-            entry__state=TrashEntry.PENDING, session_id__in=locked_ids
-        ).values_list("entry_id", flat=True)
-    ) - {keep}
-    if unfinished:
-        TrashEntry.objects.filter(pk__in=unfinished, state=TrashEntry.PENDING).delete()
-
-
-def _snapshot(batch: list[str], *, lock: bool) -> tuple[list[str], dict]:
-    """The batch's sessions still present (in the given order) and every row deleting them removes."""
     marks = db.placeholders(batch)
     present = {
         r[0]
@@ -485,32 +604,6 @@ def _snapshot(batch: list[str], *, lock: bool) -> tuple[list[str], dict]:
     }
 
 
-def _copy_to_trash(batch: list[str], payload: dict, *, actor: str, reason: str, job_id: int | None):
-    """Commit the batch's rows to the trash (the dashboard's database) as a pending entry."""
-    from sessions_admin.ledger.models import TrashEntry, TrashSession
-
-    with transaction.atomic(using="default"):
-        entry = TrashEntry.objects.create(
-            actor_name=actor,
-            reason=reason,
-            job_id=job_id,
-            session_ids=batch,
-            session_count=len(payload["sessions"]),
-            message_count=len(payload["messages"]),
-            payload=_encode_payload(payload),
-        )
-        TrashSession.objects.bulk_create(
-            TrashSession(
-                entry=entry,
-                session_id=s["id"],
-                title=s.get("title") or "",
-                source=s.get("source") or "",
-            )
-            for s in payload["sessions"]
-        )
-    return entry
-
-
 @store_operation
 def _locked_delete(
     batch: list[str],
@@ -520,6 +613,7 @@ def _locked_delete(
     reason: str,
     job_id: int | None,
     committed: list,
+    trash: Trash,
 ) -> tuple[int, int, int] | None:
     """Under the store's write lock: delete the batch's rows, their trash copy committed first.
 
@@ -528,24 +622,19 @@ def _locked_delete(
     still pending; otherwise nothing changes and None says to copy again.
     Without it the rows are copied here, under the lock.
     """
-    from sessions_admin.ledger.models import TrashEntry
-
-    batch, payload = _snapshot(batch, lock=True)
+    batch, payload = snapshot_rows(batch, lock=True)
     if copied is not None:
         entry_id, copied_payload = copied
-        if (
-            not batch
-            # Compared as stored: a NaN (PostgreSQL's double precision holds one) never equals itself.
-            or _encode_payload(payload) != _encode_payload(copied_payload)
-            or not TrashEntry.objects.filter(pk=entry_id, state=TrashEntry.PENDING).exists()
-        ):
+        if not batch or _exact(payload) != _exact(copied_payload) or not trash.is_pending(entry_id):
             return None
-        _drop_unfinished_trash(batch, keep=entry_id)
+        trash.discard_unfinished(batch, keep=entry_id)
     elif not batch:
         return 0, 0, 0
     else:
-        _drop_unfinished_trash(batch)
-        entry_id = _copy_to_trash(batch, payload, actor=actor, reason=reason, job_id=job_id).pk
+        trash.discard_unfinished(batch)
+        entry_id = trash.open_entry(
+            session_ids=batch, rows=payload, actor=actor, reason=reason, job_id=job_id
+        )
     faults.checkpoint("delete.after_trash_copy")
     marks = db.placeholders(batch)
     names = [row["name"] for row in payload["conversations"]]
@@ -574,21 +663,26 @@ def _locked_delete(
         # Children before parents inside the batch too (the foreign key is checked per statement).
         db.execute(f"DELETE FROM sessions WHERE id IN ({marks})", batch)
     except Exception:
-        TrashEntry.objects.filter(pk=entry_id, state=TrashEntry.PENDING).delete()
+        trash.discard(entry_id)
         raise
     faults.checkpoint("delete.before_commit")
 
     def mark_complete() -> None:
         committed.append(entry_id)
         faults.checkpoint("delete.after_commit")
-        TrashEntry.objects.filter(pk=entry_id).update(state=TrashEntry.COMPLETE)
+        trash.mark_complete(entry_id)
 
     transaction.on_commit(mark_complete, using="store")
     return len(payload["sessions"]), len(payload["messages"]), entry_id
 
 
-def _delete_batch(
-    batch: list[str], *, actor: str, reason: str, job_id: int | None
+def delete_batch(
+    batch: list[str],
+    *,
+    actor: str,
+    reason: str,
+    job_id: int | None,
+    trash: Trash | None = None,
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
 
@@ -598,32 +692,40 @@ def _delete_batch(
     runtime that wrote to them meanwhile gets them copied again). After
     ``COPY_ATTEMPTS`` changed copies the copy is taken under the lock.
     """
-    from sessions_admin.ledger.models import TrashEntry
-
+    trash = _trash_or_default(trash)
     for _ in range(COPY_ATTEMPTS):
-        present, payload = _snapshot(batch, lock=False)
+        present, payload = snapshot_rows(batch, lock=False)
         if not present:
             return 0, 0, 0
-        entry = _copy_to_trash(present, payload, actor=actor, reason=reason, job_id=job_id)
+        entry_id = trash.open_entry(
+            session_ids=present, rows=payload, actor=actor, reason=reason, job_id=job_id
+        )
         committed: list = []
         try:
             done = _locked_delete(
                 present,
-                copied=(entry.pk, payload),
+                copied=(entry_id, payload),
                 actor=actor,
                 reason=reason,
                 job_id=job_id,
                 committed=committed,
+                trash=trash,
             )
         except Exception:
             if not committed:  # the store delete never committed: the copy is not needed
-                TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).delete()
+                trash.discard(entry_id)
             raise
         if done is not None:
             return done
-        TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).delete()
+        trash.discard(entry_id)
     return _locked_delete(
-        batch, copied=None, actor=actor, reason=reason, job_id=job_id, committed=[]
+        batch,
+        copied=None,
+        actor=actor,
+        reason=reason,
+        job_id=job_id,
+        committed=[],
+        trash=trash,
     )
 
 
@@ -635,6 +737,7 @@ def delete_in_batches(
     job_id: int | None = None,
     batch_sessions: int = BATCH_SESSIONS,
     batch_messages: int = BATCH_MESSAGES,
+    trash: Trash | None = None,
 ) -> Iterable[tuple[list[str], int, int, int]]:
     """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id)."""
     pending = list(session_ids)
@@ -649,8 +752,8 @@ def delete_in_batches(
                 break
             batch.append(pending.pop(0))
             weight += size
-        deleted, messages, trash_id = _delete_batch(
-            batch, actor=actor, reason=reason, job_id=job_id
+        deleted, messages, trash_id = delete_batch(
+            batch, actor=actor, reason=reason, job_id=job_id, trash=trash
         )
         yield batch, deleted, messages, trash_id
 
@@ -662,6 +765,7 @@ def execute_cascade_delete(
     expected_fingerprint: str,
     actor: str,
     reason: str,
+    trash: Trash | None = None,
 ) -> DeleteResult:
     """Delete exactly the previewed plan (refused if the store changed since)."""
     if not reason or not reason.strip():
@@ -670,16 +774,16 @@ def execute_cascade_delete(
     if plan.fingerprint != expected_fingerprint:
         raise PlanChanged("delete")
     sessions = messages = 0
-    trash: list[int] = []
+    trash_ids: list[int] = []
     for _, deleted, removed, trash_id in delete_in_batches(
-        plan.session_ids, actor=actor, reason=reason
+        plan.session_ids, actor=actor, reason=reason, trash=trash
     ):
         sessions += deleted
         messages += removed
         if trash_id:
-            trash.append(trash_id)
+            trash_ids.append(trash_id)
         faults.checkpoint("cascade.between_batches")
-    return DeleteResult(sessions, messages, tuple(trash))
+    return DeleteResult(sessions, messages, tuple(trash_ids))
 
 
 def _insert_rows(table: str, rows: list[dict], *, alias: str | None = None) -> None:
@@ -692,16 +796,15 @@ def _insert_rows(table: str, rows: list[dict], *, alias: str | None = None) -> N
 
 
 @store_operation
-def restore_trash_entry(*, entry_id: int, actor: str) -> RestoreResult:
+def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None) -> RestoreResult:
     """Put a trash entry's rows back: sessions, messages (same ids), lineage, slugs, responses."""
-    from sessions_admin.ledger.models import TrashEntry
-
-    entry = TrashEntry.objects.filter(pk=entry_id).first()
+    trash = _trash_or_default(trash)
+    entry = trash.contents(entry_id)
     if entry is None:
         raise InvalidInput(f"No trash entry {entry_id}.")
-    if entry.state == TrashEntry.RESTORED:
+    if entry.restored:
         raise InvalidInput(f"Trash entry {entry_id} was already restored.")
-    payload = _decode_payload(entry.payload)
+    payload = entry.rows
     sessions = payload["sessions"]
     ids = [s["id"] for s in sessions]
     found = lineage.existing_session_ids(ids)
@@ -780,53 +883,10 @@ def restore_trash_entry(*, entry_id: int, actor: str) -> RestoreResult:
     faults.checkpoint("restore.before_commit")
 
     def mark_restored() -> None:
-        TrashEntry.objects.filter(pk=entry.pk).update(
-            state=TrashEntry.RESTORED, restored_at=timezone.now(), restored_by=actor
-        )
+        trash.mark_restored(entry.entry_id, actor=actor)
 
     # Only once the rows are back: marked earlier (the dashboard's database commits on its
     # own), a store transaction that then failed or died would leave the entry "restored",
     # purgeable and not restorable again, while its rows are nowhere.
     transaction.on_commit(mark_restored, using="store")
-    return RestoreResult(entry.pk, tuple(ids), len(message_ids), tuple(skipped))
-
-
-def purge_trash(*, older_than_days: float | None = None) -> int:
-    """Drop trash entries (all, or those older than the given days). Returns how many.
-
-    Pending entries are never purged: their batch may still be committing, and
-    the trash copy is then the only copy.
-    """
-    from sessions_admin.ledger.models import TrashEntry
-
-    entries = TrashEntry.objects.exclude(state=TrashEntry.PENDING)
-    if older_than_days is not None:
-        if older_than_days < 0:
-            raise InvalidInput("older_than_days must be zero or more.")
-        entries = entries.filter(
-            created_at__lt=timezone.now() - timezone.timedelta(days=older_than_days)
-        )
-    ids = list(entries.values_list("pk", flat=True))
-    TrashEntry.objects.filter(pk__in=ids).delete()
-    return len(ids)
-
-
-def stale_pending_trash() -> list[int]:
-    """Pending entries whose rows are all still in the store: their delete never committed."""
-    from sessions_admin.ledger.models import TrashEntry
-
-    stale = []
-    for entry in TrashEntry.objects.filter(state=TrashEntry.PENDING):
-        ids = entry.session_ids
-        present = (
-            db.fetchone(f"SELECT COUNT(*) FROM sessions WHERE id IN ({db.placeholders(ids)})", ids)[
-                0
-            ]
-            if ids
-            else 0
-        )
-        if ids and present == len(ids):
-            stale.append(entry.pk)
-        elif not present:
-            TrashEntry.objects.filter(pk=entry.pk).update(state=TrashEntry.COMPLETE)
-    return stale
+    return RestoreResult(entry.entry_id, tuple(ids), len(message_ids), tuple(skipped))

@@ -324,8 +324,8 @@ def _row_hash(row: dict) -> str:
 
 def check_ledger(paths: Iterable[Path]) -> list[str]:
     """Every acknowledged message exists exactly once (store or unrestored trash), unchanged."""
-    from sessions_admin.core.deletion import decode_trash_rows
     from sessions_admin.ledger.models import TrashEntry
+    from sessions_admin.ledger.trash import decode_trash_rows
 
     acked, _refused, errors = read_ledger(paths)
     problems = [

@@ -49,8 +49,10 @@ from sessions_admin.core.text import (
     operator_identifiers,
     operator_text,
 )
+from sessions_admin.ledger import jobs, worker
 from sessions_admin.ledger.context import current_client
-from sessions_admin.ledger.models import AuditEntry, AuditSession
+from sessions_admin.ledger.models import AuditEntry, AuditSession, TrashEntry
+from sessions_admin.ledger.trash import LEDGER_TRASH, purge_trash
 from sessions_admin.store import cached
 
 T = TypeVar("T")
@@ -531,6 +533,7 @@ def cascade_delete(
             expected_fingerprint=expected_fingerprint,
             actor=_name(actor),
             reason=reason,
+            trash=LEDGER_TRASH,
         ),
         after=lambda r: {
             "deleted_sessions": r.deleted_sessions,
@@ -543,8 +546,6 @@ def cascade_delete(
 def start_bulk_delete(
     *, actor, session_ids: Sequence[str], include_live: bool, reason: str, description: str = ""
 ) -> int:
-    from sessions_admin.ledger.worker import ensure_worker_running
-
     ids = operator_identifiers(session_ids)
     reason = operator_text(reason, field="reason", required=True)
     description = operator_text(description, field="description", max_length=DESCRIPTION_MAX)
@@ -554,7 +555,7 @@ def start_bulk_delete(
         session_ids=ids,
         reason=reason,
         before={"selected": len(ids), "include_live": include_live, "description": description},
-        run=lambda: core.create_bulk_delete_job(
+        run=lambda: jobs.create_bulk_delete_job(
             session_ids=ids,
             include_live=include_live,
             actor=_name(actor),
@@ -563,13 +564,11 @@ def start_bulk_delete(
         ),
         after=lambda job: {"job": job},
     )
-    ensure_worker_running()
+    worker.ensure_worker_running()
     return job_id
 
 
 def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
-    from sessions_admin.ledger.models import TrashEntry
-
     reason = operator_text(reason, field="reason")
     entry = TrashEntry.objects.filter(pk=entry_id).first()
     ids = list(entry.session_ids) if entry else []
@@ -579,7 +578,9 @@ def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
         session_ids=ids,
         reason=reason,
         before={"trash_entry": entry_id},
-        run=lambda: core.restore_trash_entry(entry_id=entry_id, actor=_name(actor)),
+        run=lambda: core.restore_trash_entry(
+            entry_id=entry_id, actor=_name(actor), trash=LEDGER_TRASH
+        ),
         after=lambda r: {
             "restored_sessions": len(r.restored_sessions),
             "restored_messages": r.restored_messages,
@@ -596,22 +597,22 @@ def purge(*, actor, older_than_days: float | None, reason: str) -> int:
         session_ids=[],
         reason=reason,
         before={"older_than_days": older_than_days},
-        run=lambda: core.purge_trash(older_than_days=older_than_days),
+        run=lambda: purge_trash(older_than_days=older_than_days),
         after=lambda n: {"purged_entries": n},
     )
 
 
 def cancel_bulk_delete(*, actor, job_id: int, reason: str = "") -> None:
     reason = operator_text(reason, field="reason")
-    before = core.job_progress(job_id=job_id)
+    before = jobs.job_progress(job_id=job_id)
     _audited(
         actor=actor,
         action="cancel_bulk_delete",
         session_ids=[],
         reason=reason,
         before={"job": job_id, "state": before.state, "processed": before.processed},
-        run=lambda: core.cancel_job(job_id=job_id),
-        after=lambda _: {"job": job_id, "state": core.job_progress(job_id=job_id).state},
+        run=lambda: jobs.cancel_job(job_id=job_id),
+        after=lambda _: {"job": job_id, "state": jobs.job_progress(job_id=job_id).state},
     )
 
 

@@ -21,8 +21,8 @@ import time
 from django.conf import settings
 from django.db import connections
 
-from sessions_admin.core import jobs
 from sessions_admin.core.slug_history import SlugHistoryPoller
+from sessions_admin.ledger import jobs
 
 logger = logging.getLogger(__name__)
 # Longer than a job lease, so a job whose worker died is picked up before this one exits.

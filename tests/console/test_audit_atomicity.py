@@ -13,7 +13,7 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from sessions_admin import core
-from sessions_admin.ledger import actions
+from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger.models import AuditEntry, DeleteJob
 from tests.console.test_merge_views import (
     fingerprint_of,
@@ -76,7 +76,7 @@ def test_cancelling_a_job_with_a_nul_in_its_reason_is_a_message(signed_in):
     admin = signed_in("admin")
     sid = core.create_session(source="cli").session_id
     core.end_session(session_id=sid, end_reason="user_exit")
-    job = core.create_bulk_delete_job(session_ids=[sid], include_live=False, actor="a", reason="r")
+    job = jobs.create_bulk_delete_job(session_ids=[sid], include_live=False, actor="a", reason="r")
 
     response = admin.post(reverse("job_cancel", args=[job]), {"reason": NUL_REASON})
 

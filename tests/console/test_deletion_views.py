@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from sessions_admin import core
 from sessions_admin.core import db
-from sessions_admin.ledger import worker
+from sessions_admin.ledger import jobs, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
 from sessions_admin.routers import responses_alias
 
@@ -188,7 +188,7 @@ def trash_entry(reason: str = "cleanup") -> tuple[int, list[str]]:
 def targets():
     sid = core.create_session(source="cli").session_id
     old = ended_sessions(1)[0]
-    job = core.create_bulk_delete_job(session_ids=[old], include_live=False, actor="a", reason="r")
+    job = jobs.create_bulk_delete_job(session_ids=[old], include_live=False, actor="a", reason="r")
     entry, _ = trash_entry()
     pages = [
         reverse("cascade_delete", args=[sid]),
@@ -525,14 +525,14 @@ def test_bulk_delete_runs_as_a_job(admin, worker_calls):
     assert b'hx-trigger="every 1s"' in polled.content
 
     # Half way: progress shows, polling goes on.
-    core.run_job(job_id=job.pk, batch_sessions=5, max_batches=3)
+    jobs.run_job(job_id=job.pk, batch_sessions=5, max_batches=3)
     polled = admin.get(reverse("job_detail", args=[job.pk]), headers=HX)
     body = polled.content.decode()
     assert polled.status_code == 200
     assert '<progress id="job-bar" max="30" value="15"' in body and "50 %" in body
     assert 'hx-trigger="every 1s"' in body
 
-    core.run_job(job_id=job.pk)
+    jobs.run_job(job_id=job.pk)
     polled = admin.get(reverse("job_detail", args=[job.pk]), headers=HX)
     body = polled.content.decode()
     assert polled.status_code == 286  # htmx stops polling
@@ -622,7 +622,7 @@ def test_live_sessions_need_an_explicit_tick(admin):
     response = admin.post(reverse("bulk_delete_start"), fields | {"confirm_live": "1"})
     job = DeleteJob.objects.get()
     assert job.include_live and job.total == 3
-    core.run_job(job_id=job.pk)
+    jobs.run_job(job_id=job.pk)
     assert live not in session_ids() and session_ids() == set()
 
 
@@ -642,7 +642,7 @@ def test_a_selection_from_the_session_list(admin):
     assert not any(sid in str(fields) for sid in picked)  # a token, not the ids
     admin.post(reverse("bulk_delete_start"), fields | {"reason": "picked by hand"})
     job = DeleteJob.objects.get()
-    core.run_job(job_id=job.pk)
+    jobs.run_job(job_id=job.pk)
     assert session_ids() == {other, live}
     # The selection is used up.
     again = admin.post(reverse("bulk_delete_start"), fields | {"reason": "twice"})
@@ -665,14 +665,14 @@ def test_another_operators_selection_is_not_usable(admin, client, operator_facto
 
 def test_cancelling_a_job(admin):
     ids = ended_sessions(6)
-    job = core.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
-    core.run_job(job_id=job, batch_sessions=2, max_batches=1)
+    job = jobs.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
+    jobs.run_job(job_id=job, batch_sessions=2, max_batches=1)
     page = admin.get(reverse("job_detail", args=[job])).content.decode()
     assert reverse("job_cancel", args=[job]) in page
     response = admin.post(reverse("job_cancel", args=[job]), follow=True)
     assert any("cancelled after 2 of 6" in m for m in flashed(response))
     assert DeleteJob.objects.get(pk=job).state == DeleteJob.CANCELLED
-    core.run_job(job_id=job)
+    jobs.run_job(job_id=job)
     assert len(session_ids()) == 4
     audit = AuditEntry.objects.get(action="cancel_bulk_delete")
     assert audit.after["state"] == "cancelled" and audit.actor_name == "op-admin"

@@ -13,6 +13,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from sessions_admin import core
 from sessions_admin.core import db
+from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
 from sessions_admin.routers import responses_alias
 
@@ -87,7 +88,7 @@ def seed() -> Seeded:
     ).trash_entry_ids[0]
     old = core.create_session(source="cron", started_at=4000.0).session_id
     core.end_session(session_id=old, end_reason="user_exit")
-    job_id = core.create_bulk_delete_job(
+    job_id = jobs.create_bulk_delete_job(
         session_ids=[old], include_live=False, actor="seed", reason="seed"
     )
     return Seeded(

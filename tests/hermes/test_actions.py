@@ -17,7 +17,7 @@ import pytest
 from django.urls import reverse
 
 from sessions_admin import core
-from sessions_admin.ledger import actions, worker
+from sessions_admin.ledger import actions, jobs, worker
 from sessions_admin.ledger.models import TrashEntry
 from tests.hermes import scenario
 from tests.hermes.checks import assert_healthy, search, transcripts
@@ -179,7 +179,7 @@ def test_every_action_keeps_hermes_rules(hermes, attach, admin, client, no_worke
     job_id = actions.start_bulk_delete(
         actor=admin, session_ids=["tui-1"], include_live=True, reason="old"
     )
-    assert core.run_job(job_id=job_id).state == "done"
+    assert jobs.run_job(job_id=job_id).state == "done"
     assert_healthy(hermes)
     assert search(hermes, "jackal", "koala") == {"jackal": set(), "koala": set()}
 

@@ -15,6 +15,7 @@ from django.urls import reverse
 
 from sessions_admin import core
 from sessions_admin.demo import consistency
+from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import TrashEntry
 from sessions_admin.store import attach as attach_module
 from tests.hermes import v30
@@ -130,10 +131,10 @@ def test_rows_as_upstream_writes_them_are_deleted_and_restored_byte_exact(
     assert response.status_code == 302
     assert v30.typed_rows(v30_store, "session_model_usage") == []
     # The job run here, in this thread (the console's worker thread would race this test).
-    job_id = core.create_bulk_delete_job(
+    job_id = jobs.create_bulk_delete_job(
         session_ids=["v-b", "v-cron"], include_live=True, actor="t", reason="old"
     )
-    assert core.run_job(job_id=job_id).state == "done"
+    assert jobs.run_job(job_id=job_id).state == "done"
     assert v30.typed_rows(v30_store, "messages") == []
     assert v30.fts_problems(v30_store) == []
 

@@ -16,6 +16,7 @@ import sys
 def main(operation: str, arguments: dict) -> object:
     from sessions_admin import core
     from sessions_admin.core import deletion
+    from sessions_admin.ledger import jobs
 
     if os.environ.get("CRASH_CHILD_BATCH_SESSIONS"):
         # Tiny batches, so a small lineage takes several (the default is 200 sessions).
@@ -29,7 +30,7 @@ def main(operation: str, arguments: dict) -> object:
     if operation == "restore":
         return core.restore_trash_entry(**arguments)
     if operation == "run_job":
-        return core.run_job(**arguments)
+        return jobs.run_job(**arguments)
     if operation == "run_jobs":  # the command an operator runs to resume interrupted jobs
         from django.core.management import call_command
 

@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 from django.db import DatabaseError, connections, transaction
 
 from sessions_admin import core
-from sessions_admin.ledger import actions
+from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger.models import AuditEntry, AuditSession, DeleteJob, TrashEntry
 from tests.helpers import child_env
 from tests.store.test_crash import CHILD_TIMEOUT, REPO, assert_killed, store_state
@@ -156,7 +156,7 @@ def purge_reason(ada, bad):
 
 
 def cancel_bulk_delete_reason(ada, bad):
-    job = core.create_bulk_delete_job(
+    job = jobs.create_bulk_delete_job(
         session_ids=[_ended()], include_live=False, actor="ada", reason="r"
     )
     return lambda: actions.cancel_bulk_delete(actor=ada, job_id=job, reason=bad)

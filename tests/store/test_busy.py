@@ -190,7 +190,8 @@ def test_an_import_interrupted_by_a_busy_store_keeps_whole_sessions_and_finishes
 def test_a_bulk_delete_job_waits_out_a_busy_store_then_finishes(monkeypatch, short_waits):
     import threading
 
-    from sessions_admin.core import db, jobs
+    from sessions_admin.core import db
+    from sessions_admin.ledger import jobs
     from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
 
     ids = []
@@ -199,7 +200,7 @@ def test_a_bulk_delete_job_waits_out_a_busy_store_then_finishes(monkeypatch, sho
         core.append_message(session_id=sid, role="user", content=f"m{n}")
         core.end_session(session_id=sid, end_reason="user_exit")
         ids.append(sid)
-    job_id = core.create_bulk_delete_job(
+    job_id = jobs.create_bulk_delete_job(
         session_ids=ids, include_live=False, actor="ada", reason="retention"
     )
     waited = threading.Event()
@@ -227,7 +228,7 @@ def test_a_bulk_delete_job_waits_out_a_busy_store_then_finishes(monkeypatch, sho
             if connections["store"].vendor == "sqlite":
                 with connections["store"].cursor() as cursor:
                     cursor.execute("PRAGMA busy_timeout = 150")
-            outcome.append(core.run_job(job_id=job_id, worker="w", batch_sessions=2))
+            outcome.append(jobs.run_job(job_id=job_id, worker="w", batch_sessions=2))
         except BaseException as error:  # noqa: BLE001 - reported below
             outcome.append(error)
         finally:

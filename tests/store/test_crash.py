@@ -24,8 +24,9 @@ from django.db import connections
 from django.utils import timezone
 
 from sessions_admin import core
-from sessions_admin.core import db, deletion, jobs
+from sessions_admin.core import db
 from sessions_admin.demo.consistency import check_store
+from sessions_admin.ledger import jobs, trash
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry, TrashSession
 from sessions_admin.routers import responses_alias
 from tests.helpers import child_env
@@ -198,7 +199,7 @@ def test_a_cascade_delete_killed_midway_leaves_whole_batches(crash_at):
             actor="ada",
             reason="crash test, again",
         )
-    deletion.stale_pending_trash()
+    trash.stale_pending_trash()
     assert_store_consistent()
     assert not TrashEntry.objects.filter(state=TrashEntry.PENDING).exists()
     assert sorted(TrashSession.objects.values_list("session_id", flat=True)) == sorted(
@@ -241,7 +242,7 @@ def test_a_bulk_delete_job_killed_midway_resumes_and_deletes_each_session_once(c
     core.end_session(session_id=delegate, end_reason="done")
     unselected = _old_sessions(2)
     live = core.create_session(source="cli").session_id
-    job_id = core.create_bulk_delete_job(
+    job_id = jobs.create_bulk_delete_job(
         session_ids=[*selected, live], include_live=False, actor="ada", reason="retention"
     )
     to_go = [*selected, delegate]
@@ -262,7 +263,7 @@ def test_a_bulk_delete_job_killed_midway_resumes_and_deletes_each_session_once(c
     assert (job.state, job.lease_owner) == (DeleteJob.RUNNING, "doomed")
 
     # The dead worker's lease still holds: no one else takes the job yet ...
-    assert core.run_job(job_id=job_id, worker="next").state == DeleteJob.RUNNING
+    assert jobs.run_job(job_id=job_id, worker="next").state == DeleteJob.RUNNING
     assert job_id not in jobs.runnable_job_ids()
     assert DeleteJob.objects.get(pk=job_id).lease_owner == "doomed"
     # ... until it expires (as if LEASE_SECONDS had passed), and the next worker finishes it.
@@ -270,7 +271,7 @@ def test_a_bulk_delete_job_killed_midway_resumes_and_deletes_each_session_once(c
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
     assert job_id in jobs.runnable_job_ids()
-    progress = core.run_job(job_id=job_id, worker="next", batch_sessions=3)
+    progress = jobs.run_job(job_id=job_id, worker="next", batch_sessions=3)
 
     assert progress.state == DeleteJob.DONE
     assert_store_consistent()
@@ -304,7 +305,7 @@ def test_a_bulk_delete_job_killed_midway_resumes_and_deletes_each_session_once(c
 
 def test_manage_py_run_jobs_resumes_a_job_whose_worker_was_killed():
     selected = _old_sessions(7)
-    job_id = core.create_bulk_delete_job(
+    job_id = jobs.create_bulk_delete_job(
         session_ids=selected, include_live=False, actor="ada", reason="retention"
     )
     child = run_child(
@@ -321,7 +322,7 @@ def test_manage_py_run_jobs_resumes_a_job_whose_worker_was_killed():
 
     assert resumed.returncode == 0, resumed.stderr
     assert "No delete job left to run." in resumed.stdout
-    progress = core.job_progress(job_id=job_id)
+    progress = jobs.job_progress(job_id=job_id)
     assert (progress.state, progress.deleted, progress.skipped) == (DeleteJob.DONE, 7, 0)
     assert (
         db.fetchall(f"SELECT id FROM sessions WHERE id IN ({db.placeholders(selected)})", selected)

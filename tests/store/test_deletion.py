@@ -6,6 +6,7 @@ import pytest
 
 from sessions_admin import core
 from sessions_admin.core import db, deletion
+from sessions_admin.ledger import trash
 from sessions_admin.ledger.models import TrashEntry
 from sessions_admin.routers import responses_alias
 from tests.store.test_merge import snapshot
@@ -180,9 +181,9 @@ def test_purge_drops_old_entries_only():
     core.execute_cascade_delete(
         session_ids=[root], expected_fingerprint=plan.fingerprint, actor="a", reason="r"
     )
-    assert core.purge_trash(older_than_days=1) == 0
+    assert trash.purge_trash(older_than_days=1) == 0
     assert TrashEntry.objects.count() == 1
-    assert core.purge_trash() >= 1
+    assert trash.purge_trash() >= 1
     assert TrashEntry.objects.count() == 0
 
 
@@ -193,27 +194,26 @@ def test_purge_never_drops_a_pending_entry_and_counts_entries():
         session_ids=[root], expected_fingerprint=plan.fingerprint, actor="a", reason="r"
     )
     pending = TrashEntry.objects.create(actor_name="a", session_ids=["x"], payload={})
-    assert core.purge_trash() == 1
+    assert trash.purge_trash() == 1
     assert list(TrashEntry.objects.values_list("pk", flat=True)) == [pending.pk]
 
 
-def test_rows_written_between_the_trash_copy_and_the_lock_are_copied_again(monkeypatch):
+def test_rows_written_between_the_trash_copy_and_the_lock_are_copied_again():
     """The copy is taken before the store lock; a runtime append in between must not be lost."""
     live = core.create_session(source="cli", session_key="cli:busy").session_id
     core.append_message(session_id=live, role="user", content="before the copy")
-    copy_to_trash = deletion._copy_to_trash
     copies = []
 
-    def copy_then_runtime_writes(batch, payload, **kwargs):
-        entry = copy_to_trash(batch, payload, **kwargs)
-        copies.append(entry.pk)
-        if len(copies) == 1:
-            core.append_message(session_id=live, role="assistant", content="after the copy")
-        return entry
+    class CopyThenRuntimeWrites(trash.LedgerTrash):
+        def open_entry(self, **kwargs):
+            entry_id = super().open_entry(**kwargs)
+            copies.append(entry_id)
+            if len(copies) == 1:
+                core.append_message(session_id=live, role="assistant", content="after the copy")
+            return entry_id
 
-    monkeypatch.setattr(deletion, "_copy_to_trash", copy_then_runtime_writes)
-    deleted, messages, trash_id = deletion._delete_batch(
-        [live], actor="op", reason="test", job_id=None
+    deleted, messages, trash_id = deletion.delete_batch(
+        [live], actor="op", reason="test", job_id=None, trash=CopyThenRuntimeWrites()
     )
     assert (deleted, messages) == (1, 2)
     assert len(copies) == 2 and trash_id == copies[1]
@@ -229,21 +229,22 @@ def test_rows_written_between_the_trash_copy_and_the_lock_are_copied_again(monke
     assert core.active_transcript(session_id=live)[-1]["content"] == "after the copy"
 
 
-def test_a_batch_whose_trash_copy_was_dropped_copies_again(monkeypatch):
+def test_a_batch_whose_trash_copy_was_dropped_copies_again():
     """Another batch holding the lock may drop a pending copy; the delete then never runs uncopied."""
     sid = core.create_session(source="cli").session_id
     core.append_message(session_id=sid, role="user", content="keep me")
-    copy_to_trash = deletion._copy_to_trash
     copies = []
 
-    def copy_then_dropped(batch, payload, **kwargs):
-        entry = copy_to_trash(batch, payload, **kwargs)
-        copies.append(entry.pk)
-        if len(copies) == 1:
-            TrashEntry.objects.filter(pk=entry.pk).delete()  # as _drop_unfinished_trash would
-        return entry
+    class CopyThenDropped(trash.LedgerTrash):
+        def open_entry(self, **kwargs):
+            entry_id = super().open_entry(**kwargs)
+            copies.append(entry_id)
+            if len(copies) == 1:
+                TrashEntry.objects.filter(pk=entry_id).delete()  # as discard_unfinished would
+            return entry_id
 
-    monkeypatch.setattr(deletion, "_copy_to_trash", copy_then_dropped)
-    deleted, messages, trash_id = deletion._delete_batch([sid], actor="op", reason="t", job_id=None)
+    deleted, messages, trash_id = deletion.delete_batch(
+        [sid], actor="op", reason="t", job_id=None, trash=CopyThenDropped()
+    )
     assert (deleted, messages, trash_id) == (1, 1, copies[1])
     assert TrashEntry.objects.get(pk=trash_id).payload["messages"][0]["content"] == "keep me"

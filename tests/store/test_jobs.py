@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from sessions_admin import core
 from sessions_admin.core import db
+from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
 from tests.helpers import counter_mismatches, run_threads
 
@@ -70,64 +71,64 @@ def test_the_dry_run_counts_exactly_and_keeps_live_sessions():
 def test_a_job_deletes_in_batches_and_survives_an_interruption():
     ids = _old_sessions(25)
     keep = core.create_session(source="cli").session_id
-    job_id = core.create_bulk_delete_job(
+    job_id = jobs.create_bulk_delete_job(
         session_ids=ids, include_live=False, actor="ada", reason="retention"
     )
     # A worker dies after two batches: its lease is left behind.
-    progress = core.run_job(job_id=job_id, worker="dead", batch_sessions=4, max_batches=2)
+    progress = jobs.run_job(job_id=job_id, worker="dead", batch_sessions=4, max_batches=2)
     assert progress.processed == 8 and progress.state == "running"
     # Another worker cannot take the job while the lease is valid ...
-    assert core.run_job(job_id=job_id, worker="other").processed == 8
+    assert jobs.run_job(job_id=job_id, worker="other").processed == 8
     # ... and resumes it once the lease expires.
     DeleteJob.objects.filter(pk=job_id).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    done = core.run_job(job_id=job_id, worker="other", batch_sessions=4)
+    done = jobs.run_job(job_id=job_id, worker="other", batch_sessions=4)
     assert (done.state, done.processed, done.deleted, done.skipped) == ("done", 25, 25, 0)
     assert done.percent == 100 and done.deleted_messages == 75
     assert _present(ids) == set()
     assert _present([keep]) == {keep}
     assert TrashEntry.objects.filter(job_id=job_id).count() == 7
     # Running it again deletes nothing twice.
-    again = core.run_job(job_id=job_id, worker="third")
+    again = jobs.run_job(job_id=job_id, worker="third")
     assert (again.deleted, again.state) == (25, "done")
 
 
 def test_a_session_gone_before_its_batch_is_skipped_not_counted_twice():
     ids = _old_sessions(3)
-    job_id = core.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
+    job_id = jobs.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
     plan = core.plan_cascade_delete(session_ids=[ids[1]])
     core.execute_cascade_delete(
         session_ids=[ids[1]], expected_fingerprint=plan.fingerprint, actor="b", reason="r"
     )
-    progress = core.run_job(job_id=job_id)
+    progress = jobs.run_job(job_id=job_id)
     assert (progress.deleted, progress.skipped) == (2, 1)
     assert DeleteJobItem.objects.filter(job_id=job_id, state=DeleteJobItem.SKIPPED).count() == 1
 
 
 def test_a_session_resumed_after_the_job_started_is_not_deleted():
     ids = _old_sessions(3)
-    job_id = core.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
+    job_id = jobs.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
     core.resume_session(ref=ids[2])
-    core.run_job(job_id=job_id)
+    jobs.run_job(job_id=job_id)
     assert _present(ids) == {ids[2]}
 
 
 def test_a_job_needs_a_reason_and_something_to_delete():
     live = core.create_session(source="cli").session_id
     with pytest.raises(core.InvalidInput):
-        core.create_bulk_delete_job(session_ids=[live], include_live=False, actor="a", reason="r")
+        jobs.create_bulk_delete_job(session_ids=[live], include_live=False, actor="a", reason="r")
     with pytest.raises(core.InvalidInput):
-        core.create_bulk_delete_job(session_ids=[live], include_live=True, actor="a", reason=" ")
+        jobs.create_bulk_delete_job(session_ids=[live], include_live=True, actor="a", reason=" ")
     assert DeleteJob.objects.count() == 0
 
 
 def test_cancelling_stops_a_job():
     ids = _old_sessions(6)
-    job_id = core.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
-    core.run_job(job_id=job_id, batch_sessions=2, max_batches=1)
-    core.cancel_job(job_id=job_id)
-    progress = core.run_job(job_id=job_id, batch_sessions=2)
+    job_id = jobs.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
+    jobs.run_job(job_id=job_id, batch_sessions=2, max_batches=1)
+    jobs.cancel_job(job_id=job_id)
+    progress = jobs.run_job(job_id=job_id, batch_sessions=2)
     assert progress.state == "cancelled" and progress.processed == 2
     assert len(_present(ids)) == 4
 
@@ -135,7 +136,7 @@ def test_cancelling_stops_a_job():
 def test_concurrent_runtime_appends_lose_nothing_while_a_job_runs():
     doomed = _old_sessions(40, messages=2)
     survivor = core.create_session(source="telegram", session_key="tg:live").session_id
-    job_id = core.create_bulk_delete_job(
+    job_id = jobs.create_bulk_delete_job(
         session_ids=doomed, include_live=False, actor="a", reason="r"
     )
     acknowledged: list[int] = []
@@ -144,7 +145,7 @@ def test_concurrent_runtime_appends_lose_nothing_while_a_job_runs():
     def work(i: int):
         if i == 0:
             try:
-                return core.run_job(job_id=job_id, batch_sessions=3)
+                return jobs.run_job(job_id=job_id, batch_sessions=3)
             finally:
                 finished.set()
         n = 0

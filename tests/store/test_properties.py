@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from sessions_admin import core
 from sessions_admin.core import clock, db
+from sessions_admin.ledger import jobs
 from sessions_admin.routers import responses_alias
 from tests.conftest import _wipe
 
@@ -381,10 +382,10 @@ def test_it_bulk_deletes_exactly_the_matching_set(operations, preset, include_li
     event(f"bulk delete of {min(len(going), 4)}+ sessions")
     if not going:
         return
-    job_id = core.create_bulk_delete_job(
+    job_id = jobs.create_bulk_delete_job(
         session_ids=selected, include_live=include_live, actor="hypothesis", reason="property"
     )
-    progress = core.run_job(job_id=job_id, batch_sessions=3)
+    progress = jobs.run_job(job_id=job_id, batch_sessions=3)
     assert progress.state == "done"
     assert progress.deleted == len(going)
     assert _ids() == everything - going

@@ -20,7 +20,7 @@ from django.conf import settings
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.demo.consistency import check_ledger, check_store, read_ledger
-from sessions_admin.ledger import actions
+from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger.models import TrashEntry
 from tests.helpers import child_env
 
@@ -144,11 +144,11 @@ class Operator:
         ]
         if not ended:
             return False
-        job = core.create_bulk_delete_job(
+        job = jobs.create_bulk_delete_job(
             session_ids=ended, include_live=False, actor="operator", reason="bulk clean-up"
         )
         # Small batches, so the job interleaves with the runtimes' writes.
-        progress = core.run_job(job_id=job, batch_sessions=5, batch_messages=200)
+        progress = jobs.run_job(job_id=job, batch_sessions=5, batch_messages=200)
         assert progress.state == "done", progress
         self.done["bulk_delete"] = self.done.get("bulk_delete", 0) + 1
         return True

@@ -14,7 +14,8 @@ import math
 import pytest
 
 from sessions_admin import core
-from sessions_admin.core import db, deletion
+from sessions_admin.core import db
+from sessions_admin.ledger import trash
 from sessions_admin.ledger.models import TrashEntry
 
 AWKWARD_FLOATS = [1e16, 1e-7, -0.0, 0.1 + 0.2, 5.0, 1.7976931348623157e308, 1712345678.123456]
@@ -55,16 +56,16 @@ def test_a_value_survives_the_trash_database_exactly(value):
         actor_name="t",
         reason="r",
         session_ids=["s"],
-        payload=deletion._encode_payload({"sessions": [{"id": "s", "v": value}]}),
+        payload=trash.encode_payload({"sessions": [{"id": "s", "v": value}]}),
     )
     stored = TrashEntry.objects.get(pk=entry.pk).payload
-    restored = deletion._decode_payload(stored)["sessions"][0]["v"]
+    restored = trash.decode_payload(stored)["sessions"][0]["v"]
     assert _same(restored, value), (value, stored)
 
 
 def test_old_plain_json_entries_still_decode_unchanged():
     old = {"sessions": [{"id": "s", "n": 3, "f": 1.5, "t": "x", "z": None}], "messages": []}
-    assert deletion._decode_payload(old)["sessions"] == old["sessions"]
+    assert trash.decode_payload(old)["sessions"] == old["sessions"]
 
 
 def _typed_rows(table: str, where: str, params: list) -> list[tuple]:

@@ -50,6 +50,7 @@ from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
 from sessions_admin.core.lineage import edge_kind
 from sessions_admin.core.text import operator_text, shown_back
 from sessions_admin.ledger import actions, worker
+from sessions_admin.ledger.jobs import job_progress
 from sessions_admin.ledger.models import DeleteJob, TrashEntry, TrashSession
 from sessions_admin.signin.roles import DELETE
 from sessions_admin.store import listing
@@ -705,7 +706,7 @@ def _job_or_404(job_id: int) -> DeleteJob:
 
 
 def _job_context(job: DeleteJob) -> dict:
-    progress = core.job_progress(job_id=job.pk)
+    progress = job_progress(job_id=job.pk)
     active = progress.state in ACTIVE_JOB_STATES
     remaining = None
     if active and progress.sessions_per_second:
@@ -766,7 +767,7 @@ def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         actions.record_refusal(request=request, action="cancel_bulk_delete", why=error)
         messages.error(request, f"Job #{job.pk} was not cancelled: {error}")
         return redirect("job_detail", job_id=job.pk)
-    progress = core.job_progress(job_id=job.pk)
+    progress = job_progress(job_id=job.pk)
     if progress.state == DeleteJob.CANCELLED:
         messages.success(
             request,

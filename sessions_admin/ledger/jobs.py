@@ -1,9 +1,10 @@
 """Bulk delete as a background job: small batches, a lease, resumable, never twice.
 
-Creating a job snapshots the exact set of session ids (live sessions only
-when asked for explicitly) into job items in the dashboard's database. A
-worker holding the job's lease deletes pending items in short batches
-through ``deletion._delete_batch`` (trash first, then one short store
+Creating a job snapshots the exact set of session ids (the core's
+``deletion.preview_bulk_delete``: live sessions only when asked for
+explicitly) into job items in the dashboard's database. A worker holding the
+job's lease deletes pending items in short batches through the core's
+``deletion.delete_batch`` (into the ledger's trash first, then one short store
 transaction), marking items as it goes. A process that dies mid-job leaves
 its lease to expire; the next worker resumes from the first pending item,
 and an item whose session is already gone is skipped, so nothing is deleted
@@ -12,7 +13,6 @@ twice.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -25,19 +25,12 @@ from django.db import connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from sessions_admin.core import db, deletion, faults, lineage
+from sessions_admin.core import db, deletion, faults
 from sessions_admin.core.errors import InvalidInput, StoreBusy
+from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
+from sessions_admin.ledger.trash import LEDGER_TRASH, stale_pending_trash
 
 LEASE_SECONDS = 30
-SAMPLE_SIZE = 10
-
-
-@dataclass(frozen=True)
-class BulkDeletePreview:
-    session_ids: tuple[str, ...]  # what would go (live ones excluded unless asked)
-    live_excluded: int
-    message_count: int
-    sample: tuple[dict, ...]
 
 
 @dataclass(frozen=True)
@@ -57,105 +50,6 @@ class JobProgress:
         return 100 if self.total == 0 else int(100 * self.processed / self.total)
 
 
-def undoable_merge_husks() -> set[str]:
-    """Sessions a merge absorbed that the merge still holds (its record not undone).
-
-    Deleting one makes the merge impossible to undo (unmerge needs every
-    session back): no preset selects them; they go with their target, or by id.
-    """
-    husks: set[str] = set()
-    for (absorbed,) in db.fetchall(
-        "SELECT absorbed_session_ids FROM sessions_admin_merges WHERE undone_at IS NULL"
-    ):
-        husks.update(json.loads(absorbed))
-    return husks
-
-
-def preset_session_ids(
-    *, preset: str, days: float | None = None, source: str | None = None
-) -> list[str]:
-    """Sessions matching one of the bulk-delete presets, oldest first.
-
-    No preset selects the husk of a merge that can still be undone
-    (``undoable_merge_husks``); "empty" never selects a live session (an empty
-    live session is a chat's current one, often what a reset started a moment
-    ago): a live session is deleted only by picking it.
-    """
-    if preset == "ended_older_than":
-        if days is None or days < 0 or days > 36500:
-            raise InvalidInput("Give a number of days between 0 and 36500.")
-        cutoff = time.time() - float(days) * 86400
-        sql, params = "ended_at IS NOT NULL AND ended_at < %s", [cutoff]
-    elif preset == "empty":
-        sql, params = (
-            "ended_at IS NOT NULL "
-            "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id)",
-            [],
-        )
-    elif preset == "by_source":
-        if not source:
-            raise InvalidInput("Pick a source.")
-        sql, params = "source = %s", [source]
-    else:
-        raise InvalidInput(f"Unknown preset {preset!r}.")
-    husks = undoable_merge_husks()
-    return [
-        r[0]
-        for r in db.fetchall(f"SELECT id FROM sessions WHERE {sql} ORDER BY started_at, id", params)
-        if r[0] not in husks
-    ]
-
-
-def _downstream(ids: list[str]) -> list[str]:
-    """The ids plus what always goes with them in a delete: compression continuations and
-    delegates, recursively (a conversation's later segments never outlive its start)."""
-    found = list(dict.fromkeys(ids))
-    picked = set(found)
-    closure = deletion._closure(found, include_branches=False)
-    return found + [sid for sid in closure if sid not in picked]
-
-
-def _live(ids: Sequence[str]) -> set[str]:
-    live: set[str] = set()
-    for chunk in deletion._chunks(list(ids)):
-        live |= {
-            r[0]
-            for r in db.fetchall(
-                f"SELECT id FROM sessions WHERE ended_at IS NULL AND id IN ({db.placeholders(chunk)})",
-                list(chunk),
-            )
-        }
-    return live
-
-
-def preview_bulk_delete(
-    *, session_ids: Sequence[str], include_live: bool = False
-) -> BulkDeletePreview:
-    """The dry run: the exact set, its size, how many live sessions were left out, a sample."""
-    ids = _downstream([s for s in session_ids if s])
-    live = _live(ids)
-    kept = [sid for sid in ids if include_live or sid not in live]
-    found = lineage.existing_session_ids(kept)
-    existing = [sid for sid in kept if sid in found]
-    sample = (
-        tuple(
-            db.fetchdicts(
-                "SELECT id, source, title, started_at, ended_at, end_reason, message_count "
-                f"FROM sessions WHERE id IN ({db.placeholders(existing[:SAMPLE_SIZE])})",
-                existing[:SAMPLE_SIZE],
-            )
-        )
-        if existing
-        else ()
-    )
-    return BulkDeletePreview(
-        session_ids=tuple(existing),
-        live_excluded=0 if include_live else len([s for s in ids if s in live]),
-        message_count=deletion._count_messages(existing) if existing else 0,
-        sample=sample,
-    )
-
-
 def create_bulk_delete_job(
     *,
     session_ids: Sequence[str],
@@ -165,14 +59,12 @@ def create_bulk_delete_job(
     description: str = "",
 ) -> int:
     """Snapshot the set into a job; returns its id. The worker does the deleting."""
-    from sessions_admin.ledger.models import DeleteJob, DeleteJobItem
-
     if not reason or not reason.strip():
         raise InvalidInput("A reason is required for a bulk delete.")
-    preview = preview_bulk_delete(session_ids=session_ids, include_live=include_live)
+    preview = deletion.preview_bulk_delete(session_ids=session_ids, include_live=include_live)
     if not preview.session_ids:
         raise InvalidInput("Nothing to delete: no session matches (live sessions are kept).")
-    ordered = deletion._ordered_children_first(list(preview.session_ids))
+    ordered = deletion.ordered_children_first(list(preview.session_ids))
     with transaction.atomic(using="default"):
         job = DeleteJob.objects.create(
             created_by=actor,
@@ -197,8 +89,6 @@ def worker_name() -> str:
 
 
 def _claim(job_id: int, worker: str) -> bool:
-    from sessions_admin.ledger.models import DeleteJob
-
     now = timezone.now()
     claimed = DeleteJob.objects.filter(
         Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=worker),
@@ -222,9 +112,7 @@ def _settle_committed_batches(job_id: int) -> None:
     sessions are gone (and their trash entry holds them). Counting them as
     deleted here keeps the job's totals exact instead of calling them skipped.
     """
-    from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
-
-    deletion.stale_pending_trash()  # a batch killed right after its commit is complete
+    stale_pending_trash()  # a batch killed right after its commit is complete
     for entry in TrashEntry.objects.filter(job_id=job_id, state=TrashEntry.COMPLETE).only(
         "pk", "session_ids", "message_count"
     ):
@@ -248,8 +136,6 @@ def run_job(
     max_batches: int | None = None,
 ) -> JobProgress:
     """Work on a job until it is done (or ``max_batches`` ran, or another worker holds it)."""
-    from sessions_admin.ledger.models import DeleteJob, DeleteJobItem
-
     worker = worker or worker_name()
     if not _claim(job_id, worker):
         return job_progress(job_id=job_id)
@@ -283,7 +169,7 @@ def run_job(
                     ids,
                 )
             )
-            live = set() if job.include_live else _live(ids)
+            live = set() if job.include_live else deletion.live_session_ids(ids)
             batch: list[str] = []
             weight = 0
             for sid in ids:
@@ -297,8 +183,12 @@ def run_job(
             deleted = messages = 0
             if to_delete:
                 try:
-                    deleted, messages, _ = deletion._delete_batch(
-                        to_delete, actor=job.created_by, reason=job.reason, job_id=job_id
+                    deleted, messages, _ = deletion.delete_batch(
+                        to_delete,
+                        actor=job.created_by,
+                        reason=job.reason,
+                        job_id=job_id,
+                        trash=LEDGER_TRASH,
                     )
                 except StoreBusy:
                     time.sleep(0.5)  # the runtime is busy: try this batch again shortly
@@ -333,8 +223,6 @@ def run_job(
 
 
 def job_progress(*, job_id: int) -> JobProgress:
-    from sessions_admin.ledger.models import DeleteJob
-
     job = DeleteJob.objects.filter(pk=job_id).first()
     if job is None:
         raise InvalidInput(f"No job {job_id}.")
@@ -356,8 +244,6 @@ def job_progress(*, job_id: int) -> JobProgress:
 
 
 def runnable_job_ids() -> list[int]:
-    from sessions_admin.ledger.models import DeleteJob
-
     now = timezone.now()
     return list(
         DeleteJob.objects.filter(state__in=[DeleteJob.PENDING, DeleteJob.RUNNING])
@@ -368,8 +254,6 @@ def runnable_job_ids() -> list[int]:
 
 
 def cancel_job(*, job_id: int) -> None:
-    from sessions_admin.ledger.models import DeleteJob
-
     DeleteJob.objects.filter(pk=job_id, state__in=[DeleteJob.PENDING, DeleteJob.RUNNING]).update(
         state=DeleteJob.CANCELLED, lease_owner="", lease_expires_at=None
     )

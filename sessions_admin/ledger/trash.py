@@ -1,0 +1,223 @@
+"""The trash: the rows a delete removed from the store, kept in the dashboard's database.
+
+``LedgerTrash`` is the core's ``deletion.Trash`` written with the ledger's models
+(``TrashEntry``, one ``TrashSession`` per session for the trash page's search):
+the core's batched delete commits each batch's rows here as a pending entry
+before the store delete, marks the entry complete once the store committed, and
+a restore reads the rows back. ``LedgerConfig.ready`` makes it the core's
+default trash, so every delete in a dashboard process (views, commands, jobs,
+tests) keeps what it removes here.
+
+The entry's payload is JSON (a JSONField: SQLite text or PostgreSQL jsonb); this
+module owns how a store value is written there (``encode_trash_value``) and read
+back (``decode_trash_rows``).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Sequence
+
+from django.db import transaction
+from django.utils import timezone
+
+from sessions_admin.core import db
+from sessions_admin.core.deletion import TrashContents
+from sessions_admin.core.errors import InvalidInput
+from sessions_admin.ledger.models import TrashEntry, TrashSession
+
+# A store row holds SQLite values JSON cannot carry or jsonb would change: BLOBs (schema 30's
+# ``display_identity`` is a sha256 digest), integers beyond 2**53 (exact in Python's JSON, not
+# in every JSON reader), floats whose text jsonb rewrites (1e+16 comes back as the integer
+# 10000000000000000, -0.0 as 0.0; inf and nan are not JSON at all) and text holding NUL (jsonb
+# refuses it). Those values are stored as a one-key object naming their type; every other
+# value stays plain JSON, so a store value is never an object and old entries (plain JSON
+# only) decode unchanged.
+_TAG_BYTES = "$bytes"  # base64 of the bytes
+_TAG_INT = "$int"  # decimal text
+_TAG_FLOAT = "$float"  # repr(), which float() reads back to the same double
+_TAG_TEXT = "$text"  # base64 of the UTF-8 text
+_JSON_SAFE_INT = 2**53
+
+
+def encode_trash_value(value: object) -> object:
+    """A store value as JSON that gives back exactly this value (see above)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {_TAG_BYTES: base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, int):
+        return value if -_JSON_SAFE_INT <= value <= _JSON_SAFE_INT else {_TAG_INT: str(value)}
+    if isinstance(value, float):
+        text = repr(value)
+        plain = math.isfinite(value) and "e" not in text and text != "-0.0"
+        return value if plain else {_TAG_FLOAT: text}
+    if isinstance(value, str):
+        if "\x00" in value:
+            return {_TAG_TEXT: base64.b64encode(value.encode("utf-8", "surrogatepass")).decode()}
+        return value
+    return value
+
+
+def decode_trash_value(value: object) -> object:
+    """The store value ``encode_trash_value`` wrote (plain JSON values pass unchanged)."""
+    if not isinstance(value, dict) or len(value) != 1:
+        return value
+    ((tag, text),) = value.items()
+    if tag == _TAG_BYTES:
+        return base64.b64decode(text)
+    if tag == _TAG_INT:
+        return int(text)
+    if tag == _TAG_FLOAT:
+        return float(text)
+    if tag == _TAG_TEXT:
+        return base64.b64decode(text).decode("utf-8", "surrogatepass")
+    return value
+
+
+def _encode_rows(rows: list[dict]) -> list[dict]:
+    return [{column: encode_trash_value(v) for column, v in row.items()} for row in rows]
+
+
+def decode_trash_rows(rows: list[dict]) -> list[dict]:
+    """A trash payload's rows with their store values (old entries' plain JSON included)."""
+    return [{column: decode_trash_value(v) for column, v in row.items()} for row in rows]
+
+
+# The lists of store rows in a payload (the core's ``deletion.snapshot_rows`` builds it);
+# its "kept_children" are pairs of ids, stored as they are.
+_ROW_LISTS = ("sessions", "messages", "conversations", "responses")
+
+
+def encode_payload(payload: dict) -> dict:
+    """The rows as the trash stores them: every row value through ``encode_trash_value``."""
+    encoded = dict(payload)
+    for key in _ROW_LISTS:
+        encoded[key] = _encode_rows(payload.get(key, []))
+    encoded["dependents"] = {
+        table: _encode_rows(rows) for table, rows in payload.get("dependents", {}).items()
+    }
+    return encoded
+
+
+def decode_payload(payload: dict) -> dict:
+    """The rows ``encode_payload`` stored, with their store values."""
+    decoded = dict(payload)
+    for key in _ROW_LISTS:
+        decoded[key] = decode_trash_rows(payload.get(key, []))
+    decoded["dependents"] = {
+        table: decode_trash_rows(rows) for table, rows in payload.get("dependents", {}).items()
+    }
+    return decoded
+
+
+class LedgerTrash:
+    """The core's ``deletion.Trash`` in the dashboard's database (TrashEntry, TrashSession)."""
+
+    def open_entry(
+        self,
+        *,
+        session_ids: Sequence[str],
+        rows: dict,
+        actor: str,
+        reason: str,
+        job_id: int | None,
+    ) -> int:
+        with transaction.atomic(using="default"):
+            entry = TrashEntry.objects.create(
+                actor_name=actor,
+                reason=reason,
+                job_id=job_id,
+                session_ids=list(session_ids),
+                session_count=len(rows["sessions"]),
+                message_count=len(rows["messages"]),
+                payload=encode_payload(rows),
+            )
+            TrashSession.objects.bulk_create(
+                TrashSession(
+                    entry=entry,
+                    session_id=s["id"],
+                    title=s.get("title") or "",
+                    source=s.get("source") or "",
+                )
+                for s in rows["sessions"]
+            )
+        return entry.pk
+
+    def is_pending(self, entry_id: int) -> bool:
+        return TrashEntry.objects.filter(pk=entry_id, state=TrashEntry.PENDING).exists()
+
+    def discard(self, entry_id: int) -> None:
+        TrashEntry.objects.filter(pk=entry_id, state=TrashEntry.PENDING).delete()
+
+    def discard_unfinished(self, session_ids: Sequence[str], *, keep: int | None = None) -> None:
+        unfinished = set(
+            TrashSession.objects.filter(
+                entry__state=TrashEntry.PENDING, session_id__in=list(session_ids)
+            ).values_list("entry_id", flat=True)
+        ) - {keep}
+        if unfinished:
+            TrashEntry.objects.filter(pk__in=unfinished, state=TrashEntry.PENDING).delete()
+
+    def mark_complete(self, entry_id: int) -> None:
+        TrashEntry.objects.filter(pk=entry_id).update(state=TrashEntry.COMPLETE)
+
+    def contents(self, entry_id: int) -> TrashContents | None:
+        entry = TrashEntry.objects.filter(pk=entry_id).first()
+        if entry is None:
+            return None
+        return TrashContents(
+            entry_id=entry.pk,
+            restored=entry.state == TrashEntry.RESTORED,
+            rows=decode_payload(entry.payload),
+        )
+
+    def mark_restored(self, entry_id: int, *, actor: str) -> None:
+        TrashEntry.objects.filter(pk=entry_id).update(
+            state=TrashEntry.RESTORED, restored_at=timezone.now(), restored_by=actor
+        )
+
+
+LEDGER_TRASH = LedgerTrash()
+
+
+def purge_trash(*, older_than_days: float | None = None) -> int:
+    """Drop trash entries (all, or those older than the given days). Returns how many.
+
+    Pending entries are never purged: their batch may still be committing, and
+    the trash copy is then the only copy.
+    """
+    entries = TrashEntry.objects.exclude(state=TrashEntry.PENDING)
+    if older_than_days is not None:
+        if older_than_days < 0:
+            raise InvalidInput("older_than_days must be zero or more.")
+        entries = entries.filter(
+            created_at__lt=timezone.now() - timezone.timedelta(days=older_than_days)
+        )
+    ids = list(entries.values_list("pk", flat=True))
+    TrashEntry.objects.filter(pk__in=ids).delete()
+    return len(ids)
+
+
+def stale_pending_trash() -> list[int]:
+    """Pending entries whose rows are all still in the store: their delete never committed.
+
+    A pending entry none of whose sessions is left in the store belongs to a batch
+    that committed but died before marking it: it is marked complete here.
+    """
+    stale = []
+    for entry in TrashEntry.objects.filter(state=TrashEntry.PENDING):
+        ids = entry.session_ids
+        present = (
+            db.fetchone(f"SELECT COUNT(*) FROM sessions WHERE id IN ({db.placeholders(ids)})", ids)[
+                0
+            ]
+            if ids
+            else 0
+        )
+        if ids and present == len(ids):
+            stale.append(entry.pk)
+        elif not present:
+            TrashEntry.objects.filter(pk=entry.pk).update(state=TrashEntry.COMPLETE)
+    return stale
