@@ -26,13 +26,13 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from sessions_admin import core
+from sessions_admin.console.html import end_reason_words
 from sessions_admin.console.http import (
     HtmxHttpRequest,
     require_perm,
     session_or_404,
     wants_fragment,
 )
-from sessions_admin.console.templatetags.console import end_reason_words
 from sessions_admin.core import lineage, stray
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.core.text import (

@@ -8,7 +8,6 @@ token included, had landed in the URL, the access log, the history and the Refer
 
 from __future__ import annotations
 
-import html
 import logging
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode
@@ -18,13 +17,17 @@ from django.db import DatabaseError
 from django.http import HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
-from django.utils.cache import patch_vary_headers
-from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_http_methods
 
+from sessions_admin.console.html import (
+    TITLE_SHOWN,
+    ListedSession,
+    When,
+    clip,
+    end_reason_words,
+    when,
+)
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
-from sessions_admin.console.templatetags.console import end_reason_words
-from sessions_admin.core.clock import moment_of
 from sessions_admin.signin.roles import VIEW
 from sessions_admin.store import health, listing
 
@@ -33,10 +36,6 @@ logger = logging.getLogger(__name__)
 TEMPLATE = "console/session_list.html"
 # The merge preview is a GET page; gunicorn refuses request lines over 4094 bytes.
 MERGE_URL_LIMIT = 4000
-# Runtime-written text a row shows, at most (the session page has the whole of it):
-# a 1 MB title made a 2 MB list page.
-TITLE_SHOWN = 200
-VALUE_SHOWN = 200
 
 
 @require_http_methods(["GET", "POST"])
@@ -84,10 +83,7 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
     }
     if template == TEMPLATE:
         context["choices"] = listing.choices()
-    response = render(request, template, context)
-    # Fragment or whole page depends on these headers (a history restore wants the page).
-    patch_vary_headers(response, ["HX-Request", "HX-History-Restore-Request"])
-    return response
+    return render(request, template, context)
 
 
 def _merge_selection(request: HtmxHttpRequest) -> HttpResponse:
@@ -122,8 +118,8 @@ def _url(query: str, cursor: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------
-# What a row shows, formatted in Python: 50 rows through template filters
-# cost more than the queries behind them.
+# What a row shows, formatted in Python (console/html.py builds its markup): 50 rows
+# through template filters cost more than the queries behind them.
 
 
 class _DetailLinks:
@@ -139,44 +135,13 @@ class _DetailLinks:
         return f"{self._prefix}{quote(session_id, safe='')}{self._suffix}"
 
 
-@dataclass(frozen=True)
-class _When:
-    iso: str
-    day: str
-    clock: str
-
-
-def _when(timestamp: float | None) -> _When | None:
-    moment = moment_of(timestamp)
-    if moment is None:
-        return None
-    return _When(moment.isoformat(), moment.strftime("%Y-%m-%d"), moment.strftime("%H:%M:%S"))
-
-
-@dataclass(frozen=True)
-class _Row:
-    s: listing.SessionRow
-    url: str | None
-    tip_url: str | None
-    started: _When | None
-    last: _When | None
-    status: str
-    messages: str
-    tokens: str
-    cost: str | None
-
-    @property
-    def html(self) -> SafeString:
-        return _row_html(self)
-
-
-def _row(row: listing.SessionRow, detail: _DetailLinks) -> _Row:
-    return _Row(
-        s=row,
+def _row(row: listing.SessionRow, detail: _DetailLinks) -> ListedSession:
+    return ListedSession(
+        session=row,
         url=detail(row.id),
         tip_url=detail(row.tip_id),
-        started=_when(row.started_at),
-        last=_when(row.last_activity),
+        started=when(row.started_at),
+        last=when(row.last_activity),
         status=end_reason_words(row.end_reason),
         messages=f"{row.message_count:,}",
         tokens=f"{row.tokens:,}",
@@ -184,134 +149,22 @@ def _row(row: listing.SessionRow, detail: _DetailLinks) -> _Row:
     )
 
 
-def _clip(text: str | None, limit: int = VALUE_SHOWN) -> str:
-    if not text:
-        return ""
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-def escape(value: object) -> str:
-    # Django's escape() is this call behind lazy-string handling, which costs more than
-    # the escaping itself at 20 values a row.
-    return html.escape(str(value), quote=True)
-
-
-def _plural(count: int, one: str, many: str) -> str:
-    return f"{count} {one if count == 1 else many}"
-
-
-def _time_html(when: _When) -> str:
-    return (
-        f'<time datetime="{escape(when.iso)}">{escape(when.day)} '
-        f'<span class="time">{escape(when.clock)}</span></time>'
-    )
-
-
-def _row_html(item: _Row) -> SafeString:
-    """One <tr> of the session table, built here rather than by the template engine.
-
-    Fifty rows of about a hundred template nodes each were most of the page's time
-    (bench/run.py); the markup is the same, every value escaped.
-    """
-    row = item.s
-    sid = escape(row.id)
-    code = f"<code>{sid}</code>"
-    markers = []
-    if row.branched_from:
-        markers.append(
-            f'<span class="badge branch" title="Branched from {escape(row.branched_from)}">'
-            "branch</span>"
-        )
-    if row.delegate_from:
-        markers.append(
-            f'<span class="badge delegate" title="Delegate of {escape(row.delegate_from)}">'
-            "delegate</span>"
-        )
-    if row.is_fork:
-        markers.append(
-            '<span class="badge fork" title="In a fork group: unlinked sessions of one '
-            'conversation">fork</span>'
-        )
-    if row.segments > 1:
-        markers.append(
-            f'<span class="badge segments" title="Compressed: {row.segments} segments">'
-            f"{row.segments} segments</span>"
-        )
-    elif row.continuations:
-        markers.append('<span class="badge segments">continued</span>')
-    if row.branches:
-        markers.append(
-            f'<span class="badge children">{_plural(row.branches, "branch", "branches")}</span>'
-        )
-    if row.delegates:
-        markers.append(
-            f'<span class="badge children">{_plural(row.delegates, "delegate", "delegates")}</span>'
-        )
-    if row.other_children:
-        markers.append(
-            f'<span class="badge children">{_plural(row.other_children, "child", "children")}'
-            "</span>"
-        )
-    if row.archived:
-        markers.append('<span class="badge">archived</span>')
-    classes = " ".join(
-        c for c in ("live" if row.is_live else "", "archived" if row.archived else "") if c
-    )
-    if row.is_live:
-        status = '<span class="badge live">live</span>'
-    else:
-        status = (
-            f'<span class="ended" title="{escape(row.end_reason or "")}">'
-            f"{escape(item.status)}</span>"
-        )
-    if row.tip_id:
-        tip = f"<code>{escape(row.tip_id)}</code>"
-        if item.tip_url:
-            tip = f'<a href="{escape(item.tip_url)}">{tip}</a>'
-        status += f'<div class="tip hint">latest segment {tip}</div>'
-    if row.user_id:
-        user_id = escape(_clip(row.user_id))
-        user = f'<td class="user" title="{user_id}"><code>{user_id}</code></td>'
-    else:
-        user = '<td class="user"><span class="hint">—</span></td>'
-    shown_title = escape(_clip(row.title, TITLE_SHOWN))
-    title = f'<div class="title" title="{shown_title}">{shown_title}</div>' if row.title else ""
-    link = f'<a href="{escape(item.url)}">{code}</a>' if item.url else code
-    cost = '<span class="hint">—</span>' if item.cost is None else escape(item.cost)
-    started = _time_html(item.started) if item.started else ""
-    last = _time_html(item.last) if item.last else '<span class="hint">no messages</span>'
-    return mark_safe(  # noqa: S308 - every value above is escaped
-        f'<tr class="{classes}">'
-        f'<td class="pick"><input type="checkbox" name="ids" value="{sid}" '
-        f'aria-label="Select {sid}"></td>'
-        f'<td class="session">{link}{title}<div class="markers">{"".join(markers)}</div></td>'
-        f"<td>{escape(_clip(row.source))}</td>"
-        f"{user}"
-        f'<td class="model">{escape(_clip(row.model))}</td>'
-        f'<td class="when">{started}</td>'
-        f'<td class="when">{last}</td>'
-        f'<td class="status">{status}</td>'
-        f'<td class="num">{escape(item.messages)}</td>'
-        f'<td class="num">{escape(item.tokens)}</td>'
-        f'<td class="num">{cost}</td>'
-        "</tr>"
-    )
-
-
 @dataclass(frozen=True)
 class _Hit:
-    h: listing.SearchHit
+    """A search hit with its values formatted for the results list."""
+
+    hit: listing.SearchHit
     url: str | None
-    when: _When | None
+    when: When | None
     title: str
     source: str
 
 
 def _hit(hit: listing.SearchHit, detail: _DetailLinks) -> _Hit:
     return _Hit(
-        h=hit,
+        hit=hit,
         url=detail(hit.session_id),
-        when=_when(hit.timestamp),
-        title=_clip(hit.session_title, TITLE_SHOWN),
-        source=_clip(hit.session_source),
+        when=when(hit.timestamp),
+        title=clip(hit.session_title, TITLE_SHOWN),
+        source=clip(hit.session_source),
     )
