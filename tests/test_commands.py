@@ -1,4 +1,5 @@
-"""The management commands: ``seed_demo`` (a realistic demo store) and ``create_operator``."""
+"""The management commands: ``seed_demo`` (a realistic demo store), ``create_operator`` and
+``purge_trash``."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ import json
 import re
 import time
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils import timezone
 
 from sessions_admin.core import db
+from sessions_admin.ledger import trash_retention
+from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from sessions_admin.routers import responses_alias
 from sessions_admin.signin.roles import role_of
 
@@ -498,3 +503,77 @@ def test_create_operator_requires_a_role():
     with pytest.raises(CommandError):
         _create("hank")
     assert not User.objects.filter(username="hank").exists()
+
+
+# ---------------------------------------------------------------------------
+# purge_trash
+
+
+def _trash_entry(*, age_days: float) -> int:
+    entry = TrashEntry.objects.create(
+        actor_name="t", session_ids=["gone"], payload={}, state=TrashEntry.COMPLETE
+    )
+    TrashEntry.objects.filter(pk=entry.pk).update(
+        created_at=timezone.now() - timedelta(days=age_days)
+    )
+    return entry.pk
+
+
+def _purge(*args: str, **options) -> str:
+    out = io.StringIO()
+    call_command("purge_trash", *args, stdout=out, **options)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "days",
+    [
+        {"days": -1.0},
+        {"days": float("nan")},
+        {"days": float("inf")},
+        {"days": "ten"},  # call_command's keyword options skip argparse's float()
+        {"days": True},
+        {"days": 1e9},  # "now minus that many days" is no date
+    ],
+    ids=["negative", "nan", "inf", "not a number", "bool", "past the calendar"],
+)
+def test_purge_trash_refuses_a_bad_days_value_and_changes_nothing(days):
+    old = _trash_entry(age_days=400)
+    with pytest.raises(CommandError, match="must be a number of days"):
+        _purge(**days)
+    assert list(TrashEntry.objects.values_list("pk", flat=True)) == [old]
+    assert not AuditEntry.objects.filter(action="purge_trash").exists()
+
+
+@pytest.mark.parametrize("argument", ["--days=-1", "--days=nan", "--days=inf"])
+def test_purge_trash_refuses_bad_days_from_the_command_line(argument):
+    old = _trash_entry(age_days=400)
+    with pytest.raises(CommandError, match="must be a number of days"):
+        _purge(argument)
+    assert list(TrashEntry.objects.values_list("pk", flat=True)) == [old]
+    assert not AuditEntry.objects.exists()
+
+
+def test_purge_trash_purges_past_the_days_given_audited():
+    _trash_entry(age_days=3)
+    new = _trash_entry(age_days=1)
+    assert "Purged 1 trash entries older than 2.5 days." in _purge("--days", "2.5")
+    assert list(TrashEntry.objects.values_list("pk", flat=True)) == [new]
+    entry = AuditEntry.objects.get(action="purge_trash")
+    assert entry.outcome == "ok" and entry.before == {"older_than_days": 2.5}
+
+
+@pytest.mark.parametrize(("setting", "days"), [(7, 7), ("nan", 30), (-3, 30), ("x", 30)])
+def test_purge_trash_reads_the_setting_as_the_trash_page_does(settings, setting, days):
+    """An invalid SESSIONS_ADMIN_TRASH_DAYS is the default retention, on the page and here."""
+    settings.SESSIONS_ADMIN_TRASH_DAYS = setting
+    assert trash_retention.configured_days() == days
+    kept = _trash_entry(age_days=days - 1)
+    _trash_entry(age_days=days + 1)
+    assert f"older than {days} days" in _purge()
+    assert list(TrashEntry.objects.values_list("pk", flat=True)) == [kept]
+
+
+@pytest.mark.parametrize("value", [0, "0", 2.5, "365000"])
+def test_a_retention_is_a_finite_number_of_days_from_zero(value):
+    assert trash_retention.retention_days(value) == float(value)

@@ -1,9 +1,15 @@
+"""``manage.py purge_trash [--days N]``: drop trash entries older than the retention.
+
+The retention is checked by ``ledger.trash_retention`` (the trash page uses the same
+check) and the purge is ``ledger.actions.purge``, audited like the page's.
+"""
+
 from __future__ import annotations
 
-from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from sessions_admin.ledger import actions
+from sessions_admin.core.errors import StoreError
+from sessions_admin.ledger import actions, trash_retention
 
 
 class Command(BaseCommand):
@@ -15,10 +21,15 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
-        days = (
-            options["days"] if options["days"] is not None else settings.SESSIONS_ADMIN_TRASH_DAYS
-        )
-        purged = actions.purge(
-            actor=None, older_than_days=days, reason=f"retention: older than {days:g} days"
-        )
+        try:
+            days = (
+                trash_retention.configured_days()
+                if options["days"] is None
+                else trash_retention.retention_days(options["days"])
+            )
+            purged = actions.purge(
+                actor=None, older_than_days=days, reason=f"retention: older than {days:g} days"
+            )
+        except StoreError as problem:
+            raise CommandError(str(problem)) from problem
         self.stdout.write(f"Purged {purged} trash entries older than {days:g} days.")
