@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from django.db import connections, router, transaction
 from django.utils import timezone
 
 from sessions_admin import core
-from sessions_admin.core import faults, stray
+from sessions_admin.core import faults, portability, stray
 from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.core.lifecycle import recoverable_siblings
 from sessions_admin.core.text import (
@@ -187,6 +187,15 @@ def _complete(
         _link_sessions(entry, more, already=linked)
 
 
+def _failure_detail(error: Exception) -> str:
+    """What a failed action's entry says: the refusal, or that a bug escaped the core."""
+    # A StoreError is the core's "refused, nothing changed"; anything else
+    # escaped the core's transaction, which rolled back.
+    if isinstance(error, StoreError):
+        return str(error)
+    return f"Unexpected error ({type(error).__name__}): {error}"
+
+
 def _audited(
     *,
     actor: Any,
@@ -197,10 +206,13 @@ def _audited(
     run: Callable[[], T],
     after: Callable[[T], dict],
     result_ids: Callable[[T], Sequence[str | None]] = lambda _: (),
+    failed_ids: Callable[[Exception], Sequence[str]] = lambda _: (),
 ) -> T:
     """Record the intent (committed), run the store operation, then record its outcome.
 
     ``reason`` and every other operator text must already be through ``core.text``.
+    ``failed_ids``: the sessions a failed operation still wrote (an interrupted import
+    keeps the batches it committed), linked to the failed entry.
     """
     audit = _caller_transaction()
     if audit:
@@ -224,15 +236,15 @@ def _audited(
     except Exception as error:
         # Recorded here: the edge's record_refusal must not record it again.
         error.audited_entry = entry.pk
-        # A StoreError is the core's "refused, nothing changed"; anything else
-        # escaped the core's transaction, which rolled back.
-        detail = (
-            str(error)
-            if isinstance(error, StoreError)
-            else f"Unexpected error ({type(error).__name__}): {error}"
-        )
+        detail = _failure_detail(error)
         try:
-            _complete(entry, outcome=AuditEntry.FAILED, linked=linked, detail=detail)
+            _complete(
+                entry,
+                outcome=AuditEntry.FAILED,
+                linked=linked,
+                more_ids=failed_ids(error),
+                detail=detail,
+            )
         except Exception:
             # The store did not change; the operator still needs the refusal itself.
             logger.exception(
@@ -672,4 +684,83 @@ def undo_stray_move(*, actor, entry_id: int, reason: str = "") -> stray.StrayRet
             "returned_ids": list(r.returned_ids),
             **_counts([r.session_id, r.destination_id]),
         },
+    )
+
+
+IMPORT = "import_sessions"
+
+
+def _read_export(file: str, stream: IO[bytes] | None) -> list[dict]:
+    """The session objects of an export: ``stream`` when given (standard input), else ``file``."""
+    if stream is not None:
+        return portability.read_export(stream)
+    try:
+        with open(file, "rb") as handle:
+            return portability.read_export(handle)
+    except OSError as error:
+        raise InvalidInput(f"Cannot read {file}: {error}") from error
+
+
+def preview_import(
+    *,
+    actor,
+    file: str,
+    stream: IO[bytes] | None = None,
+    skip_existing: bool = False,
+    graft: bool = False,
+    reason: str = "",
+) -> portability.ImportPlan:
+    """What importing ``file`` would do (a dry run): nothing is written, so only a refusal
+    is audited (outcome ``failed``, ``before`` saying it was a dry run)."""
+    reason = operator_text(reason, field="reason")
+    try:
+        return portability.plan_import(_read_export(file, stream))
+    except Exception as error:
+        entry = record(
+            actor=actor,
+            action=IMPORT,
+            session_ids=[],
+            before={"file": file, "skip_existing": skip_existing, "graft": graft, "dry_run": True},
+            reason=reason,
+            outcome=AuditEntry.FAILED,
+            detail=_failure_detail(error),
+        )
+        error.audited_entry = entry.pk
+        raise
+
+
+def import_sessions(
+    *,
+    actor,
+    file: str,
+    stream: IO[bytes] | None = None,
+    skip_existing: bool = False,
+    graft: bool = False,
+    reason: str = "",
+) -> portability.ImportResult:
+    """``core.portability.import_sessions`` of an export file (``stream``: its bytes, when it
+    is not a file to open), audited; reading the file is part of the action, so an unreadable
+    or invalid file is a failed entry too, and an interrupted import names what it kept."""
+    reason = operator_text(reason, field="reason")
+    return _audited(
+        actor=actor,
+        action=IMPORT,
+        session_ids=[],
+        reason=reason,
+        before={"file": file, "skip_existing": skip_existing, "graft": graft},
+        run=lambda: portability.import_sessions(
+            sessions=_read_export(file, stream), skip_existing=skip_existing, graft=graft
+        ),
+        after=lambda r: {
+            "imported": len(r.imported),
+            "skipped": list(r.skipped)[:100],
+            "detached": list(r.detached)[:100],
+            "not_grafted": list(r.ungrafted)[:100],
+            "grafted": list(r.grafted)[:100],
+            "ended_on_import": len(r.ended_on_import),
+            "messages": r.messages,
+        },
+        result_ids=lambda r: r.imported,
+        # An interrupted import keeps the batches written before the failure.
+        failed_ids=lambda error: getattr(error, "imported", ()),
     )

@@ -423,3 +423,65 @@ def test_export_and_import_commands_round_trip(tmp_path):
     with pytest.raises(CommandError, match="already exist in the store"):
         call_command("import_sessions", str(path), stdout=io.StringIO())
     assert AuditEntry.objects.filter(action="import_sessions", outcome="failed").count() == 1
+
+
+def test_the_export_command_selects_a_source_as_the_export_page_does(viewer, tmp_path):
+    ids = _conversation()  # every segment is a cli session: root, tip, delegate, branch
+    core.create_session(source="telegram", session_id="tg-export")
+    page = viewer.get(reverse("export_sessions") + "?source=cli&scope=all")
+    from_page = [r["session"]["id"] for r in _records([_body(page)]) if r["type"] == "session"]
+    path = tmp_path / "cli.jsonl"
+    call_command("export_sessions", "--source", "cli", "-o", str(path), stderr=io.StringIO())
+    records = _records([path.read_text(encoding="utf-8")])
+    from_command = [r["session"]["id"] for r in records if r["type"] == "session"]
+    assert from_command == from_page
+    assert set(from_command) == set(ids.values())
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [(" ", "No session has source"), ("cli\x00", "NUL"), ("nobody", "No session has source")],
+)
+def test_the_export_command_refuses_a_source_it_cannot_select(source, expected):
+    _conversation()
+    with pytest.raises(CommandError, match=expected):
+        call_command("export_sessions", "--source", source, stdout=io.StringIO())
+
+
+def _export_file(tmp_path, ids: dict[str, str]):
+    path = tmp_path / "lineage.jsonl"
+    call_command(
+        "export_sessions", "--lineage", ids["root"], "--output", str(path), stderr=io.StringIO()
+    )
+    _delete([ids["root"]])
+    return path
+
+
+@pytest.mark.parametrize("reason", ["restore\x00", "\ud800", "r" * 100_000])
+def test_the_import_command_refuses_an_unstorable_reason_before_writing(tmp_path, reason):
+    """The reason is operator text: checked once by core.text in ledger.actions, before
+    the import or its audit entry is written."""
+    ids = _conversation()
+    path = _export_file(tmp_path, ids)
+    audited = AuditEntry.objects.filter(action="import_sessions").count()
+    with pytest.raises(CommandError, match="reason"):
+        call_command("import_sessions", str(path), "--reason", reason, stdout=io.StringIO())
+    assert session(ids["root"]) is None
+    assert AuditEntry.objects.filter(action="import_sessions").count() == audited
+
+
+def test_an_interrupted_import_names_what_it_kept_on_its_failed_entry(tmp_path, monkeypatch):
+    path = _export_file(tmp_path, _conversation())
+    kept = core.create_session(source="cli").session_id
+
+    def interrupted(**_):
+        cause = core.StoreError("the store is busy.")
+        raise portability.ImportInterrupted([kept], 4, cause)
+
+    monkeypatch.setattr(portability, "import_sessions", interrupted)
+    with pytest.raises(CommandError, match="stopped after 1 of 4"):
+        call_command("import_sessions", str(path), stdout=io.StringIO())
+    entry = AuditEntry.objects.get(action="import_sessions")
+    assert entry.outcome == "failed" and entry.completed_at is not None
+    assert entry.session_ids == [kept]
+    assert list(entry.sessions.values_list("session_id", flat=True)) == [kept]

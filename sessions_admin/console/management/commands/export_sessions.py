@@ -1,3 +1,10 @@
+"""``manage.py export_sessions``: sessions as JSONL or Markdown, streamed to a file or stdout.
+
+What it exports is chosen as the export page chooses: one session, a lineage, a set of
+ids (``core.portability.export_session_ids``), or a source through the session list's
+filters (``store.listing``), so the command and the page select the same sessions.
+"""
+
 from __future__ import annotations
 
 import sys
@@ -5,8 +12,26 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions_admin.core import db, portability
+from sessions_admin.core import portability
 from sessions_admin.core.errors import StoreError
+from sessions_admin.store import listing
+
+
+def _ids_of_source(source: str) -> list[str]:
+    """Every session of ``source`` (every segment, oldest first), chosen as the export page
+    chooses by the session list's filters (``?source=...&scope=all``)."""
+    parsed = listing.parse({"source": source, "scope": "all"})
+    if parsed.problems:
+        raise CommandError(" ".join(parsed.problems))
+    # Beyond the maximum, export_session_ids refuses the export and names the maximum.
+    ids = (
+        listing.matching_session_ids(parsed.filters, limit=portability.MAX_EXPORT_SESSIONS)
+        if parsed.filters.source
+        else []
+    )
+    if not ids:
+        raise CommandError(f"No session has source {source!r}.")
+    return ids
 
 
 class Command(BaseCommand):
@@ -36,15 +61,7 @@ class Command(BaseCommand):
                 raise CommandError(f"Cannot read {options['ids_file']}: {error}") from error
             ids = [line.strip() for line in text.splitlines() if line.strip()]
         if options["source"]:
-            ids = [
-                r[0]
-                for r in db.fetchall(
-                    "SELECT id FROM sessions WHERE source = %s ORDER BY started_at, id",
-                    [options["source"]],
-                )
-            ]
-            if not ids:
-                raise CommandError(f"No session has source {options['source']!r}.")
+            ids = _ids_of_source(options["source"])
         try:
             session_ids = portability.export_session_ids(
                 session_id=options["session"], lineage_of=options["lineage"], ids=ids

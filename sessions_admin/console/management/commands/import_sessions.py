@@ -1,7 +1,10 @@
 """``manage.py import_sessions FILE``: Hermes's session exports (or ours) into the store.
 
 Every refusal (an unreadable file, a bad value, a duplicate) is a one-paragraph
-message and an audit entry with outcome ``failed``; nothing is written then.
+message and an audit entry with outcome ``failed``; nothing is written then. The
+import and its audit entry are ``ledger.actions.import_sessions`` (the dry run
+``preview_import``), as every operator action is.
+
 Links to sessions the store already holds are grafts: ``--dry-run`` lists them,
 ``--graft`` makes them (portability's module docstring says why).
 """
@@ -51,62 +54,22 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         path = options["file"]
-        asked = {
+        chosen = {
+            "actor": ACTOR,
             "file": path,
+            # Standard input is read as the action runs, so reading it is audited too.
+            "stream": sys.stdin.buffer if path == "-" else None,
             "skip_existing": options["skip_existing"],
             "graft": options["graft"],
-            **({"dry_run": True} if options["dry_run"] else {}),
+            "reason": options["reason"],
         }
-
-        def refused(problem: Exception, imported=()) -> CommandError:
-            actions.record(
-                actor=ACTOR,
-                action="import_sessions",
-                # An interrupted import keeps the batches written before the failure.
-                session_ids=list(imported),
-                before=asked,
-                reason=options["reason"],
-                outcome="failed",
-                detail=str(problem),
-            )
-            return CommandError(str(problem))
-
         try:
-            if path == "-":
-                raw = portability.read_export(sys.stdin.buffer)
-            else:
-                with open(path, "rb") as handle:
-                    raw = portability.read_export(handle)
             if options["dry_run"]:
-                self._dry_run(portability.plan_import(raw), options)
+                self._dry_run(actions.preview_import(**chosen), options)
                 return
-            result = portability.import_sessions(
-                sessions=raw, skip_existing=options["skip_existing"], graft=options["graft"]
-            )
-        except OSError as error:
-            raise refused(f"Cannot read {path}: {error}") from error
+            result = actions.import_sessions(**chosen)
         except StoreError as problem:
-            raise refused(problem, getattr(problem, "imported", ())) from problem
-        except Exception as error:
-            # A bug, not a refusal: audited all the same, and its traceback kept.
-            refused(f"Unexpected error ({type(error).__name__}): {error}")
-            raise
-        actions.record(
-            actor=ACTOR,
-            action="import_sessions",
-            session_ids=list(result.imported),
-            before=asked,
-            after={
-                "imported": len(result.imported),
-                "skipped": list(result.skipped)[:100],
-                "detached": list(result.detached)[:100],
-                "not_grafted": list(result.ungrafted)[:100],
-                "grafted": list(result.grafted)[:100],
-                "ended_on_import": len(result.ended_on_import),
-                "messages": result.messages,
-            },
-            reason=options["reason"],
-        )
+            raise CommandError(str(problem)) from problem
         text = f"Imported {len(result.imported)} session(s) with {result.messages} message(s)"
         if result.skipped:
             text += f"; skipped {len(result.skipped)} already in the store"
