@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from django.core.checks.registry import registry
 from django.core.management.base import BaseCommand, CommandError
 
+from sessions_admin.core.conversations import refill_all_conversation_sessions
 from sessions_admin.core.errors import ReadOnlyStore
 from sessions_admin.core.schema import ensure_store_schema
+from sessions_admin.store import attach
 
 
 class Command(BaseCommand):
@@ -25,10 +28,6 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def handle(self, *args, **options):
-        from django.core.checks.registry import registry
-
-        from sessions_admin.store import attach
-
         upgrading = options["upgrade_runtime_tables"]
         if not options.get("skip_checks"):
             self.check(tags=[t for t in registry.tags_available() if t != attach.CHECK_TAG])
@@ -48,8 +47,6 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"Store ({report.alias}) already has every table and column needed.")
-        from sessions_admin.core.conversations import refill_all_conversation_sessions
-
         refilled = refill_all_conversation_sessions()
         if refilled:
             self.stdout.write(
