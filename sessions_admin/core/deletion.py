@@ -185,19 +185,9 @@ def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
         yield items[start : start + size]
 
 
-def _kind_sql(child: str, parent: str) -> str:
-    delegate = lineage.marker("_delegate_from", child)
-    branch = lineage.marker("_branched_from", child)
-    return (
-        f"CASE WHEN {delegate} IS NOT NULL THEN 'delegate' "
-        f"WHEN {branch} IS NOT NULL THEN 'branch' "
-        f"WHEN {parent}.end_reason = 'compression' THEN 'compression' ELSE 'child' END"
-    )
-
-
 def _closure(roots: list[str], include_branches: bool) -> dict[str, str]:
     """session -> relation, for the roots and every descendant that goes with them."""
-    kind = _kind_sql("c", "p")
+    kind = lineage.link_kind_sql("c", "p")
     followed = (
         ("compression", "delegate", "branch") if include_branches else ("compression", "delegate")
     )
@@ -327,7 +317,7 @@ def plan_cascade_delete(
     closure = _closure(roots, include_branches)
     ids = list(closure)
     id_set = set(ids)
-    kind = _kind_sql("c", "p")
+    kind = lineage.link_kind_sql("c", "p")
     kept: list[tuple[str, str]] = []
     for chunk in _chunks(ids):
         kept += [

@@ -15,7 +15,7 @@ Links, as the runtime writes them:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sessions_admin.core import db
@@ -72,8 +72,20 @@ def existing_session_ids(ids: Iterable[str]) -> set[str]:
     return found
 
 
+# --- the edge rule ---------------------------------------------------------------------------
+# Which link is which kind of edge, in one place: ``edge_kind`` for rows already read, the
+# ``*_sql`` builders below for queries that walk or group links. A child's markers decide
+# first (a delegate, then a branch, whatever else it carries); any other parent link
+# continues the conversation, as a compression continuation when the parent ended by
+# compression. Every walk and grouping is built from these, so they agree on both backends.
+
+
 def edge_kind(child: dict, parent_end_reason: str | None) -> str:
-    """The kind of the link from a child row to the session it continues."""
+    """The kind of the link from a child row to the session it continues.
+
+    ``link_kind_sql`` is its SQL form for a child joined to its parent, where a slug
+    continuation (``_continued_from``) counts as what its parent's end makes it.
+    """
     config = parse_model_config(child.get("model_config"))
     if config.get("_delegate_from"):
         return "delegate"
@@ -88,6 +100,52 @@ def edge_kind(child: dict, parent_end_reason: str | None) -> str:
     if config.get("_merged_into"):
         return "merge"
     return "child"
+
+
+def is_branch_sql(child: str) -> str:
+    """SQL: session ``child`` is a branch (a delegate's marker decides first)."""
+    return (
+        f"({marker('_branched_from', child)} IS NOT NULL "
+        f"AND {marker('_delegate_from', child)} IS NULL)"
+    )
+
+
+def continues_parent_sql(child: str) -> str:
+    """SQL: session ``child`` continues its parent's conversation (neither branch nor delegate).
+
+    With the parent ended by compression, the child is a compression continuation.
+    """
+    return (
+        f"{marker('_branched_from', child)} IS NULL AND {marker('_delegate_from', child)} IS NULL"
+    )
+
+
+def link_kind_sql(child: str, parent: str) -> str:
+    """SQL: ``edge_kind`` of session ``child``'s link to its parent row ``parent``.
+
+    'delegate', 'branch', 'compression' (a continuation of a parent ended by
+    compression) or 'child'.
+    """
+    return (
+        f"CASE WHEN {marker('_delegate_from', child)} IS NOT NULL THEN 'delegate' "
+        f"WHEN {marker('_branched_from', child)} IS NOT NULL THEN 'branch' "
+        f"WHEN {parent}.end_reason = 'compression' THEN 'compression' ELSE 'child' END"
+    )
+
+
+def _continuation_of_sql(parent: str) -> str:
+    """SQL subquery: the compression continuation of session ``parent``, among its children.
+
+    A child that itself continues the chain, then a live one, is preferred over a
+    stale closed sibling (a runtime that rotated twice from one parent).
+    """
+    return (
+        "SELECT c.id FROM sessions c "
+        f"WHERE c.parent_session_id = {parent}.id AND {continues_parent_sql('c')} "
+        "ORDER BY CASE WHEN c.end_reason = 'compression' THEN 0 "
+        "WHEN c.ended_at IS NULL THEN 1 ELSE 2 END, c.started_at DESC, c.id DESC "
+        "LIMIT 1"
+    )
 
 
 def parent_of(*, session_id: str) -> str | None:
@@ -231,57 +289,65 @@ def lineage_tree(*, session_id: str) -> list[LineageNode]:
     return ordered
 
 
-def _continuation_filter(alias: str) -> str:
-    return (
-        f"{marker('_branched_from', alias)} IS NULL AND {marker('_delegate_from', alias)} IS NULL"
-    )
-
-
-def next_continuation(session_id: str) -> str | None:
-    """The compression continuation of ``session_id``, if it ended by compression.
-
-    Only children of a compression-ended parent count, never branches or
-    delegates; a child that itself continues the chain, then a live one, is
-    preferred over a stale closed sibling.
-    """
-    row = db.fetchone(
-        f"""
-        SELECT c.id FROM sessions p JOIN sessions c ON c.parent_session_id = p.id
-        WHERE p.id = %s AND p.end_reason = 'compression' AND {_continuation_filter("c")}
-        ORDER BY CASE WHEN c.end_reason = 'compression' THEN 0
-                      WHEN c.ended_at IS NULL THEN 1 ELSE 2 END,
-                 c.started_at DESC, c.id DESC
-        LIMIT 1
-        """,
-        [session_id],
-    )
-    return row[0] if row else None
-
-
-def previous_segment(session_id: str) -> str | None:
-    """The compression parent this session continues, if it is a continuation."""
-    row = db.fetchone(
-        f"""
-        SELECT p.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id
-        WHERE c.id = %s AND p.end_reason = 'compression' AND {_continuation_filter("c")}
-        """,
-        [session_id],
-    )
-    return row[0] if row else None
-
-
 def compression_tip(*, session_id: str) -> str:
     """Follow compression continuations forward: the session where the conversation now is."""
     return compression_chain(session_id=session_id, upward=False)[-1]
 
 
+def _forward_chains_sql(start_sql: str) -> str:
+    """The compression-chain walk forward from each start row ``start_sql`` gives (start, id, 0).
+
+    One recursive query (a 50-segment chain was a hundred round trips); params: the
+    start's, then MAX_DEPTH.
+    """
+    return f"""
+        WITH RECURSIVE chain(start_id, id, depth) AS (
+            {start_sql}
+            UNION ALL
+            SELECT chain.start_id, nxt.id, chain.depth + 1
+            FROM chain
+            JOIN sessions p ON p.id = chain.id
+            JOIN sessions nxt ON nxt.id = ({_continuation_of_sql("p")})
+            WHERE p.end_reason = 'compression' AND chain.depth < %s
+        )
+        SELECT start_id, id FROM chain ORDER BY start_id, depth
+        """
+
+
+def _chains(rows: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """(start, id) rows in depth order as chains, each cut before a segment repeats."""
+    chains: dict[str, list[str]] = {}
+    stopped: set[str] = set()
+    for start, following in rows:
+        chain = chains.setdefault(start, [])
+        if start in stopped:
+            continue
+        if following in chain:
+            stopped.add(start)  # a cycle written by a broken runtime
+            continue
+        chain.append(following)
+    return chains
+
+
+def forward_chains(session_ids: Sequence[str]) -> dict[str, list[str]]:
+    """For each existing session: it and the compression continuations after it, in order."""
+    if not session_ids:
+        return {}
+    sql, params = db.in_list("s.id", session_ids)
+    return _chains(
+        db.fetchall(
+            _forward_chains_sql(f"SELECT s.id, s.id, 0 FROM sessions s WHERE {sql}"),
+            [*params, MAX_DEPTH],
+        )
+    )
+
+
 def compression_chain(*, session_id: str, upward: bool = True) -> list[str]:
     """The segments of the conversation, from its compression root (or ``session_id``) to the tip.
 
-    One recursive query each way (a 50-segment chain was a hundred round trips): upward
-    through ``previous_segment``'s rule, forward through ``next_continuation``'s, with the
-    same preference between siblings. A cycle written by a broken runtime stops the walk
-    before a segment repeats.
+    One recursive query each way: upward through the parents it continues, forward
+    through ``_continuation_of_sql``'s choice among siblings. A cycle written by a
+    broken runtime stops the walk before a segment repeats.
     """
     chain = [session_id]
     if upward:
@@ -294,7 +360,7 @@ def compression_chain(*, session_id: str, upward: bool = True) -> list[str]:
                 FROM up
                 JOIN sessions c ON c.id = up.id
                 JOIN sessions p ON p.id = c.parent_session_id
-                WHERE p.end_reason = 'compression' AND {_continuation_filter("c")}
+                WHERE p.end_reason = 'compression' AND {continues_parent_sql("c")}
                   AND up.depth < %s
             )
             SELECT id FROM up WHERE depth > 0 ORDER BY depth
@@ -305,28 +371,11 @@ def compression_chain(*, session_id: str, upward: bool = True) -> list[str]:
             if previous in chain:
                 break
             chain.insert(0, previous)
-    rows = db.fetchall(
-        f"""
-        WITH RECURSIVE down(id, depth) AS (
-            SELECT %s, 0
-            UNION ALL
-            SELECT nxt.id, down.depth + 1
-            FROM down
-            JOIN sessions p ON p.id = down.id
-            JOIN sessions nxt ON nxt.id = (
-                SELECT c.id FROM sessions c
-                WHERE c.parent_session_id = p.id AND {_continuation_filter("c")}
-                ORDER BY CASE WHEN c.end_reason = 'compression' THEN 0
-                              WHEN c.ended_at IS NULL THEN 1 ELSE 2 END,
-                         c.started_at DESC, c.id DESC
-                LIMIT 1)
-            WHERE p.end_reason = 'compression' AND down.depth < %s
-        )
-        SELECT id FROM down WHERE depth > 0 ORDER BY depth
-        """,
-        [chain[-1], MAX_DEPTH],
+    start = chain[-1]
+    forward = _chains(
+        db.fetchall(_forward_chains_sql("SELECT %s, %s, 0"), [start, start, MAX_DEPTH])
     )
-    for (following,) in rows:
+    for following in forward.get(start, [start])[1:]:
         if following in chain:
             break
         chain.append(following)

@@ -80,10 +80,7 @@ def predicate(kind: str, alias: str = "s") -> tuple[str, list]:
             return "1 = 0", []
         return db.in_list(f"{alias}.id", ids)
     if kind == "dangling_compression":
-        continuation = (
-            f"{lineage.marker('_branched_from', 'c')} IS NULL "
-            f"AND {lineage.marker('_delegate_from', 'c')} IS NULL"
-        )
+        continuation = lineage.continues_parent_sql("c")
         # A scalar probe per row, not NOT EXISTS: PostgreSQL plans that as a hash
         # anti-join over the whole table.
         return (

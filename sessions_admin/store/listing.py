@@ -374,23 +374,13 @@ def decode_cursor(token: str, filters: Filters) -> Cursor | None:
 _in_list = db.in_list
 
 
-def _continuation(child: str) -> str:
-    """SQL: session ``child`` continues its parent (given the parent ended by compression)."""
-    return (
-        f"{lineage.marker('_branched_from', child)} IS NULL "
-        f"AND {lineage.marker('_delegate_from', child)} IS NULL"
-    )
-
-
 def visible_sql(alias: str = "s") -> str:
     """SQL: session ``alias`` is a row of the ``roots`` scope (one row per conversation)."""
-    branched = lineage.marker("_branched_from", alias)
-    delegate = lineage.marker("_delegate_from", alias)
     # The parent check is a scalar subquery, not NOT EXISTS: inside an OR, PostgreSQL
     # would hash the whole sessions table for it instead of one index lookup per row.
     return (
         f"({alias}.parent_session_id IS NULL "
-        f"OR ({branched} IS NOT NULL AND {delegate} IS NULL) "
+        f"OR {lineage.is_branch_sql(alias)} "
         f"OR (SELECT vp.id FROM sessions vp WHERE vp.id = {alias}.parent_session_id) IS NULL)"
     )
 
@@ -697,19 +687,20 @@ def conversation_last_ids(ids: Sequence[str]) -> dict[str, int | None]:
     if not ids:
         return {}
     sql, params = _in_list("s.id", ids)
+    continues = lineage.continues_parent_sql("c")
     if db.vendor() == "postgresql":
         # LATERAL with OFFSET 0 (no flattening): index lookups from each row found so far.
         recursive = (
             "SELECT sub.root_id, step.id FROM sub CROSS JOIN LATERAL ("
             "SELECT c.id FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
-            f"WHERE p.id = sub.id AND p.end_reason = 'compression' AND {_continuation('c')} "
+            f"WHERE p.id = sub.id AND p.end_reason = 'compression' AND {continues} "
             "OFFSET 0) step"
         )
     else:
         recursive = (
             "SELECT sub.root_id, c.id FROM sub JOIN sessions p ON p.id = sub.id "
             "JOIN sessions c ON c.parent_session_id = p.id "
-            f"WHERE p.end_reason = 'compression' AND {_continuation('c')}"
+            f"WHERE p.end_reason = 'compression' AND {continues}"
         )
     rows = db.fetchall(
         f"""
@@ -746,9 +737,10 @@ def _display_roots(ids: Sequence[str]) -> dict[str, str]:
     if not ids:
         return {}
     sql, params = _in_list("s.id", ids)
+    continues = lineage.continues_parent_sql("c")
     step = (
         "SELECT p.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
-        f"WHERE c.id = up.id AND p.end_reason = 'compression' AND {_continuation('c')} "
+        f"WHERE c.id = up.id AND p.end_reason = 'compression' AND {continues} "
         "LIMIT 1"  # one parent; the LIMIT also keeps PostgreSQL from flattening the LATERAL
     )
     if db.vendor() == "postgresql":
@@ -759,7 +751,7 @@ def _display_roots(ids: Sequence[str]) -> dict[str, str]:
         recursive = (
             "SELECT up.start_id, p.id FROM up JOIN sessions c ON c.id = up.id "
             "JOIN sessions p ON p.id = c.parent_session_id "
-            f"WHERE p.end_reason = 'compression' AND {_continuation('c')}"
+            f"WHERE p.end_reason = 'compression' AND {continues}"
         )
     rows = db.fetchall(
         f"""
@@ -1017,62 +1009,31 @@ def _activity_rows(
 
 def compression_tips(ids: Sequence[str]) -> dict[str, tuple[str, int]]:
     """For each session: (its compression tip, segments in the chain), as lineage.compression_tip."""
-    if not ids:
-        return {}
-    sql, params = _in_list("s.id", ids)
-    rows = db.fetchall(
-        f"""
-        WITH RECURSIVE chain(root_id, id, depth) AS (
-            SELECT s.id, s.id, 0 FROM sessions s WHERE {sql}
-            UNION ALL
-            SELECT chain.root_id, nxt.id, chain.depth + 1
-            FROM chain
-            JOIN sessions p ON p.id = chain.id
-            JOIN sessions nxt ON nxt.id = (
-                SELECT c.id FROM sessions c
-                WHERE c.parent_session_id = p.id AND {_continuation("c")}
-                ORDER BY CASE WHEN c.end_reason = 'compression' THEN 0
-                              WHEN c.ended_at IS NULL THEN 1 ELSE 2 END,
-                         c.started_at DESC, c.id DESC
-                LIMIT 1)
-            WHERE p.end_reason = 'compression' AND chain.depth < %s
-        )
-        SELECT root_id, id, depth FROM chain ORDER BY root_id, depth
-        """,
-        [*params, lineage.MAX_DEPTH],
-    )
-    chains: dict[str, list[str]] = {}
-    for root_id, sid, _depth in rows:
-        chains.setdefault(root_id, []).append(sid)
-    tips = {}
-    for root_id, chain in chains.items():
-        seen: list[str] = []
-        for sid in chain:
-            if sid in seen:
-                break  # a cycle written by a broken runtime: stop before repeating
-            seen.append(sid)
-        tips[root_id] = (seen[-1], len(seen))
-    return tips
+    return {start: (chain[-1], len(chain)) for start, chain in lineage.forward_chains(ids).items()}
 
 
 def _children(ids: Sequence[str]) -> dict[str, dict[str, int]]:
     if not ids:
         return {}
     sql, params = _in_list("c.parent_session_id", ids)
-    kind = (
-        f"CASE WHEN {lineage.marker('_delegate_from', 'c')} IS NOT NULL THEN 'delegates' "
-        f"WHEN {lineage.marker('_branched_from', 'c')} IS NOT NULL THEN 'branches' "
-        "WHEN p.end_reason = 'compression' THEN 'continuations' ELSE 'other_children' END"
-    )
     out: dict[str, dict[str, int]] = {}
-    for parent, child_kind, n in db.fetchall(
-        f"SELECT c.parent_session_id, {kind} AS kind, COUNT(*) FROM sessions c "
-        f"JOIN sessions p ON p.id = c.parent_session_id WHERE {sql} "
+    for parent, link_kind, n in db.fetchall(
+        f"SELECT c.parent_session_id, {lineage.link_kind_sql('c', 'p')} AS kind, COUNT(*) "
+        f"FROM sessions c JOIN sessions p ON p.id = c.parent_session_id WHERE {sql} "
         "GROUP BY c.parent_session_id, kind",
         params,
     ):
-        out.setdefault(parent, {})[child_kind] = int(n)
+        out.setdefault(parent, {})[CHILD_COUNTS[link_kind]] = int(n)
     return out
+
+
+# The SessionRow field counting each kind of child link (lineage.link_kind_sql).
+CHILD_COUNTS = {
+    "delegate": "delegates",
+    "branch": "branches",
+    "compression": "continuations",
+    "child": "other_children",
+}
 
 
 def _message_times(ids: Sequence[int]) -> dict[int, float]:

@@ -92,3 +92,56 @@ def test_roots_of_many_sessions_agrees_with_root_of_each():
     roots = core.lineage.roots_of([*members, loner])
     assert roots == {sid: core.root_of(session_id=sid) for sid in [*members, loner]}
     assert set(roots.values()) == {members[0], loner}
+
+
+def _every_link_kind():
+    """One child of each link kind, plus a slug continuation of a compression-ended parent."""
+    root, delegate, compressed, branch, reset = _conversation()
+    plain = core.create_session(source="cli", parent_session_id=compressed).session_id
+    both = core.create_session(
+        source="tool",
+        parent_session_id=root,
+        model_config={"_delegate_from": root, "_branched_from": root},
+    ).session_id
+    continued = core.create_session(
+        source="api_server", parent_session_id=root, model_config={"_continued_from": root}
+    ).session_id
+    return root, [delegate, compressed, branch, plain, both, continued]
+
+
+def test_the_sql_edge_rule_agrees_with_edge_kind():
+    root, children = _every_link_kind()
+    kinds = {
+        row["id"]: row
+        for row in db.fetchdicts(
+            f"SELECT c.id, c.model_config, c.parent_session_id, p.end_reason AS parent_end, "
+            f"{core.lineage.link_kind_sql('c', 'p')} AS link_kind, "
+            f"CASE WHEN {core.lineage.is_branch_sql('c')} THEN 1 ELSE 0 END AS is_branch, "
+            f"CASE WHEN {core.lineage.continues_parent_sql('c')} THEN 1 ELSE 0 END AS continues "
+            "FROM sessions c JOIN sessions p ON p.id = c.parent_session_id"
+        )
+    }
+    assert set(children) <= set(kinds)
+    seen = set()
+    for row in kinds.values():
+        kind = core.lineage.edge_kind(row, row["parent_end"])
+        # A slug continuation counts in SQL as what its parent's end makes it.
+        if kind == "continuation":
+            kind = "compression" if row["parent_end"] == "compression" else "child"
+        assert row["link_kind"] == kind
+        assert row["is_branch"] == (kind == "branch")
+        assert row["continues"] == (kind in ("compression", "child"))
+        seen.add(kind)
+    assert seen == {"delegate", "branch", "compression", "child"}
+
+
+def test_forward_chains_of_many_sessions_agree_with_the_chain_of_each():
+    root, children = _every_link_kind()
+    a = core.create_session(source="cli").session_id
+    b = core.rotate_for_compression(session_id=a).new_session_id
+    c = core.rotate_for_compression(session_id=b).new_session_id
+    starts = [root, *children, a, b, c]
+    chains = core.lineage.forward_chains(starts)
+    assert chains == {sid: core.compression_chain(session_id=sid, upward=False) for sid in starts}
+    assert chains[a] == [a, b, c]
+    assert core.lineage.forward_chains(["no-such-session"]) == {}
