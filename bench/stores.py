@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import secrets
 import re
 import shutil
 import subprocess
@@ -30,6 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# The product refuses to start without a secret key outside tests; benchmarks sign in to
+# throwaway stores, so every bench process (and the servers and children it starts, which
+# inherit the environment) gets a random one unless the caller set one.
+os.environ.setdefault("SESSIONS_ADMIN_SECRET_KEY", "bench-only-" + secrets.token_urlsafe(48))
 
 from sessions_admin.devtools import _as_postgres_user, free_port  # noqa: E402
 
