@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import secrets
 import re
+import secrets
 import shutil
 import subprocess
 import sys
