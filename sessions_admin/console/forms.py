@@ -12,6 +12,7 @@ form.problem()``; then call ``ledger.actions`` with ``form.cleaned_data``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django import forms
@@ -21,12 +22,10 @@ from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.text import (
     IDENTIFIER_MAX,
     REASON_MAX,
-    SUMMARY_MAX,
     operator_identifier,
     operator_text,
     shown_back,
 )
-from sessions_admin.ledger.models import AuditEntry
 
 TRUE_WORDS = frozenset({"1", "on", "true", "yes"})
 
@@ -164,90 +163,110 @@ class OptionalReasonForm(ConsoleForm):
     reason = ReasonField(required=False)
 
 
-# --- the other screens (console/views/merge.py, audit.py, session_actions.py, stray.py,
-# sessions.py) ---------------------------------------------------------------------------------
+# --- the deletion screens (console/views/delete.py, jobs.py, trash.py) -----------------------
 
 
-class NextField(forms.Field):
-    """Where to go back to after an action, as posted ("" if none or not text); the view
-    still checks that it is a page of this site."""
+def form_problems(form: forms.Form) -> list[str]:
+    """Every problem of a form, in the order of its fields (a page that lists them all)."""
+    return [str(error) for errors in form.errors.values() for error in errors]
+
+
+class NumberField(forms.Field):
+    """A decimal number given in a form (an age in days, a dry run's cutoff instant); None if
+    nothing, something else or no finite number was given (the view says what to give)."""
+
+    def __init__(self, **kw):
+        super().__init__(required=False, **kw)
+
+    def clean(self, value: Any) -> float | None:
+        text = value.strip() if isinstance(value, str) else ""
+        if not text or len(text) > 32:
+            return None
+        try:
+            number = float(text)
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+
+
+class SearchTermField(forms.Field):
+    """A session id prefix searched for, shown again: stripped and cut to 200 characters, and
+    "" for one holding a NUL (no stored id does, and PostgreSQL cannot compare with one)."""
 
     def __init__(self, **kw):
         super().__init__(required=False, **kw)
 
     def clean(self, value: Any) -> str:
-        return value if isinstance(value, str) and "\x00" not in value else ""
+        term = value.strip()[:200] if isinstance(value, str) else ""
+        return "" if "\x00" in term else term
 
 
-class MergeForm(ConsoleForm):
-    """Merging the previewed sessions: the picks, the target, the preview's fingerprint."""
+class CascadePlanForm(ConsoleForm):
+    """Which cascade plan to show: with or without the conversation's branches."""
+
+    include_branches = FlagField()
+
+
+class CascadeConfirmForm(CascadePlanForm):
+    """Deleting the cascade plan that was shown: its fingerprint, the number of sessions
+    typed when the plan is large, and a reason. The view holds them against the plan."""
+
+    fingerprint = IdentifierField(word="fingerprint", required=False)
+    typed_count = TypedCountField()
+    reason = ReasonField()
+
+
+class BulkSelectionForm(ConsoleForm):
+    """What a bulk delete's dry run is about: a token for sessions picked in the session
+    list, or a preset with its parameters (the view knows the presets and what each
+    parameter means). A source is compared exactly as given, so it is not stripped."""
+
+    selection = IdentifierField(word="selection", required=False)
+    preset = IdentifierField(word="preset", required=False)
+    days = NumberField()
+    source = forms.CharField(required=False, strip=False)
+    include_live = FlagField()
+
+
+class BulkStartForm(BulkSelectionForm):
+    """Starting the job for the dry run that was shown: its cutoff instant (the "ended more
+    than N days ago" preset), the digest of the set it showed, the tick for live sessions,
+    and a reason."""
+
+    cutoff = NumberField()
+    digest = IdentifierField(word="digest", required=False)
+    confirm_live = FlagField()
+    reason = ReasonField()
+
+
+class BulkPreviewForm(ConsoleForm):
+    """Sessions picked in the session list, or all those matching its filter (the list's own
+    query string, read by ``store.listing.parse`` like the list's URL)."""
 
     ids = PicksField()
-    target = IdentifierField(word="target session id", required=False)
-    fingerprint = IdentifierField(word="fingerprint", required=False)
-    reason = ReasonField(required=False)
-    continue_history = FlagField()  # a checkbox the preview ticks for API conversations
+    all_matching = FlagField()
+    filter = forms.Field(required=False)
 
 
-class UnmergeForm(ConsoleForm):
-    reason = ReasonField(required=False)
-    next = NextField()
+class JobCancelForm(OptionalReasonForm):
+    """Stopping a bulk delete job after its current batch, with an optional reason."""
 
 
-class ResumeForm(ConsoleForm):
-    """Resuming as the preflight showed: the session it reopens, the live session it
-    switches away from ("" for none) and the plan's fingerprint, each as shown."""
+class TrashRestoreForm(ConsoleForm):
+    """Restoring a trash entry; the search to show again afterwards."""
 
-    target = IdentifierField(word="target session id", required=False)
-    switch_from = IdentifierField(word="live session id", required=False)
-    fingerprint = IdentifierField(word="fingerprint", required=False)
-    reason = ReasonField(required=False)
+    q = SearchTermField()
 
 
-class ResetForm(ConsoleForm):
-    """Resetting a chat: the summary that starts the new session, and the live session
-    the page showed ("" for none)."""
-
-    summary = OperatorTextField(word="summary", max_length=SUMMARY_MAX)
-    live = IdentifierField(word="live session id", required=False)
-    reason = ReasonField(required=False)
+PURGE_SCOPE_PROBLEM = "Choose what to purge: expired entries only, or everything."
 
 
-class RewriteForm(OptionalReasonForm):
-    """Undo, redo or retry: an optional reason."""
+class TrashPurgeForm(ConsoleForm):
+    """Purging the trash for good (the expired entries, or all of them), with a reason."""
 
-
-class StrayMoveForm(ConsoleForm):
-    fingerprint = IdentifierField(word="fingerprint", required=False)
-    reason = ReasonField(required=False)
-
-
-class SelectionForm(ConsoleForm):
-    """The session list's selection posted for a merge: the picked ids, and the list's
-    filters (a querystring) to go back to."""
-
-    ids = PicksField()
-    filter = forms.CharField(required=False, strip=False)
-
-
-AUDIT_SESSION_MAX = 200  # a session id filtered for (longer ones are not session ids)
-
-
-class AuditFilterForm(forms.Form):
-    """The audit log's filters (a GET form): invalid ones are left out and shown as errors."""
-
-    action = forms.ChoiceField(required=False)
-    actor = forms.CharField(required=False, max_length=150)
-    session = forms.CharField(required=False, max_length=AUDIT_SESSION_MAX)
-    outcome = forms.ChoiceField(required=False, choices=[("", "any"), *AuditEntry.OUTCOMES])
-    since = forms.DateField(
-        required=False, label="from", widget=forms.DateInput(attrs={"type": "date"})
+    scope = forms.ChoiceField(
+        choices=[("expired", "expired entries"), ("all", "everything")],
+        error_messages={"required": PURGE_SCOPE_PROBLEM, "invalid_choice": PURGE_SCOPE_PROBLEM},
     )
-    until = forms.DateField(
-        required=False, label="to", widget=forms.DateInput(attrs={"type": "date"})
-    )
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        known = AuditEntry.objects.order_by("action").values_list("action", flat=True).distinct()
-        self.fields["action"].choices = [("", "any")] + [(a, a) for a in known]
+    reason = ReasonField()
+    q = SearchTermField()

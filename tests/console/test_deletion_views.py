@@ -12,6 +12,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from sessions_admin import core
+from sessions_admin.console.forms import (
+    BulkStartForm,
+    CascadeConfirmForm,
+    JobCancelForm,
+    TrashPurgeForm,
+)
 from sessions_admin.core import db
 from sessions_admin.ledger import jobs, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
@@ -152,7 +158,7 @@ def ended_sessions(n: int, *, source: str = "cli", messages: int = 2) -> list[st
 
 @pytest.fixture(autouse=True)
 def worker_calls(monkeypatch):
-    """No background thread in these tests: record the calls, run jobs with jobs.run_job."""
+    """No background thread in these tests: record the calls, run jobs with core.run_job."""
     calls: list[int] = []
     monkeypatch.setattr(worker, "ensure_worker_running", lambda: calls.append(1))
     return calls
@@ -794,3 +800,98 @@ def test_purging_expired_entries_or_everything(admin, settings):
     assert TrashEntry.objects.count() == 0
     audits = AuditEntry.objects.filter(action="purge_trash").order_by("id")
     assert [a.before["older_than_days"] for a in audits] == [10, None]
+
+
+# ---------------------------------------------------------------------------
+# Operator text: every POST of these screens refuses what no database could keep
+
+
+HOSTILE_REASONS = [
+    pytest.param("a NUL\x00here", "cannot contain a NUL character", id="nul"),
+    pytest.param("x" * 100_000, "characters long", id="100kb"),
+    pytest.param(" \n\t  ", "Give a reason", id="whitespace"),
+]
+
+
+def _only_refusals(action: str) -> None:
+    """The action was refused and recorded as such, and nothing else was audited."""
+    assert AuditEntry.objects.filter(action=action, outcome="refused").count() == 1
+    assert not AuditEntry.objects.exclude(outcome="refused").exists()
+
+
+@pytest.mark.parametrize("reason, expected", HOSTILE_REASONS)
+def test_a_hostile_cascade_reason_is_refused_and_recorded(admin, reason, expected):
+    ids = lineage()
+    page = admin.get(cascade_url(ids["root"])).content.decode()
+    fields = form(page, confirm_url(ids["root"])) | {"reason": reason}
+    before = _state()
+    response = admin.post(confirm_url(ids["root"]), fields)
+    assert response.status_code == 200
+    assert expected in problems(response.content.decode())
+    assert _state() == before
+    _only_refusals("cascade_delete")
+
+
+@pytest.mark.parametrize("reason, expected", HOSTILE_REASONS)
+def test_a_hostile_bulk_reason_is_refused_and_recorded(admin, reason, expected):
+    ended_sessions(3)
+    fields = _dry_run_fields(admin, {"preset": "by_source", "source": "cli"}) | {"reason": reason}
+    before = _state()
+    response = admin.post(reverse("bulk_delete_start"), fields)
+    assert response.status_code == 200
+    assert expected in problems(response.content.decode())
+    assert _state() == before
+    _only_refusals("bulk_delete")
+
+
+@pytest.mark.parametrize("reason, expected", HOSTILE_REASONS)
+def test_a_hostile_purge_reason_is_refused_and_recorded(admin, reason, expected):
+    trash_entry()
+    before = _state()
+    response = admin.post(reverse("trash_purge"), {"scope": "all", "reason": reason})
+    assert response.status_code == 200
+    assert expected in problems(response.content.decode())
+    assert _state() == before
+    _only_refusals("purge_trash")
+
+
+@pytest.mark.parametrize("reason, expected", HOSTILE_REASONS[:2])
+def test_a_hostile_cancel_reason_is_refused_and_recorded(admin, reason, expected):
+    ids = ended_sessions(2)
+    job = jobs.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
+    before = _state()
+    response = admin.post(reverse("job_cancel", args=[job]), {"reason": reason}, follow=True)
+    assert any(
+        m.startswith(f"Job #{job} was not cancelled: ") and expected in m for m in flashed(response)
+    )
+    assert _state() == before
+    _only_refusals("cancel_bulk_delete")
+
+
+def test_a_blank_cancel_reason_is_no_reason():
+    assert JobCancelForm({"reason": " \n\t  "}).is_valid()
+
+
+@pytest.mark.parametrize(
+    "form_class, data",
+    [
+        (CascadeConfirmForm, {}),
+        (BulkStartForm, {"preset": "empty"}),
+        (TrashPurgeForm, {"scope": "all"}),
+        (JobCancelForm, {}),
+    ],
+)
+def test_a_lone_surrogate_in_a_reason_is_refused(form_class, data):
+    """A browser cannot post one (Django decodes with replacement); a caller's form can."""
+    bound = form_class(data | {"reason": "half a pair \ud800"})
+    assert not bound.is_valid()
+    assert "lone surrogate" in bound.errors["reason"][0]
+
+
+def test_picked_ids_no_database_can_hold_are_refused(admin):
+    picked = ended_sessions(1)
+    for bad in ("a\x00b", "x" * 5000):
+        response = admin.post(reverse("bulk_delete_preview"), {"ids": [*picked, bad]}, follow=True)
+        assert response.redirect_chain[-1][0] == reverse("bulk_delete")
+        assert any("session id" in m for m in flashed(response))
+        assert admin.session.get("sessions_admin.bulk_delete.selections") is None

@@ -1,0 +1,116 @@
+"""Bulk delete jobs: their list, one job's progress, and cancelling one (admin only).
+
+A job deletes in batches in the worker (``ledger.worker``); these pages poll its
+progress and wake the worker when a job is waiting. Cancelling goes through
+``ledger.actions``, validated by ``JobCancelForm`` first.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseStopPolling, trigger_client_event
+
+from sessions_admin import core
+from sessions_admin.console.forms import JobCancelForm
+from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
+from sessions_admin.ledger import actions, worker
+from sessions_admin.ledger.jobs import job_progress
+from sessions_admin.ledger.models import DeleteJob
+from sessions_admin.signin.roles import DELETE
+
+JOB_TEMPLATE = "console/job.html"
+
+ACTIVE_JOB_STATES = (DeleteJob.PENDING, DeleteJob.RUNNING)
+JOBS_LISTED = 50
+JOB_FINISHED_EVENT = "jobFinished"
+
+
+def _job_or_404(job_id: int) -> DeleteJob:
+    job = DeleteJob.objects.filter(pk=job_id).first()
+    if job is None:
+        raise Http404("No such job")
+    return job
+
+
+def _job_context(job: DeleteJob) -> dict:
+    progress = job_progress(job_id=job.pk)
+    active = progress.state in ACTIVE_JOB_STATES
+    remaining = None
+    if active and progress.sessions_per_second:
+        remaining = (progress.total - progress.processed) / progress.sessions_per_second
+        remaining = remaining if remaining >= 1 else None
+    return {
+        "job": job,
+        "progress": progress,
+        "active": active,
+        "remaining_seconds": remaining,
+    }
+
+
+@require_GET
+@require_perm(DELETE)
+def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    """A job's progress; polls itself while it runs. Looking at it resumes an interrupted job."""
+    job = _job_or_404(job_id)
+    if job.state in ACTIVE_JOB_STATES:
+        worker.ensure_worker_running()
+    context = _job_context(job)
+    template = fragment(request, JOB_TEMPLATE, "progress")
+    if request.GET.get("part") == "actions" and request.htmx:
+        template = f"{JOB_TEMPLATE}#actions"
+    if template == f"{JOB_TEMPLATE}#progress" and not context["active"]:
+        # Finished: the last swap, then htmx stops polling; the actions refresh themselves.
+        response = HttpResponseStopPolling(render_to_string(template, context, request=request))
+        trigger_client_event(response, JOB_FINISHED_EVENT, after="settle")
+        return response
+    return render(request, template, context)
+
+
+@require_GET
+@require_perm(DELETE)
+def job_list(request: HtmxHttpRequest) -> HttpResponse:
+    """Recent bulk-delete jobs; the table refreshes itself while one of them runs."""
+    jobs = list(DeleteJob.objects.all()[:JOBS_LISTED])
+    active = any(job.state in ACTIVE_JOB_STATES for job in jobs)
+    if active:
+        worker.ensure_worker_running()
+    context = {"jobs": jobs, "listing": True, "any_active": active}
+    return render(request, fragment(request, JOB_TEMPLATE, "jobs"), context)
+
+
+@require_POST
+@require_perm(DELETE)
+def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    """Stop a job after its current batch; what it deleted so far stays in the trash."""
+    job = _job_or_404(job_id)
+    if job.state not in ACTIVE_JOB_STATES:
+        messages.info(request, f"Job #{job.pk} is already {job.state}; nothing to cancel.")
+        return redirect("job_detail", job_id=job.pk)
+    form = JobCancelForm(request.POST)
+    if not form.is_valid():
+        problem = form.problem()
+        actions.record_refusal(request=request, action="cancel_bulk_delete", why=problem)
+        messages.error(request, f"Job #{job.pk} was not cancelled: {problem}")
+        return redirect("job_detail", job_id=job.pk)
+    try:
+        actions.cancel_bulk_delete(
+            actor=request.user, job_id=job.pk, reason=form.cleaned_data["reason"]
+        )
+    except core.StoreError as error:
+        actions.record_refusal(request=request, action="cancel_bulk_delete", why=error)
+        messages.error(request, f"Job #{job.pk} was not cancelled: {error}")
+        return redirect("job_detail", job_id=job.pk)
+    progress = job_progress(job_id=job.pk)
+    if progress.state == DeleteJob.CANCELLED:
+        messages.success(
+            request,
+            f"Job #{job.pk} cancelled after {progress.processed:,} of {progress.total:,} "
+            "sessions; what it deleted is restorable from the trash.",
+        )
+    else:
+        messages.info(request, f"Job #{job.pk} finished ({progress.state}) before it could stop.")
+    return redirect("job_detail", job_id=job.pk)
