@@ -18,6 +18,7 @@ urlpatterns = [
     path("sessions/", include("sessions_admin.console.urls.detail")),
     path("sessions/", include("sessions_admin.console.urls.session_actions")),
     path("", include("sessions_admin.console.urls.merge")),
+    path("", include("sessions_admin.console.urls.audit")),
     path("", include("sessions_admin.console.urls.deletion")),
     path("", include("sessions_admin.console.urls.portability")),
     path("", include("sessions_admin.signin.urls")),

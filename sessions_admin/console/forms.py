@@ -22,10 +22,12 @@ from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.text import (
     IDENTIFIER_MAX,
     REASON_MAX,
+    SUMMARY_MAX,
     operator_identifier,
     operator_text,
     shown_back,
 )
+from sessions_admin.ledger.models import AuditEntry
 
 TRUE_WORDS = frozenset({"1", "on", "true", "yes"})
 
@@ -270,3 +272,92 @@ class TrashPurgeForm(ConsoleForm):
     )
     reason = ReasonField()
     q = SearchTermField()
+
+
+# --- the other screens (console/views/merge.py, audit.py, session_actions.py, stray.py,
+# sessions.py) ---------------------------------------------------------------------------------
+
+
+class NextField(forms.Field):
+    """Where to go back to after an action, as posted ("" if none or not text); the view
+    still checks that it is a page of this site."""
+
+    def __init__(self, **kw):
+        super().__init__(required=False, **kw)
+
+    def clean(self, value: Any) -> str:
+        return value if isinstance(value, str) and "\x00" not in value else ""
+
+
+class MergeForm(ConsoleForm):
+    """Merging the previewed sessions: the picks, the target, the preview's fingerprint."""
+
+    ids = PicksField()
+    target = IdentifierField(word="target session id", required=False)
+    fingerprint = IdentifierField(word="fingerprint", required=False)
+    reason = ReasonField(required=False)
+    continue_history = FlagField()  # a checkbox the preview ticks for API conversations
+
+
+class UnmergeForm(ConsoleForm):
+    reason = ReasonField(required=False)
+    next = NextField()
+
+
+class ResumeForm(ConsoleForm):
+    """Resuming as the preflight showed: the session it reopens, the live session it
+    switches away from ("" for none) and the plan's fingerprint, each as shown."""
+
+    target = IdentifierField(word="target session id", required=False)
+    switch_from = IdentifierField(word="live session id", required=False)
+    fingerprint = IdentifierField(word="fingerprint", required=False)
+    reason = ReasonField(required=False)
+
+
+class ResetForm(ConsoleForm):
+    """Resetting a chat: the summary that starts the new session, and the live session
+    the page showed ("" for none)."""
+
+    summary = OperatorTextField(word="summary", max_length=SUMMARY_MAX)
+    live = IdentifierField(word="live session id", required=False)
+    reason = ReasonField(required=False)
+
+
+class RewriteForm(OptionalReasonForm):
+    """Undo, redo or retry: an optional reason."""
+
+
+class StrayMoveForm(ConsoleForm):
+    fingerprint = IdentifierField(word="fingerprint", required=False)
+    reason = ReasonField(required=False)
+
+
+class SelectionForm(ConsoleForm):
+    """The session list's selection posted for a merge: the picked ids, and the list's
+    filters (a querystring) to go back to."""
+
+    ids = PicksField()
+    filter = forms.CharField(required=False, strip=False)
+
+
+AUDIT_SESSION_MAX = 200  # a session id filtered for (longer ones are not session ids)
+
+
+class AuditFilterForm(forms.Form):
+    """The audit log's filters (a GET form): invalid ones are left out and shown as errors."""
+
+    action = forms.ChoiceField(required=False)
+    actor = forms.CharField(required=False, max_length=150)
+    session = forms.CharField(required=False, max_length=AUDIT_SESSION_MAX)
+    outcome = forms.ChoiceField(required=False, choices=[("", "any"), *AuditEntry.OUTCOMES])
+    since = forms.DateField(
+        required=False, label="from", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    until = forms.DateField(
+        required=False, label="to", widget=forms.DateInput(attrs={"type": "date"})
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        known = AuditEntry.objects.order_by("action").values_list("action", flat=True).distinct()
+        self.fields["action"].choices = [("", "any")] + [(a, a) for a in known]

@@ -158,7 +158,7 @@ def ended_sessions(n: int, *, source: str = "cli", messages: int = 2) -> list[st
 
 @pytest.fixture(autouse=True)
 def worker_calls(monkeypatch):
-    """No background thread in these tests: record the calls, run jobs with core.run_job."""
+    """No background thread in these tests: record the calls, run jobs with jobs.run_job."""
     calls: list[int] = []
     monkeypatch.setattr(worker, "ensure_worker_running", lambda: calls.append(1))
     return calls

@@ -15,7 +15,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from sessions_admin import core
-from sessions_admin.console.http import HtmxHttpRequest, require_perm, session_or_404
+from sessions_admin.console.http import (
+    HtmxHttpRequest,
+    require_perm,
+    session_or_404,
+    wants_fragment,
+)
 from sessions_admin.console.views.session_actions import panel_context
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.signin.roles import VIEW
@@ -166,7 +171,7 @@ def _page_context(request: HtmxHttpRequest, session: Session, chain: list[str]) 
 
 def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> HttpResponse:
     hide = request.GET.get("inactive") == "hide"
-    as_fragment = bool(request.htmx) and not request.htmx.history_restore_request
+    as_fragment = wants_fragment(request)
     chain = core.compression_chain(session_id=session.id)
     try:
         chunk, around = _chunk(
@@ -203,7 +208,7 @@ def session_detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     action changed the counts they show.
     """
     session = session_or_404(session_id)
-    as_fragment = bool(request.htmx) and not request.htmx.history_restore_request
+    as_fragment = wants_fragment(request)
     part = request.GET.get("part")
     if as_fragment and part == "meta":
         return render(request, f"{TEMPLATE}#meta", {"session": session, **_meta_context(session)})

@@ -14,9 +14,14 @@ from django.db import DatabaseError
 from django.http import HttpResponseBadRequest
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
-from django.views.decorators.vary import vary_on_headers
 
-from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm, session_url
+from sessions_admin.console.http import (
+    HtmxHttpRequest,
+    fragment,
+    require_perm,
+    session_url,
+    wants_fragment,
+)
 from sessions_admin.core.forks import ForkGroup, find_fork_groups
 from sessions_admin.signin.roles import VIEW
 from sessions_admin.store import cached, overview
@@ -81,13 +86,6 @@ def _fork_snapshot() -> ForkSnapshot:
 def _health_snapshot() -> HealthSnapshot:
     forks = _cached("forks", _fork_snapshot)
     return HealthSnapshot(as_of=forks.as_of, checks=overview.health_counts(forks.groups))
-
-
-def _template(request: HtmxHttpRequest, template: str, name: str) -> str:
-    """``fragment()``, except that htmx restoring history after a cache miss needs the page."""
-    if request.htmx and request.htmx.history_restore_request:
-        return template
-    return fragment(request, template, name)
 
 
 def _nice_ceiling(value: int) -> int:
@@ -191,23 +189,21 @@ def _home_context(*, with_health: bool) -> dict:
 
 
 @require_GET
-@vary_on_headers("HX-Request")
 @require_perm(VIEW)
 def home(request: HtmxHttpRequest):
     """Totals, the per-day chart and recent sessions; the health panel loads after the page."""
     return render(
         request,
-        _template(request, "console/home.html", "overview"),
+        fragment(request, "console/home.html", "overview"),
         _home_context(with_health=False),
     )
 
 
 @require_GET
-@vary_on_headers("HX-Request")
 @require_perm(VIEW)
 def health_panel(request: HtmxHttpRequest):
     """The health panel: just the fragment for htmx, the overview with it inline otherwise."""
-    if request.htmx and not request.htmx.history_restore_request:
+    if wants_fragment(request):
         return render(request, "console/home.html#health-panel", _health_context())
     return render(request, "console/home.html", _home_context(with_health=True))
 
@@ -224,7 +220,6 @@ def _conversation_query(*, contains: str, forks_only: bool, after: str | None = 
 
 
 @require_GET
-@vary_on_headers("HX-Request")
 @require_perm(VIEW)
 def conversation_list(request: HtmxHttpRequest):
     """One row per conversation slug, keyset-paginated by name."""
@@ -261,7 +256,7 @@ def conversation_list(request: HtmxHttpRequest):
     ]
     return render(
         request,
-        _template(request, "console/conversations.html", "conversation-results"),
+        fragment(request, "console/conversations.html", "conversation-results"),
         {
             "rows": rows,
             "page": page,

@@ -1,69 +1,52 @@
-"""Fork groups, merge preview and execute, unmerge, and the audit log.
+"""Fork groups, merge preview and execute, and unmerge.
 
-Every action goes through ``sessions_admin.ledger.actions`` (core operation plus
-audit entry); the views here only read the store and the ledger.
+Every action is validated by its form (``console/forms.py``) and goes through
+``sessions_admin.ledger.actions`` (core operation plus audit entry); the views here
+only read the store. The audit log is ``views/audit.py``.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import urlencode
 
-from django import forms
 from django.contrib import messages
-from django.core.paginator import Paginator
-from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
-from django.views.decorators.vary import vary_on_headers
-from django_htmx.http import HttpResponseClientRedirect
 
 from sessions_admin import core
-from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm, session_url
+from sessions_admin.console.forms import MergeForm, UnmergeForm
+from sessions_admin.console.http import (
+    HtmxHttpRequest,
+    fragment,
+    plural,
+    redirect_to,
+    require_perm,
+    session_url,
+)
 from sessions_admin.core.merge import MAX_MERGE_SESSIONS
-from sessions_admin.core.text import shown_back
 from sessions_admin.ledger import actions
-from sessions_admin.ledger.models import AuditEntry, AuditSession
 from sessions_admin.signin.roles import OPERATE, VIEW
 from sessions_admin.store.models import Session
 
 FORKS_TEMPLATE = "console/forks.html"
 PREVIEW_TEMPLATE = "console/merge_preview.html"
-AUDIT_TEMPLATE = "console/audit.html"
 
 PREVIEW_MESSAGES = 200  # transcript rows shown in a merge preview
 PREVIEW_CONTENT_CHARS = 4000  # longer message content is cut in the preview
 MAX_PICKS = MAX_MERGE_SESSIONS + 1  # one more than allowed, so the core says why
-MAX_ID_LENGTH = 200
-AUDIT_PAGE_SIZE = 50
-HISTORY_ENTRIES = 20  # entries in the session history fragment
-SESSION_LINKS_SHOWN = 12  # session ids linked per audit entry before "and N more"
-JSON_INLINE_CHARS = 140  # before/after shown inline up to this length, folded beyond
+MAX_ID_LENGTH = 200  # longer values are not session ids (the preview says so)
 
 
 # --- helpers ----------------------------------------------------------------------------------
 
 
-def _template(request: HtmxHttpRequest, template: str, name: str) -> str:
-    """``fragment()``, except that htmx restoring history after a cache miss needs the page."""
-    if request.htmx and request.htmx.history_restore_request:
-        return template
-    return fragment(request, template, name)
-
-
-def _redirect(request: HtmxHttpRequest, url: str) -> HttpResponse:
-    """A redirect that htmx follows as a full navigation (so the next page shows the message)."""
-    if request.htmx:
-        return HttpResponseClientRedirect(url)
-    return HttpResponseRedirect(url)
-
-
-def _safe_next(request: HtmxHttpRequest) -> str | None:
-    target = request.POST.get("next", "")
+def _safe_next(request: HtmxHttpRequest, target: str) -> str | None:
+    """``target`` if it is a page of this site (where the operator came from)."""
     if target and url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
@@ -107,8 +90,9 @@ def _preview_url(ids: Sequence[str], target: str | None = None) -> str:
     return reverse("merge_preview") + "?" + urlencode(params)
 
 
-def _parse_picks(values: Iterable[str], text: str = "") -> list[str]:
-    """Session ids from repeated ``ids`` values (taken as they are) and a free-text list."""
+def _asked_picks(values: Iterable[str], text: str = "") -> list[str]:
+    """The ids a preview was asked for, as given (repeated ``ids`` values and a free-text
+    list), to show each one back: one that is not a session id is named on the preview."""
     picks: list[str] = []
     for value in values:
         value = value.strip()
@@ -129,7 +113,6 @@ KIND_LABELS = {"conversation": "conversation slug", "session_key": "session key"
 
 
 @require_GET
-@vary_on_headers("HX-Request")
 @require_perm(VIEW)
 def fork_list(request: HtmxHttpRequest) -> HttpResponse:
     """Every fork group the core finds, with its evidence and a merge preview link."""
@@ -146,7 +129,7 @@ def fork_list(request: HtmxHttpRequest) -> HttpResponse:
     ]
     return render(
         request,
-        _template(request, FORKS_TEMPLATE, "fork-groups"),
+        fragment(request, FORKS_TEMPLATE, "fork-groups"),
         {"groups": rows, "max_picks": MAX_MERGE_SESSIONS},
     )
 
@@ -244,28 +227,26 @@ def _preview_context(
 
 
 @require_GET
-@vary_on_headers("HX-Request")
 @require_perm(VIEW)
 def merge_preview(request: HtmxHttpRequest) -> HttpResponse:
     """What merging the picked sessions would change; only OPERATE gets the confirm button."""
-    picks = _parse_picks(request.GET.getlist("ids"), request.GET.get("pick", ""))
+    picks = _asked_picks(request.GET.getlist("ids"), request.GET.get("pick", ""))
     target = request.GET.get("target", "").strip() or None
     context = _preview_context(request, picks=picks, target=target)
-    return render(request, _template(request, PREVIEW_TEMPLATE, "merge-preview"), context)
+    return render(request, fragment(request, PREVIEW_TEMPLATE, "merge-preview"), context)
 
 
 @require_POST
 @require_perm(OPERATE)
 def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
     """Merge as previewed, or re-render the preview saying why nothing changed."""
-    picks = _parse_picks(request.POST.getlist("ids"))
-    target = request.POST.get("target", "").strip() or None
-    fingerprint = request.POST.get("fingerprint", "").strip()
-    # Checked by actions.merge (core.text); the preview shows it back for correction.
-    raw_reason = request.POST.get("reason", "")
-    reason = shown_back(raw_reason)
-    # A checkbox: present when ticked (the preview ticks it for API conversations).
-    continue_history = request.POST.get("continue_history", "") == "1"
+    form = MergeForm(request.POST)
+    valid = form.is_valid()
+    data = form.cleaned_data
+    picks = data["ids"][:MAX_PICKS] if "ids" in data else _asked_picks(form.data.getlist("ids"))
+    target = data.get("target")
+    fingerprint = data.get("fingerprint") or ""
+    continue_history = data.get("continue_history", False)
 
     def again(error: str | core.StoreError) -> HttpResponse:
         actions.record_refusal(
@@ -275,20 +256,21 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
             session_ids=picks,
             before={"target": target, "fingerprint": fingerprint[:200]},
         )
-        error = str(error)
         context = _preview_context(
             request,
             picks=picks,
             target=target,
-            error=error,
-            reason=reason,
+            error=str(error),
+            reason=form.shown_back("reason"),
             continue_history=continue_history,
         )
         return render(request, fragment(request, PREVIEW_TEMPLATE, "merge-preview"), context)
 
     if len(picks) < 2:
         return again("Pick at least two sessions to merge.")
-    if _malformed([*picks, target or ""]):
+    if not valid and not (form.has_error("ids") or form.has_error("target")):
+        return again(form.problem())  # the reason or the fingerprint, in the rule's words
+    if not valid or _malformed([*picks, target or ""]):
         return again("The form carried something that is not a session id.")
     if not fingerprint:
         return again(
@@ -301,32 +283,33 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
             session_ids=picks,
             target_id=target,
             expected_fingerprint=fingerprint,
-            reason=raw_reason,
+            reason=data["reason"],
             continue_history=continue_history,
         )
     except core.StoreError as problem:
         return again(problem)  # a refusal the core raised is audited already
-    count = len(result.absorbed_ids)
     rewritten = len(result.rewritten_responses)
     messages.success(
         request,
-        f"Merged {count} session{'s' if count != 1 else ''} into {result.target_id} "
+        f"Merged {plural(len(result.absorbed_ids), 'session')} into {result.target_id} "
         f"(merge #{result.merge_id}; undo available): "
-        f"{result.moved_messages} message{'s' if result.moved_messages != 1 else ''} moved"
+        f"{plural(result.moved_messages, 'message')} moved"
         + (
             f"; the next API turn continues with the merged transcript "
-            f"({rewritten} stored response{'s' if rewritten != 1 else ''} updated)."
+            f"({plural(rewritten, 'stored response')} updated)."
             if rewritten
             else "."
         ),
     )
-    return _redirect(request, session_url(result.target_id) or reverse("fork_list"))
+    return redirect_to(request, session_url(result.target_id) or reverse("fork_list"))
 
 
 @require_POST
 @require_perm(OPERATE)
 def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
     """Undo a merge exactly; back to where the operator came from, or the target's page."""
+    form = UnmergeForm(request.POST)
+    valid = form.is_valid()
     try:
         record = core.merge_record(merge_id=merge_id)
     except core.MergeNotFound as missing:
@@ -334,176 +317,33 @@ def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
             request=request, action="unmerge", why=missing, before={"merge_id": merge_id}
         )
         raise Http404(f"No merge {merge_id}.") from missing
-    back = _safe_next(request) or session_url(record.target_id) or reverse("audit_log")
+    back = (
+        _safe_next(request, form.cleaned_data.get("next", ""))
+        or session_url(record.target_id)
+        or reverse("audit_log")
+    )
     if record.undone_at is not None:
         messages.info(request, f"Merge #{merge_id} was already undone; nothing changed.")
-        return _redirect(request, back)
-    reason = request.POST.get("reason", "")  # checked by actions.unmerge (core.text)
-    try:
-        result = actions.unmerge(actor=request.user, merge_id=merge_id, reason=reason)
-    except core.StoreError as problem:
+        return redirect_to(request, back)
+
+    def not_undone(problem: str | core.StoreError) -> HttpResponse:
         actions.record_refusal(
             request=request, action="unmerge", why=problem, before={"merge_id": merge_id}
         )
         messages.error(request, f"Merge #{merge_id} was not undone: {problem}")
-        return _redirect(request, back)
-    restored = len(result.restored_ids)
+        return redirect_to(request, back)
+
+    if not valid:
+        return not_undone(form.problem())
+    try:
+        result = actions.unmerge(
+            actor=request.user, merge_id=merge_id, reason=form.cleaned_data["reason"]
+        )
+    except core.StoreError as problem:
+        return not_undone(problem)
     messages.success(
         request,
-        f"Undid merge #{merge_id}: {result.returned_messages} "
-        f"message{'s' if result.returned_messages != 1 else ''} went back to "
-        f"{restored} session{'s' if restored != 1 else ''}.",
+        f"Undid merge #{merge_id}: {plural(result.returned_messages, 'message')} went back to "
+        f"{plural(len(result.restored_ids), 'session')}.",
     )
-    return _redirect(request, back)
-
-
-# --- audit log --------------------------------------------------------------------------------
-
-
-class AuditFilterForm(forms.Form):
-    action = forms.ChoiceField(required=False)
-    actor = forms.CharField(required=False, max_length=150)
-    session = forms.CharField(required=False, max_length=MAX_ID_LENGTH)
-    outcome = forms.ChoiceField(required=False, choices=[("", "any"), *AuditEntry.OUTCOMES])
-    since = forms.DateField(
-        required=False, label="from", widget=forms.DateInput(attrs={"type": "date"})
-    )
-    until = forms.DateField(
-        required=False, label="to", widget=forms.DateInput(attrs={"type": "date"})
-    )
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        known = AuditEntry.objects.order_by("action").values_list("action", flat=True).distinct()
-        self.fields["action"].choices = [("", "any")] + [(a, a) for a in known]
-
-
-def _compact_json(value) -> dict:
-    if not value:
-        return {"empty": True}
-    inline = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
-    if len(inline) <= JSON_INLINE_CHARS:
-        return {"empty": False, "inline": inline, "full": None}
-    return {
-        "empty": False,
-        "inline": inline[:JSON_INLINE_CHARS] + "…",
-        "full": json.dumps(value, sort_keys=True, ensure_ascii=False, indent=2),
-    }
-
-
-def _merge_state(merge_id) -> dict | None:
-    try:
-        record = core.merge_record(merge_id=int(merge_id))
-    except (core.MergeNotFound, TypeError, ValueError):
-        return None
-    return {"id": record.merge_id, "undone": record.undone_at is not None}
-
-
-def _entry_rows(entries: Sequence[AuditEntry]) -> list[dict]:
-    rows = []
-    for entry in entries:
-        ids = list(entry.session_ids or [])
-        merge = None
-        if entry.action == "merge" and entry.outcome == "ok" and isinstance(entry.after, dict):
-            merge = _merge_state(entry.after.get("merge_id"))
-        rows.append(
-            {
-                "entry": entry,
-                "sessions": [
-                    {"id": sid, "url": session_url(sid)} for sid in ids[:SESSION_LINKS_SHOWN]
-                ],
-                "more_sessions": max(len(ids) - SESSION_LINKS_SHOWN, 0),
-                "before": _compact_json(entry.before),
-                "after": _compact_json(entry.after),
-                "merge": merge,
-            }
-        )
-    return rows
-
-
-def _merge_rows(session_id: str) -> list[dict]:
-    return [
-        {
-            "record": record,
-            "target_url": session_url(record.target_id),
-            "absorbed": [{"id": sid, "url": session_url(sid)} for sid in record.absorbed_ids],
-            "undone": record.undone_at is not None,
-        }
-        for record in core.merges_of_session(session_id=session_id)
-    ]
-
-
-def _entries_of_session(session_id: str):
-    return AuditEntry.objects.filter(
-        pk__in=AuditSession.objects.filter(session_id=session_id).values("entry_id")
-    )
-
-
-@require_GET
-@vary_on_headers("HX-Request")
-@require_perm(VIEW)
-def audit_log(request: HtmxHttpRequest) -> HttpResponse:
-    """The audit log, newest first, filtered and paginated."""
-    form = AuditFilterForm(request.GET or None)
-    entries = AuditEntry.objects.all()
-    cleaned: dict = {}
-    if form.is_bound:
-        form.is_valid()  # invalid fields are left out of cleaned_data and shown as errors
-        cleaned = form.cleaned_data
-    if cleaned.get("action"):
-        entries = entries.filter(action=cleaned["action"])
-    if cleaned.get("actor"):
-        entries = entries.filter(actor_name__icontains=cleaned["actor"].strip())
-    session_id = (cleaned.get("session") or "").strip()
-    if session_id:
-        entries = entries.filter(
-            pk__in=AuditSession.objects.filter(session_id=session_id).values("entry_id")
-        )
-    if cleaned.get("outcome"):
-        entries = entries.filter(outcome=cleaned["outcome"])
-    if cleaned.get("since"):
-        entries = entries.filter(created_at__date__gte=cleaned["since"])
-    if cleaned.get("until"):
-        entries = entries.filter(created_at__date__lte=cleaned["until"])
-    page = Paginator(entries.order_by("-created_at", "-id"), AUDIT_PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
-    context = {
-        "form": form,
-        "page": page,
-        "rows": _entry_rows(page.object_list),
-        "session_filter": session_id,
-        "session_filter_url": session_url(session_id),
-        "merges": _merge_rows(session_id) if session_id else [],
-        "can_operate": request.user.has_perm(OPERATE),
-        "here": request.get_full_path(),
-        "filtered": any(cleaned.get(name) for name in form.fields),
-    }
-    return render(request, _template(request, AUDIT_TEMPLATE, "audit-results"), context)
-
-
-@require_GET
-@vary_on_headers("HX-Request")
-@require_perm(VIEW)
-def session_history(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    """One session's merges (with undo) and audit entries: a fragment for its detail page.
-
-    Without htmx this is the audit log filtered to the session, which shows the same.
-    """
-    if "\x00" in session_id:
-        raise Http404("No such session.")
-    if not request.htmx or request.htmx.history_restore_request:
-        return HttpResponseRedirect(reverse("audit_log") + "?" + urlencode({"session": session_id}))
-    entries = _entries_of_session(session_id).order_by("-created_at", "-id")
-    shown = list(entries[: HISTORY_ENTRIES + 1])
-    here = request.htmx.current_url_abs_path or session_url(session_id) or reverse("audit_log")
-    context = {
-        "history_session": session_id,
-        "rows": _entry_rows(shown[:HISTORY_ENTRIES]),
-        "history_more": len(shown) > HISTORY_ENTRIES,
-        "history_all_url": reverse("audit_log") + "?" + urlencode({"session": session_id}),
-        "merges": _merge_rows(session_id),
-        "can_operate": request.user.has_perm(OPERATE),
-        "here": here,
-    }
-    return render(request, f"{AUDIT_TEMPLATE}#session-history", context)
+    return redirect_to(request, back)

@@ -1,8 +1,9 @@
 """Support actions on one session: resume (with a preflight), reset, undo, redo and retry.
 
-Every change goes through ``sessions_admin.ledger.actions`` (the core operation
-plus its audit entry); the views here only read the store to show what an
-action would do. Actions are POST-only and need OPERATE; the preflight page is
+Every POST is validated by its form (``console/forms.py``) and every change goes
+through ``sessions_admin.ledger.actions`` (the core operation plus its audit
+entry); the views here only read the store to show what an action would do (the
+resume preflight is the core's ``plan_resume``). Actions are POST-only and need OPERATE; the preflight page is
 a GET for anyone who may view. A refused or failed action (nothing to undo, a
 busy store, a lineage that changed since the page was shown) is a message,
 never a 500, and changes nothing.
@@ -19,29 +20,26 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import HttpResponse, HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
+from django_htmx.http import trigger_client_event
 
 from sessions_admin import core
+from sessions_admin.console.forms import ResetForm, ResumeForm, RewriteForm
 from sessions_admin.console.html import end_reason_words
 from sessions_admin.console.http import (
     HtmxHttpRequest,
+    plural,
+    redirect_to,
     require_perm,
     session_or_404,
     wants_fragment,
 )
 from sessions_admin.core import lineage, stray
-from sessions_admin.core.lifecycle import where_it_continues
-from sessions_admin.core.text import (
-    REFERENCE_MAX,
-    SUMMARY_MAX,
-    operator_identifier,
-    operator_text,
-    shown_back,
-)
+from sessions_admin.core.lifecycle import ResumePlan, plan_resume, where_it_continues
+from sessions_admin.core.text import REFERENCE_MAX, operator_identifier, shown_back
 from sessions_admin.ledger import actions
 from sessions_admin.signin.roles import DELETE, OPERATE, VIEW
 from sessions_admin.store.models import Session
@@ -80,24 +78,13 @@ def _detail_url(session_id: str, **query: str) -> str:
     return f"{url}?{urlencode(query)}" if query else url
 
 
-def _redirect(request: HtmxHttpRequest, url: str) -> HttpResponse:
-    """A redirect htmx follows as a full navigation, so the next page shows the message."""
-    if request.htmx:
-        return HttpResponseClientRedirect(url)
-    return HttpResponseRedirect(url)
-
-
-def _reason(request: HtmxHttpRequest) -> str:
-    """The optional reason as typed; ``ledger.actions`` checks it (``core.text``).
-
-    A NUL in this one-line box is taken for a stray keystroke and dropped (as it always
-    was here); anything else the rule refuses comes back as the action's message.
-    """
-    return request.POST.get("reason", "").replace("\x00", "")
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
+def _posted(request: HtmxHttpRequest) -> QueryDict:
+    """The form as posted, except that a NUL in the reason box is dropped (as it always
+    was here: taken for a stray keystroke); the form checks everything else."""
+    data = request.POST.copy()
+    if "reason" in data:
+        data["reason"] = data["reason"].replace("\x00", "")
+    return data
 
 
 def panel_context(request: HtmxHttpRequest, session: Session) -> dict:
@@ -135,8 +122,8 @@ def panel_context(request: HtmxHttpRequest, session: Session) -> dict:
 def _rewrite_notice(session: Session, result: core.RewriteResult) -> Notice:
     ids = list(result.message_ids)
     span = f"#{ids[0]}" if len(ids) == 1 else f"#{ids[0]}–#{ids[-1]}"
-    count = _plural(len(ids), "message")
-    remaining = f"{session.id} now has {_plural(result.message_count, 'active message')}."
+    count = plural(len(ids), "message")
+    remaining = f"{session.id} now has {plural(result.message_count, 'active message')}."
     if result.action == "undo":
         text = f"Undid the last turn: {count} ({span}) marked undone; redo brings them back. "
     elif result.action == "retry":
@@ -149,28 +136,39 @@ def _rewrite_notice(session: Session, result: core.RewriteResult) -> Notice:
 
 def _rewrite(request: HtmxHttpRequest, session_id: str, action: str) -> HttpResponse:
     session = session_or_404(session_id)
+    form = RewriteForm(_posted(request))
     result = None
-    try:
-        result = actions.rewrite(
-            actor=request.user, session_id=session.id, action=action, reason=_reason(request)
-        )
-    except core.NothingToUndo as nothing:
-        notice = Notice("info", f"Nothing changed: {nothing}")
-    except core.SessionEnded as ended:
-        live = ended.live_session_id
-        notice = Notice(
-            "error",
-            f"{REWRITE_WORDS[action]} refused, nothing changed: {ended}",
-            _detail_url(live) if live else None,
-            "Open the live session",
-        )
-    except core.StoreError as problem:
+
+    def failed(problem: str | core.StoreError) -> Notice:
         actions.record_refusal(
             request=request, action=action, why=problem, session_ids=[session.id]
         )
-        notice = Notice("error", f"{REWRITE_WORDS[action]} failed, nothing changed: {problem}")
+        return Notice("error", f"{REWRITE_WORDS[action]} failed, nothing changed: {problem}")
+
+    if not form.is_valid():
+        notice = failed(form.problem())
     else:
-        notice = _rewrite_notice(session, result)
+        try:
+            result = actions.rewrite(
+                actor=request.user,
+                session_id=session.id,
+                action=action,
+                reason=form.cleaned_data["reason"],
+            )
+        except core.NothingToUndo as nothing:
+            notice = Notice("info", f"Nothing changed: {nothing}")
+        except core.SessionEnded as ended:
+            live = ended.live_session_id
+            notice = Notice(
+                "error",
+                f"{REWRITE_WORDS[action]} refused, nothing changed: {ended}",
+                _detail_url(live) if live else None,
+                "Open the live session",
+            )
+        except core.StoreError as problem:
+            notice = failed(problem)
+        else:
+            notice = _rewrite_notice(session, result)
 
     if wants_fragment(request):
         session = Session.objects.filter(id=session.id).first() or session
@@ -188,8 +186,8 @@ def _rewrite(request: HtmxHttpRequest, session_id: str, action: str) -> HttpResp
     messages.add_message(request, level, notice.text)
     if result is not None and result.message_ids:
         first = result.message_ids[0]
-        return _redirect(request, _detail_url(session.id, around=str(first)) + f"#m{first}")
-    return _redirect(request, _detail_url(session.id))
+        return redirect_to(request, _detail_url(session.id, around=str(first)) + f"#m{first}")
+    return redirect_to(request, _detail_url(session.id))
 
 
 @require_POST
@@ -228,19 +226,18 @@ def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
             request,
             f"{session.id} has no session key, so there is no chat to reset. Nothing changed.",
         )
-        return _redirect(request, back)
-    try:
-        summary = operator_text(
-            request.POST.get("summary"), field="summary", max_length=SUMMARY_MAX
-        )
-    except core.InvalidInput as problem:
+        return redirect_to(request, back)
+    form = ResetForm(_posted(request))
+    if not form.is_valid():
         actions.record_refusal(
-            request=request, action="reset", why=problem, session_ids=[session.id]
+            request=request, action="reset", why=form.problem(), session_ids=[session.id]
         )
-        messages.error(request, f"{problem} Nothing changed.")
-        return _redirect(request, back)
+        messages.error(request, f"{form.problem()} Nothing changed.")
+        return redirect_to(request, back)
+    summary = form.cleaned_data["summary"]
     live = core.live_session_for_key(key)
-    if "live" in request.POST and request.POST["live"] != (live or ""):
+    # The live session the page showed ("" for none); a form without it resets what is live.
+    if "live" in form.data and (form.cleaned_data["live"] or "") != (live or ""):
         now = f"now {live}" if live else "now none"
         actions.record_refusal(
             request=request,
@@ -253,17 +250,20 @@ def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
             f"The live session of key {key} changed since the page was shown ({now}). "
             "Nothing was reset: check the page and reset again.",
         )
-        return _redirect(request, back)
+        return redirect_to(request, back)
     try:
         result = actions.reset(
-            actor=request.user, session_key=key, summary=summary or None, reason=_reason(request)
+            actor=request.user,
+            session_key=key,
+            summary=summary or None,
+            reason=form.cleaned_data["reason"],
         )
     except core.StoreError as problem:
         actions.record_refusal(
             request=request, action="reset", why=problem, session_ids=[session.id]
         )
         messages.error(request, f"Reset failed, nothing changed: {problem}")
-        return _redirect(request, back)
+        return redirect_to(request, back)
     if result.left_to_gateway:
         ended = result.ended_session_id or ", ".join(s for s, _ in result.closed_recoverable)
         messages.success(
@@ -272,7 +272,7 @@ def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
             + f"Hermes's gateway routes {key}: it starts the next session on the chat's next "
             "message, as after its own /reset.",
         )
-        return _redirect(request, back)
+        return redirect_to(request, back)
     if result.ended_session_id:
         text = f"Reset: ended {result.ended_session_id} (session_reset), started {result.new_session_id}"
     else:
@@ -280,7 +280,7 @@ def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     messages.success(
         request, text + (" with the summary as its first message." if summary else ".")
     )
-    return _redirect(request, _detail_url(result.new_session_id))
+    return redirect_to(request, _detail_url(result.new_session_id))
 
 
 # --- resume -----------------------------------------------------------------------------------
@@ -292,25 +292,17 @@ def _row(session_id: str | None) -> Session | None:
     return Session.objects.filter(id=session_id).first()
 
 
-def _resume_plan(session: Session) -> dict:
-    """Which row a resume of ``session`` reopens, and which live session it switches away from."""
-    target_id = core.current_session(session_id=session.id)
-    target = _row(target_id) or session
-    switch_from = _row(core.live_session_for_key(target.session_key, exclude=target.id))
-    if target.id == session.id:
-        why = None
-    elif session.end_reason == "merged" or target.id != core.compression_tip(session_id=session.id):
-        why = "merged"
-    else:
-        why = "compression"
+def _shown_plan(session: Session, plan: ResumePlan) -> dict:
+    """The core's resume plan with the sessions it names, as the preflight shows them."""
     return {
         "asked": session,
-        "target": target,
-        "why": why,
-        "chain_length": len(core.compression_chain(session_id=target.id)),
-        "switch_from": switch_from,
-        "already_live": target.ended_at is None,
-        "nothing_to_do": target.ended_at is None and switch_from is None,
+        "target": _row(plan.target_id) or session,
+        "why": plan.followed,
+        "chain_length": plan.chain_length,
+        "switch_from": _row(plan.switch_from_id),
+        "already_live": plan.already_live,
+        "nothing_to_do": plan.nothing_to_do,
+        "fingerprint": plan.fingerprint,
     }
 
 
@@ -318,22 +310,54 @@ def _preflight(
     request: HtmxHttpRequest,
     session: Session,
     *,
+    form: ResumeForm | None = None,
     error: str | None = None,
     ref: str = "",
     ref_error: str | None = None,
     candidates: list[Session] | None = None,
 ) -> HttpResponse:
+    try:
+        plan = _shown_plan(session, plan_resume(ref=session.id))
+    except core.StoreError as problem:  # nothing to show but why
+        plan, error = None, error or str(problem)
     context = {
         "session": session,
-        "plan": _resume_plan(session),
+        "plan": plan,
         "error": error,
         "ref": ref,
         "ref_error": ref_error,
         "candidates": candidates or [],
         "can_operate": request.user.has_perm(OPERATE),
-        "reason": _reason(request) if request.method == "POST" else "",
+        "reason": form.shown_back("reason") if form is not None else "",
     }
     return render(request, TEMPLATE, context)
+
+
+def _changed_since_shown(form: ResumeForm, plan: ResumePlan) -> tuple[str, str] | None:
+    """(why, for the audit log; what to tell the operator) when the plan is no longer the one
+    the preflight showed: the session it reopens, the one it switches from, its fingerprint.
+    A form without them resumes what the plan is now (``resume_session`` checks that)."""
+    shown = form.cleaned_data
+    if "target" in form.data and shown["target"] != plan.target_id:
+        return (
+            f"the lineage changed since the preflight (now {plan.target_id})",
+            f"The lineage changed since the preflight: {plan.target_id} would be reopened "
+            f"now, not {shown['target']}. Nothing was resumed: check below and confirm again.",
+        )
+    if "switch_from" in form.data and (shown["switch_from"] or "") != (plan.switch_from_id or ""):
+        now = plan.switch_from_id or "none"
+        return (
+            f"the live session of this chat changed since the preflight (now {now})",
+            f"The live session of this chat changed since the preflight (now {now}). "
+            "Nothing was resumed: check below and confirm again.",
+        )
+    if shown["fingerprint"] and shown["fingerprint"] != plan.fingerprint:
+        return (
+            "the resume plan changed since the preflight",
+            "The sessions of this chat changed since the preflight. "
+            "Nothing was resumed: check below and confirm again.",
+        )
+    return None
 
 
 def _resume_preflight(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
@@ -374,51 +398,31 @@ def _resume_preflight(request: HtmxHttpRequest, session_id: str) -> HttpResponse
 
 def _resume_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     session = session_or_404(session_id)
+    form = ResumeForm(_posted(request))
+
+    def refused(why: str | core.StoreError, error: str) -> HttpResponse:
+        actions.record_refusal(request=request, action="resume", why=why, session_ids=[session.id])
+        return _preflight(request, session, form=form, error=error)
+
+    if not form.is_valid():
+        return refused(form.problem(), form.problem())
     try:
-        plan = _resume_plan(session)
+        plan = plan_resume(ref=session.id)
     except core.StoreError as problem:
-        return _preflight(request, session, error=str(problem))
-    expected_target = request.POST.get("target")
-    if expected_target is not None and expected_target != plan["target"].id:
-        actions.record_refusal(
-            request=request,
-            action="resume",
-            why=f"the lineage changed since the preflight (now {plan['target'].id})",
-            session_ids=[session.id],
-        )
-        return _preflight(
-            request,
-            session,
-            error=(
-                f"The lineage changed since the preflight: {plan['target'].id} would be reopened "
-                f"now, not {expected_target}. Nothing was resumed: check below and confirm again."
-            ),
-        )
-    switch_from = plan["switch_from"].id if plan["switch_from"] else ""
-    expected_switch = request.POST.get("switch_from")
-    if expected_switch is not None and expected_switch != switch_from:
-        now = switch_from or "none"
-        actions.record_refusal(
-            request=request,
-            action="resume",
-            why=f"the live session of this chat changed since the preflight (now {now})",
-            session_ids=[session.id],
-        )
-        return _preflight(
-            request,
-            session,
-            error=(
-                f"The live session of this chat changed since the preflight (now {now}). "
-                "Nothing was resumed: check below and confirm again."
-            ),
-        )
+        return _preflight(request, session, form=form, error=str(problem))
+    changed = _changed_since_shown(form, plan)
+    if changed:
+        return refused(*changed)
     try:
-        result = actions.resume(actor=request.user, ref=session.id, reason=_reason(request))
-    except core.StoreError as problem:
-        actions.record_refusal(
-            request=request, action="resume", why=problem, session_ids=[session.id]
+        result = actions.resume(
+            actor=request.user,
+            ref=session.id,
+            reason=form.cleaned_data["reason"],
+            # Checked again under the resume's locks: what the operator saw, or nothing.
+            expected_fingerprint=form.cleaned_data["fingerprint"] or plan.fingerprint,
         )
-        return _preflight(request, session, error=f"Resume failed, nothing changed: {problem}")
+    except core.StoreError as problem:  # ResumePlanChanged too: the page shows the new plan
+        return refused(problem, f"Resume failed, nothing changed: {problem}")
     if result.previous_end_reason is None:
         text = f"{result.session_id} was already live"
     else:
@@ -430,8 +434,8 @@ def _resume_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         text += f"; it is the latest session of {session.id}'s conversation"
     if result.switched_from_session_id:
         text += f". {result.switched_from_session_id} was switched away from (session_switch)"
-    messages.success(request, text + f". {_plural(result.message_count, 'message')}.")
-    return _redirect(request, _detail_url(result.session_id))
+    messages.success(request, text + f". {plural(result.message_count, 'message')}.")
+    return redirect_to(request, _detail_url(result.session_id))
 
 
 @require_GET

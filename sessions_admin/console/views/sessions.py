@@ -19,6 +19,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
+from sessions_admin.console.forms import SelectionForm
 from sessions_admin.console.html import (
     TITLE_SHOWN,
     ListedSession,
@@ -90,19 +91,26 @@ def _merge_selection(request: HtmxHttpRequest) -> HttpResponse:
     """The merge button: a 303 to the merge preview, its URL holding the picked ids only.
 
     The preview itself refuses what cannot be merged and says why; a selection
-    whose preview URL would be too long goes back to the list with a message.
+    holding something that is not a session id, or whose preview URL would be too
+    long, goes back to the list with a message.
     """
-    picks = list(dict.fromkeys(value for value in request.POST.getlist("ids") if value))
+    form = SelectionForm(request.POST)
+    valid = form.is_valid()
+    picks = form.cleaned_data.get("ids", [])
     url = reverse("merge_preview")
     if picks:
         url += "?" + urlencode([("ids", pick) for pick in picks])
-    if len(url) > MERGE_URL_LIMIT:
-        messages.error(
-            request,
+    problem = None
+    if not valid:
+        problem = f"{form.problem()} Nothing was selected."
+    elif len(url) > MERGE_URL_LIMIT:
+        problem = (
             f"{len(picks)} selected sessions are too many to preview a merge from the list; "
-            "select fewer.",
+            "select fewer."
         )
-        filters = listing.parse(QueryDict(request.POST.get("filter", ""))).filters
+    if problem:
+        messages.error(request, problem)
+        filters = listing.parse(QueryDict(form.cleaned_data.get("filter", ""))).filters
         url = _url(filters.querystring())
     response = HttpResponseRedirect(url)
     response.status_code = 303  # after a POST: the browser GETs the preview

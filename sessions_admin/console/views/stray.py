@@ -12,16 +12,18 @@ each completed move is listed on the preview page with its undo
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect
 
 from sessions_admin import core
+from sessions_admin.console.forms import OptionalReasonForm, StrayMoveForm
 from sessions_admin.console.http import (
     HtmxHttpRequest,
     fragment,
+    plural,
+    redirect_to,
     require_perm,
     session_or_404,
     session_url,
@@ -38,10 +40,6 @@ CONTENT_CHARS = 2000
 
 def _preview_url(session_id: str) -> str:
     return reverse("stray_move_preview", args=[session_id])
-
-
-def _redirect(request: HtmxHttpRequest, url: str) -> HttpResponse:
-    return HttpResponseClientRedirect(url) if request.htmx else HttpResponseRedirect(url)
 
 
 def _moves_of(session_id: str) -> list[dict]:
@@ -108,29 +106,32 @@ def stray_move_preview(request: HtmxHttpRequest, session_id: str) -> HttpRespons
 def stray_move_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Execute exactly the previewed plan (its fingerprint), or show the new preview."""
     session = session_or_404(session_id)
+    form = StrayMoveForm(request.POST)
+    if not form.is_valid():
+        return _page(request, session, error=f"Nothing was moved: {form.problem()}")
     try:
         result = actions.move_stray_messages(
             actor=request.user,
             session_id=session.id,
-            expected_fingerprint=request.POST.get("fingerprint", ""),
-            reason=request.POST.get("reason", ""),
+            # No fingerprint is one that matches no plan: refused (and audited) as stale.
+            expected_fingerprint=form.cleaned_data["fingerprint"] or "",
+            reason=form.cleaned_data["reason"],
         )
     except core.StoreError as problem:
         return _page(request, session, error=f"Nothing was moved: {problem}")
-    count = len(result.message_ids)
     messages.success(
         request,
-        f"Moved {count} message{'s' if count != 1 else ''} written after {session.id} ended "
+        f"Moved {plural(len(result.message_ids), 'message')} written after {session.id} ended "
         f"into {result.destination_id}. The move can be undone from this page.",
     )
-    return _redirect(request, _preview_url(session.id))
+    return redirect_to(request, _preview_url(session.id))
 
 
 @require_POST
 @require_perm(OPERATE)
 def stray_move_undo(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
     """Give the messages of one move back to the session they were written in."""
-    reason = request.POST.get("reason", "")  # checked by actions.undo_stray_move (core.text)
+    form = OptionalReasonForm(request.POST)
     entry = AuditEntry.objects.filter(
         pk=entry_id, action=actions.STRAY_MOVE, outcome=AuditEntry.OK
     ).first()
@@ -146,15 +147,19 @@ def stray_move_undo(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
     back = (_preview_url(source) if source and session_url(source) else None) or reverse(
         "audit_log"
     )
+    if not form.is_valid():
+        messages.error(request, f"The move was not undone: {form.problem()}")
+        return redirect_to(request, back)
     try:
-        result = actions.undo_stray_move(actor=request.user, entry_id=entry_id, reason=reason)
+        result = actions.undo_stray_move(
+            actor=request.user, entry_id=entry_id, reason=form.cleaned_data["reason"]
+        )
     except core.StoreError as problem:
         messages.error(request, f"The move was not undone: {problem}")
-        return _redirect(request, back)
-    count = len(result.returned_ids)
+        return redirect_to(request, back)
     messages.success(
         request,
-        f"Undid move #{entry_id}: {count} message{'s' if count != 1 else ''} went back to "
+        f"Undid move #{entry_id}: {plural(len(result.returned_ids), 'message')} went back to "
         f"{result.session_id}.",
     )
-    return _redirect(request, back)
+    return redirect_to(request, back)
