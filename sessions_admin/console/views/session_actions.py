@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import HttpResponse, HttpResponseRedirect, QueryDict
+from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -78,15 +78,6 @@ def _detail_url(session_id: str, **query: str) -> str:
     return f"{url}?{urlencode(query)}" if query else url
 
 
-def _posted(request: HtmxHttpRequest) -> QueryDict:
-    """The form as posted, except that a NUL in the reason box is dropped (as it always
-    was here: taken for a stray keystroke); the form checks everything else."""
-    data = request.POST.copy()
-    if "reason" in data:
-        data["reason"] = data["reason"].replace("\x00", "")
-    return data
-
-
 def panel_context(request: HtmxHttpRequest, session: Session) -> dict:
     """What the actions panel on the detail page needs (empty for operators who cannot act)."""
     can_operate = request.user.has_perm(OPERATE)
@@ -136,7 +127,7 @@ def _rewrite_notice(session: Session, result: core.RewriteResult) -> Notice:
 
 def _rewrite(request: HtmxHttpRequest, session_id: str, action: str) -> HttpResponse:
     session = session_or_404(session_id)
-    form = RewriteForm(_posted(request))
+    form = RewriteForm(request.POST)
     result = None
 
     def failed(problem: str | core.StoreError) -> Notice:
@@ -227,7 +218,7 @@ def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
             f"{session.id} has no session key, so there is no chat to reset. Nothing changed.",
         )
         return redirect_to(request, back)
-    form = ResetForm(_posted(request))
+    form = ResetForm(request.POST)
     if not form.is_valid():
         actions.record_refusal(
             request=request, action="reset", why=form.problem(), session_ids=[session.id]
@@ -398,7 +389,7 @@ def _resume_preflight(request: HtmxHttpRequest, session_id: str) -> HttpResponse
 
 def _resume_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     session = session_or_404(session_id)
-    form = ResumeForm(_posted(request))
+    form = ResumeForm(request.POST)
 
     def refused(why: str | core.StoreError, error: str) -> HttpResponse:
         actions.record_refusal(request=request, action="resume", why=why, session_ids=[session.id])
