@@ -19,24 +19,13 @@ from sessions_admin.core import clock, db, events
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.rows import config_text, message_values, tool_call_total
+from sessions_admin.core.schema import SESSION_METADATA_COLUMNS, USAGE_COLUMNS
 
-USAGE_COLUMNS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "estimated_cost_usd",
-)
+# What a bulk insert writes of each session, in the order of its row values.
 SESSION_COLUMNS = (
     "id",
     "source",
-    "user_id",
-    "session_key",
-    "chat_id",
-    "chat_type",
-    "thread_id",
-    "model",
+    *SESSION_METADATA_COLUMNS,
     "model_config",
     "started_at",
     "title",
@@ -65,12 +54,7 @@ def insert_sessions(*, sessions: Sequence[Mapping[str, Any]]) -> int:
             [
                 session_id,
                 session["source"],
-                session.get("user_id"),
-                session.get("session_key"),
-                session.get("chat_id"),
-                session.get("chat_type"),
-                session.get("thread_id"),
-                session.get("model"),
+                *(session.get(c) for c in SESSION_METADATA_COLUMNS),
                 config_text(session.get("model_config")),
                 float(session["started_at"]),
                 session.get("title"),

@@ -38,6 +38,7 @@ from sessions_admin.core.rows import (
     require_session_id,
     require_text,
 )
+from sessions_admin.core.schema import INSERTED_SESSION_COLUMNS, SESSION_METADATA_COLUMNS
 
 LINEAGE_MARKERS = (
     "_branched_from",
@@ -46,7 +47,6 @@ LINEAGE_MARKERS = (
     "_merged_into",
     "_continued_from",
 )
-METADATA_FIELDS = ("user_id", "session_key", "chat_id", "chat_type", "thread_id", "model")
 
 
 @dataclass(frozen=True)
@@ -175,19 +175,19 @@ def _insert_session(
     **metadata: Any,
 ) -> None:
     _check_title(title, session_id=session_id)
+    values = {
+        "id": session_id,
+        "source": source,
+        **{f: metadata.get(f) for f in SESSION_METADATA_COLUMNS},
+        "model_config": model_config,
+        "parent_session_id": parent_session_id,
+        "started_at": started_at if started_at is not None else clock.now(),
+        "title": title,
+    }
     db.execute(
-        "INSERT INTO sessions (id, source, user_id, session_key, chat_id, chat_type, thread_id, "
-        "model, model_config, parent_session_id, started_at, title) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        [
-            session_id,
-            source,
-            *(metadata.get(f) for f in METADATA_FIELDS),
-            model_config,
-            parent_session_id,
-            started_at if started_at is not None else clock.now(),
-            title,
-        ],
+        f"INSERT INTO sessions ({', '.join(INSERTED_SESSION_COLUMNS)}) "
+        f"VALUES ({db.placeholders(INSERTED_SESSION_COLUMNS)})",
+        [values[c] for c in INSERTED_SESSION_COLUMNS],
     )
 
 
@@ -781,7 +781,7 @@ def reset_session_key(*, session_key: str, summary: str | None = None) -> ResetR
         source=template["source"],
         # Hermes's agent fills model_config only where it is NULL: none on a gateway's row.
         model_config=None if gateway else _inherited_config(template, _reset_from=template_id),
-        **{f: template.get(f) for f in METADATA_FIELDS},
+        **{f: template.get(f) for f in SESSION_METADATA_COLUMNS},
     )
     if gateway:
         _copy_gateway_peer(template_id, new_id)
@@ -857,7 +857,7 @@ def branch_session(
         parent_session_id=session_id,
         model_config=_inherited_config(row, _branched_from=session_id),
         title=title,
-        **{f: row.get(f) for f in METADATA_FIELDS},
+        **{f: row.get(f) for f in SESSION_METADATA_COLUMNS},
     )
     copied = db.execute(
         "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, tool_name, "
@@ -901,7 +901,7 @@ def rotate_for_compression(
         source=row["source"],
         parent_session_id=session_id,
         model_config=_inherited_config(row),
-        **{f: row.get(f) for f in METADATA_FIELDS},
+        **{f: row.get(f) for f in SESSION_METADATA_COLUMNS},
     )
     carried = list(carry_messages)
     if summary:
@@ -935,7 +935,7 @@ def continue_session(row: dict) -> str:
         source=row["source"],
         parent_session_id=row["id"],
         model_config=_inherited_config(row, _continued_from=row["id"]),
-        **{f: row.get(f) for f in METADATA_FIELDS},
+        **{f: row.get(f) for f in SESSION_METADATA_COLUMNS},
     )
     events.record_switch(
         new_session_id=new_id,

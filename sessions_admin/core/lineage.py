@@ -20,13 +20,11 @@ from dataclasses import dataclass
 
 from sessions_admin.core import db
 from sessions_admin.core.rows import parse_model_config
+from sessions_admin.core.schema import SESSION_ROW_COLUMNS
 
 MAX_DEPTH = 500
 
-SESSION_FIELDS = (
-    "id, source, user_id, session_key, chat_id, chat_type, thread_id, model, model_config, "
-    "parent_session_id, started_at, ended_at, end_reason, message_count, tool_call_count, title"
-)
+SESSION_FIELDS = ", ".join(SESSION_ROW_COLUMNS)  # what session_row reads
 
 
 @dataclass(frozen=True)

@@ -43,16 +43,9 @@ from sessions_admin.core.rows import (
     repoint_conversations,
     slugs_of_sessions,
 )
+from sessions_admin.core.schema import USAGE_COLUMNS
 from sessions_admin.routers import responses_alias
 
-SUMMED_COLUMNS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "estimated_cost_usd",
-)
 SAVED_COLUMNS = (
     "ended_at",
     "end_reason",
@@ -60,7 +53,7 @@ SAVED_COLUMNS = (
     "session_key",
     "message_count",
     "tool_call_count",
-    *SUMMED_COLUMNS,
+    *USAGE_COLUMNS,
 )
 MAX_MERGE_SESSIONS = 200
 
@@ -399,11 +392,11 @@ def merge_sessions(
             [target, *absorbed, *absorbed],
         )
     faults.checkpoint("merge.after_move")
-    sums = {c: sum(float(rows[s][c] or 0) for s in absorbed) for c in SUMMED_COLUMNS}
+    sums = {c: sum(float(rows[s][c] or 0) for s in absorbed) for c in USAGE_COLUMNS}
     for sid in absorbed:
         db.execute(
             "UPDATE sessions SET ended_at = %s, end_reason = 'merged', model_config = %s, "
-            + ", ".join(f"{c} = 0" for c in SUMMED_COLUMNS)
+            + ", ".join(f"{c} = 0" for c in USAGE_COLUMNS)
             + " WHERE id = %s",
             [
                 rows[sid]["ended_at"] or now,
@@ -412,8 +405,8 @@ def merge_sessions(
             ],
         )
         recompute_counters(sid)
-    assignments = [f"{c} = COALESCE({c}, 0) + %s" for c in SUMMED_COLUMNS]
-    params: list = [sums[c] for c in SUMMED_COLUMNS]
+    assignments = [f"{c} = COALESCE({c}, 0) + %s" for c in USAGE_COLUMNS]
+    params: list = [sums[c] for c in USAGE_COLUMNS]
     if plan.session_key_for_target:
         assignments.append("session_key = %s")
         params.append(plan.session_key_for_target)
@@ -570,7 +563,7 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
     target_prior = prior["sessions"][target]
     target_after = prior["target_after"]
     restored = dict(target_prior)
-    for column in SUMMED_COLUMNS:
+    for column in USAGE_COLUMNS:
         # Usage the target gained after the merge stays with it.
         gained = (target_now[column] or 0) - (target_after[column] or 0)
         restored[column] = (

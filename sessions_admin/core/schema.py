@@ -117,17 +117,26 @@ MESSAGE_COLUMNS: list[tuple[str, str, str]] = [
     ("api_content", "TEXT", "TEXT"),
 ]
 
-# Columns our code reads or writes; an existing store missing one gets it added
-# (ALTER TABLE ... ADD COLUMN, the only change we ever make to a runtime table).
-REQUIRED_SESSION_COLUMNS = {
+# The session columns the code names, by what it does with them: every list of session
+# columns elsewhere is one of these (or built from them), so a column is added in one place.
+# A runtime registers a session's routing and model with it (create_session's metadata).
+SESSION_METADATA_COLUMNS = ("user_id", "session_key", "chat_id", "chat_type", "thread_id", "model")
+# What every session INSERT of the core supplies, in this order (restore and import may
+# supply more); a NOT NULL column outside these needs a default.
+INSERTED_SESSION_COLUMNS = (
     "id",
     "source",
-    "user_id",
-    "session_key",
-    "chat_id",
-    "chat_type",
-    "thread_id",
-    "model",
+    *SESSION_METADATA_COLUMNS,
+    "model_config",
+    "parent_session_id",
+    "started_at",
+    "title",
+)
+# A session's row as the core reads it (lineage.session_row).
+SESSION_ROW_COLUMNS = (
+    "id",
+    "source",
+    *SESSION_METADATA_COLUMNS,
     "model_config",
     "parent_session_id",
     "started_at",
@@ -135,16 +144,20 @@ REQUIRED_SESSION_COLUMNS = {
     "end_reason",
     "message_count",
     "tool_call_count",
+    "title",
+)
+# The usage figures summed over a session's turns (and over the sessions a merge absorbs).
+USAGE_COLUMNS = (
     "input_tokens",
     "output_tokens",
     "cache_read_tokens",
     "cache_write_tokens",
     "reasoning_tokens",
     "estimated_cost_usd",
-    "title",
-    "archived",
-    "rewind_count",
-}
+)
+# Columns our code reads or writes; an existing store missing one gets it added
+# (ALTER TABLE ... ADD COLUMN, the only change we ever make to a runtime table).
+REQUIRED_SESSION_COLUMNS = {*SESSION_ROW_COLUMNS, *USAGE_COLUMNS, "archived", "rewind_count"}
 # The message columns our code reads and writes, in display order.
 MESSAGE_FIELDS = (
     "id",

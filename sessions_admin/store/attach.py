@@ -38,6 +38,7 @@ from django.core.checks import Error, Warning
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, connections
 
+from sessions_admin.core import schema
 from sessions_admin.core.db import read_only
 from sessions_admin.core.schema import MESSAGE_FIELDS
 from sessions_admin.routers import responses_alias, store_alias
@@ -56,22 +57,7 @@ OPERATE_PERMISSIONS = ("console.operate_sessions", "console.delete_sessions")
 
 # Columns every session/message INSERT of the core supplies (restore and import
 # may supply more); a NOT NULL column outside these needs a default.
-INSERTED_SESSION_COLUMNS = frozenset(
-    {
-        "id",
-        "source",
-        "user_id",
-        "session_key",
-        "chat_id",
-        "chat_type",
-        "thread_id",
-        "model",
-        "model_config",
-        "parent_session_id",
-        "started_at",
-        "title",
-    }
-)
+INSERTED_SESSION_COLUMNS = frozenset(schema.INSERTED_SESSION_COLUMNS)
 # Every message column the core writes except the id the database assigns.
 INSERTED_MESSAGE_COLUMNS = frozenset(MESSAGE_FIELDS) - {"id"}
 # Stable check ids for ``manage.py check`` (silence with SILENCED_SYSTEM_CHECKS).

@@ -7,7 +7,8 @@ import sqlite3
 import pytest
 from django.db import connections
 
-from sessions_admin.core import db
+from sessions_admin import core
+from sessions_admin.core import db, schema
 from sessions_admin.core.schema import ensure_store_schema, existing_columns, existing_tables
 
 
@@ -190,3 +191,32 @@ def test_read_only_mode_refuses_every_write_and_the_schema(settings):
     with pytest.raises(core.ReadOnlyStore):
         ensure_store_schema()
     assert db.fetchone("SELECT COUNT(*) FROM messages")[0] == 0
+
+
+def test_every_named_session_column_is_one_the_schema_creates():
+    created = {name for name, _lite, _pg in schema.SESSION_COLUMNS}
+    for named in (
+        schema.SESSION_METADATA_COLUMNS,
+        schema.INSERTED_SESSION_COLUMNS,
+        schema.SESSION_ROW_COLUMNS,
+        schema.USAGE_COLUMNS,
+        schema.REQUIRED_SESSION_COLUMNS,
+    ):
+        assert set(named) <= created
+    assert set(schema.INSERTED_SESSION_COLUMNS) <= schema.REQUIRED_SESSION_COLUMNS
+    assert schema.REQUIRED_MESSAGE_COLUMNS <= {name for name, _lite, _pg in schema.MESSAGE_COLUMNS}
+
+
+def test_a_session_row_holds_the_row_columns_as_created():
+    sid = core.create_session(
+        source="cli", session_key="k", chat_id="c", model="m", title="t", model_config={"a": 1}
+    ).session_id
+    row = core.lineage.session_row(sid)
+    assert tuple(row) == schema.SESSION_ROW_COLUMNS
+    assert [row[c] for c in ("source", "session_key", "chat_id", "model", "title")] == [
+        "cli",
+        "k",
+        "c",
+        "m",
+        "t",
+    ]
