@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sessions_admin.core import db, forks, lineage
+from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.core.stray import END_TOLERANCE_SECONDS
 from sessions_admin.routers import responses_alias
 
@@ -188,8 +189,6 @@ def stranded_conversations() -> list[tuple[str, str]]:
     (``lifecycle.where_it_continues``). The slugs may live in another database:
     no cross-database join, the recorded sessions are looked up by id.
     """
-    from sessions_admin.core.lifecycle import where_it_continues
-
     recorded = db.fetchall(
         "SELECT name, session_id FROM conversations WHERE session_id IS NOT NULL ORDER BY name",
         alias=responses_alias(),

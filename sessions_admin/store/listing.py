@@ -38,10 +38,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.core.cache import cache
+from django.db import connections, transaction
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from sessions_admin.core import db, forks, lineage
+from sessions_admin.core.schema import FTS_DOCUMENT_SQL
+from sessions_admin.routers import store_alias
 from sessions_admin.store import cached, health
 
 PAGE_SIZE = 50
@@ -422,10 +425,6 @@ class _Forks:
 
 
 def _store_name() -> str:
-    from django.db import connections
-
-    from sessions_admin.routers import store_alias
-
     return str(connections[store_alias()].settings_dict["NAME"])
 
 
@@ -592,10 +591,6 @@ def _reading() -> Iterator[None]:
     if db.vendor() != "postgresql":
         yield
         return
-    from django.db import transaction
-
-    from sessions_admin.routers import store_alias
-
     with transaction.atomic(using=store_alias()):
         db.execute("SET LOCAL jit = off")
         yield
@@ -1315,8 +1310,6 @@ def _pg_search(
     With filters, each window returns its matches with whether they pass them,
     so the walk stops after SEARCH_CANDIDATES matches whatever the filters keep.
     """
-    from sessions_admin.core.schema import FTS_DOCUMENT_SQL
-
     document = FTS_DOCUMENT_SQL.format(t="m.")
     tsquery = " && ".join("phraseto_tsquery('simple', %s)" for _ in terms)
     matches = f"to_tsvector('simple', {document}) @@ ({tsquery})"
