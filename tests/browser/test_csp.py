@@ -14,8 +14,8 @@ from django.core.cache import cache
 from playwright.sync_api import expect
 
 from sessions_admin.ledger import worker
-from tests.browser.test_deletion import _conversation
-from tests.browser.test_xss import PAYLOAD, _hostile_store
+from tests.browser.hostile import PAYLOAD, hostile_store
+from tests.builders import refund_lineage
 
 
 @pytest.fixture(autouse=True)
@@ -34,8 +34,8 @@ def _no_inline_styles_or_scripts(page) -> list[str]:
 
 def test_every_page_loads_under_the_policy_with_htmx_working(signed_in_page):
     page = signed_in_page("admin")
-    lineage = _conversation()
-    ids = _hostile_store(User.objects.get(username="operator"))
+    lineage = refund_lineage()
+    ids = hostile_store(User.objects.get(username="operator"))
     main = quote(ids["main"], safe="")
     paths = [
         "/",

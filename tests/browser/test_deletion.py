@@ -16,7 +16,7 @@ from sessions_admin.ledger import worker
 from sessions_admin.ledger.models import DeleteJob, TrashEntry
 from sessions_admin.signin.roles import assign_role
 from tests.browser.conftest import PASSWORD
-from tests.console.test_deletion_views import snapshot
+from tests.builders import refund_lineage, store_snapshot
 
 
 @pytest.fixture
@@ -107,28 +107,9 @@ def test_a_bulk_delete_from_a_preset_runs_to_100_percent(signed_in_page, gated_w
     assert page.script_errors == []
 
 
-def _conversation() -> dict[str, str]:
-    root = core.create_session(source="telegram", title="Refund for order #8812").session_id
-    core.append_messages(
-        session_id=root,
-        messages=[
-            {"role": "user", "content": "I was charged twice"},
-            {"role": "assistant", "content": "Let me look"},
-        ],
-    )
-    core.create_session(
-        source="tool", parent_session_id=root, model_config={"_delegate_from": root}
-    )
-    tip = core.rotate_for_compression(session_id=root, summary="double charge").new_session_id
-    core.append_message(session_id=tip, role="user", content="thanks")
-    core.record_turn(response_id="resp-1", session_id=tip, conversation="refund-8812")
-    branch = core.branch_session(session_id=tip, title="What-if").new_session_id
-    return {"root": root, "tip": tip, "branch": branch}
-
-
 def test_a_cascade_delete_and_its_restore_from_the_trash(signed_in_page):
-    ids = _conversation()
-    before = snapshot()
+    ids = refund_lineage()
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
     messages = core.plan_cascade_delete(
         session_ids=[ids["tip"]], include_branches=True
     ).message_count
@@ -149,7 +130,7 @@ def test_a_cascade_delete_and_its_restore_from_the_trash(signed_in_page):
     expect(page.locator("ul.messages")).to_contain_text(
         f"Deleted 4 sessions and {messages} messages; restorable from the trash."
     )
-    assert snapshot() != before
+    assert store_snapshot("sessions", "messages", "conversations", "responses") != before
     assert _present(ids.values()) == set()
 
     entry = page.locator("li.entry").first
@@ -161,7 +142,7 @@ def test_a_cascade_delete_and_its_restore_from_the_trash(signed_in_page):
         f"Restored 4 sessions and {messages} messages"
     )
     expect(page.locator("li.entry").first.locator(".badge.restored")).to_be_visible()
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "responses") == before
     assert page.script_errors == []
 
 

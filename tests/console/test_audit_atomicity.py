@@ -15,12 +15,8 @@ from django.urls import reverse
 from sessions_admin import core
 from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger.models import AuditEntry, DeleteJob
-from tests.console.test_merge_views import (
-    fingerprint_of,
-    forked_conversation,
-    preview_url,
-    snapshot,
-)
+from tests.builders import forked_conversation, store_snapshot
+from tests.console.pages import fingerprint_of, preview_url
 
 NUL_REASON = "dup\x00slug"
 
@@ -37,7 +33,7 @@ def support(signed_in):
 def test_a_merge_with_a_nul_in_its_reason_changes_nothing_and_says_why(support):
     ids = forked_conversation()
     fingerprint = fingerprint_of(support.get(preview_url(ids)).content.decode())
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
 
     response = support.post(
         reverse("merge_execute"), {"ids": ids, "fingerprint": fingerprint, "reason": NUL_REASON}
@@ -45,7 +41,7 @@ def test_a_merge_with_a_nul_in_its_reason_changes_nothing_and_says_why(support):
 
     assert response.status_code == 200
     assert "The reason cannot contain a NUL character." in response.content.decode()
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
     assert not AuditEntry.objects.exclude(outcome="refused").exists()
     # The reason comes back without the NUL, and the corrected form goes through.
     response = support.post(
@@ -59,7 +55,7 @@ def test_a_merge_with_a_nul_in_its_reason_changes_nothing_and_says_why(support):
 
 def test_an_unmerge_with_a_nul_in_its_reason_changes_nothing_and_says_why(support):
     merged = core.merge_sessions(session_ids=forked_conversation())
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
 
     response = support.post(reverse("merge_undo", args=[merged.merge_id]), {"reason": NUL_REASON})
 
@@ -67,7 +63,7 @@ def test_an_unmerge_with_a_nul_in_its_reason_changes_nothing_and_says_why(suppor
     assert any(
         f"Merge #{merged.merge_id} was not undone" in m and "NUL" in m for m in flashed(response)
     )
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
     assert core.merge_record(merge_id=merged.merge_id).undone_at is None
     assert not AuditEntry.objects.exclude(outcome="refused").exists()
 

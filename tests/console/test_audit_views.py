@@ -12,7 +12,7 @@ from django.urls import reverse
 from sessions_admin import core
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditEntry
-from tests.console.test_merge_views import forked_conversation
+from tests.builders import forked_conversation
 
 HX = {"HX-Request": "true"}
 SCRIPT = "<script>alert(1)</script>"

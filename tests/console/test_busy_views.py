@@ -22,7 +22,7 @@ from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from sessions_admin.routers import responses_alias
-from tests.console.test_merge_views import forked_conversation
+from tests.builders import forked_conversation
 
 BUSY = "The store is busy"
 

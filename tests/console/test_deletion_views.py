@@ -22,6 +22,7 @@ from sessions_admin.core import db
 from sessions_admin.ledger import jobs, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
 from sessions_admin.routers import responses_alias
+from tests.builders import store_snapshot
 
 HX = {"HX-Request": "true"}
 SCRIPT = "<script>alert(1)</script>"
@@ -29,20 +30,6 @@ SCRIPT = "<script>alert(1)</script>"
 
 # ---------------------------------------------------------------------------
 # Helpers
-
-
-def snapshot() -> dict:
-    """Every store row a delete can touch."""
-    return {
-        "sessions": db.fetchall("SELECT * FROM sessions ORDER BY id"),
-        "messages": db.fetchall("SELECT * FROM messages ORDER BY id"),
-        "conversations": db.fetchall(
-            "SELECT * FROM conversations ORDER BY name", alias=responses_alias()
-        ),
-        "responses": db.fetchall(
-            "SELECT * FROM responses ORDER BY response_id", alias=responses_alias()
-        ),
-    }
 
 
 def session_ids() -> set[str]:
@@ -217,7 +204,7 @@ def targets():
 
 def _state() -> tuple:
     return (
-        snapshot(),
+        store_snapshot("sessions", "messages", "conversations", "responses"),
         list(DeleteJob.objects.values_list("pk", "state")),
         list(TrashEntry.objects.values_list("pk", "state")),
     )
@@ -363,13 +350,13 @@ def test_bad_confirmations_change_nothing(admin, change):
     ids = lineage()
     page = admin.get(cascade_url(ids["root"])).content.decode()
     fields = form(page, confirm_url(ids["root"])) | {"reason": "ok"} | change
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
     response = admin.post(confirm_url(ids["root"]), fields)
     assert response.status_code == 200
     assert "Nothing was deleted" in problems(response.content.decode()) or "reason" in problems(
         response.content.decode()
     )
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "responses") == before
     assert TrashEntry.objects.count() == 0
     # The page shows the plan again, with a fresh fingerprint to confirm.
     again = form(response.content.decode(), confirm_url(ids["root"]))
@@ -383,13 +370,16 @@ def test_a_plan_that_changed_is_shown_again_and_nothing_is_deleted(admin):
     newcomer = core.create_session(
         source="tool", parent_session_id=ids["root"], model_config={"_delegate_from": ids["root"]}
     ).session_id
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
     response = admin.post(confirm_url(ids["root"]), fields)
     body = response.content.decode()
     assert response.status_code == 200
     assert "The store changed since the plan was shown" in problems(body)
     assert newcomer in body  # the new plan includes the new delegate
-    assert snapshot() == before and TrashEntry.objects.count() == 0
+    assert (
+        store_snapshot("sessions", "messages", "conversations", "responses") == before
+        and TrashEntry.objects.count() == 0
+    )
     assert form(body, confirm_url(ids["root"]))["reason"] == "stale"  # kept for the retry
 
 
@@ -411,11 +401,14 @@ def test_large_plans_need_the_number_typed(admin, typed):
     fields.pop("typed_count", None)
     if typed is not None:
         fields["typed_count"] = typed
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
     response = admin.post(confirm_url(root), fields)
     assert response.status_code == 200
     assert "type the number of sessions this deletes (22)" in problems(response.content.decode())
-    assert snapshot() == before and TrashEntry.objects.count() == 0
+    assert (
+        store_snapshot("sessions", "messages", "conversations", "responses") == before
+        and TrashEntry.objects.count() == 0
+    )
     fields["typed_count"] = "22"
     assert admin.post(confirm_url(root), fields).status_code == 302
     assert session_ids() == set()
@@ -482,7 +475,7 @@ def test_the_dry_run_counts_exactly_and_leaves_live_sessions_out(admin):
 )
 def test_bad_presets_are_explained(admin, params):
     ended_sessions(2)
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
     response = admin.get(reverse("bulk_delete"), params)
     body = response.content.decode()
     assert response.status_code == 200
@@ -491,7 +484,7 @@ def test_bad_presets_are_explained(admin, params):
     # Posting the same parameters to start does nothing either.
     response = admin.post(reverse("bulk_delete_start"), {**params, "reason": "r", "digest": "x"})
     assert response.status_code == 200 and problems(response.content.decode())
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "responses") == before
     assert DeleteJob.objects.count() == 0
 
 
@@ -563,7 +556,7 @@ def test_starting_needs_a_reason_and_the_set_that_was_shown(admin):
     ended_sessions(5)
     core.create_session(source="cli")  # live: left out unless asked for
     fields = _dry_run_fields(admin, {"preset": "by_source", "source": "cli"})
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
     for change, expected in [
         ({"reason": ""}, "Give a reason"),
         ({"reason": "r", "digest": "0" * 32}, "changed since the dry run"),
@@ -577,7 +570,9 @@ def test_starting_needs_a_reason_and_the_set_that_was_shown(admin):
     response = admin.post(reverse("bulk_delete_start"), fields | {"reason": "r"})
     body = response.content.decode()
     assert "it now finds 6 sessions" in problems(body)
-    assert snapshot() != before  # (the new session only)
+    assert (
+        store_snapshot("sessions", "messages", "conversations", "responses") != before
+    )  # (the new session only)
     assert DeleteJob.objects.count() == 0
     # Confirming the new dry run works.
     again = form(body, reverse("bulk_delete_start")) | {"reason": "r"}
@@ -730,11 +725,11 @@ def test_the_trash_lists_entries_with_their_sessions_and_expiry(admin, settings)
 
 def test_restoring_from_the_trash_gives_back_the_exact_rows(admin):
     ids = lineage()
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
     page = admin.get(cascade_url(ids["tip"]), {"include_branches": "1"}).content.decode()
     fields = form(page, confirm_url(ids["tip"])) | {"reason": "oops"}
     admin.post(confirm_url(ids["tip"]), fields)
-    assert snapshot() != before
+    assert store_snapshot("sessions", "messages", "conversations", "responses") != before
     entry = TrashEntry.objects.get()
     trash_page = admin.get(reverse("trash")).content.decode()
     assert form(trash_page, reverse("trash_restore", args=[entry.pk])) == {"q": ""}
@@ -742,24 +737,24 @@ def test_restoring_from_the_trash_gives_back_the_exact_rows(admin):
     assert response.redirect_chain[-1][0] == reverse("trash")
     assert (entry.session_count, entry.message_count) == (5, 5)  # the branch has a copy
     assert f"Restored 5 sessions and 5 messages from trash entry #{entry.pk}." in flashed(response)
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "responses") == before
     assert TrashEntry.objects.get().state == TrashEntry.RESTORED
     assert AuditEntry.objects.filter(action="restore", outcome="ok").count() == 1
     body = response.content.decode()
     assert "restored" in body and reverse("trash_restore", args=[entry.pk]) not in body
     again = admin.post(reverse("trash_restore", args=[entry.pk]), follow=True)
     assert any("already restored" in m for m in flashed(again))
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "responses") == before
 
 
 def test_a_restore_conflict_is_explained_and_changes_nothing(admin):
     entry, (sid,) = trash_entry()
     core.create_session(source="cli", session_id=sid)
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
     response = admin.post(reverse("trash_restore", args=[entry]), {"q": sid}, follow=True)
     assert response.redirect_chain[-1][0] == f"{reverse('trash')}?q={sid}"
     assert any(m.startswith("Nothing was restored: Cannot restore") for m in flashed(response))
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "responses") == before
     assert TrashEntry.objects.get(pk=entry).state == TrashEntry.COMPLETE
     assert AuditEntry.objects.filter(action="restore", outcome="failed").count() == 1
 

@@ -12,7 +12,8 @@ from django.urls import reverse
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.ledger.models import AuditEntry, AuditSession
-from sessions_admin.routers import responses_alias
+from tests.builders import forked_conversation, store_snapshot
+from tests.console.pages import fingerprint_of, preview_url
 from tests.helpers import messages, session
 
 HX = {"HX-Request": "true"}
@@ -20,61 +21,6 @@ SCRIPT = "<script>alert(1)</script>"
 
 
 # --- builders ---------------------------------------------------------------------------------
-
-
-def forked_conversation(slug: str = "sidekick-v", *, title: str | None = None) -> list[str]:
-    """Three cold-start forks of one slug (the runtime lost the slug twice), oldest first.
-
-    The middle fork has an undone turn and the last one a delegate child; the first two
-    ended accidentally, the last is live.
-    """
-    ids = []
-    for n in range(3):
-        sid = core.create_session(
-            source="api_server",
-            user_id="u1",
-            started_at=1000.0 + n,
-            title=title if n == 0 else None,
-        ).session_id
-        core.append_messages(
-            session_id=sid,
-            messages=[
-                {"role": "user", "content": f"question {n}"},
-                {"role": "assistant", "content": f"answer {n}"},
-            ],
-        )
-        core.record_turn(response_id=f"resp-{slug}-{n}", session_id=sid, conversation=slug)
-        ids.append(sid)
-    core.undo_last_turn(session_id=ids[1])
-    core.create_session(
-        source="tool", parent_session_id=ids[2], model_config={"_delegate_from": ids[2]}
-    )
-    for sid in ids[:2]:
-        core.end_session(session_id=sid, end_reason="lru_evict")
-    return ids
-
-
-def snapshot() -> dict:
-    return {
-        "sessions": db.fetchall("SELECT * FROM sessions ORDER BY id"),
-        "messages": db.fetchall("SELECT * FROM messages ORDER BY id"),
-        "conversations": db.fetchall(
-            "SELECT * FROM conversations ORDER BY name", alias=responses_alias()
-        ),
-        "merges": db.fetchall("SELECT id, undone_at FROM sessions_admin_merges ORDER BY id"),
-    }
-
-
-def preview_url(ids, target: str | None = None) -> str:
-    query = "&".join(f"ids={i}" for i in ids)
-    if target:
-        query += f"&target={target}"
-    return reverse("merge_preview") + "?" + query
-
-
-def fingerprint_of(body: str) -> str | None:
-    found = re.search(r'name="fingerprint" value="([^"]*)"', body)
-    return html.unescape(found.group(1)) if found else None
 
 
 def confirm_form(body: str) -> bool:
@@ -113,7 +59,7 @@ def action_urls() -> list[str]:
 
 def test_anonymous_visitors_are_sent_to_login(client):
     ids = forked_conversation()
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     for url in page_urls(ids[0]):
         response = client.get(url)
         assert response.status_code == 302, url
@@ -122,13 +68,13 @@ def test_anonymous_visitors_are_sent_to_login(client):
         response = client.post(url, {"ids": ids, "fingerprint": "x"})
         assert response.status_code == 302, url
         assert response["Location"].startswith(reverse("login"))
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
 
 
 def test_an_operator_without_a_role_is_forbidden_everywhere(signed_in):
     ids = forked_conversation()
     merged = core.merge_sessions(session_ids=ids[:2])  # something to try to undo
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     client = signed_in(None)
     for url in page_urls(ids[0]):
         assert client.get(url).status_code == 403, url
@@ -139,7 +85,7 @@ def test_an_operator_without_a_role_is_forbidden_everywhere(signed_in):
     )
     assert response.status_code == 403
     assert client.post(reverse("merge_undo", args=[merged.merge_id])).status_code == 403
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
     assert not AuditEntry.objects.exclude(outcome="refused").exists()
 
 
@@ -147,7 +93,7 @@ def test_a_viewer_reads_forks_previews_and_audit_but_cannot_act(signed_in):
     ids = forked_conversation()
     merged = core.merge_sessions(session_ids=ids[:2])
     others = forked_conversation("sidekick-w")
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     client = signed_in("viewer")
     assert client.get(reverse("fork_list")).status_code == 200
     assert client.get(reverse("audit_log")).status_code == 200
@@ -164,7 +110,7 @@ def test_a_viewer_reads_forks_previews_and_audit_but_cannot_act(signed_in):
     )
     assert response.status_code == 403
     assert client.post(reverse("merge_undo", args=[merged.merge_id])).status_code == 403
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
     assert not AuditEntry.objects.exclude(outcome="refused").exists()
 
 
@@ -184,19 +130,19 @@ def test_support_and_admin_can_merge(signed_in, role):
 def test_post_only_urls_refuse_get(signed_in):
     ids = forked_conversation()
     merged = core.merge_sessions(session_ids=ids)
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     client = signed_in("support")
     assert client.get(reverse("merge_execute")).status_code == 405
     assert client.get(reverse("merge_undo", args=[merged.merge_id])).status_code == 405
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
 
 
 def test_an_unknown_merge_is_not_found(signed_in):
     forked_conversation()
     client = signed_in("support")
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     assert client.post(reverse("merge_undo", args=[999999])).status_code == 404
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
 
 
 # --- forks ------------------------------------------------------------------------------------
@@ -255,9 +201,11 @@ def test_the_preview_shows_the_merged_transcript_in_order_with_its_sources(signe
     ids = forked_conversation()
     core.append_message(session_id=ids[2], role="assistant", content=SCRIPT)
     client = signed_in("support")
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     body = client.get(preview_url(ids)).content.decode()
-    assert snapshot() == before  # previewing writes nothing
+    assert (
+        store_snapshot("sessions", "messages", "conversations", "merges") == before
+    )  # previewing writes nothing
 
     items = re.findall(
         r'<li class="pm-msg role-(\w+)[^"]*" id="pm(\d+)" data-session="([^"]+)">.*?'
@@ -344,14 +292,14 @@ def test_bad_picks_re_render_with_a_message_and_no_merge_button(signed_in, case)
         branch = core.branch_session(session_id=ids[2]).new_session_id
         query, target = [ids[2], branch], branch
         message = "The target descends from a session being absorbed"
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     client = signed_in("support")
     response = client.get(preview_url(query, target))
     body = response.content.decode()
     assert response.status_code == 200
     assert message in body
     assert not confirm_form(body)
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
 
 
 # --- execute ----------------------------------------------------------------------------------
@@ -415,32 +363,32 @@ def test_an_htmx_merge_redirects_the_browser(signed_in):
 
 def test_a_missing_fingerprint_re_renders_and_changes_nothing(signed_in):
     ids = forked_conversation()
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     client = signed_in("support")
     response = client.post(reverse("merge_execute"), {"ids": ids, "fingerprint": ""})
     body = response.content.decode()
     assert response.status_code == 200
     assert "Nothing was merged" in body and "fingerprint" in body
     assert fingerprint_of(body) == core.plan_merge(session_ids=ids).fingerprint  # a new preview
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
     assert not AuditEntry.objects.exclude(outcome="refused").exists()
 
 
 def test_one_id_posted_re_renders_and_changes_nothing(signed_in):
     ids = forked_conversation()
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     client = signed_in("support")
     response = client.post(reverse("merge_execute"), {"ids": [ids[0]], "fingerprint": "abc"})
     body = response.content.decode()
     assert response.status_code == 200
     assert "Pick at least two sessions" in body
     assert not confirm_form(body)
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
 
 
 def test_an_unknown_id_posted_re_renders_and_changes_nothing(signed_in):
     ids = forked_conversation()
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     client = signed_in("support")
     response = client.post(
         reverse("merge_execute"), {"ids": [ids[0], "ghost-session"], "fingerprint": "abc"}
@@ -449,7 +397,7 @@ def test_an_unknown_id_posted_re_renders_and_changes_nothing(signed_in):
     assert response.status_code == 200
     assert "No session matches" in body and "ghost-session" in body
     assert not confirm_form(body)
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
     assert AuditEntry.objects.get().outcome == "failed"  # the refusal is audited by the ledger
 
 
@@ -459,7 +407,7 @@ def test_a_stale_preview_is_refused_with_the_new_plan(signed_in, htmx):
     client = signed_in("support")
     stale = fingerprint_of(client.get(preview_url(ids)).content.decode())
     core.append_message(session_id=ids[2], role="user", content="the runtime wrote meanwhile")
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     response = client.post(
         reverse("merge_execute"),
         {"ids": ids, "fingerprint": stale, "reason": "kept <b>"},
@@ -477,7 +425,7 @@ def test_a_stale_preview_is_refused_with_the_new_plan(signed_in, htmx):
     assert fresh == core.plan_merge(session_ids=ids).fingerprint
     assert "the runtime wrote meanwhile" in body  # the new plan's transcript
     assert "kept &lt;b&gt;</textarea>" in body  # the reason survives the re-render
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.outcome) == ("merge", "failed")
     # confirming the new preview works
@@ -491,17 +439,17 @@ def test_a_stale_preview_is_refused_with_the_new_plan(signed_in, htmx):
 
 def test_unmerge_through_the_view_restores_the_exact_rows(signed_in):
     ids = forked_conversation()
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     client = signed_in("support")
     merge_via_views(client, ids)
     merge_id = db.fetchone("SELECT id FROM sessions_admin_merges")[0]
-    assert snapshot() != before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") != before
 
     response = client.post(reverse("merge_undo", args=[merge_id]), {"reason": "wrong call"})
     assert response.status_code == 302
     assert response["Location"] == reverse("session_detail", args=[ids[0]])
     assert flash(response)[-1] == f"Undid merge #{merge_id}: 4 messages went back to 2 sessions."
-    after = snapshot()
+    after = store_snapshot("sessions", "messages", "conversations", "merges")
     assert {k: v for k, v in after.items() if k != "merges"} == {
         k: v for k, v in before.items() if k != "merges"
     }
@@ -511,11 +459,11 @@ def test_unmerge_through_the_view_restores_the_exact_rows(signed_in):
     assert entry.after["returned_messages"] == 4
 
     # a second undo says so and changes nothing
-    again = snapshot()
+    again = store_snapshot("sessions", "messages", "conversations", "merges")
     response = client.post(reverse("merge_undo", args=[merge_id]))
     assert response.status_code == 302
     assert flash(response)[-1] == f"Merge #{merge_id} was already undone; nothing changed."
-    assert snapshot() == again
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == again
     assert AuditEntry.objects.filter(action="unmerge").count() == 1
 
 
@@ -540,7 +488,7 @@ def test_unmerge_goes_back_to_a_safe_next_page_and_htmx_is_redirected(signed_in)
 
 def test_values_that_cannot_be_session_ids_are_refused_without_touching_the_store(signed_in):
     ids = forked_conversation()
-    before = snapshot()
+    before = store_snapshot("sessions", "messages", "conversations", "merges")
     client = signed_in("support")
     for bad in ["bad\x00id", "x" * 300]:
         body = client.get(reverse("merge_preview"), {"ids": [ids[0], bad]}).content.decode()
@@ -552,5 +500,5 @@ def test_values_that_cannot_be_session_ids_are_refused_without_touching_the_stor
         assert "not a session id" in response.content.decode()
     nul_id = reverse("session_history", args=["marker"]).replace("marker", "a%00b")
     assert client.get(nul_id, headers=HX).status_code == 404
-    assert snapshot() == before
+    assert store_snapshot("sessions", "messages", "conversations", "merges") == before
     assert not AuditEntry.objects.exclude(outcome="refused").exists()

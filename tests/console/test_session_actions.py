@@ -15,9 +15,8 @@ from django.test import Client
 from django.urls import reverse
 
 from sessions_admin import core
-from sessions_admin.core import db
 from sessions_admin.ledger.models import AuditEntry, AuditSession
-from sessions_admin.routers import responses_alias
+from tests.builders import store_snapshot
 from tests.helpers import messages, session
 
 HX = {"HX-Request": "true"}
@@ -60,16 +59,6 @@ def detail(session_id: str) -> str:
     return reverse("session_detail", args=[session_id])
 
 
-def snapshot() -> dict:
-    return {
-        "sessions": db.fetchall("SELECT * FROM sessions ORDER BY id"),
-        "messages": db.fetchall("SELECT * FROM messages ORDER BY id"),
-        "conversations": db.fetchall(
-            "SELECT * FROM conversations ORDER BY name", alias=responses_alias()
-        ),
-    }
-
-
 def active_flags(session_id: str) -> list[tuple[str, int]]:
     return [(m["content"] or m["role"], int(m["active"])) for m in messages(session_id)]
 
@@ -103,18 +92,18 @@ def linked(entry: AuditEntry) -> set[str]:
 @pytest.mark.parametrize("name", ["session_reset", *REWRITES])
 def test_get_is_refused_for_every_action(signed_in, name):
     ref = chat()
-    before = snapshot()
+    before = store_snapshot()
     assert signed_in("admin").get(url(name, ref)).status_code == 405
-    assert snapshot() == before
+    assert store_snapshot() == before
 
 
 def test_get_of_the_resume_url_is_the_preflight_and_changes_nothing(signed_in):
     ref = chat()
     core.end_session(session_id=ref, end_reason="lru_evict")
-    before = snapshot()
+    before = store_snapshot()
     response = signed_in("viewer").get(url("session_resume", ref))
     assert response.status_code == 200
-    assert snapshot() == before
+    assert store_snapshot() == before
     assert not audit("resume")
 
 
@@ -123,11 +112,11 @@ def test_get_of_the_resume_url_is_the_preflight_and_changes_nothing(signed_in):
 def test_viewers_and_roleless_operators_are_forbidden(signed_in, name, role):
     ref = chat()
     core.end_session(session_id=ref, end_reason="lru_evict")
-    before = snapshot()
+    before = store_snapshot()
     client = signed_in(role)
     assert client.post(url(name, ref), {"summary": "x"}).status_code == 403
     assert client.post(url(name, "no-such-session")).status_code == 403
-    assert snapshot() == before
+    assert store_snapshot() == before
     assert not AuditEntry.objects.exclude(outcome="refused").exists()
 
 
@@ -139,22 +128,22 @@ def test_roleless_operators_cannot_see_the_preflight(signed_in):
 @pytest.mark.parametrize("name", ACTIONS)
 def test_anonymous_visitors_are_sent_to_login(client, name):
     ref = chat()
-    before = snapshot()
+    before = store_snapshot()
     response = client.post(url(name, ref))
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("login"))
-    assert snapshot() == before
+    assert store_snapshot() == before
 
 
 @pytest.mark.parametrize("name", ACTIONS)
 @pytest.mark.parametrize("role", ["support", "admin"])
 def test_an_unknown_session_is_not_found(signed_in, name, role):
     chat()
-    before = snapshot()
+    before = store_snapshot()
     client = signed_in(role)
     assert client.post(url(name, "no-such-session")).status_code == 404
     assert client.post(nul_url(name)).status_code == 404
-    assert snapshot() == before
+    assert store_snapshot() == before
     assert not AuditEntry.objects.exclude(outcome="refused").exists()
 
 
@@ -168,13 +157,13 @@ def test_the_preflight_of_an_unknown_session_is_not_found(signed_in):
 def test_a_post_without_the_csrf_token_is_refused(operator_factory, name):
     ref = chat()
     core.end_session(session_id=ref, end_reason="lru_evict")
-    before = snapshot()
+    before = store_snapshot()
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator_factory("admin"))
     response = client.post(url(name, ref), {"summary": "x"})
     assert response.status_code == 403
     assert b"CSRF" in response.content
-    assert snapshot() == before
+    assert store_snapshot() == before
     assert not AuditEntry.objects.exclude(outcome="refused").exists()
 
 
@@ -333,7 +322,7 @@ def test_undo_with_htmx_returns_the_panel_and_a_change_event(signed_in):
 def test_nothing_to_undo_is_a_message_and_changes_nothing(signed_in):
     ref = core.create_session(source="cli", session_key="k:empty").session_id
     core.append_message(session_id=ref, role="system", content="you are helpful")
-    before = snapshot()
+    before = store_snapshot()
     client = signed_in("support")
     for name, words in [
         ("session_undo", "no turn to undo"),
@@ -348,7 +337,7 @@ def test_nothing_to_undo_is_a_message_and_changes_nothing(signed_in):
         assert response.status_code == 200
         assert "HX-Trigger" not in response
         assert words in response.content.decode()
-    assert snapshot() == before
+    assert store_snapshot() == before
     # Refusals are audited too.
     assert {(e.action, e.outcome) for e in AuditEntry.objects.all()} == {
         ("undo", "failed"),
@@ -362,10 +351,10 @@ def test_redo_after_everything_was_redone_is_nothing_to_redo(signed_in):
     client = signed_in("support")
     client.post(url("session_undo", ref))
     client.post(url("session_redo", ref))
-    before = snapshot()
+    before = store_snapshot()
     response = client.post(url("session_redo", ref), headers=HX)
     assert "nothing to redo" in response.content.decode()
-    assert snapshot() == before
+    assert store_snapshot() == before
 
 
 def test_an_older_compression_segment_says_where_the_conversation_continues(signed_in):
@@ -421,13 +410,13 @@ def test_reset_without_a_summary_starts_an_empty_session(signed_in):
 
 def test_a_summary_the_store_cannot_hold_is_a_message(signed_in):
     ref = chat("tg:dm:12")
-    before = snapshot()
+    before = store_snapshot()
     client = signed_in("support")
     for summary in ["a\x00b", "x" * 20_001]:
         response = client.post(url("session_reset", ref), {"summary": summary})
         assert response["Location"] == detail(ref)
         assert any("Nothing changed" in m for m in flashed(response))
-    assert snapshot() == before
+    assert store_snapshot() == before
     response = client.post(url("session_reset", ref), {"summary": "ok", "reason": "a\x00b"})
     assert response.status_code == 302
     assert audit("reset")[0].reason == "ab"
@@ -435,12 +424,12 @@ def test_a_summary_the_store_cannot_hold_is_a_message(signed_in):
 
 def test_reset_of_a_session_without_a_key_is_a_message(signed_in):
     ref = chat(key=None)
-    before = snapshot()
+    before = store_snapshot()
     response = signed_in("support").post(url("session_reset", ref), {"summary": "s"})
     assert response.status_code == 302
     assert response["Location"] == detail(ref)
     assert any("has no session key" in m for m in flashed(response))
-    assert snapshot() == before
+    assert store_snapshot() == before
     assert not audit("reset")
 
 
@@ -450,11 +439,11 @@ def test_reset_refuses_when_the_live_session_changed_since_the_page(signed_in):
     page = client.get(detail(old)).content.decode()
     assert hidden(page, "live") == old
     newer = chat("tg:dm:11")  # the runtime started a new session meanwhile
-    before = snapshot()
+    before = store_snapshot()
     response = client.post(url("session_reset", old), {"live": old, "summary": "s"})
     assert response["Location"] == detail(old)
     assert any(f"changed since the page was shown (now {newer})" in m for m in flashed(response))
-    assert snapshot() == before
+    assert store_snapshot() == before
 
 
 # --- resume -----------------------------------------------------------------------------------
@@ -564,7 +553,7 @@ def test_a_preflight_gone_stale_resumes_nothing(signed_in):
     client = signed_in("support")
     page = client.get(url("session_resume", root)).content.decode()
     newest = chat("tg:dm:20")  # the runtime switched again before the confirm
-    before = snapshot()
+    before = store_snapshot()
     response = client.post(
         url("session_resume", root),
         {"target": hidden(page, "target"), "switch_from": hidden(page, "switch_from")},
@@ -573,7 +562,7 @@ def test_a_preflight_gone_stale_resumes_nothing(signed_in):
     body = response.content.decode()
     assert "Nothing was resumed" in body and f"now {newest}" in body
     assert hidden(body, "switch_from") == newest  # the new preflight, to confirm again
-    assert snapshot() == before
+    assert store_snapshot() == before
     assert not audit("resume")
 
 
@@ -632,7 +621,7 @@ def hold_write_lock(session_ids: list[str]):
 def test_a_busy_store_is_a_message_never_a_500(signed_in, short_waits):
     root, tip, newer = compressed_and_replaced()
     client = signed_in("support")
-    before = snapshot()
+    before = store_snapshot()
     other = hold_write_lock([root, tip, newer])
     try:
         response = client.post(url("session_undo", newer), headers=HX)
@@ -655,7 +644,7 @@ def test_a_busy_store_is_a_message_never_a_500(signed_in, short_waits):
     finally:
         other.rollback()
         other.close()
-    assert snapshot() == before
+    assert store_snapshot() == before
     assert {(e.action, e.outcome) for e in AuditEntry.objects.all()} == {
         ("undo", "failed"),
         ("retry", "failed"),
@@ -681,13 +670,13 @@ def test_an_ended_segment_offers_its_rewinds_on_the_live_session(signed_in):
 def test_undo_posted_for_an_ended_segment_is_refused_and_names_the_live_session(signed_in):
     old = chat("tg:dm:41")
     live = core.reset_session_key(session_key="tg:dm:41").new_session_id
-    before = snapshot()
+    before = store_snapshot()
     client = signed_in("support")
     response = client.post(url("session_undo", old), HTTP_HX_REQUEST="true")
     assert response.status_code == 200
     text = html.unescape(response.content.decode())
     assert "refused, nothing changed" in text and f'href="{detail(live)}"' in text
-    assert snapshot() == before
+    assert store_snapshot() == before
     failed = AuditEntry.objects.get(action="undo")
     assert failed.outcome == "failed" and live in failed.detail
 

@@ -23,10 +23,9 @@ from django.db import DatabaseError, connections, transaction
 from sessions_admin import core
 from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger.models import AuditEntry, AuditSession, DeleteJob, TrashEntry
+from tests.builders import cascade_lineage, store_forked_conversation
 from tests.helpers import child_env
 from tests.store.test_crash import CHILD_TIMEOUT, REPO, assert_killed, store_state
-from tests.store.test_deletion import _lineage
-from tests.store.test_merge import _forked_conversation
 
 BAD_TEXT = {"nul": "bad\x00text", "lone surrogate": "bad\ud800text"}
 
@@ -71,7 +70,7 @@ def _trash_entry() -> int:
 
 # Each case sets up its store, then returns the action with ``bad`` in one operator text.
 def merge_reason(ada, bad):
-    ids = _forked_conversation()
+    ids = store_forked_conversation()
     plan = core.plan_merge(session_ids=ids)
     return lambda: actions.merge(
         actor=ada,
@@ -83,14 +82,14 @@ def merge_reason(ada, bad):
 
 
 def merge_session_id(ada, bad):
-    ids = _forked_conversation()
+    ids = store_forked_conversation()
     return lambda: actions.merge(
         actor=ada, session_ids=[ids[0], bad], target_id=None, expected_fingerprint="x"
     )
 
 
 def unmerge_reason(ada, bad):
-    merged = core.merge_sessions(session_ids=_forked_conversation())
+    merged = core.merge_sessions(session_ids=store_forked_conversation())
     return lambda: actions.unmerge(actor=ada, merge_id=merged.merge_id, reason=bad)
 
 
@@ -120,7 +119,7 @@ def rewrite_reason(ada, bad):
 
 
 def cascade_delete_reason(ada, bad):
-    sid = _lineage()[0]
+    sid = cascade_lineage()[0]
     plan = core.plan_cascade_delete(session_ids=[sid])
     return lambda: actions.cascade_delete(
         actor=ada,
@@ -303,7 +302,7 @@ def run_action_in_child(action: str, arguments: dict, *, crash_at: str | None):
 
 
 def _merge_arguments() -> tuple[list[str], dict]:
-    ids = _forked_conversation()
+    ids = store_forked_conversation()
     plan = core.plan_merge(session_ids=ids)
     return ids, {
         "actor": "ada",
@@ -332,7 +331,7 @@ def test_a_merge_killed_after_its_commit_leaves_a_pending_entry_naming_it(db):
 
 
 def test_a_cascade_delete_killed_after_its_commit_leaves_a_pending_entry_naming_it(db):
-    root = _lineage()[0]
+    root = cascade_lineage()[0]
     plan = core.plan_cascade_delete(session_ids=[root])
     arguments = {
         "actor": "ada",

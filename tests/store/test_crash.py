@@ -29,9 +29,8 @@ from sessions_admin.demo.consistency import check_store
 from sessions_admin.ledger import jobs, trash
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry, TrashSession
 from sessions_admin.routers import responses_alias
+from tests.builders import cascade_lineage, store_forked_conversation
 from tests.helpers import child_env
-from tests.store.test_deletion import _lineage
-from tests.store.test_merge import _forked_conversation
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT = 60
@@ -111,7 +110,7 @@ def assert_each_session_in_store_or_trash(before: dict, ids) -> None:
 
 @pytest.mark.parametrize("crash_at", ["merge.after_move", "merge.before_commit"])
 def test_a_merge_killed_midway_changed_nothing(crash_at):
-    ids = _forked_conversation()
+    ids = store_forked_conversation()
     plan = core.plan_merge(session_ids=ids)
     before = store_state()
 
@@ -132,7 +131,7 @@ def test_a_merge_killed_midway_changed_nothing(crash_at):
 
 def test_a_merge_in_a_child_that_is_not_killed_happens_entirely():
     """The harness itself: the same child without a crash point merges everything."""
-    ids = _forked_conversation()
+    ids = store_forked_conversation()
     plan = core.plan_merge(session_ids=ids)
     message_ids = [r[0] for r in db.fetchall("SELECT id FROM messages ORDER BY id")]
 
@@ -160,7 +159,7 @@ def test_a_merge_in_a_child_that_is_not_killed_happens_entirely():
     ],
 )
 def test_a_cascade_delete_killed_midway_leaves_whole_batches(crash_at):
-    root, delegate, grand, tip, branch, child_session, other = _lineage()
+    root, delegate, grand, tip, branch, child_session, other = cascade_lineage()
     plan = core.plan_cascade_delete(session_ids=[root])
     assert len(plan.session_ids) == 4
     before = store_state()
@@ -336,7 +335,7 @@ def test_manage_py_run_jobs_resumes_a_job_whose_worker_was_killed():
 
 
 def test_a_restore_killed_before_its_commit_leaves_the_entry_restorable():
-    root, delegate, grand, tip, branch, child_session, other = _lineage()
+    root, delegate, grand, tip, branch, child_session, other = cascade_lineage()
     plan = core.plan_cascade_delete(session_ids=[root])
     before = store_state()
     deleted = core.execute_cascade_delete(

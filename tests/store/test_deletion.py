@@ -9,33 +9,7 @@ from sessions_admin.core import db, deletion
 from sessions_admin.ledger import trash
 from sessions_admin.ledger.models import TrashEntry
 from sessions_admin.routers import responses_alias
-from tests.store.test_merge import snapshot
-
-
-def _lineage():
-    """A conversation: root -> compression -> tip, a delegate, a branch, an untyped child."""
-    root = core.create_session(source="cli", session_key="cli:d", started_at=1.0).session_id
-    core.append_messages(
-        session_id=root,
-        messages=[
-            {"role": "user", "content": "alpha needle"},
-            {"role": "assistant", "content": "beta"},
-        ],
-    )
-    delegate = core.create_session(
-        source="tool", parent_session_id=root, model_config={"_delegate_from": root}
-    ).session_id
-    core.append_message(session_id=delegate, role="assistant", content="sub-agent work")
-    grand_delegate = core.create_session(
-        source="tool", parent_session_id=delegate, model_config={"_delegate_from": delegate}
-    ).session_id
-    tip = core.rotate_for_compression(session_id=root, summary="summary").new_session_id
-    core.record_turn(response_id="resp-d", session_id=tip, conversation="slug-d")
-    branch = core.branch_session(session_id=tip).new_session_id
-    child = core.create_session(source="cli", parent_session_id=tip).session_id
-    other = core.create_session(source="cli", session_key="cli:other").session_id
-    core.append_message(session_id=other, role="user", content="unrelated needle")
-    return root, delegate, grand_delegate, tip, branch, child, other
+from tests.builders import cascade_lineage, store_snapshot
 
 
 def _ids() -> set[str]:
@@ -43,7 +17,7 @@ def _ids() -> set[str]:
 
 
 def test_the_plan_groups_what_goes_by_relation_and_counts_by_sql():
-    root, delegate, grand, tip, branch, child, other = _lineage()
+    root, delegate, grand, tip, branch, child, other = cascade_lineage()
     plan = core.plan_cascade_delete(session_ids=[tip])  # any segment names the conversation
     assert set(plan.session_ids) == {root, delegate, grand, tip}
     assert dict(plan.relations) == {"picked": 1, "delegate": 2, "compression": 1}
@@ -59,7 +33,7 @@ def test_the_plan_groups_what_goes_by_relation_and_counts_by_sql():
 
 
 def test_the_plan_names_each_sessions_relation_as_the_cascade_page_shows_it():
-    root, delegate, grand, tip, branch, child, other = _lineage()
+    root, delegate, grand, tip, branch, child, other = cascade_lineage()
     plan = core.plan_cascade_delete(session_ids=[tip], include_branches=True)
     assert [sid for sid, _ in plan.session_relations] == list(plan.session_ids)
     assert dict(plan.session_relations) == {
@@ -72,7 +46,7 @@ def test_the_plan_names_each_sessions_relation_as_the_cascade_page_shows_it():
 
 
 def test_it_deletes_exactly_the_planned_set_and_leaves_nothing_behind():
-    root, delegate, grand, tip, branch, child, other = _lineage()
+    root, delegate, grand, tip, branch, child, other = cascade_lineage()
     plan = core.plan_cascade_delete(session_ids=[root])
     result = core.execute_cascade_delete(
         session_ids=[root],
@@ -101,18 +75,18 @@ def test_it_deletes_exactly_the_planned_set_and_leaves_nothing_behind():
 
 
 def test_restoring_the_trash_gives_back_the_exact_rows():
-    _lineage()
+    cascade_lineage()
     root = db.fetchone(
         "SELECT id FROM sessions WHERE session_key = 'cli:d' "
         "AND parent_session_id IS NULL ORDER BY started_at LIMIT 1"
     )[0]
-    before = snapshot()
+    before = store_snapshot()
     plan = core.plan_cascade_delete(session_ids=[root])
     result = core.execute_cascade_delete(
         session_ids=[root], expected_fingerprint=plan.fingerprint, actor="ada", reason="test"
     )
     restored = core.restore_trash_entry(entry_id=result.trash_entry_ids[0], actor="ada")
-    assert snapshot() == before
+    assert store_snapshot() == before
     assert restored.restored_messages == 4
     if db.vendor() == "sqlite":  # the search index has them again
         hits = db.fetchall("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'alpha'")
@@ -122,22 +96,22 @@ def test_restoring_the_trash_gives_back_the_exact_rows():
 
 
 def test_a_stale_plan_is_refused_and_nothing_is_deleted():
-    root, *_ = _lineage()
+    root, *_ = cascade_lineage()
     plan = core.plan_cascade_delete(session_ids=[root])
     core.create_session(
         source="tool", parent_session_id=root, model_config={"_delegate_from": root}
     )
-    before = snapshot()
+    before = store_snapshot()
     with pytest.raises(core.PlanChanged):
         core.execute_cascade_delete(
             session_ids=[root], expected_fingerprint=plan.fingerprint, actor="a", reason="r"
         )
-    assert snapshot() == before
+    assert store_snapshot() == before
     assert TrashEntry.objects.count() == 0
 
 
 def test_a_reason_is_required():
-    root, *_ = _lineage()
+    root, *_ = cascade_lineage()
     plan = core.plan_cascade_delete(session_ids=[root])
     with pytest.raises(core.InvalidInput):
         core.execute_cascade_delete(
@@ -164,7 +138,7 @@ def test_large_deletes_run_in_small_batches_children_first():
 
 
 def test_restore_refuses_when_the_ids_are_back_in_use():
-    root, *_ = _lineage()
+    root, *_ = cascade_lineage()
     plan = core.plan_cascade_delete(session_ids=[root])
     result = core.execute_cascade_delete(
         session_ids=[root], expected_fingerprint=plan.fingerprint, actor="a", reason="r"
@@ -176,7 +150,7 @@ def test_restore_refuses_when_the_ids_are_back_in_use():
 
 
 def test_purge_drops_old_entries_only():
-    root, *_ = _lineage()
+    root, *_ = cascade_lineage()
     plan = core.plan_cascade_delete(session_ids=[root])
     core.execute_cascade_delete(
         session_ids=[root], expected_fingerprint=plan.fingerprint, actor="a", reason="r"
@@ -188,7 +162,7 @@ def test_purge_drops_old_entries_only():
 
 
 def test_purge_never_drops_a_pending_entry_and_counts_entries():
-    root, *_ = _lineage()
+    root, *_ = cascade_lineage()
     plan = core.plan_cascade_delete(session_ids=[root])
     core.execute_cascade_delete(
         session_ids=[root], expected_fingerprint=plan.fingerprint, actor="a", reason="r"

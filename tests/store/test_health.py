@@ -1,32 +1,14 @@
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.store import health
+from tests.builders import foreign_keys_off
 
 
 def _ids(kind: str) -> set[str]:
     sql, params = health.predicate(kind)
     return {r[0] for r in db.fetchall(f"SELECT s.id FROM sessions s WHERE {sql}", params)}
-
-
-@contextmanager
-def _foreign_keys_off():
-    """What a runtime without foreign keys can leave behind."""
-    if db.vendor() == "sqlite":
-        db.execute("PRAGMA foreign_keys = OFF")
-        try:
-            yield
-        finally:
-            db.execute("PRAGMA foreign_keys = ON")
-    else:
-        db.execute("SET session_replication_role = replica")
-        try:
-            yield
-        finally:
-            db.execute("SET session_replication_role = DEFAULT")
 
 
 def test_each_check_finds_exactly_the_broken_sessions():
@@ -38,7 +20,7 @@ def test_each_check_finds_exactly_the_broken_sessions():
     core.end_session(session_id=dangling, end_reason="compression")
     orphan = core.create_session(source="cli", parent_session_id=healthy).session_id
     core.append_message(session_id=orphan, role="user", content="hi")
-    with _foreign_keys_off():
+    with foreign_keys_off():
         db.execute("UPDATE sessions SET parent_session_id = 'gone' WHERE id = %s", [orphan])
     miscounted = core.create_session(source="cli").session_id
     core.append_message(session_id=miscounted, role="user", content="hi")

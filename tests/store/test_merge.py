@@ -9,47 +9,12 @@ import pytest
 from sessions_admin import core
 from sessions_admin.core import db, merge
 from sessions_admin.routers import responses_alias
+from tests.builders import store_forked_conversation, store_snapshot
 from tests.helpers import counter_mismatches, messages, run_threads, session
 
 
-def snapshot() -> dict:
-    return {
-        "sessions": db.fetchall("SELECT * FROM sessions ORDER BY id"),
-        "messages": db.fetchall("SELECT * FROM messages ORDER BY id"),
-        "conversations": db.fetchall(
-            "SELECT * FROM conversations ORDER BY name", alias=responses_alias()
-        ),
-    }
-
-
-def _forked_conversation(slug: str = "sidekick-m") -> list[str]:
-    """Three cold-start forks of one slug, with usage, a delegate child and an undone turn."""
-    ids = []
-    for n in range(3):
-        sid = core.create_session(
-            source="api_server", user_id="u1", started_at=100.0 + n
-        ).session_id
-        core.append_messages(
-            session_id=sid,
-            messages=[
-                {"role": "user", "content": f"q{n}"},
-                {"role": "assistant", "content": f"a{n}"},
-            ],
-        )
-        core.add_usage(session_id=sid, input_tokens=10 * (n + 1), output_tokens=n, cost_usd=0.1)
-        core.record_turn(response_id=f"r{n}", session_id=sid, conversation=slug)
-        ids.append(sid)
-    core.undo_last_turn(session_id=ids[1])
-    core.create_session(
-        source="tool", parent_session_id=ids[2], model_config={"_delegate_from": ids[2]}
-    )
-    for sid in ids[:2]:
-        core.end_session(session_id=sid, end_reason="lru_evict")
-    return ids
-
-
 def test_the_plan_counts_what_will_move():
-    ids = _forked_conversation()
+    ids = store_forked_conversation()
     plan = core.plan_merge(session_ids=ids)
     assert plan.target_id == ids[0]
     assert plan.absorbed_ids == (ids[1], ids[2])
@@ -59,11 +24,11 @@ def test_the_plan_counts_what_will_move():
     assert plan.conversations_moved == ("sidekick-m",)
     assert len(plan.reparented_children) == 1
     assert plan.reopen_target is True  # the last fork is live
-    assert snapshot() == snapshot()  # planning wrote nothing
+    assert store_snapshot() == store_snapshot()  # planning wrote nothing
 
 
 def test_merge_moves_everything_into_the_target_in_order():
-    ids = _forked_conversation()
+    ids = store_forked_conversation()
     before_ids = [r[0] for r in db.fetchall("SELECT id FROM messages ORDER BY id")]
     plan = core.plan_merge(session_ids=ids)
     result = core.merge_sessions(session_ids=ids, expected_fingerprint=plan.fingerprint)
@@ -91,24 +56,24 @@ def test_merge_moves_everything_into_the_target_in_order():
 
 
 def test_merge_then_unmerge_gives_back_the_exact_rows():
-    ids = _forked_conversation()
-    before = snapshot()
+    ids = store_forked_conversation()
+    before = store_snapshot()
     result = core.merge_sessions(session_ids=ids)
-    assert snapshot() != before
+    assert store_snapshot() != before
     core.unmerge(merge_id=result.merge_id)
-    assert snapshot() == before
+    assert store_snapshot() == before
     with pytest.raises(core.InvalidInput):
         core.unmerge(merge_id=result.merge_id)
 
 
 def test_a_stale_preview_is_refused_and_nothing_changes():
-    ids = _forked_conversation()
+    ids = store_forked_conversation()
     plan = core.plan_merge(session_ids=ids)
     core.append_message(session_id=ids[2], role="user", content="the runtime wrote meanwhile")
-    before = snapshot()
+    before = store_snapshot()
     with pytest.raises(merge.PlanChanged):
         core.merge_sessions(session_ids=ids, expected_fingerprint=plan.fingerprint)
-    assert snapshot() == before
+    assert store_snapshot() == before
 
 
 def test_merging_into_a_compressed_target_fills_its_tip():
@@ -130,7 +95,7 @@ def test_bad_picks_are_refused(picks):
 
 
 def test_unknown_sessions_and_already_merged_ones_are_refused():
-    ids = _forked_conversation()
+    ids = store_forked_conversation()
     with pytest.raises(core.SessionNotFound):
         core.plan_merge(session_ids=[ids[0], "ghost"])
     core.merge_sessions(session_ids=ids[:2])
@@ -146,7 +111,7 @@ def test_a_target_that_descends_from_an_absorbed_session_is_refused():
 
 
 def test_runtime_appends_during_a_merge_are_neither_lost_nor_misplaced():
-    ids = _forked_conversation()
+    ids = store_forked_conversation()
     acknowledged: list[int] = []
 
     def work(i: int):
@@ -180,16 +145,16 @@ def test_merges_must_be_undone_newest_first():
     a, b, c = (core.create_session(source="cli", started_at=float(n)).session_id for n in range(3))
     for sid in (a, b, c):
         core.append_message(session_id=sid, role="user", content=sid)
-    before = snapshot()
+    before = store_snapshot()
     first = core.merge_sessions(session_ids=[a, b])
     second = core.merge_sessions(session_ids=[a, c])
-    after_both = snapshot()
+    after_both = store_snapshot()
     with pytest.raises(core.InvalidInput, match=f"#{second.merge_id}"):
         core.unmerge(merge_id=first.merge_id)
-    assert snapshot() == after_both
+    assert store_snapshot() == after_both
     core.unmerge(merge_id=second.merge_id)
     core.unmerge(merge_id=first.merge_id)
-    assert snapshot() == before
+    assert store_snapshot() == before
 
 
 def test_merge_history_of_a_session_matches_ids_exactly():
@@ -204,7 +169,7 @@ def test_merge_history_of_a_session_matches_ids_exactly():
 
 
 def test_unmerge_gives_back_each_response_text_as_hermes_wrote_it():
-    ids = _forked_conversation("spaced-slug")
+    ids = store_forked_conversation("spaced-slug")
     # Hermes writes json.dumps with its default spacing and its own key order; a merge
     # re-serializes the data (jsonb reorders keys) and the unmerge must not keep that.
     hermes_text = json.dumps({"output": [], "session_id": ids[1], "conversation": "spaced-slug"})
@@ -213,7 +178,7 @@ def test_unmerge_gives_back_each_response_text_as_hermes_wrote_it():
         [hermes_text, "r1"],
         alias=responses_alias(),
     )
-    before = snapshot()
+    before = store_snapshot()
     before_responses = db.fetchall(
         "SELECT response_id, data FROM responses ORDER BY response_id", alias=responses_alias()
     )
@@ -224,7 +189,7 @@ def test_unmerge_gives_back_each_response_text_as_hermes_wrote_it():
     )[0]
     assert json.loads(moved)["session_id"] == ids[0]
     core.unmerge(merge_id=result.merge_id)
-    assert snapshot() == before
+    assert store_snapshot() == before
     assert (
         db.fetchall(
             "SELECT response_id, data FROM responses ORDER BY response_id",

@@ -14,8 +14,8 @@ from sessions_admin.core import db
 from sessions_admin.demo.consistency import check_ledger, check_store, read_ledger
 from sessions_admin.demo.simulator import RuntimeSimulator, SimulatorOptions
 from sessions_admin.ledger.models import TrashEntry
+from tests.builders import foreign_keys_off
 from tests.helpers import count, one, rows
-from tests.store.test_health import _foreign_keys_off as foreign_keys_off
 
 
 def _run(tmp_path, **options) -> RuntimeSimulator:

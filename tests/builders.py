@@ -1,0 +1,160 @@
+"""Store scenarios and snapshots several test modules share: one home for each.
+
+Test modules import builders from here (or ``tests/helpers.py`` for row readers), never a
+private builder from another test module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from sessions_admin import core
+from sessions_admin.core import db
+from sessions_admin.routers import responses_alias
+
+# What a snapshot can hold, by name: the query and the database it runs on.
+SNAPSHOT_QUERIES: dict[str, tuple[str, str]] = {
+    "sessions": ("SELECT * FROM sessions ORDER BY id", "store"),
+    "messages": ("SELECT * FROM messages ORDER BY id", "store"),
+    "conversations": ("SELECT * FROM conversations ORDER BY name", "responses"),
+    "responses": ("SELECT * FROM responses ORDER BY response_id", "responses"),
+    "merges": ("SELECT id, undone_at FROM sessions_admin_merges ORDER BY id", "store"),
+    "fts": ("SELECT rowid, content FROM messages_fts ORDER BY rowid", "store"),
+}
+
+
+def store_snapshot(*parts: str) -> dict:
+    """The named parts of the store (default: sessions, messages, conversations), to compare
+    before and after an action. ``fts`` is SQLite's index only (skipped on PostgreSQL)."""
+    snapshot = {}
+    for part in parts or ("sessions", "messages", "conversations"):
+        if part == "fts" and db.vendor() != "sqlite":
+            continue
+        sql, database = SNAPSHOT_QUERIES[part]
+        alias = responses_alias() if database == "responses" else None
+        snapshot[part] = db.fetchall(sql, alias=alias) if alias else db.fetchall(sql)
+    return snapshot
+
+
+def forked_conversation(
+    slug: str = "sidekick-v",
+    *,
+    title: str | None = None,
+    started_at: float = 1000.0,
+    question: str = "question {n}",
+    answer: str = "answer {n}",
+    response_id: str = "resp-{slug}-{n}",
+    with_usage: bool = False,
+) -> list[str]:
+    """Three cold-start forks of one slug (the runtime lost the slug twice), oldest first.
+
+    The middle fork has an undone turn and the last one a delegate child; the first two
+    ended accidentally (``lru_evict``), the last is live.
+    """
+    ids = []
+    for n in range(3):
+        sid = core.create_session(
+            source="api_server",
+            user_id="u1",
+            started_at=started_at + n,
+            title=title if n == 0 else None,
+        ).session_id
+        core.append_messages(
+            session_id=sid,
+            messages=[
+                {"role": "user", "content": question.format(n=n)},
+                {"role": "assistant", "content": answer.format(n=n)},
+            ],
+        )
+        if with_usage:
+            core.add_usage(session_id=sid, input_tokens=10 * (n + 1), output_tokens=n, cost_usd=0.1)
+        core.record_turn(
+            response_id=response_id.format(slug=slug, n=n), session_id=sid, conversation=slug
+        )
+        ids.append(sid)
+    core.undo_last_turn(session_id=ids[1])
+    core.create_session(
+        source="tool", parent_session_id=ids[2], model_config={"_delegate_from": ids[2]}
+    )
+    for sid in ids[:2]:
+        core.end_session(session_id=sid, end_reason="lru_evict")
+    return ids
+
+
+def store_forked_conversation(slug: str = "sidekick-m") -> list[str]:
+    """The store tests' forks: short texts, usage on each, early start times."""
+    return forked_conversation(
+        slug,
+        started_at=100.0,
+        question="q{n}",
+        answer="a{n}",
+        response_id="r{n}",
+        with_usage=True,
+    )
+
+
+def cascade_lineage() -> tuple[str, str, str, str, str, str, str]:
+    """A conversation: root -> compression -> tip, a delegate (with its own delegate), a branch,
+    an untyped child of the tip, and an unrelated session. Returns
+    (root, delegate, grand_delegate, tip, branch, child, other)."""
+    root = core.create_session(source="cli", session_key="cli:d", started_at=1.0).session_id
+    core.append_messages(
+        session_id=root,
+        messages=[
+            {"role": "user", "content": "alpha needle"},
+            {"role": "assistant", "content": "beta"},
+        ],
+    )
+    delegate = core.create_session(
+        source="tool", parent_session_id=root, model_config={"_delegate_from": root}
+    ).session_id
+    core.append_message(session_id=delegate, role="assistant", content="sub-agent work")
+    grand_delegate = core.create_session(
+        source="tool", parent_session_id=delegate, model_config={"_delegate_from": delegate}
+    ).session_id
+    tip = core.rotate_for_compression(session_id=root, summary="summary").new_session_id
+    core.record_turn(response_id="resp-d", session_id=tip, conversation="slug-d")
+    branch = core.branch_session(session_id=tip).new_session_id
+    child = core.create_session(source="cli", parent_session_id=tip).session_id
+    other = core.create_session(source="cli", session_key="cli:other").session_id
+    core.append_message(session_id=other, role="user", content="unrelated needle")
+    return root, delegate, grand_delegate, tip, branch, child, other
+
+
+def refund_lineage() -> dict[str, str]:
+    """A support chat compressed once (with a delegate of its root), a turn on its tip's slug and
+    a branch of the tip: {"root", "tip", "branch"}."""
+    root = core.create_session(source="telegram", title="Refund for order #8812").session_id
+    core.append_messages(
+        session_id=root,
+        messages=[
+            {"role": "user", "content": "I was charged twice"},
+            {"role": "assistant", "content": "Let me look"},
+        ],
+    )
+    core.create_session(
+        source="tool", parent_session_id=root, model_config={"_delegate_from": root}
+    )
+    tip = core.rotate_for_compression(session_id=root, summary="double charge").new_session_id
+    core.append_message(session_id=tip, role="user", content="thanks")
+    core.record_turn(response_id="resp-1", session_id=tip, conversation="refund-8812")
+    branch = core.branch_session(session_id=tip, title="What-if").new_session_id
+    return {"root": root, "tip": tip, "branch": branch}
+
+
+@contextlib.contextmanager
+def foreign_keys_off() -> Iterator[None]:
+    """What a runtime without foreign keys can leave behind."""
+    if db.vendor() == "sqlite":
+        db.execute("PRAGMA foreign_keys = OFF")
+        try:
+            yield
+        finally:
+            db.execute("PRAGMA foreign_keys = ON")
+    else:
+        db.execute("SET session_replication_role = replica")
+        try:
+            yield
+        finally:
+            db.execute("SET session_replication_role = DEFAULT")
