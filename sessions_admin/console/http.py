@@ -4,8 +4,20 @@ import logging
 from functools import wraps
 
 from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import NoReverseMatch, reverse
+from django.utils.cache import patch_vary_headers
+from django.views.csrf import csrf_failure as django_csrf_failure
+from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
+
+from sessions_admin.core.db import is_busy_error, read_only
+from sessions_admin.core.errors import StoreBusy
+from sessions_admin.ledger.actions import record_refusal
+from sessions_admin.store.attach import OPERATE_PERMISSIONS
+from sessions_admin.store.models import Session
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +35,6 @@ def require_perm(perm: str):
     def decorator(view):
         @wraps(view)
         def wrapped(request, *args, **kwargs):
-            from sessions_admin.core.db import read_only
-            from sessions_admin.store.attach import OPERATE_PERMISSIONS
 
             if read_only() and perm in OPERATE_PERMISSIONS:
                 raise _refused(
@@ -44,7 +54,6 @@ def require_perm(perm: str):
 
 def _refused(request, view, why: str) -> PermissionDenied:
     """The 403 for ``view``, recorded in the audit log first (who, what, from where, why)."""
-    from sessions_admin.ledger.actions import record_refusal
 
     match = getattr(request, "resolver_match", None)
     record_refusal(
@@ -58,9 +67,6 @@ def _refused(request, view, why: str) -> PermissionDenied:
 
 def csrf_failure(request, reason: str = ""):
     """Django's CSRF refusal page, after recording the attempt (a forged or stale form)."""
-    from django.views.csrf import csrf_failure as django_csrf_failure
-
-    from sessions_admin.ledger.actions import record_refusal
 
     match = getattr(request, "resolver_match", None)
     record_refusal(
@@ -73,7 +79,6 @@ def csrf_failure(request, reason: str = ""):
 
 def session_url(session_id: str | None) -> str | None:
     """A session's page, or None for an id the URL pattern cannot carry (a runtime wrote it)."""
-    from django.urls import NoReverseMatch, reverse
 
     if not session_id:
         return None
@@ -96,7 +101,6 @@ def fragment(request: HtmxHttpRequest, template: str, name: str) -> str:
 
 def redirect_to(request: HtmxHttpRequest, url: str) -> HttpResponse:
     """A redirect htmx follows as a full navigation, so the next page shows the message."""
-    from django_htmx.http import HttpResponseClientRedirect
 
     return HttpResponseClientRedirect(url) if request.htmx else HttpResponseRedirect(url)
 
@@ -114,7 +118,6 @@ class VaryOnHtmxMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        from django.utils.cache import patch_vary_headers
 
         response = self.get_response(request)
         patch_vary_headers(response, ("HX-Request", "HX-History-Restore-Request"))
@@ -142,11 +145,6 @@ class StoreBusyMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request, exception):
-        from django.db import DatabaseError
-        from django.shortcuts import render
-
-        from sessions_admin.core.db import is_busy_error
-        from sessions_admin.core.errors import StoreBusy
 
         if isinstance(exception, StoreBusy):
             message = str(exception)
@@ -166,7 +164,6 @@ class StoreBusyMiddleware:
 
 def session_or_404(session_id: str):
     """The session a URL names, or 404: every view about one session starts here."""
-    from sessions_admin.store.models import Session
 
     # A NUL cannot be in a stored id, and PostgreSQL refuses to compare with one.
     if "\x00" in session_id:

@@ -32,6 +32,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from django.db import connections
+
+from sessions_admin.core import clock, db
+from sessions_admin.routers import responses_alias, store_alias
+
 TABLE = "sessions_admin_slug_history"
 RECORDED = "recorded"
 REMOVED = "removed"
@@ -63,7 +68,6 @@ class SlugObservation:
 
 def ensure_slug_history_table(alias: str) -> list[str]:
     """Create the history table and its index where missing (part of ``ensure_store_schema``)."""
-    from django.db import connections
 
     connection = connections[alias]
     pg = connection.vendor == "postgresql"
@@ -81,9 +85,6 @@ def ensure_slug_history_table(alias: str) -> list[str]:
 
 def history_table_exists() -> bool:
     """Whether the store has the history table (read-only attach and stores before init_store lack it)."""
-    from django.db import connections
-
-    from sessions_admin.routers import store_alias
 
     connection = connections[store_alias()]
     with connection.cursor() as cursor:
@@ -95,8 +96,6 @@ def history_table_exists() -> bool:
 
 def _current_slugs() -> dict[str, str]:
     """slug -> its latest response id, as the runtime's ``conversations`` table has it now."""
-    from sessions_admin.core import db
-    from sessions_admin.routers import responses_alias
 
     # An empty response id is a slug claimed by core.resolve_conversation before its first turn.
     return {
@@ -110,8 +109,6 @@ def _current_slugs() -> dict[str, str]:
 
 def _response_details(response_ids: list[str]) -> dict[str, tuple[str | None, float | None]]:
     """response id -> (the session its data names, or else its slug's column; its created_at)."""
-    from sessions_admin.core import db
-    from sessions_admin.routers import responses_alias
 
     alias = responses_alias()
     session = db.json_field("r.data", "session_id", alias=alias)
@@ -143,7 +140,6 @@ def _response_details(response_ids: list[str]) -> dict[str, tuple[str | None, fl
 
 def _last_entries(slugs: Iterable[str] | None = None) -> dict[str, str | None]:
     """slug -> the response id its last entry recorded (None when the last entry is a removal)."""
-    from sessions_admin.core import db
 
     if slugs is None:
         rows = db.fetchall(
@@ -176,7 +172,6 @@ class SlugHistoryPoller:
 
     def poll(self) -> int:
         """Record what changed since the last poll; returns the number of entries written."""
-        from sessions_admin.core import db
 
         if db.read_only() or not history_table_exists():
             return 0
@@ -199,7 +194,6 @@ def _record(
     removed: list[str],
     details: dict[str, tuple[str | None, float | None]],
 ) -> int:
-    from sessions_admin.core import clock, db
 
     @db.store_operation
     def record_slug_changes() -> int:
@@ -238,7 +232,6 @@ def capture_slug_history() -> int:
 
 def slug_histories(*, min_sessions: int = 1) -> dict[str, list[SlugObservation]]:
     """slug -> its entries in the order seen, for slugs whose entries name ``min_sessions``+ sessions."""
-    from sessions_admin.core import db
 
     if not history_table_exists():
         return {}

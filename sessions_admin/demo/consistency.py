@@ -43,6 +43,9 @@ from pathlib import Path
 
 from sessions_admin.core import db, lineage
 from sessions_admin.core.schema import FTS_DOCUMENT_SQL, existing_tables
+from sessions_admin.demo.simulator import message_hash
+from sessions_admin.ledger.models import TrashEntry
+from sessions_admin.ledger.trash import decode_trash_rows
 from sessions_admin.routers import responses_alias
 from sessions_admin.store import health
 
@@ -317,15 +320,12 @@ def read_ledger(paths: Iterable[Path]) -> tuple[dict[int, dict], list[dict], lis
 
 
 def _row_hash(row: dict) -> str:
-    from sessions_admin.demo.simulator import message_hash
 
     return message_hash(row["role"], row["content"], row["tool_call_id"], row["tool_calls"])
 
 
 def check_ledger(paths: Iterable[Path]) -> list[str]:
     """Every acknowledged message exists exactly once (store or unrestored trash), unchanged."""
-    from sessions_admin.ledger.models import TrashEntry
-    from sessions_admin.ledger.trash import decode_trash_rows
 
     acked, _refused, errors = read_ledger(paths)
     problems = [

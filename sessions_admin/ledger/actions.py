@@ -54,6 +54,7 @@ from sessions_admin.ledger.context import current_client
 from sessions_admin.ledger.models import AuditEntry, AuditSession, TrashEntry
 from sessions_admin.ledger.trash import LEDGER_TRASH, purge_trash
 from sessions_admin.store import cached
+from sessions_admin.store.models import Session
 
 T = TypeVar("T")
 MAX_AUDIT_SESSIONS = 10_000
@@ -338,7 +339,6 @@ def _check_fingerprint(fingerprint: Any) -> None:
 
 
 def _counts(session_ids: Sequence[str]) -> dict:
-    from sessions_admin.store.models import Session
 
     return {
         s.id: {"messages": s.message_count, "ended": s.end_reason if s.ended_at else None}
@@ -449,7 +449,6 @@ def resume(
 
 
 def _key_of(session_id: str) -> str | None:
-    from sessions_admin.store.models import Session
 
     return Session.objects.filter(id=session_id).values_list("session_key", flat=True).first()
 

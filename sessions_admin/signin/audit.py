@@ -9,7 +9,14 @@ The lockout itself and its counters are django-axes's (sessions_admin.signin).
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
+
+from django.utils import timezone
+
+from sessions_admin.ledger.actions import record_refusal
+from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.signin.lockout import client_address, cooloff_minutes
 
 USERNAME_MAX = 150
 LOCKED_OUT = "sign-in refused during a lockout after repeated failures"
@@ -21,12 +28,6 @@ def _lockout_already_recorded(request: Any, tried: str) -> bool:
     One entry per name, address and cool-off window: a client hammering a locked-out
     name must not grow the append-only audit log at its request rate.
     """
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from sessions_admin.ledger.models import AuditEntry
-    from sessions_admin.signin.lockout import client_address, cooloff_minutes
 
     return AuditEntry.objects.filter(
         action="sign_in",
@@ -39,7 +40,6 @@ def _lockout_already_recorded(request: Any, tried: str) -> bool:
 
 
 def record_failed_sign_in(sender: Any, credentials: dict, request: Any = None, **kwargs) -> None:
-    from sessions_admin.ledger.actions import record_refusal
 
     tried = credentials.get("username")
     tried = tried[:USERNAME_MAX] if isinstance(tried, str) else ""
@@ -62,7 +62,6 @@ def record_locked_out_sign_in(request: Any, tried: str | None) -> None:
     django-axes answers these before any password is checked, so no ``user_login_failed``
     is sent for them; its lockout page calls this instead.
     """
-    from sessions_admin.ledger.actions import record_refusal
 
     tried = tried[:USERNAME_MAX] if isinstance(tried, str) else ""
     if _lockout_already_recorded(request, tried):

@@ -40,7 +40,11 @@ from django.db import DatabaseError, connections
 
 from sessions_admin.core import schema
 from sessions_admin.core.db import read_only
-from sessions_admin.core.schema import MESSAGE_FIELDS
+from sessions_admin.core.schema import (
+    MESSAGE_FIELDS,
+    REQUIRED_MESSAGE_COLUMNS,
+    REQUIRED_SESSION_COLUMNS,
+)
 from sessions_admin.routers import responses_alias, store_alias
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -365,7 +369,6 @@ def _inspect_open_sqlite(
 def _runtime_table_findings(
     conn: sqlite3.Connection, tables: frozenset[str], *, role: str, path: str
 ) -> list[Finding]:
-    from sessions_admin.core.schema import REQUIRED_MESSAGE_COLUMNS, REQUIRED_SESSION_COLUMNS
 
     runtime = tables & {"sessions", "messages"}
     if not runtime:
@@ -562,7 +565,6 @@ def inspect_alias(alias: str, *, role: str) -> StoreInspection:
 
 def _inspect_via_django(alias: str, *, role: str) -> StoreInspection:
     """A PostgreSQL store: connect and look at its tables (no writes)."""
-    from sessions_admin.core.schema import REQUIRED_MESSAGE_COLUMNS, REQUIRED_SESSION_COLUMNS
 
     connection = connections[alias]
     location = f"{connection.vendor} database {connection.settings_dict.get('NAME')}"

@@ -20,6 +20,7 @@ from sessions_admin.console.http import HtmxHttpRequest, require_perm
 from sessions_admin.core import portability
 from sessions_admin.core.errors import InvalidInput, SessionNotFound
 from sessions_admin.signin.roles import VIEW
+from sessions_admin.store import listing
 
 FORMATS = {
     "jsonl": ("application/x-ndjson; charset=utf-8", "jsonl", portability.export_jsonl),
@@ -38,7 +39,6 @@ def _ids_from_list_filters(request: HtmxHttpRequest) -> list[str] | None:
     params = {k: v for k, v in request.GET.lists() if k not in FILTER_PARAMS}
     if not params:
         return None
-    from sessions_admin.store import listing
 
     parsed = listing.parse(request.GET)
     if parsed.problems:
