@@ -417,7 +417,13 @@ def test_a_summary_the_store_cannot_hold_is_a_message(signed_in):
         assert response["Location"] == detail(ref)
         assert any("Nothing changed" in m for m in flashed(response))
     assert store_snapshot() == before
+    # A NUL in the reason is refused like everywhere else (issue 14: one rule for every POST;
+    # this box used to drop it silently and audit "ab"): nothing changes, then "ab" goes through.
     response = client.post(url("session_reset", ref), {"summary": "ok", "reason": "a\x00b"})
+    assert response.status_code == 302
+    assert any("NUL" in m for m in flashed(response))
+    assert store_snapshot() == before and not audit("reset")
+    response = client.post(url("session_reset", ref), {"summary": "ok", "reason": "ab"})
     assert response.status_code == 302
     assert audit("reset")[0].reason == "ab"
 
