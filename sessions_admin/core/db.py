@@ -49,9 +49,6 @@ def is_busy_error(error: BaseException) -> bool:
     return getattr(cause, "sqlstate", None) in {"40001", "40P01", "55P03"}
 
 
-_is_retryable = is_busy_error  # the name sessions_admin/demo/simulator.py uses
-
-
 def read_only() -> bool:
     """The dashboard is attached read-only: no operation may write to the store."""
     return bool(getattr(settings, "SESSIONS_ADMIN_READ_ONLY", False))

@@ -318,7 +318,7 @@ def _moves_reindex() -> bool:
     return True
 
 
-def _move_messages(where: str, params: list, to_session: str) -> int:
+def move_messages(where: str, params: list, to_session: str) -> int:
     """Give the messages matching ``where`` to ``to_session``, ids and order unchanged."""
     if not _moves_reindex():
         return db.execute(
@@ -384,7 +384,7 @@ def merge_sessions(
     now = clock.now()
     marks = db.placeholders(absorbed)
 
-    _move_messages(f"session_id IN ({marks})", list(absorbed), target)
+    move_messages(f"session_id IN ({marks})", list(absorbed), target)
     if children:
         db.execute(
             f"UPDATE sessions SET parent_session_id = %s WHERE parent_session_id IN ({marks}) "
@@ -551,7 +551,7 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
     returned = 0
     for sid, ranges in prior["messages"].items():
         for start, end in ranges:
-            returned += _move_messages(
+            returned += move_messages(
                 "session_id = %s AND id BETWEEN %s AND %s", [target, start, end], sid
             )
     for child, old_parent in prior["children"]:

@@ -13,7 +13,7 @@ sessions; this module repairs one:
   session), and a fingerprint of both;
 - ``move_stray_messages``: executes exactly the previewed plan (or refuses
   with ``PlanChanged``), ids and columns unchanged, counters recounted; every
-  full-text index follows (``merge._move_messages``);
+  full-text index follows (``merge.move_messages``);
 - ``return_stray_messages``: the undo, giving the same ids back to the session
   they were written in.
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from sessions_admin.core import db, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound
-from sessions_admin.core.lifecycle import lock_keys_of, require_session_id, where_it_continues
-from sessions_admin.core.merge import PlanChanged, _move_messages
-from sessions_admin.core.transcript import recompute_counters
+from sessions_admin.core.lifecycle import lock_keys_of, where_it_continues
+from sessions_admin.core.merge import PlanChanged, move_messages
+from sessions_admin.core.rows import recompute_counters, require_session_id
 
 SAMPLE_SIZE = 20
 
@@ -152,7 +152,7 @@ def _move(ids: Sequence[int], from_session: str, to_session: str) -> int:
     moved = 0
     for start in range(0, len(ids), 500):
         chunk = list(ids[start : start + 500])
-        moved += _move_messages(
+        moved += move_messages(
             f"session_id = %s AND id IN ({db.placeholders(chunk)})",
             [from_session, *chunk],
             to_session,

@@ -350,7 +350,7 @@ class RuntimeSimulator:
                     raise
             except (OperationalError, DatabaseError) as error:
                 # Calls that are not store operations (eviction) see the raw lock error.
-                if not db._is_retryable(error) or attempt == BUSY_RETRIES:
+                if not db.is_busy_error(error) or attempt == BUSY_RETRIES:
                     raise
                 self.counts["busy_retries"] += 1
                 connections.close_all()
