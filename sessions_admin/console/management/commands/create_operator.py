@@ -13,13 +13,10 @@ import secrets
 import select
 import sys
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.password_validation import validate_password
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.db import IntegrityError, transaction
 
-from sessions_admin.signin.roles import ROLES, assign_role, role_of
+from sessions_admin.signin import operators
+from sessions_admin.signin.roles import ROLES
 
 # How long to wait for a piped password that has not arrived yet. Without a
 # bound, a stdin that is an open pipe nobody writes to would hang the command
@@ -76,56 +73,28 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         name: str = options["name"]
         role: str = options["role"]
-        if role not in ROLES:
-            raise CommandError(f"Unknown role {role!r}: choose one of {', '.join(ROLES)}.")
-        User = get_user_model()
-        username_field = User._meta.get_field(User.USERNAME_FIELD)
         try:
-            username_field.clean(name, None)
-        except ValidationError as error:
-            raise CommandError(
-                f"Invalid operator name {name!r}: {' '.join(error.messages)}"
-            ) from error
-
-        existing = User._default_manager.filter(**{User.USERNAME_FIELD: name}).first()
+            operators.check_name_and_role(name=name, role=role)
+        except operators.OperatorRefused as refused:
+            raise CommandError(str(refused)) from refused
+        existing = operators.existing_operator(name)
         if existing is not None:
-            current = role_of(existing) or "no role"
             if options["if_missing"]:
                 self.stdout.write(
-                    f"Operator {name} already exists (role: {current}); nothing changed."
+                    f"Operator {name} already exists (role: {existing.role}); nothing changed."
                 )
                 return
             raise CommandError(
-                f"Operator {name} already exists (role: {current}); nothing changed. "
+                f"Operator {name} already exists (role: {existing.role}); nothing changed. "
                 "Use --if-missing to accept an existing operator."
             )
 
         piped = _stdin_password()
         password = piped if piped is not None else secrets.token_urlsafe(18)
-        if not password.strip():
-            raise CommandError(
-                f"Password rejected for operator {name}: it is blank (only whitespace). "
-                "Nothing was created."
-            )
-        candidate = User(**{User.USERNAME_FIELD: name})
         try:
-            # settings.AUTH_PASSWORD_VALIDATORS: not like the name, long enough, not common,
-            # not all digits.
-            validate_password(password, user=candidate)
-        except ValidationError as error:
-            raise CommandError(
-                f"Password rejected for operator {name}: {' '.join(error.messages)} "
-                "Nothing was created."
-            ) from error
-
-        try:
-            with transaction.atomic(using=User._default_manager.db):
-                user = User._default_manager.create_user(
-                    **{User.USERNAME_FIELD: name}, password=password
-                )
-                assign_role(user, role)
-        except IntegrityError as error:  # created concurrently since the check above
-            raise CommandError(f"Operator {name} could not be created: {error}") from error
+            operators.create_operator(name=name, role=role, password=password)
+        except operators.OperatorRefused as refused:
+            raise CommandError(str(refused)) from refused
 
         if piped is not None:
             self.stdout.write(
