@@ -14,6 +14,7 @@ builders need them, and the template filter of that name is this function.
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 
 from django.urls import NoReverseMatch, reverse
@@ -44,6 +45,34 @@ def escape(value: object) -> str:
     than the escaping itself at twenty values a row; None renders as a template would.
     """
     return html.escape(str(value), quote=True)
+
+
+_MARKS = re.compile(f"({listing.MARK_START}|{listing.MARK_END})")
+
+
+def highlight(raw: str | None) -> SafeString:
+    """Escape a snippet, then turn our markers into balanced <mark> elements.
+
+    The snippet text is untrusted; it is escaped piece by piece and only the
+    markers (never produced by escaping) become markup. A marker character
+    that was in the content itself can at worst move a highlight.
+    """
+    out: list[str] = []
+    inside = False
+    for piece in _MARKS.split(raw or ""):
+        if piece == listing.MARK_START:
+            if not inside:
+                out.append("<mark>")
+                inside = True
+        elif piece == listing.MARK_END:
+            if inside:
+                out.append("</mark>")
+                inside = False
+        elif piece:
+            out.append(escape(piece))
+    if inside:
+        out.append("</mark>")
+    return mark_safe("".join(out))  # noqa: S308 - every piece above is escaped
 
 
 END_REASON_WORDS = {

@@ -39,8 +39,6 @@ from urllib.parse import urlencode
 
 from django.core.cache import cache
 from django.db import connections, transaction
-from django.utils.html import escape
-from django.utils.safestring import SafeString, mark_safe
 
 from sessions_admin.core import db, forks, lineage
 from sessions_admin.core.schema import FTS_DOCUMENT_SQL
@@ -99,7 +97,8 @@ SORT_SQL = {
     "cost": "COALESCE(s.estimated_cost_usd, 0)",
 }
 
-# Snippet highlight markers: private-use code points, turned into <mark> only after escaping.
+# Snippet highlight markers: private-use code points, turned into <mark> only after escaping
+# (console/html.highlight).
 MARK_START = "\ue000"
 MARK_END = "\ue001"
 SNIPPET_ELLIPSIS = "…"
@@ -107,7 +106,6 @@ SNIPPET_TOKENS = 24
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _WORD_RUN = re.compile(r"[^\W_]+")
-_MARKS = re.compile(f"({MARK_START}|{MARK_END})")
 
 
 # ---------------------------------------------------------------------------
@@ -1106,7 +1104,9 @@ class SearchHit:
     timestamp: float
     tool_name: str | None
     active: bool
-    snippet: SafeString
+    # The matching text around the hit, the words between MARK_START and MARK_END (raw text:
+    # console/html.highlight escapes it and marks the words).
+    snippet: str
     session_title: str | None
     session_source: str
 
@@ -1132,31 +1132,6 @@ def fts5_query(terms: Sequence[str]) -> str:
     and the tokenizer drops the punctuation exactly as it did when indexing.
     """
     return " ".join('"' + term.replace('"', '""') + '"' for term in terms)
-
-
-def highlight(raw: str | None) -> SafeString:
-    """Escape a snippet, then turn our markers into balanced <mark> elements.
-
-    The snippet text is untrusted; it is escaped piece by piece and only the
-    markers (never produced by escaping) become markup. A marker character
-    that was in the content itself can at worst move a highlight.
-    """
-    out: list[str] = []
-    inside = False
-    for piece in _MARKS.split(raw or ""):
-        if piece == MARK_START:
-            if not inside:
-                out.append("<mark>")
-                inside = True
-        elif piece == MARK_END:
-            if inside:
-                out.append("</mark>")
-                inside = False
-        elif piece:
-            out.append(str(escape(piece)))
-    if inside:
-        out.append("</mark>")
-    return mark_safe("".join(out))  # noqa: S308 - every piece above is escaped
 
 
 def search(filters: Filters, cursor: Cursor | None = None) -> SearchPage:
@@ -1189,7 +1164,7 @@ def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
             active=bool(r[5]),
             session_title=r[6],
             session_source=r[7],
-            snippet=highlight(r[8]),
+            snippet=r[8] or "",
         )
         for r in rows[:limit]
     )

@@ -17,6 +17,7 @@ from django.db import DatabaseError
 from django.http import HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_http_methods
 
 from sessions_admin.console.forms import SelectionForm
@@ -26,6 +27,7 @@ from sessions_admin.console.html import (
     When,
     clip,
     end_reason_words,
+    highlight,
     when,
 )
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
@@ -166,6 +168,7 @@ class _Hit:
     when: When | None
     title: str
     source: str
+    snippet: SafeString
 
 
 def _hit(hit: listing.SearchHit, detail: _DetailLinks) -> _Hit:
@@ -175,4 +178,5 @@ def _hit(hit: listing.SearchHit, detail: _DetailLinks) -> _Hit:
         when=when(hit.timestamp),
         title=clip(hit.session_title, TITLE_SHOWN),
         source=clip(hit.session_source),
+        snippet=highlight(hit.snippet),
     )
