@@ -19,7 +19,7 @@ from sessions_admin.core import clock, db, events
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.rows import config_text, message_values, tool_call_total
-from sessions_admin.core.schema import SESSION_METADATA_COLUMNS, USAGE_COLUMNS
+from sessions_admin.core.schema import NEW_MESSAGE_SQL, SESSION_METADATA_COLUMNS, USAGE_COLUMNS
 
 # What a bulk insert writes of each session, in the order of its row values.
 SESSION_COLUMNS = (
@@ -75,12 +75,7 @@ def insert_sessions(*, sessions: Sequence[Mapping[str, Any]]) -> int:
                 f"VALUES ({db.placeholders(SESSION_COLUMNS)})",
                 session_rows,
             )
-            c.executemany(
-                "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, "
-                "tool_name, timestamp, token_count, finish_reason, reasoning, active, compacted) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1, 0)",
-                message_rows,
-            )
+            c.executemany(NEW_MESSAGE_SQL, message_rows)
     except IntegrityError as error:
         raise InvalidInput(f"A session id or title is already taken: {error}") from error
     events.record_new_sessions([(row[0], row[3]) for row in session_rows], at=clock.now())

@@ -38,7 +38,11 @@ from sessions_admin.core.rows import (
     require_session_id,
     require_text,
 )
-from sessions_admin.core.schema import INSERTED_SESSION_COLUMNS, SESSION_METADATA_COLUMNS
+from sessions_admin.core.schema import (
+    COPIED_MESSAGES_SQL,
+    INSERTED_SESSION_COLUMNS,
+    SESSION_METADATA_COLUMNS,
+)
 
 LINEAGE_MARKERS = (
     "_branched_from",
@@ -860,11 +864,7 @@ def branch_session(
         **{f: row.get(f) for f in SESSION_METADATA_COLUMNS},
     )
     copied = db.execute(
-        "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, tool_name, "
-        "timestamp, token_count, finish_reason, reasoning, active, compacted) "
-        "SELECT %s, role, content, tool_call_id, tool_calls, tool_name, timestamp, token_count, "
-        "finish_reason, reasoning, 1, 0 FROM messages "
-        "WHERE session_id = %s AND active = 1 AND id <= %s ORDER BY id",
+        COPIED_MESSAGES_SQL + "WHERE session_id = %s AND active = 1 AND id <= %s ORDER BY id",
         [new_id, session_id, int(at_message_id)],
     )
     recompute_counters(new_id)

@@ -17,6 +17,7 @@ from django.db import transaction
 
 from sessions_admin.core import clock, db
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.schema import NEW_MESSAGE_SQL
 from sessions_admin.core.text import storability_problem
 from sessions_admin.routers import responses_alias
 
@@ -105,7 +106,7 @@ def config_text(model_config: Mapping[str, Any] | str | None) -> str | None:
 
 
 def message_values(session_id: str, message: Mapping[str, Any]) -> list[Any]:
-    """The column values of one message row (``insert_messages``' order), checked."""
+    """The values of one new message row (session_id, then ``WRITTEN_MESSAGE_COLUMNS``), checked."""
     if not isinstance(message, Mapping):
         raise InvalidInput("Each message must be a mapping with a role.")
     role = message.get("role")
@@ -159,12 +160,7 @@ def insert_messages(session_id: str, messages: Iterable[Mapping[str, Any]]) -> l
     with db.cursor() as c:
         for message in messages:
             values = message_values(session_id, message)
-            c.execute(
-                "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, "
-                "tool_name, timestamp, token_count, finish_reason, reasoning, active, compacted) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1, 0) RETURNING id",
-                values,
-            )
+            c.execute(NEW_MESSAGE_SQL + " RETURNING id", values)
             ids.append(int(c.fetchone()[0]))
             tool_calls += tool_call_total(values[4])
         if ids:

@@ -175,6 +175,30 @@ MESSAGE_FIELDS = (
     "compacted",
 )
 REQUIRED_MESSAGE_COLUMNS = set(MESSAGE_FIELDS)
+# What a written message carries beside its session: every new row (an append, a bulk load, a
+# branch's copy) fills these, in this order, and starts active and not compacted.
+WRITTEN_MESSAGE_COLUMNS = (
+    "role",
+    "content",
+    "tool_call_id",
+    "tool_calls",
+    "tool_name",
+    "timestamp",
+    "token_count",
+    "finish_reason",
+    "reasoning",
+)
+_WRITTEN = ", ".join(WRITTEN_MESSAGE_COLUMNS)
+NEW_MESSAGE_SQL = (
+    f"INSERT INTO messages (session_id, {_WRITTEN}, active, compacted) "
+    f"VALUES (%s, {', '.join(['%s'] * len(WRITTEN_MESSAGE_COLUMNS))}, 1, 0)"
+)
+# A copy of messages into another session (a branch), as new active rows: ``%s`` is the
+# destination; the caller appends the WHERE clause choosing the rows.
+COPIED_MESSAGES_SQL = (
+    f"INSERT INTO messages (session_id, {_WRITTEN}, active, compacted) "
+    f"SELECT %s, {_WRITTEN}, 1, 0 FROM messages "
+)
 
 # The text Hermes indexes for each message; the PostgreSQL expression index and
 # every search query use the same expression.
