@@ -56,6 +56,7 @@ import logging
 import os
 import queue
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -240,6 +241,22 @@ def _accepted_keywords(hook: Any) -> frozenset[str] | None:
     return frozenset(p.name for p in parameters if p.kind in keywordable and p is not first)
 
 
+def _interrupt_main_thread() -> None:
+    """Ctrl-C for the main thread, also while it blocks (a sleep, a read).
+
+    ``_thread.interrupt_main`` only sets Python's flag: a main thread blocked in a system
+    call sees it when the call returns, possibly much later. A real SIGINT sent to the main
+    thread interrupts the call, then Python's handler raises ``KeyboardInterrupt`` there.
+    Only when SIGINT has a Python handler: with SIG_DFL it would kill the process, and a
+    process that ignores SIGINT is left alone (interrupt_main does the same for both).
+    """
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler) and hasattr(signal, "pthread_kill"):
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    else:
+        _thread.interrupt_main()
+
+
 class _Dispatcher:
     """One listener's daemon thread: calls it with each queued switch, in order."""
 
@@ -305,7 +322,7 @@ class _Dispatcher:
             self.hook(switch.new_session_id, **arguments)
         except KeyboardInterrupt:
             logger.warning("session-switch listener %r raised KeyboardInterrupt", self.listener)
-            _thread.interrupt_main()
+            _interrupt_main_thread()
         except BaseException:  # noqa: BLE001 - SystemExit, GeneratorExit too: isolated
             logger.exception(
                 "session-switch listener %r failed on %s; others still notified",
