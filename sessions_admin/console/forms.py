@@ -233,11 +233,12 @@ class BulkSelectionForm(ConsoleForm):
 class BulkStartForm(BulkSelectionForm):
     """Starting the job for the dry run that was shown: its cutoff instant (the "ended more
     than N days ago" preset), the digest of the set it showed, the tick for live sessions,
-    and a reason."""
+    the number of sessions typed when the set is large (the cascade's rule), and a reason."""
 
     cutoff = NumberField()
     digest = IdentifierField(word="digest", required=False)
     confirm_live = FlagField()
+    typed_count = TypedCountField()
     reason = ReasonField()
 
 

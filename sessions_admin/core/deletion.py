@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -39,7 +40,8 @@ from sessions_admin.core.rows import slugs_of_sessions
 from sessions_admin.core.schema import existing_columns
 from sessions_admin.routers import responses_alias
 
-# A plan this large asks the operator to type the number of sessions to confirm.
+# A delete this large asks the operator to type the number of sessions to confirm: one rule
+# for a cascade and a bulk delete alike (``needs_typed_confirmation``).
 TYPED_CONFIRMATION_SESSIONS = 20
 TYPED_CONFIRMATION_MESSAGES = 1_000
 # One store transaction deletes at most this many sessions / messages, so a
@@ -54,6 +56,20 @@ CHUNK = 500
 # A batch whose rows keep changing between its trash copy and the store lock is
 # copied again this many times, then copied under the lock.
 COPY_ATTEMPTS = 3
+
+
+def needs_typed_confirmation(*, sessions: int, messages: int) -> bool:
+    """Whether deleting this many sessions and messages needs the session count typed.
+
+    The one rule: the cascade page and the bulk delete page (and their confirm
+    steps) both ask it, so 48 sessions need the same confirmation either way.
+    """
+    return sessions >= TYPED_CONFIRMATION_SESSIONS or messages >= TYPED_CONFIRMATION_MESSAGES
+
+
+def new_operation_id() -> str:
+    """A fresh id for one operator action's trash entries (all its batches share it)."""
+    return uuid.uuid4().hex
 
 
 @dataclass(frozen=True)
@@ -74,25 +90,25 @@ class DeletePlan:
 
     @property
     def needs_typed_confirmation(self) -> bool:
-        return (
-            len(self.session_ids) >= TYPED_CONFIRMATION_SESSIONS
-            or self.message_count >= TYPED_CONFIRMATION_MESSAGES
-        )
+        return needs_typed_confirmation(sessions=len(self.session_ids), messages=self.message_count)
 
 
 @dataclass(frozen=True)
 class DeleteResult:
     deleted_sessions: int
     deleted_messages: int
-    trash_entry_ids: tuple[int, ...]
+    trash_entry_ids: tuple[int, ...]  # one per batch, all of one operation
+    operation: str = ""  # the trash operation they share: restored together
 
 
 @dataclass(frozen=True)
 class RestoreResult:
-    trash_entry_id: int
+    trash_entry_id: int  # the entry asked for
     restored_sessions: tuple[str, ...]
     restored_messages: int
     skipped_conversations: tuple[str, ...]
+    # Every entry put back: the asked one and the rest of its operation's batches.
+    trash_entry_ids: tuple[int, ...] = ()
 
 
 class RestoreConflict(StoreError):
@@ -112,6 +128,11 @@ class Trash(Protocol):
     ``rows`` is the payload ``snapshot_rows`` builds (store rows by table, the
     parent links cleared, the runtime's dependent rows); a trash gives it back
     from ``contents`` exactly, every value of the same type.
+
+    Each batch of a delete is one entry; the entries of one operator action share
+    an ``operation`` id, and a restore puts the whole operation back at once
+    (``operation_entries``): restoring one batch of a cascade alone would leave
+    half a lineage.
     """
 
     def open_entry(
@@ -122,8 +143,14 @@ class Trash(Protocol):
         actor: str,
         reason: str,
         job_id: int | None,
+        operation: str,
     ) -> int:
-        """Commit a pending entry holding ``rows``, before the store delete; its id."""
+        """Commit a pending entry of ``operation`` holding ``rows``, before the store delete; its id."""
+        ...
+
+    def operation_entries(self, entry_id: int) -> tuple[int, ...]:
+        """The entries a restore of ``entry_id`` puts back, oldest first: the entry and every
+        other entry of its operation whose rows are only in the trash (complete, not restored)."""
         ...
 
     def is_pending(self, entry_id: int) -> bool:
@@ -602,6 +629,7 @@ def _locked_delete(
     actor: str,
     reason: str,
     job_id: int | None,
+    operation: str,
     committed: list,
     trash: Trash,
 ) -> tuple[int, int, int] | None:
@@ -623,7 +651,12 @@ def _locked_delete(
     else:
         trash.discard_unfinished(batch)
         entry_id = trash.open_entry(
-            session_ids=batch, rows=payload, actor=actor, reason=reason, job_id=job_id
+            session_ids=batch,
+            rows=payload,
+            actor=actor,
+            reason=reason,
+            job_id=job_id,
+            operation=operation,
         )
     faults.checkpoint("delete.after_trash_copy")
     marks = db.placeholders(batch)
@@ -673,8 +706,12 @@ def delete_batch(
     reason: str,
     job_id: int | None,
     trash: Trash | None = None,
+    operation: str | None = None,
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
+
+    ``operation``: the operator action the batch belongs to (its trash entry is
+    restored with the action's other batches); a batch of its own without it.
 
     The rows are read and their trash copy committed before the store's write
     lock is taken, so the runtime's writers wait only for the delete itself;
@@ -683,12 +720,18 @@ def delete_batch(
     ``COPY_ATTEMPTS`` changed copies the copy is taken under the lock.
     """
     trash = _trash_or_default(trash)
+    operation = operation or new_operation_id()
     for _ in range(COPY_ATTEMPTS):
         present, payload = snapshot_rows(batch, lock=False)
         if not present:
             return 0, 0, 0
         entry_id = trash.open_entry(
-            session_ids=present, rows=payload, actor=actor, reason=reason, job_id=job_id
+            session_ids=present,
+            rows=payload,
+            actor=actor,
+            reason=reason,
+            job_id=job_id,
+            operation=operation,
         )
         committed: list = []
         try:
@@ -698,6 +741,7 @@ def delete_batch(
                 actor=actor,
                 reason=reason,
                 job_id=job_id,
+                operation=operation,
                 committed=committed,
                 trash=trash,
             )
@@ -714,6 +758,7 @@ def delete_batch(
         actor=actor,
         reason=reason,
         job_id=job_id,
+        operation=operation,
         committed=[],
         trash=trash,
     )
@@ -725,11 +770,20 @@ def delete_in_batches(
     actor: str,
     reason: str,
     job_id: int | None = None,
-    batch_sessions: int = BATCH_SESSIONS,
-    batch_messages: int = BATCH_MESSAGES,
+    batch_sessions: int | None = None,
+    batch_messages: int | None = None,
     trash: Trash | None = None,
+    operation: str | None = None,
 ) -> Iterable[tuple[list[str], int, int, int]]:
-    """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id)."""
+    """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id).
+
+    Every batch's trash entry belongs to ``operation`` (a new one if not given):
+    one call is one restorable unit, however many batches it takes.
+    """
+    operation = operation or new_operation_id()
+    # Read when called (not bound as defaults), so a test can lower them for a whole cascade.
+    batch_sessions = batch_sessions or BATCH_SESSIONS
+    batch_messages = batch_messages or BATCH_MESSAGES
     pending = list(session_ids)
     while pending:
         batch: list[str] = []
@@ -743,7 +797,7 @@ def delete_in_batches(
             batch.append(pending.pop(0))
             weight += size
         deleted, messages, trash_id = delete_batch(
-            batch, actor=actor, reason=reason, job_id=job_id, trash=trash
+            batch, actor=actor, reason=reason, job_id=job_id, trash=trash, operation=operation
         )
         yield batch, deleted, messages, trash_id
 
@@ -757,7 +811,11 @@ def execute_cascade_delete(
     reason: str,
     trash: Trash | None = None,
 ) -> DeleteResult:
-    """Delete exactly the previewed plan (refused if the store changed since)."""
+    """Delete exactly the previewed plan (refused if the store changed since).
+
+    However many batches it takes, the delete is one trash operation: restoring
+    any of its entries restores them all.
+    """
     if not reason or not reason.strip():
         raise InvalidInput("A reason is required for a delete.")
     plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
@@ -765,15 +823,20 @@ def execute_cascade_delete(
         raise PlanChanged("delete")
     sessions = messages = 0
     trash_ids: list[int] = []
+    operation = new_operation_id()
     for _, deleted, removed, trash_id in delete_in_batches(
-        plan.session_ids, actor=actor, reason=reason, trash=trash
+        plan.session_ids,
+        actor=actor,
+        reason=reason,
+        trash=trash,
+        operation=operation,
     ):
         sessions += deleted
         messages += removed
         if trash_id:
             trash_ids.append(trash_id)
         faults.checkpoint("cascade.between_batches")
-    return DeleteResult(sessions, messages, tuple(trash_ids))
+    return DeleteResult(sessions, messages, tuple(trash_ids), operation)
 
 
 def _insert_rows(table: str, rows: list[dict], *, alias: str | None = None) -> None:
@@ -785,16 +848,47 @@ def _insert_rows(table: str, rows: list[dict], *, alias: str | None = None) -> N
         c.executemany(sql, [[row.get(col) for col in columns] for row in rows])
 
 
+def _merged_rows(entries: Sequence[TrashContents]) -> dict:
+    """One payload holding every entry's rows (the batches of one operation)."""
+    merged: dict = {
+        "sessions": [],
+        "messages": [],
+        "conversations": [],
+        "responses": [],
+        "kept_children": [],
+        "dependents": {},
+    }
+    for entry in entries:
+        for key in ("sessions", "messages", "conversations", "responses", "kept_children"):
+            merged[key] += entry.rows.get(key, [])
+        for table, rows in entry.rows.get("dependents", {}).items():
+            merged["dependents"].setdefault(table, []).extend(rows)
+    merged["messages"].sort(key=lambda m: m["id"])
+    return merged
+
+
 @store_operation
 def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None) -> RestoreResult:
-    """Put a trash entry's rows back: sessions, messages (same ids), lineage, slugs, responses."""
+    """Put a trash entry's rows back: sessions, messages (same ids), lineage, slugs, responses.
+
+    The entry comes back with the rest of its operation (every batch of the one
+    operator action that made it) in this one store transaction: all of it, or,
+    on a conflict, nothing.
+    """
     trash = _trash_or_default(trash)
-    entry = trash.contents(entry_id)
-    if entry is None:
+    asked = trash.contents(entry_id)
+    if asked is None:
         raise InvalidInput(f"No trash entry {entry_id}.")
-    if entry.restored:
+    if asked.restored:
         raise InvalidInput(f"Trash entry {entry_id} was already restored.")
-    payload = entry.rows
+    entries = [asked]
+    for other_id in trash.operation_entries(entry_id):
+        if other_id != entry_id:
+            other = trash.contents(other_id)
+            if other is not None and not other.restored:
+                entries.append(other)
+    entries.sort(key=lambda e: e.entry_id)
+    payload = _merged_rows(entries)
     sessions = payload["sessions"]
     ids = [s["id"] for s in sessions]
     found = lineage.existing_session_ids(ids)
@@ -872,11 +966,14 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
         )
     faults.checkpoint("restore.before_commit")
 
+    restored_ids = tuple(e.entry_id for e in entries)
+
     def mark_restored() -> None:
-        trash.mark_restored(entry.entry_id, actor=actor)
+        for restored_id in restored_ids:
+            trash.mark_restored(restored_id, actor=actor)
 
     # Only once the rows are back: marked earlier (the dashboard's database commits on its
     # own), a store transaction that then failed or died would leave the entry "restored",
     # purgeable and not restorable again, while its rows are nowhere.
     transaction.on_commit(mark_restored, using="store")
-    return RestoreResult(entry.entry_id, tuple(ids), len(message_ids), tuple(skipped))
+    return RestoreResult(asked.entry_id, tuple(ids), len(message_ids), tuple(skipped), restored_ids)

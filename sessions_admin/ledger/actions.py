@@ -51,7 +51,7 @@ from sessions_admin.core.text import (
 )
 from sessions_admin.ledger import jobs, worker
 from sessions_admin.ledger.context import current_client
-from sessions_admin.ledger.models import AuditEntry, AuditSession, TrashEntry
+from sessions_admin.ledger.models import AuditEntry, AuditSession, DeleteJob, TrashEntry
 from sessions_admin.ledger.trash import LEDGER_TRASH, purge_trash
 from sessions_admin.store import cached
 from sessions_admin.store.models import Session
@@ -550,6 +550,7 @@ def cascade_delete(
             "deleted_sessions": r.deleted_sessions,
             "deleted_messages": r.deleted_messages,
             "trash_entries": list(r.trash_entry_ids),
+            "trash_operation": r.operation,
         },
     )
 
@@ -580,15 +581,35 @@ def start_bulk_delete(
 
 
 def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
+    """Restore a trash entry with the rest of its operation: one audited action."""
     reason = operator_text(reason, field="reason")
-    entry = TrashEntry.objects.filter(pk=entry_id).first()
-    ids = list(entry.session_ids) if entry else []
+    entry = TrashEntry.objects.defer("payload").filter(pk=entry_id).first()
+    ids: list[str] = []
+    operation = ""
+    if entry is not None:
+        operation = entry.operation
+        running = DeleteJob.objects.filter(
+            pk=entry.job_id, state__in=[DeleteJob.PENDING, DeleteJob.RUNNING]
+        )
+        if entry.job_id and running.exists():
+            # Its later batches are still to come: restoring now would bring back part of it.
+            raise InvalidInput(
+                f"Bulk delete job #{entry.job_id} is still running: cancel it or let it "
+                "finish, then restore the whole operation."
+            )
+        for session_ids in (
+            TrashEntry.objects.filter(operation=operation)
+            .exclude(state=TrashEntry.RESTORED)
+            .order_by("pk")
+            .values_list("session_ids", flat=True)
+        ):
+            ids += session_ids
     return _audited(
         actor=actor,
         action="restore",
-        session_ids=ids,
+        session_ids=ids or (list(entry.session_ids) if entry else []),
         reason=reason,
-        before={"trash_entry": entry_id},
+        before={"trash_entry": entry_id, "trash_operation": operation},
         run=lambda: core.restore_trash_entry(
             entry_id=entry_id, actor=_name(actor), trash=LEDGER_TRASH
         ),
@@ -596,6 +617,7 @@ def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
             "restored_sessions": len(r.restored_sessions),
             "restored_messages": r.restored_messages,
             "skipped_conversations": list(r.skipped_conversations),
+            "trash_entries": list(r.trash_entry_ids),
         },
     )
 

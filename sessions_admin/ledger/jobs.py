@@ -8,7 +8,8 @@ job's lease deletes pending items in short batches through the core's
 transaction), marking items as it goes. A process that dies mid-job leaves
 its lease to expire; the next worker resumes from the first pending item,
 and an item whose session is already gone is skipped, so nothing is deleted
-twice.
+twice. Every batch's trash entry belongs to the job's trash operation
+(``trash.job_operation``): the whole job is restored as one unit.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from django.utils import timezone
 from sessions_admin.core import db, deletion, faults
 from sessions_admin.core.errors import InvalidInput, StoreBusy
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
-from sessions_admin.ledger.trash import LEDGER_TRASH, stale_pending_trash
+from sessions_admin.ledger.trash import LEDGER_TRASH, job_operation, stale_pending_trash
 
 LEASE_SECONDS = 30
 
@@ -189,6 +190,7 @@ def run_job(
                         reason=job.reason,
                         job_id=job_id,
                         trash=LEDGER_TRASH,
+                        operation=job_operation(job_id),
                     )
                 except StoreBusy:
                     time.sleep(0.5)  # the runtime is busy: try this batch again shortly

@@ -5,6 +5,8 @@ Default database only; never in the store (the store belongs to the runtime).
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 
@@ -65,12 +67,23 @@ class AuditSession(models.Model):
         return self.session_id
 
 
+def new_trash_operation() -> str:
+    """An entry made outside a delete (a test, a shell) is an operation of its own."""
+    return uuid.uuid4().hex
+
+
 class TrashEntry(models.Model):
-    """Rows removed from the store by one delete batch, restorable until purged."""
+    """Rows removed from the store by one delete batch, restorable until purged.
+
+    ``operation`` names the operator action the batch belongs to (a cascade delete,
+    a bulk delete job: ``ledger.trash.job_operation``): the trash page lists one row
+    per operation and a restore puts every entry of it back together.
+    """
 
     PENDING, COMPLETE, RESTORED = "pending", "complete", "restored"
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    operation = models.CharField(max_length=64, default=new_trash_operation, db_index=True)
     state = models.CharField(max_length=20, default=PENDING, db_index=True)
     actor_name = models.CharField(max_length=150)
     reason = models.TextField(blank=True)

@@ -4,7 +4,10 @@
 (``TrashEntry``, one ``TrashSession`` per session for the trash page's search):
 the core's batched delete commits each batch's rows here as a pending entry
 before the store delete, marks the entry complete once the store committed, and
-a restore reads the rows back. ``LedgerConfig.ready`` makes it the core's
+a restore reads the rows back. The entries of one operator action share an
+``operation`` (a cascade's batches, a bulk job's batches: ``job_operation``); a
+restore puts the whole operation back and a purge drops whole operations, so the
+trash never holds half of an action. ``LedgerConfig.ready`` makes it the core's
 default trash, so every delete in a dashboard process (views, commands, jobs,
 tests) keeps what it removes here.
 
@@ -20,6 +23,7 @@ import math
 from collections.abc import Sequence
 
 from django.db import transaction
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from sessions_admin.core import db
@@ -123,9 +127,11 @@ class LedgerTrash:
         actor: str,
         reason: str,
         job_id: int | None,
+        operation: str,
     ) -> int:
         with transaction.atomic(using="default"):
             entry = TrashEntry.objects.create(
+                operation=operation,
                 actor_name=actor,
                 reason=reason,
                 job_id=job_id,
@@ -160,6 +166,18 @@ class LedgerTrash:
         if unfinished:
             TrashEntry.objects.filter(pk__in=unfinished, state=TrashEntry.PENDING).delete()
 
+    def operation_entries(self, entry_id: int) -> tuple[int, ...]:
+        operation = (
+            TrashEntry.objects.filter(pk=entry_id).values_list("operation", flat=True).first()
+        )
+        if operation is None:
+            return ()
+        # A batch that committed in the store but died before marking its entry complete
+        # holds rows that are only here: settle it first, so the restore takes it too.
+        stale_pending_trash(operation=operation)
+        others = TrashEntry.objects.filter(operation=operation, state=TrashEntry.COMPLETE)
+        return tuple(sorted({entry_id, *others.values_list("pk", flat=True)}))
+
     def mark_complete(self, entry_id: int) -> None:
         TrashEntry.objects.filter(pk=entry_id).update(state=TrashEntry.COMPLETE)
 
@@ -182,32 +200,57 @@ class LedgerTrash:
 LEDGER_TRASH = LedgerTrash()
 
 
-def purge_trash(*, older_than_days: float | None = None) -> int:
-    """Drop trash entries (all, or those older than the given days). Returns how many.
+def job_operation(job_id: int) -> str:
+    """The trash operation of a bulk delete job: every batch it deletes, restored together."""
+    return f"job-{job_id}"
 
-    Pending entries are never purged: their batch may still be committing, and
-    the trash copy is then the only copy.
+
+def purgeable_operations(*, older_than_days: float | None = None) -> list[str]:
+    """The operations a purge drops: all, or those whose newest entry is older than the days.
+
+    An operation with a pending entry is never purged: that batch may still be
+    committing, and its trash copy is then the only copy. An operation goes whole
+    (its last batch decides its age), never leaving part of an action restorable.
     """
-    entries = TrashEntry.objects.exclude(state=TrashEntry.PENDING)
+    if older_than_days is not None and older_than_days < 0:
+        raise InvalidInput("older_than_days must be zero or more.")
+    operations = TrashEntry.objects.values("operation").annotate(
+        newest=Max("created_at"),
+        pending=Count("pk", filter=Q(state=TrashEntry.PENDING)),
+    )
+    operations = operations.filter(pending=0)
     if older_than_days is not None:
-        if older_than_days < 0:
-            raise InvalidInput("older_than_days must be zero or more.")
-        entries = entries.filter(
-            created_at__lt=timezone.now() - timezone.timedelta(days=older_than_days)
+        operations = operations.filter(
+            newest__lt=timezone.now() - timezone.timedelta(days=older_than_days)
         )
-    ids = list(entries.values_list("pk", flat=True))
-    TrashEntry.objects.filter(pk__in=ids).delete()
-    return len(ids)
+    return [row["operation"] for row in operations.order_by("operation")]
 
 
-def stale_pending_trash() -> list[int]:
+def purge_trash(*, older_than_days: float | None = None) -> int:
+    """Drop whole trash operations (all, or the older ones: ``purgeable_operations``).
+
+    Returns how many operations (what the trash page lists as entries) were dropped.
+    """
+    operations = purgeable_operations(older_than_days=older_than_days)
+    for start in range(0, len(operations), 500):
+        TrashEntry.objects.filter(operation__in=operations[start : start + 500]).exclude(
+            state=TrashEntry.PENDING
+        ).delete()
+    return len(operations)
+
+
+def stale_pending_trash(*, operation: str | None = None) -> list[int]:
     """Pending entries whose rows are all still in the store: their delete never committed.
 
     A pending entry none of whose sessions is left in the store belongs to a batch
     that committed but died before marking it: it is marked complete here.
+    ``operation``: look at that operation's entries only.
     """
     stale = []
-    for entry in TrashEntry.objects.filter(state=TrashEntry.PENDING):
+    pending = TrashEntry.objects.filter(state=TrashEntry.PENDING)
+    if operation is not None:
+        pending = pending.filter(operation=operation)
+    for entry in pending:
         ids = entry.session_ids
         present = (
             db.fetchone(f"SELECT COUNT(*) FROM sessions WHERE id IN ({db.placeholders(ids)})", ids)[

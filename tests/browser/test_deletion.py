@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
 from sessions_admin import core
-from sessions_admin.core import db
+from sessions_admin.core import db, deletion
 from sessions_admin.ledger import worker
 from sessions_admin.ledger.models import DeleteJob, TrashEntry
 from sessions_admin.signin.roles import assign_role
@@ -82,6 +82,13 @@ def test_a_bulk_delete_from_a_preset_runs_to_100_percent(signed_in_page, gated_w
     expect(page.locator(".dry-run")).to_contain_text("90 messages")
 
     page.locator('form.confirm textarea[name="reason"]').fill("retention: older than 30 days")
+    # 45 sessions: the number typed, by the same rule and words as a cascade delete.
+    expect(page.locator("form.confirm label.typed")).to_contain_text(
+        "This deletes 45 sessions and 90 messages. Type 45 to confirm."
+    )
+    page.get_by_role("button", name=re.compile(r"^Delete 45 sessions")).click()
+    assert DeleteJob.objects.count() == 0  # the browser asks for the number first
+    page.locator('form.confirm input[name="typed_count"]').fill("45")
     page.get_by_role("button", name=re.compile(r"^Delete 45 sessions")).click()
     page.wait_for_url(re.compile(r"/jobs/\d+/$"))
     job = DeleteJob.objects.get()
@@ -143,6 +150,44 @@ def test_a_cascade_delete_and_its_restore_from_the_trash(signed_in_page):
     )
     expect(page.locator("li.entry").first.locator(".badge.restored")).to_be_visible()
     assert store_snapshot("sessions", "messages", "conversations", "responses") == before
+    assert page.script_errors == []
+
+
+def test_a_long_cascade_is_one_trash_entry_restored_whole(signed_in_page, monkeypatch):
+    """A 25-segment chain deleted in 5 batches: one row in the trash, one click restores it all."""
+    monkeypatch.setattr(deletion, "BATCH_SESSIONS", 5)
+    root = core.create_session(source="telegram", session_key="tg:7", title="refund").session_id
+    chain = [root]
+    for n in range(24):
+        core.append_message(session_id=chain[-1], role="user", content=f"turn {n}")
+        chain.append(core.rotate_for_compression(session_id=chain[-1]).new_session_id)
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
+    page = signed_in_page("admin")
+    page.goto(f"/sessions/{chain[12]}/delete/")
+    expect(page.locator("form.confirm label.typed")).to_contain_text(
+        "This deletes 25 sessions and 24 messages. Type 25 to confirm."
+    )
+    page.locator('form.confirm textarea[name="reason"]').fill("customer asked")
+    page.locator('form.confirm input[name="typed_count"]').fill("25")
+    page.get_by_role("button", name=re.compile(r"^Delete 25 sessions")).click()
+    page.wait_for_url("**/trash/")
+    assert _present(chain) == set()
+    entries = list(TrashEntry.objects.order_by("pk"))
+    assert len(entries) == 5 and len({e.operation for e in entries}) == 1
+
+    expect(page.locator("li.entry")).to_have_count(1)
+    entry = page.locator("li.entry")
+    expect(entry).to_contain_text("25 sessions, 24 messages")
+    expect(entry).to_contain_text("one operation, 5 batches")
+    entry.get_by_role("button", name="Restore the whole operation: 25 sessions").click()
+    page.wait_for_url("**/trash/")
+    expect(page.locator("ul.messages")).to_contain_text(
+        "Restored 25 sessions and 24 messages from trash entry "
+        f"#{entries[0].pk} (the whole operation: 5 batches)."
+    )
+    expect(page.locator("li.entry .badge.restored")).to_have_text(re.compile("^restored"))
+    assert store_snapshot("sessions", "messages", "conversations", "responses") == before
+    assert {e.state for e in TrashEntry.objects.all()} == {TrashEntry.RESTORED}
     assert page.script_errors == []
 
 

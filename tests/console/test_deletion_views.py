@@ -18,7 +18,7 @@ from sessions_admin.console.forms import (
     JobCancelForm,
     TrashPurgeForm,
 )
-from sessions_admin.core import db
+from sessions_admin.core import db, deletion
 from sessions_admin.ledger import jobs, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
 from sessions_admin.routers import responses_alias
@@ -414,6 +414,70 @@ def test_large_plans_need_the_number_typed(admin, typed):
     assert session_ids() == set()
 
 
+def typed_prompt(body: str) -> str | None:
+    """The typed-confirmation prompt of a confirm form, as text (None: not asked)."""
+    match = re.search(r'<label class="field typed"><span>(.*?)</span>\s*<input', body, re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", match.group(1))) if match else None
+
+
+@pytest.mark.parametrize(
+    "sessions, messages, asked",
+    [(19, 0, False), (20, 0, True), (48, 0, True), (1, 999, False), (1, 1000, True)],
+)
+def test_one_typed_confirmation_rule_for_cascade_and_bulk_delete(admin, sessions, messages, asked):
+    """The same set asks for the same confirmation, in the same words, on both pages."""
+    root = _big_conversation(delegates=sessions - 1)
+    if messages:
+        core.append_messages(
+            session_id=root, messages=[{"role": "user", "content": "m"}] * messages
+        )
+    core.end_session(session_id=root, end_reason="user_exit")
+    for sid in session_ids():
+        if sid != root:
+            core.end_session(session_id=sid, end_reason="agent_close")
+    cascade = admin.get(cascade_url(root)).content.decode()
+    bulk = admin.get(reverse("bulk_delete"), {"preset": "by_source", "source": "cli"})
+    bulk = bulk.content.decode()
+    assert re.search(rf"data-count>{sessions}<", bulk)  # the root and its delegates
+    expected = (
+        f"This deletes {sessions} session{'s' if sessions != 1 else ''} and "
+        f"{messages:,} message{'s' if messages != 1 else ''}. Type {sessions} to confirm."
+        if asked
+        else None
+    )
+    assert typed_prompt(cascade) == expected
+    assert typed_prompt(bulk) == expected
+
+
+@pytest.mark.parametrize("typed", [None, "", "20", "abc", "210"])
+def test_large_bulk_deletes_need_the_number_typed(admin, typed):
+    ended_sessions(21)
+    page = admin.get(reverse("bulk_delete"), {"preset": "ended_older_than", "days": "30"})
+    page = page.content.decode()
+    assert typed_prompt(page) == "This deletes 21 sessions and 42 messages. Type 21 to confirm."
+    fields = form(page, reverse("bulk_delete_start")) | {"reason": "retention"}
+    fields.pop("typed_count", None)
+    if typed is not None:
+        fields["typed_count"] = typed
+    before = _state()
+    response = admin.post(reverse("bulk_delete_start"), fields)
+    assert response.status_code == 200
+    assert "type the number of sessions this deletes (21)" in problems(response.content.decode())
+    assert _state() == before and DeleteJob.objects.count() == 0
+    assert AuditEntry.objects.filter(action="bulk_delete", outcome="refused").count() == 1
+    fields["typed_count"] = "21"
+    assert admin.post(reverse("bulk_delete_start"), fields).status_code == 302
+    assert DeleteJob.objects.get().total == 21
+
+
+def test_a_small_bulk_delete_needs_only_a_reason(admin):
+    ended_sessions(3)
+    fields = _dry_run_fields(admin, {"preset": "ended_older_than", "days": "30"})
+    assert "typed_count" not in fields
+    response = admin.post(reverse("bulk_delete_start"), fields | {"reason": "r"})
+    assert response.status_code == 302 and DeleteJob.objects.get().total == 3
+
+
 # ---------------------------------------------------------------------------
 # Bulk delete
 
@@ -498,6 +562,7 @@ def test_bulk_delete_runs_as_a_job(admin, worker_calls):
     keep = core.create_session(source="cli").session_id
     fields = _dry_run_fields(admin, {"preset": "ended_older_than", "days": "30"})
     fields["reason"] = "retention"
+    fields["typed_count"] = "30"  # 30 sessions: typed, as for a cascade of 30
     response = admin.post(reverse("bulk_delete_start"), fields)
     job = DeleteJob.objects.get()
     assert response.status_code == 302
@@ -745,6 +810,69 @@ def test_restoring_from_the_trash_gives_back_the_exact_rows(admin):
     again = admin.post(reverse("trash_restore", args=[entry.pk]), follow=True)
     assert any("already restored" in m for m in flashed(again))
     assert store_snapshot("sessions", "messages", "conversations", "responses") == before
+
+
+def test_a_cascade_in_many_batches_is_one_trash_row_restored_whole(admin, monkeypatch):
+    monkeypatch.setattr(deletion, "BATCH_SESSIONS", 3)
+    root = core.create_session(source="cli", session_key="cli:long").session_id
+    current = root
+    for n in range(9):
+        core.append_message(session_id=current, role="user", content=f"turn {n}")
+        current = core.rotate_for_compression(session_id=current).new_session_id
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
+    page = admin.get(cascade_url(root)).content.decode()
+    fields = form(page, confirm_url(root)) | {"reason": "customer asked"}
+    assert admin.post(confirm_url(root), fields).status_code == 302
+    entries = list(TrashEntry.objects.order_by("pk"))
+    assert len(entries) == 4 and len({e.operation for e in entries}) == 1
+    audit = AuditEntry.objects.get(action="cascade_delete")
+    assert audit.after["trash_operation"] == entries[0].operation
+    assert audit.after["trash_entries"] == [e.pk for e in entries]
+
+    body = admin.get(reverse("trash")).content.decode()
+    assert body.count('<li class="entry ') == 1  # one operator action, one row
+    row = body[body.index(f'id="trash-{entries[0].pk}"') :]
+    assert "10 sessions, 9 messages" in row and "one operation, 4 batches" in row
+    assert "Everything (1 entry)" in body
+    assert form(body, reverse("trash_restore", args=[entries[0].pk])) == {"q": ""}
+    for entry in entries[1:]:
+        assert reverse("trash_restore", args=[entry.pk]) not in body
+
+    # Any batch's entry restores the whole operation; the page shows it restored.
+    response = admin.post(reverse("trash_restore", args=[entries[2].pk]), follow=True)
+    assert (
+        f"Restored 10 sessions and 9 messages from trash entry #{entries[0].pk} "
+        "(the whole operation: 4 batches)." in flashed(response)
+    )
+    assert store_snapshot("sessions", "messages", "conversations", "responses") == before
+    assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.RESTORED}
+    assert AuditEntry.objects.filter(action="restore", outcome="ok").count() == 1
+    body = response.content.decode()
+    assert '<span class="badge restored">restored' in body
+    assert not re.search(r"/trash/\d+/restore/", body)
+
+
+def test_a_running_jobs_entry_is_restored_only_once_the_job_stops(admin):
+    ids = ended_sessions(6)
+    job = jobs.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
+    jobs.run_job(job_id=job, batch_sessions=2, max_batches=2)
+    first, second = TrashEntry.objects.order_by("pk")
+    body = admin.get(reverse("trash")).content.decode()
+    assert body.count('<li class="entry ') == 1
+    assert f"Job #{job} is still deleting" in body
+    assert not re.search(r"/trash/\d+/restore/", body)
+    before = _state()
+    response = admin.post(reverse("trash_restore", args=[second.pk]), follow=True)
+    assert any("still running" in m for m in flashed(response))
+    assert _state() == before
+    assert AuditEntry.objects.filter(action="restore", outcome="refused").count() == 1
+
+    admin.post(reverse("job_cancel", args=[job]))
+    body = admin.get(reverse("trash")).content.decode()
+    assert form(body, reverse("trash_restore", args=[first.pk])) == {"q": ""}
+    response = admin.post(reverse("trash_restore", args=[first.pk]), follow=True)
+    assert "(the whole operation: 2 batches)" in " ".join(flashed(response))
+    assert session_ids() == set(ids)
 
 
 def test_a_restore_conflict_is_explained_and_changes_nothing(admin):

@@ -100,6 +100,7 @@ POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
             "reason",
             "digest",
             "confirm_live",
+            "typed_count",
         ],
         {"preset": "empty", **REASON},
     ),

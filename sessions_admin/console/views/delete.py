@@ -46,6 +46,7 @@ from sessions_admin.console.http import (
     redirect_to,
     require_perm,
 )
+from sessions_admin.core.deletion import needs_typed_confirmation
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
@@ -109,6 +110,39 @@ def _session_rows(ids) -> dict[str, Session]:
         ):
             found[row.id] = row
     return found
+
+
+# ---------------------------------------------------------------------------
+# Typed confirmation: one rule (the core's ``needs_typed_confirmation``), one prompt
+# (cascade_delete.html's ``typed-confirmation`` partial, included by the bulk page) and
+# one refusal, for a cascade and a bulk delete alike.
+
+
+@dataclass(frozen=True)
+class TypedConfirmation:
+    """A delete large enough that the operator types its number of sessions to confirm."""
+
+    sessions: int
+    messages: int
+
+
+def typed_confirmation(*, sessions: int, messages: int) -> TypedConfirmation | None:
+    """What the confirm form asks to type for a delete this large (None: a reason is enough)."""
+    if needs_typed_confirmation(sessions=sessions, messages=messages):
+        return TypedConfirmation(sessions, messages)
+    return None
+
+
+def typed_count_problem(form, asked: TypedConfirmation | None) -> str | None:
+    """Why the number typed in ``form`` does not confirm the delete (None: it does, or none
+    is asked)."""
+    if asked is None or form.cleaned_data.get("typed_count") == asked.sessions:
+        return None
+    return (
+        f"To confirm, type the number of sessions this deletes ({asked.sessions:,})"
+        + ("; the number typed does not match." if form.shown_back("typed_count") else ".")
+        + " Nothing was deleted."
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -179,6 +213,9 @@ def _cascade_context(
         "live_count": len(plan.live_session_ids),
         "more_live": max(0, len(plan.live_session_ids) - LIVE_LISTED),
         "session_count": len(plan.session_ids),
+        "typed_confirmation": typed_confirmation(
+            sessions=len(plan.session_ids), messages=plan.message_count
+        ),
         "conversation_names": plan.conversation_names[:LIST_NAMES],
         "more_conversation_names": max(0, len(plan.conversation_names) - LIST_NAMES),
         "reason": reason,
@@ -202,20 +239,15 @@ def _render_cascade(
 def _confirmation_problems(form: CascadeConfirmForm, plan: core.DeletePlan) -> list[str]:
     """Why confirming ``plan`` with this form deletes nothing (none: go ahead)."""
     problems = [str(error) for error in form.errors.get("reason", [])]
-    count = len(plan.session_ids)
-    typed = form.cleaned_data.get("typed_count")
+    asked = typed_confirmation(sessions=len(plan.session_ids), messages=plan.message_count)
     if form.cleaned_data.get("fingerprint") != plan.fingerprint:
         problems.append(
             "The store changed since the plan was shown (the runtime may still be writing), "
             "or the plan was not shown at all. Nothing was deleted: review the plan below "
             "and confirm again."
         )
-    elif plan.needs_typed_confirmation and typed != count:
-        problems.append(
-            f"To confirm, type the number of sessions this deletes ({count:,})"
-            + ("; the number typed does not match." if form.shown_back("typed_count") else ".")
-            + " Nothing was deleted."
-        )
+    elif problem := typed_count_problem(form, asked):
+        problems.append(problem)
     return problems
 
 
@@ -441,6 +473,10 @@ class DryRun:
     sample: list[dict]
     digest: str
 
+    @property
+    def typed_confirmation(self) -> TypedConfirmation | None:
+        return typed_confirmation(sessions=self.count, messages=self.message_count)
+
 
 def _count_live(ids) -> int:
     ids = list(ids)
@@ -570,11 +606,14 @@ def _start_problems(form: BulkStartForm, dry_run: DryRun, include_live: bool) ->
         )
     elif dry_run.count == 0:
         problems.append("Nothing to delete: no session matches (live sessions are kept).")
-    elif include_live and dry_run.live_included and not form.cleaned_data["confirm_live"]:
-        problems.append(
-            f"Tick the box to confirm that {plural(dry_run.live_included, 'live session')} "
-            "will be deleted too. Nothing was deleted."
-        )
+    else:
+        if include_live and dry_run.live_included and not form.cleaned_data["confirm_live"]:
+            problems.append(
+                f"Tick the box to confirm that {plural(dry_run.live_included, 'live session')} "
+                "will be deleted too. Nothing was deleted."
+            )
+        if problem := typed_count_problem(form, dry_run.typed_confirmation):
+            problems.append(problem)
     return problems
 
 

@@ -1,5 +1,8 @@
 """The trash: what deletes removed, restorable until purged (admin only).
 
+One row per operation: every batch of one operator action (a cascade delete, a
+bulk delete job) is one entry on the page, restored (and purged) whole; the
+row is named by its first batch's entry (``#id``), which its restore form posts.
 The page only reads the dashboard's own database; a restore or a purge goes
 through ``ledger.actions``, validated by its form (``console.forms``) first.
 How long an entry stays restorable is ``ledger.trash_retention``'s.
@@ -14,7 +17,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Prefetch
+from django.db.models import Max
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -31,7 +34,8 @@ from sessions_admin.console.forms import (
 from sessions_admin.console.http import HtmxHttpRequest, fragment, plural, require_perm
 from sessions_admin.console.views.delete import plural_days
 from sessions_admin.ledger import actions
-from sessions_admin.ledger.models import TrashEntry, TrashSession
+from sessions_admin.ledger.models import DeleteJob, TrashEntry, TrashSession
+from sessions_admin.ledger.trash import purgeable_operations
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
 
@@ -44,11 +48,57 @@ NUL_SEARCH = "A session id cannot contain a NUL character: showing every entry."
 
 @dataclass(frozen=True)
 class TrashRow:
-    entry: TrashEntry
+    """One operation: its entries (one per batch), shown as one restorable unit."""
+
+    operation: str
+    entry: TrashEntry  # the first batch's: the row's id, who, why, when
+    entries: list[TrashEntry]
     sessions: list[tuple[TrashSession, bool]]  # (session, matches the search)
     more: int
     expires_at: dt.datetime
     expired: bool
+    job_running: bool = False  # its bulk delete job still deletes: restorable once it stops
+
+    @property
+    def state(self) -> str:
+        """restored | pending | partly-restored (restored batch by batch before operations
+        were kept whole) | complete."""
+        states = {e.state for e in self.entries}
+        if states == {TrashEntry.RESTORED}:
+            return TrashEntry.RESTORED
+        if TrashEntry.PENDING in states:
+            return TrashEntry.PENDING
+        return "partly-restored" if TrashEntry.RESTORED in states else TrashEntry.COMPLETE
+
+    @property
+    def session_count(self) -> int:
+        return sum(e.session_count for e in self.entries if e.state != TrashEntry.RESTORED)
+
+    @property
+    def message_count(self) -> int:
+        return sum(e.message_count for e in self.entries if e.state != TrashEntry.RESTORED)
+
+    @property
+    def last_entry_id(self) -> int:
+        return self.entries[-1].pk
+
+    @property
+    def total_sessions(self) -> int:
+        return sum(e.session_count for e in self.entries)
+
+    @property
+    def total_messages(self) -> int:
+        return sum(e.message_count for e in self.entries)
+
+    @property
+    def restore_entry(self) -> TrashEntry | None:
+        """The entry the restore form names (any of the operation restores it all)."""
+        return next((e for e in self.entries if e.state != TrashEntry.RESTORED), None)
+
+    @property
+    def last_restored(self) -> TrashEntry | None:
+        restored = [e for e in self.entries if e.restored_at]
+        return max(restored, key=lambda e: e.restored_at) if restored else None
 
 
 def _trash_url(q: str = "", page: str = "") -> str:
@@ -68,48 +118,57 @@ def _render_trash(
     days = configured_days()
     now = timezone.now()
     retention = timedelta(days=days)
-    prefetches = [
-        Prefetch(
-            "sessions",
-            queryset=TrashSession.objects.order_by("id")[:TRASH_SESSIONS_SHOWN],
-            to_attr="first_sessions",
-        )
-    ]
-    if q:
-        prefetches.append(
-            Prefetch(
-                "sessions",
-                queryset=TrashSession.objects.filter(session_id__startswith=q).order_by("id")[
-                    :TRASH_SESSIONS_SHOWN
-                ],
-                to_attr="matching_sessions",
-            )
-        )
-    entries = TrashEntry.objects.defer("payload").prefetch_related(*prefetches)
-    if q:
-        entries = entries.filter(
-            pk__in=TrashSession.objects.filter(session_id__startswith=q).values("entry_id")
-        )
-    page = Paginator(entries, TRASH_PAGE_SIZE).get_page(page_number)
+    operations = (
+        TrashEntry.objects.values("operation")
+        .annotate(newest=Max("created_at"), last_id=Max("id"))
+        .order_by("-newest", "-last_id")
+    )
+    matching = TrashSession.objects.filter(session_id__startswith=q) if q else None
+    if matching is not None:
+        operations = operations.filter(operation__in=matching.values("entry__operation").distinct())
+    page = Paginator(operations, TRASH_PAGE_SIZE).get_page(page_number)
+    newest = {row["operation"]: row["newest"] for row in page.object_list}
+    entries: dict[str, list[TrashEntry]] = {}
+    for entry in (
+        TrashEntry.objects.defer("payload").filter(operation__in=list(newest)).order_by("pk")
+    ):
+        entries.setdefault(entry.operation, []).append(entry)
+    running_jobs = set(
+        DeleteJob.objects.filter(
+            pk__in={e.job_id for batch in entries.values() for e in batch if e.job_id},
+            state__in=[DeleteJob.PENDING, DeleteJob.RUNNING],
+        ).values_list("pk", flat=True)
+    )
     rows = []
-    for entry in page.object_list:
-        matching = list(getattr(entry, "matching_sessions", []))
-        seen = {s.pk for s in matching}
-        shown = [(s, True) for s in matching] + [
-            (s, False) for s in entry.first_sessions if s.pk not in seen
+    for operation in newest:
+        batches = entries.get(operation, [])
+        if not batches:
+            continue  # purged between the two reads
+        found = (
+            list(matching.filter(entry__operation=operation).order_by("id")[:TRASH_SESSIONS_SHOWN])
+            if matching is not None
+            else []
+        )
+        seen = {s.pk for s in found}
+        first = TrashSession.objects.filter(entry__operation=operation).order_by("id")[
+            :TRASH_SESSIONS_SHOWN
         ]
-        shown = shown[: max(TRASH_SESSIONS_SHOWN, len(matching))]
-        expires_at = entry.created_at + retention
+        shown = [(s, True) for s in found] + [(s, False) for s in first if s.pk not in seen]
+        shown = shown[: max(TRASH_SESSIONS_SHOWN, len(found))]
+        expires_at = newest[operation] + retention
+        restored = all(e.state == TrashEntry.RESTORED for e in batches)
         rows.append(
             TrashRow(
-                entry=entry,
+                operation=operation,
+                entry=batches[0],
+                entries=batches,
                 sessions=shown,
-                more=max(0, entry.session_count - len(shown)),
+                more=max(0, sum(e.session_count for e in batches) - len(shown)),
                 expires_at=expires_at,
-                expired=entry.state != TrashEntry.RESTORED and expires_at <= now,
+                expired=not restored and expires_at <= now,
+                job_running=batches[0].job_id in running_jobs,
             )
         )
-    purgeable = TrashEntry.objects.exclude(state=TrashEntry.RESTORED)
     context = {
         "q": q,
         "page": page,
@@ -118,8 +177,9 @@ def _render_trash(
         "trash_days": days,
         "purge_reason": purge_reason,
         "purge_scope": purge_scope,
-        "purgeable_count": purgeable.count(),
-        "expired_count": purgeable.filter(created_at__lt=now - retention).count(),
+        # What each choice of the purge form drops (whole operations, as listed here).
+        "purgeable_count": len(purgeable_operations()),
+        "expired_count": len(purgeable_operations(older_than_days=days)),
         "prev_url": _trash_url(q, str(page.previous_page_number()))
         if page.has_previous()
         else None,
@@ -159,16 +219,19 @@ def trash_restore(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
     if entry.state == TrashEntry.RESTORED:
         messages.info(request, f"Trash entry #{entry.pk} was already restored.")
         return redirect(back)
+    first = TrashEntry.objects.filter(operation=entry.operation).order_by("pk").first() or entry
     try:
         result = actions.restore(actor=request.user, entry_id=entry.pk)
     except core.StoreError as error:
         actions.record_refusal(request=request, action="restore", why=error)
         messages.error(request, f"Nothing was restored: {error}")
         return redirect(back)
+    batches = len(result.trash_entry_ids)
     messages.success(
         request,
         f"Restored {plural(len(result.restored_sessions), 'session')} and "
-        f"{plural(result.restored_messages, 'message')} from trash entry #{entry.pk}.",
+        f"{plural(result.restored_messages, 'message')} from trash entry #{first.pk}"
+        + (f" (the whole operation: {batches} batches)." if batches > 1 else "."),
     )
     if result.skipped_conversations:
         messages.warning(
