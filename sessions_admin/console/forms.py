@@ -325,7 +325,10 @@ class ResetForm(ConsoleForm):
 
 
 class RewriteForm(OptionalReasonForm):
-    """Undo, redo or retry: an optional reason."""
+    """Undo, redo or retry: an optional reason, and the previewed plan's fingerprint (a form
+    without one acts on what the turn is now)."""
+
+    fingerprint = IdentifierField(word="fingerprint", required=False)
 
 
 class StrayMoveForm(ConsoleForm):

@@ -8,6 +8,7 @@ every rewrite can be restored, and the counters always count active rows only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,10 +19,12 @@ from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import (
     InvalidInput,
     NothingToUndo,
+    SessionEnded,
     SessionNotFound,
+    StoreError,
     TruncationRefused,
 )
-from sessions_admin.core.lifecycle import require_writable
+from sessions_admin.core.lifecycle import require_writable, where_it_continues
 from sessions_admin.core.rows import insert_messages, recompute_counters, require_session_id
 
 
@@ -32,6 +35,31 @@ class RewriteResult:
     message_ids: tuple[int, ...]
     message_count: int
     tool_call_count: int
+
+
+@dataclass(frozen=True)
+class RewritePlan:
+    """What an undo, redo or retry would change now: the rows it turns inactive (or active)."""
+
+    session_id: str
+    action: str  # undo, redo, retry
+    message_ids: tuple[int, ...]
+    fingerprint: str
+
+
+class RewritePlanChanged(StoreError):
+    """The rows an undo, redo or retry would change are not the ones previewed."""
+
+    def __init__(self, plan: RewritePlan):
+        self.plan = plan
+        super().__init__(
+            f"The transcript of {plan.session_id} changed since the {plan.action} was "
+            "previewed (the runtime is still writing). Nothing was changed: check the new "
+            "preview and confirm again."
+        )
+
+
+REWRITES = ("undo", "redo", "retry")
 
 
 @dataclass(frozen=True)
@@ -72,75 +100,18 @@ def _last_active_user_id(session_id: str) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
-@store_operation
-def undo_last_turn(*, session_id: str) -> RewriteResult:
-    """Make the last turn (last active user message and everything after it) inactive.
-
-    Only the live session's transcript is rewound: an ended segment's id (a
-    runtime's stale cache, an operator on an old page) raises ``SessionEnded``
-    naming the live session, so the turn the conversation really continues from
-    is the one undone.
-    """
-    require_writable(session_id)
-    last_user = _last_active_user_id(session_id)
-    if last_user is None:
-        raise NothingToUndo(f"Session {session_id} has no turn to undo.")
-    ids = [
+def _active_ids_from(session_id: str, first: int) -> list[int]:
+    return [
         int(r[0])
         for r in db.fetchall(
             "SELECT id FROM messages WHERE session_id = %s AND active = 1 AND id >= %s ORDER BY id",
-            [session_id, last_user],
+            [session_id, first],
         )
     ]
-    _set_active(session_id, ids, 0)
-    db.execute(
-        "UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 WHERE id = %s",
-        [session_id],
-    )
-    _record_rewind(session_id, ids)
-    return _result(session_id, "undo", ids)
 
 
-@store_operation
-def retry_last_turn(*, session_id: str) -> RewriteResult:
-    """Drop the reply to the last user message (it becomes inactive) so it can be generated again.
-
-    Like undo, only on the live session (``SessionEnded`` otherwise).
-    """
-    require_writable(session_id)
-    last_user = _last_active_user_id(session_id)
-    ids = []
-    if last_user is not None:
-        ids = [
-            int(r[0])
-            for r in db.fetchall(
-                "SELECT id FROM messages WHERE session_id = %s AND active = 1 AND id > %s "
-                "ORDER BY id",
-                [session_id, last_user],
-            )
-        ]
-    if not ids:
-        raise NothingToUndo(f"Session {session_id} has no reply to retry.")
-    _set_active(session_id, ids, 0)
-    db.execute(
-        "UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 WHERE id = %s",
-        [session_id],
-    )
-    _record_rewind(session_id, ids)
-    return _result(session_id, "retry", ids)
-
-
-@store_operation
-def redo_turn(*, session_id: str) -> RewriteResult:
-    """Bring back what the last undo or retry made inactive, exactly those rows.
-
-    Undo and retry record what they took (``sessions_admin_undos``), because the
-    rows alone cannot tell the rewind just made from an older one (a reply a
-    retry dropped before the turn was undone, an older undone turn). Only a turn after every active row can come back: once the
-    conversation has moved on past it, restoring it would reorder history.
-    Like undo, only on the live session (``SessionEnded`` otherwise).
-    """
-    require_writable(session_id)
+def _last_rewind(session_id: str) -> tuple[int, list[int]]:
+    """The last undo or retry not redone (its record and rows), if it can still come back."""
     record = db.fetchone(
         "SELECT id, message_ids FROM sessions_admin_undos WHERE session_id = %s "
         "ORDER BY id DESC LIMIT 1",
@@ -167,6 +138,110 @@ def redo_turn(*, session_id: str) -> RewriteResult:
             f"Session {session_id} has nothing to redo: the conversation has moved on "
             "since the last undo or retry."
         )
+    return record_id, ids
+
+
+def _rewrite_rows(session_id: str, action: str) -> tuple[list[int], int | None]:
+    """The rows ``action`` changes now, and for a redo the undo record it consumes.
+
+    The one computation behind both the preview (``plan_rewrite``) and the operation.
+    """
+    if action == "redo":
+        record_id, ids = _last_rewind(session_id)
+        return ids, record_id
+    last_user = _last_active_user_id(session_id)
+    if action == "undo":
+        if last_user is None:
+            raise NothingToUndo(f"Session {session_id} has no turn to undo.")
+        return _active_ids_from(session_id, last_user), None
+    ids = _active_ids_from(session_id, last_user + 1) if last_user is not None else []
+    if not ids:
+        raise NothingToUndo(f"Session {session_id} has no reply to retry.")
+    return ids, None
+
+
+def _plan(session_id: str, action: str, ids: list[int]) -> RewritePlan:
+    fingerprint = hashlib.sha256(json.dumps([session_id, action, ids]).encode()).hexdigest()
+    return RewritePlan(session_id, action, tuple(ids), fingerprint)
+
+
+def plan_rewrite(*, session_id: str, action: str) -> RewritePlan:
+    """What ``undo_last_turn``, ``redo_turn`` or ``retry_last_turn`` would change now.
+
+    Nothing is written and nothing locked. Raises what the operation would
+    (``NothingToUndo``, ``SessionEnded`` naming the live session). Pass the plan's
+    ``fingerprint`` to the operation to change only the rows previewed.
+    """
+    if action not in REWRITES:
+        raise InvalidInput(f"Unknown transcript action {action!r}.")
+    row = lineage.session_row(require_session_id(session_id))
+    if row is None:
+        raise SessionNotFound(session_id)
+    if row["ended_at"] is not None:
+        live, via = where_it_continues(row)
+        raise SessionEnded(session_id, row["end_reason"], live, via)
+    return _plan(session_id, action, _rewrite_rows(session_id, action)[0])
+
+
+def _planned_rows(
+    session_id: str, action: str, expected_fingerprint: str | None
+) -> tuple[list[int], int | None]:
+    """Lock the live session, read what ``action`` changes, refuse if it is not as previewed."""
+    require_writable(session_id)
+    ids, record_id = _rewrite_rows(session_id, action)
+    if expected_fingerprint is not None:
+        plan = _plan(session_id, action, ids)
+        if plan.fingerprint != expected_fingerprint:
+            raise RewritePlanChanged(plan)
+    return ids, record_id
+
+
+def _rewind(session_id: str, action: str, expected_fingerprint: str | None) -> RewriteResult:
+    ids, _ = _planned_rows(session_id, action, expected_fingerprint)
+    _set_active(session_id, ids, 0)
+    db.execute(
+        "UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 WHERE id = %s",
+        [session_id],
+    )
+    _record_rewind(session_id, ids)
+    return _result(session_id, action, ids)
+
+
+@store_operation
+def undo_last_turn(*, session_id: str, expected_fingerprint: str | None = None) -> RewriteResult:
+    """Make the last turn (last active user message and everything after it) inactive.
+
+    Only the live session's transcript is rewound: an ended segment's id (a
+    runtime's stale cache, an operator on an old page) raises ``SessionEnded``
+    naming the live session, so the turn the conversation really continues from
+    is the one undone. ``expected_fingerprint`` (a ``plan_rewrite`` fingerprint):
+    refused with ``RewritePlanChanged``, nothing written, unless the rows are those planned.
+    """
+    return _rewind(session_id, "undo", expected_fingerprint)
+
+
+@store_operation
+def retry_last_turn(*, session_id: str, expected_fingerprint: str | None = None) -> RewriteResult:
+    """Drop the reply to the last user message (it becomes inactive) so it can be generated again.
+
+    Like undo, only on the live session (``SessionEnded`` otherwise), and only as
+    planned when given a fingerprint.
+    """
+    return _rewind(session_id, "retry", expected_fingerprint)
+
+
+@store_operation
+def redo_turn(*, session_id: str, expected_fingerprint: str | None = None) -> RewriteResult:
+    """Bring back what the last undo or retry made inactive, exactly those rows.
+
+    Undo and retry record what they took (``sessions_admin_undos``), because the
+    rows alone cannot tell the rewind just made from an older one (a reply a
+    retry dropped before the turn was undone, an older undone turn). Only a turn after every active row can come back: once the
+    conversation has moved on past it, restoring it would reorder history.
+    Like undo, only on the live session (``SessionEnded`` otherwise), and only as
+    planned when given a fingerprint.
+    """
+    ids, record_id = _planned_rows(session_id, "redo", expected_fingerprint)
     _set_active(session_id, ids, 1)
     db.execute("DELETE FROM sessions_admin_undos WHERE id = %s", [record_id])
     return _result(session_id, "redo", ids)

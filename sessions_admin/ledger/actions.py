@@ -500,7 +500,15 @@ def reset(
     )
 
 
-def rewrite(*, actor, session_id: str, action: str, reason: str = "") -> core.RewriteResult:
+def rewrite(
+    *,
+    actor,
+    session_id: str,
+    action: str,
+    reason: str = "",
+    expected_fingerprint: str | None = None,
+) -> core.RewriteResult:
+    """Undo, redo or retry, audited; with a ``plan_rewrite`` fingerprint, only as planned."""
     operations = {
         "undo": core.undo_last_turn,
         "redo": core.redo_turn,
@@ -509,6 +517,7 @@ def rewrite(*, actor, session_id: str, action: str, reason: str = "") -> core.Re
     if action not in operations:
         raise InvalidInput(f"Unknown transcript action {action!r}.")
     session_id = operator_identifier(session_id, field="session id")
+    _check_fingerprint(expected_fingerprint)
     reason = operator_text(reason, field="reason")
     return _audited(
         actor=actor,
@@ -516,7 +525,9 @@ def rewrite(*, actor, session_id: str, action: str, reason: str = "") -> core.Re
         session_ids=[session_id],
         reason=reason,
         before=_counts([session_id]),
-        run=lambda: operations[action](session_id=session_id),
+        run=lambda: operations[action](
+            session_id=session_id, expected_fingerprint=expected_fingerprint or None
+        ),
         after=lambda r: {"message_ids": list(r.message_ids), "message_count": r.message_count},
     )
 

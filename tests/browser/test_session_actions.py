@@ -34,7 +34,17 @@ def test_undo_then_redo_the_last_turn_without_a_reload(signed_in_page):
     for article in last_turn:
         expect(article).not_to_have_class(re.compile(r"\binactive\b"))
 
-    page.get_by_role("button", name="Undo last turn").click()
+    # Undo is a secondary button that first shows what it would mark undone.
+    undo = page.locator("#sa-undo")
+    expect(undo.locator("summary")).to_have_class(re.compile(r"\bsecondary\b"))
+    expect(undo.locator(".sa-preview")).to_be_hidden()
+    undo.locator("summary").click()
+    expect(undo.locator(".sa-preview li")).to_have_count(2)
+    expect(undo.locator(".sa-preview")).to_contain_text("second question")
+    expect(undo.locator(".sa-preview")).to_contain_text("second answer")
+    expect(undo.locator(".sa-preview")).not_to_contain_text("first")
+    assert [m["active"] for m in messages(ref)] == [1, 1, 1, 1]  # opening it changed nothing
+    undo.get_by_role("button", name="Undo these 2 messages").click()
     expect(page.locator("#session-actions .sa-notice")).to_contain_text(
         "Undid the last turn: 2 messages"
     )
@@ -48,7 +58,9 @@ def test_undo_then_redo_the_last_turn_without_a_reload(signed_in_page):
     assert page.evaluate("window.stillTheSamePage") is True
     assert [m["active"] for m in messages(ref)] == [1, 1, 0, 0]
 
-    page.get_by_role("button", name="Redo").click()
+    page.locator("#sa-redo summary").click()
+    expect(page.locator("#sa-redo .sa-preview li")).to_have_count(2)
+    page.get_by_role("button", name="Bring back 2 messages").click()
     expect(page.locator("#session-actions .sa-notice")).to_contain_text("Redid: 2 messages")
     for article in last_turn:
         expect(article).not_to_have_class(re.compile(r"\binactive\b"))
@@ -57,10 +69,35 @@ def test_undo_then_redo_the_last_turn_without_a_reload(signed_in_page):
     assert [m["active"] for m in messages(ref)] == [1, 1, 1, 1]
     assert session(ref)["message_count"] == 4
 
-    # Nothing left to redo: said in the panel, nothing reloads.
-    page.get_by_role("button", name="Redo").click()
-    expect(page.locator("#session-actions .sa-notice")).to_contain_text("nothing to redo")
+    # Nothing left to redo: the panel says so instead of offering a button.
+    page.locator("#sa-redo summary").click()
+    expect(page.locator("#sa-redo")).to_contain_text("nothing to redo")
+    expect(page.locator("#sa-redo button")).to_have_count(0)
     assert page.evaluate("window.stillTheSamePage") is True
+    assert page.script_errors == []
+
+
+def test_an_ended_segment_sends_the_operator_to_the_live_session_to_undo(signed_in_page):
+    old, _ = two_turns("tg:dm:b6")
+    live = core.reset_session_key(session_key="tg:dm:b6").new_session_id
+    core.append_messages(
+        session_id=live,
+        messages=[
+            {"role": "user", "content": "third question"},
+            {"role": "assistant", "content": "third answer"},
+        ],
+    )
+    page = signed_in_page("support")
+    page.goto(f"/sessions/{old}/")
+    expect(page.locator("#session-actions .sa-rewind")).to_have_count(0)
+    page.locator("#session-actions .sa-live-link").click()
+    page.wait_for_url(lambda address: f"/sessions/{live}/" in address)
+    page.locator("#sa-undo summary").click()
+    expect(page.locator("#sa-undo .sa-preview")).to_contain_text("third question")
+    page.get_by_role("button", name="Undo these 2 messages").click()
+    expect(page.locator("#session-actions .sa-notice")).to_contain_text("Undid the last turn")
+    assert [m["active"] for m in messages(live)] == [0, 0]
+    assert [m["active"] for m in messages(old)] == [1, 1, 1, 1]
     assert page.script_errors == []
 
 

@@ -42,6 +42,7 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "merge_execute": (None, SUPPORT),
     "merge_undo": (None, SUPPORT),
     "audit_log": (VIEWER, None),
+    "audit_export": (VIEWER, None),
     "signin_failures": (ADMIN, None),
     "session_history": (VIEWER, None),
     "cascade_delete": (ADMIN, None),

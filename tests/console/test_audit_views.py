@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import html
+import io
 import re
 
 from django.contrib.auth.models import User
@@ -226,3 +228,198 @@ def test_a_long_history_links_to_the_whole_log(signed_in):
     )
     assert len(entry_ids(body)) == 20
     assert f'href="{reverse("audit_log")}?session=busy"' in body
+
+
+# --- entries in words, with links to what they made -------------------------------------------
+
+
+def entry_row(body: str, pk: int) -> str:
+    start = body.index(f'data-entry="{pk}">')
+    return body[start : body.index("</tr>", start)]
+
+
+def said(row: str) -> str:
+    """What a row says in words: its text without tags, without the folded raw JSON."""
+    if '<details class="audit-raw"' in row:
+        head, tail = row.split('<details class="audit-raw"', 1)
+        row = head + tail[tail.index("</details>") :]
+    return html.unescape(re.sub(r"<[^>]+>", " ", row))
+
+
+def session_cell(row: str, session_id: str) -> str:
+    start = row.index(f'data-session="{session_id}"')
+    return said(row[start : row.index("</div>", start)])
+
+
+def test_a_reset_entry_names_each_session_once_with_what_happened_to_it(signed_in):
+    client = signed_in("support")
+    user = User.objects.get(username="op-support")
+    live = core.create_session(source="cli", session_key="cli:77").session_id
+    core.append_message(session_id=live, role="user", content="hello")
+    result = actions.reset(actor=user, session_key="cli:77")
+    new = result.new_session_id
+    entry = AuditEntry.objects.get(action="reset")
+    row = entry_row(audit(client), entry.pk)
+    words = said(row)
+    assert words.count(live) == 1 and words.count(new) == 1
+    assert "ended" in session_cell(row, live)
+    assert "started" in session_cell(row, new)
+    assert "Chat (session key) cli:77" in " ".join(words.split())  # the colon is CSS
+    assert "&quot;ended&quot;" in row  # the raw JSON is still there, folded
+
+
+def test_a_resume_entry_names_each_session_once(signed_in):
+    client = signed_in("support")
+    user = User.objects.get(username="op-support")
+    old = core.create_session(source="cli", session_key="cli:78").session_id
+    core.append_message(session_id=old, role="user", content="hello")
+    core.end_session(session_id=old, end_reason="idle_expiry")
+    newer = core.create_session(source="cli", session_key="cli:78").session_id
+    actions.resume(actor=user, ref=old)
+    entry = AuditEntry.objects.get(action="resume")
+    row = entry_row(audit(client), entry.pk)
+    words = said(row)
+    assert words.count(old) == 1 and words.count(newer) == 1
+    assert "resumed" in session_cell(row, old)
+    assert "before: 1 message, ended (idle_expiry)" in " ".join(session_cell(row, old).split())
+    assert "switched away from" in session_cell(row, newer)
+
+
+def test_an_undo_entry_says_which_messages_and_counts_changed(signed_in):
+    client = signed_in("support")
+    user = User.objects.get(username="op-support")
+    ref = core.create_session(source="cli", session_key="cli:79").session_id
+    ids = core.append_messages(
+        session_id=ref,
+        messages=[
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "a"},
+            {"role": "user", "content": "q2"},
+            {"role": "assistant", "content": "a2"},
+        ],
+    ).message_ids
+    actions.rewrite(actor=user, session_id=ref, action="undo")
+    entry = AuditEntry.objects.get(action="undo")
+    row = entry_row(audit(client), entry.pk)
+    words = " ".join(said(row).split())
+    assert f"Messages #{ids[2]}–#{ids[3]} (2 messages)" in words
+    around = f"{reverse('session_detail', args=[ref])}?around={ids[2]}#m{ids[2]}"
+    assert f'href="{around}"' in row
+    assert "4 messages" in session_cell(row, ref)  # the count before, the after has no counts
+
+
+def test_entries_link_to_the_merge_trash_entries_and_job_they_made(signed_in, no_worker):
+    client = signed_in("admin")
+    user = User.objects.get(username="op-admin")
+    ids = forked_conversation()
+    merged = actions.merge(
+        actor=user,
+        session_ids=ids,
+        target_id=None,
+        expected_fingerprint=core.plan_merge(session_ids=ids).fingerprint,
+    )
+    doomed = core.create_session(source="cli").session_id
+    core.append_message(session_id=doomed, role="user", content="bye")
+    core.end_session(session_id=doomed, end_reason="user_exit")
+    deleted = actions.cascade_delete(
+        actor=user,
+        session_ids=[doomed],
+        include_branches=False,
+        expected_fingerprint=core.plan_cascade_delete(session_ids=[doomed]).fingerprint,
+        reason="tidy",
+    )
+    queued = core.create_session(source="cli").session_id
+    core.end_session(session_id=queued, end_reason="user_exit")
+    job = actions.start_bulk_delete(
+        actor=user, session_ids=[queued], include_live=False, reason="tidy"
+    )
+    body = audit(client)
+    merge_row = entry_row(body, AuditEntry.objects.get(action="merge").pk)
+    target = merged.target_id
+    merge_link = f"{reverse('audit_log')}?session={target}#merge-{merged.merge_id}"
+    assert f'href="{merge_link}"' in merge_row
+    assert "kept (the target)" in session_cell(merge_row, target)
+    assert all("merged in" in session_cell(merge_row, s) for s in ids if s != target)
+    # The merge record the link leads to carries the anchor.
+    assert f'id="merge-{merged.merge_id}"' in audit(client, session=target)
+
+    delete_row = entry_row(body, AuditEntry.objects.get(action="cascade_delete").pk)
+    trash_id = deleted.trash_entry_ids[0]
+    assert f'href="{reverse("trash")}?q={doomed}#trash-{trash_id}"' in delete_row
+    job_row = entry_row(body, AuditEntry.objects.get(action="bulk_delete").pk)
+    assert f'href="{reverse("job_detail", args=[job])}"' in job_row
+
+    # A viewer reads the same entries, without links to pages it may not open.
+    viewer = audit(signed_in("viewer"))
+    assert reverse("trash") not in viewer and reverse("job_detail", args=[job]) not in viewer
+    assert f"#{trash_id}" in said(
+        entry_row(viewer, AuditEntry.objects.get(action="cascade_delete").pk)
+    )
+
+
+# --- CSV export ---------------------------------------------------------------------------------
+
+
+def export(client, **filters) -> tuple[object, list[list[str]]]:
+    response = client.get(reverse("audit_export"), filters)
+    assert response.status_code == 200
+    assert response.streaming
+    text = b"".join(response.streaming_content).decode()
+    return response, list(csv.reader(io.StringIO(text)))
+
+
+def test_the_csv_export_holds_what_the_filters_match_on_every_page(signed_in):
+    seeded = seed_entries()
+    for n in range(53):
+        actions.record(actor=None, action="resume", session_ids=[f"p-{n}"])
+    client = signed_in("viewer")
+    response, rows = export(client, action="resume")
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert response["Content-Disposition"].startswith('attachment; filename="audit-')
+    header, *entries = rows
+    assert header[:8] == [
+        "id",
+        "created_at",
+        "completed_at",
+        "actor",
+        "client_address",
+        "action",
+        "outcome",
+        "sessions",
+    ]
+    assert len(entries) == 54  # every page: the seeded resume and the 53 new ones
+    assert {r[header.index("action")] for r in entries} == {"resume"}
+
+    _, rows = export(client, action="merge", actor="bob")
+    header, *entries = rows
+    assert [int(r[0]) for r in entries] == [seeded["merge"].pk]
+    merge = dict(zip(header, entries[0], strict=True))
+    assert merge["sessions"] == "s-1 s-2"
+    assert "Merge: #999" in merge["changes"]
+    assert '"merge_id": 999' in merge["after"]
+
+    # The page links to the export of what it shows.
+    body = audit(client, action="merge", actor="bob", page="1")
+    link = re.search(r'<a class="audit-export" href="([^"]+)"', body).group(1)
+    assert html.unescape(link) == reverse("audit_export") + "?action=merge&actor=bob"
+
+
+def test_the_csv_export_cannot_carry_a_formula_into_a_spreadsheet(signed_in):
+    hostile = User.objects.create_user("@SUM(1+1)")
+    actions.record(
+        actor=hostile,
+        action="resume",
+        session_ids=["-2+3"],
+        reason='=HYPERLINK("http://evil.example","click")',
+        detail="+cmd|' /C calc'!A0",
+        outcome="failed",
+    )
+    _, rows = export(signed_in("viewer"))
+    header, entry = rows
+    row = dict(zip(header, entry, strict=True))
+    assert row["actor"] == "'@SUM(1+1)"
+    assert row["sessions"] == "'-2+3"
+    assert row["reason"] == '\'=HYPERLINK("http://evil.example","click")'
+    assert row["detail"] == "'+cmd|' /C calc'!A0"
+    for cell in entry:
+        assert not cell.startswith(("=", "+", "-", "@", "\t", "\r"))

@@ -96,10 +96,11 @@ def _form_for(body: str, name: str) -> tuple[str, list[list[str]]] | None:
 def _pages(seeded: urlmap.Seeded, name: str) -> list[tuple[str, str, dict | None]]:
     """(method, url, data) of the page(s) that may offer the action ``name``."""
     detail = reverse("session_detail", args=[seeded.tip])
+    live = reverse("session_detail", args=[seeded.branch])  # rewinds: on the live session only
     return {
-        "session_undo": [("get", detail, None)],
-        "session_retry": [("get", detail, None)],
-        "session_redo": [("get", detail, None)],
+        "session_undo": [("get", live, None)],
+        "session_retry": [("get", live, None)],
+        "session_redo": [("get", live, None)],
         "session_reset": [("get", detail, None)],
         "session_resume": [("get", reverse("session_resume", args=[seeded.root]), None)],
         "merge_execute": [

@@ -15,6 +15,7 @@ from django.test import Client
 from django.urls import reverse
 
 from sessions_admin import core
+from sessions_admin.core.transcript import plan_rewrite
 from sessions_admin.ledger.models import AuditEntry, AuditSession
 from tests.builders import store_snapshot
 from tests.helpers import messages, session
@@ -199,8 +200,11 @@ def test_support_sees_the_panel_without_delete(signed_in):
             "</section>", body.index('id="session-actions"')
         )
     ]
-    for name in ["session_undo", "session_redo", "session_retry", "session_reset"]:
+    for name in ["session_undo", "session_retry", "session_reset"]:
         assert f'action="{url(name, ref)}"' in panel
+    # Nothing was undone yet: Redo says so instead of offering a form.
+    assert url("session_redo", ref) not in panel
+    assert "nothing to redo" in panel
     assert f'href="{url("session_resume", ref)}"' in panel
     assert f'action="{reverse("merge_preview")}"' in panel
     assert f'name="ids" value="{ref}"' in panel
@@ -363,8 +367,11 @@ def test_an_older_compression_segment_says_where_the_conversation_continues(sign
     body = signed_in("support").get(detail(root)).content.decode()
     panel = body[body.index('id="session-actions"') :]
     panel = panel[: panel.index("</section>")]
-    assert f'href="{detail(tip)}"' in panel
-    assert "act there" in panel
+    assert f'href="{detail(tip)}#session-actions"' in panel
+    assert "undo, redo or retry its latest turn there" in panel
+    for name in REWRITES:
+        assert f'action="{url(name, tip)}"' not in panel
+        assert f'action="{url(name, root)}"' not in panel
 
 
 # --- reset ------------------------------------------------------------------------------------
@@ -662,15 +669,23 @@ def test_a_busy_store_is_a_message_never_a_500(signed_in, short_waits):
     assert counters(newer) == (2, 0, 1)
 
 
-def test_an_ended_segment_offers_its_rewinds_on_the_live_session(signed_in):
+def test_an_ended_segment_links_to_the_live_session_instead_of_rewinding(signed_in):
     old = chat("tg:dm:40")
     live = core.reset_session_key(session_key="tg:dm:40").new_session_id
     core.append_message(session_id=live, role="user", content="new question")
-    body = signed_in("support").get(detail(old)).content.decode()
+    client = signed_in("support")
+    body = client.get(detail(old)).content.decode()
     panel = body[body.index('id="session-actions"') :]
     panel = panel[: panel.index("</section>")]
-    assert f'action="{url("session_undo", live)}"' in panel
-    assert url("session_undo", old) not in panel
+    # No undo, redo or retry acts from the old segment's page, on it or on the live one.
+    for name in REWRITES:
+        assert url(name, old) not in panel
+        assert url(name, live) not in panel
+    assert 'class="sa-live-link"' in panel
+    assert f'href="{detail(live)}#session-actions"' in panel
+    # The live session's page is where the undo is, previewed.
+    live_panel = client.get(detail(live)).content.decode()
+    assert f'action="{url("session_undo", live)}"' in live_panel
 
 
 def test_undo_posted_for_an_ended_segment_is_refused_and_names_the_live_session(signed_in):
@@ -695,3 +710,116 @@ def test_a_session_ended_with_nothing_live_offers_no_rewind(signed_in):
     panel = panel[: panel.index("</section>")]
     assert url("session_undo", ref) not in panel
     assert "cannot be undone or retried" in panel
+
+
+# --- the previewed rewinds ---------------------------------------------------------------------
+
+
+def panel_of(body: str) -> str:
+    start = body.index('<section id="session-actions"')
+    return body[start : body.index("</section>", start)]
+
+
+def rewind_box(panel: str, action: str) -> str:
+    start = panel.index(f'<details class="sa-rewind" id="sa-{action}">')
+    return panel[start : panel.index("</details>", start)]
+
+
+def test_undo_is_a_secondary_action_that_previews_the_messages_it_marks_undone(signed_in):
+    ref = chat(title="Order 4411")
+    ids = [m["id"] for m in messages(ref)]
+    body = signed_in("support").get(detail(ref)).content.decode()
+    undo = rewind_box(panel_of(body), "undo")
+    # A secondary button that opens the preview, not a filled button that acts at once.
+    assert '<summary class="sa-btn secondary">Undo last turn…</summary>' in undo
+    assert [int(i) for i in re.findall(r'data-message="(\d+)"', undo)] == ids[2:]
+    assert "second question" in undo and "calls lookup" in undo and "tool result" in undo
+    assert "first question" not in undo
+    assert "Undo these 4 messages" in undo
+    plan = plan_rewrite(session_id=ref, action="undo")
+    assert plan.message_ids == tuple(ids[2:])
+    assert hidden(undo, "fingerprint") == plan.fingerprint
+
+    retry = rewind_box(panel_of(body), "retry")
+    assert [int(i) for i in re.findall(r'data-message="(\d+)"', retry)] == ids[3:]
+    assert "second question" not in retry
+    assert hidden(retry, "fingerprint") == plan_rewrite(session_id=ref, action="retry").fingerprint
+    assert counters(ref) == (6, 1, 0)  # looking changes nothing
+
+
+def test_the_previewed_undo_marks_exactly_the_previewed_messages(signed_in):
+    ref = chat()
+    client = signed_in("support")
+    undo = rewind_box(panel_of(client.get(detail(ref)).content.decode()), "undo")
+    response = client.post(url("session_undo", ref), {"fingerprint": hidden(undo, "fingerprint")})
+    assert response.status_code == 302
+    assert [m["id"] for m in messages(ref) if not m["active"]] == [
+        int(i) for i in re.findall(r'data-message="(\d+)"', undo)
+    ]
+    # Redo now previews what the undo took.
+    redo = rewind_box(panel_of(client.get(detail(ref)).content.decode()), "redo")
+    assert "Bring back 4 messages" in redo
+    response = client.post(
+        url("session_redo", ref), {"fingerprint": hidden(redo, "fingerprint")}, headers=HX
+    )
+    assert response.status_code == 200
+    assert all(m["active"] for m in messages(ref))
+
+
+def test_an_undo_previewed_before_the_runtime_wrote_again_changes_nothing(signed_in):
+    ref = chat()
+    client = signed_in("support")
+    undo = rewind_box(panel_of(client.get(detail(ref)).content.decode()), "undo")
+    shown = hidden(undo, "fingerprint")
+    # The runtime answers a new question after the page was shown: the last turn is another.
+    new = core.append_messages(
+        session_id=ref,
+        messages=[
+            {"role": "user", "content": "third question"},
+            {"role": "assistant", "content": "third answer"},
+        ],
+    ).message_ids
+    before = store_snapshot()
+    response = client.post(url("session_undo", ref), {"fingerprint": shown}, headers=HX)
+    assert response.status_code == 200
+    assert "HX-Trigger" not in response
+    body = response.content.decode()
+    assert "Undo last turn refused, nothing changed" in body
+    assert store_snapshot() == before
+    entry = AuditEntry.objects.get(action="undo")
+    assert entry.outcome == "failed" and "changed since" in entry.detail
+    # The panel now previews the new last turn; confirming it undoes just that.
+    undo = rewind_box(panel_of(body), "undo")
+    assert [int(i) for i in re.findall(r'data-message="(\d+)"', undo)] == list(new)
+    response = client.post(url("session_undo", ref), {"fingerprint": hidden(undo, "fingerprint")})
+    assert response.status_code == 302
+    assert [m["id"] for m in messages(ref) if not m["active"]] == list(new)
+    assert counters(ref) == (6, 1, 1)
+
+
+def test_a_redo_or_retry_previewed_stale_changes_nothing(signed_in):
+    ref = chat()
+    client = signed_in("support")
+    retry = rewind_box(panel_of(client.get(detail(ref)).content.decode()), "retry")
+    core.append_message(session_id=ref, role="assistant", content="a late addendum")
+    before = store_snapshot()
+    response = client.post(url("session_retry", ref), {"fingerprint": hidden(retry, "fingerprint")})
+    assert response.status_code == 302
+    assert any("Retry refused, nothing changed" in m for m in flashed(response))
+    assert store_snapshot() == before
+
+
+def test_the_preview_cuts_long_turns_and_long_texts(signed_in):
+    ref = core.create_session(source="cli", session_key="k:long").session_id
+    core.append_messages(
+        session_id=ref,
+        messages=[
+            {"role": "user", "content": "x" * 5000 + SCRIPT},
+            *({"role": "assistant", "content": f"part {n}"} for n in range(11)),
+        ],
+    )
+    undo = rewind_box(panel_of(signed_in("support").get(detail(ref)).content.decode()), "undo")
+    assert len(re.findall(r'data-message="', undo)) == 8
+    assert "and 4 more messages" in undo and "Undo these 12 messages" in undo
+    assert "x" * 160 + "…" in undo and "x" * 161 not in undo
+    assert SCRIPT not in undo

@@ -8,7 +8,11 @@ a GET for anyone who may view. A refused or failed action (nothing to undo, a
 busy store, a lineage that changed since the page was shown) is a message,
 never a 500, and changes nothing.
 
-Undo, redo and retry answer htmx with the re-rendered actions panel and a
+Undo, redo and retry are offered on the live session only (an ended segment
+links to the session that continues it), each behind an expandable preview of
+the messages it would change: the core's ``plan_rewrite``, whose fingerprint
+the form posts back, so a turn the runtime changed meanwhile is refused, not
+rewound blind. They answer htmx with the re-rendered actions panel and a
 ``session-changed`` client event, on which the detail page reloads its
 transcript, its counters and its history; without JavaScript they redirect
 back to the page with a message.
@@ -16,10 +20,12 @@ back to the page with a message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.db.models.functions import Substr
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
@@ -40,9 +46,10 @@ from sessions_admin.console.http import (
 from sessions_admin.core import lineage, stray
 from sessions_admin.core.lifecycle import ResumePlan, plan_resume, where_it_continues
 from sessions_admin.core.text import REFERENCE_MAX, operator_identifier, shown_back
+from sessions_admin.core.transcript import RewritePlan, RewritePlanChanged, plan_rewrite
 from sessions_admin.ledger import actions
 from sessions_admin.signin.roles import DELETE, OPERATE, VIEW
-from sessions_admin.store.models import Session
+from sessions_admin.store.models import Message, Session
 
 TEMPLATE = "console/session_actions.html"
 PANEL = f"{TEMPLATE}#actions-panel"
@@ -55,6 +62,8 @@ REWRITE_WORDS = {
     "redo": "Redo",
     "retry": "Retry",
 }
+PREVIEW_MESSAGES = 8  # messages listed in a rewind's preview before "and N more"
+PREVIEW_CHARS = 160  # of each message's text
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,73 @@ def _detail_url(session_id: str, **query: str) -> str:
     return f"{url}?{urlencode(query)}" if query else url
 
 
+@dataclass(frozen=True)
+class PreviewedMessage:
+    id: int
+    role: str
+    text: str  # the start of its content, or what it calls
+    url: str
+
+
+@dataclass(frozen=True)
+class RewritePreview:
+    """One of undo, redo, retry as the panel offers it: the core's plan and the rows it names."""
+
+    action: str
+    plan: RewritePlan | None
+    nothing: str = ""  # why there is nothing to do (no plan)
+    shown: list[PreviewedMessage] = field(default_factory=list)
+    more: int = 0
+
+
+def _calls(tool_calls: str | None) -> str:
+    """The tool names a message calls, from its stored ``tool_calls`` JSON."""
+    try:
+        calls = json.loads(tool_calls or "[]")
+    except ValueError:
+        return ""
+    names = [
+        str(((c.get("function") or {}) if isinstance(c, dict) else {}).get("name") or "a tool")
+        for c in (calls if isinstance(calls, list) else [])
+    ]
+    return f"calls {', '.join(names)}" if names else ""
+
+
+def _previewed(session_id: str, ids: tuple[int, ...]) -> list[PreviewedMessage]:
+    rows = (
+        Message.objects.filter(session_id=session_id, id__in=list(ids[:PREVIEW_MESSAGES]))
+        .annotate(start=Substr("content", 1, PREVIEW_CHARS + 1))
+        .values("id", "role", "start", "tool_calls", "tool_name")
+        .order_by("id")
+    )
+    shown = []
+    for row in rows:
+        text = " ".join((row["start"] or "").split())
+        if len(text) > PREVIEW_CHARS:
+            text = text[:PREVIEW_CHARS] + "…"
+        if not text:
+            text = _calls(row["tool_calls"]) or "(no text)"
+        role = row["role"] + (f" · {row['tool_name']}" if row["tool_name"] else "")
+        url = _detail_url(session_id, around=str(row["id"])) + f"#m{row['id']}"
+        shown.append(PreviewedMessage(row["id"], role, text, url))
+    return shown
+
+
+def rewrite_previews(session_id: str) -> list[RewritePreview]:
+    """Undo, redo and retry of a live session, each with what it would change now."""
+    previews = []
+    for action in ("undo", "redo", "retry"):
+        try:
+            plan = plan_rewrite(session_id=session_id, action=action)
+        except core.StoreError as nothing:  # nothing to undo, or it ended meanwhile
+            previews.append(RewritePreview(action, None, str(nothing)))
+            continue
+        ids = plan.message_ids
+        shown = _previewed(session_id, ids)
+        previews.append(RewritePreview(action, plan, "", shown, max(len(ids) - len(shown), 0)))
+    return previews
+
+
 def panel_context(request: HtmxHttpRequest, session: Session) -> dict:
     """What the actions panel on the detail page needs (empty for operators who cannot act)."""
     can_operate = request.user.has_perm(OPERATE)
@@ -85,22 +161,25 @@ def panel_context(request: HtmxHttpRequest, session: Session) -> dict:
     if not can_operate:
         return context
     key_live = core.live_session_for_key(session.session_key) if session.session_key else None
-    # The core rewinds live sessions only: an ended segment's buttons act on the live
-    # session that continues it, named on the panel, or are not offered at all.
-    rewrite_target = session.id
-    if session.ended_at is not None:
+    # The core rewinds live sessions only: an ended segment links to the live session that
+    # continues it (named on the panel), where undo, redo and retry are offered.
+    live = session.ended_at is None
+    continues_in = None
+    if not live:
         row = lineage.session_row(session.id)
-        rewrite_target = where_it_continues(row)[0] if row else None
+        continues_in = where_it_continues(row)[0] if row else None
     context.update(
         {
             "can_delete": request.user.has_perm(DELETE),
             "key_live": key_live,
-            "rewrite_target": rewrite_target,
+            "rewrites": rewrite_previews(session.id) if live else [],
+            "continues_in": continues_in,
+            "continues_in_url": (
+                _detail_url(continues_in) + "#session-actions" if continues_in else None
+            ),
             # Messages a stale runtime wrote after the end: the repair is a previewed move.
             "stray_count": (
-                len(stray.plan_stray_move(session_id=session.id).message_ids)
-                if session.ended_at is not None
-                else 0
+                len(stray.plan_stray_move(session_id=session.id).message_ids) if not live else 0
             ),
         }
     )
@@ -145,6 +224,15 @@ def _rewrite(request: HtmxHttpRequest, session_id: str, action: str) -> HttpResp
                 session_id=session.id,
                 action=action,
                 reason=form.cleaned_data["reason"],
+                # Checked under the session's lock: the rows previewed, or nothing.
+                expected_fingerprint=form.cleaned_data["fingerprint"] or None,
+            )
+        except RewritePlanChanged:  # audited as failed by the action
+            notice = Notice(
+                "error",
+                f"{REWRITE_WORDS[action]} refused, nothing changed: the transcript changed "
+                "since the preview (the runtime is still writing). Check the new preview "
+                "and confirm again.",
             )
         except core.NothingToUndo as nothing:
             notice = Notice("info", f"Nothing changed: {nothing}")
