@@ -291,11 +291,16 @@ class NextField(forms.Field):
 
 
 class MergeForm(ConsoleForm):
-    """Merging the previewed sessions: the picks, the target, the preview's fingerprint."""
+    """Merging the previewed sessions: the picks, the target, the preview's fingerprint.
+
+    Sessions whose users, sources or keys differ also need the number of sessions merged
+    into the target typed and a reason (the view holds them against the plan).
+    """
 
     ids = PicksField()
     target = IdentifierField(word="target session id", required=False)
     fingerprint = IdentifierField(word="fingerprint", required=False)
+    typed_count = TypedCountField()
     reason = ReasonField(required=False)
     continue_history = FlagField()  # a checkbox the preview ticks for API conversations
 

@@ -17,6 +17,14 @@ the client would go on with only what that response held. With
 ``continue_history`` the merge also writes the target's merged active
 transcript into the latest response of each slug of the merged sessions; the
 unmerge puts that response's data text back byte-exact.
+
+Merging two customers is the mistake to guard against: the plan names, for
+every session, its user, source, session key and first user message, and
+``differences`` says which of user, source and session key are not the same
+for all of them (the console then asks for a typed confirmation and a
+reason). When they differ and no target is given, the target is not the
+oldest session but the live one (the conversation the runtime goes on with),
+else the one with the latest activity: ``target_rule`` says which rule chose.
 """
 
 from __future__ import annotations
@@ -56,6 +64,9 @@ SAVED_COLUMNS = (
     *USAGE_COLUMNS,
 )
 MAX_MERGE_SESSIONS = 200
+FIRST_MESSAGE_CHARS = 200  # a first user message is cut to this in a plan
+# What identifies whose conversation a session is: (column, what the console calls it).
+IDENTITY_COLUMNS = (("user_id", "user"), ("source", "source"), ("session_key", "session key"))
 
 
 class PlanChanged(StoreError):
@@ -82,6 +93,18 @@ class MergeSource:
     ended_at: float | None
     end_reason: str | None
     session_key: str | None
+    user_id: str | None = None
+    source: str | None = None
+    first_user_message: str | None = None  # cut to FIRST_MESSAGE_CHARS
+
+
+@dataclass(frozen=True)
+class MergeDifference:
+    """One identity column not the same for all sessions: its distinct values, in order."""
+
+    column: str  # "user_id", "source" or "session_key"
+    label: str  # "user", "source" or "session key"
+    values: tuple[str | None, ...]
 
 
 @dataclass(frozen=True)
@@ -98,6 +121,17 @@ class MergePlan:
     # (slug, its latest stored response) of every slug of these sessions: the responses
     # whose conversation_history ``continue_history`` rewrites to the merged transcript.
     latest_responses: tuple[tuple[str, str], ...] = ()
+    # Which of user, source and session key differ between these sessions (none: one customer).
+    differences: tuple[MergeDifference, ...] = ()
+    # The pick the target was chosen as (``target_id`` is its compression tip), and why:
+    # "chosen" (given), "oldest" (same customer), "live" or "latest activity" (they differ).
+    chosen_id: str = ""
+    target_rule: str = "chosen"
+
+    @property
+    def differs(self) -> bool:
+        """The sessions are not all of one user, source and session key."""
+        return bool(self.differences)
 
     @property
     def is_api_conversation(self) -> bool:
@@ -134,13 +168,80 @@ class MergeRecord:
 def _rows(ids: Sequence[str], *, lock: bool = False) -> dict[str, dict]:
     if not ids:
         return {}
-    columns = ", ".join(("id", "started_at", "parent_session_id", *SAVED_COLUMNS))
+    columns = ", ".join(
+        ("id", "started_at", "parent_session_id", "user_id", "source", *SAVED_COLUMNS)
+    )
     rows = db.fetchdicts(
         f"SELECT {columns} FROM sessions WHERE id IN ({db.placeholders(ids)}) ORDER BY id"
         + (db.for_update() if lock else ""),
         list(ids),
     )
     return {row["id"]: row for row in rows}
+
+
+def session_differences(rows: Sequence[dict]) -> tuple[MergeDifference, ...]:
+    """Which identity columns (user, source, session key) are not the same for all ``rows``.
+
+    A missing value (a CLI session of nobody) differs from any value: that is the
+    mistake this guards against (a customer's chat merged into a session of no one).
+    """
+    found = []
+    for column, label in IDENTITY_COLUMNS:
+        values = tuple(dict.fromkeys(row.get(column) for row in rows))
+        if len(values) > 1:
+            found.append(MergeDifference(column=column, label=label, values=values))
+    return tuple(found)
+
+
+def _last_activity(ids: Sequence[str]) -> dict[str, float]:
+    rows = db.fetchall(
+        "SELECT session_id, MAX(timestamp) FROM messages "
+        f"WHERE session_id IN ({db.placeholders(ids)}) GROUP BY session_id",
+        list(ids),
+    )
+    return {r[0]: float(r[1]) for r in rows if r[1] is not None}
+
+
+def _default_target(picks: list[str], rows: dict[str, dict]) -> tuple[str, str]:
+    """(the pick to merge into, the rule that chose it) when the operator named none.
+
+    One customer's forks: the oldest, where the conversation began. Sessions of
+    different users, sources or keys: never silently the oldest, but the live
+    one (the conversation the runtime goes on with: merging into it ends no
+    live chat and reopens no ended one), else the one with the latest activity.
+    """
+    if not session_differences([rows[p] for p in picks]):
+        return min(picks, key=lambda s: (rows[s]["started_at"], s)), "oldest"
+    activity = _last_activity(picks)
+
+    def latest(sid: str) -> tuple[float, str]:
+        row = rows[sid]
+        return (max(activity.get(sid, 0.0), row["started_at"], row["ended_at"] or 0.0), sid)
+
+    live = [p for p in picks if rows[p]["ended_at"] is None]
+    if live:
+        return max(live, key=latest), "live"
+    return max(picks, key=latest), "latest activity"
+
+
+def first_user_messages(session_ids: Sequence[str]) -> dict[str, str]:
+    """session -> its first user message (undone or not), cut to FIRST_MESSAGE_CHARS."""
+    ids = list(dict.fromkeys(session_ids))
+    found: dict[str, str] = {}
+    for start in range(0, len(ids), 500):
+        part = ids[start : start + 500]
+        rows = db.fetchall(
+            "SELECT session_id, content FROM messages WHERE id IN (SELECT MIN(id) FROM messages "
+            f"WHERE session_id IN ({db.placeholders(part)}) AND role = 'user' "
+            "AND content IS NOT NULL AND content <> '' GROUP BY session_id)",
+            part,
+        )
+        for session_id, content in rows:
+            text = " ".join(str(content).split())
+            if len(text) > FIRST_MESSAGE_CHARS:
+                text = text[: FIRST_MESSAGE_CHARS - 1] + "…"
+            found[session_id] = text
+    return found
 
 
 def _ancestors(session_id: str) -> set[str]:
@@ -152,7 +253,8 @@ def _ancestors(session_id: str) -> set[str]:
     return found
 
 
-def _members(session_ids: Sequence[str], target_id: str | None) -> tuple[str, list[str]]:
+def _members(session_ids: Sequence[str], target_id: str | None) -> tuple[str, list[str], str, str]:
+    """(target tip, absorbed sessions, the pick chosen as target, the rule that chose it)."""
     picks = list(dict.fromkeys(s for s in session_ids if s))
     if target_id and target_id not in picks:
         picks.insert(0, target_id)
@@ -164,8 +266,9 @@ def _members(session_ids: Sequence[str], target_id: str | None) -> tuple[str, li
     for pick in picks:
         if pick not in found:
             raise SessionNotFound(pick)
+    rule = "chosen"
     if target_id is None:
-        target_id = min(picks, key=lambda s: (found[s]["started_at"], s))
+        target_id, rule = _default_target(picks, found)
     # Messages go where the target's conversation is now: its compression tip.
     target = lineage.compression_tip(session_id=target_id)
     target_chain = set(lineage.compression_chain(session_id=target))
@@ -188,7 +291,7 @@ def _members(session_ids: Sequence[str], target_id: str | None) -> tuple[str, li
         raise InvalidInput(
             "The target descends from a session being absorbed; merge into that session instead."
         )
-    return target, absorbed
+    return target, absorbed, target_id, rule
 
 
 def _message_stats(ids: Sequence[str]) -> dict[str, tuple[int, int, int]]:
@@ -217,9 +320,17 @@ def _children_of(ids: Sequence[str]) -> list[tuple[str, str]]:
     ]
 
 
-def _build_plan(target: str, absorbed: list[str], *, lock: bool) -> MergePlan:
+def _build_plan(
+    target: str,
+    absorbed: list[str],
+    *,
+    lock: bool,
+    chosen: str = "",
+    rule: str = "chosen",
+) -> MergePlan:
     rows = _rows([target, *absorbed], lock=lock)
     stats = _message_stats([target, *absorbed])
+    first_messages = first_user_messages([target, *absorbed])
     conversations = _conversations_of(absorbed)
     children = _children_of(absorbed)
     latest = latest_responses_of([target, *absorbed])
@@ -233,6 +344,9 @@ def _build_plan(target: str, absorbed: list[str], *, lock: bool) -> MergePlan:
             ended_at=rows[sid]["ended_at"],
             end_reason=rows[sid]["end_reason"],
             session_key=rows[sid]["session_key"],
+            user_id=rows[sid]["user_id"],
+            source=rows[sid]["source"],
+            first_user_message=first_messages.get(sid),
         )
         for sid in [target, *sorted(absorbed, key=lambda s: (rows[s]["started_at"], s))]
     )
@@ -256,6 +370,11 @@ def _build_plan(target: str, absorbed: list[str], *, lock: bool) -> MergePlan:
     if latest:
         # Only where there is one, so fingerprints of merges without slugs stay as they were.
         fingerprint_source["latest_responses"] = latest
+    differences = session_differences([rows[s.session_id] for s in sources])
+    if differences:
+        # A confirmation typed for one customer's forks does not confirm a merge of two
+        # (a session's key or user changed since the preview): only where there are some.
+        fingerprint_source["differences"] = [[d.column, list(d.values)] for d in differences]
     fingerprint = hashlib.sha256(
         json.dumps(fingerprint_source, sort_keys=True, default=str).encode()
     ).hexdigest()[:32]
@@ -270,13 +389,20 @@ def _build_plan(target: str, absorbed: list[str], *, lock: bool) -> MergePlan:
         reopen_target=reopen,
         fingerprint=fingerprint,
         latest_responses=tuple(latest),
+        differences=differences,
+        chosen_id=chosen or target,
+        target_rule=rule,
     )
 
 
 def plan_merge(*, session_ids: Sequence[str], target_id: str | None = None) -> MergePlan:
-    """What merging ``session_ids`` into ``target_id`` (default: the oldest) would change."""
-    target, absorbed = _members(session_ids, target_id)
-    return _build_plan(target, absorbed, lock=False)
+    """What merging ``session_ids`` into ``target_id`` would change.
+
+    Default target: the oldest session, or where users, sources or keys differ the
+    live one, else the latest active (``_default_target``; ``plan.target_rule``).
+    """
+    target, absorbed, chosen, rule = _members(session_ids, target_id)
+    return _build_plan(target, absorbed, lock=False, chosen=chosen, rule=rule)
 
 
 def merge_preview(*, plan: MergePlan, limit: int = 200) -> list[dict]:
@@ -366,7 +492,7 @@ def merge_sessions(
     ``continue_history``: also write the merged active transcript into the
     latest stored response of each slug of these sessions (``plan.latest_responses``).
     """
-    target, absorbed = _members(session_ids, target_id)
+    target, absorbed, _chosen, _rule = _members(session_ids, target_id)
     lock_keys_of([target, *absorbed])
     plan = _build_plan(target, absorbed, lock=True)
     if expected_fingerprint is not None and expected_fingerprint != plan.fingerprint:

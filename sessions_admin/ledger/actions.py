@@ -354,17 +354,23 @@ def merge(
     expected_fingerprint: str,
     reason: str = "",
     continue_history: bool = False,
+    differences: dict[str, list] | None = None,
 ) -> core.MergeResult:
+    """``core.merge_sessions``, audited; ``differences`` (what differs between the sessions'
+    users, sources and keys, as the operator confirmed it) is kept in the entry."""
     ids = operator_identifiers(session_ids)
     target_id = operator_identifier(target_id, field="target session id", required=False)
     _check_fingerprint(expected_fingerprint)
     reason = operator_text(reason, field="reason")
+    before = _counts(ids)
+    if differences:
+        before["confirmed_differences"] = differences
     return _audited(
         actor=actor,
         action="merge",
         session_ids=ids,
         reason=reason,
-        before=_counts(ids),
+        before=before,
         run=lambda: core.merge_sessions(
             session_ids=ids,
             target_id=target_id,

@@ -90,3 +90,90 @@ def test_choose_another_target_then_undo_from_the_audit_log(signed_in_page):
     assert db.fetchall("SELECT id, session_id FROM messages ORDER BY id") == before
     assert page.locator("button", has_text="Undo merge").count() == 0
     assert page.script_errors == []
+
+
+# --- issue 15: merging two customers, and the pages at phone width ------------------------------
+
+PHONE = {"width": 390, "height": 844}
+
+
+def assert_fits_the_phone(page, ids_selector: str) -> None:
+    """Nothing wider than the viewport, and every session id on one or two lines."""
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"{page.url} is {overflow}px wider than the phone"
+    heights = page.locator(ids_selector).evaluate_all(
+        "codes => codes.map(code => [code.textContent, code.getBoundingClientRect().height,"
+        " parseFloat(getComputedStyle(code).lineHeight) || 16])"
+    )
+    assert heights, f"no session ids matched {ids_selector}"
+    for text, height, line in heights:
+        assert height <= 2.5 * line, f"{text} wraps into {height}px at 390px"
+
+
+def two_customers() -> tuple[str, str]:
+    """(an ended CLI session of nobody, a live Telegram chat of customer 4242)."""
+    cli = core.create_session(source="cli", started_at=1000.0).session_id
+    core.append_message(session_id=cli, role="user", content="deploy the staging branch")
+    core.end_session(session_id=cli, end_reason="cli_close")
+    chat = core.create_session(
+        source="telegram",
+        user_id="4242",
+        session_key="agent:main:telegram:dm:4242",
+        started_at=2000.0,
+    ).session_id
+    core.append_message(session_id=chat, role="user", content="Where is my refund?")
+    return cli, chat
+
+
+def test_forks_and_the_merge_preview_fit_a_phone(signed_in_page):
+    ids = cold_start_forks("sidekick-phone")
+    cli, chat = two_customers()
+    page = signed_in_page("support")
+    page.set_viewport_size(PHONE)
+
+    page.goto("/forks/")
+    page.locator("article.fork-group").first.wait_for()
+    assert "turn 0 question" in page.locator("article.fork-group").inner_text()
+    assert_fits_the_phone(page, ".fork-members td.session-cell > a > code")
+
+    page.goto("/merge/preview/?" + "&".join(f"ids={sid}" for sid in ids))
+    assert_fits_the_phone(page, ".merge-sources td.session-cell a code")
+    assert page.locator(".merge-differs").count() == 0
+
+    page.goto(f"/merge/preview/?ids={cli}&ids={chat}")
+    assert page.locator(".merge-differs").is_visible()
+    assert_fits_the_phone(page, ".merge-sources td.session-cell a code")
+    live_choice = page.locator(f'input[type=radio][name=target][value="{chat}"]')
+    assert live_choice.is_checked()  # the default target is the live session, not the oldest
+    assert page.locator("#merge-typed-count").is_visible()
+    assert page.script_errors == []
+
+
+def test_merging_two_customers_needs_the_typed_count_and_a_reason(signed_in_page):
+    cli, chat = two_customers()
+    page = signed_in_page("support")
+    page.goto(f"/sessions/{chat}/")
+    page.fill("#sa-merge-ids", cli)  # the "Merge with..." box on the session page
+    page.locator("form.sa-merge button[type=submit]").click()
+    page.wait_for_url(re.compile(r"/merge/preview/"))
+    warning = page.locator(".merge-differs").inner_text()
+    assert "users, sources and session keys differ" in warning
+    assert session(cli)["end_reason"] == "cli_close"  # the box merged nothing
+
+    # A wrong count is refused by the server (the browser's own check is bypassed).
+    page.locator("#merge-typed-count").evaluate("input => input.removeAttribute('required')")
+    page.fill("#merge-typed-count", "2")
+    page.fill("textarea[name=reason]", "same person on two devices")
+    page.get_by_role("button", name=re.compile(r"^Merge 1 session")).click()
+    page.locator(".act-alert.error", has_text="Nothing was merged").wait_for()
+    assert session(cli)["end_reason"] == "cli_close" and messages(cli) != []
+
+    page.fill("#merge-typed-count", "1")
+    page.get_by_role("button", name=re.compile(r"^Merge 1 session")).click()
+    page.wait_for_url(f"**/sessions/{chat}/")
+    assert session(cli)["end_reason"] == "merged"
+    assert [m["content"] for m in messages(chat)] == [
+        "deploy the staging branch",
+        "Where is my refund?",
+    ]
+    assert page.script_errors == []

@@ -81,7 +81,7 @@ POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "session_redo": (["reason", "fingerprint"], {}),
     "session_retry": (["reason", "fingerprint"], {}),
     "merge_execute": (
-        ["ids", "target", "fingerprint", "reason", "next", "continue_history"],
+        ["ids", "target", "fingerprint", "typed_count", "reason", "next", "continue_history"],
         REASON,
     ),
     "merge_undo": (["reason", "next"], {}),

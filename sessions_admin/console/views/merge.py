@@ -28,7 +28,13 @@ from sessions_admin.console.http import (
     require_perm,
     session_url,
 )
-from sessions_admin.core.merge import MAX_MERGE_SESSIONS
+from sessions_admin.core.merge import (
+    MAX_MERGE_SESSIONS,
+    MergeDifference,
+    MergePlan,
+    first_user_messages,
+    session_differences,
+)
 from sessions_admin.ledger import actions
 from sessions_admin.signin.roles import OPERATE, VIEW
 from sessions_admin.store.models import Session
@@ -65,18 +71,31 @@ def _sessions_by_id(ids: Iterable[str]) -> dict[str, Session]:
     found: dict[str, Session] = {}
     for start in range(0, len(wanted), 500):
         for session in Session.objects.filter(id__in=wanted[start : start + 500]).only(
-            "id", "title", "source", "started_at", "ended_at", "end_reason", "message_count"
+            "id",
+            "title",
+            "source",
+            "user_id",
+            "session_key",
+            "started_at",
+            "ended_at",
+            "end_reason",
+            "message_count",
         ):
             found[session.id] = session
     return found
 
 
-def _session_row(session_id: str, session: Session | None) -> dict:
+def _session_row(
+    session_id: str, session: Session | None, first_messages: dict[str, str] | None = None
+) -> dict:
     return {
         "id": session_id,
         "url": session_url(session_id) if session is not None else None,
         "title": session.title if session else None,
         "source": session.source if session else None,
+        "user_id": session.user_id if session else None,
+        "session_key": session.session_key if session else None,
+        "first_message": (first_messages or {}).get(session_id),
         "started_at": session.started_at if session else None,
         "message_count": session.message_count if session else None,
         **_status(session),
@@ -107,6 +126,41 @@ def _malformed(ids: Iterable[str]) -> list[str]:
     return [i for i in ids if len(i) > MAX_ID_LENGTH or "\x00" in i]
 
 
+def _differing_words(labels: Sequence[str]) -> str:
+    """ "users", "users and sources", "users, sources and session keys"."""
+    words = [label + "s" for label in labels]
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
+
+
+def _differences(differences: Sequence[MergeDifference]) -> dict:
+    """What the warning block and the ``who`` rows need of what differs."""
+    return {
+        "differences": differences,
+        "differing": {d.column for d in differences},
+        "differing_words": _differing_words([d.label for d in differences]),
+    }
+
+
+def _confirmation_problem(plan: MergePlan, typed_count: int | None, reason: str) -> str | None:
+    """Why a merge of sessions that differ is not confirmed yet (None: it is).
+
+    The rule the preview states: type the number of sessions merged into the target,
+    and give a reason.
+    """
+    if not plan.differs:
+        return None
+    count = len(plan.absorbed_ids)
+    differing = _differing_words([d.label for d in plan.differences])
+    if typed_count != count:
+        return (
+            f"These sessions' {differing} differ: type {count} (the number of sessions merged "
+            "into the target) to confirm the merge."
+        )
+    if not reason.strip():
+        return f"These sessions' {differing} differ: give a reason for merging them."
+    return None
+
+
 # --- fork groups ------------------------------------------------------------------------------
 
 KIND_LABELS = {"conversation": "conversation slug", "session_key": "session key"}
@@ -117,16 +171,24 @@ KIND_LABELS = {"conversation": "conversation slug", "session_key": "session key"
 def fork_list(request: HtmxHttpRequest) -> HttpResponse:
     """Every fork group the core finds, with its evidence and a merge preview link."""
     groups = core.find_fork_groups()
-    sessions = _sessions_by_id(sid for group in groups for sid in group.session_ids)
-    rows = [
-        {
-            "group": group,
-            "kind_label": KIND_LABELS.get(group.kind, group.kind),
-            "sessions": [_session_row(sid, sessions.get(sid)) for sid in group.session_ids],
-            "preview_url": _preview_url(group.session_ids),
-        }
-        for group in groups
-    ]
+    all_ids = [sid for group in groups for sid in group.session_ids]
+    sessions = _sessions_by_id(all_ids)
+    first_messages = first_user_messages(list(sessions))
+    rows = []
+    for group in groups:
+        members = [
+            _session_row(sid, sessions.get(sid), first_messages) for sid in group.session_ids
+        ]
+        rows.append(
+            {
+                "group": group,
+                "kind_label": KIND_LABELS.get(group.kind, group.kind),
+                "sessions": members,
+                # The merge plan's own rule, on what the page shows of each session.
+                **_differences(session_differences([m for m in members if m["known"]])),
+                "preview_url": _preview_url(group.session_ids),
+            }
+        )
     return render(
         request,
         fragment(request, FORKS_TEMPLATE, "fork-groups"),
@@ -166,14 +228,17 @@ def _preview_context(
             plan = core.plan_merge(session_ids=picks, target_id=target or None)
         except core.StoreError as problem:
             plan_error = str(problem)
-    if target is None or target not in picks:
-        known = [p for p in picks if p in sessions]
-        target = (
-            min(known, key=lambda s: (sessions[s].started_at, s)) if known else None
-        )  # the core's default: the oldest pick
+    if plan is not None:
+        target = plan.chosen_id  # the core's rule chose it when the operator did not
+    elif target not in picks:
+        target = None
+    first_messages = first_user_messages(list(sessions))
+    choices = [_session_row(sid, sessions.get(sid), first_messages) for sid in picks]
     context: dict = {
         "picks": picks,
-        "choices": [_session_row(sid, sessions.get(sid)) for sid in picks],
+        "choices": choices,
+        # Without a plan (it was refused), what the picks show; with one, the plan's.
+        **_differences(session_differences([c for c in choices if c["known"]])),
         "chosen": target,
         "plan": plan,
         "error": error,
@@ -203,10 +268,19 @@ def _preview_context(
         )
     context.update(
         {
+            # The plan's own computation (the one the fingerprint guards) says what differs.
+            **_differences(plan.differences),
+            "target_rule": plan.target_rule,
             "sources": [
                 {
                     "source": source,
                     "row": _session_row(source.session_id, details.get(source.session_id)),
+                    "who": {
+                        "user_id": source.user_id,
+                        "source": source.source,
+                        "session_key": source.session_key,
+                        "first_message": source.first_user_message,
+                    },
                     "index": index[source.session_id] % 6,
                     "picked": source.session_id in picks,
                 }
@@ -248,13 +322,13 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
     fingerprint = data.get("fingerprint") or ""
     continue_history = data.get("continue_history", False)
 
-    def again(error: str | core.StoreError) -> HttpResponse:
+    def again(error: str | core.StoreError, **refused: object) -> HttpResponse:
         actions.record_refusal(
             request=request,
             action="merge",
             why=error,
             session_ids=picks,
-            before={"target": target, "fingerprint": fingerprint[:200]},
+            before={"target": target, "fingerprint": fingerprint[:200], **refused},
         )
         context = _preview_context(
             request,
@@ -278,6 +352,20 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
             "review the preview below and confirm again."
         )
     try:
+        plan = core.plan_merge(session_ids=picks, target_id=target)
+    except core.StoreError:
+        plan = None  # the merge below refuses it and the ledger audits why
+    if plan is not None:
+        # The plan as it is now (its fingerprint is checked again under lock): sessions
+        # that differ are merged only with the typed count and a reason.
+        unconfirmed = _confirmation_problem(plan, data.get("typed_count"), data["reason"])
+        if unconfirmed:
+            return again(
+                unconfirmed,
+                differences={d.label: list(d.values) for d in plan.differences},
+                typed_count=data.get("typed_count"),
+            )
+    try:
         result = actions.merge(
             actor=request.user,
             session_ids=picks,
@@ -285,6 +373,9 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
             expected_fingerprint=fingerprint,
             reason=data["reason"],
             continue_history=continue_history,
+            differences=(
+                {d.label: list(d.values) for d in plan.differences} if plan is not None else None
+            ),
         )
     except core.StoreError as problem:
         return again(problem)  # a refusal the core raised is audited already
