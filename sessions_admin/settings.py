@@ -245,6 +245,8 @@ STORAGES = {
 }
 # Serve straight from STATICFILES_DIRS too, so the demo works before collectstatic.
 WHITENOISE_USE_FINDERS = True
+# Files browsers ask for at the site's root (/favicon.ico), served before sign-in.
+WHITENOISE_ROOT = BASE_DIR / "static" / "root"
 
 # Production hardening (README "Running in production"); ``manage.py check --deploy`` is clean
 # with SESSIONS_ADMIN_HTTPS=1 and a secret key of our own. The demo serves plain http on

@@ -193,6 +193,9 @@ def message_html(m: TranscriptMessage) -> SafeString:
     parts.append(
         ' <span class="spacer"></span>'
         f' <a class="msg-id" href="{escape(m.permalink)}" title="Link to this message">#{m.id}</a>'
+        # static/js/copy_link.js: copies the permalink, made absolute, for a ticket.
+        f' <button type="button" class="copy-link secondary" data-copy-link="{escape(m.permalink)}"'
+        ' title="Copy a link to this message">Copy link</button>'
         f' <time datetime="{escape(m.time_iso)}" title="{escape(m.time_full)}">{escape(m.time_short)}</time>'
         "</header>"
     )

@@ -13,6 +13,7 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from playwright.sync_api import expect
 
+from sessions_admin import core
 from sessions_admin.ledger import worker
 from tests.browser.hostile import PAYLOAD, hostile_store
 from tests.builders import refund_lineage
@@ -62,6 +63,7 @@ def test_every_page_loads_under_the_policy_with_htmx_working(signed_in_page):
         page.wait_for_load_state("networkidle")  # the htmx fragments have arrived
         assert page.evaluate("htmx.config.allowEval") is False, path
         assert page.evaluate("htmx.config.includeIndicatorStyles") is False, path
+        assert "style" not in page.evaluate("htmx.config.attributesToSettle"), path
         assert _no_inline_styles_or_scripts(page) == [], path
     assert page.csp_violations == []
     assert page.script_errors == []
@@ -86,3 +88,34 @@ def test_the_policy_blocks_inline_code_and_reports_it(page):
     assert page.locator("#styled").evaluate("e => getComputedStyle(e).color") != "rgb(255, 0, 0)"
     assert page.csp_violations  # what the page fixture checks after every browser test
     page.csp_violations.clear()  # expected here; any other test fails on one
+
+
+def test_repeated_actions_swap_without_a_report(signed_in_page):
+    """htmx settles a swap by copying the old element's class, size and (by default) style
+    attributes onto the new one; the policy refuses a copied style attribute. The operator
+    has resized the reset summary box (the browser gives it a style); the action panel is
+    then swapped again and again."""
+    chat = core.create_session(source="telegram", session_key="tg:dm:42").session_id
+    core.append_messages(
+        session_id=chat,
+        messages=[
+            {"role": "user", "content": "where is my refund?"},
+            {"role": "assistant", "content": "On its way."},
+        ],
+    )
+    page = signed_in_page("support")
+    page.goto(f"/sessions/{chat}/")
+    panel = page.locator("#session-actions")
+    panel.locator("summary", has_text="Reset").click()
+    # What dragging the box's corner does: an inline size through the CSSOM (allowed).
+    page.eval_on_selector("#sa-summary", "box => { box.style.height = '9em'; }")
+    for action in ("undo", "redo", "undo"):
+        page.eval_on_selector("#session-actions", "panel => { panel.dataset.swapped = 'no'; }")
+        # Submitted as its button would (the button may sit in a closed disclosure).
+        panel.locator(f'form[hx-post$="/{action}/"]').first.evaluate("f => f.requestSubmit()")
+        expect(page.locator("#session-actions:not([data-swapped])")).to_have_count(1)
+        page.wait_for_load_state("networkidle")
+        page.eval_on_selector("#sa-summary", "box => { box.style.height = '9em'; }")
+    page.wait_for_timeout(100)  # past htmx's settle delay (20 ms)
+    assert page.csp_violations == []
+    assert page.script_errors == []

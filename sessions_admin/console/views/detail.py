@@ -41,6 +41,11 @@ class BadCursor(ValueError):
     pass
 
 
+def _bad_request(text: str) -> HttpResponseBadRequest:
+    """A 400 whose message is shown as written: plain text, so "<id>" is not taken for a tag."""
+    return HttpResponseBadRequest(text, content_type="text/plain; charset=utf-8")
+
+
 def _message_id(text: str | None) -> int | None:
     if text and text.isascii() and text.isdigit() and len(text) <= 18:
         return int(text)
@@ -53,7 +58,10 @@ def _cursor(request: HtmxHttpRequest, name: str, chain: list[str]) -> Position |
         return None
     position = Position.parse(text)
     if position is None or position.segment >= len(chain):
-        raise BadCursor(f"{name} must be <segment>:<message id> within this transcript")
+        raise BadCursor(
+            f"{name} must be a position in this transcript: a segment number and a message id, "
+            f"such as {name}=0:1234."
+        )
     return position
 
 
@@ -182,7 +190,7 @@ def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> Http
             alone=as_fragment and partial == "transcript-chunk",
         )
     except BadCursor as error:
-        return HttpResponseBadRequest(str(error))
+        return _bad_request(str(error))
     _add_permalinks(chunk)
     context = {
         "session": session,
@@ -224,7 +232,12 @@ def session_transcript(request: HtmxHttpRequest, session_id: str) -> HttpRespons
     """One more chunk (``?after=`` or ``?before=``) for htmx; the whole page without JavaScript."""
     session = session_or_404(session_id)
     if "after" not in request.GET and "before" not in request.GET:
-        return HttpResponseBadRequest("Give after=<segment>:<message id> or before=...")
+        page = reverse("session_detail", args=[session.id])
+        return _bad_request(
+            "This address loads more of a transcript, from a position: give after= or before= "
+            "a segment number and a message id, such as after=0:1234 (the session page's "
+            f'"Load more" links do). The whole session is at {page}'
+        )
     return _render(request, session, partial="transcript-chunk")
 
 
@@ -238,14 +251,14 @@ def session_raw(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     or ``?message=<id>&field=content|reasoning|tool_calls`` (one of its messages)."""
     field = request.GET.get("field", "content")
     if field not in RAW_FIELDS:
-        return HttpResponseBadRequest(f"field must be one of {', '.join(sorted(RAW_FIELDS))}")
+        return _bad_request(f"field must be one of {', '.join(sorted(RAW_FIELDS))}")
     session = session_or_404(session_id)
     if field == "title":
         value, name = session.title, "title"
     else:
         message_id = _message_id(request.GET.get("message"))
         if message_id is None:
-            return HttpResponseBadRequest("Give message=<message id>")
+            return _bad_request("Give the message's id: message=1234")
         found, value = transcripts.raw_message_field(
             session_id=session.id, message_id=message_id, field=field
         )

@@ -26,7 +26,14 @@ FORMATS = {
     "jsonl": ("application/x-ndjson; charset=utf-8", "jsonl", portability.export_jsonl),
     "markdown": ("text/markdown; charset=utf-8", "md", portability.export_markdown),
 }
-FILTER_PARAMS = {"session", "lineage", "ids", "format", "scope"}
+# What /export/ reads itself; every other parameter is a session list filter (``scope`` too:
+# the list's "one row per conversation" or "every session").
+FILTER_PARAMS = {"session", "lineage", "ids", "format"}
+
+
+def _bad_request(text: str) -> HttpResponseBadRequest:
+    """A 400 shown as written: plain text, so "<id>" is not taken for a tag."""
+    return HttpResponseBadRequest(text, content_type="text/plain; charset=utf-8")
 
 
 def _filename(stem: str, extension: str) -> str:
@@ -57,18 +64,19 @@ def _ids_from_list_filters(request: HtmxHttpRequest) -> list[str] | None:
 def _stream(request: HtmxHttpRequest, *, session=None, lineage_of=None, ids=None, stem: str):
     chosen = request.GET.get("format", "jsonl")
     if chosen not in FORMATS:
-        return HttpResponseBadRequest("format must be jsonl or markdown")
+        return _bad_request("format must be jsonl or markdown")
     content_type, extension, render = FORMATS[chosen]
     named = [value for value in (session, lineage_of, *(ids or ())) if value is not None]
     if any("\x00" in value for value in named):
         # No stored id holds one, and PostgreSQL refuses to compare text with it.
-        return HttpResponseBadRequest("A session id cannot contain a NUL character.")
+        return _bad_request("A session id cannot contain a NUL character.")
     try:
         if ids is None and session is None and lineage_of is None:
             ids = _ids_from_list_filters(request)
             if ids is None:
-                return HttpResponseBadRequest(
-                    "Give session=<id>, lineage=<id>, ids=<id>... or session list filters."
+                return _bad_request(
+                    "Say what to export: session=ID, lineage=ID, ids=ID (repeated) "
+                    "or the session list's filters."
                 )
         session_ids = portability.export_session_ids(
             session_id=session, lineage_of=lineage_of, ids=ids
@@ -76,7 +84,7 @@ def _stream(request: HtmxHttpRequest, *, session=None, lineage_of=None, ids=None
     except SessionNotFound as missing:
         raise Http404(str(missing)) from missing
     except InvalidInput as problem:
-        return HttpResponseBadRequest(str(problem))
+        return _bad_request(str(problem))
     response = StreamingHttpResponse(render(session_ids), content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="{_filename(stem, extension)}"'
     response["Cache-Control"] = "no-store"
@@ -91,7 +99,7 @@ def export(request: HtmxHttpRequest) -> HttpResponse:
     lineage_of = request.GET.get("lineage") or None
     ids = [i for i in request.GET.getlist("ids") if i.strip()] or None
     if sum(x is not None for x in (session, lineage_of, ids)) > 1:
-        return HttpResponseBadRequest("Give only one of session, lineage and ids.")
+        return _bad_request("Give only one of session, lineage and ids.")
     stem = (
         f"session-{session}"
         if session
