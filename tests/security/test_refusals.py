@@ -168,11 +168,13 @@ def test_the_audit_log_is_append_only_for_every_role():
     for route in urlmap.routes():
         assert "audit" not in route.name or route.name in {
             "audit_log",
+            "audit_export",
             "session_history",
             "signin_failures",
         }, route.name
     audit_urls = [
         reverse("audit_log"),
+        reverse("audit_export"),
         reverse("session_history", args=[seeded.tip]),
     ]
     for role in ("viewer", "support", "admin"):
