@@ -305,7 +305,7 @@ def test_an_undo_entry_says_which_messages_and_counts_changed(signed_in):
     assert f"Messages #{ids[2]}–#{ids[3]} (2 messages)" in words
     around = f"{reverse('session_detail', args=[ref])}?around={ids[2]}#m{ids[2]}"
     assert f'href="{around}"' in row
-    assert "4 messages" in session_cell(row, ref)  # the count before, the after has no counts
+    assert "4 → 2 messages, live" in session_cell(row, ref)
 
 
 def test_entries_link_to_the_merge_trash_entries_and_job_they_made(signed_in, no_worker):

@@ -314,6 +314,13 @@ def readable(entry: AuditEntry, links: Links) -> Readable:
                 used.add((side, key))
                 if key in mentions or len(mentions) < SESSION_LINKS_SHOWN:
                     mention(key)
+    # An undo, redo or retry records the one session's active count after it: its counts
+    # read before → after.
+    if isinstance(after.get("message_count"), int) and len(ids) == 1 and ids[0] in mentions:
+        counted = before.get(ids[0])
+        if _is_counts(counted) and not _is_counts(after.get(ids[0])):
+            after = {**after, ids[0]: {**counted, "messages": after["message_count"]}}
+            used |= {("after", "message_count"), ("after", ids[0])}
     for sid, m in mentions.items():
         if not m.change and (_is_counts(before.get(sid)) or _is_counts(after.get(sid))):
             m.change = _session_change(before.get(sid), after.get(sid))
