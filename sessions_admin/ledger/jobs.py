@@ -30,6 +30,7 @@ from sessions_admin.core import db, deletion, faults
 from sessions_admin.core.errors import InvalidInput, StoreBusy
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
 from sessions_admin.ledger.trash import LEDGER_TRASH, job_operation, stale_pending_trash
+from sessions_admin.store import cached
 
 LEASE_SECONDS = 30
 
@@ -221,6 +222,11 @@ def run_job(
             state=DeleteJob.FAILED, error=str(error)[:2000], lease_owner="", lease_expires_at=None
         )
         raise
+    finally:
+        if batches:
+            # Its deletions show on the overview at once, as ledger.actions does for every
+            # other action (once per run: each batch would make every read recompute).
+            cached.forget_all()
     return job_progress(job_id=job_id)
 
 

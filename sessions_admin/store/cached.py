@@ -6,6 +6,11 @@ period, not four times. A figure older than its fresh period is still served
 while one process recomputes it in a background thread (guarded by a cache
 lock across processes), so after the first computation no request waits for
 a recomputation: a stale value is at most ``fresh + compute`` seconds old.
+
+An operator's change marks every figure stale (``forget_all``): a figure whose
+computation started before the mark is never served again, not even one a
+refresh that was already running writes afterwards, so the overview's health
+panel and ``/forks/`` agree as soon as the action returns.
 """
 
 from __future__ import annotations
@@ -39,13 +44,23 @@ def store_key(name: str) -> str:
 
 def cached_figure(name: str, compute: Callable[[], T], *, fresh_seconds: float) -> T:
     """``compute()``'s value for this store, at most ``fresh_seconds`` old unless refreshing."""
+    return cached_figure_at(name, compute, fresh_seconds=fresh_seconds)[1]
+
+
+def cached_figure_at(
+    name: str, compute: Callable[[], T], *, fresh_seconds: float
+) -> tuple[float, T]:
+    """``(computed_at, value)``: ``cached_figure``, with when its computation started
+    (a Unix time), so a page can say how old the figure it shows is."""
     key = store_key(name)
     entry = cache.get(key)
     now = time.time()
+    if entry is not None and entry[0] <= stale_since():
+        entry = None  # computed before an operator's change: recompute it now
     if entry is not None:
         computed_at, value = entry
         if now - computed_at < fresh_seconds:
-            return value
+            return entry
         if cache.add(f"{key}:refreshing", 1, REFRESH_LOCK_SECONDS):
             if getattr(settings, "SESSIONS_ADMIN_REFRESH_IN_BACKGROUND", True):
                 threading.Thread(
@@ -53,17 +68,22 @@ def cached_figure(name: str, compute: Callable[[], T], *, fresh_seconds: float) 
                 ).start()
             else:
                 _refresh(key, compute, close_connections=False)
-                return cache.get(key, entry)[1]
-        return value
+                return cache.get(key, entry)
+        return entry
     value = compute()
+    # Taken before computing: a change committed meanwhile leaves this value stale.
     cache.set(key, (now, value), STALE_SECONDS)
-    return value
+    return now, value
 
 
 def _refresh(key: str, compute: Callable[[], T], *, close_connections: bool = True) -> None:
     try:
         computed_at = time.time()
-        cache.set(key, (computed_at, compute()), STALE_SECONDS)
+        value = compute()
+        # An operator's change while this ran: its value may predate the change. (Reads
+        # check the mark too; this only spares them a value they would throw away.)
+        if computed_at > stale_since():
+            cache.set(key, (computed_at, value), STALE_SECONDS)
     except Exception:
         # The stale value stays until it expires; the next request recomputes then.
         log.exception("Refreshing %s failed", key)
@@ -74,10 +94,20 @@ def _refresh(key: str, compute: Callable[[], T], *, close_connections: bool = Tr
             connections.close_all()
 
 
+def stale_since() -> float:
+    """When an operator last changed this store (a Unix time; 0 if never): a figure
+    computed before it is stale whatever its age."""
+    return cache.get(store_key(STALE_MARK), 0.0)
+
+
 # Every figure cached through cached_figure, by name.
 FIGURES = ("listing:forks", "overview:forks", "overview:health", "overview:totals")
+# When this store last changed under an operator's hand; kept until the cache is cleared.
+STALE_MARK = "figures-stale-since"
 
 
 def forget_all() -> None:
-    """Drop this store's figures: an operator's change (a merge, a delete) shows at once."""
+    """Mark this store's figures stale and drop them: an operator's change (a merge, a
+    delete, a restore) shows at once, even where a refresh was already computing."""
+    cache.set(store_key(STALE_MARK), time.time(), None)
     cache.delete_many([store_key(name) for name in FIGURES])

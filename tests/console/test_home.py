@@ -10,7 +10,11 @@ from django.core.cache import cache
 from django.urls import reverse
 
 from sessions_admin import core
+from sessions_admin.console.views.home import computed_ago
+from tests.builders import forked_conversation
 from tests.console.conftest import PASSWORD
+from tests.console.test_merge_views import merge_via_views
+from tests.helpers import session
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +100,7 @@ def test_it_counts_sessions_by_source_and_status_and_the_totals(signed_in):
     stats = _section(body, 'aria-label="Store totals"')
     assert re.search(r'stat-value">4</span> <span class="stat-label">sessions', stats)
     assert re.search(r'stat-value">2</span> <span class="stat-label">messages', stats)
-    assert re.search(r"Counts as of <time[^>]*>\d\d:\d\d:\d\d</time> UTC", body)
+    assert re.search(r"Counts computed <time[^>]*>just now</time>, at \d\d:\d\d:\d\d UTC", body)
 
 
 def test_the_chart_has_one_bar_per_day_and_a_table_alternative(signed_in):
@@ -149,7 +153,7 @@ def test_the_health_panel_counts_and_links_each_check(signed_in):
     for kind in ("missing_parent", "empty", "counter_mismatch"):
         assert f'href="{reverse("session_list")}?health={kind}"' in body
     assert '<span class="check-count">0</span>' in _check(body, "missing_parent")
-    assert re.search(r"As of <time[^>]*>\d\d:\d\d:\d\d</time> UTC", body)
+    assert re.search(r"Computed <time[^>]*>just now</time>, at \d\d:\d\d:\d\d UTC", body)
     assert dangling not in body  # counts, not lists
 
 
@@ -286,3 +290,95 @@ def test_the_health_panel_counts_the_stale_writer_checks_and_lists_their_session
         page = listed.content.decode()
         everyone = {live, "racer", stale, stranded}
         assert {sid for sid in everyone if f"<code>{sid}</code>" in page} == ids, kind
+
+
+# --- how old the figures are, and refreshed after an operator's action -------------------------
+
+HX = {"HX-Request": "true"}
+
+
+def _computed_at(body: str, marker: str) -> dt.datetime:
+    """The <time datetime> of the figures block that starts at ``marker``."""
+    block = body[body.index(marker) :]
+    match = re.search(r'computed <time datetime="([^"]+)" data-ago>([^<]+)</time>', block, re.I)
+    assert match, f"no computed time after {marker}"
+    return dt.datetime.fromisoformat(match.group(1))
+
+
+def test_each_cached_figure_block_says_how_long_ago_it_was_computed(signed_in, monkeypatch):
+    from sessions_admin.console.views import home
+
+    client = signed_in("viewer")
+    core.create_session(source="cli")
+    client.get(reverse("home"))
+    client.get(reverse("health_panel"), headers=HX)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=20)
+    monkeypatch.setattr(home, "_now", lambda: later)
+    body = client.get(reverse("health_panel")).content.decode()  # the overview with the panel
+
+    overview = body[body.index('<div id="overview"') :]
+    assert re.search(
+        r"Counts computed <time datetime=\"[^\"]+\" data-ago>(19|20|21) s ago<", overview
+    )
+    panel = body[body.index('<section id="health-panel"') :]
+    assert re.search(r"Computed <time datetime=\"[^\"]+\" data-ago>(19|20|21) s ago<", panel)
+    assert 'src="/static/js/computed_ago.js"' in body
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [
+        (0, "just now"),
+        (1, "just now"),
+        (40, "40 s ago"),
+        (119, "119 s ago"),
+        (120, "2 min ago"),
+        (7199, "119 min ago"),
+        (7200, "2 h ago"),
+        (-5, "just now"),
+    ],
+)
+def test_the_age_in_words(seconds, words):
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    assert computed_ago(at, at + dt.timedelta(seconds=seconds)) == words
+
+
+def test_after_a_merge_the_overview_and_health_panel_show_new_figures_at_once(signed_in):
+    ids = forked_conversation()
+    client = signed_in("support")
+    # The figures are cached: the overview and the panel show three forks of one slug.
+    home_before = client.get(reverse("home")).content.decode()
+    panel_before = client.get(reverse("health_panel"), headers=HX).content.decode()
+    assert '<span class="check-count">3</span>' in _check(panel_before, "forks")
+    assert _row_count(_section(home_before, "by-status-heading"), "merged") is None
+    assert client.get(reverse("health_panel"), headers=HX).content.decode() == panel_before
+
+    response = merge_via_views(client, ids, reason="one customer, three cold starts")
+
+    assert response.status_code == 302
+    assert [session(sid)["end_reason"] for sid in ids[1:]] == ["merged", "merged"]
+    assert core.find_fork_groups() == []  # what /forks/ shows
+    panel_after = client.get(reverse("health_panel"), headers=HX).content.decode()
+    assert '<span class="check-count">0</span>' in _check(panel_after, "forks")
+    assert _computed_at(panel_after, "health-panel") > _computed_at(panel_before, "health-panel")
+    home_after = client.get(reverse("home")).content.decode()
+    assert _row_count(_section(home_after, "by-status-heading"), "merged") == "2"
+    assert _computed_at(home_after, 'id="overview"') > _computed_at(home_before, 'id="overview"')
+
+
+def test_the_figures_reload_on_an_event_and_when_the_page_is_back_in_view(signed_in):
+    client = signed_in("viewer")
+    body = client.get(reverse("health_panel")).content.decode()
+    overview = re.search(r'<div id="overview"[^>]*>', body).group(0)
+    panel = re.search(r'<section id="health-panel"[^>]*>', body).group(0)
+    for element, url in ((overview, reverse("home")), (panel, reverse("health_panel"))):
+        assert f'hx-get="{url}"' in element
+        assert 'hx-swap="outerHTML"' in element
+        trigger = re.search(r'hx-trigger="([^"]+)"', element).group(1)
+        assert "figures-stale from:body" in trigger  # static/js/computed_ago.js
+        assert "session-changed from:body" in trigger and "jobFinished from:body" in trigger
+    # What those requests get back is the element itself, so it keeps listening.
+    fragment = client.get(reverse("home"), headers=HX).content.decode().strip()
+    assert fragment.startswith(overview)
+    fragment = client.get(reverse("health_panel"), headers=HX).content.decode().strip()
+    assert fragment.startswith(panel)

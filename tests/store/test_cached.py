@@ -103,3 +103,80 @@ def test_a_refused_action_keeps_them():
     with pytest.raises(Exception):  # noqa: B017 - any refusal
         actions.rewrite(actor=None, session_id="no-such-session", action="undo")
     assert cache.get(cached.store_key("listing:forks"))[1] == "before"
+
+
+def test_it_says_when_a_figure_was_computed(monkeypatch):
+    clock = [1_000_000.0]
+    monkeypatch.setattr(cached.time, "time", lambda: clock[0])
+    assert cached.cached_figure_at("overview:totals", lambda: "v", fresh_seconds=60) == (
+        1_000_000.0,
+        "v",
+    )
+    clock[0] += 40
+    # Served from the cache: still the time it was computed, not the time it was read.
+    assert cached.cached_figure_at("overview:totals", lambda: "w", fresh_seconds=60) == (
+        1_000_000.0,
+        "v",
+    )
+
+
+def test_a_refresh_running_across_an_action_never_serves_its_older_value(monkeypatch):
+    cached.cached_figure("overview:forks", lambda: "before the merge", fresh_seconds=60)
+    clock = [cached.time.time() + 120]  # stale: the next read starts a background refresh
+    monkeypatch.setattr(cached.time, "time", lambda: clock[0])
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow():
+        started.set()
+        release.wait(10)
+        return "read before the merge committed"
+
+    assert cached.cached_figure("overview:forks", slow, fresh_seconds=60) == "before the merge"
+    assert started.wait(10)
+    clock[0] += 1
+    cached.forget_all()  # a merge committed while the refresh was reading
+    release.set()
+    _wait_for_refresh()
+    clock[0] += 1
+    # Neither the dropped value nor the refresh's (it started before the merge) is served.
+    at, value = cached.cached_figure_at("overview:forks", lambda: "after", fresh_seconds=60)
+    assert (at, value) == (clock[0], "after")
+
+
+def test_a_figure_computed_while_an_action_commits_is_recomputed(monkeypatch):
+    clock = [1_000_000.0]
+    monkeypatch.setattr(cached.time, "time", lambda: clock[0])
+
+    def racing():
+        clock[0] += 1
+        cached.forget_all()  # the store changed after this computation began
+        return "racing"
+
+    assert cached.cached_figure("overview:totals", racing, fresh_seconds=60) == "racing"
+    clock[0] += 1
+    assert cached.cached_figure("overview:totals", lambda: "after", fresh_seconds=60) == "after"
+    assert cached.cached_figure("overview:totals", lambda: "later", fresh_seconds=60) == "after"
+
+
+def test_a_bulk_delete_job_drops_the_figures_when_it_ran(django_user_model):
+    from sessions_admin import core
+    from sessions_admin.core import db
+    from sessions_admin.ledger import jobs
+
+    ids = []
+    for n in range(3):
+        sid = core.create_session(source="cli", started_at=1000.0 + n).session_id
+        core.end_session(session_id=sid, end_reason="user_exit")
+        ids.append(sid)
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=ids, include_live=False, actor="op", reason="old test chats"
+    )
+    for name in cached.FIGURES:
+        cached.cached_figure(name, lambda: "before", fresh_seconds=60)
+
+    jobs.run_job(job_id=job_id, worker="w")
+
+    assert db.fetchall(f"SELECT id FROM sessions WHERE id IN ({db.placeholders(ids)})", ids) == []
+    assert all(cache.get(cached.store_key(name)) is None for name in cached.FIGURES)
+    assert cached.cached_figure("overview:totals", lambda: "after", fresh_seconds=60) == "after"

@@ -157,6 +157,23 @@ def _chart(days: list[overview.DayCount]) -> dict:
     }
 
 
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def computed_ago(as_of: dt.datetime, now: dt.datetime | None = None) -> str:
+    """How long ago a cached figure was computed, in words ("40 s ago"); static/js/
+    computed_ago.js keeps the same words current while the page stays open."""
+    seconds = max(0, int(((now or _now()) - as_of).total_seconds()))
+    if seconds < 2:
+        return "just now"
+    if seconds < 120:
+        return f"{seconds} s ago"
+    if seconds < 7200:
+        return f"{seconds // 60} min ago"
+    return f"{seconds // 3600} h ago"
+
+
 def _health_context() -> dict:
     try:
         snapshot = _cached("health", _health_snapshot)
@@ -164,7 +181,8 @@ def _health_context() -> dict:
         # A busy or broken store should not take the overview down with it.
         logger.exception("store health checks failed")
         return {"health": None, "health_error": str(error) or error.__class__.__name__}
-    return {"health": snapshot, "health_error": None}
+    # as_of is its fork groups' time: the oldest figure the panel shows.
+    return {"health": snapshot, "health_ago": computed_ago(snapshot.as_of), "health_error": None}
 
 
 def _home_context(*, with_health: bool) -> dict:
@@ -173,6 +191,8 @@ def _home_context(*, with_health: bool) -> dict:
     shown, rest = by_source[:MAX_SOURCES_SHOWN], by_source[MAX_SOURCES_SHOWN:]
     context = {
         "snapshot": snapshot,
+        "snapshot_ago": computed_ago(snapshot.as_of),
+        "cache_seconds": CACHE_SECONDS,
         "totals": snapshot.totals,
         "sources": shown,
         "other_sources": {"count": len(rest), "sessions": sum(n for _s, n in rest)},
