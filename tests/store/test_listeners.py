@@ -434,8 +434,11 @@ def test_a_follower_refuses_bad_arguments():
             core.start_switch_follower(**arguments)
 
 
+# The child handles Ctrl-C as an interactive runtime does, even when the suite itself runs as a
+# background job (a shell starts those with SIGINT ignored, and children inherit that).
 KEYBOARD_INTERRUPT_SCRIPT = """
-import time, django
+import signal, time, django
+signal.signal(signal.SIGINT, signal.default_int_handler)
 django.setup()
 from sessions_admin import core
 
