@@ -107,6 +107,7 @@ def test_the_tour_screenshots(signed_in_page):
     def visit(name: str, url: str, heading: str, ready: str | None = None) -> None:
         response = page.goto(url)
         assert response is not None and response.status == 200, f"{url}: {response}"
+        expect(page.get_by_role("heading", level=1)).to_be_visible()
         expect(page.get_by_role("heading", level=1)).to_contain_text(heading)
         if ready:
             expect(page.locator(ready).first).to_be_visible()
@@ -116,6 +117,7 @@ def test_the_tour_screenshots(signed_in_page):
 
     visit("overview", "/", "Overview")
     visit("sessions", "/sessions/", "Sessions", "table tbody tr")
+    # A session's heading is its title, else "Session <id>".
     visit("session", f"/sessions/{chain_tip}/", "", "#lineage .lineage-tree")
     expect(page.locator("#lineage-heading")).to_contain_text("3 sessions")
     visit("forks", "/forks/", "Forks", "article.fork-group")
