@@ -82,6 +82,25 @@ def forked_conversation(
     return ids
 
 
+def two_turns(
+    key: str = "cli:plan",
+    *,
+    source: str = "cli",
+    texts: tuple[str, str, str, str] = ("q1", "a1", "q2", "a2"),
+    **fields,
+) -> tuple[str, list[int]]:
+    """A live keyed session with two user/assistant turns: (its id, the four message ids)."""
+    ref = core.create_session(source=source, session_key=key, **fields).session_id
+    ids = core.append_messages(
+        session_id=ref,
+        messages=[
+            {"role": role, "content": text}
+            for role, text in zip(("user", "assistant", "user", "assistant"), texts, strict=True)
+        ],
+    ).message_ids
+    return ref, list(ids)
+
+
 def store_forked_conversation(slug: str = "sidekick-m") -> list[str]:
     """The store tests' forks: short texts, usage on each, early start times."""
     return forked_conversation(

@@ -7,21 +7,17 @@ import re
 from playwright.sync_api import expect
 
 from sessions_admin import core
+from tests import builders
 from tests.helpers import messages, session
 
 
 def two_turns(key: str = "tg:dm:b1", **fields) -> tuple[str, list[int]]:
-    ref = core.create_session(source="telegram", session_key=key, **fields).session_id
-    ids = core.append_messages(
-        session_id=ref,
-        messages=[
-            {"role": "user", "content": "first question"},
-            {"role": "assistant", "content": "first answer"},
-            {"role": "user", "content": "second question"},
-            {"role": "assistant", "content": "second answer"},
-        ],
-    ).message_ids
-    return ref, list(ids)
+    return builders.two_turns(
+        key,
+        source="telegram",
+        texts=("first question", "first answer", "second question", "second answer"),
+        **fields,
+    )
 
 
 def test_undo_then_redo_the_last_turn_without_a_reload(signed_in_page):

@@ -6,22 +6,8 @@ import pytest
 
 from sessions_admin import core
 from sessions_admin.core.transcript import RewritePlanChanged, plan_rewrite
-from tests.builders import store_snapshot
+from tests.builders import store_snapshot, two_turns
 from tests.helpers import messages
-
-
-def two_turns(key: str = "cli:plan") -> tuple[str, list[int]]:
-    ref = core.create_session(source="cli", session_key=key).session_id
-    ids = core.append_messages(
-        session_id=ref,
-        messages=[
-            {"role": "user", "content": "q1"},
-            {"role": "assistant", "content": "a1"},
-            {"role": "user", "content": "q2"},
-            {"role": "assistant", "content": "a2"},
-        ],
-    ).message_ids
-    return ref, list(ids)
 
 
 def inactive(ref: str) -> list[int]:
