@@ -158,23 +158,6 @@ USAGE_COLUMNS = (
 # Columns our code reads or writes; an existing store missing one gets it added
 # (ALTER TABLE ... ADD COLUMN, the only change we ever make to a runtime table).
 REQUIRED_SESSION_COLUMNS = {*SESSION_ROW_COLUMNS, *USAGE_COLUMNS, "archived", "rewind_count"}
-# The message columns our code reads and writes, in display order.
-MESSAGE_FIELDS = (
-    "id",
-    "session_id",
-    "role",
-    "content",
-    "tool_call_id",
-    "tool_calls",
-    "tool_name",
-    "timestamp",
-    "token_count",
-    "finish_reason",
-    "reasoning",
-    "active",
-    "compacted",
-)
-REQUIRED_MESSAGE_COLUMNS = set(MESSAGE_FIELDS)
 # What a written message carries beside its session: every new row (an append, a bulk load, a
 # branch's copy) fills these, in this order, and starts active and not compacted.
 WRITTEN_MESSAGE_COLUMNS = (
@@ -188,6 +171,9 @@ WRITTEN_MESSAGE_COLUMNS = (
     "finish_reason",
     "reasoning",
 )
+# The message columns our code reads and writes, in display order.
+MESSAGE_FIELDS = ("id", "session_id", *WRITTEN_MESSAGE_COLUMNS, "active", "compacted")
+REQUIRED_MESSAGE_COLUMNS = set(MESSAGE_FIELDS)
 _WRITTEN = ", ".join(WRITTEN_MESSAGE_COLUMNS)
 NEW_MESSAGE_SQL = (
     f"INSERT INTO messages (session_id, {_WRITTEN}, active, compacted) "
