@@ -336,6 +336,24 @@ class RewriteForm(OptionalReasonForm):
     fingerprint = IdentifierField(word="fingerprint", required=False)
 
 
+class HoldForm(ConsoleForm):
+    """Placing a legal hold: on a session (its whole lineage) or on a user, with a reason."""
+
+    kind = forms.ChoiceField(
+        choices=[
+            ("session", "A session and its whole lineage"),
+            ("user", "Every session of a user"),
+        ],
+        error_messages={"invalid_choice": "A hold is on a session or on a user."},
+    )
+    subject = IdentifierField(word="session or user id")
+    reason = ReasonField()
+
+
+class HoldReleaseForm(ReasonForm):
+    """Releasing a legal hold needs a reason (kept in the audit log and on the hold)."""
+
+
 class StrayMoveForm(ConsoleForm):
     fingerprint = IdentifierField(word="fingerprint", required=False)
     reason = ReasonField(required=False)

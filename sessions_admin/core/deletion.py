@@ -31,7 +31,7 @@ from typing import Protocol
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
-from sessions_admin.core import db, faults, lineage
+from sessions_admin.core import db, faults, holds, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
 from sessions_admin.core.lifecycle import keep_one_live
@@ -87,6 +87,8 @@ class DeletePlan:
     response_count: int
     include_branches: bool
     fingerprint: str
+    # (session, the hold's words) for each session a legal hold covers: the plan cannot run.
+    held: tuple[tuple[str, str], ...] = ()
 
     @property
     def needs_typed_confirmation(self) -> bool:
@@ -388,8 +390,9 @@ def plan_cascade_delete(
     messages = _count_messages(ordered)
     responses = _response_ids(ordered)
     names = _conversation_names(ordered, response_ids=responses)
+    held = holds.holds_on(ordered)
     fingerprint = _fingerprint(
-        [sorted(ordered), sorted(kept), sorted(live), messages, names, responses]
+        [sorted(ordered), sorted(kept), sorted(live), messages, names, responses, sorted(held)]
     )
     return DeletePlan(
         picked_ids=tuple(picks),
@@ -403,6 +406,7 @@ def plan_cascade_delete(
         response_count=len(responses),
         include_branches=include_branches,
         fingerprint=fingerprint,
+        held=tuple((sid, held[sid].describe()) for sid in ordered if sid in held),
     )
 
 
@@ -418,6 +422,9 @@ class BulkDeletePreview:
     live_excluded: int
     message_count: int
     sample: tuple[dict, ...]
+    # Sessions left out because a legal hold covers them, and the holds in words.
+    held_excluded: int = 0
+    holds: tuple[str, ...] = ()
 
 
 def undoable_merge_husks() -> set[str]:
@@ -498,7 +505,8 @@ def preview_bulk_delete(
     """The dry run: the exact set, its size, how many live sessions were left out, a sample."""
     ids = _with_downstream([s for s in session_ids if s])
     live = live_session_ids(ids)
-    kept = [sid for sid in ids if include_live or sid not in live]
+    held = holds.holds_on(ids)
+    kept = [sid for sid in ids if (include_live or sid not in live) and sid not in held]
     found = lineage.existing_session_ids(kept)
     existing = [sid for sid in kept if sid in found]
     sample = (
@@ -517,6 +525,8 @@ def preview_bulk_delete(
         live_excluded=0 if include_live else len([s for s in ids if s in live]),
         message_count=_count_messages(existing) if existing else 0,
         sample=sample,
+        held_excluded=len(held),
+        holds=tuple(sorted({hold.describe() for hold in held.values()})),
     )
 
 
@@ -641,6 +651,8 @@ def _locked_delete(
     Without it the rows are copied here, under the lock.
     """
     batch, payload = snapshot_rows(batch, lock=True)
+    # Under the lock: a hold placed after the preview, or while a job runs, still stops it.
+    holds.refuse_held(batch)
     if copied is not None:
         entry_id, copied_payload = copied
         if not batch or _exact(payload) != _exact(copied_payload) or not trash.is_pending(entry_id):
@@ -821,6 +833,7 @@ def execute_cascade_delete(
     plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
     if plan.fingerprint != expected_fingerprint:
         raise PlanChanged("delete")
+    holds.refuse_held(plan.session_ids)
     sessions = messages = 0
     trash_ids: list[int] = []
     operation = new_operation_id()

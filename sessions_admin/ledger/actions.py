@@ -38,7 +38,7 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from sessions_admin import core
-from sessions_admin.core import faults, portability, stray
+from sessions_admin.core import faults, holds, portability, stray
 from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.core.lifecycle import recoverable_siblings
 from sessions_admin.core.text import (
@@ -649,6 +649,36 @@ def purge(*, actor, older_than_days: float | None, reason: str) -> int:
         before={"older_than_days": older_than_days},
         run=lambda: purge_trash(older_than_days=older_than_days),
         after=lambda n: {"purged_entries": n},
+    )
+
+
+def place_hold(*, actor, kind: str, subject: str, reason: str) -> holds.Hold:
+    """Put a session (its whole lineage) or a user under a legal hold: audited."""
+    subject = operator_identifier(subject, field="session or user id")
+    reason = operator_text(reason, field="reason", required=True)
+    return _audited(
+        actor=actor,
+        action="place_hold",
+        session_ids=[subject] if kind == holds.SESSION else [],
+        reason=reason,
+        before={"kind": kind, "subject": subject},
+        run=lambda: holds.place_hold(kind=kind, subject=subject, reason=reason, actor=_name(actor)),
+        after=lambda hold: {"hold": hold.id, "kind": hold.kind, "subject": hold.subject},
+    )
+
+
+def release_hold(*, actor, hold_id: int, reason: str) -> holds.Hold:
+    """End a legal hold: audited, with the reason kept on the hold too."""
+    reason = operator_text(reason, field="reason", required=True)
+    hold = holds.get_hold(hold_id=hold_id)
+    return _audited(
+        actor=actor,
+        action="release_hold",
+        session_ids=[hold.subject] if hold and hold.kind == holds.SESSION else [],
+        reason=reason,
+        before={"hold": hold_id, "kind": hold.kind if hold else None},
+        run=lambda: holds.release_hold(hold_id=hold_id, reason=reason, actor=_name(actor)),
+        after=lambda released: {"hold": released.id, "released": True},
     )
 
 

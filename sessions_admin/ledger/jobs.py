@@ -26,7 +26,7 @@ from django.db import connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from sessions_admin.core import db, deletion, faults
+from sessions_admin.core import db, deletion, faults, holds
 from sessions_admin.core.errors import InvalidInput, StoreBusy
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
 from sessions_admin.ledger.trash import LEDGER_TRASH, job_operation, stale_pending_trash
@@ -180,7 +180,9 @@ def run_job(
                     break
                 batch.append(sid)
                 weight += size
-            gone_or_live = [sid for sid in batch if sid not in sizes or sid in live]
+            # A hold placed after the job was confirmed keeps its sessions (skipped, not failed).
+            held = holds.holds_on([sid for sid in batch if sid in sizes])
+            gone_or_live = [sid for sid in batch if sid not in sizes or sid in live or sid in held]
             to_delete = [sid for sid in batch if sid not in gone_or_live]
             deleted = messages = 0
             if to_delete:
@@ -197,6 +199,8 @@ def run_job(
                     time.sleep(0.5)  # the runtime is busy: try this batch again shortly
                     _claim(job_id, worker)
                     continue
+                except holds.SessionsHeld:
+                    continue  # a hold landed between the check and the lock: skipped next round
                 faults.checkpoint("job.after_batch_commit")
             with transaction.atomic(using="default"):
                 # By primary key: the items table has no index on session_id, and a

@@ -65,6 +65,7 @@ GET_PARAMS: dict[str, list[str]] = {
     "job_list": [],
     "job_detail": ["part"],
     "trash": ["q", "page"],
+    "holds": ["kind", "subject"],
     "export_sessions": ["session", "lineage", "ids", "format", *LISTING],
     "export_session": ["scope", "format"],
     "stray_move_preview": [],
@@ -108,6 +109,8 @@ POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "job_cancel": (["reason"], {}),
     "trash_restore": (["q"], {}),
     "trash_purge": (["scope", "reason", "q"], {"scope": "expired", **REASON}),
+    "hold_place": (["kind", "subject", "reason"], {"kind": "user", "subject": "u-1", **REASON}),
+    "hold_release": (["reason"], REASON),
     "stray_move_execute": (["fingerprint", "reason"], REASON),
     "stray_move_undo": (["reason"], {}),
 }

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from sessions_admin import core
-from sessions_admin.core import db
+from sessions_admin.core import db, holds
 from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
 from sessions_admin.routers import responses_alias
@@ -32,6 +32,7 @@ class Seeded:
     merge_id: int
     trash_entry_id: int
     job_id: int
+    hold_id: int
 
     @property
     def url_args(self) -> dict[str, object]:
@@ -41,6 +42,7 @@ class Seeded:
             "merge_id": self.merge_id,
             "entry_id": self.trash_entry_id,
             "job_id": self.job_id,
+            "hold_id": self.hold_id,
         }
 
     @property
@@ -91,7 +93,10 @@ def seed() -> Seeded:
     job_id = jobs.create_bulk_delete_job(
         session_ids=[old], include_live=False, actor="seed", reason="seed"
     )
+    kept = core.create_session(source="cli", started_at=5000.0).session_id
+    hold_id = holds.place_hold(kind="session", subject=kept, reason="seed", actor="seed").id
     return Seeded(
+        hold_id=hold_id,
         root=root,
         tip=tip,
         branch=branch,
@@ -111,6 +116,7 @@ def state() -> dict:
         "switch_events": db.fetchall("SELECT * FROM sessions_admin_switch_events ORDER BY 1"),
         "merges": db.fetchall("SELECT * FROM sessions_admin_merges ORDER BY 1"),
         "undos": db.fetchall("SELECT * FROM sessions_admin_undos ORDER BY 1"),
+        "holds": db.fetchall("SELECT * FROM sessions_admin_holds ORDER BY 1"),
         "conversations": db.fetchall(
             "SELECT * FROM conversations ORDER BY name", alias=responses_alias()
         ),

@@ -22,6 +22,7 @@ from sessions_admin.console.http import (
     wants_fragment,
 )
 from sessions_admin.console.views.session_actions import panel_context
+from sessions_admin.core import holds
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.signin.roles import VIEW
 from sessions_admin.store import transcripts
@@ -170,6 +171,7 @@ def _page_context(request: HtmxHttpRequest, session: Session, chain: list[str]) 
         )
     return {
         **_lineage_context(session),
+        "hold": holds.holds_on([session.id]).get(session.id),
         "continues_in": continues_in,
         "segment_count": len(chain),
         **_meta_context(session),
