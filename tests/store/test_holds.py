@@ -164,3 +164,29 @@ def test_placing_and_releasing_are_audited_and_validated():
         session_ids=[sid], expected_fingerprint=plan.fingerprint, actor="a", reason="r"
     )
     assert sid not in _ids()
+
+
+def test_the_holds_command_places_lists_and_releases_through_the_audited_doors():
+    import io
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    sid = _ended(user_id="u-42")
+    out = io.StringIO()
+    call_command("holds", "place", "--session", sid, "--reason", "case 5", stdout=out)
+    (hold,) = holds.active_holds()
+    assert f"legal hold #{hold.id}" in out.getvalue()
+    call_command("holds", "place", "--user", "u-42", "--reason", "case 6", stdout=out)
+    listing = io.StringIO()
+    call_command("holds", "list", stdout=listing)
+    assert sid in listing.getvalue() and "u-42" in listing.getvalue()
+    with pytest.raises(CommandError, match="No session matches"):
+        call_command("holds", "place", "--session", "nope", "--reason", "r", stdout=out)
+    with pytest.raises(CommandError, match="Give a reason"):
+        call_command("holds", "release", str(hold.id), "--reason", " ", stdout=out)
+    call_command("holds", "release", str(hold.id), "--reason", "closed", stdout=out)
+    assert [h.kind for h in holds.active_holds()] == ["user"]
+    assert list(
+        AuditEntry.objects.filter(outcome="ok").order_by("pk").values_list("action", flat=True)
+    ) == ["place_hold", "place_hold", "release_hold"]
