@@ -76,7 +76,9 @@ def on_starting(server) -> None:
 
 def post_worker_init(worker) -> None:
     # A bulk delete interrupted by a restart resumes as soon as a worker is up.
+    from sessions_admin.ledger.schedule import ensure_schedule_running
     from sessions_admin.ledger.worker import ensure_slug_history_running, ensure_worker_running
 
     ensure_worker_running()
     ensure_slug_history_running()  # from attach on, record slug history (docs/attach.md)
+    ensure_schedule_running()  # enabled retention policies run when due

@@ -284,6 +284,10 @@ DATA_UPLOAD_MAX_NUMBER_FIELDS = 20_000
 
 # Deleted sessions stay restorable from the trash for this many days.
 SESSIONS_ADMIN_TRASH_DAYS = int(os.environ.get("SESSIONS_ADMIN_TRASH_DAYS", "30"))
+# Seconds between two looks for due retention policy runs (ledger/schedule.py); 0: none.
+SESSIONS_ADMIN_RETENTION_CHECK_SECONDS = float(
+    os.environ.get("SESSIONS_ADMIN_RETENTION_CHECK_SECONDS", "60")
+)
 
 LOGGING = {
     "version": 1,

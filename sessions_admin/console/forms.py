@@ -354,6 +354,43 @@ class HoldReleaseForm(ReasonForm):
     """Releasing a legal hold needs a reason (kept in the audit log and on the hold)."""
 
 
+class RetentionPolicyForm(ConsoleForm):
+    """A new retention policy (created disabled; the page shows its dry run)."""
+
+    name = OperatorTextField(word="name", max_length=200, required=True)
+    source = OperatorTextField(word="source", max_length=200)
+    older_than_days = NumberField()
+    status = forms.ChoiceField(
+        choices=[("ended", "ended"), ("empty", "empty")],
+        error_messages={"invalid_choice": "Status is ended or empty."},
+    )
+    end_reason = OperatorTextField(word="end reason", max_length=200)
+    title = forms.ChoiceField(
+        choices=[("any", "any"), ("with", "with"), ("without", "without")],
+        error_messages={"invalid_choice": "Title is any, with or without."},
+    )
+    mode = forms.ChoiceField(
+        choices=[("trash", "trash"), ("purge", "purge")],
+        error_messages={"invalid_choice": "A policy moves to the trash or purges."},
+    )
+    every_hours = NumberField()
+    reason = ReasonField(required=False)
+
+    def clean(self):
+        data = super().clean()
+        if "older_than_days" in data and data["older_than_days"] is None:
+            self.add_error("older_than_days", "Give the number of days to keep sessions.")
+        if "every_hours" in data and data["every_hours"] is None:
+            self.add_error("every_hours", "Give how many hours between two runs.")
+        return data
+
+
+class RetentionSwitchForm(OptionalReasonForm):
+    """Enabling or disabling a policy (``enable`` set or not)."""
+
+    enable = FlagField()
+
+
 class StrayMoveForm(ConsoleForm):
     fingerprint = IdentifierField(word="fingerprint", required=False)
     reason = ReasonField(required=False)

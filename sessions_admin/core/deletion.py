@@ -189,6 +189,37 @@ class Trash(Protocol):
         ...
 
 
+class NoTrash:
+    """A ``Trash`` that keeps nothing: the delete purges (a retention policy set to purge,
+    an erasure). Nothing it deletes can be restored."""
+
+    def open_entry(self, **_kw) -> int:
+        return 0
+
+    def operation_entries(self, entry_id: int) -> tuple[int, ...]:
+        return ()
+
+    def is_pending(self, entry_id: int) -> bool:
+        return True  # nothing was copied, so nothing can have been dropped meanwhile
+
+    def discard(self, entry_id: int) -> None:
+        pass
+
+    def discard_unfinished(self, session_ids: Sequence[str], *, keep: int | None = None) -> None:
+        pass
+
+    def mark_complete(self, entry_id: int) -> None:
+        pass
+
+    def contents(self, entry_id: int) -> TrashContents | None:
+        return None
+
+    def mark_restored(self, entry_id: int, *, actor: str) -> None:
+        raise InvalidInput("A purge keeps nothing to restore.")
+
+
+NO_TRASH = NoTrash()
+
 _default_trash: Trash | None = None
 
 

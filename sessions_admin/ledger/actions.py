@@ -49,9 +49,15 @@ from sessions_admin.core.text import (
     operator_identifiers,
     operator_text,
 )
-from sessions_admin.ledger import jobs, worker
+from sessions_admin.ledger import jobs, retention, worker
 from sessions_admin.ledger.context import current_client
-from sessions_admin.ledger.models import AuditEntry, AuditSession, DeleteJob, TrashEntry
+from sessions_admin.ledger.models import (
+    AuditEntry,
+    AuditSession,
+    DeleteJob,
+    RetentionPolicy,
+    TrashEntry,
+)
 from sessions_admin.ledger.trash import LEDGER_TRASH, purge_trash
 from sessions_admin.store import cached
 from sessions_admin.store.models import Session
@@ -680,6 +686,125 @@ def release_hold(*, actor, hold_id: int, reason: str) -> holds.Hold:
         run=lambda: holds.release_hold(hold_id=hold_id, reason=reason, actor=_name(actor)),
         after=lambda released: {"hold": released.id, "released": True},
     )
+
+
+def _policy_state(policy: RetentionPolicy) -> dict:
+    return {
+        "policy": policy.pk,
+        "name": policy.name,
+        "rule": retention.describe(policy),
+        "every_hours": policy.every_hours,
+        "enabled": policy.enabled,
+    }
+
+
+def create_retention_policy(*, actor, reason: str = "", **fields) -> RetentionPolicy:
+    """A new policy, disabled: its page shows what a run would delete before anyone enables it."""
+    reason = operator_text(reason, field="reason")
+    fields["name"] = operator_text(fields.get("name", ""), field="name", required=True)
+    policy = RetentionPolicy(**fields, enabled=False, created_by=_name(actor))
+    retention.check(policy)
+
+    def save() -> RetentionPolicy:
+        policy.save()
+        return policy
+
+    return _audited(
+        actor=actor,
+        action="retention_policy_create",
+        session_ids=[],
+        reason=reason,
+        before=None,
+        run=save,
+        after=_policy_state,
+    )
+
+
+def set_retention_policy_enabled(
+    *, actor, policy_id: int, enabled: bool, reason: str = ""
+) -> RetentionPolicy:
+    """Enable (first run one period from now) or disable a policy."""
+    reason = operator_text(reason, field="reason")
+    policy = RetentionPolicy.objects.filter(pk=policy_id).first()
+    if policy is None:
+        raise InvalidInput(f"There is no retention policy #{policy_id}.")
+
+    def switch() -> RetentionPolicy:
+        policy.enabled = enabled
+        policy.next_run_at = (
+            timezone.now() + timezone.timedelta(hours=policy.every_hours) if enabled else None
+        )
+        policy.save(update_fields=["enabled", "next_run_at"])
+        return policy
+
+    return _audited(
+        actor=actor,
+        action="retention_policy_enable" if enabled else "retention_policy_disable",
+        session_ids=[],
+        reason=reason,
+        before=_policy_state(policy),
+        run=switch,
+        after=lambda p: {**_policy_state(p), "next_run_at": str(p.next_run_at)},
+    )
+
+
+def delete_retention_policy(*, actor, policy_id: int, reason: str = "") -> None:
+    reason = operator_text(reason, field="reason")
+    policy = RetentionPolicy.objects.filter(pk=policy_id).first()
+    if policy is None:
+        raise InvalidInput(f"There is no retention policy #{policy_id}.")
+    _audited(
+        actor=actor,
+        action="retention_policy_delete",
+        session_ids=[],
+        reason=reason,
+        before=_policy_state(policy),
+        run=lambda: policy.delete(),
+        after=lambda _: {"policy": policy_id, "deleted": True},
+    )
+
+
+def run_retention_policy(*, actor, policy_id: int, reason: str = "") -> int | None:
+    """One run of a policy now: a bulk delete job of what it selects (None: nothing matched).
+
+    The scheduler calls this for a due run it claimed (``start_due_policies``); the
+    page's "Run now" and ``manage.py apply_retention`` call it directly.
+    """
+    reason = operator_text(reason, field="reason")
+    policy = RetentionPolicy.objects.filter(pk=policy_id).first()
+    if policy is None:
+        raise InvalidInput(f"There is no retention policy #{policy_id}.")
+    ids = retention.selected_ids(policy)
+    job_id = _audited(
+        actor=actor,
+        action="retention_run",
+        session_ids=ids,
+        reason=reason,
+        before={**_policy_state(policy), "selected": len(ids), "mode": policy.mode},
+        run=lambda: retention.start_run(policy, ids=ids, actor=_name(actor)),
+        after=lambda job: {"job": job},
+    )
+    if job_id is not None:
+        worker.ensure_worker_running()
+    return job_id
+
+
+def start_due_policies() -> list[int]:
+    """Start every enabled policy whose run is due (claimed once across processes); the jobs."""
+    started = []
+    for policy_id in retention.due_policy_ids():
+        if not retention.claim_due(policy_id):
+            continue
+        try:
+            job_id = run_retention_policy(
+                actor=None, policy_id=policy_id, reason="scheduled retention run"
+            )
+        except Exception:
+            logger.exception("retention policy %s: the scheduled run failed", policy_id)
+            continue
+        if job_id is not None:
+            started.append(job_id)
+    return started
 
 
 def cancel_bulk_delete(*, actor, job_id: int, reason: str = "") -> None:

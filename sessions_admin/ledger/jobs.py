@@ -59,8 +59,14 @@ def create_bulk_delete_job(
     actor: str,
     reason: str,
     description: str = "",
+    purge: bool = False,
+    policy_id: int | None = None,
 ) -> int:
-    """Snapshot the set into a job; returns its id. The worker does the deleting."""
+    """Snapshot the set into a job; returns its id. The worker does the deleting.
+
+    ``purge``: the job keeps no trash copy (nothing it deletes can be restored);
+    ``policy_id``: the retention policy whose run this is.
+    """
     if not reason or not reason.strip():
         raise InvalidInput("A reason is required for a bulk delete.")
     preview = deletion.preview_bulk_delete(session_ids=session_ids, include_live=include_live)
@@ -74,6 +80,8 @@ def create_bulk_delete_job(
             description=description[:2000],
             include_live=include_live,
             total=len(ordered),
+            purge=purge,
+            policy_id=policy_id,
         )
         # One executemany: a 100,000-session job snapshots in a second, not a minute of
         # building model instances.
@@ -192,7 +200,7 @@ def run_job(
                         actor=job.created_by,
                         reason=job.reason,
                         job_id=job_id,
-                        trash=LEDGER_TRASH,
+                        trash=deletion.NO_TRASH if job.purge else LEDGER_TRASH,
                         operation=job_operation(job_id),
                     )
                 except StoreBusy:

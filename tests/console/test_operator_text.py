@@ -123,6 +123,10 @@ def _pages(seeded: urlmap.Seeded, name: str) -> list[tuple[str, str, dict | None
         "trash_purge": [("get", reverse("trash"), None)],
         "hold_place": [("get", reverse("holds") + "?" + urlencode({"subject": seeded.root}), None)],
         "hold_release": [("get", reverse("holds"), None)],
+        "retention_create": [("get", reverse("retention"), None)],
+        "retention_switch": [("get", reverse("retention"), None)],
+        "retention_run": [("get", reverse("retention"), None)],
+        "retention_delete": [("get", reverse("retention"), None)],
     }[name]
 
 
@@ -140,6 +144,10 @@ ACTIONS = [
     "trash_purge",
     "hold_place",
     "hold_release",
+    "retention_create",
+    "retention_switch",
+    "retention_run",
+    "retention_delete",
 ]
 
 

@@ -14,7 +14,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from sessions_admin import core
 from sessions_admin.core import db, holds
 from sessions_admin.ledger import jobs
-from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
+from sessions_admin.ledger.models import AuditEntry, DeleteJob, RetentionPolicy, TrashEntry
 from sessions_admin.routers import responses_alias
 
 # Text that only the seeded store holds: a response that shows it leaked store content.
@@ -33,6 +33,7 @@ class Seeded:
     trash_entry_id: int
     job_id: int
     hold_id: int
+    policy_id: int
 
     @property
     def url_args(self) -> dict[str, object]:
@@ -43,6 +44,7 @@ class Seeded:
             "entry_id": self.trash_entry_id,
             "job_id": self.job_id,
             "hold_id": self.hold_id,
+            "policy_id": self.policy_id,
         }
 
     @property
@@ -95,8 +97,12 @@ def seed() -> Seeded:
     )
     kept = core.create_session(source="cli", started_at=5000.0).session_id
     hold_id = holds.place_hold(kind="session", subject=kept, reason="seed", actor="seed").id
+    policy_id = RetentionPolicy.objects.create(
+        name="seed policy", older_than_days=3650, created_by="seed"
+    ).pk
     return Seeded(
         hold_id=hold_id,
+        policy_id=policy_id,
         root=root,
         tip=tip,
         branch=branch,
@@ -131,6 +137,11 @@ def state() -> dict:
         ),
         "trash": list(TrashEntry.objects.order_by("pk").values_list("pk", "state")),
         "jobs": list(DeleteJob.objects.order_by("pk").values_list("pk", "state", "done")),
+        "policies": list(
+            RetentionPolicy.objects.order_by("pk").values_list(
+                "pk", "name", "enabled", "next_run_at"
+            )
+        ),
     }
     if db.vendor() == "sqlite":
         snapshot["fts"] = db.fetchall("SELECT rowid, content FROM messages_fts ORDER BY rowid")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sessions_admin.console.views import delete, holds, jobs, trash
+from sessions_admin.console.views import delete, holds, jobs, retention, trash
 
 urlpatterns = [
     path("sessions/<session_id:session_id>/delete/", delete.cascade_delete, name="cascade_delete"),
@@ -26,4 +26,13 @@ urlpatterns = [
     path("holds/", holds.hold_list, name="holds"),
     path("holds/place/", holds.hold_place, name="hold_place"),
     path("holds/<rowid:hold_id>/release/", holds.hold_release, name="hold_release"),
+    path("retention/", retention.retention_list, name="retention"),
+    path("retention/create/", retention.retention_create, name="retention_create"),
+    path(
+        "retention/<rowid:policy_id>/switch/", retention.retention_switch, name="retention_switch"
+    ),
+    path("retention/<rowid:policy_id>/run/", retention.retention_run, name="retention_run"),
+    path(
+        "retention/<rowid:policy_id>/delete/", retention.retention_delete, name="retention_delete"
+    ),
 ]
