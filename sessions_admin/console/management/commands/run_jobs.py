@@ -15,7 +15,14 @@ class Command(BaseCommand):
             default=5.0,
             help="seconds with no runnable job before exiting (default 5)",
         )
+        parser.add_argument(
+            "--poll",
+            type=float,
+            default=None,
+            help="seconds between looks for jobs when no wake comes "
+            "(default: SESSIONS_ADMIN_JOB_POLL_SECONDS, 5)",
+        )
 
     def handle(self, *args, **options):
-        work_until_idle(idle_exit_seconds=options["idle_exit"])
+        work_until_idle(idle_exit_seconds=options["idle_exit"], poll_seconds=options["poll"])
         self.stdout.write("No delete job left to run.")
