@@ -34,6 +34,9 @@ from django.db import connections, transaction
 logger = logging.getLogger(__name__)
 
 CHANNEL = "sessions_admin_jobs"
+# Without a wake channel (a socket path too long for AF_UNIX, a refused LISTEN) a worker
+# looks this often, as every worker did before they could be woken.
+UNWOKEN_POLL_SECONDS = 0.5
 
 
 def _on_postgresql() -> bool:
@@ -130,7 +133,7 @@ class JobWaiter:
             finally:
                 self._socket.setblocking(True)
             return True
-        threading.Event().wait(timeout)
+        threading.Event().wait(min(timeout, UNWOKEN_POLL_SECONDS))
         return False
 
     def close(self) -> None:
