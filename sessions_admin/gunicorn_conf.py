@@ -73,6 +73,11 @@ def on_starting(server) -> None:
             print(f"  {problem}", file=sys.stderr)
         sys.exit(1)
 
+    # SESSIONS_ADMIN_CACHE_URL=db:// on a dashboard database migrated before it was set.
+    from sessions_admin.ledger.apps import create_cache_table
+
+    create_cache_table()
+
 
 def post_worker_init(worker) -> None:
     # A bulk delete interrupted by a restart resumes as soon as a worker is up.

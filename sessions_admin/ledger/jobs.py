@@ -14,6 +14,7 @@ twice. Every batch's trash entry belongs to the job's trash operation
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -30,8 +31,10 @@ from sessions_admin.core import db, deletion, faults, holds
 from sessions_admin.core.errors import InvalidInput, StoreBusy
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
 from sessions_admin.ledger.trash import LEDGER_TRASH, job_operation, stale_pending_trash
+from sessions_admin.ledger.wake import announce_job
 from sessions_admin.store import cached
 
+logger = logging.getLogger(__name__)
 LEASE_SECONDS = 30
 
 
@@ -91,6 +94,9 @@ def create_bulk_delete_job(
                 "VALUES (%s, %s, %s, %s)",
                 [(job.pk, n, sid, DeleteJobItem.PENDING) for n, sid in enumerate(ordered)],
             )
+        # Waiting workers (this process's, other processes', other hosts' on PostgreSQL)
+        # look for jobs as soon as this commits, not at their next poll.
+        announce_job()
     return job.pk
 
 
@@ -149,6 +155,7 @@ def run_job(
     worker = worker or worker_name()
     if not _claim(job_id, worker):
         return job_progress(job_id=job_id)
+    logger.info("delete job %s: worked on by %s", job_id, worker)
     _settle_committed_batches(job_id)
     job = DeleteJob.objects.get(pk=job_id)
     batches = 0

@@ -16,7 +16,13 @@ class Command(BaseCommand):
             default=5.0,
             help="seconds with no runnable job before exiting (default 5)",
         )
-
+        parser.add_argument(
+            "--poll",
+            type=float,
+            default=None,
+            help="seconds between looks for jobs when no wake comes "
+            "(default: SESSIONS_ADMIN_JOB_POLL_SECONDS, 5)",
+        )
         parser.add_argument(
             "--schedule",
             action="store_true",
@@ -29,6 +35,6 @@ class Command(BaseCommand):
             interval = max(1.0, schedule.check_interval())
             while True:
                 actions.start_due_policies()
-                work_until_idle(idle_exit_seconds=interval)
-        work_until_idle(idle_exit_seconds=options["idle_exit"])
+                work_until_idle(idle_exit_seconds=interval, poll_seconds=options["poll"])
+        work_until_idle(idle_exit_seconds=options["idle_exit"], poll_seconds=options["poll"])
         self.stdout.write("No delete job left to run.")
