@@ -245,7 +245,7 @@ def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
         yield items[start : start + size]
 
 
-def _closure(roots: list[str], include_branches: bool) -> dict[str, str]:
+def lineage_closure(roots: list[str], include_branches: bool) -> dict[str, str]:
     """session -> relation, for the roots and every descendant that goes with them."""
     kind = lineage.link_kind_sql("c", "p")
     followed = (
@@ -299,7 +299,7 @@ def ordered_children_first(ids: list[str]) -> list[str]:
     return sorted(present, key=lambda sid: (-depth_of(sid), sid))
 
 
-def _count_messages(ids: Sequence[str]) -> int:
+def count_messages(ids: Sequence[str]) -> int:
     return sum(
         int(
             db.fetchone(
@@ -310,7 +310,7 @@ def _count_messages(ids: Sequence[str]) -> int:
     )
 
 
-def _conversation_names(
+def conversation_names_of(
     ids: Sequence[str], *, response_ids: Sequence[str] | None = None
 ) -> list[str]:
     """Slugs that go with these sessions: recorded at one, or pointing at a response of one.
@@ -320,7 +320,7 @@ def _conversation_names(
     """
     names = {name for name, _sid in slugs_of_sessions(list(ids))}
     if response_ids is None:
-        response_ids = _response_ids(ids)
+        response_ids = response_ids_of(ids)
     for chunk in _chunks(list(response_ids)):
         names.update(
             r[0]
@@ -333,7 +333,7 @@ def _conversation_names(
     return sorted(names)
 
 
-def _response_ids(ids: Sequence[str]) -> list[str]:
+def response_ids_of(ids: Sequence[str]) -> list[str]:
     field = db.json_field("data", "session_id", alias=responses_alias())
     found: list[str] = []
     for chunk in _chunks(ids):
@@ -374,7 +374,7 @@ def plan_cascade_delete(
         root = lineage.compression_chain(session_id=pick)[0]
         if root not in roots:
             roots.append(root)
-    closure = _closure(roots, include_branches)
+    closure = lineage_closure(roots, include_branches)
     ids = list(closure)
     id_set = set(ids)
     kind = lineage.link_kind_sql("c", "p")
@@ -418,9 +418,9 @@ def plan_cascade_delete(
     for relation in closure.values():
         relations[relation] = relations.get(relation, 0) + 1
     ordered = ordered_children_first(ids)
-    messages = _count_messages(ordered)
-    responses = _response_ids(ordered)
-    names = _conversation_names(ordered, response_ids=responses)
+    messages = count_messages(ordered)
+    responses = response_ids_of(ordered)
+    names = conversation_names_of(ordered, response_ids=responses)
     held = holds.holds_on(ordered)
     fingerprint = _fingerprint(
         [sorted(ordered), sorted(kept), sorted(live), messages, names, responses, sorted(held)]
@@ -512,7 +512,7 @@ def _with_downstream(ids: list[str]) -> list[str]:
     delegates, recursively (a conversation's later segments never outlive its start)."""
     found = list(dict.fromkeys(ids))
     picked = set(found)
-    closure = _closure(found, include_branches=False)
+    closure = lineage_closure(found, include_branches=False)
     return found + [sid for sid in closure if sid not in picked]
 
 
@@ -554,7 +554,7 @@ def preview_bulk_delete(
     return BulkDeletePreview(
         session_ids=tuple(existing),
         live_excluded=0 if include_live else len([s for s in ids if s in live]),
-        message_count=_count_messages(existing) if existing else 0,
+        message_count=count_messages(existing) if existing else 0,
         sample=sample,
         held_excluded=len(held),
         holds=tuple(sorted({hold.describe() for hold in held.values()})),
@@ -621,8 +621,8 @@ def snapshot_rows(batch: list[str], *, lock: bool) -> tuple[list[str], dict]:
     if not batch:
         return [], {}
     marks = db.placeholders(batch)
-    response_ids = _response_ids(batch)
-    names = _conversation_names(batch, response_ids=response_ids)
+    response_ids = response_ids_of(batch)
+    names = conversation_names_of(batch, response_ids=response_ids)
     return batch, {
         "sessions": _all_columns("sessions", f"id IN ({marks}) ORDER BY id", batch),
         "messages": _all_columns("messages", f"session_id IN ({marks}) ORDER BY id", batch),

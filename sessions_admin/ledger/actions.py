@@ -31,6 +31,7 @@ swallowed; the pending entry stays.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import IO, Any, TypeVar
 
@@ -38,6 +39,7 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from sessions_admin import core
+from sessions_admin.core import erasure as erasure_core
 from sessions_admin.core import faults, holds, portability, stray
 from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.core.lifecycle import recoverable_siblings
@@ -49,12 +51,13 @@ from sessions_admin.core.text import (
     operator_identifiers,
     operator_text,
 )
-from sessions_admin.ledger import jobs, retention, worker
+from sessions_admin.ledger import erasure, jobs, retention, worker
 from sessions_admin.ledger.context import current_client
 from sessions_admin.ledger.models import (
     AuditEntry,
     AuditSession,
     DeleteJob,
+    ErasureRequest,
     RetentionPolicy,
     TrashEntry,
 )
@@ -805,6 +808,94 @@ def start_due_policies() -> list[int]:
         if job_id is not None:
             started.append(job_id)
     return started
+
+
+def request_erasure(
+    *, actor, subject: erasure_core.Subject, reference: str, expected_fingerprint: str
+) -> ErasureRequest:
+    """Queue the erasure the operator confirmed (refused if the plan changed since the preview,
+    or a hold covers any of it). The audit entry names the subject by its salted hash only."""
+    reference = operator_text(reference, field="request reference", required=True, max_length=200)
+    _check_fingerprint(expected_fingerprint)
+    plan = erasure_core.plan_erasure(subject=subject)
+    if plan.fingerprint != expected_fingerprint:
+        raise core.PlanChanged("erasure")
+    if plan.held:
+        raise holds.SessionsHeld(holds.holds_on(plan.session_ids))
+    request = erasure.create_request(
+        subject=subject, reference=reference, actor=_name(actor), fingerprint=plan.fingerprint
+    )
+    record(
+        actor=actor,
+        action="erasure_request",
+        session_ids=[],
+        before={"erasure_request": request.pk, "subject_sha256": request.subject_hash},
+        after={
+            "sessions": len(plan.session_ids),
+            "messages": plan.message_count + len(plan.other_messages),
+            "conversation_slugs": len(plan.conversation_names),
+            "stored_responses": len(plan.response_ids),
+        },
+        reason=reference,
+    )
+    start_erasures()
+    return request
+
+
+def run_erasure(*, request_id: int) -> dict | None:
+    """Carry out a queued (or interrupted) erasure request: audited; returns its receipt.
+
+    None when another worker holds it. The audit entry keeps the subject's salted hash,
+    the counts and the hashed ids, never the subject itself.
+    """
+    request = erasure.claim(request_id)
+    if request is None:
+        return None
+    subject = erasure.subject_from_json(request.subject)
+
+    def run() -> dict:
+        plan = erasure_core.plan_erasure(subject=subject)
+        result = erasure_core.erase(subject=subject)
+        return erasure.complete(request, plan, result)
+
+    try:
+        return _audited(
+            actor=request.created_by,
+            action="erasure",
+            session_ids=[],
+            reason=request.reference,
+            before={"erasure_request": request.pk, "subject_sha256": request.subject_hash},
+            run=run,
+            after=lambda receipt: {
+                "erasure_request": request.pk,
+                "erased": receipt["erased"],
+                "session_ids_sha256": receipt["session_ids_sha256"][:ENTRY_SESSION_IDS],
+            },
+        )
+    except Exception as error:
+        # Kept (the subject too) so it can be run again; the audit entry says it failed.
+        erasure.fail(request, f"{type(error).__name__}: {error}")
+        raise
+
+
+_erasure_lock = threading.Lock()
+
+
+def start_erasures() -> None:
+    """Run queued and interrupted erasure requests in a background thread of this process."""
+
+    def work() -> None:
+        try:
+            for request_id in erasure.resumable_request_ids():
+                try:
+                    run_erasure(request_id=request_id)
+                except Exception:
+                    logger.exception("erasure request %s failed", request_id)
+        finally:
+            connections.close_all()
+
+    with _erasure_lock:
+        threading.Thread(target=work, name="erasure", daemon=True).start()
 
 
 def cancel_bulk_delete(*, actor, job_id: int, reason: str = "") -> None:

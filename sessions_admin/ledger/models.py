@@ -189,3 +189,33 @@ class RetentionPolicy(models.Model):
 
     def __str__(self) -> str:
         return f"retention policy {self.pk} ({self.name})"
+
+
+class ErasureRequest(models.Model):
+    """ "Delete everything about this person": a subject, a reference, and its receipt.
+
+    The subject (user id, chat ids, key fragments) is kept in plain text only while the
+    erasure is pending or running (``subject``); afterwards only its salted hash stays.
+    """
+
+    PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
+
+    reference = models.CharField(max_length=200)
+    subject = models.TextField(blank=True)  # JSON; emptied when the erasure ends
+    subject_hash = models.CharField(max_length=64)
+    salt = models.CharField(max_length=64)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    state = models.CharField(max_length=20, default=PENDING, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    receipt = models.JSONField(default=dict)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"erasure {self.pk} ({self.state})"
