@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from django.urls import NoReverseMatch, reverse
 from django.utils.safestring import SafeString, mark_safe
 
+from sessions_admin.console import markdown
 from sessions_admin.console.http import plural
 from sessions_admin.core.clock import moment_of
 from sessions_admin.store import listing
@@ -169,7 +170,20 @@ def _tool_call(call: ToolCall) -> str:
     return "".join(parts)
 
 
-def message_html(m: TranscriptMessage) -> SafeString:
+# ``message_html``'s mode for the source as written (the session page's ``?text=raw``).
+RAW_TEXT = "raw"
+
+
+def _text(text: str, raw: bool) -> str:
+    """Message text: rendered Markdown (console/markdown.py), or as written in raw mode."""
+    if raw:
+        return f'<div class="text">{escape(text)}</div>'
+    return f'<div class="text md">{markdown.render(text)}</div>'
+
+
+def message_html(m: TranscriptMessage, mode: str = "") -> SafeString:
+    """A transcript message; ``mode`` RAW_TEXT shows its text as written, not rendered."""
+    raw = mode == RAW_TEXT
     parts = [
         f'<article class="msg role-{escape(m.role)}{_flags(m)}" id="m{m.id}">'
         f'<header class="msg-head"><span class="role">{escape(m.role)}</span>'
@@ -202,18 +216,22 @@ def message_html(m: TranscriptMessage) -> SafeString:
     if m.reasoning:
         parts.append(
             '<details class="reasoning"><summary>Reasoning</summary>'
-            f'<div class="text">{escape(m.reasoning)}</div>{_cut_note(m, "reasoning", "reasoning")}'
+            f"{_text(m.reasoning, raw)}{_cut_note(m, 'reasoning', 'reasoning')}"
             "</details>"
         )
     if m.parts:
         for part in m.parts:
             if part.kind == "text":
-                parts.append(f'<div class="text">{escape(part.text)}</div>')
+                parts.append(_text(part.text, raw))
             else:
                 parts.append(f'<div class="part-other">[{escape(part.text)}]</div>')
     elif m.content:
-        code = " code" if m.content_is_json else ""
-        parts.append(f'<div class="text{code}">{escape(m.content)}</div>')
+        if m.content_is_json:
+            parts.append(f'<div class="text code">{escape(m.content)}</div>')
+        elif m.role == "tool":  # a tool's output is data, not prose: shown as written
+            parts.append(f'<div class="text">{escape(m.content)}</div>')
+        else:
+            parts.append(_text(m.content, raw))
     parts.append(_cut_note(m, "content", "message"))
     parts.extend(_tool_call(call) for call in m.tool_calls)
     if m.tool_calls_unparsed:
