@@ -15,6 +15,7 @@ hundred messages a chunk; bench/run.py).
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 
@@ -41,7 +42,10 @@ DEMOTED = {"h1": "h4", "h2": "h5", "h3": "h6", "h4": "h6", "h5": "h6", "h6": "h6
 # entities, escapes, strikethrough, tables), and what can start it at a line's beginning
 # (lists, headings, quotes, rules, setext underlines, indented code).
 _INLINE_SYNTAX = re.compile(r"[`*_\[\]<>&\\~|]")
-_LINE_SYNTAX = re.compile(r"^(?: {4}|\t| {0,3}(?:[-+*#>=]|\d{1,9}[.)]))", re.MULTILINE)
+_LINE_SYNTAX = re.compile(
+    r"^(?: {4}|\t| {0,3}(?:>|[-+*](?:[ \t]|$)|--|=+[ \t]*$|#{1,6}(?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)))",
+    re.MULTILINE,
+)
 _BLANK_LINES = re.compile(r"\n[ \t]*\n[\s]*")
 
 
@@ -98,8 +102,26 @@ def sanitise(markup: str) -> str:
     )
 
 
+# Rendered texts kept (per process): a chunk is re-rendered on every "Load more", refresh
+# after an action and live update, and parsing is most of a Markdown-rich chunk's time
+# (bench/run.py). Longer texts are rendered each time, so the cache stays a few megabytes.
+CACHED_TEXTS = 1024
+CACHED_LENGTH = 4000
+
+
 def render_full(text: str) -> str:
     """Through the parser and the sanitiser, whatever the text (``render`` skips both when it can)."""
+    if len(text) <= CACHED_LENGTH:
+        return _render_cached(text)
+    return _render(text)
+
+
+@functools.lru_cache(maxsize=CACHED_TEXTS)
+def _render_cached(text: str) -> str:
+    return _render(text)
+
+
+def _render(text: str) -> str:
     env: dict = {}
     tokens = _MD.parse(text, env)
     _demote_headings(tokens)

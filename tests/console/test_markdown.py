@@ -145,6 +145,7 @@ def test_the_raw_toggle_shows_the_source_and_is_carried_by_every_link(signed_in)
         "one\n\n\n\ntwo",
         "Quotes \"and\" 'apostrophes', dashes - and well-known words; 3.5 = ok?",
         "\n\n  \n",
+        "#1 Show me the pods\n+1 from me\n-x is a flag\n1.5 kg",
     ],
 )
 def test_the_fast_path_renders_plain_text_as_the_parser_does(text):
@@ -153,7 +154,19 @@ def test_the_fast_path_renders_plain_text_as_the_parser_does(text):
 
 
 @pytest.mark.parametrize(
-    "text", ["a *b*", "- item", "1. item", "# h", "> q", "    code", "a | b", "x &amp; y"]
+    "text",
+    [
+        "a *b*",
+        "- item",
+        "1. item",
+        "2) item",
+        "# h",
+        "> q",
+        "    code",
+        "a | b",
+        "x &amp; y",
+        "a\n===",
+    ],
 )
 def test_text_with_markdown_syntax_takes_the_parser(text):
     assert not markdown.is_plain(text)
