@@ -166,7 +166,7 @@ def tool_call_line(
         answered = f'<a class="call-result" href="{escape(result_url)}">result #{result_id}</a>'
     call_id = f' <code class="hint">{escape(call.call_id)}</code>' if call.call_id else ""
     return mark_safe(  # noqa: S308 - every value is escaped
-        f'<details class="tool-call call-line"><summary>{_call_summary(call)}{answered}</summary>'
+        f'<details class="call-line"><summary>{_call_summary(call)}{answered}</summary>'
         f'<div class="call-body"><div class="call-label">Arguments{call_id}</div>'
         f'<pre class="code">{escape(arguments)}</pre></div></details>'
     )

@@ -275,7 +275,7 @@ def test_tool_call_turns_show_their_calls_paired_with_their_results(signed_in):
 
     line = item(turn)
     assert (
-        '<details class="tool-call call-line"><summary><span class="tool-name">lookup_order</span>'
+        '<details class="call-line"><summary><span class="tool-name">lookup_order</span>'
         in line
     )
     assert (

@@ -744,7 +744,7 @@ def test_undo_is_a_secondary_action_that_previews_the_messages_it_marks_undone(s
     assert "(no text)" not in undo
     call_turn, result = ids[3], ids[4]
     item = re.search(rf'<li data-message="{call_turn}">.*?</li>', undo, re.S).group(0)
-    line = item[item.index('<details class="tool-call call-line">') :]
+    line = item[item.index('<details class="call-line">') :]
     assert '<span class="tool-name">lookup</span>' in line
     assert '<pre class="code">{}</pre>' in line
     assert f'<a class="call-result" href="{detail(ref)}?around={result}#m{result}">' in line
