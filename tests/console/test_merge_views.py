@@ -274,10 +274,7 @@ def test_tool_call_turns_show_their_calls_paired_with_their_results(signed_in):
         ).group(0)
 
     line = item(turn)
-    assert (
-        '<details class="call-line"><summary><span class="tool-name">lookup_order</span>'
-        in line
-    )
+    assert '<details class="call-line"><summary><span class="tool-name">lookup_order</span>' in line
     assert (
         '<pre class="code">{\n  &quot;order&quot;: &quot;8812&quot;\n}</pre>' in line
     )  # collapsed
