@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.urls import NoReverseMatch, reverse
 from django.utils.safestring import SafeString, mark_safe
 
+from sessions_admin.console import markdown
 from sessions_admin.console.http import plural
 from sessions_admin.core.clock import moment_of
-from sessions_admin.store import listing
+from sessions_admin.store import listing, transcripts
 from sessions_admin.store.transcripts import (
     SHOWN_CHARS,
     LineageEvent,
@@ -139,11 +141,90 @@ def _cut_note(m: TranscriptMessage, field: str, what: str) -> str:
     )
 
 
+def _call_summary(call: ToolCall) -> str:
+    """What a call's collapsed line says: the tool's name and its arguments in one line."""
+    return (
+        f'<span class="tool-name">{escape(call.name)}</span>'
+        f'<span class="tool-preview">{escape(call.preview)}</span>'
+    )
+
+
+def tool_call_line(
+    call: ToolCall, *, result_id: int | None, result_url: str = "", shown: int | None = None
+) -> SafeString:
+    """A tool call as one collapsed line, for the previews that list messages (merge, undo):
+    its name and arguments, and the message with its result when that is listed too.
+
+    ``shown``: the arguments are cut at this many characters (a preview, not the transcript).
+    """
+    arguments = call.arguments or "(none)"
+    if shown is not None and len(arguments) > shown:
+        arguments = arguments[:shown] + "…"
+    if result_id is None:
+        answered = '<span class="badge no-result">no result here</span>'
+    else:
+        answered = f'<a class="call-result" href="{escape(result_url)}">result #{result_id}</a>'
+    call_id = f' <code class="hint">{escape(call.call_id)}</code>' if call.call_id else ""
+    return mark_safe(  # noqa: S308 - every value is escaped
+        f'<details class="call-line"><summary>{_call_summary(call)}{answered}</summary>'
+        f'<div class="call-body"><div class="call-label">Arguments{call_id}</div>'
+        f'<pre class="code">{escape(arguments)}</pre></div></details>'
+    )
+
+
+@dataclass
+class CallAnswered:
+    """A tool result row's call, where the preview lists the message that made it."""
+
+    message_id: int
+    name: str
+    url: str
+
+
+@dataclass
+class PreviewCalls:
+    """The tool calls of the messages a preview lists, each paired with its listed result."""
+
+    lines: dict[int, list[SafeString]]  # message id -> its calls, one line each
+    unparsed: set[int]  # messages whose stored tool calls are not JSON
+    answers: dict[int, CallAnswered]  # tool result message id -> the call it answers
+
+
+def preview_calls(rows: list[dict], url_of: Callable[[int], str], *, shown: int) -> PreviewCalls:
+    """Pair the calls and results of ``rows`` (id, role, tool_calls, tool_call_id, in order).
+
+    ``url_of`` links a listed message; ``shown`` cuts each call's arguments.
+    """
+    calls = {row["id"]: transcripts.parse_tool_calls(row.get("tool_calls")) for row in rows}
+    results = {
+        row["tool_call_id"]: row["id"]
+        for row in rows
+        if row["role"] == "tool" and row.get("tool_call_id")
+    }
+    made: dict[str, CallAnswered] = {}
+    lines: dict[int, list[SafeString]] = {}
+    for message_id, parsed in calls.items():
+        for call in parsed or ():
+            result_id = results.get(call.call_id) if call.call_id else None
+            url = url_of(result_id) if result_id is not None else ""
+            lines.setdefault(message_id, []).append(
+                tool_call_line(call, result_id=result_id, result_url=url, shown=shown)
+            )
+            if call.call_id:
+                made.setdefault(
+                    call.call_id, CallAnswered(message_id, call.name, url_of(message_id))
+                )
+    answers = {
+        result_id: made[call_id] for call_id, result_id in results.items() if call_id in made
+    }
+    unparsed = {message_id for message_id, parsed in calls.items() if parsed is None}
+    return PreviewCalls(lines=lines, unparsed=unparsed, answers=answers)
+
+
 def _tool_call(call: ToolCall) -> str:
     parts = [
         f'<details class="tool-call"{" open" if call.open else ""}><summary>',
-        f'<span class="tool-name">{escape(call.name)}</span>',
-        f'<span class="tool-preview">{escape(call.preview)}</span>',
+        _call_summary(call),
     ]
     if not call.result:
         parts.append('<span class="badge no-result">no result here</span>')
@@ -169,7 +250,20 @@ def _tool_call(call: ToolCall) -> str:
     return "".join(parts)
 
 
-def message_html(m: TranscriptMessage) -> SafeString:
+# ``message_html``'s mode for the source as written (the session page's ``?text=raw``).
+RAW_TEXT = "raw"
+
+
+def _text(text: str, raw: bool) -> str:
+    """Message text: rendered Markdown (console/markdown.py), or as written in raw mode."""
+    if raw:
+        return f'<div class="text">{escape(text)}</div>'
+    return f'<div class="text md">{markdown.render(text)}</div>'
+
+
+def message_html(m: TranscriptMessage, mode: str = "") -> SafeString:
+    """A transcript message; ``mode`` RAW_TEXT shows its text as written, not rendered."""
+    raw = mode == RAW_TEXT
     parts = [
         f'<article class="msg role-{escape(m.role)}{_flags(m)}" id="m{m.id}">'
         f'<header class="msg-head"><span class="role">{escape(m.role)}</span>'
@@ -202,18 +296,22 @@ def message_html(m: TranscriptMessage) -> SafeString:
     if m.reasoning:
         parts.append(
             '<details class="reasoning"><summary>Reasoning</summary>'
-            f'<div class="text">{escape(m.reasoning)}</div>{_cut_note(m, "reasoning", "reasoning")}'
+            f"{_text(m.reasoning, raw)}{_cut_note(m, 'reasoning', 'reasoning')}"
             "</details>"
         )
     if m.parts:
         for part in m.parts:
             if part.kind == "text":
-                parts.append(f'<div class="text">{escape(part.text)}</div>')
+                parts.append(_text(part.text, raw))
             else:
                 parts.append(f'<div class="part-other">[{escape(part.text)}]</div>')
     elif m.content:
-        code = " code" if m.content_is_json else ""
-        parts.append(f'<div class="text{code}">{escape(m.content)}</div>')
+        if m.content_is_json:
+            parts.append(f'<div class="text code">{escape(m.content)}</div>')
+        elif m.role == "tool":  # a tool's output is data, not prose: shown as written
+            parts.append(f'<div class="text">{escape(m.content)}</div>')
+        else:
+            parts.append(_text(m.content, raw))
     parts.append(_cut_note(m, "content", "message"))
     parts.extend(_tool_call(call) for call in m.tool_calls)
     if m.tool_calls_unparsed:

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from sessions_admin import core
+from sessions_admin.console.html import RAW_TEXT
 from sessions_admin.console.http import (
     HtmxHttpRequest,
     require_perm,
@@ -100,23 +101,38 @@ def _chunk(
     return chunk, around
 
 
-def _links(session: Session, chunk: Chunk, *, hide: bool) -> dict[str, str]:
-    """Page URLs (no JavaScript) and fragment URLs (htmx) for the chunk's neighbours."""
+def _links(session: Session, chunk: Chunk, *, hide: bool, raw: bool) -> dict[str, str]:
+    """Page URLs (no JavaScript) and fragment URLs (htmx) for the chunk's neighbours.
+
+    Every link carries the page's two view choices (undone messages hidden, text raw);
+    each toggle flips its own and keeps the other.
+    """
     page = reverse("session_detail", args=[session.id])
     fragment = reverse("session_transcript", args=[session.id])
-    extra = {"inactive": "hide"} if hide else {}
+
+    def view(*, hide: bool, raw: bool) -> dict[str, str]:
+        return {
+            **({"inactive": "hide"} if hide else {}),
+            **({"text": RAW_TEXT} if raw else {}),
+        }
+
+    def at(base: str, query: dict[str, str]) -> str:
+        return f"{base}?{urlencode(query)}" if query else base
+
+    extra = view(hide=hide, raw=raw)
     links: dict[str, str] = {}
     if chunk.later is not None:
-        query = urlencode({"after": str(chunk.later), **extra})
-        links["later_page"] = f"{page}?{query}"
-        links["later_fragment"] = f"{fragment}?{query}"
+        query = {"after": str(chunk.later), **extra}
+        links["later_page"] = at(page, query)
+        links["later_fragment"] = at(fragment, query)
     if chunk.earlier is not None:
-        query = urlencode({"before": str(chunk.earlier), **extra})
-        links["earlier_page"] = f"{page}?{query}"
-        links["earlier_fragment"] = f"{fragment}?{query}"
-    links["toggle"] = page if hide else f"{page}?{urlencode({'inactive': 'hide'})}"
-    # What the transcript reloads from when an action changes it (the same filter, from the top).
-    links["refresh"] = f"{page}?{urlencode(extra)}" if extra else page
+        query = {"before": str(chunk.earlier), **extra}
+        links["earlier_page"] = at(page, query)
+        links["earlier_fragment"] = at(fragment, query)
+    links["toggle"] = at(page, view(hide=not hide, raw=raw))
+    links["text_toggle"] = at(page, view(hide=hide, raw=not raw))
+    # What the transcript reloads from when an action changes it (the same view, from the top).
+    links["refresh"] = at(page, extra)
     return links
 
 
@@ -181,6 +197,7 @@ def _page_context(request: HtmxHttpRequest, session: Session, chain: list[str]) 
 
 def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> HttpResponse:
     hide = request.GET.get("inactive") == "hide"
+    raw = request.GET.get("text") == RAW_TEXT
     as_fragment = wants_fragment(request)
     chain = core.compression_chain(session_id=session.id)
     try:
@@ -199,8 +216,10 @@ def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> Http
         "chain": chain,
         "segment": chain.index(session.id) if session.id in chain else 0,
         "chunk": chunk,
-        "links": _links(session, chunk, hide=hide),
+        "links": _links(session, chunk, hide=hide, raw=raw),
         "hide_inactive": hide,
+        # message_html's mode: Markdown rendered, or (RAW_TEXT) the text as written.
+        "text_mode": RAW_TEXT if raw else "",
         "around": around,
     }
     if as_fragment:
