@@ -312,10 +312,14 @@ def test_a_list_page_reads_labels_in_its_existing_queries(signed_in):
     with CaptureQueriesContext(connections[store_alias()]) as queries:
         body = _body(client.get(URL, headers={"HX-Request": "true"}))
     assert _label(body, _row_ids(body)[0]) == ("first-message", "question 59")
-    sqls = [q["sql"] for q in queries.captured_queries]
-    assert sum("FROM messages" in sql for sql in sqls) <= 3, sqls
-    assert len(sqls) <= LIST_PAGE_STORE_QUERIES, sqls
+    reads = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].lstrip().upper().startswith(("SELECT", "WITH"))
+    ]
+    assert len(reads) <= LIST_PAGE_READS, reads
 
 
-# The store queries of a first list page of 50 rows on SQLite, measured before the row labels.
-LIST_PAGE_STORE_QUERIES = 6
+# The reads of a first list page of 50 rows before the row labels, on SQLite and PostgreSQL
+# alike (PostgreSQL adds BEGIN, SET LOCAL jit = off and COMMIT around them: 9 round trips).
+LIST_PAGE_READS = 6
