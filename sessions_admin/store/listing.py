@@ -568,17 +568,18 @@ _BASE_COLUMNS = (
     f"substr(s.display_name, 1, {TITLE_READ}) AS display_name"
 )
 # The row label's first user message: read in the rows' own query (no extra round trip),
-# through idx_sa_messages_session_id (session_id, id), looking at the session's first
-# FIRST_MESSAGE_SCAN messages only, so a session of tool output without a user message
-# costs a few index steps, not a scan of its whole transcript.
+# through idx_sa_messages_session_id (session_id, id), among the session's first
+# FIRST_MESSAGE_SCAN messages only (the inner lookup bounds the id range), so a session
+# of tool output without a user message costs a few index steps, not its whole transcript.
 FIRST_MESSAGE_READ = 1000
 FIRST_MESSAGE_SCAN = 20
 _FIRST_MESSAGE_SQL = (
-    f"(SELECT substr(head.content, 1, {FIRST_MESSAGE_READ}) FROM ("
-    "SELECT m.id, m.role, m.content, m.active FROM messages m WHERE m.session_id = s.id "
-    f"ORDER BY m.id LIMIT {FIRST_MESSAGE_SCAN}) head "
-    "WHERE head.role = 'user' AND head.active = 1 AND head.content IS NOT NULL "
-    "AND head.content <> '' ORDER BY head.id LIMIT 1) AS first_message"
+    f"(SELECT substr(m.content, 1, {FIRST_MESSAGE_READ}) FROM messages m "
+    "WHERE m.session_id = s.id AND m.id <= COALESCE(("
+    "SELECT scan.id FROM messages scan WHERE scan.session_id = s.id "
+    f"ORDER BY scan.id LIMIT 1 OFFSET {FIRST_MESSAGE_SCAN - 1}), 9223372036854775807) "
+    "AND m.role = 'user' AND m.active = 1 AND m.content <> '' "
+    "ORDER BY m.id LIMIT 1) AS first_message"
 )
 
 

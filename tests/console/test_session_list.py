@@ -14,6 +14,7 @@ from django.urls import reverse
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.routers import store_alias
+from sessions_admin.store import listing
 
 URL = "/sessions/"
 
@@ -275,6 +276,22 @@ def test_an_undone_first_message_does_not_label_the_row(signed_in):
     core.append_message(session_id=sid, role="user", content="kept question")
     db.execute("UPDATE messages SET active = 0 WHERE content = 'first try'")
     assert _label(_body(signed_in("viewer").get(URL)), sid) == ("first-message", "kept question")
+
+
+def test_the_label_looks_only_at_a_sessions_first_messages(signed_in):
+    """A session of tool output is not read to its end for a user message (an index range)."""
+    late = _new(started_at=2.0)
+    within = _new(started_at=1.0)
+    for sid, before in (
+        (late, listing.FIRST_MESSAGE_SCAN),
+        (within, listing.FIRST_MESSAGE_SCAN - 1),
+    ):
+        for n in range(before):
+            core.append_message(session_id=sid, role="assistant", content=f"step {n}")
+        core.append_message(session_id=sid, role="user", content="a late question")
+    body = _body(signed_in("viewer").get(URL))
+    assert _label(body, late) == ("none", "(no user message)")
+    assert _label(body, within) == ("first-message", "a late question")
 
 
 def test_a_hostile_first_message_is_one_clipped_inert_line(signed_in):
