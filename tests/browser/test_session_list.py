@@ -6,10 +6,13 @@ import re
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.cache import cache
 from playwright.sync_api import expect
 
 from sessions_admin import core
+from sessions_admin.signin.roles import assign_role
+from tests.browser.conftest import PASSWORD
 
 ROWS = "tr[data-session-id]"
 ROW_BOXES = 'input[name="ids"]'
@@ -252,3 +255,28 @@ def test_rows_are_labelled_by_their_first_user_message_and_viewers_get_no_checkb
     expect(page.locator(ROW_BOXES)).to_have_count(0)
     expect(page.locator("[data-select-all]")).to_have_count(0)
     assert page.script_errors == []
+
+
+def test_the_filters_control_works_without_javascript(browser, live_server):
+    telegram = _new("telegram", 1_700_000_000.0)
+    _new("cli", 1_700_000_100.0)
+    assign_role(User.objects.create_user("no-js", password=PASSWORD), "viewer")
+    context = browser.new_context(base_url=live_server.url, java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.goto("/login/")
+        page.fill("input[name=username]", "no-js")
+        page.fill("input[name=password]", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(lambda url: "/login/" not in url)
+        page.goto("/sessions/")
+        expect(page.locator('input[name="source"]')).to_be_hidden()
+        page.locator("form.filters details.more-filters summary").click()
+        page.fill('input[name="source"]', "telegram")
+        page.click("form.filters button[type=submit]")  # a plain GET of the whole page
+        page.wait_for_url(re.compile(r"source=telegram"))
+        assert _row_ids(page) == [telegram]
+        expect(page.locator("form.filters summary")).to_have_text("Filters · 1 active")
+    finally:
+        context.close()
