@@ -38,6 +38,8 @@ NODE_TITLE_SHOWN = 200
 # a 1 MB title made a 2 MB list page.
 TITLE_SHOWN = 200
 VALUE_SHOWN = 200
+# A row labelled by its first user message shows this much of it, on one line.
+LABEL_SHOWN = 120
 
 
 def escape(value: object) -> str:
@@ -418,6 +420,7 @@ class ListedSession:
     messages: str
     tokens: str
     cost: str | None
+    selectable: bool = False  # the operator may act on a selection (merge, delete)
 
     @property
     def html(self) -> SafeString:
@@ -431,6 +434,38 @@ def clip(text: str | None, limit: int = VALUE_SHOWN) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+# Line breaks and other whitespace runs become one space; control characters and the
+# bidirectional embeddings, overrides and isolates go (an RTL override in a customer's
+# message would otherwise reverse the rest of the row). <bdi> isolates what remains.
+_WHITESPACE = re.compile(r"\s+")
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line(text: str | None, limit: int) -> str:
+    """Runtime-written text as a one-line label: whitespace folded, controls dropped, clipped."""
+    if not text:
+        return ""
+    # Clip first (generously) so a megabyte message costs no megabyte regex pass.
+    folded = _WHITESPACE.sub(" ", text[: limit * 4])
+    return clip(_CONTROLS.sub("", folded).strip(), limit)
+
+
+def _row_label(row: listing.SessionRow) -> tuple[str, str]:
+    """(css class, text) naming a row: its title, first user message, display name or none."""
+    title = one_line(row.title, TITLE_SHOWN)
+    if title:
+        return "title", title
+    first = one_line(row.first_message, LABEL_SHOWN)
+    if first:
+        return "first-message", first
+    name = one_line(row.display_name, LABEL_SHOWN)
+    if name:
+        return "display-name", name
+    if row.message_count:
+        return "none", "(no user message)"
+    return "none", "(no messages)"
+
+
 def _time_html(moment: When) -> str:
     return (
         f'<time datetime="{escape(moment.iso)}">{escape(moment.day)} '
@@ -442,11 +477,12 @@ def session_row_html(item: ListedSession) -> SafeString:
     """One <tr> of the session table, built here rather than by the template engine.
 
     Fifty rows of about a hundred template nodes each were most of the page's time
-    (bench/run.py); the markup is the same, every value escaped.
+    (bench/run.py); the markup is the same, every value escaped. The label (title, first
+    user message, display name) links to the session; the id stays below it, smaller.
+    A row has a selection checkbox only when the operator can act on a selection.
     """
     row = item.session
     sid = escape(row.id)
-    code = f"<code>{sid}</code>"
     markers = []
     if row.branched_from:
         markers.append(
@@ -504,17 +540,24 @@ def session_row_html(item: ListedSession) -> SafeString:
         user = f'<td class="user" title="{user_id}"><code>{user_id}</code></td>'
     else:
         user = '<td class="user"><span class="hint">—</span></td>'
-    shown_title = escape(clip(row.title, TITLE_SHOWN))
-    title = f'<div class="title" title="{shown_title}">{shown_title}</div>' if row.title else ""
-    link = f'<a href="{escape(item.url)}">{code}</a>' if item.url else code
+    kind, text = _row_label(row)
+    shown = escape(text)
+    label = f'<bdi class="label {kind}" title="{shown}">{shown}</bdi>'
+    if item.url:
+        label = f'<a class="label-link" href="{escape(item.url)}">{label}</a>'
+    pick = (
+        f'<td class="pick"><input type="checkbox" name="ids" value="{sid}" '
+        f'aria-label="Select {sid}"></td>'
+        if item.selectable
+        else ""
+    )
     cost = '<span class="hint">—</span>' if item.cost is None else escape(item.cost)
     started = _time_html(item.started) if item.started else ""
     last = _time_html(item.last) if item.last else '<span class="hint">no messages</span>'
     return mark_safe(  # noqa: S308 - every value above is escaped
-        f'<tr class="{classes}">'
-        f'<td class="pick"><input type="checkbox" name="ids" value="{sid}" '
-        f'aria-label="Select {sid}"></td>'
-        f'<td class="session">{link}{title}<div class="markers">{"".join(markers)}</div></td>'
+        f'<tr class="{classes}" data-session-id="{sid}">{pick}'
+        f'<td class="session">{label}<code class="sid">{sid}</code>'
+        f'<div class="markers">{"".join(markers)}</div></td>'
         f"<td>{escape(clip(row.source))}</td>"
         f"{user}"
         f'<td class="model">{escape(clip(row.model))}</td>'
