@@ -391,6 +391,36 @@ class RetentionSwitchForm(OptionalReasonForm):
     enable = FlagField()
 
 
+class IdentifierListField(forms.Field):
+    """Several identifiers in one box (commas, spaces or lines between them), each storable."""
+
+    def __init__(self, *, word: str, **kw):
+        self.word = word
+        super().__init__(required=False, **kw)
+
+    def clean(self, value: Any) -> tuple[str, ...]:
+        text = value if isinstance(value, str) else ""
+        found = []
+        for raw in text.replace(",", " ").split():
+            try:
+                found.append(operator_identifier(raw, field=self.word))
+            except InvalidInput as problem:
+                raise ValidationError(str(problem), code="identifier") from problem
+        return tuple(dict.fromkeys(found))
+
+
+class ErasureForm(ConsoleForm):
+    """Who to erase (a user id, optionally chat ids and session key fragments), the request's
+    reference, and (confirming) the previewed plan's fingerprint and the typed count."""
+
+    user_id = IdentifierField(word="user id")
+    chat_ids = IdentifierListField(word="chat id")
+    key_fragments = IdentifierListField(word="session key fragment")
+    reference = OperatorTextField(word="request reference", max_length=200)
+    fingerprint = IdentifierField(word="fingerprint", required=False)
+    typed_count = TypedCountField()
+
+
 class StrayMoveForm(ConsoleForm):
     fingerprint = IdentifierField(word="fingerprint", required=False)
     reason = ReasonField(required=False)

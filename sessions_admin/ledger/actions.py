@@ -811,7 +811,12 @@ def start_due_policies() -> list[int]:
 
 
 def request_erasure(
-    *, actor, subject: erasure_core.Subject, reference: str, expected_fingerprint: str
+    *,
+    actor,
+    subject: erasure_core.Subject,
+    reference: str,
+    expected_fingerprint: str,
+    start: bool = True,
 ) -> ErasureRequest:
     """Queue the erasure the operator confirmed (refused if the plan changed since the preview,
     or a hold covers any of it). The audit entry names the subject by its salted hash only."""
@@ -838,7 +843,8 @@ def request_erasure(
         },
         reason=reference,
     )
-    start_erasures()
+    if start:
+        start_erasures()
     return request
 
 

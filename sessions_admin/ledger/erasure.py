@@ -73,10 +73,13 @@ def create_request(
 
 
 def claim(request_id: int) -> ErasureRequest | None:
-    """Take a pending request, or a running one whose worker died (its lease ran out)."""
+    """Take a pending or failed request, or a running one whose worker died (its lease ran
+    out). An erasure run again erases what is left: every step is idempotent."""
     now = timezone.now()
     lease = now + timezone.timedelta(seconds=LEASE_SECONDS)
-    claimed = ErasureRequest.objects.filter(pk=request_id, state=ErasureRequest.PENDING).update(
+    claimed = ErasureRequest.objects.filter(
+        pk=request_id, state__in=[ErasureRequest.PENDING, ErasureRequest.FAILED]
+    ).update(
         state=ErasureRequest.RUNNING, started_at=now, lease_expires_at=lease
     ) or ErasureRequest.objects.filter(
         pk=request_id, state=ErasureRequest.RUNNING, lease_expires_at__lt=now
@@ -86,7 +89,9 @@ def claim(request_id: int) -> ErasureRequest | None:
 
 def resumable_request_ids() -> list[int]:
     now = timezone.now()
-    pending = ErasureRequest.objects.filter(state=ErasureRequest.PENDING)
+    pending = ErasureRequest.objects.filter(
+        state__in=[ErasureRequest.PENDING, ErasureRequest.FAILED]
+    )
     stale = ErasureRequest.objects.filter(state=ErasureRequest.RUNNING, lease_expires_at__lt=now)
     return sorted(
         set(pending.values_list("pk", flat=True)) | set(stale.values_list("pk", flat=True))

@@ -14,7 +14,13 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from sessions_admin import core
 from sessions_admin.core import db, holds
 from sessions_admin.ledger import jobs
-from sessions_admin.ledger.models import AuditEntry, DeleteJob, RetentionPolicy, TrashEntry
+from sessions_admin.ledger.models import (
+    AuditEntry,
+    DeleteJob,
+    ErasureRequest,
+    RetentionPolicy,
+    TrashEntry,
+)
 from sessions_admin.routers import responses_alias
 
 # Text that only the seeded store holds: a response that shows it leaked store content.
@@ -34,6 +40,7 @@ class Seeded:
     job_id: int
     hold_id: int
     policy_id: int
+    request_id: int
 
     @property
     def url_args(self) -> dict[str, object]:
@@ -45,6 +52,7 @@ class Seeded:
             "job_id": self.job_id,
             "hold_id": self.hold_id,
             "policy_id": self.policy_id,
+            "request_id": self.request_id,
         }
 
     @property
@@ -100,7 +108,16 @@ def seed() -> Seeded:
     policy_id = RetentionPolicy.objects.create(
         name="seed policy", older_than_days=3650, created_by="seed"
     ).pk
+    request_id = ErasureRequest.objects.create(
+        reference="seed",
+        subject_hash="0" * 64,
+        salt="1" * 32,
+        state=ErasureRequest.DONE,
+        receipt={"erased": {"sessions": 0}},
+        created_by="seed",
+    ).pk
     return Seeded(
+        request_id=request_id,
         hold_id=hold_id,
         policy_id=policy_id,
         root=root,
@@ -137,6 +154,7 @@ def state() -> dict:
         ),
         "trash": list(TrashEntry.objects.order_by("pk").values_list("pk", "state")),
         "jobs": list(DeleteJob.objects.order_by("pk").values_list("pk", "state", "done")),
+        "erasures": list(ErasureRequest.objects.order_by("pk").values_list("pk", "state")),
         "policies": list(
             RetentionPolicy.objects.order_by("pk").values_list(
                 "pk", "name", "enabled", "next_run_at"

@@ -207,3 +207,24 @@ def test_a_stale_preview_or_a_vague_subject_is_refused():
     with pytest.raises(core.InvalidInput, match="user id"):
         plan_erasure(subject=Subject(user_id="  "))
     assert not ErasureRequest.objects.exists()
+
+
+def test_the_command_previews_and_erases_with_yes():
+    import io
+    import json
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    ids = subject_everywhere()
+    out = io.StringIO()
+    call_command("erase_subject", "--user", USER, stdout=out)
+    assert "3 sessions" in out.getvalue() and "Nothing was erased" in out.getvalue()
+    assert ids["root"] in {r[0] for r in db.fetchall("SELECT id FROM sessions")}
+    with pytest.raises(CommandError, match="reference"):
+        call_command("erase_subject", "--user", USER, "--yes", stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("erase_subject", "--user", USER, "--yes", "--reference", "DSR-9", stdout=out)
+    receipt = json.loads(out.getvalue().split("\n", 1)[1])
+    assert receipt["erased"]["sessions"] == 3 and receipt["reference"] == "DSR-9"
+    assert ids["root"] not in {r[0] for r in db.fetchall("SELECT id FROM sessions")}

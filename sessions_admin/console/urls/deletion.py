@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sessions_admin.console.views import delete, holds, jobs, retention, trash
+from sessions_admin.console.views import delete, erasure, holds, jobs, retention, trash
 
 urlpatterns = [
     path("sessions/<session_id:session_id>/delete/", delete.cascade_delete, name="cascade_delete"),
@@ -34,5 +34,14 @@ urlpatterns = [
     path("retention/<rowid:policy_id>/run/", retention.retention_run, name="retention_run"),
     path(
         "retention/<rowid:policy_id>/delete/", retention.retention_delete, name="retention_delete"
+    ),
+    path("erasure/", erasure.erasure_list, name="erasure"),
+    path("erasure/preview/", erasure.erasure_preview, name="erasure_preview"),
+    path("erasure/confirm/", erasure.erasure_confirm, name="erasure_confirm"),
+    path("erasure/<rowid:request_id>/", erasure.erasure_detail, name="erasure_detail"),
+    path(
+        "erasure/<rowid:request_id>/receipt.json",
+        erasure.erasure_receipt,
+        name="erasure_receipt",
     ),
 ]
