@@ -1151,6 +1151,11 @@ def _enrich(ids: Sequence[str], *, roots: bool, fork_ids: _Forks) -> list[Sessio
 # (one probe per candidate session), and no session is listed twice.
 
 SNIPPETS_PER_SESSION = 3
+# Snippets cost (FTS5's snippet() about 0.25 ms each on a common word): every session of
+# a page gets one, only the first this many up to SNIPPETS_PER_SESSION.
+FULL_SNIPPET_SESSIONS = 12
+# The first read of matches; each further read is four times larger.
+SCAN_BATCH = 512
 # A session's hit count above this shows as "100+".
 SESSION_COUNT_SHOWN = 100
 # Roles whose hits make the better snippets (tool results are mostly JSON).
@@ -1264,26 +1269,40 @@ def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
     where, params = where_sql(filters, scope=False)
     start = int(cursor.values[0]) if cursor else None
     try:
-        scanned, more = backend.scan(query, where, params, desc, start)
+        # Read matches in growing batches until the page has its sessions (and the next
+        # page's first) or SEARCH_CANDIDATES matches were read: a common word stops after
+        # the first batch, a rare one reads all of its few matches at once.
+        scanned: list[tuple] = []
         groups: dict[str, list[tuple[int, str]]] = {}
-        for message_id, session_id, role, passes in scanned:
-            if passes:
-                groups.setdefault(session_id, []).append((int(message_id), role))
-        kept = _not_on_earlier_pages(backend, query, list(groups), start, desc, limit + 1)
+        earlier: dict[str, bool] = {}
+        more, bound, batch = True, start, SCAN_BATCH
+        while more and len(scanned) < SEARCH_CANDIDATES:
+            take = min(batch, SEARCH_CANDIDATES - len(scanned))
+            rows, more = backend.scan(query, where, params, desc, bound, take)
+            if not rows:
+                break
+            scanned += rows
+            for message_id, session_id, role, passes in rows:
+                if passes:
+                    groups.setdefault(session_id, []).append((int(message_id), role))
+            last = int(rows[-1][0])
+            bound = last - 1 if desc else last + 1
+            kept = _not_on_earlier_pages(
+                backend, query, list(groups), start, desc, limit + 1, earlier
+            )
+            if len(kept) > limit:
+                break
+            batch *= 4
+        kept = _not_on_earlier_pages(backend, query, list(groups), start, desc, limit + 1, earlier)
         next_start = None
+        scan_capped = False
         if len(kept) > limit:
             next_start = groups[kept[limit]][0][0]
             kept = kept[:limit]
         elif more:
-            last = int(scanned[-1][0])
-            next_start = last - 1 if desc else last + 1
-        if start is None and where != "1 = 1":
-            # The first page's scan is the count's: the first SEARCH_CANDIDATES matches.
-            passing = sum(1 for row in scanned if row[3])
-            count, capped = min(passing, COUNT_CAP), passing > COUNT_CAP
-            count_within = SEARCH_CANDIDATES if more and not capped else None
-        else:
-            count, capped, count_within = backend.count(query, where, params, desc)
+            next_start = bound  # the scan stopped at SEARCH_CANDIDATES: search on after it
+            scan_capped = True
+        count, capped, count_within = backend.count(query, where, params, desc)
         sessions = _session_hits(backend, query, groups, kept, scanned if more else None, desc)
     finally:
         backend.done()
@@ -1296,16 +1315,23 @@ def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
         count=count,
         count_capped=capped,
         terms=query.include,
-        scan_capped=more and len(sessions) < limit,
+        scan_capped=scan_capped,
         count_within=count_within,
         names=names,
     )
 
 
 def _not_on_earlier_pages(
-    backend: Any, query: Query, order: list[str], start: int | None, desc: bool, wanted: int
+    backend: Any,
+    query: Query,
+    order: list[str],
+    start: int | None,
+    desc: bool,
+    wanted: int,
+    earlier: dict[str, bool],
 ) -> list[str]:
-    """The first ``wanted`` sessions of ``order`` with no hit before ``start``."""
+    """The first ``wanted`` sessions of ``order`` with no hit before ``start``
+    (``earlier`` remembers the sessions already probed)."""
     if start is None:
         return order[:wanted]
     kept: list[str] = []
@@ -1313,8 +1339,11 @@ def _not_on_earlier_pages(
     while len(kept) < wanted and at < len(order):
         batch = order[at : at + wanted - len(kept)]
         at += len(batch)
-        earlier = backend.hit_before(query, batch, start, desc)
-        kept += [session_id for session_id in batch if session_id not in earlier]
+        probe = [session_id for session_id in batch if session_id not in earlier]
+        if probe:
+            found = backend.hit_before(query, probe, start, desc)
+            earlier.update((session_id, session_id in found) for session_id in probe)
+        kept += [session_id for session_id in batch if not earlier[session_id]]
     return kept
 
 
@@ -1334,7 +1363,12 @@ def _session_hits(
 ) -> tuple[SessionHits, ...]:
     if not kept:
         return ()
-    best = {session_id: _best(groups[session_id]) for session_id in kept}
+    budget = len(kept) + (SNIPPETS_PER_SESSION - 1) * min(len(kept), FULL_SNIPPET_SESSIONS)
+    best: dict[str, list[int]] = {}
+    for session_id in kept:
+        share = max(1, min(SNIPPETS_PER_SESSION, budget - (len(kept) - len(best) - 1)))
+        best[session_id] = _best(groups[session_id])[:share]
+        budget -= len(best[session_id])
     wanted = sorted(i for ids in best.values() for i in ids)
     hits: dict[int, SearchHit] = {}
     for r in backend.snippets(query, wanted, desc):
@@ -1411,8 +1445,10 @@ class _SqliteSearch:
 
     @staticmethod
     def scan(
-        query: Query, where: str, params: list, desc: bool, start: int | None
+        query: Query, where: str, params: list, desc: bool, start: int | None, take: int
     ) -> tuple[list[tuple], bool]:
+        """Up to ``take`` matches from ``start`` (inclusive; None: the first), each with
+        whether its session passes the filters; and whether more matches follow."""
         order = "DESC" if desc else "ASC"
         bound = f" AND rowid {'<=' if desc else '>='} %s" if start is not None else ""
         rows = db.fetchall(
@@ -1424,10 +1460,10 @@ class _SqliteSearch:
                 *params,
                 fts5_query(query),
                 *([start] if start is not None else []),
-                SEARCH_CANDIDATES + 1,
+                take + 1,
             ],
         )
-        return rows[:SEARCH_CANDIDATES], len(rows) > SEARCH_CANDIDATES
+        return rows[:take], len(rows) > take
 
     @staticmethod
     def count(query: Query, where: str, params: list, desc: bool) -> tuple[int, bool, int | None]:
@@ -1522,7 +1558,7 @@ class _PgSearch:
 
     @classmethod
     def scan(
-        cls, query: Query, where: str, params: list, desc: bool, start: int | None
+        cls, query: Query, where: str, params: list, desc: bool, start: int | None, take: int
     ) -> tuple[list[tuple], bool]:
         matches, match_params = cls.matches(query)
         order = "DESC" if desc else "ASC"
@@ -1537,7 +1573,7 @@ class _PgSearch:
         else:
             edge = start + 1 if desc else start - 1  # the walk's bound is exclusive
         window = SEARCH_WINDOW
-        while len(out) <= SEARCH_CANDIDATES:
+        while len(out) <= take:
             if desc:
                 if edge <= low:
                     break
@@ -1552,14 +1588,14 @@ class _PgSearch:
                 f"SELECT m.id, m.session_id, m.role, CASE WHEN {where} THEN 1 ELSE 0 END "
                 f"FROM messages m JOIN sessions s ON s.id = m.session_id "
                 f"WHERE {bounds} AND {matches} ORDER BY m.id {order} LIMIT %s",
-                [*params, *bound_params, *match_params, SEARCH_CANDIDATES + 1 - len(out)],
+                [*params, *bound_params, *match_params, take + 1 - len(out)],
             )
             if window == SEARCH_WINDOW:
                 db.execute("SET LOCAL enable_indexscan = off")
                 db.execute("SET LOCAL enable_seqscan = off")
             edge = next_edge
             window *= 4
-        return out[:SEARCH_CANDIDATES], len(out) > SEARCH_CANDIDATES
+        return out[:take], len(out) > take
 
     @classmethod
     def count(
@@ -1573,7 +1609,7 @@ class _PgSearch:
                 match_params,
             )
             return count, capped, None
-        rows, more = cls.scan(query, where, params, desc, None)
+        rows, more = cls.scan(query, where, params, desc, None, SEARCH_CANDIDATES)
         passing = sum(1 for row in rows if row[3])
         capped = passing > COUNT_CAP
         return min(passing, COUNT_CAP), capped, SEARCH_CANDIDATES if more and not capped else None
@@ -1621,31 +1657,55 @@ _PG = _PgSearch()
 
 NAME_MATCHES = 8
 _NAME_COLUMNS = (("user_id", "user"), ("chat_id", "chat"), ("display_name", "name"))
+_NAME_INDEXES = (
+    "idx_sa_sessions_user_lower",
+    "idx_sa_sessions_chat_lower",
+    "idx_sa_sessions_name_lower",
+)
+# A store attached without upgrade_runtime_tables lacks those indexes: then only this
+# many of the newest sessions are looked at (idx_sessions_started), never the whole table.
+NAME_SCAN_WITHOUT_INDEX = 5000
+
+
+def _name_indexes_present() -> bool:
+    names = ", ".join(f"'{name}'" for name in _NAME_INDEXES)  # constants above
+    if db.vendor() == "postgresql":
+        sql = f"SELECT COUNT(*) FROM pg_indexes WHERE indexname IN ({names})"
+    else:
+        sql = f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN ({names})"
+    return db.fetchone(sql)[0] == len(_NAME_INDEXES)
 
 
 def search_names(q: str) -> list[NameMatch]:
     """Sessions whose user id, chat id or display name equals the search text, ignoring
-    case (the whole text, trimmed): at most NAME_MATCHES, newest first.
+    case (the whole text, trimmed; exact, not prefix): at most NAME_MATCHES, newest first.
 
-    Each column has an index on its lower-cased value (core/schema.py), so this is
-    three index probes whatever the store's size.
+    Each column has an index on its lower-cased value (schema.INDEX_SQL), so this is
+    three index probes whatever the store's size. ``lower`` folds ASCII only on SQLite.
     """
     text = q.strip().lower()
     if not text or len(text) > MAX_TEXT:
         return []
-    found: dict[str, NameMatch] = {}
-    for column, kind in _NAME_COLUMNS:
-        rows = db.fetchall(
-            f"SELECT s.id, {_TITLE_SQL}, s.source, s.user_id, s.chat_id, "
-            f"substr(s.display_name, 1, {MAX_TEXT}), s.started_at FROM sessions s "
-            f"WHERE lower(s.{column}) = %s ORDER BY s.started_at DESC LIMIT %s",
-            [text, NAME_MATCHES],
+    source = "sessions s"
+    if not _name_indexes_present():
+        source = (
+            f"(SELECT * FROM sessions ORDER BY started_at DESC LIMIT {NAME_SCAN_WITHOUT_INDEX}) s"
         )
-        for r in rows:
-            if r[0] not in found:
-                found[r[0]] = NameMatch(*r, matched=kind)
-    ordered = sorted(found.values(), key=lambda m: -(m.started_at or 0))
-    return ordered[:NAME_MATCHES]
+    matched = " OR ".join(f"lower(s.{column}) = %s" for column, _ in _NAME_COLUMNS)
+    rows = db.fetchall(
+        f"SELECT s.id, {_TITLE_SQL}, s.source, s.user_id, s.chat_id, "
+        f"substr(s.display_name, 1, {MAX_TEXT}), s.started_at FROM {source} "
+        f"WHERE {matched} ORDER BY s.started_at DESC, s.id LIMIT %s",
+        [text, text, text, NAME_MATCHES],
+    )
+    out = []
+    for r in rows:
+        kind = next(
+            (kind for i, (_, kind) in enumerate(_NAME_COLUMNS) if (r[3 + i] or "").lower() == text),
+            "name",
+        )
+        out.append(NameMatch(*r, matched=kind))
+    return out
 
 
 # ---------------------------------------------------------------------------
