@@ -89,6 +89,8 @@ def readable_snippet(raw: str) -> str:
     if not _LOOKS_LIKE_JSON.search(raw):
         return raw
     text = re.sub(r"\\[nrt]", " ", raw).replace('\\"', '"').replace("\\\\", "\\")
+    # A snippet cut inside a value (``call_9", "type": ...``): that value's tail says nothing.
+    text = re.sub(r'^(\W*)[^"\s\ue000]*"\s*,\s*', r"\1", text)
     text = _JSON_NOISE.sub("", text)
     text = re.sub(r'"\s*:\s*', ": ", text)
     text = re.sub(r'"\s*,\s*"', ", ", text)

@@ -275,10 +275,10 @@ def test_phrase_and_exclusion_over_http(signed_in):
 
 
 def test_search_lists_sessions_of_a_user_or_chat_above_the_hits(signed_in):
-    sid = _new("telegram", user_id="Customer-42", title="Refund talk")
-    other = _new("telegram", chat_id="customer-42")
-    _say(_new(), "customer-42 was mentioned here")
-    body = _body(signed_in("viewer").get(URL, {"q": "customer-42"}))
+    sid = _new("telegram", user_id="Customer_42", title="Refund talk")
+    other = _new("telegram", chat_id="customer_42")
+    _say(_new(), "customer_42 was mentioned here")
+    body = _body(signed_in("viewer").get(URL, {"q": "customer_42"}))
     names = body.index("Sessions of this user, chat or name")
     assert names < body.index('class="hit-session"')
     for session_id in (sid, other):
