@@ -681,3 +681,23 @@ def test_search_finds_sessions_by_user_chat_or_display_name():
     ]
     assert page.sessions == ()  # no message says it
     assert listing.search(Filters(q="nobody")).names == ()
+
+
+def test_names_are_found_without_the_lower_indexes_among_the_newest_sessions(monkeypatch):
+    """A store attached without upgrade_runtime_tables lacks the lower() indexes: the
+    lookup then reads only the newest NAME_SCAN_WITHOUT_INDEX sessions."""
+    monkeypatch.setattr(listing, "NAME_SCAN_WITHOUT_INDEX", 2)
+    old = _new("cli", user_id="Bob", day="2024-01-01")
+    new = _new("cli", user_id="bob", day="2024-02-01")
+    _new("cli", day="2024-03-01")
+    assert [m.session_id for m in listing.search_names("BOB")] == [new, old]
+    try:
+        for name in listing._NAME_INDEXES:
+            db.execute(f"DROP INDEX IF EXISTS {name}")
+        assert not listing._name_indexes_present()
+        assert [m.session_id for m in listing.search_names("BOB")] == [new]
+    finally:
+        for statement in core.schema.INDEX_SQL:
+            if "_lower" in statement:
+                db.execute(statement)
+    assert listing._name_indexes_present()
