@@ -79,6 +79,30 @@ def highlight(raw: str | None) -> SafeString:
     return mark_safe("".join(out))  # noqa: S308 - every piece above is escaped
 
 
+# A snippet cut from JSON (a tool's arguments or result): a key, a bracket, an escape.
+_LOOKS_LIKE_JSON = re.compile(r'[{\[]\s*"|"\s*:\s*[{\["\d\-tfn]|\\"')
+# Keys that say nothing to a reader: call ids, "type": "function", the "function" wrapper.
+_JSON_NOISE = re.compile(
+    r'"(?:id|type|call_id|tool_call_id|index)"\s*:\s*("[^"]*"|\d+)\s*,?\s*|"function"\s*:\s*'
+)
+
+
+def readable_snippet(raw: str) -> str:
+    """A snippet of JSON as words: ``key: value, key: value`` without the braces, quotes
+    and escapes (the markers stay where they are); other text is returned as it is."""
+    if not _LOOKS_LIKE_JSON.search(raw):
+        return raw
+    text = re.sub(r"\\[nrt]", " ", raw).replace('\\"', '"').replace("\\\\", "\\")
+    # A snippet cut inside a value (``call_9", "type": ...``): that value's tail says nothing.
+    text = re.sub(r'^(\W*)[^"\s\ue000]*"\s*,\s*', r"\1", text)
+    text = _JSON_NOISE.sub("", text)
+    text = re.sub(r'"\s*:\s*', ": ", text)
+    text = re.sub(r'"\s*,\s*"', ", ", text)
+    text = re.sub(r'[{}\[\]"]+', " ", text)
+    text = re.sub(r"\s+,", ",", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
 END_REASON_WORDS = {
     None: "still live",
     "": "ended, no reason recorded",

@@ -294,6 +294,11 @@ INDEX_SQL = [
     "ON sessions((COALESCE(input_tokens, 0) + COALESCE(output_tokens, 0)), id)",
     "CREATE INDEX IF NOT EXISTS idx_sa_sessions_cost "
     "ON sessions((COALESCE(estimated_cost_usd, 0)), id)",
+    # The search box finds sessions by user, chat or display name, ignoring case
+    # (store/listing.search_names: the expressions must match).
+    "CREATE INDEX IF NOT EXISTS idx_sa_sessions_user_lower ON sessions((lower(user_id)))",
+    "CREATE INDEX IF NOT EXISTS idx_sa_sessions_chat_lower ON sessions((lower(chat_id)))",
+    "CREATE INDEX IF NOT EXISTS idx_sa_sessions_name_lower ON sessions((lower(display_name)))",
 ]
 
 SWITCH_EVENTS_SQL = (

@@ -141,6 +141,10 @@ class Filters:
     def terms(self) -> tuple[str, ...]:
         return search_terms(self.q)
 
+    @property
+    def query(self) -> Query:
+        return parse_query(self.q)
+
     def params(self) -> dict[str, str]:
         """The non-default parameters, in a stable order (URL names)."""
         default = Filters()
@@ -251,7 +255,12 @@ def parse(params: Mapping[str, Any]) -> Parsed:
 
     q = text("q", "Search", MAX_QUERY)
     if q and not search_terms(q):
-        problems.append("The search has no words to look for (only punctuation or symbols).")
+        if parse_query(q).only_excludes:
+            problems.append(
+                'The search only excludes words (-word); add a word or "phrase" to look for.'
+            )
+        else:
+            problems.append("The search has no words to look for (only punctuation or symbols).")
     forks_flag = choice("forks", "Has forks", {"1", "0"}, "0") == "1"
     health_kind = choice("health", "Health check", health.KINDS, "")
     per_raw = text("per", "Page size")
@@ -295,21 +304,59 @@ def parse(params: Mapping[str, Any]) -> Parsed:
     return Parsed(filters=filters, cursor=cursor, problems=tuple(problems))
 
 
-def search_terms(q: str) -> tuple[str, ...]:
-    """The words of a search as plain-text phrases.
+@dataclass(frozen=True)
+class Query:
+    """A search box's text, parsed once: what the list, the snippets and the transcript's
+    highlighter all use.
 
-    Each whitespace-separated word becomes its runs of letters and digits,
-    space-separated (``web_search`` -> ``web search``, ``NEAR(x`` -> ``NEAR x``):
-    the backend matches them as adjacent tokens, so punctuation inside a word
-    still means what the text meant and never what a query language means.
-    Words with no letter or digit are dropped.
+    ``include``: phrases every hit contains; ``exclude``: phrases no hit contains. Each
+    phrase is the runs of letters and digits of its words, space-separated, matched
+    by the backends as adjacent tokens.
     """
-    phrases = []
-    for word in q.split():
-        runs = _WORD_RUN.findall(word)
-        if runs:
-            phrases.append(" ".join(runs))
-    return tuple(phrases[:MAX_TERMS])
+
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    @property
+    def only_excludes(self) -> bool:
+        return not self.include and bool(self.exclude)
+
+
+# A quoted phrase (optionally excluded) or a bare word (optionally excluded).
+_QUERY_TOKEN = re.compile(r'(-?)"([^"]*)"|(-?)([^\s"]+)')
+
+
+def _phrase(text: str) -> str:
+    return " ".join(_WORD_RUN.findall(text))
+
+
+def parse_query(q: str) -> Query:
+    """``"exact phrase"``, ``-word`` and ``-"phrase"``; everything else is plain text.
+
+    Unbalanced quotes are text (dropped as punctuation, like any other), so the
+    words they surround are searched one by one. Punctuation inside a word
+    splits it into adjacent tokens (``web_search`` -> ``web search``, ``NEAR(x`` ->
+    ``NEAR x``): nothing a user types means what a query language means.
+    Words with no letter or digit are dropped; at most MAX_TERMS phrases are kept.
+    """
+    include: list[str] = []
+    exclude: list[str] = []
+    if q.count('"') % 2:
+        q = q.replace('"', " ")
+    for match in _QUERY_TOKEN.finditer(q):
+        quoted_minus, quoted, word_minus, word = match.groups()
+        phrase = _phrase(quoted if quoted is not None else word)
+        if not phrase:
+            continue
+        target = exclude if (quoted_minus or word_minus) else include
+        if phrase not in target and len(include) + len(exclude) < MAX_TERMS:
+            target.append(phrase)
+    return Query(include=tuple(include), exclude=tuple(exclude))
+
+
+def search_terms(q: str) -> tuple[str, ...]:
+    """The phrases a search looks for (its exclusions aside): what hits highlight."""
+    return parse_query(q).include
 
 
 # ---------------------------------------------------------------------------
@@ -1115,7 +1162,27 @@ def _enrich(ids: Sequence[str], *, roots: bool, fork_ids: _Forks) -> list[Sessio
 
 
 # ---------------------------------------------------------------------------
-# Full-text search
+# Full-text search, grouped by session
+#
+# A page walks the messages matching the query in id order from its cursor, at most
+# SEARCH_CANDIDATES of them (each with whether its session passes the filters), and
+# groups the passing ones by session in the order of each session's first hit. The
+# page shows PAGE_SIZE sessions; the next page starts at the first hit of the next
+# session. A session whose hits straddle that start has a hit before it, so it was
+# on an earlier page: sessions with a hit before the page's start are left out
+# (one probe per candidate session), and no session is listed twice.
+
+SNIPPETS_PER_SESSION = 3
+# Snippets cost (FTS5's snippet() about 0.25 ms each on a common word): every session of
+# a page gets one, only the first this many up to SNIPPETS_PER_SESSION.
+FULL_SNIPPET_SESSIONS = 12
+# The first read of matches; each further read is four times larger.
+SCAN_BATCH = 512
+# A session's hit count above this shows as "100+".
+SESSION_COUNT_SHOWN = 100
+# Roles whose hits make the better snippets (tool results are mostly JSON).
+_TEXT_ROLES = frozenset({"user", "assistant"})
+_TOOL_CALL_NAME = re.compile(r'"name"\s*:\s*"([^"\\]{1,200})"')
 
 
 @dataclass(frozen=True)
@@ -1124,277 +1191,546 @@ class SearchHit:
     session_id: str
     role: str
     timestamp: float
+    # The tool a tool result answers, or the (first) tool an assistant message calls.
     tool_name: str | None
     active: bool
     # The matching text around the hit, the words between MARK_START and MARK_END (raw text:
     # console/html.highlight escapes it and marks the words).
     snippet: str
-    session_title: str | None
-    session_source: str
+
+
+@dataclass(frozen=True)
+class SessionHits:
+    """One session of a search page: who it is, how many of its messages match, the best."""
+
+    session_id: str
+    title: str | None
+    source: str
+    user_id: str | None
+    chat_id: str | None
+    display_name: str | None
+    first_user_text: str | None
+    # Matching messages (passing the filters) seen from the page's start: exact unless
+    # ``count_more`` (over SESSION_COUNT_SHOWN, or the session goes on past the scan).
+    count: int
+    count_more: bool
+    # Its first hit in the page's order: "more in this session" opens the transcript there.
+    first_hit_id: int
+    hits: tuple[SearchHit, ...]
+
+
+@dataclass(frozen=True)
+class NameMatch:
+    """A session whose user id, chat id or display name matches the search text."""
+
+    session_id: str
+    title: str | None
+    source: str
+    user_id: str | None
+    chat_id: str | None
+    display_name: str | None
+    started_at: float | None
+    matched: str  # "user", "chat" or "name"
 
 
 @dataclass(frozen=True)
 class SearchPage:
-    hits: tuple[SearchHit, ...]
+    sessions: tuple[SessionHits, ...]
     next_cursor: str | None
     count: int
     count_capped: bool
     terms: tuple[str, ...] = field(default=())
     # The page stopped after checking SEARCH_CANDIDATES messages containing the words
-    # (its next link searches on); the count covers only the first that many.
+    # before it had a page of sessions (its next link searches on).
     scan_capped: bool = False
+    # The count covers only the first this many messages containing the words.
     count_within: int | None = None
+    names: tuple[NameMatch, ...] = field(default=())
+
+    @property
+    def hits(self) -> tuple[SearchHit, ...]:
+        return tuple(hit for group in self.sessions for hit in group.hits)
 
 
-def fts5_query(terms: Sequence[str]) -> str:
-    """An FTS5 query matching every term as plain text: each one a quoted string (a phrase).
+def fts5_query(terms: Sequence[str] | Query) -> str:
+    """An FTS5 query matching every included phrase as plain text and none excluded.
 
-    Inside an FTS5 string only ``"`` is special (doubled); operators, ``*``,
-    ``^``, ``:``, parentheses and column filters are just characters there,
-    and the tokenizer drops the punctuation exactly as it did when indexing.
+    Each phrase is a quoted string: inside one only ``"`` is special (doubled), so
+    operators, ``*``, ``^``, ``:``, parentheses and column filters are just characters
+    there, and the tokenizer drops the punctuation exactly as it did when indexing.
     """
-    return " ".join('"' + term.replace('"', '""') + '"' for term in terms)
+    query = terms if isinstance(terms, Query) else Query(include=tuple(terms))
+
+    def quoted(phrase: str) -> str:
+        return '"' + phrase.replace('"', '""') + '"'
+
+    sql = " ".join(quoted(term) for term in query.include)
+    if query.exclude:
+        sql = f"({sql}) " + " ".join(f"NOT {quoted(term)}" for term in query.exclude)
+    return sql
 
 
 def search(filters: Filters, cursor: Cursor | None = None) -> SearchPage:
-    """Messages matching ``filters.q`` (every word, as text) in sessions matching the filters.
+    """Sessions with messages matching ``filters.q``, grouped, in sessions matching the filters.
 
-    Keyset-paginated by message id, newest first (``dir=asc``: oldest first).
-    Search looks in every segment: the roots scope does not apply.
+    Keyset-paginated by each session's first hit, newest first (``dir=asc``: oldest
+    first). Search looks in every segment: the roots scope does not apply.
     """
     with _reading():
         return _search(filters, cursor)
 
 
 def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
-    terms = filters.terms
-    if not terms:
-        return SearchPage(hits=(), next_cursor=None, count=0, count_capped=False, terms=())
+    query = filters.query
+    names = tuple(search_names(filters.q)) if cursor is None else ()
+    if not query.include:
+        return SearchPage(sessions=(), next_cursor=None, count=0, count_capped=False, names=names)
+    backend = _PG if db.vendor() == "postgresql" else _SQLITE
     desc = filters.direction == "desc"
     limit = filters.per_page
     where, params = where_sql(filters, scope=False)
-    search = _pg_search if db.vendor() == "postgresql" else _sqlite_search
-    found = search(terms, where, params, desc, cursor, limit + 1)
-    rows = found.rows
-    hits = tuple(
-        SearchHit(
+    start = int(cursor.values[0]) if cursor else None
+    # Read matches in growing batches until the page has its sessions (and the next
+    # page's first) or SEARCH_CANDIDATES matches were read: a common word stops after
+    # the first batch, a rare one reads all of its few matches at once.
+    scanned: list[tuple] = []
+    groups: dict[str, list[tuple[int, str]]] = {}
+    earlier: dict[str, bool] = {}
+    more, bound, batch = True, start, SCAN_BATCH
+    while more and len(scanned) < SEARCH_CANDIDATES:
+        take = min(batch, SEARCH_CANDIDATES - len(scanned))
+        rows, more = backend.scan(query, where, params, desc, bound, take)
+        if not rows:
+            break
+        scanned += rows
+        for message_id, session_id, role, passes in rows:
+            if passes:
+                groups.setdefault(session_id, []).append((int(message_id), role))
+        last = int(rows[-1][0])
+        bound = last - 1 if desc else last + 1
+        kept = _not_on_earlier_pages(backend, query, list(groups), start, desc, limit + 1, earlier)
+        if len(kept) > limit:
+            break
+        batch *= 4
+    kept = _not_on_earlier_pages(backend, query, list(groups), start, desc, limit + 1, earlier)
+    next_start = None
+    scan_capped = False
+    if len(kept) > limit:
+        next_start = groups[kept[limit]][0][0]
+        kept = kept[:limit]
+    elif more:
+        next_start = bound  # the scan stopped at SEARCH_CANDIDATES: search on after it
+        scan_capped = True
+    count, capped, count_within = backend.count(query, where, params, desc)
+    sessions = _session_hits(backend, query, groups, kept, scanned if more else None, desc)
+    next_cursor = None
+    if next_start is not None:
+        next_cursor = encode_cursor("search", filters.direction, [next_start])
+    return SearchPage(
+        sessions=sessions,
+        next_cursor=next_cursor,
+        count=count,
+        count_capped=capped,
+        terms=query.include,
+        scan_capped=scan_capped,
+        count_within=count_within,
+        names=names,
+    )
+
+
+def _not_on_earlier_pages(
+    backend: Any,
+    query: Query,
+    order: list[str],
+    start: int | None,
+    desc: bool,
+    wanted: int,
+    earlier: dict[str, bool],
+) -> list[str]:
+    """The first ``wanted`` sessions of ``order`` with no hit before ``start``
+    (``earlier`` remembers the sessions already probed)."""
+    if start is None:
+        return order[:wanted]
+    kept: list[str] = []
+    at = 0
+    while len(kept) < wanted and at < len(order):
+        batch = order[at : at + wanted - len(kept)]
+        at += len(batch)
+        probe = [session_id for session_id in batch if session_id not in earlier]
+        if probe:
+            found = backend.hit_before(query, probe, start, desc)
+            earlier.update((session_id, session_id in found) for session_id in probe)
+        kept += [session_id for session_id in batch if not earlier[session_id]]
+    return kept
+
+
+def _best(hits: list[tuple[int, str]]) -> list[int]:
+    """Up to SNIPPETS_PER_SESSION hits: text messages before tool ones, then page order."""
+    ranked = sorted(enumerate(hits), key=lambda p: (p[1][1] not in _TEXT_ROLES, p[0]))
+    return [hits[i][0] for i, _ in ranked[:SNIPPETS_PER_SESSION]]
+
+
+def _session_hits(
+    backend: Any,
+    query: Query,
+    groups: dict[str, list[tuple[int, str]]],
+    kept: list[str],
+    scanned: list[tuple] | None,
+    desc: bool,
+) -> tuple[SessionHits, ...]:
+    if not kept:
+        return ()
+    budget = len(kept) + (SNIPPETS_PER_SESSION - 1) * min(len(kept), FULL_SNIPPET_SESSIONS)
+    best: dict[str, list[int]] = {}
+    for session_id in kept:
+        share = max(1, min(SNIPPETS_PER_SESSION, budget - (len(kept) - len(best) - 1)))
+        best[session_id] = _best(groups[session_id])[:share]
+        budget -= len(best[session_id])
+    wanted = sorted(i for ids in best.values() for i in ids)
+    hits: dict[int, SearchHit] = {}
+    for r in backend.snippets(query, wanted, desc):
+        names = _TOOL_CALL_NAME.findall(r[6] or "")
+        hits[int(r[0])] = SearchHit(
             message_id=int(r[0]),
             session_id=r[1],
             role=r[2],
-            timestamp=float(r[3]),
-            tool_name=r[4],
+            timestamp=float(r[3] or 0),
+            tool_name=r[4] or (names[0] if names else None),
             active=bool(r[5]),
-            session_title=r[6],
-            session_source=r[7],
-            snippet=r[8] or "",
+            snippet=r[7] or "",
         )
-        for r in rows[:limit]
-    )
-    next_cursor = None
-    if len(rows) > limit:
-        next_cursor = encode_cursor("search", filters.direction, [hits[-1].message_id])
-    elif found.checked_to is not None:
-        next_cursor = encode_cursor("search", filters.direction, [found.checked_to])
-    return SearchPage(
-        hits=hits,
-        next_cursor=next_cursor,
-        count=found.count,
-        count_capped=found.count_capped,
-        terms=terms,
-        scan_capped=found.checked_to is not None,
-        count_within=found.count_within,
-    )
-
-
-@dataclass(frozen=True)
-class _Found:
-    rows: list[
-        tuple
-    ]  # (id, session_id, role, timestamp, tool_name, active, title, source, snippet)
-    count: int
-    count_capped: bool
-    checked_to: int | None = None  # the scan stopped at its cap after this message id
-    count_within: int | None = None  # the count covers only the first this many candidates
-
-
-def _sqlite_search(
-    terms: Sequence[str], where: str, params: list, desc: bool, cursor: Cursor | None, need: int
-) -> _Found:
-    """SQLite: hits among the next SEARCH_CANDIDATES messages the FTS index matches.
-
-    FTS5 hands matches out in rowid order, so the candidates are a LIMITed read of
-    the index, and only they are joined to their sessions for the filters.
-    """
-    order = "DESC" if desc else "ASC"
-    op = "<" if desc else ">"
-    match = fts5_query(terms)
-    after = f" AND messages_fts.rowid {op} %s" if cursor else ""
-    after_params = [cursor.values[0]] if cursor else []
-    hit_columns = (
-        f"m.session_id, m.role, m.timestamp, m.tool_name, m.active, {_TITLE_SQL}, s.source"
-    )
-    snippet = "snippet(messages_fts, 0, %s, %s, %s, %s)"
-    snippet_params = [MARK_START, MARK_END, SNIPPET_ELLIPSIS, SNIPPET_TOKENS]
-    joins = "JOIN messages m ON m.id = messages_fts.rowid JOIN sessions s ON s.id = m.session_id"
-    if where == "1 = 1":
-        # No filter: every match is a hit, and the index stops at the page's end.
-        count, capped = count_capped("FROM messages_fts WHERE messages_fts MATCH %s", [match])
-        rows = db.fetchall(
-            f"SELECT messages_fts.rowid, {hit_columns}, {snippet} FROM messages_fts {joins} "
-            f"WHERE messages_fts MATCH %s{after} ORDER BY messages_fts.rowid {order} LIMIT %s",
-            [*snippet_params, match, *after_params, need],
-        )
-        return _Found(rows, count, capped)
-
-    def candidates(bounded_after: bool) -> tuple[str, list]:
-        clause = after if bounded_after else ""
-        return (
-            f"SELECT rowid AS id FROM messages_fts WHERE messages_fts MATCH %s{clause} "
-            f"ORDER BY rowid {order} LIMIT {SEARCH_CANDIDATES}",
-            [match, *(after_params if bounded_after else [])],
-        )
-
-    filtered = "JOIN messages m ON m.id = c.id JOIN sessions s ON s.id = m.session_id"
-    sql, sql_params = candidates(False)
-    count, capped = count_capped(f"FROM ({sql}) c {filtered} WHERE {where}", [*sql_params, *params])
-    count_within = None
-    if not capped:
-        checked = db.fetchone(f"SELECT COUNT(*) FROM ({sql}) c", sql_params)[0]
-        count_within = SEARCH_CANDIDATES if checked >= SEARCH_CANDIDATES else None
-    sql, sql_params = candidates(True)
-    ids = [
-        int(r[0])
-        for r in db.fetchall(
-            f"SELECT c.id FROM ({sql}) c {filtered} WHERE {where} ORDER BY c.id {order} LIMIT %s",
-            [*sql_params, *params, need],
-        )
-    ]
-    checked_to = None
-    if len(ids) < need:
-        checked, edge = db.fetchone(
-            f"SELECT COUNT(*), {'MIN' if desc else 'MAX'}(id) FROM ({sql}) c", sql_params
-        )
-        if checked >= SEARCH_CANDIDATES:
-            more = db.fetchone(
-                f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH %s AND rowid {op} %s "
-                "LIMIT 1",
-                [match, edge],
+    # With the scan stopped at its cap, a session may match past its last scanned
+    # message: its count is exact only if it has no message beyond that one.
+    beyond: set[str] = set()
+    if scanned is not None:
+        last = int(scanned[-1][0])
+        ids_sql, ids_params = _in_list("session_id", kept)
+        edge = "MIN(id)" if desc else "MAX(id)"
+        for session_id, edge_id in db.fetchall(
+            f"SELECT session_id, {edge} FROM messages WHERE {ids_sql} GROUP BY session_id",
+            ids_params,
+        ):
+            if edge_id is not None and (edge_id < last if desc else edge_id > last):
+                beyond.add(session_id)
+    info = _session_info(kept)
+    out = []
+    for session_id in kept:
+        row = info.get(session_id, {})
+        count = len(groups[session_id])
+        out.append(
+            SessionHits(
+                session_id=session_id,
+                title=row.get("title"),
+                source=row.get("source") or "",
+                user_id=row.get("user_id"),
+                chat_id=row.get("chat_id"),
+                display_name=row.get("display_name"),
+                first_user_text=row.get("first_user_text"),
+                count=min(count, SESSION_COUNT_SHOWN),
+                count_more=count > SESSION_COUNT_SHOWN or session_id in beyond,
+                first_hit_id=groups[session_id][0][0],
+                hits=tuple(hits[i] for i in best[session_id] if i in hits),
             )
-            checked_to = int(edge) if more else None
-    if not ids:
-        return _Found([], count, capped, checked_to, count_within)
-    # Snippets for the page's hits only, read within their rowid range (FTS5 uses it).
-    ids_sql, ids_params = _in_list("messages_fts.rowid", ids)
-    rows = db.fetchall(
-        f"SELECT messages_fts.rowid, {hit_columns}, {snippet} FROM messages_fts {joins} "
-        f"WHERE messages_fts MATCH %s AND messages_fts.rowid >= %s AND messages_fts.rowid <= %s "
-        f"AND {ids_sql} ORDER BY messages_fts.rowid {order}",
-        [*snippet_params, match, min(ids), max(ids), *ids_params],
-    )
-    return _Found(rows, count, capped, checked_to, count_within)
-
-
-def _pg_search(
-    terms: Sequence[str], where: str, params: list, desc: bool, cursor: Cursor | None, need: int
-) -> _Found:
-    """PostgreSQL: matching messages in id windows from the cursor, then headlines for the page.
-
-    Left to itself the planner walks the primary key and computes to_tsvector
-    for every message until enough match (seconds for a mid-frequency word, or
-    with a narrow session filter). Here the first window (SEARCH_WINDOW ids) is
-    planned freely, which suits frequent words; later windows, growing, are
-    read through the GIN index ANDed with the id range (bitmap scans only).
-    With filters, each window returns its matches with whether they pass them,
-    so the walk stops after SEARCH_CANDIDATES matches whatever the filters keep.
-    """
-    document = FTS_DOCUMENT_SQL.format(t="m.")
-    tsquery = " && ".join("phraseto_tsquery('simple', %s)" for _ in terms)
-    matches = f"to_tsvector('simple', {document}) @@ ({tsquery})"
-    order = "DESC" if desc else "ASC"
-    filtered = where != "1 = 1"
-    low = db.fetchone("SELECT MIN(id) FROM messages")[0]
-    high = db.fetchone("SELECT MAX(id) FROM messages")[0]
-
-    def walk(start: int | None, *, wanted: int) -> tuple[list[int], int | None, int]:
-        """Hits after ``start`` (None: from the first message): up to ``wanted``, checking at
-        most SEARCH_CANDIDATES matches; (hits, the last match checked at the cap, checked)."""
-        hits: list[int] = []
-        checked = 0
-        last: int | None = None
-        if low is None:
-            return hits, None, checked
-        edge = start if start is not None else (int(high) + 1 if desc else int(low) - 1)
-        window = SEARCH_WINDOW
-        while len(hits) < wanted:
-            if desc:
-                if edge <= low:
-                    break
-                first = max(edge - window, int(low))
-                bounds, next_edge = ("m.id >= %s AND m.id < %s", [first, edge]), first
-            else:
-                if edge >= high:
-                    break
-                stop = min(edge + window, int(high))
-                bounds, next_edge = ("m.id > %s AND m.id <= %s", [edge, stop]), stop
-            if filtered:
-                # Every match of the window, and whether it passes the filters.
-                rows = db.fetchall(
-                    f"SELECT m.id, CASE WHEN {where} THEN 1 ELSE 0 END FROM messages m "
-                    f"JOIN sessions s ON s.id = m.session_id WHERE {bounds[0]} AND {matches} "
-                    f"ORDER BY m.id {order} LIMIT %s",
-                    [*params, *bounds[1], *terms, SEARCH_CANDIDATES - checked + 1],
-                )
-            else:
-                rows = db.fetchall(
-                    f"SELECT m.id, 1 FROM messages m JOIN sessions s ON s.id = m.session_id "
-                    f"WHERE {bounds[0]} AND {matches} ORDER BY m.id {order} LIMIT %s",
-                    [*bounds[1], *terms, wanted - len(hits)],
-                )
-            if window == SEARCH_WINDOW:
-                db.execute("SET LOCAL enable_indexscan = off")
-                db.execute("SET LOCAL enable_seqscan = off")
-            for message_id, passes in rows:
-                if filtered and checked == SEARCH_CANDIDATES:
-                    return hits, last, checked  # more matches than were checked
-                last = int(message_id)
-                checked += 1
-                if passes:
-                    hits.append(last)
-                    if len(hits) == wanted:
-                        return hits, None, checked
-            edge = next_edge
-            window *= 4
-        return hits, None, checked
-
-    found, checked_to, _ = walk(int(cursor.values[0]) if cursor else None, wanted=need)
-    count_within = None
-    if filtered:
-        counted, stopped, checked = walk(None, wanted=COUNT_CAP + 1)
-        count, capped = min(len(counted), COUNT_CAP), len(counted) > COUNT_CAP
-        count_within = SEARCH_CANDIDATES if stopped is not None else None
-    else:
-        # Still bitmap-only: the capped count reads matches through the GIN index.
-        count, capped = count_capped(
-            f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {matches}",
-            [*terms],
         )
-    db.execute("SET LOCAL enable_indexscan = on")
-    db.execute("SET LOCAL enable_seqscan = on")
-    if not found:
-        return _Found([], count, capped, checked_to, count_within)
-    ids_sql, ids_params = _in_list("m.id", found)
-    options = (
-        f'StartSel="{MARK_START}", StopSel="{MARK_END}", MaxWords=30, MinWords=12, '
-        f'MaxFragments=2, FragmentDelimiter=" {SNIPPET_ELLIPSIS} "'
+    return tuple(out)
+
+
+# What a session's label falls back to when it has no title, read for a page's sessions only.
+FIRST_TEXT_READ = 200
+
+
+def _session_info(ids: Sequence[str]) -> dict[str, dict]:
+    ids_sql, ids_params = _in_list("s.id", ids)
+    first_text = (
+        f"(SELECT substr(fm.content, 1, {FIRST_TEXT_READ}) FROM messages fm "
+        "WHERE fm.session_id = s.id AND fm.role = 'user' AND fm.content IS NOT NULL "
+        "ORDER BY fm.id LIMIT 1)"
     )
     rows = db.fetchall(
-        f"SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, m.active, {_TITLE_SQL}, "
-        f"s.source, ts_headline('simple', {document}, ({tsquery}), %s) "
-        f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {ids_sql} "
-        f"ORDER BY m.id {order}",
-        [*terms, options, *ids_params],
+        f"SELECT s.id, {_TITLE_SQL}, s.source, s.user_id, s.chat_id, "
+        f"substr(s.display_name, 1, {MAX_TEXT}), "
+        f"CASE WHEN s.title IS NULL THEN {first_text} END FROM sessions s WHERE {ids_sql}",
+        ids_params,
     )
-    return _Found(rows, count, capped, checked_to, count_within)
+    keys = ("title", "source", "user_id", "chat_id", "display_name", "first_user_text")
+    return {r[0]: dict(zip(keys, r[1:], strict=True)) for r in rows}
+
+
+class _SqliteSearch:
+    """SQLite: the FTS5 index hands matches out in rowid order, so a scan is a LIMITed
+    read of the index, and only those candidates are joined to their sessions."""
+
+    @staticmethod
+    def scan(
+        query: Query, where: str, params: list, desc: bool, start: int | None, take: int
+    ) -> tuple[list[tuple], bool]:
+        """Up to ``take`` matches from ``start`` (inclusive; None: the first), each with
+        whether its session passes the filters; and whether more matches follow."""
+        order = "DESC" if desc else "ASC"
+        bound = f" AND rowid {'<=' if desc else '>='} %s" if start is not None else ""
+        rows = db.fetchall(
+            f"SELECT c.id, m.session_id, m.role, CASE WHEN {where} THEN 1 ELSE 0 END FROM ("
+            f"SELECT rowid AS id FROM messages_fts WHERE messages_fts MATCH %s{bound} "
+            f"ORDER BY rowid {order} LIMIT %s) c JOIN messages m ON m.id = c.id "
+            f"JOIN sessions s ON s.id = m.session_id ORDER BY c.id {order}",
+            [
+                *params,
+                fts5_query(query),
+                *([start] if start is not None else []),
+                take + 1,
+            ],
+        )
+        return rows[:take], len(rows) > take
+
+    @staticmethod
+    def count(query: Query, where: str, params: list, desc: bool) -> tuple[int, bool, int | None]:
+        match = fts5_query(query)
+        if where == "1 = 1":
+            count, capped = count_capped("FROM messages_fts WHERE messages_fts MATCH %s", [match])
+            return count, capped, None
+        order = "DESC" if desc else "ASC"
+        candidates = (
+            "SELECT rowid AS id FROM messages_fts WHERE messages_fts MATCH %s "
+            f"ORDER BY rowid {order} LIMIT {SEARCH_CANDIDATES}"
+        )
+        count, capped = count_capped(
+            f"FROM ({candidates}) c JOIN messages m ON m.id = c.id "
+            f"JOIN sessions s ON s.id = m.session_id WHERE {where}",
+            [match, *params],
+        )
+        within = None
+        if not capped:
+            checked = db.fetchone(f"SELECT COUNT(*) FROM ({candidates}) c", [match])[0]
+            within = SEARCH_CANDIDATES if checked >= SEARCH_CANDIDATES else None
+        return count, capped, within
+
+    @staticmethod
+    def hit_before(query: Query, session_ids: list[str], start: int, desc: bool) -> set[str]:
+        # Driven by the sessions' messages (CROSS JOIN keeps that order), each probed in
+        # the index by rowid: bounded by those sessions' sizes, not the word's frequency.
+        ids_sql, ids_params = _in_list("m.session_id", session_ids)
+        rows = db.fetchall(
+            "SELECT DISTINCT m.session_id FROM messages m CROSS JOIN messages_fts "
+            f"ON messages_fts.rowid = m.id WHERE {ids_sql} AND m.id {'>' if desc else '<'} %s "
+            "AND messages_fts MATCH %s",
+            [*ids_params, start, fts5_query(query)],
+        )
+        return {r[0] for r in rows}
+
+    @staticmethod
+    def snippets(query: Query, ids: list[int], desc: bool) -> list[tuple]:
+        if not ids:
+            return []
+        ids_sql, ids_params = _in_list("messages_fts.rowid", ids)
+        # Read within the page's rowid range (FTS5 uses it).
+        return db.fetchall(
+            "SELECT messages_fts.rowid, m.session_id, m.role, m.timestamp, m.tool_name, m.active, "
+            "substr(m.tool_calls, 1, 400), snippet(messages_fts, 0, %s, %s, %s, %s) "
+            "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+            "WHERE messages_fts MATCH %s AND messages_fts.rowid >= %s "
+            f"AND messages_fts.rowid <= %s AND {ids_sql}",
+            [
+                MARK_START,
+                MARK_END,
+                SNIPPET_ELLIPSIS,
+                SNIPPET_TOKENS,
+                fts5_query(query),
+                min(ids),
+                max(ids),
+                *ids_params,
+            ],
+        )
+
+
+class _PgSearch:
+    """PostgreSQL: matching messages in id windows from the cursor, then headlines.
+
+    Left to itself the planner walks the primary key and computes to_tsvector for
+    every message until enough match (seconds for a mid-frequency word, or with a
+    narrow session filter). Here windows of ids from the cursor, growing (the first
+    SEARCH_WINDOW ids), are read through the GIN index ANDed with the id range
+    (bitmap scans only) until the scan has what it wants.
+    """
+
+    document = FTS_DOCUMENT_SQL.format(t="m.")
+
+    @staticmethod
+    def tsquery(query: Query) -> tuple[str, list]:
+        sql = " && ".join("phraseto_tsquery('simple', %s)" for _ in query.include)
+        if query.exclude:
+            sql = f"({sql}) && " + " && ".join(
+                "!!phraseto_tsquery('simple', %s)" for _ in query.exclude
+            )
+        return sql, [*query.include, *query.exclude]
+
+    @classmethod
+    def matches(cls, query: Query) -> tuple[str, list]:
+        sql, params = cls.tsquery(query)
+        return f"to_tsvector('simple', {cls.document}) @@ ({sql})", params
+
+    @classmethod
+    def scan(
+        cls, query: Query, where: str, params: list, desc: bool, start: int | None, take: int
+    ) -> tuple[list[tuple], bool]:
+        matches, match_params = cls.matches(query)
+        order = "DESC" if desc else "ASC"
+        low = db.fetchone("SELECT MIN(id) FROM messages")[0]
+        high = db.fetchone("SELECT MAX(id) FROM messages")[0]
+        out: list[tuple] = []
+        if low is None:
+            return out, False
+        low, high = int(low), int(high)
+        if start is None:
+            edge = high + 1 if desc else low - 1
+        else:
+            edge = start + 1 if desc else start - 1  # the walk's bound is exclusive
+        # Bitmap scans only, from the first window: a scan reads hundreds of matches, and a
+        # freely planned window computed to_tsvector for every message until enough matched
+        # (33 ms for a frequent word, 61 ms for a rarer one, against 15 and 2 ms).
+        window = SEARCH_WINDOW
+        with _bitmap_scans_only():
+            while len(out) <= take:
+                if desc:
+                    if edge <= low:
+                        break
+                    first = max(edge - window, low)
+                    bounds, bound_params, next_edge = (
+                        "m.id >= %s AND m.id < %s",
+                        [first, edge],
+                        first,
+                    )
+                else:
+                    if edge >= high:
+                        break
+                    stop = min(edge + window, high)
+                    bounds, bound_params, next_edge = "m.id > %s AND m.id <= %s", [edge, stop], stop
+                out += db.fetchall(
+                    f"SELECT m.id, m.session_id, m.role, CASE WHEN {where} THEN 1 ELSE 0 END "
+                    f"FROM messages m JOIN sessions s ON s.id = m.session_id "
+                    f"WHERE {bounds} AND {matches} ORDER BY m.id {order} LIMIT %s",
+                    [*params, *bound_params, *match_params, take + 1 - len(out)],
+                )
+                edge = next_edge
+                window *= 4
+        return out[:take], len(out) > take
+
+    @classmethod
+    def count(
+        cls, query: Query, where: str, params: list, desc: bool
+    ) -> tuple[int, bool, int | None]:
+        if where == "1 = 1":
+            # Still bitmap-only: the capped count reads matches through the GIN index.
+            matches, match_params = cls.matches(query)
+            with _bitmap_scans_only():
+                count, capped = count_capped(
+                    f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {matches}",
+                    match_params,
+                )
+            return count, capped, None
+        rows, more = cls.scan(query, where, params, desc, None, SEARCH_CANDIDATES)
+        passing = sum(1 for row in rows if row[3])
+        capped = passing > COUNT_CAP
+        return min(passing, COUNT_CAP), capped, SEARCH_CANDIDATES if more and not capped else None
+
+    @classmethod
+    def hit_before(cls, query: Query, session_ids: list[str], start: int, desc: bool) -> set[str]:
+        matches, match_params = cls.matches(query)
+        ids_sql, ids_params = _in_list("m.session_id", session_ids)
+        rows = db.fetchall(
+            f"SELECT DISTINCT m.session_id FROM messages m WHERE {ids_sql} "
+            f"AND m.id {'>' if desc else '<'} %s AND {matches}",
+            [*ids_params, start, *match_params],
+        )
+        return {r[0] for r in rows}
+
+    @classmethod
+    def snippets(cls, query: Query, ids: list[int], desc: bool) -> list[tuple]:
+        if not ids:
+            return []
+        tsquery, tsquery_params = cls.tsquery(query)
+        ids_sql, ids_params = _in_list("m.id", ids)
+        options = (
+            f'StartSel="{MARK_START}", StopSel="{MARK_END}", MaxWords=30, MinWords=12, '
+            f'MaxFragments=2, FragmentDelimiter=" {SNIPPET_ELLIPSIS} "'
+        )
+        return db.fetchall(
+            "SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, m.active, "
+            f"substr(m.tool_calls, 1, 400), ts_headline('simple', {cls.document}, "
+            f"({tsquery}), %s) FROM messages m WHERE {ids_sql}",
+            [*tsquery_params, options, *ids_params],
+        )
+
+
+@contextlib.contextmanager
+def _bitmap_scans_only() -> Iterator[None]:
+    """PostgreSQL reads matches through the GIN index ANDed with the id range."""
+    db.execute("SET LOCAL enable_indexscan = off")
+    db.execute("SET LOCAL enable_seqscan = off")
+    try:
+        yield
+    finally:
+        db.execute("SET LOCAL enable_indexscan = on")
+        db.execute("SET LOCAL enable_seqscan = on")
+
+
+_SQLITE = _SqliteSearch()
+_PG = _PgSearch()
+
+
+# ---------------------------------------------------------------------------
+# Sessions by user, chat or display name
+
+NAME_MATCHES = 8
+_NAME_COLUMNS = (("user_id", "user"), ("chat_id", "chat"), ("display_name", "name"))
+_NAME_INDEXES = (
+    "idx_sa_sessions_user_lower",
+    "idx_sa_sessions_chat_lower",
+    "idx_sa_sessions_name_lower",
+)
+# A store attached without upgrade_runtime_tables lacks those indexes: then only this
+# many of the newest sessions are looked at (idx_sessions_started), never the whole table.
+NAME_SCAN_WITHOUT_INDEX = 5000
+
+
+def _name_indexes_present() -> bool:
+    names = ", ".join(f"'{name}'" for name in _NAME_INDEXES)  # constants above
+    if db.vendor() == "postgresql":
+        sql = f"SELECT COUNT(*) FROM pg_indexes WHERE indexname IN ({names})"
+    else:
+        sql = f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN ({names})"
+    return db.fetchone(sql)[0] == len(_NAME_INDEXES)
+
+
+def search_names(q: str) -> list[NameMatch]:
+    """Sessions whose user id, chat id or display name equals the search text, ignoring
+    case (the whole text, trimmed; exact, not prefix): at most NAME_MATCHES, newest first.
+
+    Each column has an index on its lower-cased value (schema.INDEX_SQL), so this is
+    three index probes whatever the store's size. ``lower`` folds ASCII only on SQLite.
+    """
+    text = q.strip().lower()
+    if not text or len(text) > MAX_TEXT:
+        return []
+    source = "sessions s"
+    if not _name_indexes_present():
+        source = (
+            f"(SELECT * FROM sessions ORDER BY started_at DESC LIMIT {NAME_SCAN_WITHOUT_INDEX}) s"
+        )
+    matched = " OR ".join(f"lower(s.{column}) = %s" for column, _ in _NAME_COLUMNS)
+    rows = db.fetchall(
+        f"SELECT s.id, {_TITLE_SQL}, s.source, s.user_id, s.chat_id, "
+        f"substr(s.display_name, 1, {MAX_TEXT}), s.started_at FROM {source} "
+        f"WHERE {matched} ORDER BY s.started_at DESC, s.id LIMIT %s",
+        [text, text, text, NAME_MATCHES],
+    )
+    out = []
+    for r in rows:
+        kind = next(
+            (kind for i, (_, kind) in enumerate(_NAME_COLUMNS) if (r[3 + i] or "").lower() == text),
+            "name",
+        )
+        out.append(NameMatch(*r, matched=kind))
+    return out
 
 
 # ---------------------------------------------------------------------------

@@ -81,14 +81,17 @@ def test_search_shows_highlighted_snippets_linking_to_the_message(signed_in_page
     page.fill('input[name="q"]', "needle")
     page.press('input[name="q"]', "Enter")
     page.wait_for_url(re.compile(r"q=needle"))
-    mark = page.locator("ol.hits mark").first
+    mark = page.locator("ol.hit-sessions mark").first
     mark.wait_for()
     assert mark.inner_text() == "needle"
-    snippet = page.locator("ol.hits a.snippet").first
+    snippet = page.locator("ol.hit-sessions a.snippet").first
     assert "<img src=x onerror=window.pwned=1>" in snippet.inner_text()  # shown as text
     assert page.evaluate("window.pwned") is None
     message_id = result.message_ids[0]
-    assert snippet.get_attribute("href") == f"/sessions/{sid}/?around={message_id}#m{message_id}"
+    assert (
+        snippet.get_attribute("href")
+        == f"/sessions/{sid}/?around={message_id}&q=needle#m{message_id}"
+    )
     assert page.script_errors == []
 
 
@@ -181,7 +184,7 @@ def test_the_demo_store_can_be_filtered_searched_and_paged(signed_in_page):
     page.fill('input[name="q"]', word)
     page.press('input[name="q"]', "Enter")
     page.wait_for_url(re.compile(rf"q={word}"))
-    page.locator("ol.hits mark").first.wait_for()
+    page.locator("ol.hit-sessions mark").first.wait_for()
     assert page.script_errors == []
 
 

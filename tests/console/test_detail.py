@@ -581,3 +581,21 @@ def test_script_payloads_are_shown_as_text_everywhere(signed_in):
     call = tag_block(body, '<details class="tool-call"', "details")
     assert '<span class="tool-name">&lt;script&gt;alert(1)&lt;/script&gt;</span>' in call
     assert "&quot;q&quot;: &quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;" in call
+
+
+def test_a_search_link_marks_its_words_as_the_search_parsed_them(signed_in):
+    sid = core.create_session(source="cli").session_id
+    [mid] = core.append_messages(
+        session_id=sid, messages=[{"role": "user", "content": "the red apple"}]
+    ).message_ids
+    client = signed_in("viewer")
+    body = client.get(detail(sid), {"around": mid, "q": '"red apple" -pear web_search <b>'}).content
+    body = body.decode()
+    terms = re.search(r'data-find-terms="([^"]*)"', body)
+    assert terms and json.loads(html.unescape(terms.group(1))) == ["red apple", "web search", "b"]
+    assert 'src="/static/js/find.js"' in body
+    # Without a search, no bar and no script.
+    body = client.get(detail(sid)).content.decode()
+    assert "data-find-terms" not in body and "find.js" not in body
+    body = client.get(detail(sid), {"q": "-only -excluded"}).content.decode()
+    assert "data-find-terms" not in body

@@ -50,7 +50,7 @@ GET_PARAMS: dict[str, list[str]] = {
     "health_panel": [],
     "conversation_list": ["q", "forks", "after"],
     "session_list": LISTING,
-    "session_detail": ["after", "before", "around", "inactive", "text", "part"],
+    "session_detail": ["after", "before", "around", "inactive", "text", "part", "q"],
     "session_transcript": ["after", "before", "around", "inactive", "text"],
     "session_raw": ["message", "field"],
     "session_resume": ["ref"],

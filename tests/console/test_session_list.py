@@ -150,7 +150,7 @@ def test_each_sort_and_search_render(signed_in):
     assert "&lt;img src=x onerror=alert" in body
     assert "<img" not in body
     detail = reverse("session_detail", args=[sid])
-    assert re.search(rf'href="{re.escape(detail)}\?around=(\d+)#m\1"', body)
+    assert re.search(rf'href="{re.escape(detail)}\?around=(\d+)&amp;q=needle#m\1"', body)
 
 
 @pytest.mark.parametrize(
@@ -167,6 +167,10 @@ def test_each_sort_and_search_render(signed_in):
         "after=WyJzdGFydGVkIiwiZGVzYyIsMWU5OTksIngiXQ",
         "q=%22%20AND%20*%20NEAR(",
         "q=%27%3B%20DROP%20TABLE%20sessions%3B%20--",
+        "q=-needle",
+        "q=-%22a%20phrase%22%20-word",
+        "q=%22%22%22",
+        "q=" + "NEAR(x%20*%20^y%20col:z)%20" * 30,
         "title=" + "x" * 3000,
     ],
 )
@@ -178,6 +182,7 @@ def test_bad_parameters_give_a_message_not_an_error(signed_in, query):
         'class="problems" role="alert"' in body
         or "Type words to search for" in body
         or "No message matches" in body
+        or "Sessions of this user" in body
     )
     assert len(_row_ids(_body(client.get(URL)))) == 1
 
@@ -340,3 +345,91 @@ def test_a_list_page_reads_labels_in_its_existing_queries(signed_in):
 # The reads of a first list page of 50 rows before the row labels, on SQLite and PostgreSQL
 # alike (PostgreSQL adds BEGIN, SET LOCAL jit = off and COMMIT around them: 9 round trips).
 LIST_PAGE_READS = 6
+
+
+# ---------------------------------------------------------------------------
+# Search results: grouped by session
+
+
+def _say(session_id: str, *texts: str, role: str = "user", **fields) -> list[int]:
+    return list(
+        core.append_messages(
+            session_id=session_id,
+            messages=[{"role": role, "content": text, **fields} for text in texts],
+        ).message_ids
+    )
+
+
+def test_search_shows_one_entry_per_session_with_its_count_and_best_snippets(signed_in):
+    busy = _new("telegram", user_id="u-777")
+    ids = _say(busy, "Where is my parcel?", *[f"parcel update {n}" for n in range(6)])
+    quiet = _new("cli", title="Quiet one")
+    _say(quiet, "one parcel here")
+    body = _body(signed_in("viewer").get(URL, {"q": "parcel"}))
+    entries = body.split('<li class="hit-session">')[1:]
+    assert len(entries) == 2  # the quiet session's hit is the newest: it comes first
+    assert "Quiet one" in entries[0] and "1 matching message<" in entries[0]
+    assert entries[1].count('<li class="hit">') == 3
+    assert "7 matching messages" in entries[1] and "4 more in this session" in entries[1]
+    # Labelled by the first user message when the session has no title.
+    assert "Where is my parcel?" in entries[1] and "u-777" in entries[1]
+    detail = reverse("session_detail", args=[busy])
+    more = f'href="{detail}?around={ids[-1]}&amp;q=parcel#m{ids[-1]}"'
+    assert f'<a class="more-hits" {more}' in body
+
+
+def test_a_tool_hit_shows_the_tool_and_words_not_json(signed_in):
+    sid = _new()
+    core.append_messages(
+        session_id=sid,
+        messages=[
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "call_9",
+                        "type": "function",
+                        "function": {"name": "web_search", "arguments": '{"query": "zebra facts"}'},
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_name": "web_search",
+                "tool_call_id": "call_9",
+                "content": '{"results": [{"title": "Zebra", "url": "https://example.org"}]}',
+            },
+        ],
+    )
+    body = _body(signed_in("viewer").get(URL, {"q": "zebra"}))
+    assert "calls web_search" in body and "result of web_search" in body
+    snippets = re.findall(r'class="snippet"[^>]*>(.*?)</a>', body, re.S)
+    assert len(snippets) == 2
+    for snippet in snippets:
+        assert "{" not in snippet and "&quot;" not in snippet and "call_9" not in snippet
+    assert any("query: <mark>zebra</mark> facts" in s for s in snippets)
+    assert any("title: <mark>Zebra</mark>" in s for s in snippets)
+
+
+def test_phrase_and_exclusion_over_http(signed_in):
+    sid = _new()
+    _say(sid, "red apple pie")
+    _say(_new(), "apple and red wine")
+    client = signed_in("viewer")
+    assert _body(client.get(URL, {"q": '"red apple"'})).count('class="hit-session"') == 1
+    assert _body(client.get(URL, {"q": "apple -wine"})).count('class="hit-session"') == 1
+    body = _body(client.get(URL, {"q": "-apple"}))
+    assert "only excludes words" in body and 'class="hit-session"' not in body
+
+
+def test_search_lists_sessions_of_a_user_or_chat_above_the_hits(signed_in):
+    sid = _new("telegram", user_id="Customer_42", title="Refund talk")
+    other = _new("telegram", chat_id="customer_42")
+    _say(_new(), "customer_42 was mentioned here")
+    body = _body(signed_in("viewer").get(URL, {"q": "customer_42"}))
+    names = body.index("Sessions of this user, chat or name")
+    assert names < body.index('class="hit-session"')
+    for session_id in (sid, other):
+        assert f'href="{reverse("session_detail", args=[session_id])}"' in body
+    assert "user id matches" in body and "chat id matches" in body

@@ -60,15 +60,25 @@ def test_the_page_says_where_it_stopped_and_links_on(common_word_store):
     assert link and "after=" in link.group(1)
 
 
-def test_without_filters_nothing_is_capped(common_word_store):
-    page = listing.search(listing.parse({"q": "common"}).filters)
-    assert not page.scan_capped and page.count_within is None
-    assert len(page.hits) == listing.PAGE_SIZE and page.count == 3 * CAP + 1
+def test_without_filters_the_scan_is_capped_too_and_each_session_shows_once(common_word_store):
+    """Grouping by session needs the matches of a page's sessions: a page reads at most
+    the cap of them, filters or not, and the next page goes on without repeating one."""
+    rare, busy = common_word_store
+    filters = listing.parse({"q": "common"}).filters
+    page = listing.search(filters)
+    assert page.scan_capped and page.count == 3 * CAP + 1 and page.count_within is None
+    [group] = page.sessions
+    assert (group.session_id, group.count, group.count_more) == (busy, CAP, True)
+    seen = [busy]
+    while page.next_cursor:
+        page = listing.search(filters, listing.decode_cursor(page.next_cursor, filters))
+        seen += [g.session_id for g in page.sessions]
+    assert seen == [busy, rare]
 
 
-def test_a_filter_most_matches_pass_fills_pages_as_before(common_word_store):
+def test_a_filter_most_matches_pass_counts_within_the_cap(common_word_store):
     filters = listing.parse({"q": "common", "source": "busy", "per": "25"}).filters
     page = listing.search(filters)
-    assert len(page.hits) == 25 and not page.scan_capped
+    assert [g.source for g in page.sessions] == ["busy"] and page.scan_capped
     # Counted among the first CAP matches (all of which pass), and said to be.
     assert page.count == CAP and page.count_within == CAP

@@ -485,7 +485,7 @@ def test_search_finds_messages_by_word_and_by_tool_name():
     page = listing.search(Filters(q="pepper"))
     assert (page.count, page.count_capped) == (2, False)
     hit = page.hits[1]
-    assert (hit.session_id, hit.role, hit.session_source) == (a, "user", "telegram")
+    assert (hit.session_id, hit.role, page.sessions[1].source) == (a, "user", "telegram")
 
 
 @pytest.mark.parametrize(
@@ -500,7 +500,21 @@ def test_search_finds_messages_by_word_and_by_tool_name():
         ("pep*", False),
         ("^salt", True),
         ("content:salt", False),
-        ("-salt", True),
+        ("-salt", False),  # exclusion only: parse() reports it, nothing is searched
+        ("pepper -salt", False),
+        ("pepper -stove", False),
+        ("pepper -onion", True),
+        ('pepper -"the stove"', False),
+        ('pepper -"stove the"', True),
+        ('"salt and pepper"', True),
+        ('"pepper and salt"', False),
+        ('"salt pepper', True),  # unbalanced: the words one by one
+        ('-"', False),
+        ("--salt pepper", False),
+        ("salt NOT pepper", False),  # NOT is a word here, not an operator
+        ("salt OR onion", False),
+        ('"salt" NEAR "pepper"', True),  # NEAR is a word, and "near" is in the text
+        ("x" * 500, False),
         ("(salt)", True),
         ("NEAR(", True),
         ("NEAR(salt pepper)", False),  # "near salt" as a phrase: not in the text
@@ -520,11 +534,12 @@ def test_search_treats_any_query_as_plain_text(q, finds):
     assert helpers.count("sessions") == 1
 
 
-def test_search_pages_walk_every_hit_once():
+def test_a_session_with_many_hits_is_one_entry_on_one_page():
     sid = _new("cli")
     ids = _say(sid, *[f"needle number {n}" for n in range(7)], "haystack")
-    assert _hits("needle", per_page=3) == list(reversed(ids[:7]))
-    assert _hits("needle", per_page=3, direction="asc") == ids[:7]
+    for direction, first in (("desc", ids[6]), ("asc", ids[0])):
+        [group] = _search_walk("needle", per_page=3, direction=direction)
+        assert (group.count, group.first_hit_id, len(group.hits)) == (7, first, 3)
 
 
 def test_search_snippets_escape_content_and_mark_only_the_match():
@@ -550,3 +565,139 @@ def test_highlight_escapes_everything_but_balanced_marks():
     s, e = listing.MARK_START, listing.MARK_END
     assert str(highlight(f"a {s}<b>{e} {e}c{s}")) == "a <mark>&lt;b&gt;</mark> c<mark></mark>"
     assert str(highlight(None)) == ""
+
+
+def _search_walk(q: str, **kwargs) -> list[listing.SessionHits]:
+    """Every session group over every page, following the Next cursors."""
+    filters = Filters(q=q, **kwargs)
+    groups: list[listing.SessionHits] = []
+    cursor = None
+    for _ in range(100):
+        page = listing.search(filters, cursor)
+        groups += page.sessions
+        if page.next_cursor is None:
+            return groups
+        cursor = listing.decode_cursor(page.next_cursor, filters)
+        assert cursor is not None
+    raise AssertionError("the pages never ended")
+
+
+def test_search_groups_hits_by_session_with_counts_and_best_snippets():
+    a = _new("telegram", user_id="u-a")
+    b = _new("cli")
+    _say(b, "what about the needle?")  # b's first hit is older than a's newest
+    a_ids = _say(a, *[f"needle {n}" for n in range(5)])
+    [a_tool] = _say(a, '{"found": "needle"}', role="tool", tool_name="grep", tool_call_id="c1")
+    page = listing.search(Filters(q="needle"))
+    assert [g.session_id for g in page.sessions] == [a, b]
+    group = page.sessions[0]
+    assert (group.count, group.count_more, group.source, group.user_id) == (
+        6,
+        False,
+        "telegram",
+        "u-a",
+    )
+    assert group.first_hit_id == a_tool  # the newest hit: where "more in this session" opens
+    # Text messages make the snippets before tool results; at most three.
+    assert [hit.message_id for hit in group.hits] == list(reversed(a_ids))[:3]
+    assert page.sessions[1].first_user_text == "what about the needle?"
+    assert (page.count, page.count_capped) == (7, False)
+
+
+@pytest.mark.parametrize("direction", ["desc", "asc"])
+def test_search_pages_list_each_session_once(direction):
+    """Sessions whose hits interleave across page boundaries are neither lost nor repeated."""
+    sessions = [_new("cli") for _ in range(7)]
+    for round_ in range(3):
+        for n, sid in enumerate(sessions):
+            if (n + round_) % 2 == 0 or round_ == 1:
+                _say(sid, f"needle round {round_}")
+    _say(_new("cli"), "no match here")
+    groups = _search_walk("needle", per_page=2, direction=direction)
+    seen = [g.session_id for g in groups]
+    assert sorted(seen) == sorted(sessions) and len(seen) == len(set(seen))
+    counts = {g.session_id: g.count for g in groups}
+    stored = {
+        sid: db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = %s", [sid])[0]
+        for sid in sessions
+    }
+    assert counts == stored
+
+
+def test_search_pages_stay_exact_when_the_scan_is_capped(monkeypatch):
+    monkeypatch.setattr(listing, "SEARCH_CANDIDATES", 4)
+    busy = _new("cli")
+    quiet = _new("cli")
+    _say(quiet, "needle once")
+    _say(busy, *[f"needle {n}" for n in range(10)])
+    _say(quiet, "needle twice")
+    groups = _search_walk("needle", per_page=5)
+    assert [g.session_id for g in groups] == [quiet, busy]
+    # The first page's scan saw 4 of busy's 10 hits and 1 of quiet's: counts say "more".
+    assert [(g.count, g.count_more) for g in groups] == [(1, True), (3, True)]
+
+
+def test_search_exclusion_and_phrases_on_the_store():
+    sid = _new("cli")
+    [both] = _say(sid, "the red apple and the green pear")
+    [apple] = _say(sid, "an apple a day")
+    assert _hits("apple") == [apple, both]
+    assert _hits("apple -pear") == [apple]
+    assert _hits('apple -"green pear"') == [apple]
+    assert _hits('apple -"pear green"') == [apple, both]
+    assert _hits('"red apple"') == [both]
+    assert _hits('"apple red"') == []
+    assert _hits("apple -pear -day") == []
+    [hit] = listing.search(Filters(q='"red apple" -day')).hits
+    assert listing.MARK_START in hit.snippet and "pear" in hit.snippet
+
+
+def test_parse_query_is_the_one_parse():
+    q = listing.parse_query
+    assert q('"exact phrase" -word -"not this" web_search') == listing.Query(
+        include=("exact phrase", "web search"), exclude=("word", "not this")
+    )
+    assert q('"unbalanced quote -x') == listing.Query(
+        include=("unbalanced", "quote"), exclude=("x",)
+    )
+    assert q('- -- "" NEAR(x) col:y') == listing.Query(include=("NEAR x", "col y"))
+    assert len(q(" ".join(f"w{n}" for n in range(40))).include) == listing.MAX_TERMS
+    assert Filters(q='"a b" -c').terms == ("a b",)
+    problems = listing.parse({"q": '-salt -"pepper mill"'}).problems
+    assert any("only excludes" in p for p in problems)
+
+
+def test_search_finds_sessions_by_user_chat_or_display_name():
+    by_user = _new("telegram", user_id="Alice42", hour=10)
+    by_chat = _new("telegram", chat_id="ALICE42", hour=11)
+    by_name = _new("slack", hour=12)
+    db.execute("UPDATE sessions SET display_name = %s WHERE id = %s", ["alice42", by_name])
+    _new("cli", user_id="alice421")  # exact match only: a longer id is another user
+    page = listing.search(Filters(q=" alice42 "))
+    assert [(m.session_id, m.matched) for m in page.names] == [
+        (by_name, "name"),
+        (by_chat, "chat"),
+        (by_user, "user"),
+    ]
+    assert page.sessions == ()  # no message says it
+    assert listing.search(Filters(q="nobody")).names == ()
+
+
+def test_names_are_found_without_the_lower_indexes_among_the_newest_sessions(monkeypatch):
+    """A store attached without upgrade_runtime_tables lacks the lower() indexes: the
+    lookup then reads only the newest NAME_SCAN_WITHOUT_INDEX sessions."""
+    monkeypatch.setattr(listing, "NAME_SCAN_WITHOUT_INDEX", 2)
+    old = _new("cli", user_id="Bob", day="2024-01-01")
+    new = _new("cli", user_id="bob", day="2024-02-01")
+    _new("cli", day="2024-03-01")
+    assert [m.session_id for m in listing.search_names("BOB")] == [new, old]
+    try:
+        for name in listing._NAME_INDEXES:
+            db.execute(f"DROP INDEX IF EXISTS {name}")
+        assert not listing._name_indexes_present()
+        assert [m.session_id for m in listing.search_names("BOB")] == [new]
+    finally:
+        for statement in core.schema.INDEX_SQL:
+            if "_lower" in statement:
+                db.execute(statement)
+    assert listing._name_indexes_present()

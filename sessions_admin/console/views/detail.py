@@ -7,6 +7,7 @@ whole of any of them as plain text.
 
 from __future__ import annotations
 
+import json
 from urllib.parse import quote, urlencode
 
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
@@ -26,7 +27,7 @@ from sessions_admin.console.views.session_actions import panel_context
 from sessions_admin.core import holds
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.signin.roles import VIEW
-from sessions_admin.store import transcripts
+from sessions_admin.store import listing, transcripts
 from sessions_admin.store.models import Session
 from sessions_admin.store.transcripts import Chunk, Position
 
@@ -225,7 +226,16 @@ def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> Http
     if as_fragment:
         return render(request, f"{TEMPLATE}#{partial}", context)
     context.update(_page_context(request, session, chain))
+    context.update(_find_context(request))
     return render(request, TEMPLATE, context)
+
+
+def _find_context(request: HtmxHttpRequest) -> dict:
+    """A search hit's link carries its query (``?q=``): the words the page marks in the
+    transcript (static/js/find.js), parsed as the search parsed them."""
+    q = request.GET.get("q", "")
+    terms = listing.search_terms(q) if len(q) <= listing.MAX_QUERY else ()
+    return {"find_terms": terms, "find_terms_json": json.dumps(list(terms))}
 
 
 @require_GET

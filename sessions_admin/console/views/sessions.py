@@ -28,6 +28,7 @@ from sessions_admin.console.html import (
     clip,
     end_reason_words,
     highlight,
+    readable_snippet,
     when,
 )
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
@@ -73,7 +74,8 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
         "selectable": selectable,
         "active_filters": len(filters.filters_only().params()),
         "search": search,
-        "hits": [_hit(hit, detail) for hit in search.hits] if search else [],
+        "groups": [_group(group, detail, filters.q) for group in search.sessions] if search else [],
+        "names": [_name(match, detail) for match in search.names] if search else [],
         "query": query,
         "first_url": _url(query),
         "next_url": _url(query, results.next_cursor) if results and results.next_cursor else None,
@@ -164,24 +166,101 @@ def _row(row: listing.SessionRow, detail: _DetailLinks, selectable: bool) -> Lis
     )
 
 
-@dataclass(frozen=True)
-class _Hit:
-    """A search hit with its values formatted for the results list."""
+# ---------------------------------------------------------------------------
+# Search results: one entry per session, its best snippets, and sessions by name.
 
+
+def _hit_url(url: str | None, message_id: int, q: str) -> str | None:
+    """A hit's link: the transcript around the message, the search's words marked there."""
+    if url is None:
+        return None
+    return f"{url}?{urlencode({'around': message_id, 'q': q})}#m{message_id}"
+
+
+@dataclass(frozen=True)
+class _Snippet:
     hit: listing.SearchHit
     url: str | None
     when: When | None
-    title: str
-    source: str
+    tool: str
     snippet: SafeString
 
 
-def _hit(hit: listing.SearchHit, detail: _DetailLinks) -> _Hit:
-    return _Hit(
-        hit=hit,
-        url=detail(hit.session_id),
-        when=when(hit.timestamp),
-        title=clip(hit.session_title, TITLE_SHOWN),
-        source=clip(hit.session_source),
-        snippet=highlight(hit.snippet),
+@dataclass(frozen=True)
+class _Group:
+    """A session of the search results with its values formatted."""
+
+    group: listing.SessionHits
+    url: str | None
+    label: str
+    label_is_id: bool
+    source: str
+    user: str
+    count: str
+    snippets: list[_Snippet]
+    more: str  # "4 more in this session", or "" when the snippets are all of them
+    more_url: str | None
+
+
+def _label(title: str | None, first_text: str | None, name: str | None) -> str:
+    """What names a session for a reader: its title, else its first user message, else
+    the display name; empty when it has none of them (the id is shown instead)."""
+    for text in (title, first_text, name):
+        if text and text.strip():
+            return clip(" ".join(text.split()), TITLE_SHOWN)
+    return ""
+
+
+def _group(group: listing.SessionHits, detail: _DetailLinks, q: str) -> _Group:
+    url = detail(group.session_id)
+    label = _label(group.title, group.first_user_text, group.display_name)
+    more = group.count - len(group.hits)
+    more_text = ""
+    if more > 0:
+        more_text = f"{more:,}{'+' if group.count_more else ''} more in this session"
+    elif group.count_more:
+        more_text = "More in this session"
+    count = f"{group.count:,}{'+' if group.count_more else ''}"
+    return _Group(
+        group=group,
+        url=url,
+        label=label or group.session_id,
+        label_is_id=not label,
+        source=clip(group.source),
+        user=clip(group.display_name or group.user_id),
+        count=f"{count} matching message{'' if count == '1' else 's'}",
+        snippets=[
+            _Snippet(
+                hit=hit,
+                url=_hit_url(url, hit.message_id, q),
+                when=when(hit.timestamp),
+                tool=clip(hit.tool_name, 80),
+                snippet=highlight(readable_snippet(hit.snippet)),
+            )
+            for hit in group.hits
+        ],
+        more=more_text,
+        more_url=_hit_url(url, group.first_hit_id, q),
+    )
+
+
+@dataclass(frozen=True)
+class _Name:
+    match: listing.NameMatch
+    url: str | None
+    label: str
+    matched: str
+    started: When | None
+
+
+NAME_MATCHED = {"user": "user id", "chat": "chat id", "name": "display name"}
+
+
+def _name(match: listing.NameMatch, detail: _DetailLinks) -> _Name:
+    return _Name(
+        match=match,
+        url=detail(match.session_id),
+        label=clip(match.title or match.display_name or match.session_id, TITLE_SHOWN),
+        matched=NAME_MATCHED[match.matched],
+        started=when(match.started_at),
     )

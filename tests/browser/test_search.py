@@ -1,0 +1,87 @@
+"""Search in a real browser: hits grouped by session, then the words marked in the opened
+transcript with next/previous (static/js/find.js), chunks loaded later included."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.core.cache import cache
+from playwright.sync_api import expect
+
+from sessions_admin import core
+from sessions_admin.console.views.detail import CHUNK_SIZE
+
+
+@pytest.fixture(autouse=True)
+def _no_cached_forks_or_choices():
+    cache.clear()
+
+
+def _say(session_id: str, *texts: str) -> list[int]:
+    return list(
+        core.append_messages(
+            session_id=session_id, messages=[{"role": "user", "content": t} for t in texts]
+        ).message_ids
+    )
+
+
+def test_hits_are_grouped_and_the_transcript_steps_through_the_marked_words(signed_in_page):
+    busy = core.create_session(source="telegram", started_at=1_700_000_000.0).session_id
+    _say(busy, "Where is my red parcel?")
+    _say(busy, *[f"filler {n}" for n in range(3)])
+    ids = _say(busy, "the red parcel left", "a Red-Parcel again", "no match: red, then parcel")
+    quiet = core.create_session(source="cli", started_at=1_700_000_100.0).session_id
+    _say(quiet, "an older red parcel elsewhere")
+    _say(busy, "last word: red parcel")
+    page = signed_in_page("viewer")
+    page.goto("/sessions/")
+    page.fill('input[name="q"]', '"red parcel" -elsewhere')
+    page.press('input[name="q"]', "Enter")
+    page.wait_for_url(re.compile(r"q=%22red"))
+    sessions = page.locator("li.hit-session")
+    expect(sessions).to_have_count(1)  # the quiet session's only hit is excluded
+    expect(sessions.first.locator(".match-count")).to_have_text("4 matching messages")
+    expect(sessions.first.locator("li.hit")).to_have_count(3)
+    expect(sessions.first.locator("a.more-hits")).to_have_text("1 more in this session »")
+    expect(sessions.first.locator(".session-link")).to_have_text("Where is my red parcel?")
+
+    # The second snippet: its message opens with the phrase marked, the bar on that match.
+    sessions.first.locator("a.snippet").nth(1).click()
+    page.wait_for_url(re.compile(rf"around={ids[1]}"))
+    bar = page.locator(".find-bar")
+    counter = bar.locator("[data-find-count]")
+    # "red parcel" in four messages ("Red-Parcel" too: words in order, punctuation between).
+    expect(page.locator("#transcript mark.find")).to_have_count(4)
+    expect(counter).to_have_text("match 3 of 4")
+    current = page.locator("mark.find.current")
+    expect(current).to_have_text("Red-Parcel")
+    bar.get_by_role("button", name="Next").click()
+    expect(counter).to_have_text("match 4 of 4")
+    expect(page.locator("mark.find.current")).to_have_text("red parcel")
+    bar.get_by_role("button", name="Next").click()
+    expect(counter).to_have_text("match 1 of 4")  # wraps around
+    bar.get_by_role("button", name="Previous").click()
+    expect(counter).to_have_text("match 4 of 4")
+    # Header words (role, ids, times) and the bar itself are never marked.
+    expect(page.locator(".msg-head mark.find")).to_have_count(0)
+    assert page.script_errors == []
+    assert page.csp_violations == []
+
+
+def test_chunks_loaded_later_are_marked_too(signed_in_page):
+    sid = core.create_session(source="cli", started_at=1_700_000_000.0).session_id
+    [first] = _say(sid, "needle at the start")
+    _say(sid, *[f"hay {n}" for n in range(CHUNK_SIZE + 5)])
+    [last] = _say(sid, "needle at the end")
+    page = signed_in_page("viewer")
+    page.goto(f"/sessions/{sid}/?around={first}&q=needle#m{first}")
+    counter = page.locator(".find-bar [data-find-count]")
+    expect(counter).to_have_text("match 1 of 1")
+    page.locator("a.load-more").scroll_into_view_if_needed()  # revealed: htmx loads the rest
+    expect(page.locator(f"#m{last} mark.find")).to_have_count(1)
+    expect(counter).to_have_text("match 1 of 2")
+    page.locator(".find-bar").get_by_role("button", name="Next").click()
+    expect(counter).to_have_text("match 2 of 2")
+    assert page.script_errors == []
+    assert page.csp_violations == []
