@@ -1,0 +1,90 @@
+"""A live session's page follows the runtime in a real browser: what the runtime writes
+appears without a reload, once; a compression meanwhile continues into the new segment;
+the polling stops when the session ends. Jump to latest and the segment navigator."""
+
+from __future__ import annotations
+
+from playwright.sync_api import expect
+
+from sessions_admin import core
+
+TICK = "document.getElementById('live-tail').dispatchEvent(new CustomEvent('live-tick'))"
+
+
+def poll_now(page) -> int:
+    """One poll at once (live.js sends the same event every few seconds); its status."""
+    with page.expect_response(lambda r: "/tail/" in r.url) as answer:
+        page.evaluate(TICK)
+    status = answer.value.status
+    page.wait_for_load_state()
+    return status
+
+
+def test_what_the_runtime_writes_appears_once_without_a_reload(signed_in_page):
+    ref = core.create_session(source="telegram", session_key="tg:live").session_id
+    core.append_message(session_id=ref, role="user", content="is my order shipped?")
+    page = signed_in_page("viewer")
+    page.goto(f"/sessions/{ref}/")
+    messages = page.locator("#transcript article.msg")
+    expect(messages).to_have_count(1)
+    page.evaluate("window.sameDocument = true")
+
+    # The runtime answers; live.js's own timer brings it in.
+    core.append_message(session_id=ref, role="assistant", content="yes, on Monday")
+    expect(page.get_by_text("yes, on Monday")).to_be_visible(timeout=20_000)
+    expect(messages).to_have_count(2)
+    for _ in range(3):
+        assert poll_now(page) == 204
+    expect(messages).to_have_count(2)
+
+    # A compression starts a new segment meanwhile: the transcript continues into it.
+    tip = core.rotate_for_compression(
+        session_id=ref, summary="they asked about 8812"
+    ).new_session_id
+    core.append_message(session_id=tip, role="user", content="and the invoice?")
+    assert poll_now(page) == 200
+    expect(page.locator("#transcript .handoff")).to_contain_text(tip)
+    expect(page.get_by_text("and the invoice?")).to_be_visible()
+    assert poll_now(page) == 204
+    expect(page.get_by_text("and the invoice?")).to_have_count(1)
+
+    # The session ends: the last answer says so and nothing polls any more.
+    core.append_message(session_id=tip, role="assistant", content="sent it again")
+    core.end_session(session_id=tip, end_reason="user_exit")
+    assert poll_now(page) == 200
+    expect(page.get_by_text("sent it again")).to_have_count(1)
+    expect(page.locator(".transcript-end")).to_contain_text("The conversation ended")
+    expect(page.locator("#live-tail")).to_have_count(0)
+    assert page.locator("[hx-trigger*=live-tick]").count() == 0
+    assert page.evaluate("window.sameDocument") is True  # appended by htmx, never reloaded
+    assert page.script_errors == []
+
+
+def test_jump_to_latest_and_the_segment_navigator(signed_in_page):
+    root = core.create_session(source="cli").session_id
+    segments = [root]
+    for n in range(3):
+        core.append_messages(
+            session_id=segments[-1],
+            messages=[
+                {"role": "user" if i % 2 == 0 else "assistant", "content": f"seg{n} {i:03d}"}
+                for i in range(120 if n == 0 else 4)
+            ],
+        )
+        segments.append(core.rotate_for_compression(session_id=segments[-1]).new_session_id)
+    core.append_message(session_id=segments[-1], role="user", content="the latest question")
+    page = signed_in_page("viewer")
+    page.goto(f"/sessions/{root}/")
+    expect(page.get_by_text("the latest question")).to_have_count(0)
+
+    page.get_by_role("link", name="Jump to latest").click()
+    expect(page.get_by_text("the latest question")).to_be_visible()
+    expect(page.locator("#live-tail")).to_be_visible()
+    assert page.url.endswith("?at=end")
+
+    nav = page.get_by_role("navigation", name="Compression segments")
+    nav.get_by_role("link", name="2", exact=True).click()
+    expect(page.locator("#transcript article.msg").first).to_contain_text("seg1 000")
+    expect(nav.get_by_role("link", name="2", exact=True)).to_be_visible()
+    assert "after=1%3A0" in page.url
+    assert page.script_errors == []
