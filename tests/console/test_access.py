@@ -32,6 +32,7 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "session_detail": (VIEWER, None),
     "session_transcript": (VIEWER, None),
     "session_tail": (VIEWER, None),
+    "session_activity": (VIEWER, None),
     "session_raw": (VIEWER, None),
     "session_resume": (VIEWER, SUPPORT),
     "session_reset": (None, SUPPORT),

@@ -53,6 +53,7 @@ GET_PARAMS: dict[str, list[str]] = {
     "session_detail": ["after", "before", "around", "inactive", "part", "at"],
     "session_transcript": ["after", "before", "around", "inactive", "at"],
     "session_tail": ["after", "inactive"],
+    "session_activity": ["since", "list"],
     "session_raw": ["message", "field"],
     "session_resume": ["ref"],
     "fork_list": [],

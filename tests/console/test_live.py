@@ -161,3 +161,38 @@ def test_the_segment_navigator_links_each_segment_start(signed_in):
 
     single = core.create_session(source="cli").session_id
     assert 'class="segment-nav"' not in client.get(detail(single)).content.decode()
+
+
+# --- the session list's activity banner ------------------------------------------------------
+
+
+def activity_link(body: str) -> str:
+    match = re.search(r'<div id="activity-banner"[^>]*\shx-get="([^"]*)"', body)
+    return html.unescape(match.group(1))
+
+
+def test_the_list_says_how_many_sessions_started_since_it_was_opened(signed_in):
+    core.create_session(source="cli")
+    client = signed_in("viewer")
+    page = client.get(reverse("session_list") + "?source=telegram&bogus=1").content.decode()
+    poll = activity_link(page)
+    assert 'hx-trigger="live-tick"' in page and "js/live.js" in page
+    assert client.get(poll, headers=HX).status_code == 204  # nothing started since
+
+    for _ in range(2):
+        core.create_session(source="telegram")
+    with CaptureQueriesContext(connections[store_alias()]) as queries:
+        answer = client.get(poll, headers=HX)
+    assert len(queries.captured_queries) == 1  # bounded by time and a cap: no recount
+    body = answer.content.decode()
+    assert "2 sessions started since you opened this page" in body
+    show = re.search(r'<a href="([^"]*)"', body).group(1)
+    assert html.unescape(show) == reverse("session_list") + "?source=telegram"
+    assert activity_link(body) == poll  # it keeps counting from the same moment
+
+
+@pytest.mark.parametrize("since", ["", "x", "nan", "inf", "-1", "1e999"])
+def test_a_bad_activity_moment_is_a_plain_400(signed_in, since):
+    response = signed_in("viewer").get(reverse("session_activity"), {"since": since})
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/plain")
