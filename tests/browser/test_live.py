@@ -4,6 +4,9 @@ the polling stops when the session ends. Jump to latest and the segment navigato
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from django.core.cache import cache
 from playwright.sync_api import expect
 
 from sessions_admin import core
@@ -87,4 +90,44 @@ def test_jump_to_latest_and_the_segment_navigator(signed_in_page):
     expect(page.locator("#transcript article.msg").first).to_contain_text("seg1 000")
     expect(nav.get_by_role("link", name="2", exact=True)).to_be_visible()
     assert "after=1%3A0" in page.url
+    assert page.script_errors == []
+
+
+def tick(page, selector: str, path: str) -> int:
+    """One live-tick on ``selector`` (live.js sends it every few seconds); the answer's status."""
+    with page.expect_response(lambda r: urlsplit(r.url).path == path) as answer:
+        page.evaluate(
+            f"document.querySelector({selector!r}).dispatchEvent(new CustomEvent('live-tick'))"
+        )
+    status = answer.value.status
+    page.wait_for_load_state()
+    return status
+
+
+def test_the_list_and_the_overview_show_new_sessions_without_a_reload(signed_in_page):
+    core.create_session(source="cli")
+    page = signed_in_page("viewer")
+    page.goto("/sessions/")
+    page.evaluate("window.sameDocument = true")
+    banner = page.locator("#activity-banner")
+    expect(banner).to_be_hidden()
+    assert tick(page, "#activity-banner", "/activity/sessions/") == 204
+
+    core.create_session(source="telegram")
+    assert tick(page, "#activity-banner", "/activity/sessions/") == 200
+    expect(banner).to_have_text("1 session started since you opened this page: show them")
+    assert page.evaluate("window.sameDocument") is True
+    banner.get_by_role("link").click()
+    expect(page.locator("#activity-banner")).to_be_hidden()  # a fresh page counts from now
+
+    cache.clear()
+    page.goto("/")
+    live = page.locator("#overview .stat", has_text="live sessions").locator(".stat-value")
+    expect(live).to_have_text("2")
+    page.evaluate("window.sameDocument = true")
+    core.create_session(source="telegram")
+    cache.clear()  # as when the cached figures have aged: the next refresh recounts
+    assert tick(page, "#overview", "/") == 200
+    expect(live).to_have_text("3")
+    assert page.evaluate("window.sameDocument") is True
     assert page.script_errors == []
