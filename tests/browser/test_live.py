@@ -131,3 +131,31 @@ def test_the_list_and_the_overview_show_new_sessions_without_a_reload(signed_in_
     expect(live).to_have_text("3")
     assert page.evaluate("window.sameDocument") is True
     assert page.script_errors == []
+
+
+def test_the_action_panel_stays_in_reach_while_the_transcript_scrolls(signed_in_page):
+    ref = core.create_session(source="cli").session_id
+    core.append_messages(
+        session_id=ref,
+        messages=[
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"line {i:03d}"}
+            for i in range(60)
+        ],
+    )
+    page = signed_in_page("support")
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"/sessions/{ref}/")
+    panel = page.locator("#session-actions")
+    last = page.locator("#transcript").get_by_text("line 059", exact=True)
+    last.scroll_into_view_if_needed()
+    assert page.evaluate("window.scrollY") > 1000
+    box = panel.bounding_box()
+    assert box is not None and 0 <= box["y"] < 50  # pinned to the top of the viewport
+    expect(panel.get_by_text("Undo last turn…")).to_be_visible()
+
+    # On a phone it scrolls away with the page instead of covering the transcript.
+    page.set_viewport_size({"width": 390, "height": 800})
+    last.scroll_into_view_if_needed()
+    box = panel.bounding_box()
+    assert box is not None and box["y"] + box["height"] < 0
+    assert page.script_errors == []
