@@ -159,3 +159,45 @@ def test_the_action_panel_stays_in_reach_while_the_transcript_scrolls(signed_in_
     box = panel.bounding_box()
     assert box is not None and box["y"] + box["height"] < 0
     assert page.script_errors == []
+
+
+# live.js's one-second timer, run by the test instead of the clock; the tab's visibility set by it.
+CONTROLLED_CLOCK = """
+window.liveTimers = [];
+const realSetInterval = window.setInterval;
+window.setInterval = (callback, ms, ...rest) => {
+  if (String(callback).includes("tick(false)")) {
+    window.liveTimers.push(callback);
+    return 0;
+  }
+  return realSetInterval(callback, ms, ...rest);
+};
+window.tabState = "visible";
+Object.defineProperty(document, "visibilityState", { get: () => window.tabState });
+"""
+
+
+def test_a_hidden_tab_does_not_poll(signed_in_page):
+    ref = core.create_session(source="cli").session_id
+    core.append_message(session_id=ref, role="user", content="hello")
+    page = signed_in_page("viewer")
+    page.context.add_init_script(CONTROLLED_CLOCK)
+    polls: list[str] = []
+    page.on(
+        "request", lambda request: polls.append(request.url) if "/tail/" in request.url else None
+    )
+    page.goto(f"/sessions/{ref}/")
+    expect(page.locator("#live-tail")).to_be_visible()
+    assert page.evaluate("window.liveTimers.length") == 1
+
+    page.evaluate("window.tabState = 'hidden'")
+    page.evaluate("for (let s = 0; s < 30; s++) window.liveTimers[0]()")  # 30 s while hidden
+    page.wait_for_load_state("networkidle")
+    assert polls == []
+
+    page.evaluate("window.tabState = 'visible'")
+    with page.expect_response(lambda r: "/tail/" in r.url):
+        page.evaluate("for (let s = 0; s < 5; s++) window.liveTimers[0]()")  # 5 s in view
+    page.wait_for_load_state("networkidle")
+    assert len(polls) == 1
+    assert page.script_errors == []
