@@ -73,10 +73,17 @@ def on_starting(server) -> None:
             print(f"  {problem}", file=sys.stderr)
         sys.exit(1)
 
+    # SESSIONS_ADMIN_CACHE_URL=db:// on a dashboard database migrated before it was set.
+    from sessions_admin.ledger.apps import create_cache_table
+
+    create_cache_table()
+
 
 def post_worker_init(worker) -> None:
     # A bulk delete interrupted by a restart resumes as soon as a worker is up.
+    from sessions_admin.ledger.schedule import ensure_schedule_running
     from sessions_admin.ledger.worker import ensure_slug_history_running, ensure_worker_running
 
     ensure_worker_running()
     ensure_slug_history_running()  # from attach on, record slug history (docs/attach.md)
+    ensure_schedule_running()  # enabled retention policies run when due

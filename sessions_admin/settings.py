@@ -6,6 +6,8 @@ Everything an operator changes comes from the environment:
 - ``SESSIONS_ADMIN_STORE_URL``: the runtime's session store (``state.db``).
 - ``SESSIONS_ADMIN_RESPONSES_URL``: optional separate ``response_store.db``.
 - ``SESSIONS_ADMIN_READ_ONLY``: attach without writing anything to the store (docs/attach.md).
+- ``SESSIONS_ADMIN_CACHE_URL``: where store-wide figures are cached (CACHES below);
+  ``SESSIONS_ADMIN_JOB_POLL_SECONDS``: delete-job workers' fallback poll (ledger/wake.py).
 - ``SESSIONS_ADMIN_SECRET_KEY``, ``SESSIONS_ADMIN_DEBUG``, ``SESSIONS_ADMIN_ALLOWED_HOSTS``.
 - Sign-in: ``SESSIONS_ADMIN_SIGNIN_FAILURES``, ``SESSIONS_ADMIN_SIGNIN_COOLOFF_MINUTES``,
   ``SESSIONS_ADMIN_IDLE_MINUTES``, ``SESSIONS_ADMIN_SESSION_MAX_HOURS`` (sessions_admin/signin).
@@ -230,12 +232,32 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 # One cache for every worker process (gunicorn runs several): store-wide figures
 # such as fork detection are then computed once per period, not once per worker.
-CACHES = {
-    "default": {
-        "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-        "LOCATION": str(VAR_DIR / "cache"),
-    }
-}
+# SESSIONS_ADMIN_CACHE_URL chooses where (README "Running in production"):
+#   unset        a file cache under the var directory: every worker on this host;
+#   db://        Django's DatabaseCache in the dashboard's database (table
+#                sessions_admin_cache, created by migrate and at server start): every
+#                host that shares DATABASE_URL;
+#   redis://...  Django's RedisCache (needs the redis package, not installed by us).
+CACHE_TABLE = "sessions_admin_cache"
+
+
+def _cache_from_url(url: str) -> dict:
+    if not url:
+        return {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+        }
+    scheme = url.split(":", 1)[0].lower()
+    if scheme == "db":
+        return {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": CACHE_TABLE}
+    if scheme in ("redis", "rediss", "unix"):
+        return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
+    raise ImproperlyConfigured(
+        f"SESSIONS_ADMIN_CACHE_URL must be empty, db:// or redis://..., not {url!r}."
+    )
+
+
+CACHES = {"default": _cache_from_url(os.environ.get("SESSIONS_ADMIN_CACHE_URL", "").strip())}
 
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
@@ -284,6 +306,14 @@ DATA_UPLOAD_MAX_NUMBER_FIELDS = 20_000
 
 # Deleted sessions stay restorable from the trash for this many days.
 SESSIONS_ADMIN_TRASH_DAYS = int(os.environ.get("SESSIONS_ADMIN_TRASH_DAYS", "30"))
+# Seconds between two looks for due retention policy runs (ledger/schedule.py); 0: none.
+SESSIONS_ADMIN_RETENTION_CHECK_SECONDS = float(
+    os.environ.get("SESSIONS_ADMIN_RETENTION_CHECK_SECONDS", "60")
+)
+
+# A waiting delete-job worker is woken the moment a job is created (ledger/wake.py); it
+# also looks for jobs this often, for a job whose worker died (its lease runs out).
+SESSIONS_ADMIN_JOB_POLL_SECONDS = float(os.environ.get("SESSIONS_ADMIN_JOB_POLL_SECONDS", "5"))
 
 LOGGING = {
     "version": 1,

@@ -22,6 +22,7 @@ STORE_TABLES = [
     "sessions_admin_merges",
     "sessions_admin_undos",
     "sessions_admin_slug_history",
+    "sessions_admin_holds",
     "messages",
     "sessions",
 ]

@@ -336,6 +336,91 @@ class RewriteForm(OptionalReasonForm):
     fingerprint = IdentifierField(word="fingerprint", required=False)
 
 
+class HoldForm(ConsoleForm):
+    """Placing a legal hold: on a session (its whole lineage) or on a user, with a reason."""
+
+    kind = forms.ChoiceField(
+        choices=[
+            ("session", "A session and its whole lineage"),
+            ("user", "Every session of a user"),
+        ],
+        error_messages={"invalid_choice": "A hold is on a session or on a user."},
+    )
+    subject = IdentifierField(word="session or user id")
+    reason = ReasonField()
+
+
+class HoldReleaseForm(ReasonForm):
+    """Releasing a legal hold needs a reason (kept in the audit log and on the hold)."""
+
+
+class RetentionPolicyForm(ConsoleForm):
+    """A new retention policy (created disabled; the page shows its dry run)."""
+
+    name = OperatorTextField(word="name", max_length=200, required=True)
+    source = OperatorTextField(word="source", max_length=200)
+    older_than_days = NumberField()
+    status = forms.ChoiceField(
+        choices=[("ended", "ended"), ("empty", "empty")],
+        error_messages={"invalid_choice": "Status is ended or empty."},
+    )
+    end_reason = OperatorTextField(word="end reason", max_length=200)
+    title = forms.ChoiceField(
+        choices=[("any", "any"), ("with", "with"), ("without", "without")],
+        error_messages={"invalid_choice": "Title is any, with or without."},
+    )
+    mode = forms.ChoiceField(
+        choices=[("trash", "trash"), ("purge", "purge")],
+        error_messages={"invalid_choice": "A policy moves to the trash or purges."},
+    )
+    every_hours = NumberField()
+    reason = ReasonField(required=False)
+
+    def clean(self):
+        data = super().clean()
+        if "older_than_days" in data and data["older_than_days"] is None:
+            self.add_error("older_than_days", "Give the number of days to keep sessions.")
+        if "every_hours" in data and data["every_hours"] is None:
+            self.add_error("every_hours", "Give how many hours between two runs.")
+        return data
+
+
+class RetentionSwitchForm(OptionalReasonForm):
+    """Enabling or disabling a policy (``enable`` set or not)."""
+
+    enable = FlagField()
+
+
+class IdentifierListField(forms.Field):
+    """Several identifiers in one box (commas, spaces or lines between them), each storable."""
+
+    def __init__(self, *, word: str, **kw):
+        self.word = word
+        super().__init__(required=False, **kw)
+
+    def clean(self, value: Any) -> tuple[str, ...]:
+        text = value if isinstance(value, str) else ""
+        found = []
+        for raw in text.replace(",", " ").split():
+            try:
+                found.append(operator_identifier(raw, field=self.word))
+            except InvalidInput as problem:
+                raise ValidationError(str(problem), code="identifier") from problem
+        return tuple(dict.fromkeys(found))
+
+
+class ErasureForm(ConsoleForm):
+    """Who to erase (a user id, optionally chat ids and session key fragments), the request's
+    reference, and (confirming) the previewed plan's fingerprint and the typed count."""
+
+    user_id = IdentifierField(word="user id")
+    chat_ids = IdentifierListField(word="chat id")
+    key_fragments = IdentifierListField(word="session key fragment")
+    reference = OperatorTextField(word="request reference", max_length=200)
+    fingerprint = IdentifierField(word="fingerprint", required=False)
+    typed_count = TypedCountField()
+
+
 class StrayMoveForm(ConsoleForm):
     fingerprint = IdentifierField(word="fingerprint", required=False)
     reason = ReasonField(required=False)

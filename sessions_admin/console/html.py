@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.urls import NoReverseMatch, reverse
 from django.utils.safestring import SafeString, mark_safe
 
+from sessions_admin.console import markdown
 from sessions_admin.console.http import plural
 from sessions_admin.core.clock import moment_of
-from sessions_admin.store import listing
+from sessions_admin.store import listing, transcripts
 from sessions_admin.store.transcripts import (
     SHOWN_CHARS,
     LineageEvent,
@@ -36,6 +38,8 @@ NODE_TITLE_SHOWN = 200
 # a 1 MB title made a 2 MB list page.
 TITLE_SHOWN = 200
 VALUE_SHOWN = 200
+# A row labelled by its first user message shows this much of it, on one line.
+LABEL_SHOWN = 120
 
 
 def escape(value: object) -> str:
@@ -139,11 +143,90 @@ def _cut_note(m: TranscriptMessage, field: str, what: str) -> str:
     )
 
 
+def _call_summary(call: ToolCall) -> str:
+    """What a call's collapsed line says: the tool's name and its arguments in one line."""
+    return (
+        f'<span class="tool-name">{escape(call.name)}</span>'
+        f'<span class="tool-preview">{escape(call.preview)}</span>'
+    )
+
+
+def tool_call_line(
+    call: ToolCall, *, result_id: int | None, result_url: str = "", shown: int | None = None
+) -> SafeString:
+    """A tool call as one collapsed line, for the previews that list messages (merge, undo):
+    its name and arguments, and the message with its result when that is listed too.
+
+    ``shown``: the arguments are cut at this many characters (a preview, not the transcript).
+    """
+    arguments = call.arguments or "(none)"
+    if shown is not None and len(arguments) > shown:
+        arguments = arguments[:shown] + "…"
+    if result_id is None:
+        answered = '<span class="badge no-result">no result here</span>'
+    else:
+        answered = f'<a class="call-result" href="{escape(result_url)}">result #{result_id}</a>'
+    call_id = f' <code class="hint">{escape(call.call_id)}</code>' if call.call_id else ""
+    return mark_safe(  # noqa: S308 - every value is escaped
+        f'<details class="call-line"><summary>{_call_summary(call)}{answered}</summary>'
+        f'<div class="call-body"><div class="call-label">Arguments{call_id}</div>'
+        f'<pre class="code">{escape(arguments)}</pre></div></details>'
+    )
+
+
+@dataclass
+class CallAnswered:
+    """A tool result row's call, where the preview lists the message that made it."""
+
+    message_id: int
+    name: str
+    url: str
+
+
+@dataclass
+class PreviewCalls:
+    """The tool calls of the messages a preview lists, each paired with its listed result."""
+
+    lines: dict[int, list[SafeString]]  # message id -> its calls, one line each
+    unparsed: set[int]  # messages whose stored tool calls are not JSON
+    answers: dict[int, CallAnswered]  # tool result message id -> the call it answers
+
+
+def preview_calls(rows: list[dict], url_of: Callable[[int], str], *, shown: int) -> PreviewCalls:
+    """Pair the calls and results of ``rows`` (id, role, tool_calls, tool_call_id, in order).
+
+    ``url_of`` links a listed message; ``shown`` cuts each call's arguments.
+    """
+    calls = {row["id"]: transcripts.parse_tool_calls(row.get("tool_calls")) for row in rows}
+    results = {
+        row["tool_call_id"]: row["id"]
+        for row in rows
+        if row["role"] == "tool" and row.get("tool_call_id")
+    }
+    made: dict[str, CallAnswered] = {}
+    lines: dict[int, list[SafeString]] = {}
+    for message_id, parsed in calls.items():
+        for call in parsed or ():
+            result_id = results.get(call.call_id) if call.call_id else None
+            url = url_of(result_id) if result_id is not None else ""
+            lines.setdefault(message_id, []).append(
+                tool_call_line(call, result_id=result_id, result_url=url, shown=shown)
+            )
+            if call.call_id:
+                made.setdefault(
+                    call.call_id, CallAnswered(message_id, call.name, url_of(message_id))
+                )
+    answers = {
+        result_id: made[call_id] for call_id, result_id in results.items() if call_id in made
+    }
+    unparsed = {message_id for message_id, parsed in calls.items() if parsed is None}
+    return PreviewCalls(lines=lines, unparsed=unparsed, answers=answers)
+
+
 def _tool_call(call: ToolCall) -> str:
     parts = [
         f'<details class="tool-call"{" open" if call.open else ""}><summary>',
-        f'<span class="tool-name">{escape(call.name)}</span>',
-        f'<span class="tool-preview">{escape(call.preview)}</span>',
+        _call_summary(call),
     ]
     if not call.result:
         parts.append('<span class="badge no-result">no result here</span>')
@@ -169,7 +252,20 @@ def _tool_call(call: ToolCall) -> str:
     return "".join(parts)
 
 
-def message_html(m: TranscriptMessage) -> SafeString:
+# ``message_html``'s mode for the source as written (the session page's ``?text=raw``).
+RAW_TEXT = "raw"
+
+
+def _text(text: str, raw: bool) -> str:
+    """Message text: rendered Markdown (console/markdown.py), or as written in raw mode."""
+    if raw:
+        return f'<div class="text">{escape(text)}</div>'
+    return f'<div class="text md">{markdown.render(text)}</div>'
+
+
+def message_html(m: TranscriptMessage, mode: str = "") -> SafeString:
+    """A transcript message; ``mode`` RAW_TEXT shows its text as written, not rendered."""
+    raw = mode == RAW_TEXT
     parts = [
         f'<article class="msg role-{escape(m.role)}{_flags(m)}" id="m{m.id}">'
         f'<header class="msg-head"><span class="role">{escape(m.role)}</span>'
@@ -202,18 +298,22 @@ def message_html(m: TranscriptMessage) -> SafeString:
     if m.reasoning:
         parts.append(
             '<details class="reasoning"><summary>Reasoning</summary>'
-            f'<div class="text">{escape(m.reasoning)}</div>{_cut_note(m, "reasoning", "reasoning")}'
+            f"{_text(m.reasoning, raw)}{_cut_note(m, 'reasoning', 'reasoning')}"
             "</details>"
         )
     if m.parts:
         for part in m.parts:
             if part.kind == "text":
-                parts.append(f'<div class="text">{escape(part.text)}</div>')
+                parts.append(_text(part.text, raw))
             else:
                 parts.append(f'<div class="part-other">[{escape(part.text)}]</div>')
     elif m.content:
-        code = " code" if m.content_is_json else ""
-        parts.append(f'<div class="text{code}">{escape(m.content)}</div>')
+        if m.content_is_json:
+            parts.append(f'<div class="text code">{escape(m.content)}</div>')
+        elif m.role == "tool":  # a tool's output is data, not prose: shown as written
+            parts.append(f'<div class="text">{escape(m.content)}</div>')
+        else:
+            parts.append(_text(m.content, raw))
     parts.append(_cut_note(m, "content", "message"))
     parts.extend(_tool_call(call) for call in m.tool_calls)
     if m.tool_calls_unparsed:
@@ -320,6 +420,7 @@ class ListedSession:
     messages: str
     tokens: str
     cost: str | None
+    selectable: bool = False  # the operator may act on a selection (merge, delete)
 
     @property
     def html(self) -> SafeString:
@@ -333,6 +434,38 @@ def clip(text: str | None, limit: int = VALUE_SHOWN) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+# Line breaks and other whitespace runs become one space; control characters and the
+# bidirectional embeddings, overrides and isolates go (an RTL override in a customer's
+# message would otherwise reverse the rest of the row). <bdi> isolates what remains.
+_WHITESPACE = re.compile(r"\s+")
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line(text: str | None, limit: int) -> str:
+    """Runtime-written text as a one-line label: whitespace folded, controls dropped, clipped."""
+    if not text:
+        return ""
+    # Clip first (generously) so a megabyte message costs no megabyte regex pass.
+    folded = _WHITESPACE.sub(" ", text[: limit * 4])
+    return clip(_CONTROLS.sub("", folded).strip(), limit)
+
+
+def _row_label(row: listing.SessionRow) -> tuple[str, str]:
+    """(css class, text) naming a row: its title, first user message, display name or none."""
+    title = one_line(row.title, TITLE_SHOWN)
+    if title:
+        return "title", title
+    first = one_line(row.first_message, LABEL_SHOWN)
+    if first:
+        return "first-message", first
+    name = one_line(row.display_name, LABEL_SHOWN)
+    if name:
+        return "display-name", name
+    if row.message_count:
+        return "none", "(no user message)"
+    return "none", "(no messages)"
+
+
 def _time_html(moment: When) -> str:
     return (
         f'<time datetime="{escape(moment.iso)}">{escape(moment.day)} '
@@ -344,11 +477,12 @@ def session_row_html(item: ListedSession) -> SafeString:
     """One <tr> of the session table, built here rather than by the template engine.
 
     Fifty rows of about a hundred template nodes each were most of the page's time
-    (bench/run.py); the markup is the same, every value escaped.
+    (bench/run.py); the markup is the same, every value escaped. The label (title, first
+    user message, display name) links to the session; the id stays below it, smaller.
+    A row has a selection checkbox only when the operator can act on a selection.
     """
     row = item.session
     sid = escape(row.id)
-    code = f"<code>{sid}</code>"
     markers = []
     if row.branched_from:
         markers.append(
@@ -406,17 +540,24 @@ def session_row_html(item: ListedSession) -> SafeString:
         user = f'<td class="user" title="{user_id}"><code>{user_id}</code></td>'
     else:
         user = '<td class="user"><span class="hint">—</span></td>'
-    shown_title = escape(clip(row.title, TITLE_SHOWN))
-    title = f'<div class="title" title="{shown_title}">{shown_title}</div>' if row.title else ""
-    link = f'<a href="{escape(item.url)}">{code}</a>' if item.url else code
+    kind, text = _row_label(row)
+    shown = escape(text)
+    label = f'<bdi class="label {kind}" title="{shown}">{shown}</bdi>'
+    if item.url:
+        label = f'<a class="label-link" href="{escape(item.url)}">{label}</a>'
+    pick = (
+        f'<td class="pick"><input type="checkbox" name="ids" value="{sid}" '
+        f'aria-label="Select {sid}"></td>'
+        if item.selectable
+        else ""
+    )
     cost = '<span class="hint">—</span>' if item.cost is None else escape(item.cost)
     started = _time_html(item.started) if item.started else ""
     last = _time_html(item.last) if item.last else '<span class="hint">no messages</span>'
     return mark_safe(  # noqa: S308 - every value above is escaped
-        f'<tr class="{classes}">'
-        f'<td class="pick"><input type="checkbox" name="ids" value="{sid}" '
-        f'aria-label="Select {sid}"></td>'
-        f'<td class="session">{link}{title}<div class="markers">{"".join(markers)}</div></td>'
+        f'<tr class="{classes}" data-session-id="{sid}">{pick}'
+        f'<td class="session">{label}<code class="sid">{sid}</code>'
+        f'<div class="markers">{"".join(markers)}</div></td>'
         f"<td>{escape(clip(row.source))}</td>"
         f"{user}"
         f'<td class="model">{escape(clip(row.model))}</td>'

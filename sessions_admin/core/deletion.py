@@ -31,7 +31,7 @@ from typing import Protocol
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
-from sessions_admin.core import db, faults, lineage
+from sessions_admin.core import db, faults, holds, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
 from sessions_admin.core.lifecycle import keep_one_live
@@ -87,6 +87,8 @@ class DeletePlan:
     response_count: int
     include_branches: bool
     fingerprint: str
+    # (session, the hold's words) for each session a legal hold covers: the plan cannot run.
+    held: tuple[tuple[str, str], ...] = ()
 
     @property
     def needs_typed_confirmation(self) -> bool:
@@ -187,6 +189,37 @@ class Trash(Protocol):
         ...
 
 
+class NoTrash:
+    """A ``Trash`` that keeps nothing: the delete purges (a retention policy set to purge,
+    an erasure). Nothing it deletes can be restored."""
+
+    def open_entry(self, **_kw) -> int:
+        return 0
+
+    def operation_entries(self, entry_id: int) -> tuple[int, ...]:
+        return ()
+
+    def is_pending(self, entry_id: int) -> bool:
+        return True  # nothing was copied, so nothing can have been dropped meanwhile
+
+    def discard(self, entry_id: int) -> None:
+        pass
+
+    def discard_unfinished(self, session_ids: Sequence[str], *, keep: int | None = None) -> None:
+        pass
+
+    def mark_complete(self, entry_id: int) -> None:
+        pass
+
+    def contents(self, entry_id: int) -> TrashContents | None:
+        return None
+
+    def mark_restored(self, entry_id: int, *, actor: str) -> None:
+        raise InvalidInput("A purge keeps nothing to restore.")
+
+
+NO_TRASH = NoTrash()
+
 _default_trash: Trash | None = None
 
 
@@ -212,7 +245,7 @@ def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
         yield items[start : start + size]
 
 
-def _closure(roots: list[str], include_branches: bool) -> dict[str, str]:
+def lineage_closure(roots: list[str], include_branches: bool) -> dict[str, str]:
     """session -> relation, for the roots and every descendant that goes with them."""
     kind = lineage.link_kind_sql("c", "p")
     followed = (
@@ -266,7 +299,7 @@ def ordered_children_first(ids: list[str]) -> list[str]:
     return sorted(present, key=lambda sid: (-depth_of(sid), sid))
 
 
-def _count_messages(ids: Sequence[str]) -> int:
+def count_messages(ids: Sequence[str]) -> int:
     return sum(
         int(
             db.fetchone(
@@ -277,7 +310,7 @@ def _count_messages(ids: Sequence[str]) -> int:
     )
 
 
-def _conversation_names(
+def conversation_names_of(
     ids: Sequence[str], *, response_ids: Sequence[str] | None = None
 ) -> list[str]:
     """Slugs that go with these sessions: recorded at one, or pointing at a response of one.
@@ -287,7 +320,7 @@ def _conversation_names(
     """
     names = {name for name, _sid in slugs_of_sessions(list(ids))}
     if response_ids is None:
-        response_ids = _response_ids(ids)
+        response_ids = response_ids_of(ids)
     for chunk in _chunks(list(response_ids)):
         names.update(
             r[0]
@@ -300,7 +333,7 @@ def _conversation_names(
     return sorted(names)
 
 
-def _response_ids(ids: Sequence[str]) -> list[str]:
+def response_ids_of(ids: Sequence[str]) -> list[str]:
     field = db.json_field("data", "session_id", alias=responses_alias())
     found: list[str] = []
     for chunk in _chunks(ids):
@@ -341,7 +374,7 @@ def plan_cascade_delete(
         root = lineage.compression_chain(session_id=pick)[0]
         if root not in roots:
             roots.append(root)
-    closure = _closure(roots, include_branches)
+    closure = lineage_closure(roots, include_branches)
     ids = list(closure)
     id_set = set(ids)
     kind = lineage.link_kind_sql("c", "p")
@@ -385,11 +418,12 @@ def plan_cascade_delete(
     for relation in closure.values():
         relations[relation] = relations.get(relation, 0) + 1
     ordered = ordered_children_first(ids)
-    messages = _count_messages(ordered)
-    responses = _response_ids(ordered)
-    names = _conversation_names(ordered, response_ids=responses)
+    messages = count_messages(ordered)
+    responses = response_ids_of(ordered)
+    names = conversation_names_of(ordered, response_ids=responses)
+    held = holds.holds_on(ordered)
     fingerprint = _fingerprint(
-        [sorted(ordered), sorted(kept), sorted(live), messages, names, responses]
+        [sorted(ordered), sorted(kept), sorted(live), messages, names, responses, sorted(held)]
     )
     return DeletePlan(
         picked_ids=tuple(picks),
@@ -403,6 +437,7 @@ def plan_cascade_delete(
         response_count=len(responses),
         include_branches=include_branches,
         fingerprint=fingerprint,
+        held=tuple((sid, held[sid].describe()) for sid in ordered if sid in held),
     )
 
 
@@ -418,6 +453,9 @@ class BulkDeletePreview:
     live_excluded: int
     message_count: int
     sample: tuple[dict, ...]
+    # Sessions left out because a legal hold covers them, and the holds in words.
+    held_excluded: int = 0
+    holds: tuple[str, ...] = ()
 
 
 def undoable_merge_husks() -> set[str]:
@@ -474,7 +512,7 @@ def _with_downstream(ids: list[str]) -> list[str]:
     delegates, recursively (a conversation's later segments never outlive its start)."""
     found = list(dict.fromkeys(ids))
     picked = set(found)
-    closure = _closure(found, include_branches=False)
+    closure = lineage_closure(found, include_branches=False)
     return found + [sid for sid in closure if sid not in picked]
 
 
@@ -498,7 +536,8 @@ def preview_bulk_delete(
     """The dry run: the exact set, its size, how many live sessions were left out, a sample."""
     ids = _with_downstream([s for s in session_ids if s])
     live = live_session_ids(ids)
-    kept = [sid for sid in ids if include_live or sid not in live]
+    held = holds.holds_on(ids)
+    kept = [sid for sid in ids if (include_live or sid not in live) and sid not in held]
     found = lineage.existing_session_ids(kept)
     existing = [sid for sid in kept if sid in found]
     sample = (
@@ -515,8 +554,10 @@ def preview_bulk_delete(
     return BulkDeletePreview(
         session_ids=tuple(existing),
         live_excluded=0 if include_live else len([s for s in ids if s in live]),
-        message_count=_count_messages(existing) if existing else 0,
+        message_count=count_messages(existing) if existing else 0,
         sample=sample,
+        held_excluded=len(held),
+        holds=tuple(sorted({hold.describe() for hold in held.values()})),
     )
 
 
@@ -580,8 +621,8 @@ def snapshot_rows(batch: list[str], *, lock: bool) -> tuple[list[str], dict]:
     if not batch:
         return [], {}
     marks = db.placeholders(batch)
-    response_ids = _response_ids(batch)
-    names = _conversation_names(batch, response_ids=response_ids)
+    response_ids = response_ids_of(batch)
+    names = conversation_names_of(batch, response_ids=response_ids)
     return batch, {
         "sessions": _all_columns("sessions", f"id IN ({marks}) ORDER BY id", batch),
         "messages": _all_columns("messages", f"session_id IN ({marks}) ORDER BY id", batch),
@@ -641,6 +682,8 @@ def _locked_delete(
     Without it the rows are copied here, under the lock.
     """
     batch, payload = snapshot_rows(batch, lock=True)
+    # Under the lock: a hold placed after the preview, or while a job runs, still stops it.
+    holds.refuse_held(batch)
     if copied is not None:
         entry_id, copied_payload = copied
         if not batch or _exact(payload) != _exact(copied_payload) or not trash.is_pending(entry_id):
@@ -821,6 +864,7 @@ def execute_cascade_delete(
     plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
     if plan.fingerprint != expected_fingerprint:
         raise PlanChanged("delete")
+    holds.refuse_held(plan.session_ids)
     sessions = messages = 0
     trash_ids: list[int] = []
     operation = new_operation_id()

@@ -409,7 +409,8 @@ def merge_preview(*, plan: MergePlan, limit: int = 200) -> list[dict]:
     """The merged transcript's first ``limit`` messages, in the order the merge will give them."""
     ids = [plan.target_id, *plan.absorbed_ids]
     return db.fetchdicts(
-        "SELECT id, session_id, role, content, tool_name, timestamp, active FROM messages "
+        "SELECT id, session_id, role, content, tool_name, tool_call_id, tool_calls, timestamp, "
+        "active FROM messages "
         f"WHERE session_id IN ({db.placeholders(ids)}) ORDER BY id LIMIT %s",
         [*ids, int(limit)],
     )

@@ -343,6 +343,21 @@ UNDOS_SQL = [
     "CREATE INDEX IF NOT EXISTS idx_sa_undos_session ON sessions_admin_undos(session_id, id)",
 ]
 
+# Legal holds (core/holds.py): sessions no delete may remove while a hold stands. In the
+# store, beside what they protect, so every process that deletes reads the same holds.
+HOLDS_SQL = (
+    "CREATE TABLE IF NOT EXISTS sessions_admin_holds ("
+    " id {serial},"
+    " kind TEXT NOT NULL,"
+    " subject TEXT NOT NULL,"
+    " reason TEXT NOT NULL,"
+    " placed_by TEXT NOT NULL,"
+    " placed_at {real} NOT NULL,"
+    " released_at {real},"
+    " released_by TEXT,"
+    " release_reason TEXT)"
+)
+
 RESPONSES_SQL = [
     "CREATE TABLE IF NOT EXISTS responses ("
     " response_id TEXT PRIMARY KEY, data TEXT NOT NULL, accessed_at {real} NOT NULL)",
@@ -527,6 +542,7 @@ def _ensure_own_tables(alias: str) -> list[str]:
         cursor.execute(MERGES_SQL.format(real=real, serial=serial))
         for statement in UNDOS_SQL:
             cursor.execute(statement.format(real=real, serial=serial))
+        cursor.execute(HOLDS_SQL.format(real=real, serial=serial))
     # A log created by an older version lacks the later columns (nullable: old rows keep NULL).
     present = existing_columns(alias, "sessions_admin_switch_events")
     added = []

@@ -31,6 +31,7 @@ swallowed; the pending entry stays.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import IO, Any, TypeVar
 
@@ -38,7 +39,8 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from sessions_admin import core
-from sessions_admin.core import faults, portability, stray
+from sessions_admin.core import erasure as erasure_core
+from sessions_admin.core import faults, holds, portability, stray
 from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.core.lifecycle import recoverable_siblings
 from sessions_admin.core.text import (
@@ -49,9 +51,16 @@ from sessions_admin.core.text import (
     operator_identifiers,
     operator_text,
 )
-from sessions_admin.ledger import jobs, worker
+from sessions_admin.ledger import erasure, jobs, retention, worker
 from sessions_admin.ledger.context import current_client
-from sessions_admin.ledger.models import AuditEntry, AuditSession, DeleteJob, TrashEntry
+from sessions_admin.ledger.models import (
+    AuditEntry,
+    AuditSession,
+    DeleteJob,
+    ErasureRequest,
+    RetentionPolicy,
+    TrashEntry,
+)
 from sessions_admin.ledger.trash import LEDGER_TRASH, purge_trash
 from sessions_admin.store import cached
 from sessions_admin.store.models import Session
@@ -650,6 +659,249 @@ def purge(*, actor, older_than_days: float | None, reason: str) -> int:
         run=lambda: purge_trash(older_than_days=older_than_days),
         after=lambda n: {"purged_entries": n},
     )
+
+
+def place_hold(*, actor, kind: str, subject: str, reason: str) -> holds.Hold:
+    """Put a session (its whole lineage) or a user under a legal hold: audited."""
+    subject = operator_identifier(subject, field="session or user id")
+    reason = operator_text(reason, field="reason", required=True)
+    return _audited(
+        actor=actor,
+        action="place_hold",
+        session_ids=[subject] if kind == holds.SESSION else [],
+        reason=reason,
+        before={"kind": kind, "subject": subject},
+        run=lambda: holds.place_hold(kind=kind, subject=subject, reason=reason, actor=_name(actor)),
+        after=lambda hold: {"hold": hold.id, "kind": hold.kind, "subject": hold.subject},
+    )
+
+
+def release_hold(*, actor, hold_id: int, reason: str) -> holds.Hold:
+    """End a legal hold: audited, with the reason kept on the hold too."""
+    reason = operator_text(reason, field="reason", required=True)
+    hold = holds.get_hold(hold_id=hold_id)
+    return _audited(
+        actor=actor,
+        action="release_hold",
+        session_ids=[hold.subject] if hold and hold.kind == holds.SESSION else [],
+        reason=reason,
+        before={"hold": hold_id, "kind": hold.kind if hold else None},
+        run=lambda: holds.release_hold(hold_id=hold_id, reason=reason, actor=_name(actor)),
+        after=lambda released: {"hold": released.id, "released": True},
+    )
+
+
+def _policy_state(policy: RetentionPolicy) -> dict:
+    return {
+        "policy": policy.pk,
+        "name": policy.name,
+        "rule": retention.describe(policy),
+        "every_hours": policy.every_hours,
+        "enabled": policy.enabled,
+    }
+
+
+def create_retention_policy(*, actor, reason: str = "", **fields) -> RetentionPolicy:
+    """A new policy, disabled: its page shows what a run would delete before anyone enables it."""
+    reason = operator_text(reason, field="reason")
+    fields["name"] = operator_text(fields.get("name", ""), field="name", required=True)
+    policy = RetentionPolicy(**fields, enabled=False, created_by=_name(actor))
+    retention.check(policy)
+
+    def save() -> RetentionPolicy:
+        policy.save()
+        return policy
+
+    return _audited(
+        actor=actor,
+        action="retention_policy_create",
+        session_ids=[],
+        reason=reason,
+        before=None,
+        run=save,
+        after=_policy_state,
+    )
+
+
+def set_retention_policy_enabled(
+    *, actor, policy_id: int, enabled: bool, reason: str = ""
+) -> RetentionPolicy:
+    """Enable (first run one period from now) or disable a policy."""
+    reason = operator_text(reason, field="reason")
+    policy = RetentionPolicy.objects.filter(pk=policy_id).first()
+    if policy is None:
+        raise InvalidInput(f"There is no retention policy #{policy_id}.")
+
+    def switch() -> RetentionPolicy:
+        policy.enabled = enabled
+        policy.next_run_at = (
+            timezone.now() + timezone.timedelta(hours=policy.every_hours) if enabled else None
+        )
+        policy.save(update_fields=["enabled", "next_run_at"])
+        return policy
+
+    return _audited(
+        actor=actor,
+        action="retention_policy_enable" if enabled else "retention_policy_disable",
+        session_ids=[],
+        reason=reason,
+        before=_policy_state(policy),
+        run=switch,
+        after=lambda p: {**_policy_state(p), "next_run_at": str(p.next_run_at)},
+    )
+
+
+def delete_retention_policy(*, actor, policy_id: int, reason: str = "") -> None:
+    reason = operator_text(reason, field="reason")
+    policy = RetentionPolicy.objects.filter(pk=policy_id).first()
+    if policy is None:
+        raise InvalidInput(f"There is no retention policy #{policy_id}.")
+    _audited(
+        actor=actor,
+        action="retention_policy_delete",
+        session_ids=[],
+        reason=reason,
+        before=_policy_state(policy),
+        run=lambda: policy.delete(),
+        after=lambda _: {"policy": policy_id, "deleted": True},
+    )
+
+
+def run_retention_policy(*, actor, policy_id: int, reason: str = "") -> int | None:
+    """One run of a policy now: a bulk delete job of what it selects (None: nothing matched).
+
+    The scheduler calls this for a due run it claimed (``start_due_policies``); the
+    page's "Run now" and ``manage.py apply_retention`` call it directly.
+    """
+    reason = operator_text(reason, field="reason")
+    policy = RetentionPolicy.objects.filter(pk=policy_id).first()
+    if policy is None:
+        raise InvalidInput(f"There is no retention policy #{policy_id}.")
+    ids = retention.selected_ids(policy)
+    job_id = _audited(
+        actor=actor,
+        action="retention_run",
+        session_ids=ids,
+        reason=reason,
+        before={**_policy_state(policy), "selected": len(ids), "mode": policy.mode},
+        run=lambda: retention.start_run(policy, ids=ids, actor=_name(actor)),
+        after=lambda job: {"job": job},
+    )
+    if job_id is not None:
+        worker.ensure_worker_running()
+    return job_id
+
+
+def start_due_policies() -> list[int]:
+    """Start every enabled policy whose run is due (claimed once across processes); the jobs."""
+    started = []
+    for policy_id in retention.due_policy_ids():
+        if not retention.claim_due(policy_id):
+            continue
+        try:
+            job_id = run_retention_policy(
+                actor=None, policy_id=policy_id, reason="scheduled retention run"
+            )
+        except Exception:
+            logger.exception("retention policy %s: the scheduled run failed", policy_id)
+            continue
+        if job_id is not None:
+            started.append(job_id)
+    return started
+
+
+def request_erasure(
+    *,
+    actor,
+    subject: erasure_core.Subject,
+    reference: str,
+    expected_fingerprint: str,
+    start: bool = True,
+) -> ErasureRequest:
+    """Queue the erasure the operator confirmed (refused if the plan changed since the preview,
+    or a hold covers any of it). The audit entry names the subject by its salted hash only."""
+    reference = operator_text(reference, field="request reference", required=True, max_length=200)
+    _check_fingerprint(expected_fingerprint)
+    plan = erasure_core.plan_erasure(subject=subject)
+    if plan.fingerprint != expected_fingerprint:
+        raise core.PlanChanged("erasure")
+    if plan.held:
+        raise holds.SessionsHeld(holds.holds_on(plan.session_ids))
+    request = erasure.create_request(
+        subject=subject, reference=reference, actor=_name(actor), fingerprint=plan.fingerprint
+    )
+    record(
+        actor=actor,
+        action="erasure_request",
+        session_ids=[],
+        before={"erasure_request": request.pk, "subject_sha256": request.subject_hash},
+        after={
+            "sessions": len(plan.session_ids),
+            "messages": plan.message_count + len(plan.other_messages),
+            "conversation_slugs": len(plan.conversation_names),
+            "stored_responses": len(plan.response_ids),
+        },
+        reason=reference,
+    )
+    if start:
+        start_erasures()
+    return request
+
+
+def run_erasure(*, request_id: int) -> dict | None:
+    """Carry out a queued (or interrupted) erasure request: audited; returns its receipt.
+
+    None when another worker holds it. The audit entry keeps the subject's salted hash,
+    the counts and the hashed ids, never the subject itself.
+    """
+    request = erasure.claim(request_id)
+    if request is None:
+        return None
+    subject = erasure.subject_from_json(request.subject)
+
+    def run() -> dict:
+        plan = erasure_core.plan_erasure(subject=subject)
+        result = erasure_core.erase(subject=subject)
+        return erasure.complete(request, plan, result)
+
+    try:
+        return _audited(
+            actor=request.created_by,
+            action="erasure",
+            session_ids=[],
+            reason=request.reference,
+            before={"erasure_request": request.pk, "subject_sha256": request.subject_hash},
+            run=run,
+            after=lambda receipt: {
+                "erasure_request": request.pk,
+                "erased": receipt["erased"],
+                "session_ids_sha256": receipt["session_ids_sha256"][:ENTRY_SESSION_IDS],
+            },
+        )
+    except Exception as error:
+        # Kept (the subject too) so it can be run again; the audit entry says it failed.
+        erasure.fail(request, f"{type(error).__name__}: {error}")
+        raise
+
+
+_erasure_lock = threading.Lock()
+
+
+def start_erasures() -> None:
+    """Run queued and interrupted erasure requests in a background thread of this process."""
+
+    def work() -> None:
+        try:
+            for request_id in erasure.resumable_request_ids():
+                try:
+                    run_erasure(request_id=request_id)
+                except Exception:
+                    logger.exception("erasure request %s failed", request_id)
+        finally:
+            connections.close_all()
+
+    with _erasure_lock:
+        threading.Thread(target=work, name="erasure", daemon=True).start()
 
 
 def cancel_bulk_delete(*, actor, job_id: int, reason: str = "") -> None:

@@ -1,6 +1,15 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+def create_cache_table(using: str = "default", **kwargs) -> None:
+    """The database cache's table (SESSIONS_ADMIN_CACHE_URL=db://), made by migrate too."""
+    from django.core.management import call_command
+
+    # Does nothing for a file or Redis cache, or a table that exists already.
+    call_command("createcachetable", database=using, verbosity=0)
 
 
 class LedgerConfig(AppConfig):
@@ -16,3 +25,4 @@ class LedgerConfig(AppConfig):
         # Every delete and restore in a dashboard process (views, commands, jobs, tests)
         # keeps its rows in the ledger's trash unless its caller passes another.
         deletion.set_default_trash(LEDGER_TRASH)
+        post_migrate.connect(create_cache_table, sender=self)

@@ -14,6 +14,7 @@ twice. Every batch's trash entry belongs to the job's trash operation
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -26,12 +27,14 @@ from django.db import connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from sessions_admin.core import db, deletion, faults
+from sessions_admin.core import db, deletion, faults, holds
 from sessions_admin.core.errors import InvalidInput, StoreBusy
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
 from sessions_admin.ledger.trash import LEDGER_TRASH, job_operation, stale_pending_trash
+from sessions_admin.ledger.wake import announce_job
 from sessions_admin.store import cached
 
+logger = logging.getLogger(__name__)
 LEASE_SECONDS = 30
 
 
@@ -59,8 +62,14 @@ def create_bulk_delete_job(
     actor: str,
     reason: str,
     description: str = "",
+    purge: bool = False,
+    policy_id: int | None = None,
 ) -> int:
-    """Snapshot the set into a job; returns its id. The worker does the deleting."""
+    """Snapshot the set into a job; returns its id. The worker does the deleting.
+
+    ``purge``: the job keeps no trash copy (nothing it deletes can be restored);
+    ``policy_id``: the retention policy whose run this is.
+    """
     if not reason or not reason.strip():
         raise InvalidInput("A reason is required for a bulk delete.")
     preview = deletion.preview_bulk_delete(session_ids=session_ids, include_live=include_live)
@@ -74,6 +83,8 @@ def create_bulk_delete_job(
             description=description[:2000],
             include_live=include_live,
             total=len(ordered),
+            purge=purge,
+            policy_id=policy_id,
         )
         # One executemany: a 100,000-session job snapshots in a second, not a minute of
         # building model instances.
@@ -83,6 +94,9 @@ def create_bulk_delete_job(
                 "VALUES (%s, %s, %s, %s)",
                 [(job.pk, n, sid, DeleteJobItem.PENDING) for n, sid in enumerate(ordered)],
             )
+        # Waiting workers (this process's, other processes', other hosts' on PostgreSQL)
+        # look for jobs as soon as this commits, not at their next poll.
+        announce_job()
     return job.pk
 
 
@@ -141,6 +155,7 @@ def run_job(
     worker = worker or worker_name()
     if not _claim(job_id, worker):
         return job_progress(job_id=job_id)
+    logger.info("delete job %s: worked on by %s", job_id, worker)
     _settle_committed_batches(job_id)
     job = DeleteJob.objects.get(pk=job_id)
     batches = 0
@@ -180,7 +195,9 @@ def run_job(
                     break
                 batch.append(sid)
                 weight += size
-            gone_or_live = [sid for sid in batch if sid not in sizes or sid in live]
+            # A hold placed after the job was confirmed keeps its sessions (skipped, not failed).
+            held = holds.holds_on([sid for sid in batch if sid in sizes])
+            gone_or_live = [sid for sid in batch if sid not in sizes or sid in live or sid in held]
             to_delete = [sid for sid in batch if sid not in gone_or_live]
             deleted = messages = 0
             if to_delete:
@@ -190,13 +207,15 @@ def run_job(
                         actor=job.created_by,
                         reason=job.reason,
                         job_id=job_id,
-                        trash=LEDGER_TRASH,
+                        trash=deletion.NO_TRASH if job.purge else LEDGER_TRASH,
                         operation=job_operation(job_id),
                     )
                 except StoreBusy:
                     time.sleep(0.5)  # the runtime is busy: try this batch again shortly
                     _claim(job_id, worker)
                     continue
+                except holds.SessionsHeld:
+                    continue  # a hold landed between the check and the lock: skipped next round
                 faults.checkpoint("job.after_batch_commit")
             with transaction.atomic(using="default"):
                 # By primary key: the items table has no index on session_id, and a

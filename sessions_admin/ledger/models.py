@@ -132,6 +132,11 @@ class DeleteJob(models.Model):
     lease_owner = models.CharField(max_length=100, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
+    # Purged, not trashed: nothing of it can be restored (a retention policy set to purge).
+    purge = models.BooleanField(default=False)
+    policy = models.ForeignKey(
+        "RetentionPolicy", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -153,3 +158,64 @@ class DeleteJobItem(models.Model):
 
     def __str__(self) -> str:
         return self.session_id
+
+
+class RetentionPolicy(models.Model):
+    """Sessions to delete on a schedule: a rule (``core.retention.RetentionRule``), whether
+    they go through the trash or are purged, and when it next runs.
+
+    Created disabled: the page shows what a run would delete now before an admin
+    enables it. Each run is a bulk delete job (``DeleteJob.policy``) with its audit entry.
+    """
+
+    TRASH, PURGE = "trash", "purge"
+
+    name = models.CharField(max_length=200)
+    source = models.CharField(max_length=200, blank=True)
+    older_than_days = models.FloatField()
+    status = models.CharField(max_length=20, default="ended")
+    end_reason = models.CharField(max_length=200, blank=True)
+    title = models.CharField(max_length=20, default="any")
+    mode = models.CharField(max_length=10, default=TRASH)
+    every_hours = models.FloatField(default=24.0)
+    enabled = models.BooleanField(default=False)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150)
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return f"retention policy {self.pk} ({self.name})"
+
+
+class ErasureRequest(models.Model):
+    """ "Delete everything about this person": a subject, a reference, and its receipt.
+
+    The subject (user id, chat ids, key fragments) is kept in plain text only while the
+    erasure is pending or running (``subject``); afterwards only its salted hash stays.
+    """
+
+    PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
+
+    reference = models.CharField(max_length=200)
+    subject = models.TextField(blank=True)  # JSON; emptied when the erasure ends
+    subject_hash = models.CharField(max_length=64)
+    salt = models.CharField(max_length=64)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    state = models.CharField(max_length=20, default=PENDING, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    receipt = models.JSONField(default=dict)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"erasure {self.pk} ({self.state})"

@@ -26,7 +26,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from sessions_admin.core import db
+from sessions_admin.core import db, holds
 from sessions_admin.core.deletion import TrashContents
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.ledger.models import TrashEntry, TrashSession
@@ -223,7 +223,44 @@ def purgeable_operations(*, older_than_days: float | None = None) -> list[str]:
         operations = operations.filter(
             newest__lt=timezone.now() - timezone.timedelta(days=older_than_days)
         )
-    return [row["operation"] for row in operations.order_by("operation")]
+    held = held_trash_operations()
+    return [
+        row["operation"] for row in operations.order_by("operation") if row["operation"] not in held
+    ]
+
+
+def held_trash_operations() -> dict[str, str]:
+    """Trash operations holding a session a legal hold covers, each with the hold in words.
+
+    In the trash a session is matched by its own id (a session hold's subject) or its
+    user (a user hold): its lineage is no longer in the store to walk. A purge keeps
+    these operations. Without a standing hold this is one read of the holds table.
+    """
+    standing = holds.active_holds()
+    if not standing:
+        return {}
+    held: dict[str, str] = {}
+    by_session = {hold.subject: hold for hold in standing if hold.kind == holds.SESSION}
+    if by_session:
+        for operation, session_id in (
+            TrashSession.objects.filter(session_id__in=list(by_session))
+            .exclude(entry__state=TrashEntry.RESTORED)
+            .values_list("entry__operation", "session_id")
+        ):
+            held.setdefault(operation, by_session[session_id].describe())
+    if any(hold.kind == holds.USER for hold in standing):
+        entries = (
+            TrashEntry.objects.exclude(state=TrashEntry.RESTORED)
+            .exclude(operation__in=list(held))
+            .values_list("operation", "payload")
+        )
+        for operation, payload in entries.iterator():
+            if operation in held or not isinstance(payload, dict):
+                continue
+            found = holds.held_among_rows(decode_trash_rows(payload.get("sessions", [])))
+            if found:
+                held[operation] = next(iter(found.values())).describe()
+    return held
 
 
 def purge_trash(*, older_than_days: float | None = None) -> int:

@@ -3,7 +3,10 @@
 Delete jobs: one daemon thread per process, started when a job is created or
 its progress is looked at (so a job interrupted by a restart resumes as soon
 as anyone checks on it); it exits when no job is left. ``manage.py run_jobs``
-runs the same loop in a process of its own.
+runs the same loop in a process of its own. A waiting worker is woken the
+moment a job is created (``ledger/wake.py``: NOTIFY on PostgreSQL, a local
+socket on SQLite), and polls only as a fallback, every
+``SESSIONS_ADMIN_JOB_POLL_SECONDS`` (default 5).
 
 Slug history (``core/slug_history.py``): one daemon thread per dashboard
 worker, started with the worker (gunicorn's ``post_worker_init``), polls the
@@ -23,6 +26,7 @@ from django.db import connections
 
 from sessions_admin.core.slug_history import SlugHistoryPoller
 from sessions_admin.ledger import jobs
+from sessions_admin.ledger.wake import JobWaiter
 
 logger = logging.getLogger(__name__)
 # Longer than a job lease, so a job whose worker died is picked up before this one exits.
@@ -32,21 +36,39 @@ _lock = threading.Lock()
 _thread: threading.Thread | None = None
 
 
-def work_until_idle(*, idle_exit_seconds: float = IDLE_EXIT_SECONDS) -> None:
+DEFAULT_JOB_POLL_SECONDS = 5.0
+
+
+def job_poll_interval() -> float:
+    """Seconds between two looks for jobs when no wake comes (a lease left by a dead worker)."""
+    return float(getattr(settings, "SESSIONS_ADMIN_JOB_POLL_SECONDS", DEFAULT_JOB_POLL_SECONDS))
+
+
+def work_until_idle(
+    *, idle_exit_seconds: float = IDLE_EXIT_SECONDS, poll_seconds: float | None = None
+) -> None:
+    poll_seconds = job_poll_interval() if poll_seconds is None else poll_seconds
+    # Listening before the first look: a job created between a look and the wait wakes it.
+    waiter = JobWaiter()
+    logger.info("delete-job worker waiting (wake: %s)", waiter.channel)
     idle_since = time.monotonic()
     try:
-        while time.monotonic() - idle_since < idle_exit_seconds:
+        while True:
             runnable = jobs.runnable_job_ids()
-            if not runnable:
-                time.sleep(0.5)
+            if runnable:
+                for job_id in runnable:
+                    try:
+                        jobs.run_job(job_id=job_id)
+                    except Exception:
+                        logger.exception("delete job %s failed", job_id)
+                idle_since = time.monotonic()
                 continue
-            for job_id in runnable:
-                try:
-                    jobs.run_job(job_id=job_id)
-                except Exception:
-                    logger.exception("delete job %s failed", job_id)
-            idle_since = time.monotonic()
+            idle_left = idle_exit_seconds - (time.monotonic() - idle_since)
+            if idle_left <= 0:
+                break
+            waiter.wait(min(poll_seconds, idle_left))
     finally:
+        waiter.close()
         connections.close_all()
 
 

@@ -56,6 +56,7 @@ OWN_TABLES = (
     "sessions_admin_merges",
     "sessions_admin_undos",
     "sessions_admin_slug_history",
+    "sessions_admin_holds",
 )
 OPERATE_PERMISSIONS = ("console.operate_sessions", "console.delete_sessions")
 
@@ -678,6 +679,9 @@ _STORE_SHIMS = {
     "NOT NULL, prior_state TEXT NOT NULL, undone_at REAL)",
     "sessions_admin_undos": "CREATE TEMP TABLE sessions_admin_undos (id INTEGER PRIMARY KEY, "
     "created_at REAL NOT NULL, session_id TEXT NOT NULL, message_ids TEXT NOT NULL)",
+    "sessions_admin_holds": "CREATE TEMP TABLE sessions_admin_holds (id INTEGER PRIMARY KEY, "
+    "kind TEXT NOT NULL, subject TEXT NOT NULL, reason TEXT NOT NULL, placed_by TEXT NOT NULL, "
+    "placed_at REAL NOT NULL, released_at REAL, released_by TEXT, release_reason TEXT)",
 }
 
 

@@ -539,6 +539,10 @@ class SessionRow:
     continuations: int = 0
     other_children: int = 0
     is_fork: bool = False
+    # What labels the row when it has no title: its first user message (read up to
+    # FIRST_MESSAGE_READ characters), else the gateway's display name.
+    first_message: str | None = None
+    display_name: str | None = None
 
     @property
     def is_live(self) -> bool:
@@ -560,19 +564,35 @@ class SessionPage:
 _BASE_COLUMNS = (
     f"s.id, {_TITLE_SQL}, s.source, s.user_id, s.model, s.started_at, s.archived, s.parent_session_id, "
     "s.ended_at, s.end_reason, s.message_count, s.input_tokens, s.output_tokens, "
-    "s.estimated_cost_usd"
+    "s.estimated_cost_usd, "
+    f"substr(s.display_name, 1, {TITLE_READ}) AS display_name"
+)
+# The row label's first user message: read in the rows' own query (no extra round trip),
+# through idx_sa_messages_session_id (session_id, id), among the session's first
+# FIRST_MESSAGE_SCAN messages only (the inner lookup bounds the id range), so a session
+# of tool output without a user message costs a few index steps, not its whole transcript.
+FIRST_MESSAGE_READ = 1000
+FIRST_MESSAGE_SCAN = 20
+_FIRST_MESSAGE_SQL = (
+    f"(SELECT substr(m.content, 1, {FIRST_MESSAGE_READ}) FROM messages m "
+    "WHERE m.session_id = s.id AND m.id <= COALESCE(("
+    "SELECT scan.id FROM messages scan WHERE scan.session_id = s.id "
+    f"ORDER BY scan.id LIMIT 1 OFFSET {FIRST_MESSAGE_SCAN - 1}), 9223372036854775807) "
+    "AND m.role = 'user' AND m.active = 1 AND m.content <> '' "
+    "ORDER BY m.id LIMIT 1) AS first_message"
 )
 
 
-def _base_rows(ids: Sequence[str]) -> dict[str, dict]:
+def _base_rows(ids: Sequence[str], *, first_message: bool = False) -> dict[str, dict]:
     if not ids:
         return {}
     branched = lineage.marker("_branched_from", "s")
     delegate = lineage.marker("_delegate_from", "s")
+    first = f", {_FIRST_MESSAGE_SQL}" if first_message else ""
     sql, params = _in_list("s.id", ids)
     rows = db.fetchdicts(
-        f"SELECT {_BASE_COLUMNS}, {branched} AS branched_from, {delegate} AS delegate_from "
-        f"FROM sessions s WHERE {sql}",
+        f"SELECT {_BASE_COLUMNS}, {branched} AS branched_from, {delegate} AS delegate_from"
+        f"{first} FROM sessions s WHERE {sql}",
         params,
     )
     return {row["id"]: row for row in rows}
@@ -1040,7 +1060,7 @@ def _message_times(ids: Sequence[int]) -> dict[int, float]:
 
 
 def _enrich(ids: Sequence[str], *, roots: bool, fork_ids: _Forks) -> list[SessionRow]:
-    base = _base_rows(ids)
+    base = _base_rows(ids, first_message=True)
     ids = [sid for sid in ids if sid in base]  # a session deleted meanwhile drops out
     tips = (
         compression_tips([sid for sid in ids if base[sid]["end_reason"] == "compression"])
@@ -1087,6 +1107,8 @@ def _enrich(ids: Sequence[str], *, roots: bool, fork_ids: _Forks) -> list[Sessio
                 continuations=kinds.get("continuations", 0),
                 other_children=kinds.get("other_children", 0),
                 is_fork=sid in fork_set,
+                first_message=row["first_message"],
+                display_name=row["display_name"],
             )
         )
     return out

@@ -475,6 +475,19 @@ def _tool_call(raw: Any) -> ToolCall:
     )
 
 
+def parse_tool_calls(stored: str | None) -> list[ToolCall] | None:
+    """A message's stored ``tool_calls`` JSON as calls ([] for none); None when it is not JSON
+    (or too long to parse: PRETTY_LIMIT), to be shown as stored."""
+    if not stored:
+        return []
+    value = _json_value(stored)
+    if isinstance(value, list):
+        return [_tool_call(call) for call in value]
+    if isinstance(value, dict):
+        return [_tool_call(value)]
+    return None
+
+
 def _preview(arguments: Any) -> str:
     """A one-line summary of a call's arguments."""
     if isinstance(arguments, str):
@@ -543,11 +556,9 @@ def _message(row: dict) -> TranscriptMessage:
     )
     if row["tool_calls"]:
         # Cut tool calls are no longer JSON: shown as stored, up to the cut.
-        value = None if "tool_calls" in cut else _json_value(row["tool_calls"])
-        if isinstance(value, list):
-            message.tool_calls = [_tool_call(call) for call in value]
-        elif isinstance(value, dict):
-            message.tool_calls = [_tool_call(value)]
+        calls = None if "tool_calls" in cut else parse_tool_calls(row["tool_calls"])
+        if calls is not None:
+            message.tool_calls = calls
         else:
             message.tool_calls_unparsed = row["tool_calls"]
     if "content" in cut:

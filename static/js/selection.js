@@ -94,14 +94,46 @@
     drop.forEach(function (name) { data.delete(name); });
   });
 
+  // The filters behind their "Filters" control: the summary counts the active ones (kept
+  // current after htmx applies the form, which swaps only the results), and a wide screen
+  // opens them when one is active. Without JavaScript they start closed and work the same.
+  var WIDE = "(min-width: 60rem)";
+
+  function activeFilters(details) {
+    var fields = details.querySelector("[data-filter-fields]");
+    if (!fields) return 0;
+    var count = 0;
+    fields.querySelectorAll("[name]").forEach(function (field) {
+      if (field.type === "checkbox") {
+        if (field.checked) count++;
+      } else if (field.value !== "" && field.value !== field.getAttribute("data-default")) {
+        count++;
+      }
+    });
+    return count;
+  }
+
+  function refreshFilters(opening) {
+    var details = document.querySelector("form.filters [data-filters]");
+    if (!details) return;
+    var count = activeFilters(details);
+    var label = details.querySelector("[data-active-count]");
+    if (label) label.textContent = count ? " \u00b7 " + count + " active" : "";
+    if (opening && count && window.matchMedia && window.matchMedia(WIDE).matches) {
+      details.open = true;
+    }
+  }
+
   document.addEventListener("htmx:afterSwap", function (event) {
     lastClicked = null;
     var form = document.getElementById("selection");
     if (form) refresh(form);
+    refreshFilters(false);
   });
 
   document.addEventListener("DOMContentLoaded", function () {
     var form = document.getElementById("selection");
     if (form) refresh(form);
+    refreshFilters(true);
   });
 })();

@@ -55,6 +55,9 @@ def test_no_htmx_snapshot_of_signed_in_pages_survives_sign_out(signed_in_page):
     page = signed_in_page("viewer")
     # htmx navigations that push URLs: the list's filter form and the transcript toggle.
     page.goto("/sessions/?scope=all")
+    details = page.locator("form.filters details.more-filters")
+    if details.get_attribute("open") is None:  # open on a wide screen with a filter active
+        details.locator("summary").click()
     page.fill('input[name="source"]', "cli")
     page.click("form.filters button[type=submit]")
     page.wait_for_url(re.compile(r"source=cli"))

@@ -289,7 +289,7 @@ def test_the_health_panel_counts_the_stale_writer_checks_and_lists_their_session
         assert listed.status_code == 200
         page = listed.content.decode()
         everyone = {live, "racer", stale, stranded}
-        assert {sid for sid in everyone if f"<code>{sid}</code>" in page} == ids, kind
+        assert {sid for sid in everyone if f'data-session-id="{sid}"' in page} == ids, kind
 
 
 # --- how old the figures are, and refreshed after an operator's action -------------------------

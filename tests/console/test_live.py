@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from sessions_admin import core
+from sessions_admin.console.html import RAW_TEXT
 from sessions_admin.routers import store_alias
 from tests.console.test_detail import HX, conversation_messages, detail, link, message_ids
 
@@ -196,3 +197,19 @@ def test_a_bad_activity_moment_is_a_plain_400(signed_in, since):
     response = signed_in("viewer").get(reverse("session_activity"), {"since": since})
     assert response.status_code == 400
     assert response["Content-Type"].startswith("text/plain")
+
+
+def test_the_poll_and_the_navigator_keep_the_pages_view_choices(signed_in):
+    root = core.create_session(source="cli").session_id
+    core.append_messages(session_id=root, messages=conversation_messages(1))
+    tip = core.rotate_for_compression(session_id=root).new_session_id
+    client = signed_in("viewer")
+    page = client.get(detail(root), {"inactive": "hide", "text": RAW_TEXT}).content.decode()
+    assert tail_link(page) == (
+        f"{reverse('session_tail', args=[tip])}?after=0&inactive=hide&text={RAW_TEXT}"
+    )
+    assert f"{detail(root)}?after=1%3A0&amp;inactive=hide&amp;text={RAW_TEXT}" in page
+    new = core.append_messages(session_id=tip, messages=[{"role": "user", "content": "*hi*"}])
+    answer = client.get(tail_link(page), headers=HX).content.decode()
+    assert message_ids(answer) == list(new.message_ids)
+    assert "<em>hi</em>" not in answer  # shown as written, like the rest of the page

@@ -234,6 +234,58 @@ def test_the_preview_shows_the_merged_transcript_in_order_with_its_sources(signe
     assert hidden[: len(ids)] == ids
 
 
+def test_tool_call_turns_show_their_calls_paired_with_their_results(signed_in):
+    a = core.create_session(source="cli", started_at=1.0).session_id
+    b = core.create_session(source="cli", started_at=2.0).session_id
+
+    def call(call_id: str, name: str, arguments: str) -> dict:
+        return {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+
+    _question, turn, result = core.append_messages(
+        session_id=a,
+        messages=[
+            {"role": "user", "content": "where is order 8812?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [call("c1", "lookup_order", '{"order": "8812"}')],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "shipped"},
+        ],
+    ).message_ids
+    _, unanswered = core.append_messages(
+        session_id=b,
+        messages=[
+            {"role": "user", "content": "and mine?"},
+            {"role": "assistant", "content": "", "tool_calls": [call("c2", SCRIPT, "{}")]},
+        ],
+    ).message_ids
+    core.append_message(session_id=b, role="tool", tool_call_id="elsewhere", content="stray")
+    body = signed_in("viewer").get(preview_url([a, b])).content.decode()
+    assert "(no text)" not in body
+
+    def item(message_id: int) -> str:
+        return re.search(
+            rf'<li class="pm-msg [^"]*" id="pm{message_id}".*?</li>', body, re.S
+        ).group(0)
+
+    line = item(turn)
+    assert '<details class="call-line"><summary><span class="tool-name">lookup_order</span>' in line
+    assert (
+        '<pre class="code">{\n  &quot;order&quot;: &quot;8812&quot;\n}</pre>' in line
+    )  # collapsed
+    assert f'<a class="call-result" href="#pm{result}">result #{result}</a>' in line
+    assert f'result of <a href="#pm{turn}">lookup_order</a>' in item(result)
+    other = item(unanswered)
+    assert '<span class="tool-name">&lt;script&gt;alert(1)&lt;/script&gt;</span>' in other
+    assert "no result here" in other and SCRIPT not in body
+    assert "result of <code>elsewhere</code>" in body  # a result whose call is not listed
+
+
 def test_the_preview_says_when_the_transcript_is_longer_than_shown(signed_in):
     a = core.create_session(source="cli", started_at=1.0).session_id
     b = core.create_session(source="cli", started_at=2.0).session_id

@@ -121,6 +121,12 @@ def _pages(seeded: urlmap.Seeded, name: str) -> list[tuple[str, str, dict | None
         "bulk_delete_start": [("post", reverse("bulk_delete_preview"), {"ids": [seeded.root]})],
         "job_cancel": [("get", reverse("job_detail", args=[seeded.job_id]), None)],
         "trash_purge": [("get", reverse("trash"), None)],
+        "hold_place": [("get", reverse("holds") + "?" + urlencode({"subject": seeded.root}), None)],
+        "hold_release": [("get", reverse("holds"), None)],
+        "retention_create": [("get", reverse("retention"), None)],
+        "retention_switch": [("get", reverse("retention"), None)],
+        "retention_run": [("get", reverse("retention"), None)],
+        "retention_delete": [("get", reverse("retention"), None)],
     }[name]
 
 
@@ -136,6 +142,12 @@ ACTIONS = [
     "bulk_delete_start",
     "job_cancel",
     "trash_purge",
+    "hold_place",
+    "hold_release",
+    "retention_create",
+    "retention_switch",
+    "retention_run",
+    "retention_delete",
 ]
 
 
@@ -219,4 +231,10 @@ def test_hostile_operator_text_is_refused_or_audited(seeded, admin_client, name,
 
 def _reason_required(name: str) -> bool:
     """Destructive actions need a reason (core.text's ``required``); support actions do not."""
-    return name in {"cascade_delete_confirm", "bulk_delete_start", "trash_purge"}
+    return name in {
+        "cascade_delete_confirm",
+        "bulk_delete_start",
+        "trash_purge",
+        "hold_place",
+        "hold_release",
+    }

@@ -721,8 +721,14 @@ def panel_of(body: str) -> str:
 
 
 def rewind_box(panel: str, action: str) -> str:
+    """The rewind's <details>, whole (its preview nests a <details> per tool call)."""
     start = panel.index(f'<details class="sa-rewind" id="sa-{action}">')
-    return panel[start : panel.index("</details>", start)]
+    depth = 0
+    for tag in re.finditer(r"<(/?)details\b", panel[start:]):
+        depth += -1 if tag.group(1) else 1
+        if depth == 0:
+            return panel[start : start + tag.start()]
+    raise AssertionError(f"the {action} box is not closed")
 
 
 def test_undo_is_a_secondary_action_that_previews_the_messages_it_marks_undone(signed_in):
@@ -733,7 +739,17 @@ def test_undo_is_a_secondary_action_that_previews_the_messages_it_marks_undone(s
     # A secondary button that opens the preview, not a filled button that acts at once.
     assert '<summary class="sa-btn secondary">Undo last turn…</summary>' in undo
     assert [int(i) for i in re.findall(r'data-message="(\d+)"', undo)] == ids[2:]
-    assert "second question" in undo and "calls lookup" in undo and "tool result" in undo
+    assert "second question" in undo and "tool result" in undo
+    # The tool-call turn shows its call (name, arguments collapsed), paired with its result.
+    assert "(no text)" not in undo
+    call_turn, result = ids[3], ids[4]
+    item = re.search(rf'<li data-message="{call_turn}">.*?</li>', undo, re.S).group(0)
+    line = item[item.index('<details class="call-line">') :]
+    assert '<span class="tool-name">lookup</span>' in line
+    assert '<pre class="code">{}</pre>' in line
+    assert f'<a class="call-result" href="{detail(ref)}?around={result}#m{result}">' in line
+    answer = re.search(rf'<li data-message="{result}">.*?</li>', undo, re.S).group(0)
+    assert f'result of <a href="{detail(ref)}?around={call_turn}#m{call_turn}">lookup</a>' in answer
     assert "first question" not in undo
     assert "Undo these 4 messages" in undo
     plan = plan_rewrite(session_id=ref, action="undo")

@@ -7,9 +7,14 @@ import re
 
 import pytest
 from django.core.cache import cache
+from django.db import connections
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from sessions_admin import core
+from sessions_admin.core import db
+from sessions_admin.routers import store_alias
+from sessions_admin.store import listing
 
 URL = "/sessions/"
 
@@ -30,7 +35,12 @@ def _body(response) -> str:
 
 
 def _row_ids(body: str) -> list[str]:
-    return re.findall(r'name="ids" value="([^"]+)"', body)
+    """The sessions the table lists, in order (every role sees rows; only some see checkboxes)."""
+    return [html.unescape(sid) for sid in re.findall(r'<tr [^>]*data-session-id="([^"]+)"', body)]
+
+
+def _row_boxes(body: str) -> list[str]:
+    return [html.unescape(sid) for sid in re.findall(r'name="ids" value="([^"]+)"', body)]
 
 
 def _link(body: str, css_class: str) -> str | None:
@@ -68,7 +78,7 @@ def test_a_post_is_the_merge_button_and_goes_to_the_merge_preview(signed_in):
 
 def test_the_full_page_has_the_filter_form_and_the_selection_form(signed_in):
     sid = _new(source="telegram")
-    body = _body(signed_in("viewer").get(URL))
+    body = _body(signed_in("support").get(URL))
     assert "<html" in body
     assert 'class="filters" method="get"' in body
     assert 'hx-push-url="true"' in body
@@ -81,6 +91,7 @@ def test_the_full_page_has_the_filter_form_and_the_selection_form(signed_in):
     assert "<script>" not in body and "<script>\n" not in body  # no inline scripts
     assert re.search(r"<script(?![^>]*\bsrc=)", body) is None
     assert _row_ids(body) == [sid]
+    assert _row_boxes(body) == [sid]
 
 
 def test_htmx_gets_only_the_results_fragment(signed_in):
@@ -119,7 +130,7 @@ def test_filters_and_the_next_cursor_round_trip_through_the_url(signed_in):
 
 def test_the_selection_carries_the_current_filter(signed_in):
     _new("telegram")
-    body = _body(signed_in("viewer").get(URL, {"source": "telegram", "sort": "cost", "q": ""}))
+    body = _body(signed_in("support").get(URL, {"source": "telegram", "sort": "cost", "q": ""}))
     assert '<input type="hidden" name="filter" value="source=telegram">' in body
     assert "Select all 1 conversations matching this filter" in " ".join(body.split())
 
@@ -168,7 +179,7 @@ def test_bad_parameters_give_a_message_not_an_error(signed_in, query):
         or "Type words to search for" in body
         or "No message matches" in body
     )
-    assert _body(client.get(URL)).count('name="ids"') == 1
+    assert len(_row_ids(_body(client.get(URL)))) == 1
 
 
 def test_titles_and_fields_are_escaped(signed_in):
@@ -191,3 +202,141 @@ def test_status_words_and_markers(signed_in):
     assert ">branch<" in body and "1 branch<" in body
     assert ">live<" in body
     assert _row_ids(body) == [branch, ended]
+
+
+# --- who gets a selection -------------------------------------------------------------
+
+
+def test_a_viewer_gets_rows_without_checkboxes_or_selection_buttons(signed_in):
+    sid = _new()
+    body = _body(signed_in("viewer").get(URL))
+    assert _row_ids(body) == [sid]
+    assert _row_boxes(body) == []
+    assert 'id="selection"' not in body
+    assert "data-select-all" not in body
+    assert 'name="all_matching"' not in body
+    assert "Merge selected" not in body and "Delete selected" not in body
+    # The table keeps its shape: one header cell per row cell.
+    assert 'class="pick"' not in body
+    assert body.count('<th scope="col"') == 10
+
+
+@pytest.mark.parametrize(("role", "deletes"), [("support", False), ("admin", True)])
+def test_operators_get_checkboxes_and_their_selection_buttons(signed_in, role, deletes):
+    sid = _new()
+    body = _body(signed_in(role).get(URL))
+    assert _row_boxes(body) == [sid] == _row_ids(body)
+    assert 'id="selection"' in body and "data-select-all" in body
+    assert "Merge selected…" in body
+    assert ("Delete selected…" in body) is deletes
+    assert body.count('<th scope="col"') == 11
+
+
+def test_an_empty_list_spans_the_table_for_each_role(signed_in):
+    assert 'colspan="10"' in _body(signed_in("viewer").get(URL))
+    assert 'colspan="11"' in _body(signed_in("support").get(URL))
+
+
+# --- row labels -----------------------------------------------------------------------
+
+
+def _label(body: str, sid: str) -> tuple[str, str]:
+    """(kind, text) of the label on the row of ``sid``."""
+    row = re.search(rf'<tr [^>]*data-session-id="{re.escape(sid)}".*?</tr>', body, re.S)
+    assert row, sid
+    found = re.search(r'<bdi class="label ([a-z-]+)"[^>]*>(.*?)</bdi>', row.group(0), re.S)
+    assert found, row.group(0)
+    return found.group(1), html.unescape(found.group(2))
+
+
+def test_a_row_is_labelled_by_title_then_first_user_message_then_display_name(signed_in):
+    titled = _new(title="Refund for order 8812", started_at=4.0)
+    core.append_message(session_id=titled, role="user", content="not the label")
+    asked = _new(started_at=3.0)
+    core.append_message(session_id=asked, role="assistant", content="Hello, how can I help?")
+    core.append_message(session_id=asked, role="user", content="My parcel never arrived")
+    core.append_message(session_id=asked, role="user", content="second question")
+    named = _new(started_at=2.0)
+    db.execute("UPDATE sessions SET display_name = %s WHERE id = %s", ["Ada Lovelace", named])
+    empty = _new(started_at=1.0)
+    body = _body(signed_in("viewer").get(URL))
+    assert _row_ids(body) == [titled, asked, named, empty]
+    assert _label(body, titled) == ("title", "Refund for order 8812")
+    assert _label(body, asked) == ("first-message", "My parcel never arrived")
+    assert _label(body, named) == ("display-name", "Ada Lovelace")
+    assert _label(body, empty) == ("none", "(no messages)")
+    # The id stays on the row, secondary, and the label links to the session.
+    assert f'<code class="sid">{asked}</code>' in body
+    assert f'<a class="label-link" href="{reverse("session_detail", args=[asked])}">' in body
+
+
+def test_an_undone_first_message_does_not_label_the_row(signed_in):
+    sid = _new()
+    core.append_message(session_id=sid, role="user", content="first try")
+    core.append_message(session_id=sid, role="user", content="kept question")
+    db.execute("UPDATE messages SET active = 0 WHERE content = 'first try'")
+    assert _label(_body(signed_in("viewer").get(URL)), sid) == ("first-message", "kept question")
+
+
+def test_the_label_looks_only_at_a_sessions_first_messages(signed_in):
+    """A session of tool output is not read to its end for a user message (an index range)."""
+    late = _new(started_at=2.0)
+    within = _new(started_at=1.0)
+    for sid, before in (
+        (late, listing.FIRST_MESSAGE_SCAN),
+        (within, listing.FIRST_MESSAGE_SCAN - 1),
+    ):
+        for n in range(before):
+            core.append_message(session_id=sid, role="assistant", content=f"step {n}")
+        core.append_message(session_id=sid, role="user", content="a late question")
+    body = _body(signed_in("viewer").get(URL))
+    assert _label(body, late) == ("none", "(no user message)")
+    assert _label(body, within) == ("first-message", "a late question")
+
+
+def test_a_hostile_first_message_is_one_clipped_inert_line(signed_in):
+    rtl = _new(started_at=3.0)
+    core.append_message(
+        session_id=rtl, role="user", content="\u202egnp.exe\u202c\nline two\r\n\tthree\u2066x"
+    )
+    markup = _new(started_at=2.0)
+    core.append_message(
+        session_id=markup,
+        role="user",
+        content='<img src=x onerror=alert(1)>"><script>alert(2)</script>',
+    )
+    huge = _new(started_at=1.0)
+    core.append_message(session_id=huge, role="user", content="word " * 200_000)  # 1 MB
+    body = _body(signed_in("viewer").get(URL))
+    assert _label(body, rtl) == ("first-message", "gnp.exe line two threex")
+    assert "\u202e" not in body and "\u2066" not in body
+    kind, text = _label(body, markup)
+    assert text == '<img src=x onerror=alert(1)>"><script>alert(2)</script>'
+    assert "<img src=x" not in body and "<script>alert(2)" not in body
+    kind, text = _label(body, huge)
+    assert kind == "first-message" and len(text) <= 121 and text.endswith("…")
+    assert "\n" not in text
+    assert len(body) < 200_000  # the megabyte stays in the store
+
+
+def test_a_list_page_reads_labels_in_its_existing_queries(signed_in):
+    """The first user messages come with the rows' own query: no query per row, none added."""
+    for n in range(60):
+        sid = _new(started_at=1_700_000_000.0 + n)
+        core.append_message(session_id=sid, role="user", content=f"question {n}")
+    client = signed_in("viewer")
+    client.get(URL)  # warm the cached choices and fork ids
+    with CaptureQueriesContext(connections[store_alias()]) as queries:
+        body = _body(client.get(URL, headers={"HX-Request": "true"}))
+    assert _label(body, _row_ids(body)[0]) == ("first-message", "question 59")
+    reads = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].lstrip().upper().startswith(("SELECT", "WITH"))
+    ]
+    assert len(reads) <= LIST_PAGE_READS, reads
+
+
+# The reads of a first list page of 50 rows before the row labels, on SQLite and PostgreSQL
+# alike (PostgreSQL adds BEGIN, SET LOCAL jit = off and COMMIT around them: 9 round trips).
+LIST_PAGE_READS = 6

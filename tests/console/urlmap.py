@@ -12,9 +12,15 @@ from dataclasses import dataclass
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from sessions_admin import core
-from sessions_admin.core import db
+from sessions_admin.core import db, holds
 from sessions_admin.ledger import jobs
-from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
+from sessions_admin.ledger.models import (
+    AuditEntry,
+    DeleteJob,
+    ErasureRequest,
+    RetentionPolicy,
+    TrashEntry,
+)
 from sessions_admin.routers import responses_alias
 
 # Text that only the seeded store holds: a response that shows it leaked store content.
@@ -32,6 +38,9 @@ class Seeded:
     merge_id: int
     trash_entry_id: int
     job_id: int
+    hold_id: int
+    policy_id: int
+    request_id: int
 
     @property
     def url_args(self) -> dict[str, object]:
@@ -41,6 +50,9 @@ class Seeded:
             "merge_id": self.merge_id,
             "entry_id": self.trash_entry_id,
             "job_id": self.job_id,
+            "hold_id": self.hold_id,
+            "policy_id": self.policy_id,
+            "request_id": self.request_id,
         }
 
     @property
@@ -91,7 +103,23 @@ def seed() -> Seeded:
     job_id = jobs.create_bulk_delete_job(
         session_ids=[old], include_live=False, actor="seed", reason="seed"
     )
+    kept = core.create_session(source="cli", started_at=5000.0).session_id
+    hold_id = holds.place_hold(kind="session", subject=kept, reason="seed", actor="seed").id
+    policy_id = RetentionPolicy.objects.create(
+        name="seed policy", older_than_days=3650, created_by="seed"
+    ).pk
+    request_id = ErasureRequest.objects.create(
+        reference="seed",
+        subject_hash="0" * 64,
+        salt="1" * 32,
+        state=ErasureRequest.DONE,
+        receipt={"erased": {"sessions": 0}},
+        created_by="seed",
+    ).pk
     return Seeded(
+        request_id=request_id,
+        hold_id=hold_id,
+        policy_id=policy_id,
         root=root,
         tip=tip,
         branch=branch,
@@ -111,6 +139,7 @@ def state() -> dict:
         "switch_events": db.fetchall("SELECT * FROM sessions_admin_switch_events ORDER BY 1"),
         "merges": db.fetchall("SELECT * FROM sessions_admin_merges ORDER BY 1"),
         "undos": db.fetchall("SELECT * FROM sessions_admin_undos ORDER BY 1"),
+        "holds": db.fetchall("SELECT * FROM sessions_admin_holds ORDER BY 1"),
         "conversations": db.fetchall(
             "SELECT * FROM conversations ORDER BY name", alias=responses_alias()
         ),
@@ -125,6 +154,12 @@ def state() -> dict:
         ),
         "trash": list(TrashEntry.objects.order_by("pk").values_list("pk", "state")),
         "jobs": list(DeleteJob.objects.order_by("pk").values_list("pk", "state", "done")),
+        "erasures": list(ErasureRequest.objects.order_by("pk").values_list("pk", "state")),
+        "policies": list(
+            RetentionPolicy.objects.order_by("pk").values_list(
+                "pk", "name", "enabled", "next_run_at"
+            )
+        ),
     }
     if db.vendor() == "sqlite":
         snapshot["fts"] = db.fetchall("SELECT rowid, content FROM messages_fts ORDER BY rowid")

@@ -210,6 +210,7 @@ def _cascade_context(
         "groups": _relation_groups(plan, rows),
         "kept": kept,
         "live": live,
+        "held_holds": sorted({words for _, words in plan.held}),
         "live_count": len(plan.live_session_ids),
         "more_live": max(0, len(plan.live_session_ids) - LIVE_LISTED),
         "session_count": len(plan.session_ids),
@@ -469,6 +470,8 @@ class DryRun:
     count: int
     live_excluded: int
     live_included: int
+    held_excluded: int
+    holds: tuple[str, ...]
     message_count: int
     sample: list[dict]
     digest: str
@@ -497,6 +500,8 @@ def _dry_run(selection: Selection, include_live: bool) -> tuple[DryRun | None, l
         selected_ids=ids,
         count=len(preview.session_ids),
         live_excluded=preview.live_excluded,
+        held_excluded=preview.held_excluded,
+        holds=preview.holds,
         live_included=_count_live(preview.session_ids) if include_live else 0,
         message_count=preview.message_count,
         sample=sample,

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from sessions_admin import core
+from sessions_admin.console.html import RAW_TEXT
 from sessions_admin.console.http import (
     HtmxHttpRequest,
     require_perm,
@@ -22,6 +23,7 @@ from sessions_admin.console.http import (
     wants_fragment,
 )
 from sessions_admin.console.views.session_actions import panel_context
+from sessions_admin.core import holds
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.signin.roles import VIEW
 from sessions_admin.store import transcripts
@@ -113,32 +115,46 @@ def _last_segment_live(chain: list[str], session: Session) -> bool:
 
 
 def _links(
-    session: Session, chunk: Chunk, *, hide: bool, chain: list[str], live: bool
+    session: Session, chunk: Chunk, *, hide: bool, raw: bool, chain: list[str], live: bool
 ) -> dict[str, str]:
     """Page URLs (no JavaScript) and fragment URLs (htmx) for the chunk's neighbours.
+
+    Every link carries the page's two view choices (undone messages hidden, text raw);
+    each toggle flips its own and keeps the other.
 
     ``tail``: where a live transcript shown to its end polls for the rows written after it
     (the last segment's own address, so a poll needs no walk of the chain).
     """
     page = reverse("session_detail", args=[session.id])
     fragment = reverse("session_transcript", args=[session.id])
-    extra = {"inactive": "hide"} if hide else {}
+
+    def view(*, hide: bool, raw: bool) -> dict[str, str]:
+        return {
+            **({"inactive": "hide"} if hide else {}),
+            **({"text": RAW_TEXT} if raw else {}),
+        }
+
+    def at(base: str, query: dict[str, str]) -> str:
+        return f"{base}?{urlencode(query)}" if query else base
+
+    extra = view(hide=hide, raw=raw)
     links: dict[str, str] = {}
     if live and chunk.reached_end and chunk.tail is not None:
         query = urlencode({"after": str(chunk.tail.message_id), **extra})
         links["tail"] = f"{reverse('session_tail', args=[chain[chunk.tail.segment]])}?{query}"
     links["latest_page"] = f"{page}?{urlencode({'at': 'end', **extra})}"
     if chunk.later is not None:
-        query = urlencode({"after": str(chunk.later), **extra})
-        links["later_page"] = f"{page}?{query}"
-        links["later_fragment"] = f"{fragment}?{query}"
+        query = {"after": str(chunk.later), **extra}
+        links["later_page"] = at(page, query)
+        links["later_fragment"] = at(fragment, query)
     if chunk.earlier is not None:
-        query = urlencode({"before": str(chunk.earlier), **extra})
-        links["earlier_page"] = f"{page}?{query}"
-        links["earlier_fragment"] = f"{fragment}?{query}"
-    links["toggle"] = page if hide else f"{page}?{urlencode({'inactive': 'hide'})}"
-    # What the transcript reloads from when an action changes it (the same filter, from the top).
-    links["refresh"] = f"{page}?{urlencode(extra)}" if extra else page
+        query = {"before": str(chunk.earlier), **extra}
+        links["earlier_page"] = at(page, query)
+        links["earlier_fragment"] = at(fragment, query)
+    links["toggle"] = at(page, view(hide=not hide, raw=raw))
+    links["text_toggle"] = at(page, view(hide=hide, raw=not raw))
+    # What the transcript reloads from when an action changes it (the same view, from the top).
+    links["refresh"] = at(page, extra)
     return links
 
 
@@ -193,6 +209,7 @@ def _page_context(request: HtmxHttpRequest, session: Session, chain: list[str]) 
         )
     return {
         **_lineage_context(session),
+        "hold": holds.holds_on([session.id]).get(session.id),
         "continues_in": continues_in,
         "segment_count": len(chain),
         **_meta_context(session),
@@ -202,6 +219,7 @@ def _page_context(request: HtmxHttpRequest, session: Session, chain: list[str]) 
 
 def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> HttpResponse:
     hide = request.GET.get("inactive") == "hide"
+    raw = request.GET.get("text") == RAW_TEXT
     as_fragment = wants_fragment(request)
     chain = core.compression_chain(session_id=session.id)
     try:
@@ -221,10 +239,12 @@ def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> Http
         "session": session,
         "chain": chain,
         "segment": segment,
-        "segments": _segment_links(session, chain, current=segment, hide=hide),
+        "segments": _segment_links(session, chain, current=segment, hide=hide, raw=raw),
         "chunk": chunk,
-        "links": _links(session, chunk, hide=hide, chain=chain, live=live),
+        "links": _links(session, chunk, hide=hide, raw=raw, chain=chain, live=live),
         "hide_inactive": hide,
+        # message_html's mode: Markdown rendered, or (RAW_TEXT) the text as written.
+        "text_mode": RAW_TEXT if raw else "",
         "around": around,
     }
     if as_fragment:
@@ -253,13 +273,13 @@ def session_detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 
 
 def _segment_links(
-    session: Session, chain: list[str], *, current: int, hide: bool
+    session: Session, chain: list[str], *, current: int, hide: bool, raw: bool
 ) -> list[dict[str, object]]:
     """The segment navigator: each compression segment's start in this page's transcript."""
     if len(chain) < 2:
         return []
     page = reverse("session_detail", args=[session.id])
-    extra = {"inactive": "hide"} if hide else {}
+    extra = {**({"inactive": "hide"} if hide else {}), **({"text": RAW_TEXT} if raw else {})}
     return [
         {
             "number": index + 1,
@@ -294,6 +314,7 @@ def session_tail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         # Followed without JavaScript: the transcript's latest messages, as a page.
         return redirect(f"{reverse('session_detail', args=[session_id])}?at=end")
     hide = request.GET.get("inactive") == "hide"
+    raw = request.GET.get("text") == RAW_TEXT
     state = transcripts.tail_state(session_id, after, hide_inactive=hide)
     if not state.found:
         raise Http404("No such session")
@@ -311,8 +332,9 @@ def session_tail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         "session": session,
         "chain": chain,
         "chunk": chunk,
-        "links": _links(session, chunk, hide=hide, chain=chain, live=live),
+        "links": _links(session, chunk, hide=hide, raw=raw, chain=chain, live=live),
         "hide_inactive": hide,
+        "text_mode": RAW_TEXT if raw else "",
         "tail_answer": True,
     }
     return render(request, f"{TEMPLATE}#transcript-chunk", context)

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sessions_admin import core
 from sessions_admin.console.forms import MergeForm, UnmergeForm
+from sessions_admin.console.html import preview_calls
 from sessions_admin.console.http import (
     HtmxHttpRequest,
     fragment,
@@ -254,7 +255,12 @@ def _preview_context(
     transcript = core.merge_preview(plan=plan, limit=PREVIEW_MESSAGES + 1)
     total = sum(source.messages for source in plan.sources)
     rows = []
-    for message in transcript[:PREVIEW_MESSAGES]:
+    listed = transcript[:PREVIEW_MESSAGES]
+    # Tool-call turns show their calls, each paired with its result where that is listed.
+    calls = preview_calls(
+        listed, lambda message_id: f"#pm{message_id}", shown=PREVIEW_CONTENT_CHARS
+    )
+    for message in listed:
         content = message["content"]
         cut = content is not None and len(content) > PREVIEW_CONTENT_CHARS
         rows.append(
@@ -264,6 +270,9 @@ def _preview_context(
                 "cut": cut,
                 "source_index": index.get(message["session_id"], 0) % 6,
                 "from_target": message["session_id"] == plan.target_id,
+                "calls": calls.lines.get(message["id"], []),
+                "calls_unparsed": message["id"] in calls.unparsed,
+                "answers": calls.answers.get(message["id"]),
             }
         )
     context.update(

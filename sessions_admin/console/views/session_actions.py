@@ -20,7 +20,6 @@ back to the page with a message.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
@@ -29,12 +28,13 @@ from django.db.models.functions import Substr
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import trigger_client_event
 
 from sessions_admin import core
 from sessions_admin.console.forms import ResetForm, ResumeForm, RewriteForm
-from sessions_admin.console.html import end_reason_words
+from sessions_admin.console.html import CallAnswered, end_reason_words, preview_calls
 from sessions_admin.console.http import (
     HtmxHttpRequest,
     plural,
@@ -91,8 +91,11 @@ def _detail_url(session_id: str, **query: str) -> str:
 class PreviewedMessage:
     id: int
     role: str
-    text: str  # the start of its content, or what it calls
+    text: str  # the start of its content
     url: str
+    calls: list[SafeString] = field(default_factory=list)  # its tool calls, one line each
+    answers: CallAnswered | None = None  # the listed call a tool result answers
+    tool_call_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,36 +109,39 @@ class RewritePreview:
     more: int = 0
 
 
-def _calls(tool_calls: str | None) -> str:
-    """The tool names a message calls, from its stored ``tool_calls`` JSON."""
-    try:
-        calls = json.loads(tool_calls or "[]")
-    except ValueError:
-        return ""
-    names = [
-        str(((c.get("function") or {}) if isinstance(c, dict) else {}).get("name") or "a tool")
-        for c in (calls if isinstance(calls, list) else [])
-    ]
-    return f"calls {', '.join(names)}" if names else ""
-
-
 def _previewed(session_id: str, ids: tuple[int, ...]) -> list[PreviewedMessage]:
-    rows = (
+    rows = list(
         Message.objects.filter(session_id=session_id, id__in=list(ids[:PREVIEW_MESSAGES]))
         .annotate(start=Substr("content", 1, PREVIEW_CHARS + 1))
-        .values("id", "role", "start", "tool_calls", "tool_name")
+        .values("id", "role", "start", "tool_calls", "tool_call_id", "tool_name")
         .order_by("id")
     )
+
+    def url_of(message_id: int) -> str:
+        return _detail_url(session_id, around=str(message_id)) + f"#m{message_id}"
+
+    # A tool-call turn shows its calls, each paired with its result where that is listed.
+    calls = preview_calls(rows, url_of, shown=PREVIEW_CHARS)
     shown = []
     for row in rows:
         text = " ".join((row["start"] or "").split())
         if len(text) > PREVIEW_CHARS:
             text = text[:PREVIEW_CHARS] + "…"
-        if not text:
-            text = _calls(row["tool_calls"]) or "(no text)"
+        lines = calls.lines.get(row["id"], [])
+        if not text and not lines:
+            text = "(tool calls, not valid JSON)" if row["id"] in calls.unparsed else "(no text)"
         role = row["role"] + (f" · {row['tool_name']}" if row["tool_name"] else "")
-        url = _detail_url(session_id, around=str(row["id"])) + f"#m{row['id']}"
-        shown.append(PreviewedMessage(row["id"], role, text, url))
+        shown.append(
+            PreviewedMessage(
+                row["id"],
+                role,
+                text,
+                url_of(row["id"]),
+                calls=lines,
+                answers=calls.answers.get(row["id"]),
+                tool_call_id=row["tool_call_id"] if row["role"] == "tool" else None,
+            )
+        )
     return shown
 
 

@@ -33,7 +33,7 @@ from sessions_admin.console.html import (
     when,
 )
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
-from sessions_admin.signin.roles import VIEW
+from sessions_admin.signin.roles import OPERATE, VIEW
 from sessions_admin.store import activity, health, listing
 
 logger = logging.getLogger(__name__)
@@ -65,11 +65,15 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
     query = filters.querystring()
     template = fragment(request, TEMPLATE, "results")
     detail = _DetailLinks()
+    # Viewers get no checkboxes: every action on a selection needs the operate permission.
+    selectable = request.user.has_perm(OPERATE)
     context = {
         "filters": filters,
         "problems": problems,
         "page": page,
-        "rows": [_row(row, detail) for row in page.rows] if page else [],
+        "rows": [_row(row, detail, selectable) for row in page.rows] if page else [],
+        "selectable": selectable,
+        "active_filters": len(filters.filters_only().params()),
         "search": search,
         "hits": [_hit(hit, detail) for hit in search.hits] if search else [],
         "query": query,
@@ -196,7 +200,7 @@ class _DetailLinks:
         return f"{self._prefix}{quote(session_id, safe='')}{self._suffix}"
 
 
-def _row(row: listing.SessionRow, detail: _DetailLinks) -> ListedSession:
+def _row(row: listing.SessionRow, detail: _DetailLinks, selectable: bool) -> ListedSession:
     return ListedSession(
         session=row,
         url=detail(row.id),
@@ -207,6 +211,7 @@ def _row(row: listing.SessionRow, detail: _DetailLinks) -> ListedSession:
         messages=f"{row.message_count:,}",
         tokens=f"{row.tokens:,}",
         cost=None if row.cost is None else f"${row.cost:,.4f}",
+        selectable=selectable,
     )
 
 

@@ -35,7 +35,7 @@ from sessions_admin.console.http import HtmxHttpRequest, fragment, plural, requi
 from sessions_admin.console.views.delete import plural_days
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import DeleteJob, TrashEntry, TrashSession
-from sessions_admin.ledger.trash import purgeable_operations
+from sessions_admin.ledger.trash import held_trash_operations, purgeable_operations
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
 
@@ -58,6 +58,7 @@ class TrashRow:
     expires_at: dt.datetime
     expired: bool
     job_running: bool = False  # its bulk delete job still deletes: restorable once it stops
+    hold: str = ""  # the legal hold (in words) that keeps it from a purge
 
     @property
     def state(self) -> str:
@@ -139,6 +140,7 @@ def _render_trash(
             state__in=[DeleteJob.PENDING, DeleteJob.RUNNING],
         ).values_list("pk", flat=True)
     )
+    held = held_trash_operations()
     rows = []
     for operation in newest:
         batches = entries.get(operation, [])
@@ -167,6 +169,7 @@ def _render_trash(
                 expires_at=expires_at,
                 expired=not restored and expires_at <= now,
                 job_running=batches[0].job_id in running_jobs,
+                hold=held.get(operation, ""),
             )
         )
     context = {
@@ -180,6 +183,8 @@ def _render_trash(
         # What each choice of the purge form drops (whole operations, as listed here).
         "purgeable_count": len(purgeable_operations()),
         "expired_count": len(purgeable_operations(older_than_days=days)),
+        # Operations a legal hold keeps: no purge drops them.
+        "held_count": len(held),
         "prev_url": _trash_url(q, str(page.previous_page_number()))
         if page.has_previous()
         else None,
@@ -275,4 +280,11 @@ def trash_purge(request: HtmxHttpRequest) -> HttpResponse:
         + (f" older than {plural_days(days)}" if days is not None else "")
         + "; they can no longer be restored.",
     )
+    held = held_trash_operations()
+    if held:
+        messages.warning(
+            request,
+            f"Kept {plural(len(held), 'trash entry', 'trash entries')} under legal hold: "
+            + "; ".join(sorted(set(held.values()))[:5]),
+        )
     return redirect("trash")

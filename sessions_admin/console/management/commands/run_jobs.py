@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
+from sessions_admin.ledger import actions, schedule
 from sessions_admin.ledger.worker import work_until_idle
 
 
@@ -15,7 +16,25 @@ class Command(BaseCommand):
             default=5.0,
             help="seconds with no runnable job before exiting (default 5)",
         )
+        parser.add_argument(
+            "--poll",
+            type=float,
+            default=None,
+            help="seconds between looks for jobs when no wake comes "
+            "(default: SESSIONS_ADMIN_JOB_POLL_SECONDS, 5)",
+        )
+        parser.add_argument(
+            "--schedule",
+            action="store_true",
+            help="keep running: start due retention policy runs too (every "
+            "SESSIONS_ADMIN_RETENTION_CHECK_SECONDS, default 60), and never exit when idle",
+        )
 
     def handle(self, *args, **options):
-        work_until_idle(idle_exit_seconds=options["idle_exit"])
+        if options["schedule"]:
+            interval = max(1.0, schedule.check_interval())
+            while True:
+                actions.start_due_policies()
+                work_until_idle(idle_exit_seconds=interval, poll_seconds=options["poll"])
+        work_until_idle(idle_exit_seconds=options["idle_exit"], poll_seconds=options["poll"])
         self.stdout.write("No delete job left to run.")

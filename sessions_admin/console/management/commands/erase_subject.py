@@ -1,0 +1,68 @@
+"""``manage.py erase_subject --user ID [--chat ID ...] [--key FRAGMENT ...] --reference REF``
+
+Shows what the erasure removes; with ``--yes`` runs it here, through the same audited
+doors as the page (``ledger.actions.request_erasure`` then ``run_erasure``), and prints
+the receipt (JSON). Without ``--yes`` nothing changes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from sessions_admin.core import holds
+from sessions_admin.core.erasure import Subject, plan_erasure
+from sessions_admin.core.errors import StoreError
+from sessions_admin.ledger import actions
+
+
+class Command(BaseCommand):
+    help = "Erase everything about one person (a user id, chat ids, session key fragments)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--user", required=True, help="the person's user id")
+        parser.add_argument("--chat", action="append", default=[], help="a chat id (repeatable)")
+        parser.add_argument(
+            "--key", action="append", default=[], help="a session key fragment (repeatable)"
+        )
+        parser.add_argument("--reference", default="", help="the request's reference (a ticket)")
+        parser.add_argument("--yes", action="store_true", help="erase (otherwise: preview only)")
+
+    def handle(self, *args, **options):
+        subject = Subject(
+            user_id=options["user"].strip(),
+            chat_ids=tuple(options["chat"]),
+            key_fragments=tuple(options["key"]),
+        )
+        try:
+            plan = plan_erasure(subject=subject)
+        except StoreError as problem:
+            raise CommandError(str(problem)) from problem
+        self.stdout.write(
+            f"{len(plan.session_ids)} sessions ({plan.message_count} messages), "
+            f"{len(plan.other_messages)} messages in other sessions, "
+            f"{len(plan.conversation_names)} slugs, {len(plan.response_ids)} stored responses."
+        )
+        if plan.held:
+            raise CommandError(
+                "Under legal hold, nothing erased: " + "; ".join(sorted({w for _, w in plan.held}))
+            )
+        if not options["yes"]:
+            self.stdout.write("Nothing was erased (preview). Add --yes and --reference to erase.")
+            return
+        if plan.empty:
+            self.stdout.write("Nothing names this subject: nothing to erase.")
+            return
+        try:
+            queued = actions.request_erasure(
+                actor=None,
+                subject=subject,
+                reference=options["reference"],
+                expected_fingerprint=plan.fingerprint,
+                start=False,
+            )
+            receipt = actions.run_erasure(request_id=queued.pk)
+        except (StoreError, holds.SessionsHeld) as problem:
+            raise CommandError(str(problem)) from problem
+        self.stdout.write(json.dumps(receipt, indent=2, sort_keys=True))

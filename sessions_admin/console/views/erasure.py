@@ -1,0 +1,160 @@
+"""Erasure requests (admins): "delete everything about this person", previewed, run, receipted.
+
+The subject travels in POST bodies only (never in a URL, the access log or the history).
+The preview lists every session, message elsewhere, slug and stored response the erasure
+removes; confirming queues the request (``ledger.actions.request_erasure``), which a
+background thread runs; its page shows the state and offers the receipt (JSON).
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from sessions_admin import core
+from sessions_admin.console.forms import ErasureForm
+from sessions_admin.console.http import HtmxHttpRequest, require_perm
+from sessions_admin.console.views.delete import typed_confirmation, typed_count_problem
+from sessions_admin.core import holds
+from sessions_admin.core.erasure import Subject, plan_erasure
+from sessions_admin.ledger import actions, erasure
+from sessions_admin.ledger.models import ErasureRequest
+from sessions_admin.signin.roles import DELETE
+from sessions_admin.store.models import Session
+
+TEMPLATE = "console/erasure.html"
+LISTED = 200
+# The refusal audit never repeats what was typed: it may be the person's identifiers.
+REFUSED = "erasure form refused (the subject is not recorded)"
+
+
+def _subject(form: ErasureForm) -> Subject:
+    return Subject(
+        user_id=form.cleaned_data["user_id"],
+        chat_ids=form.cleaned_data["chat_ids"],
+        key_fragments=form.cleaned_data["key_fragments"],
+    )
+
+
+def _values(form: ErasureForm) -> dict:
+    return {
+        name: form.shown_back(name)
+        for name in ("user_id", "chat_ids", "key_fragments", "reference")
+    }
+
+
+def _render(request, *, values=None, plan=None, problems=(), status: int = 200) -> HttpResponse:
+    context = {
+        "values": values or {},
+        "plan": plan,
+        "problems": list(problems),
+        "requests": ErasureRequest.objects.order_by("-pk")[:50],
+    }
+    if plan is not None:
+        ids = list(plan.session_ids[:LISTED])
+        rows = {s.id: s for s in Session.objects.filter(id__in=ids)}
+        context.update(
+            {
+                "sessions": [(sid, rows.get(sid)) for sid in ids],
+                "more_sessions": max(0, len(plan.session_ids) - LISTED),
+                "other_sessions": sorted({sid for _, sid in plan.other_messages}),
+                "trash_operations": len(erasure.trash_to_purge(plan.subject, plan.session_ids)),
+                "typed_confirmation": typed_confirmation(
+                    sessions=len(plan.session_ids), messages=plan.message_count
+                ),
+                "held_holds": sorted({words for _, words in plan.held}),
+            }
+        )
+    return render(request, TEMPLATE, context, status=status)
+
+
+@require_GET
+@require_perm(DELETE)
+def erasure_list(request: HtmxHttpRequest) -> HttpResponse:
+    return _render(request)
+
+
+@require_POST
+@require_perm(DELETE)
+def erasure_preview(request: HtmxHttpRequest) -> HttpResponse:
+    form = ErasureForm(request.POST)
+    if not form.is_valid():
+        actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
+        return _render(request, values=_values(form), problems=[form.problem()], status=400)
+    try:
+        plan = plan_erasure(subject=_subject(form))
+    except core.StoreError as error:
+        actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
+        return _render(request, values=_values(form), problems=[str(error)], status=400)
+    return _render(request, values=_values(form), plan=plan)
+
+
+@require_POST
+@require_perm(DELETE)
+def erasure_confirm(request: HtmxHttpRequest) -> HttpResponse:
+    form = ErasureForm(request.POST)
+    values = _values(form)
+    if not form.is_valid():
+        actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
+        return _render(request, values=values, problems=[form.problem()], status=400)
+    subject = _subject(form)
+    try:
+        plan = plan_erasure(subject=subject)
+    except core.StoreError as error:
+        actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
+        return _render(request, values=values, problems=[str(error)], status=400)
+    problems = []
+    if not form.cleaned_data["reference"]:
+        problems.append("Give the request's reference (a ticket number, not the person's name).")
+    asked = typed_confirmation(sessions=len(plan.session_ids), messages=plan.message_count)
+    if problem := typed_count_problem(form, asked):
+        problems.append(problem.replace("Nothing was deleted.", "Nothing was erased."))
+    if plan.empty:
+        problems.append("Nothing in the store names this subject: there is nothing to erase.")
+    if problems:
+        actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
+        return _render(request, values=values, plan=plan, problems=problems, status=400)
+    try:
+        queued = actions.request_erasure(
+            actor=request.user,
+            subject=subject,
+            reference=form.cleaned_data["reference"],
+            expected_fingerprint=form.cleaned_data["fingerprint"] or "",
+        )
+    except (core.StoreError, holds.SessionsHeld) as error:
+        actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
+        message = (
+            "The store changed since the preview (the runtime may still be writing): review "
+            "the new preview and confirm again. Nothing was erased."
+            if isinstance(error, core.PlanChanged)
+            else f"Nothing was erased: {error}"
+        )
+        return _render(request, values=values, plan=plan, problems=[message], status=400)
+    return redirect("erasure_detail", queued.pk)
+
+
+@require_GET
+@require_perm(DELETE)
+def erasure_detail(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
+    queued = ErasureRequest.objects.filter(pk=request_id).first()
+    if queued is None:
+        raise Http404("No such erasure request")
+    if queued.pk in erasure.resumable_request_ids():
+        actions.start_erasures()  # interrupted by a restart, or not picked up yet
+    return render(request, "console/erasure_request.html", {"queued": queued})
+
+
+@require_GET
+@require_perm(DELETE)
+def erasure_receipt(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
+    queued = ErasureRequest.objects.filter(pk=request_id, state=ErasureRequest.DONE).first()
+    if queued is None:
+        raise Http404("No finished erasure request with this number")
+    response = HttpResponse(
+        json.dumps(queued.receipt, indent=2, sort_keys=True), content_type="application/json"
+    )
+    response["Content-Disposition"] = f'attachment; filename="erasure-receipt-{queued.pk}.json"'
+    return response

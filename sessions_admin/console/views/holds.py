@@ -1,0 +1,103 @@
+"""Legal holds: sessions (whole lineages) and users no delete may touch (support and admins).
+
+The page lists the standing holds and the recently released ones, places a hold (on a
+session, from its page or by id, or on a user id) and releases one. Every delete path
+refuses held sessions by itself (core/holds.py); this page only manages the holds.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from sessions_admin import core
+from sessions_admin.console.forms import HoldForm, HoldReleaseForm, form_problems
+from sessions_admin.console.http import HtmxHttpRequest, require_perm
+from sessions_admin.core import holds
+from sessions_admin.core.ids import addressable
+from sessions_admin.ledger import actions
+from sessions_admin.signin.roles import OPERATE
+
+TEMPLATE = "console/holds.html"
+
+
+def _session_link(hold: holds.Hold) -> str | None:
+    if hold.kind == holds.SESSION and addressable(hold.subject):
+        return reverse("session_detail", args=[hold.subject])
+    return None
+
+
+def _render(
+    request: HtmxHttpRequest, *, form_values: dict | None = None, problems=(), status: int = 200
+) -> HttpResponse:
+    listed = [(hold, _session_link(hold)) for hold in holds.recent_holds()]
+    context = {
+        "active": [(hold, link) for hold, link in listed if hold.active],
+        "released": [(hold, link) for hold, link in listed if not hold.active],
+        "kinds": holds.KINDS,
+        "values": form_values or {"kind": request.GET.get("kind", holds.SESSION)},
+        "problems": list(problems),
+    }
+    if not form_values:
+        subject = request.GET.get("subject", "")
+        context["values"]["subject"] = subject if isinstance(subject, str) else ""
+    return render(request, TEMPLATE, context, status=status)
+
+
+@require_GET
+@require_perm(OPERATE)
+def hold_list(request: HtmxHttpRequest) -> HttpResponse:
+    """The holds, and the form to place one (``?kind=session&subject=<id>`` prefills it)."""
+    return _render(request)
+
+
+@require_POST
+@require_perm(OPERATE)
+def hold_place(request: HtmxHttpRequest) -> HttpResponse:
+    form = HoldForm(request.POST)
+    values = {
+        "kind": form.shown_back("kind"),
+        "subject": form.shown_back("subject"),
+        "reason": form.shown_back("reason"),
+    }
+    if not form.is_valid():
+        problems = form_problems(form)
+        actions.record_refusal(request=request, action="place_hold", why=" ".join(problems))
+        return _render(request, form_values=values, problems=problems, status=400)
+    try:
+        hold = actions.place_hold(
+            actor=request.user,
+            kind=form.cleaned_data["kind"],
+            subject=form.cleaned_data["subject"],
+            reason=form.cleaned_data["reason"],
+        )
+    except core.StoreError as error:
+        actions.record_refusal(request=request, action="place_hold", why=error)
+        problems = [f"No hold was placed: {error}"]
+        return _render(request, form_values=values, problems=problems, status=400)
+    messages.success(request, f"Placed {hold.describe()}: no delete can remove it now.")
+    return redirect("holds")
+
+
+@require_POST
+@require_perm(OPERATE)
+def hold_release(request: HtmxHttpRequest, hold_id: int) -> HttpResponse:
+    form = HoldReleaseForm(request.POST)
+    if not form.is_valid():
+        problem = form.problem()
+        actions.record_refusal(request=request, action="release_hold", why=problem)
+        messages.error(request, f"Hold #{hold_id} stays: {problem}")
+        return redirect("holds")
+    try:
+        hold = actions.release_hold(
+            actor=request.user, hold_id=hold_id, reason=form.cleaned_data["reason"]
+        )
+    except core.StoreError as error:
+        actions.record_refusal(request=request, action="release_hold", why=error)
+        messages.error(request, f"Hold #{hold_id} stays: {error}")
+        return redirect("holds")
+    messages.success(request, f"Released legal hold #{hold.id}; its sessions can be deleted again.")
+    return redirect("holds")

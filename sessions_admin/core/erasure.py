@@ -1,0 +1,463 @@
+"""Erasure: everything the store and the response store hold about one person, purged.
+
+A subject is a user id, optionally with chat ids and session key fragments. Its plan
+(``plan_erasure``) is every session of that user, chat or key, with everything that
+goes with it (compression continuations, delegates and branches, which copy the
+conversation); every message elsewhere that names the subject; every conversation
+slug and stored response of those sessions or naming the subject; and the rows of
+sessions_admin's own tables about them. ``erase`` deletes exactly that, without a
+trash copy, then removes what deleted rows leave behind:
+
+- SQLite: the deletes run with ``PRAGMA secure_delete = ON`` (freed content is
+  overwritten with zeros), both full-text indexes are merged (``optimize``: FTS5 keeps
+  a deleted row's terms in older segments until then), and the WAL is checkpointed
+  and truncated (``wal_checkpoint(TRUNCATE)``), so no page image of the old rows is
+  left in the ``-wal`` file. No VACUUM: it would hold the runtime's writers for the
+  whole file's length; secure_delete already leaves no old byte in the file.
+- PostgreSQL: deleted rows stay as dead tuples until VACUUM; ``erase`` runs
+  ``VACUUM`` on the tables it touched (outside a transaction). WAL segments and
+  backups are the operator's retention to manage (docs/retention.md).
+
+Held sessions (``core.holds``) are never erased: the plan lists them and ``erase``
+refuses while a hold stands. The dashboard's side (its trash, the audit log, the
+receipt) is ``ledger/erasure.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from django.db import connections
+
+from sessions_admin.core import db, holds
+from sessions_admin.core.db import store_operation
+from sessions_admin.core.deletion import (
+    NO_TRASH,
+    PlanChanged,
+    conversation_names_of,
+    count_messages,
+    delete_in_batches,
+    lineage_closure,
+    ordered_children_first,
+    response_ids_of,
+)
+from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.rows import recompute_counters
+from sessions_admin.core.schema import existing_tables
+from sessions_admin.routers import responses_alias, store_alias
+
+# A fragment this short would match far more than one person.
+MIN_FRAGMENT = 4
+MAX_VALUES = 50
+CHUNK = 500
+CHECKPOINT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Subject:
+    user_id: str
+    chat_ids: tuple[str, ...] = ()
+    key_fragments: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        if not self.user_id.strip():
+            raise InvalidInput("Give the user id of the person to erase.")
+        if len(self.chat_ids) + len(self.key_fragments) > MAX_VALUES:
+            raise InvalidInput(f"Give at most {MAX_VALUES} chat ids and key fragments.")
+        for fragment in self.key_fragments:
+            if len(fragment) < MIN_FRAGMENT:
+                raise InvalidInput(
+                    f"A session key fragment needs {MIN_FRAGMENT} characters or more "
+                    f"({fragment!r} would match other people's sessions)."
+                )
+
+    @property
+    def strings(self) -> tuple[str, ...]:
+        """What names the subject in free text (message bodies, stored responses)."""
+        values = [self.user_id, *self.chat_ids, *self.key_fragments]
+        return tuple(dict.fromkeys(v for v in values if len(v) >= MIN_FRAGMENT))
+
+
+@dataclass(frozen=True)
+class ErasurePlan:
+    subject: Subject
+    session_ids: tuple[str, ...]  # children first
+    live_session_ids: tuple[str, ...]
+    message_count: int  # in those sessions
+    # Messages of other sessions that name the subject: (message id, its session).
+    other_messages: tuple[tuple[int, str], ...]
+    conversation_names: tuple[str, ...]
+    response_ids: tuple[str, ...]
+    held: tuple[tuple[str, str], ...]
+    fingerprint: str
+    side_rows: dict = field(default_factory=dict)  # own table -> rows that go
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.session_ids or self.other_messages or self.conversation_names or self.response_ids
+        )
+
+
+@dataclass(frozen=True)
+class ErasureResult:
+    sessions: int
+    messages: int
+    other_messages: int
+    conversations: int
+    responses: int
+    side_rows: int
+    storage: tuple[str, ...]  # what was done so no deleted byte is left
+
+
+def _like(value: str) -> str:
+    return "%" + value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _subject_sessions(subject: Subject) -> list[str]:
+    where = ["user_id = %s"]
+    params: list = [subject.user_id]
+    if subject.chat_ids:
+        where.append(f"chat_id IN ({db.placeholders(subject.chat_ids)})")
+        params += list(subject.chat_ids)
+    for fragment in subject.key_fragments:
+        where.append("session_key LIKE %s ESCAPE '\\'")
+        params.append(_like(fragment))
+    roots = [
+        r[0] for r in db.fetchall(f"SELECT id FROM sessions WHERE {' OR '.join(where)}", params)
+    ]
+    return list(lineage_closure(roots, include_branches=True)) if roots else []
+
+
+def _naming(column_sql: str, table: str, strings: Sequence[str], *, alias: str | None = None):
+    if not strings:
+        return []
+    where = " OR ".join(f"{column_sql} LIKE %s ESCAPE '\\'" for _ in strings)
+    return db.fetchall(
+        f"SELECT * FROM {table} WHERE {where}", [_like(s) for s in strings], alias=alias
+    )
+
+
+def _other_messages(subject: Subject, ids: set[str]) -> list[tuple[int, str]]:
+    strings = subject.strings
+    if not strings:
+        return []
+    text = (
+        "COALESCE(content, '') || ' ' || COALESCE(tool_calls, '') || ' ' || COALESCE(reasoning, '')"
+    )
+    where = " OR ".join(f"{text} LIKE %s ESCAPE '\\'" for _ in strings)
+    return [
+        (int(r[0]), r[1])
+        for r in db.fetchall(
+            f"SELECT id, session_id FROM messages WHERE {where} ORDER BY id",
+            [_like(s) for s in strings],
+        )
+        if r[1] not in ids
+    ]
+
+
+def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str]) -> dict:
+    """sessions_admin's own rows about the subject's sessions or slugs (what ``erase`` drops)."""
+    found: dict[str, list] = {}
+    tables = existing_tables(store_alias())
+    id_set = set(ids)
+
+    def add(table: str, rows) -> None:
+        if rows:
+            found.setdefault(table, []).extend(rows)
+
+    for chunk in _chunks(list(ids)):
+        marks = db.placeholders(chunk)
+        add(
+            "sessions_admin_switch_events",
+            db.fetchall(
+                "SELECT seq FROM sessions_admin_switch_events WHERE new_session_id IN "
+                f"({marks}) OR previous_session_id IN ({marks}) OR parent_session_id IN ({marks})",
+                [*chunk, *chunk, *chunk],
+            ),
+        )
+        add(
+            "sessions_admin_undos",
+            db.fetchall(
+                f"SELECT id FROM sessions_admin_undos WHERE session_id IN ({marks})", chunk
+            ),
+        )
+        if "compression_locks" in tables:
+            add(
+                "compression_locks",
+                db.fetchall(
+                    f"SELECT session_id FROM compression_locks WHERE session_id IN ({marks})",
+                    chunk,
+                ),
+            )
+        if "async_delegations" in tables:
+            add(
+                "async_delegations",
+                db.fetchall(
+                    "SELECT delegation_id FROM async_delegations WHERE origin_session IN "
+                    f"({marks}) OR parent_session_id IN ({marks})",
+                    [*chunk, *chunk],
+                ),
+            )
+    merges = [
+        (r[0],)
+        for r in db.fetchall(
+            "SELECT id, target_session_id, absorbed_session_ids FROM sessions_admin_merges"
+        )
+        if r[1] in id_set or id_set & set(json.loads(r[2] or "[]"))
+    ]
+    add("sessions_admin_merges", merges)
+    names_set = set(names)
+    history = [
+        (r[0],)
+        for chunk in _chunks(list(ids) or [""])
+        for r in db.fetchall(
+            "SELECT id, slug, session_id FROM sessions_admin_slug_history WHERE session_id IN "
+            f"({db.placeholders(chunk)})",
+            list(chunk),
+        )
+    ]
+    for chunk in _chunks(sorted(names_set)):
+        history += [
+            (r[0],)
+            for r in db.fetchall(
+                "SELECT id FROM sessions_admin_slug_history WHERE slug IN "
+                f"({db.placeholders(chunk)})",
+                list(chunk),
+            )
+        ]
+    add("sessions_admin_slug_history", sorted(set(history)))
+    # Released holds about the subject (a standing one refuses the erasure).
+    released = db.fetchall(
+        "SELECT id, kind, subject, reason, release_reason FROM sessions_admin_holds "
+        "WHERE released_at IS NOT NULL"
+    )
+    add(
+        "sessions_admin_holds",
+        [
+            (r[0],)
+            for r in released
+            if (r[1] == "user" and r[2] == subject.user_id)
+            or (r[1] == "session" and r[2] in id_set)
+            or any(s in f"{r[2]} {r[3]} {r[4] or ''}" for s in subject.strings)
+        ],
+    )
+    if "gateway_routing" in tables:
+        routes = _naming("entry_json", "gateway_routing", subject.strings)
+        add("gateway_routing", [(r[0], r[1]) for r in routes])
+    return found
+
+
+def plan_erasure(*, subject: Subject) -> ErasurePlan:
+    """Everything ``erase`` would remove for ``subject`` (nothing changes)."""
+    subject.check()
+    ids = ordered_children_first(_subject_sessions(subject))
+    id_set = set(ids)
+    live = sorted(
+        r[0]
+        for chunk in _chunks(ids)
+        for r in db.fetchall(
+            f"SELECT id FROM sessions WHERE ended_at IS NULL AND id IN ({db.placeholders(chunk)})",
+            list(chunk),
+        )
+    )
+    others = _other_messages(subject, id_set)
+    responses = set(response_ids_of(ids)) if ids else set()
+    responses |= {
+        r[0] for r in _naming("data", "responses", subject.strings, alias=responses_alias())
+    }
+    names = set(conversation_names_of(ids, response_ids=sorted(responses))) if ids else set()
+    names |= {
+        r[0] for r in _naming("name", "conversations", subject.strings, alias=responses_alias())
+    }
+    if responses:
+        for chunk in _chunks(sorted(responses)):
+            names |= {
+                r[0]
+                for r in db.fetchall(
+                    "SELECT name FROM conversations WHERE response_id IN "
+                    f"({db.placeholders(chunk)})",
+                    list(chunk),
+                    alias=responses_alias(),
+                )
+            }
+    held_map = holds.holds_on(ids)
+    side = _side_rows(subject, ids, sorted(names))
+    messages = count_messages(ids) if ids else 0
+    fingerprint = hashlib.sha256(
+        json.dumps(
+            [ids, live, others, sorted(names), sorted(responses), sorted(held_map), messages],
+            default=str,
+        ).encode()
+    ).hexdigest()[:32]
+    return ErasurePlan(
+        subject=subject,
+        session_ids=tuple(ids),
+        live_session_ids=tuple(live),
+        message_count=messages,
+        other_messages=tuple(others),
+        conversation_names=tuple(sorted(names)),
+        response_ids=tuple(sorted(responses)),
+        held=tuple((sid, held_map[sid].describe()) for sid in ids if sid in held_map),
+        fingerprint=fingerprint,
+        side_rows={table: [list(row) for row in rows] for table, rows in side.items()},
+    )
+
+
+def _secure_delete(on: bool) -> list[str]:
+    """SQLite: zero what deletes free, on every connection this erasure writes through."""
+    done = []
+    for alias in dict.fromkeys([store_alias(), responses_alias()]):
+        connection = connections[alias]
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute(f"PRAGMA secure_delete = {'ON' if on else 'OFF'}")
+            done.append(alias)
+    return done
+
+
+@store_operation
+def _delete_other_messages(message_ids: Sequence[int]) -> int:
+    sessions = {
+        r[0]
+        for r in db.fetchall(
+            f"SELECT DISTINCT session_id FROM messages WHERE id IN ({db.placeholders(message_ids)})",
+            list(message_ids),
+        )
+    }
+    removed = db.execute(
+        f"DELETE FROM messages WHERE id IN ({db.placeholders(message_ids)})", list(message_ids)
+    )
+    for session_id in sessions:
+        recompute_counters(session_id)
+    return removed
+
+
+@store_operation
+def _delete_side_rows(side_rows: dict) -> int:
+    keys = {
+        "sessions_admin_switch_events": ("seq",),
+        "sessions_admin_undos": ("id",),
+        "sessions_admin_merges": ("id",),
+        "sessions_admin_slug_history": ("id",),
+        "sessions_admin_holds": ("id",),
+        "compression_locks": ("session_id",),
+        "async_delegations": ("delegation_id",),
+        "gateway_routing": ("scope", "session_key"),
+    }
+    removed = 0
+    for table, rows in side_rows.items():
+        columns = keys[table]
+        for row in rows:
+            where = " AND ".join(f"{c} = %s" for c in columns)
+            removed += db.execute(f"DELETE FROM {table} WHERE {where}", list(row[: len(columns)]))
+    return removed
+
+
+def _delete_slug_rows(names: Sequence[str], response_ids: Sequence[str]) -> tuple[int, int]:
+    alias = responses_alias()
+    conversations = responses = 0
+    for chunk in _chunks(list(names)):
+        conversations += db.execute(
+            f"DELETE FROM conversations WHERE name IN ({db.placeholders(chunk)})",
+            list(chunk),
+            alias=alias,
+        )
+    for chunk in _chunks(list(response_ids)):
+        responses += db.execute(
+            f"DELETE FROM responses WHERE response_id IN ({db.placeholders(chunk)})",
+            list(chunk),
+            alias=alias,
+        )
+    return conversations, responses
+
+
+def _checkpoint(alias: str) -> str:
+    """Merge the WAL into the file and truncate it, retrying while a reader holds it."""
+    deadline = time.monotonic() + CHECKPOINT_SECONDS
+    with connections[alias].cursor() as cursor:
+        while True:
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            busy, _log, _done = cursor.fetchone()
+            if not busy:
+                return f"{alias}: WAL checkpointed and truncated"
+            if time.monotonic() >= deadline:
+                return f"{alias}: WAL checkpoint still blocked by a reader after {CHECKPOINT_SECONDS:g} s"
+            time.sleep(0.2)
+
+
+def _purge_leftovers() -> list[str]:
+    """What deleted rows leave in the files (SQLite) or as dead tuples (PostgreSQL)."""
+    done = []
+    store = connections[store_alias()]
+    if store.vendor == "sqlite":
+        tables = existing_tables(store_alias())
+        with store.cursor() as cursor:
+            for fts in ("messages_fts", "messages_fts_trigram"):
+                if fts in tables:
+                    cursor.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
+                    done.append(f"{fts}: merged (deleted terms dropped)")
+    for alias in dict.fromkeys([store_alias(), responses_alias()]):
+        connection = connections[alias]
+        if connection.vendor == "sqlite":
+            done.append(_checkpoint(alias))
+        else:
+            tables = (
+                ["sessions", "messages", "sessions_admin_switch_events", "sessions_admin_merges"]
+                if alias == store_alias()
+                else []
+            )
+            if alias == responses_alias():
+                tables += ["conversations", "responses"]
+            with connection.cursor() as cursor:
+                for table in dict.fromkeys(tables):
+                    cursor.execute(f"VACUUM {table}")
+            done.append(f"{alias}: VACUUM {', '.join(dict.fromkeys(tables))}")
+    return done
+
+
+def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> ErasureResult:
+    """Purge everything ``plan_erasure`` lists for ``subject`` (no trash; nothing restorable).
+
+    ``expected_fingerprint``: refuse if the plan changed since it was shown (None: erase
+    what the plan is now; a resumed erasure does that). Refused while a hold stands.
+    """
+    plan = plan_erasure(subject=subject)
+    if expected_fingerprint is not None and plan.fingerprint != expected_fingerprint:
+        raise PlanChanged("erasure")
+    holds.refuse_held(plan.session_ids)
+    _secure_delete(True)
+    try:
+        sessions = messages = 0
+        for _batch, deleted, removed, _entry in delete_in_batches(
+            plan.session_ids, actor="erasure", reason="erasure", trash=NO_TRASH
+        ):
+            sessions += deleted
+            messages += removed
+        other = 0
+        ids = [message_id for message_id, _ in plan.other_messages]
+        for chunk in _chunks(ids):
+            other += _delete_other_messages(list(chunk))
+        conversations, responses = _delete_slug_rows(plan.conversation_names, plan.response_ids)
+        side = _delete_side_rows(plan.side_rows) if plan.side_rows else 0
+        storage = _purge_leftovers()
+    finally:
+        _secure_delete(False)
+    return ErasureResult(
+        sessions=sessions,
+        messages=messages,
+        other_messages=other,
+        conversations=conversations,
+        responses=responses,
+        side_rows=side,
+        storage=tuple(storage),
+    )

@@ -1,0 +1,296 @@
+"""Erasure requests: the dashboard's side of ``core.erasure``.
+
+A request holds the subject in plain text only while it is pending or running, and
+otherwise a salted hash of it (``subject_hash``; the salt is the request's own). Running
+it (``ledger.actions.run_erasure``, audited) erases the store's side through
+``core.erasure.erase`` and then the dashboard's own copies:
+
+- trash entries holding one of the subject's sessions, or naming the subject anywhere
+  in their rows, are purged (whole operations);
+- earlier audit entries keep their shape but every mention of the subject (user id,
+  chat ids, key fragments) and of the erased sessions' ids is replaced by its salted
+  hash, and their session links are re-pointed at the hashes; the erasure's own entry
+  names only hashes and counts;
+- bulk delete job items naming an erased session are dropped;
+- SQLite: the rewrites run with ``secure_delete`` on and the dashboard's WAL is
+  checkpointed and truncated; PostgreSQL: the touched tables are vacuumed.
+
+The receipt lists what went, by salted hash and count, when, by whom and under which
+request reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from django.db import connections, router
+from django.utils import timezone
+
+from sessions_admin.core import erasure
+from sessions_admin.core.erasure import ErasurePlan, Subject
+from sessions_admin.ledger.models import (
+    AuditEntry,
+    AuditSession,
+    DeleteJobItem,
+    ErasureRequest,
+    TrashEntry,
+    TrashSession,
+)
+
+LEASE_SECONDS = 600
+
+
+def hash_of(salt: str, value: str) -> str:
+    return hashlib.sha256(f"{salt}\x00{value}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def subject_from_json(text: str) -> Subject:
+    data = json.loads(text)
+    return Subject(
+        user_id=data["user_id"],
+        chat_ids=tuple(data.get("chat_ids", ())),
+        key_fragments=tuple(data.get("key_fragments", ())),
+    )
+
+
+def create_request(
+    *, subject: Subject, reference: str, actor: str, fingerprint: str
+) -> ErasureRequest:
+    subject.check()
+    salt = secrets.token_hex(16)
+    return ErasureRequest.objects.create(
+        reference=reference,
+        subject=json.dumps(asdict(subject)),
+        subject_hash=hash_of(salt, subject.user_id),
+        salt=salt,
+        fingerprint=fingerprint,
+        created_by=actor,
+    )
+
+
+def claim(request_id: int) -> ErasureRequest | None:
+    """Take a pending or failed request, or a running one whose worker died (its lease ran
+    out). An erasure run again erases what is left: every step is idempotent."""
+    now = timezone.now()
+    lease = now + timezone.timedelta(seconds=LEASE_SECONDS)
+    claimed = ErasureRequest.objects.filter(
+        pk=request_id, state__in=[ErasureRequest.PENDING, ErasureRequest.FAILED]
+    ).update(
+        state=ErasureRequest.RUNNING, started_at=now, lease_expires_at=lease
+    ) or ErasureRequest.objects.filter(
+        pk=request_id, state=ErasureRequest.RUNNING, lease_expires_at__lt=now
+    ).update(lease_expires_at=lease)
+    return ErasureRequest.objects.get(pk=request_id) if claimed else None
+
+
+def resumable_request_ids() -> list[int]:
+    now = timezone.now()
+    pending = ErasureRequest.objects.filter(
+        state__in=[ErasureRequest.PENDING, ErasureRequest.FAILED]
+    )
+    stale = ErasureRequest.objects.filter(state=ErasureRequest.RUNNING, lease_expires_at__lt=now)
+    return sorted(
+        set(pending.values_list("pk", flat=True)) | set(stale.values_list("pk", flat=True))
+    )
+
+
+def _like(value: str) -> str:
+    return "%" + value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def trash_to_purge(subject: Subject, session_ids: Sequence[str]) -> list[str]:
+    """Trash operations holding one of these sessions or naming the subject in their rows."""
+    operations = set(
+        TrashSession.objects.filter(session_id__in=list(session_ids)).values_list(
+            "entry__operation", flat=True
+        )
+    )
+    table = TrashEntry._meta.db_table
+    alias = router.db_for_read(TrashEntry)
+    strings = subject.strings
+    if strings:
+        where = " OR ".join("CAST(payload AS TEXT) LIKE %s ESCAPE '\\'" for _ in strings)
+        with connections[alias].cursor() as cursor:
+            cursor.execute(
+                f"SELECT DISTINCT operation FROM {table} WHERE {where}",
+                [_like(json.dumps(s)[1:-1]) for s in strings],
+            )
+            operations |= {row[0] for row in cursor.fetchall()}
+    return sorted(operations)
+
+
+def _redact(value, replacements: dict[str, str]):
+    if isinstance(value, str):
+        for old, new in replacements.items():
+            if old in value:
+                value = value.replace(old, new)
+        return value
+    if isinstance(value, list):
+        return [_redact(v, replacements) for v in value]
+    if isinstance(value, dict):
+        return {_redact(k, replacements): _redact(v, replacements) for k, v in value.items()}
+    return value
+
+
+def redact_audit(subject: Subject, session_ids: Sequence[str], salt: str) -> int:
+    """Replace the subject's strings and the erased session ids by their hashes in earlier
+    audit entries; returns how many entries changed."""
+    replacements = {
+        value: f"[erased:{hash_of(salt, value)[:16]}]"
+        for value in sorted(
+            {*subject.strings, subject.user_id, *session_ids}, key=len, reverse=True
+        )
+        if value
+    }
+    if not replacements:
+        return 0
+    candidates = set(
+        AuditSession.objects.filter(session_id__in=list(session_ids)).values_list(
+            "entry_id", flat=True
+        )
+    )
+    table = AuditEntry._meta.db_table
+    alias = router.db_for_write(AuditEntry)
+    strings = [s for s in {*subject.strings, subject.user_id} if s]
+    where = " OR ".join(
+        "(CAST(before AS TEXT) LIKE %s ESCAPE '\\' OR CAST(after AS TEXT) LIKE %s ESCAPE '\\' "
+        "OR reason LIKE %s ESCAPE '\\' OR detail LIKE %s ESCAPE '\\')"
+        for _ in strings
+    )
+    params = [p for s in strings for p in [_like(json.dumps(s)[1:-1])] * 2 + [_like(s)] * 2]
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {table} WHERE {where}", params)
+        candidates |= {row[0] for row in cursor.fetchall()}
+    changed = 0
+    for entry in AuditEntry.objects.filter(pk__in=candidates):
+        fields = {
+            "session_ids": _redact(entry.session_ids, replacements),
+            "before": _redact(entry.before, replacements),
+            "after": _redact(entry.after, replacements),
+            "reason": _redact(entry.reason, replacements),
+            "detail": _redact(entry.detail, replacements),
+        }
+        AuditEntry.objects.filter(pk=entry.pk).update(**fields)
+        changed += 1
+    for link in AuditSession.objects.filter(session_id__in=list(session_ids)):
+        AuditSession.objects.filter(pk=link.pk).update(
+            session_id=replacements.get(link.session_id, link.session_id)
+        )
+    return changed
+
+
+def complete(request: ErasureRequest, plan: ErasurePlan, result: erasure.ErasureResult) -> dict:
+    """The dashboard's side of an erasure, then the receipt; the request keeps only hashes.
+
+    Everything here, the request's own row included, is rewritten with ``secure_delete``
+    on (SQLite) before the WAL is truncated, so no old page image keeps the subject.
+    """
+    subject = plan.subject
+    session_ids = list(plan.session_ids)
+    alias = router.db_for_write(TrashEntry)
+    connection = connections[alias]
+    sqlite = connection.vendor == "sqlite"
+    if sqlite:
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA secure_delete = ON")
+    try:
+        operations = trash_to_purge(subject, session_ids)
+        trash_entries = 0
+        for start in range(0, len(operations), 500):
+            batch = TrashEntry.objects.filter(operation__in=operations[start : start + 500])
+            trash_entries += batch.count()
+            batch.delete()
+        items = 0
+        for start in range(0, len(session_ids), 500):
+            items += DeleteJobItem.objects.filter(
+                session_id__in=session_ids[start : start + 500]
+            ).delete()[0]
+        dashboard = {
+            "trash_operations": len(operations),
+            "trash_entries": trash_entries,
+            "job_items": items,
+            "audit_entries_redacted": redact_audit(subject, session_ids, request.salt),
+        }
+        if sqlite:
+            storage = [
+                "dashboard: secure_delete during the rewrite; WAL checkpointed and truncated"
+            ]
+        else:
+            storage = ["dashboard: VACUUM of the erasure, trash, audit and job item tables"]
+        receipt = receipt_of(request, plan, result, dashboard, storage)
+        finish(request, receipt)
+        if sqlite:
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        else:
+            with connection.cursor() as cursor:
+                for model in (
+                    ErasureRequest,
+                    TrashEntry,
+                    TrashSession,
+                    AuditEntry,
+                    AuditSession,
+                    DeleteJobItem,
+                ):
+                    cursor.execute(f"VACUUM {model._meta.db_table}")
+    finally:
+        if sqlite:
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA secure_delete = OFF")
+    return receipt
+
+
+def receipt_of(
+    request: ErasureRequest,
+    plan: ErasurePlan,
+    result: erasure.ErasureResult,
+    dashboard: dict,
+    storage: list[str],
+) -> dict:
+    salt = request.salt
+    return {
+        "erasure_request": request.pk,
+        "reference": request.reference,
+        "requested_by": request.created_by,
+        "requested_at": request.created_at.isoformat(),
+        "finished_at": timezone.now().isoformat(),
+        "subject_sha256": request.subject_hash,
+        "hashing": "sha256(salt + NUL + value), hex; the salt is this request's own",
+        "salt": salt,
+        "erased": {
+            "sessions": result.sessions,
+            "messages": result.messages,
+            "messages_in_other_sessions": result.other_messages,
+            "conversation_slugs": result.conversations,
+            "stored_responses": result.responses,
+            "own_table_rows": result.side_rows,
+            "trash_operations": dashboard["trash_operations"],
+            "trash_entries": dashboard["trash_entries"],
+            "job_items": dashboard["job_items"],
+            "audit_entries_redacted": dashboard["audit_entries_redacted"],
+        },
+        "session_ids_sha256": sorted(hash_of(salt, sid) for sid in plan.session_ids),
+        "conversation_slugs_sha256": sorted(hash_of(salt, n) for n in plan.conversation_names),
+        "response_ids_sha256": sorted(hash_of(salt, r) for r in plan.response_ids),
+        "storage": [*result.storage, *storage],
+    }
+
+
+def finish(request: ErasureRequest, receipt: dict) -> None:
+    ErasureRequest.objects.filter(pk=request.pk).update(
+        state=ErasureRequest.DONE,
+        subject="",
+        receipt=receipt,
+        finished_at=timezone.now(),
+        lease_expires_at=None,
+    )
+
+
+def fail(request: ErasureRequest, error: str) -> None:
+    ErasureRequest.objects.filter(pk=request.pk).update(
+        state=ErasureRequest.FAILED, error=error[:2000], lease_expires_at=None
+    )

@@ -1,0 +1,62 @@
+"""The retention scheduler: starts due retention policy runs, in every dashboard process.
+
+One daemon thread per dashboard worker (gunicorn's ``post_worker_init``) looks for due
+policies every ``SESSIONS_ADMIN_RETENTION_CHECK_SECONDS`` (default 60; 0 turns it off)
+and starts each through ``ledger.actions.start_due_policies``: a due run is claimed by
+one process only (``retention.claim_due``), and becomes a bulk delete job that the job
+worker runs like any other. ``manage.py run_jobs --schedule`` runs the same loop in a
+process of its own; ``manage.py apply_retention`` runs one pass (for cron).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.conf import settings
+from django.db import connections
+
+from sessions_admin.ledger import actions
+
+logger = logging.getLogger(__name__)
+DEFAULT_CHECK_SECONDS = 60.0
+
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+
+
+def check_interval() -> float:
+    return float(getattr(settings, "SESSIONS_ADMIN_RETENTION_CHECK_SECONDS", DEFAULT_CHECK_SECONDS))
+
+
+def run_schedule(*, interval: float, stop: threading.Event) -> None:
+    """Start due retention runs every ``interval`` seconds until ``stop`` is set."""
+    try:
+        while not stop.is_set():
+            try:
+                actions.start_due_policies()
+            except Exception:
+                logger.exception("retention schedule check failed")
+            finally:
+                connections.close_all()
+            stop.wait(interval)
+    finally:
+        connections.close_all()
+
+
+def ensure_schedule_running(*, stop: threading.Event | None = None) -> threading.Thread | None:
+    global _thread
+    interval = check_interval()
+    if interval <= 0:
+        return None
+    with _lock:
+        if _thread is not None and _thread.is_alive():
+            return _thread
+        _thread = threading.Thread(
+            target=run_schedule,
+            kwargs={"interval": interval, "stop": stop or threading.Event()},
+            name="retention-schedule",
+            daemon=True,
+        )
+        _thread.start()
+        return _thread

@@ -1,0 +1,86 @@
+"""The erasure pages: preview by POST, confirm, follow, download the receipt; the subject
+never lands in a URL or in the audit log."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from django.urls import reverse
+
+from sessions_admin import core
+from sessions_admin.ledger import actions, erasure
+from sessions_admin.ledger.models import AuditEntry, ErasureRequest
+
+USER = "u-views-5821"
+
+
+@pytest.fixture(autouse=True)
+def _run_inline(monkeypatch):
+    monkeypatch.setattr(actions, "start_erasures", lambda: None)
+
+
+def _their_sessions() -> list[str]:
+    ids = []
+    for n in range(2):
+        sid = core.create_session(source="telegram", user_id=USER).session_id
+        core.append_message(session_id=sid, role="user", content=f"hello {n}")
+        ids.append(sid)
+    core.create_session(source="telegram", user_id="someone-else")
+    return ids
+
+
+def test_preview_confirm_and_receipt(signed_in):
+    client = signed_in("admin")
+    ids = _their_sessions()
+    page = client.post(
+        reverse("erasure_preview"), {"user_id": USER, "reference": "DSR-7"}
+    ).content.decode()
+    assert re.search(r'data-count="sessions">2<', page)
+    assert all(sid in page for sid in ids)
+    fingerprint = re.search(r'name="fingerprint" value="([^"]+)"', page).group(1)
+
+    refused = client.post(
+        reverse("erasure_confirm"), {"user_id": USER, "fingerprint": fingerprint, "reference": ""}
+    )
+    assert refused.status_code == 400 and "reference" in refused.content.decode()
+    assert not ErasureRequest.objects.exists()
+
+    response = client.post(
+        reverse("erasure_confirm"),
+        {"user_id": USER, "fingerprint": fingerprint, "reference": "DSR-7"},
+    )
+    queued = ErasureRequest.objects.get()
+    assert response.status_code == 302
+    assert response.url == reverse("erasure_detail", args=[queued.pk])
+    assert USER not in response.url
+    actions.run_erasure(request_id=queued.pk)
+    detail = client.get(response.url).content.decode()
+    assert 'data-state="done"' in detail
+    receipt = json.loads(client.get(reverse("erasure_receipt", args=[queued.pk])).content)
+    queued.refresh_from_db()
+    assert receipt["session_ids_sha256"] == sorted(erasure.hash_of(queued.salt, s) for s in ids)
+    assert receipt["reference"] == "DSR-7" and receipt["erased"]["sessions"] == 2
+    assert core.lineage.existing_session_ids(ids) == set()
+    for entry in AuditEntry.objects.all():
+        text = f"{entry.before} {entry.after} {entry.session_ids} {entry.reason} {entry.detail}"
+        assert USER not in text, entry.action
+
+
+def test_a_changed_store_since_the_preview_erases_nothing(signed_in):
+    client = signed_in("admin")
+    ids = _their_sessions()
+    page = client.post(reverse("erasure_preview"), {"user_id": USER}).content.decode()
+    fingerprint = re.search(r'name="fingerprint" value="([^"]+)"', page).group(1)
+    core.create_session(source="telegram", user_id=USER)  # a new one since the preview
+    response = client.post(
+        reverse("erasure_confirm"),
+        {"user_id": USER, "fingerprint": fingerprint, "reference": "DSR-8"},
+    )
+    assert response.status_code == 400
+    assert "changed since the preview" in response.content.decode()
+    assert not ErasureRequest.objects.exists()
+    assert core.lineage.existing_session_ids(ids) == set(ids)
+    refusals = AuditEntry.objects.filter(outcome="refused")
+    assert refusals.exists() and not any(USER in f"{e.before} {e.detail}" for e in refusals)

@@ -1,0 +1,230 @@
+"""Erasure requests: everything about one person goes, provably, and nothing else does.
+
+The byte-level test erases a subject whose data is everywhere (sessions with a
+compression continuation and a delegate, a slug and stored response, a message in
+someone else's session, an earlier cascade delete in the trash, earlier audit entries
+naming them) and then reads every database file, WAL included, for the subject's
+distinctive strings. The rest run on both backends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.db import connections
+
+from sessions_admin import core
+from sessions_admin.core import db, holds
+from sessions_admin.core.erasure import Subject, plan_erasure
+from sessions_admin.ledger import actions, erasure
+from sessions_admin.ledger.models import AuditEntry, ErasureRequest, TrashEntry
+from sessions_admin.routers import responses_alias, store_alias
+from tests.builders import store_snapshot
+
+USER = "u-erase-7781"
+CHAT = "chat-erase-5512"
+SECRET = "zebra-quartz-9931"
+TITLE = "Nightingale plan 6612"
+SLUG = "slug-erase-4417"
+DISTINCTIVE = [USER, CHAT, SECRET, TITLE, SLUG]
+
+
+@pytest.fixture(autouse=True)
+def _run_inline(monkeypatch):
+    """The test runs the queued request itself (no background thread)."""
+    monkeypatch.setattr(actions, "start_erasures", lambda: None)
+
+
+def subject_everywhere() -> dict[str, str]:
+    root = core.create_session(
+        source="telegram", user_id=USER, chat_id=CHAT, session_key=f"tg:{CHAT}", title=TITLE
+    ).session_id
+    core.append_messages(
+        session_id=root,
+        messages=[
+            {"role": "user", "content": f"my code word is {SECRET}"},
+            {
+                "role": "assistant",
+                "content": "noted",
+                "reasoning": f"the user said {SECRET}",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "remember", "arguments": f'{{"w": "{SECRET}"}}'},
+                    }
+                ],
+            },
+        ],
+    )
+    core.create_session(
+        source="tool", parent_session_id=root, model_config={"_delegate_from": root}
+    )
+    tip = core.rotate_for_compression(session_id=root, summary=f"they said {SECRET}").new_session_id
+    core.append_message(session_id=tip, role="user", content=f"again {SECRET}")
+    core.record_turn(response_id="resp-erase-1", session_id=tip, conversation=SLUG)
+    # An earlier session of theirs, already deleted: its rows are in the trash.
+    old = core.create_session(source="telegram", user_id=USER).session_id
+    core.append_message(session_id=old, role="user", content=f"old {SECRET}")
+    core.end_session(session_id=old, end_reason="user_exit")
+    plan = core.plan_cascade_delete(session_ids=[old])
+    actions.cascade_delete(
+        actor=None,
+        session_ids=[old],
+        include_branches=False,
+        expected_fingerprint=plan.fingerprint,
+        reason=f"user {USER} asked",
+    )
+    # Earlier audit entries naming them.
+    hold = actions.place_hold(actor=None, kind="user", subject=USER, reason=f"case about {CHAT}")
+    actions.release_hold(actor=None, hold_id=hold.id, reason="closed")
+    # Someone else's conversation mentioning them, and someone unrelated.
+    colleague = core.create_session(source="cli", user_id="u-colleague").session_id
+    core.append_messages(
+        session_id=colleague,
+        messages=[
+            {"role": "user", "content": f"please look up {USER}"},
+            {"role": "assistant", "content": "done"},
+        ],
+    )
+    other = core.create_session(source="cli", user_id="u-other").session_id
+    core.append_message(session_id=other, role="user", content="nothing to see")
+    return {"root": root, "tip": tip, "colleague": colleague, "other": other}
+
+
+def _erase(subject: Subject) -> ErasureRequest:
+    plan = plan_erasure(subject=subject)
+    request = actions.request_erasure(
+        actor=None, subject=subject, reference="DSR-2026-11", expected_fingerprint=plan.fingerprint
+    )
+    receipt = actions.run_erasure(request_id=request.pk)
+    assert receipt is not None
+    request.refresh_from_db()
+    return request
+
+
+def _files(alias: str) -> list[Path]:
+    name = Path(connections[alias].settings_dict["NAME"])
+    return sorted(p for p in name.parent.glob(name.name + "*") if p.is_file())
+
+
+def test_the_preview_lists_what_the_receipt_erases_and_nothing_else_goes():
+    ids = subject_everywhere()
+    subject = Subject(user_id=USER, chat_ids=(CHAT,))
+    plan = plan_erasure(subject=subject)
+    assert {ids["root"], ids["tip"]} <= set(plan.session_ids)
+    assert len(plan.session_ids) == 3  # root, its delegate, its continuation
+    assert [sid for _, sid in plan.other_messages] == [ids["colleague"]]
+    assert SLUG in plan.conversation_names and "resp-erase-1" in plan.response_ids
+    untouched = store_snapshot()
+    untouched_other = [
+        r for r in db.fetchall("SELECT * FROM messages WHERE session_id = %s", [ids["other"]])
+    ]
+
+    request = _erase(subject)
+
+    assert request.state == ErasureRequest.DONE and request.subject == ""
+    receipt = request.receipt
+    assert receipt["session_ids_sha256"] == sorted(
+        erasure.hash_of(request.salt, sid) for sid in plan.session_ids
+    )
+    assert receipt["erased"]["sessions"] == 3
+    assert receipt["erased"]["messages_in_other_sessions"] == 1
+    assert receipt["erased"]["trash_operations"] == 1
+    assert receipt["reference"] == "DSR-2026-11"
+    assert not set(plan.session_ids) & {r[0] for r in db.fetchall("SELECT id FROM sessions")}
+    assert (
+        db.fetchall("SELECT * FROM messages WHERE session_id = %s", [ids["other"]])
+        == untouched_other
+    )
+    colleague = db.fetchall(
+        "SELECT content FROM messages WHERE session_id = %s ORDER BY id", [ids["colleague"]]
+    )
+    assert colleague == [("done",)]
+    assert (
+        db.fetchone("SELECT message_count FROM sessions WHERE id = %s", [ids["colleague"]])[0] == 1
+    )
+    assert TrashEntry.objects.count() == 0
+    assert (
+        db.fetchone(
+            "SELECT COUNT(*) FROM conversations WHERE name = %s", [SLUG], alias=responses_alias()
+        )[0]
+        == 0
+    )
+    # The erasure's own audit entries name only hashes and counts.
+    for entry in AuditEntry.objects.filter(action__in=["erasure", "erasure_request"]):
+        text = f"{entry.before} {entry.after} {entry.session_ids} {entry.reason} {entry.detail}"
+        assert not any(value in text for value in DISTINCTIVE)
+    assert AuditEntry.objects.get(action="erasure").outcome == "ok"
+    assert untouched  # (the snapshot was taken; the other user's rows compared above)
+
+
+def test_no_byte_of_the_subject_is_left_in_any_database_file():
+    if connections[store_alias()].vendor != "sqlite":
+        pytest.skip("byte-level check of the database files: SQLite")
+    subject_everywhere()
+    files = [*_files(store_alias()), *_files(responses_alias()), *_files("default")]
+    before = b"".join(path.read_bytes() for path in files)
+    assert all(value.encode() in before for value in (USER, SECRET, TITLE)), "the test saw no data"
+
+    _erase(Subject(user_id=USER, chat_ids=(CHAT,)))
+
+    files = [*_files(store_alias()), *_files(responses_alias()), *_files("default")]
+    leftovers = {
+        value: [path.name for path in files if value.encode() in path.read_bytes()]
+        for value in DISTINCTIVE
+    }
+    assert {value: names for value, names in leftovers.items() if names} == {}
+
+
+def test_a_held_subject_is_refused_and_nothing_changes():
+    subject_everywhere()
+    holds.place_hold(kind="user", subject=USER, reason="litigation", actor="ada")
+    subject = Subject(user_id=USER)
+    plan = plan_erasure(subject=subject)
+    assert plan.held
+    before = store_snapshot()
+    with pytest.raises(holds.SessionsHeld):
+        actions.request_erasure(
+            actor=None, subject=subject, reference="DSR-1", expected_fingerprint=plan.fingerprint
+        )
+    assert store_snapshot() == before
+    assert not ErasureRequest.objects.exists()
+
+
+def test_a_stale_preview_or_a_vague_subject_is_refused():
+    ids = subject_everywhere()
+    subject = Subject(user_id=USER)
+    plan = plan_erasure(subject=subject)
+    core.append_message(session_id=ids["tip"], role="user", content="one more")
+    with pytest.raises(core.PlanChanged):
+        actions.request_erasure(
+            actor=None, subject=subject, reference="DSR-1", expected_fingerprint=plan.fingerprint
+        )
+    with pytest.raises(core.InvalidInput, match="4 characters"):
+        plan_erasure(subject=Subject(user_id=USER, key_fragments=("tg",)))
+    with pytest.raises(core.InvalidInput, match="user id"):
+        plan_erasure(subject=Subject(user_id="  "))
+    assert not ErasureRequest.objects.exists()
+
+
+def test_the_command_previews_and_erases_with_yes():
+    import io
+    import json
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    ids = subject_everywhere()
+    out = io.StringIO()
+    call_command("erase_subject", "--user", USER, stdout=out)
+    assert "3 sessions" in out.getvalue() and "Nothing was erased" in out.getvalue()
+    assert ids["root"] in {r[0] for r in db.fetchall("SELECT id FROM sessions")}
+    with pytest.raises(CommandError, match="reference"):
+        call_command("erase_subject", "--user", USER, "--yes", stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("erase_subject", "--user", USER, "--yes", "--reference", "DSR-9", stdout=out)
+    receipt = json.loads(out.getvalue().split("\n", 1)[1])
+    assert receipt["erased"]["sessions"] == 3 and receipt["reference"] == "DSR-9"
+    assert ids["root"] not in {r[0] for r in db.fetchall("SELECT id FROM sessions")}
