@@ -167,6 +167,8 @@ class Chunk:
     later: Position | None  # read after this for the rows following it
     message_count: int
     reached_end: bool = False  # a forward read found the end of the transcript
+    # With reached_end: the last position shown, where a live transcript's next rows follow.
+    tail: Position | None = None
 
 
 def _when(timestamp: float | None) -> dt.datetime | None:
@@ -340,7 +342,60 @@ def chunk_after(
             earlier = start
     chunk = _chunk(raw, earlier=earlier, later=later, highlight=highlight)
     chunk.reached_end = later is None
+    if chunk.reached_end:
+        chunk.tail = _last_position(raw, position)
     return chunk
+
+
+def _last_position(raw: list[dict | Handoff], start: Position) -> Position:
+    """Where rows read after ``start`` ended: the last row, or the segment a handoff opened."""
+    if not raw:
+        return start
+    last = raw[-1]
+    if isinstance(last, Handoff):
+        return Position(last.to_segment, 0)
+    return Position(last["segment"], int(last["id"]))
+
+
+# Larger than any message id (a 64-bit integer column): reading before it reads from the end.
+_PAST_THE_END = 2**63 - 1
+
+
+def last_chunk(chain: list[str], *, limit: int, hide_inactive: bool) -> Chunk:
+    """The transcript's last chunk ("jump to latest"), with where the rows before it are."""
+    end = Position(len(chain) - 1, _PAST_THE_END)
+    raw, earlier = read_before(chain, end, limit=limit, hide_inactive=hide_inactive)
+    chunk = _chunk(raw, earlier=earlier, later=None, highlight=None)
+    chunk.reached_end = True
+    chunk.tail = _last_position(raw, Position(len(chain) - 1, 0))
+    return chunk
+
+
+@dataclass(frozen=True)
+class TailState:
+    """What a live transcript's poll needs to know about the segment it shows last."""
+
+    found: bool  # the segment exists
+    live: bool  # it has not ended
+    end_reason: str | None
+    has_new: bool  # it holds rows after the position shown
+
+
+def tail_state(session_id: str, after: int, *, hide_inactive: bool) -> TailState:
+    """One indexed query (the session by key, a row after ``after`` by (session_id, id)):
+    the cheap answer to "anything new?" that a poll asks every few seconds."""
+    shown = " AND active = 1 AND compacted = 0" if hide_inactive else ""
+    row = db.fetchone(
+        "SELECT ended_at, end_reason, EXISTS (SELECT 1 FROM messages "
+        f"WHERE session_id = s.id AND id > %s{shown}) FROM sessions s WHERE s.id = %s",
+        [int(after), session_id],
+    )
+    if row is None:
+        return TailState(found=False, live=False, end_reason=None, has_new=False)
+    ended_at, end_reason, has_new = row
+    return TailState(
+        found=True, live=ended_at is None, end_reason=end_reason, has_new=bool(has_new)
+    )
 
 
 def chunk_before(

@@ -31,6 +31,8 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "session_list": (VIEWER, VIEWER),  # POST: "Merge selected…" redirects to the preview
     "session_detail": (VIEWER, None),
     "session_transcript": (VIEWER, None),
+    "session_tail": (VIEWER, None),
+    "session_activity": (VIEWER, None),
     "session_raw": (VIEWER, None),
     "session_resume": (VIEWER, SUPPORT),
     "session_reset": (None, SUPPORT),

@@ -9,5 +9,6 @@ urlpatterns = [
     path(
         "<session_id:session_id>/transcript/", detail.session_transcript, name="session_transcript"
     ),
+    path("<session_id:session_id>/tail/", detail.session_tail, name="session_tail"),
     path("<session_id:session_id>/raw/", detail.session_raw, name="session_raw"),
 ]

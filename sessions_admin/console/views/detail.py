@@ -11,7 +11,7 @@ import json
 from urllib.parse import quote, urlencode
 
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
@@ -76,6 +76,11 @@ def _chunk(
     ``alone``: the chunk goes where a load-more (or load-earlier) link was, so
     it links on in that direction only.
     """
+    at = request.GET.get("at")
+    if at is not None:
+        if at != "end":
+            raise BadCursor("at can only be end: at=end shows the latest messages.")
+        return transcripts.last_chunk(chain, limit=CHUNK_SIZE, hide_inactive=hide), None
     after = _cursor(request, "after", chain)
     before = _cursor(request, "before", chain)
     if before is not None:
@@ -102,11 +107,24 @@ def _chunk(
     return chunk, around
 
 
-def _links(session: Session, chunk: Chunk, *, hide: bool, raw: bool) -> dict[str, str]:
+def _last_segment_live(chain: list[str], session: Session) -> bool:
+    """Whether the conversation's last segment is live: its transcript may still grow."""
+    last = chain[-1] if chain else session.id
+    if last == session.id:
+        return session.ended_at is None
+    return Session.objects.filter(id=last, ended_at__isnull=True).exists()
+
+
+def _links(
+    session: Session, chunk: Chunk, *, hide: bool, raw: bool, chain: list[str], live: bool
+) -> dict[str, str]:
     """Page URLs (no JavaScript) and fragment URLs (htmx) for the chunk's neighbours.
 
     Every link carries the page's two view choices (undone messages hidden, text raw);
     each toggle flips its own and keeps the other.
+
+    ``tail``: where a live transcript shown to its end polls for the rows written after it
+    (the last segment's own address, so a poll needs no walk of the chain).
     """
     page = reverse("session_detail", args=[session.id])
     fragment = reverse("session_transcript", args=[session.id])
@@ -122,6 +140,10 @@ def _links(session: Session, chunk: Chunk, *, hide: bool, raw: bool) -> dict[str
 
     extra = view(hide=hide, raw=raw)
     links: dict[str, str] = {}
+    if live and chunk.reached_end and chunk.tail is not None:
+        query = urlencode({"after": str(chunk.tail.message_id), **extra})
+        links["tail"] = f"{reverse('session_tail', args=[chain[chunk.tail.segment]])}?{query}"
+    links["latest_page"] = f"{page}?{urlencode({'at': 'end', **extra})}"
     if chunk.later is not None:
         query = {"after": str(chunk.later), **extra}
         links["later_page"] = at(page, query)
@@ -212,12 +234,15 @@ def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> Http
     except BadCursor as error:
         return _bad_request(str(error))
     _add_permalinks(chunk)
+    live = chunk.reached_end and _last_segment_live(chain, session)
+    segment = chain.index(session.id) if session.id in chain else 0
     context = {
         "session": session,
         "chain": chain,
-        "segment": chain.index(session.id) if session.id in chain else 0,
+        "segment": segment,
+        "segments": _segment_links(session, chain, current=segment, hide=hide, raw=raw),
         "chunk": chunk,
-        "links": _links(session, chunk, hide=hide, raw=raw),
+        "links": _links(session, chunk, hide=hide, raw=raw, chain=chain, live=live),
         "hide_inactive": hide,
         # message_html's mode: Markdown rendered, or (RAW_TEXT) the text as written.
         "text_mode": RAW_TEXT if raw else "",
@@ -255,6 +280,74 @@ def session_detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         context = {"session": session, **_lineage_context(session)}
         return render(request, f"{TEMPLATE}#lineage", context)
     return _render(request, session, partial="transcript")
+
+
+def _segment_links(
+    session: Session, chain: list[str], *, current: int, hide: bool, raw: bool
+) -> list[dict[str, object]]:
+    """The segment navigator: each compression segment's start in this page's transcript."""
+    if len(chain) < 2:
+        return []
+    page = reverse("session_detail", args=[session.id])
+    extra = {**({"inactive": "hide"} if hide else {}), **({"text": RAW_TEXT} if raw else {})}
+    return [
+        {
+            "number": index + 1,
+            "session_id": segment_id,
+            "url": f"{page}?{urlencode({'after': str(Position(index, 0)), **extra})}",
+            "current": index == current,
+        }
+        for index, segment_id in enumerate(chain)
+    ]
+
+
+@require_GET
+@require_perm(VIEW)
+def session_tail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """A live transcript's poll: the rows written after ``?after=<message id>`` in this
+    segment (and in the segments a compression started since), or 204 when there are none.
+
+    Polled every few seconds by every open live page, so "nothing new" costs one indexed
+    query (``transcripts.tail_state``); only an answer with something in it walks the chain.
+    The answer ends with the next poller, or with the end of the transcript once the
+    conversation's last segment has ended (which stops the polling).
+    """
+    if "\x00" in session_id:
+        raise Http404("No such session")
+    after = _message_id(request.GET.get("after"))
+    if after is None:
+        return _bad_request(
+            "This address follows a live transcript: give after= the id of the last message "
+            "shown in this segment, such as after=1234 (0 before its first message)."
+        )
+    if not wants_fragment(request):
+        # Followed without JavaScript: the transcript's latest messages, as a page.
+        return redirect(f"{reverse('session_detail', args=[session_id])}?at=end")
+    hide = request.GET.get("inactive") == "hide"
+    raw = request.GET.get("text") == RAW_TEXT
+    state = transcripts.tail_state(session_id, after, hide_inactive=hide)
+    if not state.found:
+        raise Http404("No such session")
+    if state.live and not state.has_new:
+        return HttpResponse(status=204)
+    session = session_or_404(session_id)
+    chain = core.compression_chain(session_id=session.id)
+    segment = chain.index(session.id) if session.id in chain else 0
+    chunk = transcripts.chunk_after(
+        chain, Position(segment, after), limit=CHUNK_SIZE, hide_inactive=hide
+    )
+    _add_permalinks(chunk)
+    live = chunk.reached_end and _last_segment_live(chain, session)
+    context = {
+        "session": session,
+        "chain": chain,
+        "chunk": chunk,
+        "links": _links(session, chunk, hide=hide, raw=raw, chain=chain, live=live),
+        "hide_inactive": hide,
+        "text_mode": RAW_TEXT if raw else "",
+        "tail_answer": True,
+    }
+    return render(request, f"{TEMPLATE}#transcript-chunk", context)
 
 
 @require_GET

@@ -9,6 +9,8 @@ token included, had landed in the URL, the access log, the history and the Refer
 from __future__ import annotations
 
 import logging
+import math
+import time
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
@@ -18,7 +20,7 @@ from django.http import HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.safestring import SafeString
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods
 
 from sessions_admin.console.forms import SelectionForm
 from sessions_admin.console.html import (
@@ -33,7 +35,7 @@ from sessions_admin.console.html import (
 )
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
 from sessions_admin.signin.roles import OPERATE, VIEW
-from sessions_admin.store import health, listing
+from sessions_admin.store import activity, health, listing
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +94,56 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
     }
     if template == TEMPLATE:
         context["choices"] = listing.choices()
+        context["activity_url"] = _activity_url(time.time(), query)
+        context["activity_seconds"] = ACTIVITY_SECONDS
     return render(request, template, context)
+
+
+# How often an open list asks whether sessions started since it was opened (static/js/live.js).
+ACTIVITY_SECONDS = 15
+
+
+def _activity_url(since: float, query: str) -> str:
+    params = {"since": f"{since:.3f}"}
+    if query:
+        params["list"] = query
+    return f"{reverse('session_activity')}?{urlencode(params)}"
+
+
+@require_GET
+@require_perm(VIEW)
+def session_activity(request: HtmxHttpRequest) -> HttpResponse:
+    """The open list's banner: how many sessions started since it was opened (``?since=``,
+    a Unix time), linking to the list again (``?list=``, its filters); 204 while none did.
+
+    One bounded query on the started_at index per poll: no recount of the store.
+    """
+    try:
+        since = float(request.GET.get("since", ""))
+    except ValueError:
+        since = math.nan
+    if not math.isfinite(since) or since < 0:
+        return HttpResponse(
+            "since must be the Unix time the list was opened, such as since=1764160000.5",
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
+    count, more = activity.sessions_started_since(since)
+    if not count:
+        return HttpResponse(status=204)
+    # Only the list's own filters go back into its links.
+    query = listing.parse(QueryDict(request.GET.get("list", "")[:4000])).filters.querystring()
+    return render(
+        request,
+        f"{TEMPLATE}#activity-banner",
+        {
+            "activity_count": count,
+            "activity_more": more,
+            "activity_url": _activity_url(since, query),
+            "show_url": _url(query),
+            "activity_seconds": ACTIVITY_SECONDS,
+        },
+    )
 
 
 def _merge_selection(request: HtmxHttpRequest) -> HttpResponse:
