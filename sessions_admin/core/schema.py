@@ -294,11 +294,23 @@ INDEX_SQL = [
     "ON sessions((COALESCE(input_tokens, 0) + COALESCE(output_tokens, 0)), id)",
     "CREATE INDEX IF NOT EXISTS idx_sa_sessions_cost "
     "ON sessions((COALESCE(estimated_cost_usd, 0)), id)",
-    # The search box finds sessions by user, chat or display name, ignoring case
-    # (store/listing.search_names: the expressions must match).
-    "CREATE INDEX IF NOT EXISTS idx_sa_sessions_user_lower ON sessions((lower(user_id)))",
-    "CREATE INDEX IF NOT EXISTS idx_sa_sessions_chat_lower ON sessions((lower(chat_id)))",
-    "CREATE INDEX IF NOT EXISTS idx_sa_sessions_name_lower ON sessions((lower(display_name)))",
+]
+# The search box finds sessions by user, chat or display name, ignoring case
+# (store/listing.search_names: the expressions must match). By column: an upgraded older
+# store may lack one of them (only the required columns are added to it).
+LOWER_INDEX_SQL = [
+    (
+        "user_id",
+        "CREATE INDEX IF NOT EXISTS idx_sa_sessions_user_lower ON sessions((lower(user_id)))",
+    ),
+    (
+        "chat_id",
+        "CREATE INDEX IF NOT EXISTS idx_sa_sessions_chat_lower ON sessions((lower(chat_id)))",
+    ),
+    (
+        "display_name",
+        "CREATE INDEX IF NOT EXISTS idx_sa_sessions_name_lower ON sessions((lower(display_name)))",
+    ),
 ]
 
 SWITCH_EVENTS_SQL = (
@@ -505,6 +517,11 @@ def _ensure_runtime_tables(alias: str, before: set[str]) -> list[str]:
     with connection.cursor() as cursor:
         for statement in INDEX_SQL:
             cursor.execute(statement)
+    columns = existing_columns(alias, "sessions")
+    with connection.cursor() as cursor:
+        for column, statement in LOWER_INDEX_SQL:
+            if column in columns:
+                cursor.execute(statement)
         if connection.vendor == "sqlite":
             if fresh:
                 for statement in HERMES_SQLITE_SQL:

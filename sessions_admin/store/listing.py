@@ -1705,7 +1705,7 @@ def search_names(q: str) -> list[NameMatch]:
     """Sessions whose user id, chat id or display name equals the search text, ignoring
     case (the whole text, trimmed; exact, not prefix): at most NAME_MATCHES, newest first.
 
-    Each column has an index on its lower-cased value (schema.INDEX_SQL), so this is
+    Each column has an index on its lower-cased value (schema.LOWER_INDEX_SQL), so this is
     three index probes whatever the store's size. ``lower`` folds ASCII only on SQLite.
     """
     text = q.strip().lower()

@@ -697,7 +697,6 @@ def test_names_are_found_without_the_lower_indexes_among_the_newest_sessions(mon
         assert not listing._name_indexes_present()
         assert [m.session_id for m in listing.search_names("BOB")] == [new]
     finally:
-        for statement in core.schema.INDEX_SQL:
-            if "_lower" in statement:
-                db.execute(statement)
+        for _column, statement in core.schema.LOWER_INDEX_SQL:
+            db.execute(statement)
     assert listing._name_indexes_present()
