@@ -189,6 +189,12 @@ def in_list(column: str, values: Sequence[Any]) -> tuple[str, list]:
     return f"{column} IN (SELECT value FROM json_each(%s))", [json.dumps(list(values))]
 
 
+def contains_pattern(value: str) -> str:
+    """A LIKE pattern matching text that contains ``value`` as it is (use with ESCAPE '\\')."""
+    escaped = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
 def placeholders(values: Iterable[Any]) -> str:
     return ", ".join("%s" for _ in values)
 

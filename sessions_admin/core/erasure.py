@@ -114,10 +114,6 @@ class ErasureResult:
     storage: tuple[str, ...]  # what was done so no deleted byte is left
 
 
-def _like(value: str) -> str:
-    return "%" + value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
 def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -131,7 +127,7 @@ def _subject_sessions(subject: Subject) -> list[str]:
         params += list(subject.chat_ids)
     for fragment in subject.key_fragments:
         where.append("session_key LIKE %s ESCAPE '\\'")
-        params.append(_like(fragment))
+        params.append(db.contains_pattern(fragment))
     roots = [
         r[0] for r in db.fetchall(f"SELECT id FROM sessions WHERE {' OR '.join(where)}", params)
     ]
@@ -143,7 +139,9 @@ def _naming(column_sql: str, table: str, strings: Sequence[str], *, alias: str |
         return []
     where = " OR ".join(f"{column_sql} LIKE %s ESCAPE '\\'" for _ in strings)
     return db.fetchall(
-        f"SELECT * FROM {table} WHERE {where}", [_like(s) for s in strings], alias=alias
+        f"SELECT * FROM {table} WHERE {where}",
+        [db.contains_pattern(s) for s in strings],
+        alias=alias,
     )
 
 
@@ -159,7 +157,7 @@ def _other_messages(subject: Subject, ids: set[str]) -> list[tuple[int, str]]:
         (int(r[0]), r[1])
         for r in db.fetchall(
             f"SELECT id, session_id FROM messages WHERE {where} ORDER BY id",
-            [_like(s) for s in strings],
+            [db.contains_pattern(s) for s in strings],
         )
         if r[1] not in ids
     ]

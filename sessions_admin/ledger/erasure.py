@@ -30,7 +30,7 @@ from dataclasses import asdict
 from django.db import connections, router
 from django.utils import timezone
 
-from sessions_admin.core import erasure
+from sessions_admin.core import db, erasure
 from sessions_admin.core.erasure import ErasurePlan, Subject
 from sessions_admin.ledger.models import (
     AuditEntry,
@@ -98,10 +98,6 @@ def resumable_request_ids() -> list[int]:
     )
 
 
-def _like(value: str) -> str:
-    return "%" + value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
 def trash_to_purge(subject: Subject, session_ids: Sequence[str]) -> list[str]:
     """Trash operations holding one of these sessions or naming the subject in their rows."""
     operations = set(
@@ -117,7 +113,7 @@ def trash_to_purge(subject: Subject, session_ids: Sequence[str]) -> list[str]:
         with connections[alias].cursor() as cursor:
             cursor.execute(
                 f"SELECT DISTINCT operation FROM {table} WHERE {where}",
-                [_like(json.dumps(s)[1:-1]) for s in strings],
+                [db.contains_pattern(json.dumps(s)[1:-1]) for s in strings],
             )
             operations |= {row[0] for row in cursor.fetchall()}
     return sorted(operations)
@@ -161,7 +157,11 @@ def redact_audit(subject: Subject, session_ids: Sequence[str], salt: str) -> int
         "OR reason LIKE %s ESCAPE '\\' OR detail LIKE %s ESCAPE '\\')"
         for _ in strings
     )
-    params = [p for s in strings for p in [_like(json.dumps(s)[1:-1])] * 2 + [_like(s)] * 2]
+    params = [
+        p
+        for s in strings
+        for p in [db.contains_pattern(json.dumps(s)[1:-1])] * 2 + [db.contains_pattern(s)] * 2
+    ]
     with connections[alias].cursor() as cursor:
         cursor.execute(f"SELECT id FROM {table} WHERE {where}", params)
         candidates |= {row[0] for row in cursor.fetchall()}

@@ -433,11 +433,6 @@ def visible_sql(alias: str = "s") -> str:
     )
 
 
-def _like_pattern(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
 def _day_start(day: dt.date) -> float:
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()
 
@@ -504,7 +499,7 @@ def where_sql(
     if filters.title:
         op = "ILIKE" if db.vendor() == "postgresql" else "LIKE"
         clauses.append(f"s.title {op} %s ESCAPE '\\'")
-        params.append(_like_pattern(filters.title))
+        params.append(db.contains_pattern(filters.title))
     if filters.forks or filters.health == "forks":
         ids = sorted(fork_ids.ids())
         if ids:
