@@ -106,3 +106,38 @@ def child_env() -> dict[str, str]:
     if "responses" in settings.DATABASES:
         env["SESSIONS_ADMIN_RESPONSES_URL"] = database_url("responses")
     return env
+
+
+def start_simulator(
+    ledger: Path, *, seed: int, label: str, duration: float, chats: int, env: dict, extra=()
+):
+    """A ``manage.py simulate_runtime`` process (a runtime writing as a gateway would) on this
+    test's databases, keeping its acknowledgements in ``ledger``."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "manage.py",
+            "simulate_runtime",
+            "--chats",
+            str(chats),
+            "--duration",
+            str(duration),
+            "--think-time",
+            "0.03",
+            "--seed",
+            str(seed),
+            "--label",
+            label,
+            *extra,
+            "--ledger",
+            str(ledger),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

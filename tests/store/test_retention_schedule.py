@@ -24,7 +24,7 @@ from sessions_admin.core import db, holds
 from sessions_admin.core.clock import use_clock
 from sessions_admin.demo.consistency import check_ledger, check_store
 from sessions_admin.ledger.models import DeleteJob, RetentionPolicy
-from tests.helpers import child_env
+from tests.helpers import child_env, start_simulator
 from tests.store.test_retention import DAY, old_session
 
 ROOT = Path(settings.BASE_DIR)
@@ -61,30 +61,7 @@ def test_a_scheduled_policy_runs_in_the_worker_while_runtimes_write(tmp_path):
     env["SESSIONS_ADMIN_RETENTION_CHECK_SECONDS"] = "1"
     ledgers = [tmp_path / f"runtime-{n}.jsonl" for n in range(2)]
     runtimes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "simulate_runtime",
-                "--chats",
-                "5",
-                "--duration",
-                str(SIMULATE_SECONDS),
-                "--think-time",
-                "0.03",
-                "--seed",
-                str(n),
-                "--label",
-                f"r{n}",
-                "--ledger",
-                str(ledger),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        start_simulator(ledger, seed=n, label=f"r{n}", duration=SIMULATE_SECONDS, chats=5, env=env)
         for n, ledger in enumerate(ledgers)
     ]
     worker = subprocess.Popen(

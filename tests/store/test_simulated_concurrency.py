@@ -10,8 +10,6 @@ lost or doubled and every store invariant holds. Runs on both test passes
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +20,7 @@ from sessions_admin.core import db
 from sessions_admin.demo.consistency import check_ledger, check_store, read_ledger
 from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger.models import TrashEntry
-from tests.helpers import child_env
+from tests.helpers import child_env, start_simulator
 
 ROOT = Path(settings.BASE_DIR)
 SIMULATORS = 3
@@ -158,33 +156,14 @@ def test_runtimes_and_operators_together_lose_and_double_nothing(tmp_path):
     ledgers = [tmp_path / f"runtime-{n}.jsonl" for n in range(SIMULATORS)]
     env = child_env()
     processes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "simulate_runtime",
-                "--chats",
-                "6",
-                "--duration",
-                str(SIMULATE_SECONDS),
-                "--think-time",
-                "0.03",
-                "--seed",
-                str(n),
-                "--label",
-                f"r{n}",
-                "--cold-start-rate",
-                "0.15",
-                "--evict-keep",
-                "30",
-                "--ledger",
-                str(ledger),
-            ],
-            cwd=ROOT,
+        start_simulator(
+            ledger,
+            seed=n,
+            label=f"r{n}",
+            duration=SIMULATE_SECONDS,
+            chats=6,
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            extra=["--cold-start-rate", "0.15", "--evict-keep", "30"],
         )
         for n, ledger in enumerate(ledgers)
     ]
