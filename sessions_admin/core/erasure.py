@@ -9,7 +9,7 @@ sessions_admin's own tables about them. ``erase`` deletes exactly that, without 
 trash copy, then removes what deleted rows leave behind:
 
 - SQLite: the deletes run with ``PRAGMA secure_delete = ON`` (freed content is
-  overwritten with zeros), both full-text indexes are merged (``optimize``: FTS5 keeps
+  overwritten with zeros), both full-text indexes are merged into one segment in short steps (FTS5 keeps
   a deleted row's terms in older segments until then), and the WAL is checkpointed
   and truncated (``wal_checkpoint(TRUNCATE)``), so no page image of the old rows is
   left in the ``-wal`` file. No VACUUM: it would hold the runtime's writers for the
@@ -393,17 +393,42 @@ def _checkpoint(alias: str) -> str:
             time.sleep(0.2)
 
 
+# Pages of index one merge step rewrites: a step is one short store transaction, so the
+# runtime's writers wait for it tens of milliseconds, never for the whole index.
+FTS_MERGE_PAGES = 64
+
+
+@store_operation
+def _fts_merge_step(fts: str) -> bool:
+    """One bounded step of merging ``fts`` into a single segment; whether it did any work.
+
+    FTS5 keeps a deleted message's terms in older segments (with a delete marker) until
+    they are merged; ``'optimize'`` merges the whole index in one transaction, which held
+    the runtime's writers for seconds on a 100k store (bench/retention.py). A negative
+    ``'merge'`` merges every segment whatever its level, ``FTS_MERGE_PAGES`` pages at a
+    time; FTS5 says it is finished when a step changes fewer than two rows.
+    """
+    raw = connections[store_alias()].connection
+    before = raw.total_changes
+    with connections[store_alias()].cursor() as cursor:
+        cursor.execute(f"INSERT INTO {fts}({fts}, rank) VALUES ('merge', %s)", [-FTS_MERGE_PAGES])
+    return raw.total_changes - before >= 2
+
+
 def _purge_leftovers() -> list[str]:
     """What deleted rows leave in the files (SQLite) or as dead tuples (PostgreSQL)."""
     done = []
     store = connections[store_alias()]
     if store.vendor == "sqlite":
         tables = existing_tables(store_alias())
-        with store.cursor() as cursor:
-            for fts in ("messages_fts", "messages_fts_trigram"):
-                if fts in tables:
-                    cursor.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
-                    done.append(f"{fts}: merged (deleted terms dropped)")
+        for fts in ("messages_fts", "messages_fts_trigram"):
+            if fts in tables:
+                steps = 1
+                while _fts_merge_step(fts):
+                    steps += 1
+                done.append(
+                    f"{fts}: merged into one segment in {steps} steps (deleted terms dropped)"
+                )
     for alias in dict.fromkeys([store_alias(), responses_alias()]):
         connection = connections[alias]
         if connection.vendor == "sqlite":

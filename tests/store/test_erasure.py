@@ -27,7 +27,9 @@ CHAT = "chat-erase-5512"
 SECRET = "zebra-quartz-9931"
 TITLE = "Nightingale plan 6612"
 SLUG = "slug-erase-4417"
-DISTINCTIVE = [USER, CHAT, SECRET, TITLE, SLUG]
+# One token for the full-text index (unicode61 splits the others at their hyphens).
+WORD = "xylophonicwombat"
+DISTINCTIVE = [USER, CHAT, SECRET, TITLE, SLUG, WORD]
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +45,7 @@ def subject_everywhere() -> dict[str, str]:
     core.append_messages(
         session_id=root,
         messages=[
-            {"role": "user", "content": f"my code word is {SECRET}"},
+            {"role": "user", "content": f"my code word is {SECRET}, or {WORD}"},
             {
                 "role": "assistant",
                 "content": "noted",
