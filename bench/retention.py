@@ -102,8 +102,11 @@ def child_erasure(workdir: Path) -> dict:
 
 
 def child_policy(workdir: Path) -> dict:
-    from sessions_admin.ledger import actions, jobs, retention
+    from sessions_admin.ledger import actions, jobs, retention, worker
     from sessions_admin.ledger.models import RetentionPolicy
+
+    # The run's job is run here, timed, not by a background worker thread.
+    worker.ensure_worker_running = lambda: None
 
     live = _live_sessions()
     policy = RetentionPolicy.objects.create(name="bench", older_than_days=1, created_by="bench")
