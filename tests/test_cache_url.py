@@ -44,3 +44,27 @@ def test_migrate_makes_the_database_caches_table(settings):
     call_command("migrate", verbosity=0)  # nothing to migrate: post_migrate still runs
     tables = connections["default"].introspection.table_names()
     assert settings_module.CACHE_TABLE in tables
+
+
+def test_two_hosts_making_the_table_at_once_both_start(settings, monkeypatch):
+    """The loser of the race (its CREATE TABLE fails: the winner's table exists) starts too."""
+    from django.core.management.base import CommandError
+
+    from sessions_admin.ledger import apps as ledger_apps
+
+    settings.CACHES = {"default": settings_module._cache_from_url("db://")}
+    calls = []
+
+    def racing(name, **kwargs):
+        calls.append(name)
+        if len(calls) == 1:
+            call_command(name, **kwargs)  # the winner makes it ...
+            raise CommandError('table "sessions_admin_cache" already exists')  # ... we lose
+        call_command(name, **kwargs)
+
+    with connections["default"].cursor() as c:
+        c.execute(f"DROP TABLE IF EXISTS {settings_module.CACHE_TABLE}")
+    monkeypatch.setattr("django.core.management.call_command", racing)
+    ledger_apps.create_cache_table()
+    assert calls == ["createcachetable", "createcachetable"]
+    assert settings_module.CACHE_TABLE in connections["default"].introspection.table_names()

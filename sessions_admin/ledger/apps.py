@@ -7,9 +7,15 @@ from django.db.models.signals import post_migrate
 def create_cache_table(using: str = "default", **kwargs) -> None:
     """The database cache's table (SESSIONS_ADMIN_CACHE_URL=db://), made by migrate too."""
     from django.core.management import call_command
+    from django.core.management.base import CommandError
 
     # Does nothing for a file or Redis cache, or a table that exists already.
-    call_command("createcachetable", database=using, verbosity=0)
+    try:
+        call_command("createcachetable", database=using, verbosity=0)
+    except CommandError:
+        # Two hosts starting together both saw no table and both created it: the loser's
+        # second look finds the winner's table and does nothing (a real failure fails again).
+        call_command("createcachetable", database=using, verbosity=0)
 
 
 class LedgerConfig(AppConfig):
