@@ -9,8 +9,9 @@ sessions_admin's own tables about them. ``erase`` deletes exactly that, without 
 trash copy, then removes what deleted rows leave behind:
 
 - SQLite: the deletes run with ``PRAGMA secure_delete = ON`` (freed content is
-  overwritten with zeros), both full-text indexes are merged into one segment in short steps (FTS5 keeps
-  a deleted row's terms in older segments until then), and the WAL is checkpointed
+  overwritten with zeros), both full-text indexes are merged into one segment in short steps within a time
+  budget (FTS5 keeps a deleted row's terms in older segments until then; the receipt says
+  if a runtime writing all along kept the merge from finishing), and the WAL is checkpointed
   and truncated (``wal_checkpoint(TRUNCATE)``), so no page image of the old rows is
   left in the ``-wal`` file. No VACUUM: it would hold the runtime's writers for the
   whole file's length; secure_delete already leaves no old byte in the file.
@@ -396,6 +397,7 @@ def _checkpoint(alias: str) -> str:
 # Pages of index one merge step rewrites: a step is one short store transaction, so the
 # runtime's writers wait for it tens of milliseconds, never for the whole index.
 FTS_MERGE_PAGES = 64
+FTS_MERGE_SECONDS = 60.0
 
 
 @store_operation
@@ -415,6 +417,29 @@ def _fts_merge_step(fts: str) -> bool:
     return raw.total_changes - before >= 2
 
 
+def _merge_fts(fts: str) -> str:
+    """Merge ``fts`` into one segment in short steps, within ``FTS_MERGE_SECONDS``.
+
+    While the runtime keeps writing, each of its inserts adds a segment and the merge
+    starts over (bench/retention.py: on a 100k store with 20 appends a second it never
+    finished, rewriting the index again and again). So the merge stops at its time budget,
+    and the receipt says whether the index's older segments may still hold deleted terms
+    (they go at FTS5's next full merge, or a later erasure's). SQLite 3.42's FTS5
+    'secure-delete' option removes terms at delete time; this store's SQLite may be older.
+    """
+    deadline = time.monotonic() + FTS_MERGE_SECONDS
+    steps = 1
+    while _fts_merge_step(fts):
+        steps += 1
+        if time.monotonic() >= deadline:
+            return (
+                f"{fts}: merge stopped after {steps} steps ({FTS_MERGE_SECONDS:g} s) while "
+                "the runtime wrote; deleted terms may stay in older index segments until "
+                "the index is next merged"
+            )
+    return f"{fts}: merged into one segment in {steps} steps (deleted terms dropped)"
+
+
 def _purge_leftovers() -> list[str]:
     """What deleted rows leave in the files (SQLite) or as dead tuples (PostgreSQL)."""
     done = []
@@ -423,12 +448,7 @@ def _purge_leftovers() -> list[str]:
         tables = existing_tables(store_alias())
         for fts in ("messages_fts", "messages_fts_trigram"):
             if fts in tables:
-                steps = 1
-                while _fts_merge_step(fts):
-                    steps += 1
-                done.append(
-                    f"{fts}: merged into one segment in {steps} steps (deleted terms dropped)"
-                )
+                done.append(_merge_fts(fts))
     for alias in dict.fromkeys([store_alias(), responses_alias()]):
         connection = connections[alias]
         if connection.vendor == "sqlite":
