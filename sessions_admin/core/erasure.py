@@ -56,6 +56,7 @@ MIN_FRAGMENT = 4
 MAX_VALUES = 50
 CHUNK = 500
 CHECKPOINT_SECONDS = 30.0
+PASSIVE_ROUNDS = 5
 
 
 @dataclass(frozen=True)
@@ -381,9 +382,19 @@ def _delete_slug_rows(names: Sequence[str], response_ids: Sequence[str]) -> tupl
 
 
 def _checkpoint(alias: str) -> str:
-    """Merge the WAL into the file and truncate it, retrying while a reader holds it."""
+    """Merge the WAL into the file and truncate it, retrying while a reader holds it.
+
+    The erasure's deletes and index merges can leave a WAL of gigabytes; a TRUNCATE
+    checkpoint holds the runtime's writers while it copies. So PASSIVE checkpoints (which
+    never block a writer) copy it first, and the TRUNCATE that follows has little left.
+    """
     deadline = time.monotonic() + CHECKPOINT_SECONDS
     with connections[alias].cursor() as cursor:
+        for _ in range(PASSIVE_ROUNDS):
+            cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            _busy, log, done = cursor.fetchone()
+            if log <= 0 or done >= log:
+                break
         while True:
             cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             busy, _log, _done = cursor.fetchone()
@@ -397,7 +408,7 @@ def _checkpoint(alias: str) -> str:
 # Pages of index one merge step rewrites: a step is one short store transaction, so the
 # runtime's writers wait for it tens of milliseconds, never for the whole index.
 FTS_MERGE_PAGES = 64
-FTS_MERGE_SECONDS = 60.0
+FTS_MERGE_SECONDS = 30.0
 
 
 @store_operation
