@@ -150,6 +150,8 @@ def ensure_hermes() -> str | None:
 
 def run_tests(pytest_args: list[str]) -> int:
     """The whole suite on SQLite, then again with both aliases on a throwaway PostgreSQL."""
+    # The slowest tests of each run are listed at its end: CI must stay under 30 minutes.
+    pytest_args = ["--durations=25", *pytest_args]
     ensure_chromium()
     env = {**os.environ}
     hermes_python = ensure_hermes()
