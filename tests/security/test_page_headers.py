@@ -6,6 +6,7 @@ covered as soon as it has its entry there.
 
 from __future__ import annotations
 
+import re
 import socket
 from urllib.parse import urlparse
 
@@ -35,7 +36,12 @@ def test_head_is_answered_as_get(name, seeded, admin_client):
     head = admin_client.head(url)
     assert head.status_code == got.status_code != 405, (head.status_code, got.status_code)
     for header in ("Content-Type", "Content-Disposition", "Location"):
-        assert head.get(header) == got.get(header), header
+        assert _same_second(head.get(header)) == _same_second(got.get(header)), header
+
+
+def _same_second(value: str | None) -> str | None:
+    """Export names carry the time they were made: GET and HEAD may straddle a second."""
+    return value and re.sub(r"\d{8}-\d{6}", "<time>", value)
 
 
 @pytest.mark.parametrize("name", GET_PAGES)
