@@ -310,6 +310,11 @@ SESSIONS_ADMIN_TRASH_DAYS = int(os.environ.get("SESSIONS_ADMIN_TRASH_DAYS", "30"
 SESSIONS_ADMIN_RETENTION_CHECK_SECONDS = float(
     os.environ.get("SESSIONS_ADMIN_RETENTION_CHECK_SECONDS", "60")
 )
+# Seconds between two tries to finish an erasure's search index merge (SQLite) that a busy
+# runtime kept from finishing; the same scheduler thread runs it.
+SESSIONS_ADMIN_ERASURE_INDEX_RETRY_SECONDS = float(
+    os.environ.get("SESSIONS_ADMIN_ERASURE_INDEX_RETRY_SECONDS", "600")
+)
 
 # A waiting delete-job worker is woken the moment a job is created (ledger/wake.py); it
 # also looks for jobs this often, for a job whose worker died (its lease runs out).

@@ -10,8 +10,9 @@ trash copy, then removes what deleted rows leave behind:
 
 - SQLite: the deletes run with ``PRAGMA secure_delete = ON`` (freed content is
   overwritten with zeros), both full-text indexes are merged into one segment in short steps within a time
-  budget (FTS5 keeps a deleted row's terms in older segments until then; the receipt says
-  if a runtime writing all along kept the merge from finishing), and the WAL is checkpointed
+  budget (FTS5 keeps a deleted row's terms in older segments until then; when a runtime
+  writing all along kept the merge from finishing, the result says so and
+  ``merge_search_indexes`` is run again later until it finishes), and the WAL is checkpointed
   and truncated (``wal_checkpoint(TRUNCATE)``), so no page image of the old rows is
   left in the ``-wal`` file. No VACUUM: it would hold the runtime's writers for the
   whole file's length; secure_delete already leaves no old byte in the file.
@@ -114,6 +115,16 @@ class ErasureResult:
     responses: int
     side_rows: int
     storage: tuple[str, ...]  # what was done so no deleted byte is left
+    # False while a full-text index still has segments written before the deletes (SQLite:
+    # a runtime writing all along kept the merge from finishing); ``merge_search_indexes``
+    # is run again later until it is True.
+    index_merged: bool = True
+
+
+@dataclass(frozen=True)
+class IndexMerge:
+    finished: bool
+    notes: tuple[str, ...]
 
 
 def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
@@ -428,38 +439,65 @@ def _fts_merge_step(fts: str) -> bool:
     return raw.total_changes - before >= 2
 
 
-def _merge_fts(fts: str) -> str:
-    """Merge ``fts`` into one segment in short steps, within ``FTS_MERGE_SECONDS``.
+def _merge_fts(fts: str, seconds: float) -> tuple[bool, str]:
+    """Merge ``fts`` into one segment in short steps, within ``seconds``; whether it finished.
 
     While the runtime keeps writing, each of its inserts adds a segment and the merge
     starts over (bench/retention.py: on a 100k store with 20 appends a second it never
     finished, rewriting the index again and again). So the merge stops at its time budget,
-    and the receipt says whether the index's older segments may still hold deleted terms
-    (they go at FTS5's next full merge, or a later erasure's). SQLite 3.42's FTS5
-    'secure-delete' option removes terms at delete time; this store's SQLite may be older.
+    and the erasure's receipt says the index's older segments may still hold deleted terms
+    until a later ``merge_search_indexes`` finishes (the dashboard retries it in its
+    scheduler). SQLite 3.42's FTS5 'secure-delete' option removes terms at delete time;
+    this store's SQLite may be older.
     """
-    deadline = time.monotonic() + FTS_MERGE_SECONDS
+    deadline = time.monotonic() + seconds
     steps = 1
     while _fts_merge_step(fts):
         steps += 1
         if time.monotonic() >= deadline:
-            return (
-                f"{fts}: merge stopped after {steps} steps ({FTS_MERGE_SECONDS:g} s) while "
-                "the runtime wrote; deleted terms may stay in older index segments until "
-                "the index is next merged"
+            return False, (
+                f"{fts}: merge stopped after {steps} steps ({seconds:g} s) while the runtime "
+                "wrote; deleted terms may stay in older index segments until a later merge "
+                "finishes"
             )
-    return f"{fts}: merged into one segment in {steps} steps (deleted terms dropped)"
+    return True, f"{fts}: merged into one segment in {steps} steps (deleted terms dropped)"
 
 
-def _purge_leftovers() -> list[str]:
-    """What deleted rows leave in the files (SQLite) or as dead tuples (PostgreSQL)."""
-    done = []
+def _search_index_merges(seconds: float) -> IndexMerge:
     store = connections[store_alias()]
-    if store.vendor == "sqlite":
-        tables = existing_tables(store_alias())
-        for fts in ("messages_fts", "messages_fts_trigram"):
-            if fts in tables:
-                done.append(_merge_fts(fts))
+    if store.vendor != "sqlite":
+        return IndexMerge(True, ())  # PostgreSQL's index entries go with VACUUM
+    tables = existing_tables(store_alias())
+    finished, notes = True, []
+    for fts in ("messages_fts", "messages_fts_trigram"):
+        if fts in tables:
+            done, note = _merge_fts(fts, seconds)
+            finished = finished and done
+            notes.append(note)
+    return IndexMerge(finished, tuple(notes))
+
+
+def merge_search_indexes(*, seconds: float = FTS_MERGE_SECONDS) -> IndexMerge:
+    """Finish what an erasure's index merge could not: merge each full-text index into one
+    segment (``seconds`` a index at most), zeroing freed pages, then truncate the WAL.
+
+    ``finished`` is True once every index was merged whole after the erasure's deletes:
+    no older segment is left to hold a deleted term.
+    """
+    _secure_delete(True)
+    try:
+        merge = _search_index_merges(seconds)
+        if connections[store_alias()].vendor == "sqlite":
+            merge = IndexMerge(merge.finished, (*merge.notes, _checkpoint(store_alias())))
+    finally:
+        _secure_delete(False)
+    return merge
+
+
+def _purge_leftovers() -> tuple[bool, list[str]]:
+    """What deleted rows leave in the files (SQLite) or as dead tuples (PostgreSQL)."""
+    merge = _search_index_merges(FTS_MERGE_SECONDS)
+    done = list(merge.notes)
     for alias in dict.fromkeys([store_alias(), responses_alias()]):
         connection = connections[alias]
         if connection.vendor == "sqlite":
@@ -476,7 +514,7 @@ def _purge_leftovers() -> list[str]:
                 for table in dict.fromkeys(tables):
                     cursor.execute(f"VACUUM {table}")
             done.append(f"{alias}: VACUUM {', '.join(dict.fromkeys(tables))}")
-    return done
+    return merge.finished, done
 
 
 def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> ErasureResult:
@@ -503,7 +541,7 @@ def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> Erasu
             other += _delete_other_messages(list(chunk))
         conversations, responses = _delete_slug_rows(plan.conversation_names, plan.response_ids)
         side = _delete_side_rows(plan.side_rows) if plan.side_rows else 0
-        storage = _purge_leftovers()
+        index_merged, storage = _purge_leftovers()
     finally:
         _secure_delete(False)
     return ErasureResult(
@@ -514,4 +552,5 @@ def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> Erasu
         responses=responses,
         side_rows=side,
         storage=tuple(storage),
+        index_merged=index_merged,
     )

@@ -884,6 +884,32 @@ def run_erasure(*, request_id: int) -> dict | None:
         raise
 
 
+def finish_erasure_index_merges() -> list[int]:
+    """Merge the search indexes again for erasures whose merge a busy runtime cut short.
+
+    Until then the older index segments may still hold the erased words; the scheduler
+    (``ledger/schedule.py``) calls this every few minutes. Returns the requests whose
+    receipts now say the index was merged (each audited).
+    """
+    pending = erasure.requests_awaiting_index_merge()
+    if not pending:
+        return []
+    merge = erasure_core.merge_search_indexes()
+    if not merge.finished:
+        return []
+    erasure.index_merged(pending, merge.notes)
+    for request_id in pending:
+        record(
+            actor=None,
+            action="erasure_index_merged",
+            session_ids=[],
+            before={"erasure_request": request_id},
+            after={"search_index": "merged", "notes": list(merge.notes)},
+            reason="the erasure's search index merge finished",
+        )
+    return pending
+
+
 _erasure_lock = threading.Lock()
 
 

@@ -277,7 +277,32 @@ def receipt_of(
         "conversation_slugs_sha256": sorted(hash_of(salt, n) for n in plan.conversation_names),
         "response_ids_sha256": sorted(hash_of(salt, r) for r in plan.response_ids),
         "storage": [*result.storage, *storage],
+        # Whether every full-text index was merged whole after the deletes; while not,
+        # older index segments may still hold the subject's words (``index_merged``).
+        "search_index": {
+            "merged": result.index_merged,
+            "merged_at": timezone.now().isoformat() if result.index_merged else None,
+        },
     }
+
+
+def requests_awaiting_index_merge() -> list[int]:
+    """Finished erasures whose search index merge has not finished yet (SQLite stores)."""
+    return list(
+        ErasureRequest.objects.filter(
+            state=ErasureRequest.DONE, receipt__search_index__merged=False
+        ).values_list("pk", flat=True)
+    )
+
+
+def index_merged(request_ids: Sequence[int], notes: Sequence[str]) -> None:
+    """A later merge finished: the receipts of ``request_ids`` say so, and when."""
+    now = timezone.now().isoformat()
+    for request in ErasureRequest.objects.filter(pk__in=request_ids):
+        receipt = dict(request.receipt)
+        receipt["search_index"] = {"merged": True, "merged_at": now}
+        receipt["storage"] = [*receipt.get("storage", []), *notes]
+        ErasureRequest.objects.filter(pk=request.pk).update(receipt=receipt)
 
 
 def finish(request: ErasureRequest, receipt: dict) -> None:

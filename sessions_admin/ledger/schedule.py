@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.conf import settings
 from django.db import connections
@@ -20,6 +21,7 @@ from sessions_admin.ledger import actions
 
 logger = logging.getLogger(__name__)
 DEFAULT_CHECK_SECONDS = 60.0
+DEFAULT_INDEX_RETRY_SECONDS = 600.0
 
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
@@ -29,8 +31,20 @@ def check_interval() -> float:
     return float(getattr(settings, "SESSIONS_ADMIN_RETENTION_CHECK_SECONDS", DEFAULT_CHECK_SECONDS))
 
 
+def index_merge_interval() -> float:
+    return float(
+        getattr(settings, "SESSIONS_ADMIN_ERASURE_INDEX_RETRY_SECONDS", DEFAULT_INDEX_RETRY_SECONDS)
+    )
+
+
 def run_schedule(*, interval: float, stop: threading.Event) -> None:
-    """Start due retention runs every ``interval`` seconds until ``stop`` is set."""
+    """Start due retention runs every ``interval`` seconds until ``stop`` is set.
+
+    Every ``SESSIONS_ADMIN_ERASURE_INDEX_RETRY_SECONDS`` (default 600) it also retries the
+    search index merge of erasures a busy runtime kept from finishing it (each try takes up
+    to 30 s an index, in short steps that never hold the runtime's writers for long).
+    """
+    next_index_merge = 0.0
     try:
         while not stop.is_set():
             try:
@@ -39,6 +53,14 @@ def run_schedule(*, interval: float, stop: threading.Event) -> None:
                 logger.exception("retention schedule check failed")
             finally:
                 connections.close_all()
+            if time.monotonic() >= next_index_merge:
+                next_index_merge = time.monotonic() + index_merge_interval()
+                try:
+                    actions.finish_erasure_index_merges()
+                except Exception:
+                    logger.exception("an erasure's search index merge failed")
+                finally:
+                    connections.close_all()
             stop.wait(interval)
     finally:
         connections.close_all()

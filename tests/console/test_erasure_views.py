@@ -84,3 +84,30 @@ def test_a_changed_store_since_the_preview_erases_nothing(signed_in):
     assert core.lineage.existing_session_ids(ids) == set(ids)
     refusals = AuditEntry.objects.filter(outcome="refused")
     assert refusals.exists() and not any(USER in f"{e.before} {e.detail}" for e in refusals)
+
+
+def test_the_request_page_says_while_the_search_index_is_not_merged(signed_in, monkeypatch):
+    from sessions_admin.core import erasure as erasure_core
+
+    client = signed_in("admin")
+    _their_sessions()
+    plan = erasure_core.plan_erasure(subject=erasure_core.Subject(user_id=USER))
+    queued = actions.request_erasure(
+        actor=None,
+        subject=plan.subject,
+        reference="DSR-8",
+        expected_fingerprint=plan.fingerprint,
+    )
+    cut_short = erasure_core.IndexMerge(False, ("messages_fts: merge stopped",))
+    monkeypatch.setattr(erasure_core, "_search_index_merges", lambda seconds: cut_short)
+    actions.run_erasure(request_id=queued.pk)
+    page = client.get(reverse("erasure_detail", args=[queued.pk])).content.decode()
+    assert 'id="index-merge-pending"' in page and 'id="index-merged"' not in page
+
+    monkeypatch.undo()
+    monkeypatch.setattr(actions, "start_erasures", lambda: None)
+    assert actions.finish_erasure_index_merges() == [queued.pk]
+    page = client.get(reverse("erasure_detail", args=[queued.pk])).content.decode()
+    assert 'id="index-merged"' in page and 'id="index-merge-pending"' not in page
+    queued.refresh_from_db()
+    assert queued.receipt["search_index"]["merged"] is True

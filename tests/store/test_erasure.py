@@ -9,6 +9,8 @@ distinctive strings. The rest run on both backends.
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -230,3 +232,71 @@ def test_the_command_previews_and_erases_with_yes():
     receipt = json.loads(out.getvalue().split("\n", 1)[1])
     assert receipt["erased"]["sessions"] == 3 and receipt["reference"] == "DSR-9"
     assert ids["root"] not in {r[0] for r in db.fetchall("SELECT id FROM sessions")}
+
+
+def _leftovers() -> dict[str, list[str]]:
+    files = [*_files(store_alias()), *_files(responses_alias()), *_files("default")]
+    found = {
+        value: [path.name for path in files if value.encode() in path.read_bytes()]
+        for value in DISTINCTIVE
+    }
+    return {value: names for value, names in found.items() if names}
+
+
+def test_an_index_merge_cut_short_is_finished_later_and_the_receipt_says_when(
+    monkeypatch, settings
+):
+    """A runtime writing all along keeps the erasure's merge from finishing: the receipt
+    says the index is not merged yet, and the scheduler finishes it later."""
+    if connections[store_alias()].vendor != "sqlite":
+        pytest.skip("full-text index segments: SQLite's FTS5")
+    from sessions_admin.core import erasure as erasure_core
+    from sessions_admin.ledger import schedule
+
+    subject_everywhere()
+    for n in range(30):  # many small segments, as a busy runtime leaves them
+        sid = core.create_session(source="cli").session_id
+        core.append_messages(session_id=sid, messages=[{"role": "user", "content": f"w{n}"}])
+    monkeypatch.setattr(erasure_core, "FTS_MERGE_SECONDS", 0.0)  # the budget ran out at once
+
+    request = _erase(Subject(user_id=USER, chat_ids=(CHAT,)))
+
+    assert request.receipt["search_index"] == {"merged": False, "merged_at": None}
+    assert erasure.requests_awaiting_index_merge() == [request.pk]
+    assert not AuditEntry.objects.filter(action="erasure_index_merged").exists()
+
+    # The scheduler thread of a dashboard process retries it.
+    monkeypatch.setattr(erasure_core, "FTS_MERGE_SECONDS", 30.0)
+    settings.SESSIONS_ADMIN_ERASURE_INDEX_RETRY_SECONDS = 0
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=schedule.run_schedule, kwargs={"interval": 0.05, "stop": stop}, daemon=True
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while erasure.requests_awaiting_index_merge() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+
+    request.refresh_from_db()
+    assert request.receipt["search_index"]["merged"] is True
+    assert request.receipt["search_index"]["merged_at"]
+    assert any("merged into one segment" in line for line in request.receipt["storage"])
+    entry = AuditEntry.objects.get(action="erasure_index_merged")
+    assert entry.before == {"erasure_request": request.pk}
+    assert _leftovers() == {}
+    # Nothing else went: the other sessions and their words are all still searchable.
+    assert db.fetchone("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'w7'")[0] == 1
+    assert AuditEntry.objects.filter(action="erasure_index_merged").count() == 1
+
+
+def test_a_merge_that_finishes_at_once_leaves_nothing_to_retry():
+    subject_everywhere()
+    request = _erase(Subject(user_id=USER, chat_ids=(CHAT,)))
+    assert request.receipt["search_index"]["merged"] is True
+    assert erasure.requests_awaiting_index_merge() == []
+    assert actions.finish_erasure_index_merges() == []
+    assert not AuditEntry.objects.filter(action="erasure_index_merged").exists()
