@@ -87,3 +87,9 @@ def post_worker_init(worker) -> None:
     ensure_worker_running()
     ensure_slug_history_running()  # from attach on, record slug history (docs/attach.md)
     ensure_schedule_running()  # enabled retention policies run when due
+
+    # The store-wide figures (overview totals, fork groups, health counts, the list's fork
+    # marks) are computed now and kept fresh, so no request waits for them (issue 16).
+    from sessions_admin.console.figures import ensure_figures_warm
+
+    ensure_figures_warm()

@@ -11,6 +11,13 @@ An operator's change marks every figure stale (``forget_all``): a figure whose
 computation started before the mark is never served again, not even one a
 refresh that was already running writes afterwards, so the overview's health
 panel and ``/forks/`` agree as soon as the action returns.
+
+A page that only shows a figure reads it with ``ready_figure_at``: when there is no
+usable value (a cold cache, or an operator's change since), it starts the computation
+in the background and answers None, so the page renders a placeholder that fetches
+itself again, and no request pays for a store-wide recomputation (issue 16). Each
+dashboard process also keeps the registered figures warm (``ensure_warming_running``,
+started by gunicorn's post_worker_init), recomputing them before they go stale.
 """
 
 from __future__ import annotations
@@ -76,6 +83,35 @@ def cached_figure_at(
     return now, value
 
 
+def ready_figure_at(
+    name: str, compute: Callable[[], T], *, fresh_seconds: float
+) -> tuple[float, T] | None:
+    """``cached_figure_at`` for a page that can do without the figure: None, with its
+    computation started in a background thread, when there is no usable value.
+
+    With ``SESSIONS_ADMIN_COLD_FIGURES_INLINE`` (the tests' default, so a page test sees
+    its figures on the first GET) it computes a missing figure inline as before.
+    """
+    if getattr(settings, "SESSIONS_ADMIN_COLD_FIGURES_INLINE", False):
+        return cached_figure_at(name, compute, fresh_seconds=fresh_seconds)
+    key = store_key(name)
+    entry = cache.get(key)
+    if entry is not None and entry[0] > stale_since():
+        if time.time() - entry[0] >= fresh_seconds:
+            _start_refresh(name, key, compute)
+        return entry
+    _start_refresh(name, key, compute)
+    return None
+
+
+def _start_refresh(name: str, key: str, compute: Callable[[], T]) -> None:
+    # One computation at a time across every process sharing the cache.
+    if cache.add(f"{key}:refreshing", 1, REFRESH_LOCK_SECONDS):
+        threading.Thread(
+            target=_refresh, args=(key, compute), name=f"refresh {name}", daemon=True
+        ).start()
+
+
 def _refresh(key: str, compute: Callable[[], T], *, close_connections: bool = True) -> None:
     try:
         computed_at = time.time()
@@ -104,6 +140,59 @@ def stale_since() -> float:
 FIGURES = ("listing:forks", "overview:forks", "overview:health", "overview:totals")
 # When this store last changed under an operator's hand; kept until the cache is cleared.
 STALE_MARK = "figures-stale-since"
+
+
+# name -> (compute, fresh_seconds): the figures a dashboard process keeps warm.
+_REGISTERED: dict[str, tuple[Callable[[], object], float]] = {}
+# The warming thread looks this often; a figure is recomputed once it is older than
+# its fresh period less WARM_AHEAD_FRACTION of it, so a request never finds it stale.
+WARM_CHECK_SECONDS = 5.0
+WARM_AHEAD_FRACTION = 0.5
+_warming_lock = threading.Lock()
+_warming: threading.Thread | None = None
+
+
+def register(name: str, compute: Callable[[], object], *, fresh_seconds: float) -> None:
+    """Keep figure ``name`` warm in every dashboard process that runs the warming thread."""
+    _REGISTERED[name] = (compute, fresh_seconds)
+
+
+def warm_once() -> list[str]:
+    """Recompute, here and now, every registered figure that is missing, stale after an
+    operator's change, or about to go stale; the names it recomputed."""
+    done = []
+    for name, (compute, fresh_seconds) in list(_REGISTERED.items()):
+        key = store_key(name)
+        entry = cache.get(key)
+        usable = entry is not None and entry[0] > stale_since()
+        if usable and time.time() - entry[0] < fresh_seconds * (1 - WARM_AHEAD_FRACTION):
+            continue
+        if cache.add(f"{key}:refreshing", 1, REFRESH_LOCK_SECONDS):
+            _refresh(key, compute, close_connections=False)
+            done.append(name)
+    return done
+
+
+def _keep_warm() -> None:
+    while True:
+        try:
+            warm_once()
+        except Exception:
+            log.exception("Warming the store-wide figures failed")
+        finally:
+            connections.close_all()
+        time.sleep(WARM_CHECK_SECONDS)
+
+
+def ensure_warming_running() -> None:
+    """Start this process's warming thread (once): the figures are computed as the
+    dashboard starts and kept fresh, so neither a first request nor one after a quiet
+    spell waits for them."""
+    global _warming
+    with _warming_lock:
+        if _warming is None or not _warming.is_alive():
+            _warming = threading.Thread(target=_keep_warm, name="warm figures", daemon=True)
+            _warming.start()
 
 
 def forget_all() -> None:

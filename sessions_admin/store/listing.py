@@ -440,6 +440,10 @@ def _day_start(day: dt.date) -> float:
 FORKS_CACHE_SECONDS = 30
 
 
+def _fork_id_set() -> frozenset[str]:
+    return frozenset(forks.fork_session_ids())
+
+
 class _Forks:
     """fork_session_ids(), computed at most once per request and cached briefly.
 
@@ -447,6 +451,11 @@ class _Forks:
     second on a 100,000-session store), so every worker shares one result,
     refreshed in the background every FORKS_CACHE_SECONDS (store.cached): a
     new fork group shows up within that time, and no request waits for it.
+
+    Two reads: ``ids()`` for the fork filter, which needs the set to be right and so
+    computes it inline on a cold cache; ``shown()`` for the rows' fork marks, which
+    only display it: None while it is being computed in the background (the page
+    says so, and reloads its rows once it is ready).
     """
 
     def __init__(self) -> None:
@@ -456,12 +465,28 @@ class _Forks:
         if self._ids is None:
             self._ids = set(
                 cached.cached_figure(
-                    "listing:forks",
-                    lambda: frozenset(forks.fork_session_ids()),
-                    fresh_seconds=FORKS_CACHE_SECONDS,
+                    "listing:forks", _fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS
                 )
             )
         return self._ids
+
+    def shown(self) -> set[str] | None:
+        if self._ids is None:
+            entry = cached.ready_figure_at(
+                "listing:forks", _fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS
+            )
+            if entry is None:
+                return None
+            self._ids = set(entry[1])
+        return self._ids
+
+
+cached.register("listing:forks", _fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS)
+
+
+def fork_marks_ready() -> bool:
+    """Whether the list's fork marks can be shown now (starting their computation if not)."""
+    return _Forks().shown() is not None
 
 
 def _store_name() -> str:
@@ -601,6 +626,8 @@ class SessionPage:
     next_cursor: str | None
     count: int
     count_capped: bool
+    # The rows carry no fork marks yet: fork detection is running in the background.
+    fork_marks_pending: bool = False
 
 
 _BASE_COLUMNS = (
@@ -709,7 +736,13 @@ def _list_sessions(filters: Filters, cursor: Cursor | None) -> SessionPage:
         else:
             count, capped = count_capped(f"FROM sessions s WHERE {where}", params)
     rows = _enrich(ids, roots=filters.scope == "roots", fork_ids=fork_ids)
-    return SessionPage(rows=tuple(rows), next_cursor=next_cursor, count=count, count_capped=capped)
+    return SessionPage(
+        rows=tuple(rows),
+        next_cursor=next_cursor,
+        count=count,
+        count_capped=capped,
+        fork_marks_pending=bool(rows) and fork_ids.shown() is None,
+    )
 
 
 def _jsonable(value: Any) -> Any:
@@ -1114,7 +1147,7 @@ def _enrich(ids: Sequence[str], *, roots: bool, fork_ids: _Forks) -> list[Sessio
     last = _last_ids([(sid, base[sid]["end_reason"]) for sid in ids], roots=roots)
     times = _message_times([mid for mid in last.values() if mid is not None])
     children = _children(ids)
-    fork_set = fork_ids.ids()
+    fork_set = fork_ids.shown() or set()
     out = []
     for sid in ids:
         row = base[sid]

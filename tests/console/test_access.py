@@ -33,6 +33,7 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "session_transcript": (VIEWER, None),
     "session_tail": (VIEWER, None),
     "session_activity": (VIEWER, None),
+    "fork_marks": (VIEWER, None),
     "session_raw": (VIEWER, None),
     "session_resume": (VIEWER, SUPPORT),
     "session_reset": (None, SUPPORT),

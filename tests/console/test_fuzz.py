@@ -54,6 +54,7 @@ GET_PARAMS: dict[str, list[str]] = {
     "session_transcript": ["after", "before", "around", "inactive", "text", "at"],
     "session_tail": ["after", "inactive", "text"],
     "session_activity": ["since", "list"],
+    "fork_marks": [],
     "session_raw": ["message", "field"],
     "session_resume": ["ref"],
     "fork_list": [],

@@ -10,4 +10,5 @@ urlpatterns = [
     path("conversations/", home.conversation_list, name="conversation_list"),
     # Not under sessions/, where any name could be a session id.
     path("activity/sessions/", sessions.session_activity, name="session_activity"),
+    path("activity/fork-marks/", sessions.fork_marks, name="fork_marks"),
 ]

@@ -5,9 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeVar
 from urllib.parse import urlencode
 
 from django.db import DatabaseError
@@ -15,6 +12,7 @@ from django.http import HttpResponseBadRequest
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from sessions_admin.console import figures
 from sessions_admin.console.http import (
     HtmxHttpRequest,
     fragment,
@@ -22,16 +20,12 @@ from sessions_admin.console.http import (
     session_url,
     wants_fragment,
 )
-from sessions_admin.core.forks import ForkGroup, find_fork_groups
 from sessions_admin.signin.roles import VIEW
-from sessions_admin.store import cached, overview
+from sessions_admin.store import overview
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
-# The overview's counts scan the whole store: recomputed (in the background) this often.
-CACHE_SECONDS = 30
+CACHE_SECONDS = figures.CACHE_SECONDS
 RECENT_SESSIONS = 10
 MAX_SOURCES_SHOWN = 12
 
@@ -43,49 +37,6 @@ CHART_RIGHT = 8
 CHART_TOP = 10
 CHART_BOTTOM = 28
 BAR_GAP = 4
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    as_of: dt.datetime
-    totals: overview.StoreTotals
-    per_day: list[overview.DayCount]
-
-
-@dataclass(frozen=True)
-class HealthSnapshot:
-    as_of: dt.datetime
-    checks: list[overview.HealthCount]
-
-
-@dataclass(frozen=True)
-class ForkSnapshot:
-    as_of: dt.datetime
-    groups: list[ForkGroup]
-
-
-def _cached(name: str, compute: Callable[[], T]) -> T:
-    """``compute()`` for this store, shared by every worker, refreshed every CACHE_SECONDS."""
-    return cached.cached_figure(f"overview:{name}", compute, fresh_seconds=CACHE_SECONDS)
-
-
-def _snapshot() -> Snapshot:
-    return Snapshot(
-        as_of=dt.datetime.now(dt.UTC),
-        totals=overview.store_totals(),
-        per_day=overview.sessions_per_day(),
-    )
-
-
-def _fork_snapshot() -> ForkSnapshot:
-    # A whole-store search (seconds on a big store): shared by the health panel and
-    # the conversations page for CACHE_SECONDS.
-    return ForkSnapshot(as_of=dt.datetime.now(dt.UTC), groups=find_fork_groups())
-
-
-def _health_snapshot() -> HealthSnapshot:
-    forks = _cached("forks", _fork_snapshot)
-    return HealthSnapshot(as_of=forks.as_of, checks=overview.health_counts(forks.groups))
 
 
 def _nice_ceiling(value: int) -> int:
@@ -176,27 +127,21 @@ def computed_ago(as_of: dt.datetime, now: dt.datetime | None = None) -> str:
 
 def _health_context() -> dict:
     try:
-        snapshot = _cached("health", _health_snapshot)
+        snapshot = figures.ready("health")
     except DatabaseError as error:
         # A busy or broken store should not take the overview down with it.
         logger.exception("store health checks failed")
         return {"health": None, "health_error": str(error) or error.__class__.__name__}
+    if snapshot is None:
+        # Being computed in the background: the panel fetches itself again shortly.
+        return {"health": None, "health_error": None, "health_pending": True}
     # as_of is its fork groups' time: the oldest figure the panel shows.
     return {"health": snapshot, "health_ago": computed_ago(snapshot.as_of), "health_error": None}
 
 
 def _home_context(*, with_health: bool) -> dict:
-    snapshot = _cached("totals", _snapshot)
-    by_source = list(snapshot.totals.by_source)
-    shown, rest = by_source[:MAX_SOURCES_SHOWN], by_source[MAX_SOURCES_SHOWN:]
-    context = {
-        "snapshot": snapshot,
-        "snapshot_ago": computed_ago(snapshot.as_of),
+    context: dict = {
         "cache_seconds": CACHE_SECONDS,
-        "totals": snapshot.totals,
-        "sources": shown,
-        "other_sources": {"count": len(rest), "sessions": sum(n for _s, n in rest)},
-        "chart": _chart(snapshot.per_day),
         "recent": [
             {**row, "url": session_url(row["id"])}
             for row in overview.recent_sessions(RECENT_SESSIONS)
@@ -205,6 +150,23 @@ def _home_context(*, with_health: bool) -> dict:
     }
     if with_health:
         context.update(_health_context())
+    snapshot = figures.ready("totals")
+    if snapshot is None:
+        # Being counted in the background: the overview fetches itself again shortly.
+        context["totals_pending"] = True
+        return context
+    by_source = list(snapshot.totals.by_source)
+    shown, rest = by_source[:MAX_SOURCES_SHOWN], by_source[MAX_SOURCES_SHOWN:]
+    context.update(
+        {
+            "snapshot": snapshot,
+            "snapshot_ago": computed_ago(snapshot.as_of),
+            "totals": snapshot.totals,
+            "sources": shown,
+            "other_sources": {"count": len(rest), "sessions": sum(n for _s, n in rest)},
+            "chart": _chart(snapshot.per_day),
+        }
+    )
     return context
 
 
@@ -251,7 +213,8 @@ def conversation_list(request: HtmxHttpRequest):
         return HttpResponseBadRequest(
             "The search and the page link cannot contain a NUL character."
         )
-    forks = _cached("forks", _fork_snapshot)
+    # The fork filter and each row's fork links need the groups: computed here when cold.
+    forks = figures.inline("forks")
     page = overview.conversation_page(
         after=after, contains=contains, forks_only=forks_only, fork_groups=forks.groups
     )

@@ -19,6 +19,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from sessions_admin import core
+from sessions_admin.console import figures
 from sessions_admin.console.forms import MergeForm, UnmergeForm
 from sessions_admin.console.html import preview_calls
 from sessions_admin.console.http import (
@@ -170,8 +171,19 @@ KIND_LABELS = {"conversation": "conversation slug", "session_key": "session key"
 @require_GET
 @require_perm(VIEW)
 def fork_list(request: HtmxHttpRequest) -> HttpResponse:
-    """Every fork group the core finds, with its evidence and a merge preview link."""
-    groups = core.find_fork_groups()
+    """Every fork group the core finds, with its evidence and a merge preview link.
+
+    The groups are the overview's cached figure (console.figures): while they are being
+    found in the background, the list is a placeholder that fetches itself again.
+    """
+    snapshot = figures.ready("forks")
+    if snapshot is None:
+        return render(
+            request,
+            fragment(request, FORKS_TEMPLATE, "fork-groups"),
+            {"groups_pending": True, "max_picks": MAX_MERGE_SESSIONS},
+        )
+    groups = snapshot.groups
     all_ids = [sid for group in groups for sid in group.session_ids]
     sessions = _sessions_by_id(all_ids)
     first_messages = first_user_messages(list(sessions))
@@ -193,7 +205,7 @@ def fork_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(
         request,
         fragment(request, FORKS_TEMPLATE, "fork-groups"),
-        {"groups": rows, "max_picks": MAX_MERGE_SESSIONS},
+        {"groups": rows, "forks_as_of": snapshot.as_of, "max_picks": MAX_MERGE_SESSIONS},
     )
 
 

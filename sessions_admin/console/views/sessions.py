@@ -91,12 +91,30 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
         "health_checks": health.CHECKS,
         "page_sizes": listing.PAGE_SIZES,
         "search_candidates": listing.SEARCH_CANDIDATES,
+        # Fork detection still running in the background: the rows reload once it is done.
+        "fork_marks_pending": bool(page and page.fork_marks_pending),
+        "reload_url": request.get_full_path(),
     }
     if template == TEMPLATE:
         context["choices"] = listing.choices()
         context["activity_url"] = _activity_url(time.time(), query)
         context["activity_seconds"] = ACTIVITY_SECONDS
     return render(request, template, context)
+
+
+@require_GET
+@require_perm(VIEW)
+def fork_marks(request: HtmxHttpRequest) -> HttpResponse:
+    """Asked by a list shown before fork detection finished: itself again while it runs;
+    once the marks are ready, nothing, and a ``fork-marks-ready`` event on which the list
+    reloads its rows (a plain GET is sent back to the list)."""
+    if not listing.fork_marks_ready():
+        return render(request, f"{TEMPLATE}#fork-marks-poll")
+    if not request.htmx:
+        return HttpResponseRedirect(reverse("session_list"))
+    response = HttpResponse("")
+    response["HX-Trigger"] = "fork-marks-ready"
+    return response
 
 
 # How often an open list asks whether sessions started since it was opened (static/js/live.js).
