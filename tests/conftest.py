@@ -10,6 +10,7 @@ and emptied after every test.
 from __future__ import annotations
 
 import pytest
+from django.core.cache import cache
 from django.db import connections, transaction
 from django.test import TransactionTestCase
 
@@ -127,6 +128,11 @@ def _clean_store(request):
     request.getfixturevalue("django_db_setup")
     yield
     _wipe()
+    # The store-wide figures of the store just emptied: /forks/ reads them from the cache
+    # now (issue 16), and the next test's store is another one under the same name.
+    from sessions_admin.store import cached
+
+    cache.delete_many([cached.store_key(name) for name in cached.FIGURES])
     with events._listeners_lock:
         events._listeners.clear()
 
