@@ -76,6 +76,8 @@ def test_a_cold_list_shows_its_rows_and_fills_in_the_fork_marks_later(signed_in,
     body = client.get(reverse("session_list")).content.decode()
     assert 'id="fork-marks"' in body  # the placeholder
     assert 'hx-get="/activity/fork-marks/"' in body
+    # Its poller swaps only itself, not the rows its paragraph reloads (#results).
+    assert 'hx-target="this" hx-swap="outerHTML"' in body
     assert "badge fork" not in body
     assert computations.in_this_thread() == []
 
