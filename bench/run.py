@@ -3,6 +3,7 @@
     python bench/run.py --size 100k                      # SQLite reads, then writes and load
     python bench/run.py --size 10k --db both --only reads
     python bench/run.py --sessions 100000 --runs 25      # --sessions: the older spelling
+    python bench/run.py --size 10k --only reads --no-admin --runs 20 --cold   # issue 16
 
 Stores come from bench/stores.py (seeded once per size and backend, then reused). Read
 pages are requested through Django's test client (the whole request in process:
@@ -15,6 +16,10 @@ times; median and p95 are reported beside:
 - a typical Django admin over the same models (bench/admin_site.py, bench only);
 - hermes-agent's own SessionDB on the same SQLite file, where it has an equivalent
   (bench/hermes_reads.py, run by the Hermes virtualenv).
+
+``--cold`` measures each read page twice, warm and with the figure cache emptied before
+every request (as at a dashboard's start, or after a quiet spell with no warming), and
+writes the "Cold pages (issue 16)" section instead of the read-pages table.
 
 Each backend is measured in a child process of its own (Django binds its databases at
 start-up). ``--only writes`` and ``--only load`` call bench/writes.py and bench/load.py
@@ -35,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,18 +59,21 @@ FLOOR_RATIO_TARGET = 3
 ADMIN_SCAN_SPEEDUP_TARGET = 10
 
 
-def timed(fn, *, warmup: int, runs: int) -> tuple[float, float, float]:
+def timed(fn, *, warmup: int, runs: int, before=None) -> tuple[float, float, float]:
     """Median and p95 wall milliseconds, and the median CPU milliseconds of this thread.
 
     The CPU time counts our Python and, on SQLite, the database work (it runs in this
     process); it hardly moves when other processes share the cores, so it is the figure
     to compare between runs on a busy machine. On PostgreSQL it leaves out the server.
+    ``before``, if given, runs untimed before each request (``--cold``: empty the cache).
     """
     for _ in range(warmup):
         fn()
     samples = []
     cpu = []
     for _ in range(runs):
+        if before is not None:
+            before()
         start, start_cpu = time.perf_counter(), time.thread_time()
         fn()
         cpu.append((time.thread_time() - start_cpu) * 1000)
@@ -281,6 +290,7 @@ def build_cases(word_common: str, word_rare: str) -> list[Case]:
         ),
         Case("home", "Home overview (counts cached after the first request)", "/", kind="other"),
         Case("conversations", "Conversations", "/conversations/", kind="other"),
+        Case("forks", "Fork groups (/forks/)", "/forks/", kind="other"),
     ]
 
 
@@ -292,6 +302,7 @@ def measure(args) -> dict:
     django.setup()
     from django.conf import settings
     from django.contrib.auth.models import User
+    from django.core.cache import cache
     from django.db import connections
     from django.test import Client
 
@@ -299,6 +310,19 @@ def measure(args) -> dict:
     from sessions_admin.signin.roles import assign_role
 
     assert not settings.DEBUG, "benchmarks run with DEBUG off"
+    if args.cold:
+        # Emptied before every request: a cache of this process's own, not the shared
+        # store directory's (other benchmarks may be reading it).
+        from django.test import override_settings
+
+        override_settings(
+            CACHES={
+                "default": {
+                    "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+                    "LOCATION": tempfile.mkdtemp(prefix="bench-cold-cache-"),
+                }
+            }
+        ).enable()
     user, _ = User.objects.get_or_create(username="bench")
     if not user.is_superuser:  # Django admin lets staff in; superuser sees every model
         user.is_staff = user.is_superuser = True
@@ -326,7 +350,19 @@ def measure(args) -> dict:
 
         return run
 
+    def cold_start():
+        """The figure cache as a dashboard finds it at start: empty, nothing computing.
+
+        A background computation a previous request started is waited for first (untimed),
+        so each request meets an empty cache and no leftover thread."""
+        for thread in threading.enumerate():
+            if thread.name.startswith("refresh "):
+                thread.join(timeout=120)
+        cache.clear()
+
     warm, runs = args.warmup, args.runs
+    if args.cold:
+        return measure_cold(args, cases, get, cold_start, sessions_total, messages_total)
     django_floor = timed(get("/bench-floor/"), warmup=warm, runs=runs)
     django_empty = timed(get("/bench-floor/empty/"), warmup=warm, runs=runs)
     results = {}
@@ -360,6 +396,104 @@ def measure(args) -> dict:
         "runs": args.runs,
         "warmup": args.warmup,
     }
+
+
+COLD_CASES = ("list", "filtered", "search_rare", "search_common", "detail", "home", "forks")
+
+
+def measure_cold(args, cases, get, cold_start, sessions_total, messages_total) -> dict:
+    """``--cold``: each page warm, then with the figure cache emptied before every request."""
+    from django.conf import settings
+
+    from sessions_admin.core import db
+
+    results = {}
+    for case in cases:
+        if case.key not in COLD_CASES:
+            continue
+        row = {"name": case.name, "kind": case.kind, "url": case.url}
+        row["page"] = timed(get(case.url), warmup=args.warmup, runs=args.runs)
+        row["cold"] = timed(get(case.url), warmup=1, runs=args.runs, before=cold_start)
+        cold_start()  # no computation left running into the next case
+        results[case.key] = row
+        print(
+            f"  {case.name}: warm median {row['page'][0]:.1f} ms p95 {row['page'][1]:.1f}, "
+            f"cold median {row['cold'][0]:.1f} ms p95 {row['cold'][1]:.1f}",
+            flush=True,
+        )
+    hermes = {}
+    if db.vendor() == "sqlite" and not args.no_hermes:
+        hermes = run_hermes(settings.DATABASES["store"]["NAME"], cases, args)
+        for key, value in hermes.get("results", {}).items():
+            if key in results:
+                results[key]["hermes"] = value
+    return {
+        "cold": True,
+        "vendor": db.vendor(),
+        "server": server_version(db.vendor()),
+        "sessions": sessions_total,
+        "messages": messages_total,
+        "hermes_version": hermes.get("hermes_version"),
+        "cases": results,
+        "runs": args.runs,
+        "warmup": args.warmup,
+    }
+
+
+def render_cold_section(result: dict, command: str, load: str) -> str:
+    vendor = "PostgreSQL" if result["vendor"] == "postgresql" else "SQLite"
+    lines = [
+        f"### {result['sessions']:,} sessions / {result['messages']:,} messages ({vendor})",
+        "",
+        f"Measured {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {machine()}, "
+        f"{result['server']}, shared with other agents ({load}), with `{command}`: "
+        f"{result['runs']} runs each. Warm: after {result['warmup']} warm-up requests. "
+        "Cold: the figure cache emptied before every request, with no background "
+        "computation running. Milliseconds.",
+        "",
+        "| page | warm | warm p95 | cold | cold p95 | Hermes SessionDB | cold / Hermes "
+        "| cold p95 under 50 ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for row in result["cases"].values():
+        median, p95, _cpu = row["page"]
+        cold, cold_p95, _cold_cpu = row["cold"]
+        hermes = (row.get("hermes") or {}).get("median")
+        lines.append(
+            f"| {row['name']} | {_ms(median)} | {_ms(p95)} | {_ms(cold)} | {_ms(cold_p95)} | "
+            f"{_ms(hermes)} | {f'{cold / hermes:.2f}x' if hermes else '-'} | "
+            f"{'yes' if cold_p95 < PAGE_TARGET_MS else 'no'} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_cold_report(path: Path, result: dict, command: str) -> None:
+    """The ``### <size>`` table inside "## Cold pages (issue 16)", replaced by size."""
+    load = "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    table = render_cold_section(result, command, load)
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    heading = "## Cold pages (issue 16)"
+    if heading not in text:
+        text = text.rstrip("\n") + f"\n\n{heading}\n\n"
+    start = text.index(heading)
+    end_match = re.compile(r"^## ", re.M).search(text, start + len(heading))
+    end = end_match.start() if end_match else len(text)
+    body = text[start:end]
+    first_line = table.split("\n", 1)[0]
+    size_prefix = first_line.split(" sessions")[0] + " sessions"
+    vendor = first_line.rsplit("(", 1)[1]
+    pattern = re.compile(
+        rf"^{re.escape(size_prefix)}[^\n]*\({re.escape(vendor)}$.*?(?=^### |\Z)", re.M | re.S
+    )
+    match = pattern.search(body)
+    if match:
+        body = body[: match.start()] + table.rstrip("\n") + "\n\n" + body[match.end() :]
+    else:
+        body = body.rstrip("\n") + "\n\n" + table.rstrip("\n") + "\n\n"
+    text = text[:start] + body + text[end:]
+    path.write_text(text.rstrip("\n") + "\n")
+    print(f"wrote {path}")
 
 
 def server_version(vendor: str) -> str:
@@ -573,6 +707,11 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--no-admin", action="store_true", help="skip the Django admin column")
     parser.add_argument("--no-hermes", action="store_true", help="skip the Hermes column")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="reads: also time each page with the figure cache emptied before every request",
+    )
     parser.add_argument("--child-result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.size is not None and args.sessions is not None:
@@ -591,21 +730,42 @@ def parse_args(argv: list[str] | None):
 
 
 def run_reads(args, db: str) -> None:
-    if db == "sqlite":
-        env = stores.sqlite_env(stores.sqlite_store(args.size))
-    else:
-        stores.postgres_store(args.size)
-        env = stores.postgres_env(args.size)
-    print(f"== Read pages, {stores.size_label(args.size)} on {db} ==", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-reads-") as tmp:
-        result_path = Path(tmp) / "result.json"
-        child = [sys.executable, str(Path(__file__).resolve())]
-        child += ["--size", str(args.size), "--runs", str(args.runs)]
-        child += ["--warmup", str(args.warmup), "--child-result", str(result_path)]
-        child += ["--no-admin"] * args.no_admin + ["--no-hermes"] * args.no_hermes
-        subprocess.run(child, cwd=ROOT, env=env, check=True)
-        result = json.loads(result_path.read_text())
+        if db == "sqlite" and args.cold:
+            # A copy of the store, migrated: the cold run signs in and caches in its own
+            # var directory, never in the seeded one other benchmarks read.
+            env = stores.sqlite_env(stores.clone_sqlite_store(args.size, Path(tmp) / "var"))
+            for command in (["migrate", "--noinput", "-v", "0"], ["init_store"]):
+                subprocess.run(
+                    [sys.executable, "manage.py", *command],
+                    cwd=ROOT,
+                    env=env,
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
+        elif db == "sqlite":
+            env = stores.sqlite_env(stores.sqlite_store(args.size))
+        else:
+            stores.postgres_store(args.size)
+            env = stores.postgres_env(args.size)
+        print(f"== Read pages, {stores.size_label(args.size)} on {db} ==", flush=True)
+        _run_reads_child(args, db, env, Path(tmp))
+
+
+def _run_reads_child(args, db: str, env: dict, tmp: Path) -> None:
+    result_path = tmp / "result.json"
+    child = [sys.executable, str(Path(__file__).resolve())]
+    child += ["--size", str(args.size), "--runs", str(args.runs)]
+    child += ["--warmup", str(args.warmup), "--child-result", str(result_path)]
+    child += ["--no-admin"] * args.no_admin + ["--no-hermes"] * args.no_hermes
+    child += ["--cold"] * args.cold
+    subprocess.run(child, cwd=ROOT, env=env, check=True)
+    result = json.loads(result_path.read_text())
     command = f"python bench/run.py --size {stores.size_label(args.size)} --db {db} --only reads"
+    if args.cold:
+        command += f" --no-admin --runs {args.runs} --cold"
+        write_cold_report(args.output, result, command)
+        return
     write_report(args.output, result, args.size, command)
 
 

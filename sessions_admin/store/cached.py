@@ -137,7 +137,13 @@ def stale_since() -> float:
 
 
 # Every figure cached through cached_figure, by name.
-FIGURES = ("listing:forks", "overview:forks", "overview:health", "overview:totals")
+FIGURES = (
+    "listing:choices",
+    "listing:forks",
+    "overview:forks",
+    "overview:health",
+    "overview:totals",
+)
 # When this store last changed under an operator's hand; kept until the cache is cleared.
 STALE_MARK = "figures-stale-since"
 
