@@ -104,12 +104,24 @@ def ready_figure_at(
     return None
 
 
+# A computation a page starts waits this long first: the page that started it is still
+# rendering in this process, and the two would take turns on the GIL (the profile of a
+# cold list at 10k sessions showed it paying 10-25 ms of the computation that way).
+# Its placeholder asks again after a second.
+REFRESH_START_DELAY = 0.2
+
+
 def _start_refresh(name: str, key: str, compute: Callable[[], T]) -> None:
     # One computation at a time across every process sharing the cache.
     if cache.add(f"{key}:refreshing", 1, REFRESH_LOCK_SECONDS):
         threading.Thread(
-            target=_refresh, args=(key, compute), name=f"refresh {name}", daemon=True
+            target=_refresh_later, args=(key, compute), name=f"refresh {name}", daemon=True
         ).start()
+
+
+def _refresh_later(key: str, compute: Callable[[], T]) -> None:
+    time.sleep(REFRESH_START_DELAY)
+    _refresh(key, compute)
 
 
 def _refresh(key: str, compute: Callable[[], T], *, close_connections: bool = True) -> None:
