@@ -405,16 +405,22 @@ def measure_cold(args, cases, get, cold_start, sessions_total, messages_total) -
     """``--cold``: each page warm, then with the figure cache emptied before every request."""
     from django.conf import settings
 
+    from sessions_admin.console import figures
     from sessions_admin.core import db
+    from sessions_admin.store import cached, listing
 
+    del figures, listing  # imported for the figures they register
     results = {}
     for case in cases:
         if case.key not in COLD_CASES:
             continue
         row = {"name": case.name, "kind": case.kind, "url": case.url}
+        # Warm: every figure computed first, as the dashboard's warming thread keeps them.
+        cached.warm_once()
         row["page"] = timed(get(case.url), warmup=args.warmup, runs=args.runs)
         row["cold"] = timed(get(case.url), warmup=1, runs=args.runs, before=cold_start)
         cold_start()  # no computation left running into the next case
+        row["filled"] = _filled_in_after(get(case.url), cold_start)
         results[case.key] = row
         print(
             f"  {case.name}: warm median {row['page'][0]:.1f} ms p95 {row['page'][1]:.1f}, "
@@ -440,6 +446,22 @@ def measure_cold(args, cases, get, cold_start, sessions_total, messages_total) -
     }
 
 
+def _filled_in_after(fetch, cold_start, runs: int = 3) -> float:
+    """Median milliseconds from a cold request until the figures it started are cached:
+    when its placeholder can show them (it asks again every second)."""
+    samples = []
+    for _ in range(runs):
+        cold_start()
+        start = time.perf_counter()
+        fetch()
+        for thread in threading.enumerate():
+            if thread.name.startswith("refresh "):
+                thread.join(timeout=120)
+        samples.append((time.perf_counter() - start) * 1000)
+    cold_start()
+    return statistics.median(samples)
+
+
 def render_cold_section(result: dict, command: str, load: str) -> str:
     vendor = "PostgreSQL" if result["vendor"] == "postgresql" else "SQLite"
     lines = [
@@ -449,11 +471,13 @@ def render_cold_section(result: dict, command: str, load: str) -> str:
         f"{result['server']}, shared with other agents ({load}), with `{command}`: "
         f"{result['runs']} runs each. Warm: after {result['warmup']} warm-up requests. "
         "Cold: the figure cache emptied before every request, with no background "
-        "computation running. Milliseconds.",
+        "computation running. Figures cached after: from a cold request to the end of "
+        "the background computations it started (the 0.2 s start delay included). "
+        "Milliseconds.",
         "",
-        "| page | warm | warm p95 | cold | cold p95 | Hermes SessionDB | cold / Hermes "
-        "| cold p95 under 50 ms |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| page | warm | warm p95 | cold | cold p95 | figures cached after "
+        "| Hermes SessionDB | cold / Hermes | cold p95 under 50 ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in result["cases"].values():
         median, p95, _cpu = row["page"]
@@ -461,7 +485,7 @@ def render_cold_section(result: dict, command: str, load: str) -> str:
         hermes = (row.get("hermes") or {}).get("median")
         lines.append(
             f"| {row['name']} | {_ms(median)} | {_ms(p95)} | {_ms(cold)} | {_ms(cold_p95)} | "
-            f"{_ms(hermes)} | {f'{cold / hermes:.2f}x' if hermes else '-'} | "
+            f"{_ms(row.get('filled'))} | {_ms(hermes)} | {f'{cold / hermes:.2f}x' if hermes else '-'} | "
             f"{'yes' if cold_p95 < PAGE_TARGET_MS else 'no'} |"
         )
     lines.append("")
