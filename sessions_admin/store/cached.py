@@ -168,6 +168,7 @@ WARM_CHECK_SECONDS = 5.0
 WARM_AHEAD_FRACTION = 0.5
 _warming_lock = threading.Lock()
 _warming: threading.Thread | None = None
+_warming_stop = threading.Event()
 
 
 def register(name: str, compute: Callable[[], object], *, fresh_seconds: float) -> None:
@@ -192,14 +193,14 @@ def warm_once() -> list[str]:
 
 
 def _keep_warm() -> None:
-    while True:
+    while not _warming_stop.is_set():
         try:
             warm_once()
         except Exception:
             log.exception("Warming the store-wide figures failed")
         finally:
             connections.close_all()
-        time.sleep(WARM_CHECK_SECONDS)
+        _warming_stop.wait(WARM_CHECK_SECONDS)
 
 
 def ensure_warming_running() -> None:
@@ -209,8 +210,17 @@ def ensure_warming_running() -> None:
     global _warming
     with _warming_lock:
         if _warming is None or not _warming.is_alive():
+            _warming_stop.clear()
             _warming = threading.Thread(target=_keep_warm, name="warm figures", daemon=True)
             _warming.start()
+
+
+def stop_warming() -> None:
+    """Stop this process's warming thread and wait for it (tests)."""
+    with _warming_lock:
+        _warming_stop.set()
+        if _warming is not None:
+            _warming.join(timeout=60)
 
 
 def forget_all() -> None:

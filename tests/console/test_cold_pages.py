@@ -192,3 +192,32 @@ def test_warming_computes_every_figure_so_the_first_request_finds_them(
     later = time.time() + 40  # past half of every fresh period (30 s, 60 s the choices)
     monkeypatch.setattr(cached.time, "time", lambda: later)
     assert set(cached.warm_once()) == set(cached.FIGURES)
+
+
+def test_a_dashboard_process_warms_the_figures_as_it_starts(signed_in, computations, monkeypatch):
+    from sessions_admin import gunicorn_conf
+    from sessions_admin.ledger import schedule, worker
+
+    client = signed_in("viewer")
+    forked_conversation()
+    # gunicorn's hook, without the job worker, slug history and schedule it also starts.
+    for module, name in (
+        (worker, "ensure_worker_running"),
+        (worker, "ensure_slug_history_running"),
+        (schedule, "ensure_schedule_running"),
+    ):
+        monkeypatch.setattr(module, name, lambda: None)
+    gunicorn_conf.post_worker_init(None)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(
+            cache.get(cached.store_key(name)) for name in cached.FIGURES
+        ):
+            time.sleep(0.05)
+    finally:
+        cached.stop_warming()
+    assert all(cache.get(cached.store_key(name)) for name in cached.FIGURES)
+    assert {t.name for name in computations.threads for t in computations.threads[name]} == {
+        "warm figures"
+    }
+    assert "Counting the store" not in client.get(reverse("home")).content.decode()
