@@ -263,6 +263,12 @@ def _copy_store(args, work: Path) -> tuple[Path, Path, str]:
         label = f"store in {source}"
     else:
         size = stores.parse_size(args.size)
+        if not (stores.STORES_DIR / str(size) / "seeded").exists():
+            # Seeding a million sessions takes a long while: that is bench/stores.py's job.
+            raise SystemExit(
+                f"no seeded {stores.size_label(size)} SQLite store in {stores.STORES_DIR}: "
+                f"seed it first (python bench/stores.py --size {stores.size_label(size)})"
+            )
         stores.clone_sqlite_store(size, console_var)
         label = stores.size_label(size)
     for suffix in ("", "-wal"):

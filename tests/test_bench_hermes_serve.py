@@ -31,6 +31,13 @@ def test_arguments_default_to_twenty_runs_and_a_thousand_sessions():
             hermes_serve.parse_args(bad)
 
 
+def test_a_size_without_a_seeded_store_is_refused_not_seeded(tmp_path, monkeypatch):
+    monkeypatch.setattr(hermes_serve.stores, "STORES_DIR", tmp_path)
+    with pytest.raises(SystemExit, match="seed it first"):
+        hermes_serve.measure(hermes_serve.parse_args(["--size", "1m"]))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_section_per_store_size_replaces_its_own(tmp_path):
     report = tmp_path / "benchmarks.md"
     report.write_text("# Benchmarks\n\n## Idle open pages\n\ntheirs\n")
