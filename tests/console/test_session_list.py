@@ -343,7 +343,7 @@ def test_a_list_page_reads_labels_in_its_existing_queries(signed_in):
 
 
 # The reads of a first list page of 50 rows before the row labels, on SQLite and PostgreSQL
-# alike (PostgreSQL adds BEGIN, SET LOCAL jit = off and COMMIT around them: 9 round trips).
+# alike (PostgreSQL sends them in three round trips: the round-trip test below).
 LIST_PAGE_READS = 6
 
 
