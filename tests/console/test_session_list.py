@@ -513,3 +513,27 @@ def test_postgresql_connections_start_in_utc_with_jit_off():
         assert raw.execute("SHOW jit").fetchone()[0] == "off"
     finally:
         raw.close()
+
+
+@pytest.mark.skipif(
+    connections[store_alias()].vendor != "postgresql", reason="PostgreSQL's common-word walk"
+)
+def test_a_common_word_read_in_id_order_finds_the_same_page_and_count(signed_in, monkeypatch):
+    """A word in a large share of messages skips the GIN index's list and takes the count
+    from the page's own walk: the same sessions, hits and count as through the index."""
+    for n in range(70):
+        sid = _new(started_at=1_700_000_000.0 + n)
+        _say(sid, f"parcel number {n}", "nothing here", f"another parcel {n}")
+    client = signed_in("viewer")
+    through_index = _body(client.get(URL, {"q": "parcel", "per": "25"}))
+    monkeypatch.setattr(listing, "_word_shares", lambda: {"parcel": 0.6})
+    page = listing.search(listing.parse({"q": "parcel", "per": "25"}).filters)
+    assert (page.count, page.count_capped) == (140, False)
+    walked = _body(client.get(URL, {"q": "parcel", "per": "25"}))
+
+    def sessions(body: str) -> list[str]:
+        return re.findall(r'<li class="hit-session">.*?href="([^"?]+)', body, re.S)
+
+    assert len(sessions(through_index)) == 25
+    assert sessions(walked) == sessions(through_index)
+    assert walked.count('<li class="hit">') == through_index.count('<li class="hit">')
