@@ -663,20 +663,6 @@ def _base_rows_from(rows: Sequence[tuple]) -> dict[str, dict]:
     return {row[0]: dict(zip(_BASE_NAMES, row, strict=True)) for row in rows}
 
 
-@contextlib.contextmanager
-def _reading() -> Iterator[None]:
-    """Around the queries of a search page, whose SET LOCALs need a transaction.
-
-    PostgreSQL: a transaction (JIT is off for the whole connection: dburl). SQLite:
-    nothing (a transaction there would take the write lock).
-    """
-    if db.vendor() != "postgresql":
-        yield
-        return
-    with transaction.atomic(using=store_alias()):
-        yield
-
-
 def list_sessions(
     filters: Filters, cursor: Cursor | None = None, *, with_choices: bool = False
 ) -> SessionPage:
@@ -1353,8 +1339,7 @@ def search(filters: Filters, cursor: Cursor | None = None) -> SearchPage:
     Keyset-paginated by each session's first hit, newest first (``dir=asc``: oldest
     first). Search looks in every segment: the roots scope does not apply.
     """
-    with _reading():
-        return _search(filters, cursor)
+    return _search(filters, cursor)
 
 
 def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
@@ -1767,13 +1752,18 @@ def _bitmap_scans_only(wanted: bool = True) -> Iterator[None]:
     if not wanted:
         yield
         return
-    db.execute("SET LOCAL enable_indexscan = off")
-    db.execute("SET LOCAL enable_seqscan = off")
-    try:
+    if connections[store_alias()].in_atomic_block:  # the caller's transaction goes on after
+        db.execute("SET LOCAL enable_indexscan = off; SET LOCAL enable_seqscan = off")
+        try:
+            yield
+        finally:
+            db.execute("SET LOCAL enable_indexscan = on; SET LOCAL enable_seqscan = on")
+        return
+    # A transaction of its own, which the settings end with: BEGIN, one message for both
+    # SETs, the reads, COMMIT. The rest of a search page reads in autocommit.
+    with transaction.atomic(using=store_alias()):
+        db.execute("SET LOCAL enable_indexscan = off; SET LOCAL enable_seqscan = off")
         yield
-    finally:
-        db.execute("SET LOCAL enable_indexscan = on")
-        db.execute("SET LOCAL enable_seqscan = on")
 
 
 _SQLITE = _SqliteSearch()
