@@ -21,6 +21,9 @@ SQLITE_BUSY_TIMEOUT_SECONDS = 5
 SQLITE_INIT_COMMAND = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"
 
 
+PG_CONNECTION_OPTIONS = "-c jit=off -c TimeZone=UTC"
+
+
 def parse_database_url(url: str, *, base_dir: Path) -> dict:
     parsed = urlparse(url)
     scheme = parsed.scheme.lower()
@@ -47,10 +50,18 @@ def parse_database_url(url: str, *, base_dir: Path) -> dict:
         name = unquote(parsed.path.lstrip("/"))
         if not name:
             raise DatabaseUrlError(f"PostgreSQL URL has no database name: {url!r}")
-        # The lineage CTEs get huge row estimates; JIT compiling them costs more than running them.
-        options: dict = {"options": "-c jit=off"}
+        options: dict = {}
         for key, values in parse_qs(parsed.query).items():
             options[key] = values[-1]
+        # Set once, in the connection's startup message (no round trip of their own):
+        # - jit off: the lineage CTEs get huge row estimates; JIT compiling them costs more
+        #   than running them (and a SET LOCAL per page was a round trip, in a transaction);
+        # - TimeZone UTC, settings.TIME_ZONE: Django sends its own SET on every new connection
+        #   whose server default differs.
+        # An operator's own ?options= come after ours, so theirs win.
+        options["options"] = " ".join(
+            part for part in (PG_CONNECTION_OPTIONS, options.get("options", "")) if part
+        )
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": name,

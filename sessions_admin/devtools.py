@@ -149,8 +149,14 @@ def ensure_hermes() -> str | None:
 
 
 def run_tests(pytest_args: list[str]) -> int:
-    """The whole suite on SQLite, then again with both aliases on a throwaway PostgreSQL."""
-    # The slowest tests of each run are listed at its end: CI must stay under 30 minutes.
+    """The whole suite on SQLite and, side by side, on a throwaway PostgreSQL.
+
+    The two runs share no database, var directory or port, and much of each one's time is
+    spent waiting on the processes, servers and browsers its tests start: side by side they
+    take little more than the longer of the two (CI must stay under 30 minutes). The
+    SQLite run prints as it goes; the PostgreSQL run's output follows it.
+    """
+    # The slowest tests of each run are listed at its end.
     pytest_args = ["--durations=25", *pytest_args]
     ensure_chromium()
     env = {**os.environ}
@@ -160,30 +166,56 @@ def run_tests(pytest_args: list[str]) -> int:
     env.pop("DATABASE_URL", None)
     env.pop("SESSIONS_ADMIN_STORE_URL", None)
     env.pop("SESSIONS_ADMIN_RESPONSES_URL", None)
-    with tempfile.TemporaryDirectory(prefix="sessions_admin_test_") as var_dir:
-        env["SESSIONS_ADMIN_VAR_DIR"] = var_dir
+    skip_postgres = bool(os.environ.get("SESSIONS_ADMIN_SKIP_POSTGRES"))
+    with contextlib.ExitStack() as stack:
+        postgres = None
+        if not skip_postgres:
+            base = stack.enter_context(temporary_postgres())
+            create_database(base, "sessions_admin")
+            create_database(base, "sessions_store")
+            pg_env = {
+                **env,
+                "SESSIONS_ADMIN_VAR_DIR": stack.enter_context(tempfile.TemporaryDirectory()),
+                "DATABASE_URL": f"{base}/sessions_admin",
+                "SESSIONS_ADMIN_STORE_URL": f"{base}/sessions_store",
+            }
+            pg_log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
+            # Browser tests exercise the pages, not the backend: once (on SQLite) is enough.
+            postgres = subprocess.Popen(
+                [sys.executable, "-m", "pytest", "-m", "not browser", *pytest_args],
+                cwd=BASE_DIR,
+                env=pg_env,
+                stdout=pg_log,
+                stderr=subprocess.STDOUT,
+            )
+        sqlite_env = {
+            **env,
+            "SESSIONS_ADMIN_VAR_DIR": stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="sessions_admin_test_")
+            ),
+        }
         print("== Test suite on SQLite ==", flush=True)
-        code = subprocess.call(
-            [sys.executable, "-m", "pytest", *pytest_args], cwd=BASE_DIR, env=env
-        )
-        if code != 0:
-            return code
-    if os.environ.get("SESSIONS_ADMIN_SKIP_POSTGRES"):
-        print("SESSIONS_ADMIN_SKIP_POSTGRES is set: PostgreSQL run skipped")
-        return 0
-    print("== Test suite on PostgreSQL (dashboard and store) ==", flush=True)
-    with temporary_postgres() as base, tempfile.TemporaryDirectory() as var_dir:
-        create_database(base, "sessions_admin")
-        create_database(base, "sessions_store")
-        env["SESSIONS_ADMIN_VAR_DIR"] = var_dir
-        env["DATABASE_URL"] = f"{base}/sessions_admin"
-        env["SESSIONS_ADMIN_STORE_URL"] = f"{base}/sessions_store"
-        # Browser tests exercise the pages, not the backend: once (on SQLite) is enough.
-        return subprocess.call(
-            [sys.executable, "-m", "pytest", "-m", "not browser", *pytest_args],
-            cwd=BASE_DIR,
-            env=env,
-        )
+        try:
+            sqlite_code = subprocess.call(
+                [sys.executable, "-m", "pytest", *pytest_args], cwd=BASE_DIR, env=sqlite_env
+            )
+        except BaseException:
+            if postgres is not None:
+                postgres.kill()
+                postgres.wait()
+            raise
+        if postgres is None:
+            print("SESSIONS_ADMIN_SKIP_POSTGRES is set: PostgreSQL run skipped")
+            return sqlite_code
+        if postgres.poll() is None:
+            print("== Waiting for the PostgreSQL run ==", flush=True)
+        postgres_code = postgres.wait()
+        print("== Test suite on PostgreSQL (dashboard and store) ==", flush=True)
+        pg_log.seek(0)
+        shutil.copyfileobj(pg_log, sys.stdout)
+        sys.stdout.flush()
+        print(f"== SQLite run: exit {sqlite_code}; PostgreSQL run: exit {postgres_code} ==")
+        return sqlite_code or postgres_code
 
 
 def manage(*args: str, env: dict | None = None) -> None:

@@ -150,6 +150,32 @@ def fetchdicts(
         return [dict(zip(names, row, strict=True)) for row in c.fetchall()]
 
 
+def fetch_batch(
+    statements: Sequence[tuple[str, Sequence[Any]]], *, alias: str | None = None
+) -> list[list[tuple]]:
+    """The rows of each of several independent SELECTs, in order.
+
+    PostgreSQL: one round trip. Django's psycopg cursors bind parameters client-side, so
+    the statements go to the server as one simple-protocol message and come back as one
+    result set each (``nextset``). SQLite (in process, no round trips) and a PostgreSQL
+    connection configured for server-side binding (one statement per message) run them
+    one after the other.
+    """
+    connection = connections[alias or store_alias()]
+    server_side = connection.settings_dict.get("OPTIONS", {}).get("server_side_binding")
+    if connection.vendor != "postgresql" or server_side or len(statements) < 2:
+        return [fetchall(sql, params, alias=alias) for sql, params in statements]
+    with cursor(alias) as c:
+        c.execute(
+            "; ".join(sql for sql, _params in statements),
+            [value for _sql, params in statements for value in params],
+        )
+        results = [c.fetchall()]
+        while c.nextset():
+            results.append(c.fetchall())
+    return results
+
+
 def execute(sql: str, params: Sequence[Any] = (), *, alias: str | None = None) -> int:
     with cursor(alias) as c:
         c.execute(sql, list(params))

@@ -331,13 +331,21 @@ def forward_chains(session_ids: Sequence[str]) -> dict[str, list[str]]:
     """For each existing session: it and the compression continuations after it, in order."""
     if not session_ids:
         return {}
+    return chains_from_rows(db.fetchall(*forward_chains_statement(session_ids)))
+
+
+def forward_chains_statement(session_ids: Sequence[str]) -> tuple[str, list]:
+    """forward_chains' query and parameters, for a caller batching it with others;
+    chains_from_rows turns its rows into forward_chains' answer."""
     sql, params = db.in_list("s.id", session_ids)
-    return _chains(
-        db.fetchall(
-            _forward_chains_sql(f"SELECT s.id, s.id, 0 FROM sessions s WHERE {sql}"),
-            [*params, MAX_DEPTH],
-        )
+    return (
+        _forward_chains_sql(f"SELECT s.id, s.id, 0 FROM sessions s WHERE {sql}"),
+        [*params, MAX_DEPTH],
     )
+
+
+def chains_from_rows(rows: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    return _chains(rows)
 
 
 def compression_chain(*, session_id: str, upward: bool = True) -> list[str]:

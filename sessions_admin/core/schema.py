@@ -294,6 +294,11 @@ INDEX_SQL = [
     "ON sessions((COALESCE(input_tokens, 0) + COALESCE(output_tokens, 0)), id)",
     "CREATE INDEX IF NOT EXISTS idx_sa_sessions_cost "
     "ON sessions((COALESCE(estimated_cost_usd, 0)), id)",
+    # The latest end among the sessions merged into a session (health, stray): the detail
+    # page asks it of every ended segment it shows; without it, a scan of every session
+    # (47 ms on a 100,000-session PostgreSQL store). Merged sessions are few.
+    "CREATE INDEX IF NOT EXISTS idx_sa_sessions_merged ON sessions(ended_at) "
+    "WHERE end_reason = 'merged'",
 ]
 # The search box finds sessions by user, chat or display name, ignoring case
 # (store/listing.search_names: the expressions must match). By column: an upgraded older

@@ -31,6 +31,7 @@ import heapq
 import json
 import math
 import re
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -572,6 +573,20 @@ def count_capped(sql_from_where: str, params: list, cap: int | None = None) -> t
     return min(n, cap), n > cap
 
 
+def _count_statement(where: str, params: list) -> tuple[str, list]:
+    """count_capped's query over ``sessions s WHERE where``, for a batch."""
+    return (
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM sessions s WHERE {where} "
+        f"LIMIT {COUNT_CAP + 1}) capped",
+        list(params),
+    )
+
+
+def _count_from(rows: Sequence[tuple]) -> tuple[int, bool]:
+    n = int(rows[0][0]) if rows else 0
+    return min(n, COUNT_CAP), n > COUNT_CAP
+
+
 # ---------------------------------------------------------------------------
 # Session pages
 
@@ -624,6 +639,7 @@ class SessionPage:
     count_capped: bool
     # The rows carry no fork marks yet: fork detection is running in the background.
     fork_marks_pending: bool = False
+    choices: Choices | None = None  # when asked for (list_sessions' with_choices)
 
 
 _BASE_COLUMNS = (
@@ -648,50 +664,52 @@ _FIRST_MESSAGE_SQL = (
 )
 
 
-def _base_rows(ids: Sequence[str], *, first_message: bool = False) -> dict[str, dict]:
-    if not ids:
-        return {}
+_BASE_NAMES = (
+    "id title source user_id model started_at archived parent_session_id ended_at end_reason "
+    "message_count input_tokens output_tokens estimated_cost_usd display_name "
+    "branched_from delegate_from first_message"
+).split()
+
+
+def _base_rows_statement(ids: Sequence[str], *, first_message: bool = False) -> tuple[str, list]:
     branched = lineage.marker("_branched_from", "s")
     delegate = lineage.marker("_delegate_from", "s")
-    first = f", {_FIRST_MESSAGE_SQL}" if first_message else ""
+    first = _FIRST_MESSAGE_SQL if first_message else "NULL AS first_message"
     sql, params = _in_list("s.id", ids)
-    rows = db.fetchdicts(
-        f"SELECT {_BASE_COLUMNS}, {branched} AS branched_from, {delegate} AS delegate_from"
+    return (
+        f"SELECT {_BASE_COLUMNS}, {branched} AS branched_from, {delegate} AS delegate_from, "
         f"{first} FROM sessions s WHERE {sql}",
         params,
     )
-    return {row["id"]: row for row in rows}
 
 
-@contextlib.contextmanager
-def _reading() -> Iterator[None]:
-    """Around the queries of one page.
+def _base_rows_from(rows: Sequence[tuple]) -> dict[str, dict]:
+    return {row[0]: dict(zip(_BASE_NAMES, row, strict=True)) for row in rows}
 
-    PostgreSQL: a transaction with JIT off. The recursive lineage queries carry
-    huge row estimates, so JIT compiles them for hundreds of milliseconds to save
-    microseconds. SQLite: nothing (a transaction there would take the write lock).
+
+def list_sessions(
+    filters: Filters, cursor: Cursor | None = None, *, with_choices: bool = False
+) -> SessionPage:
+    """One keyset page of sessions matching ``filters``, after ``cursor``.
+
+    No transaction around it: each statement reads on its own (JIT is off for the whole
+    connection, dburl), and a session deleted between two of them drops out of the page.
+    On PostgreSQL a page sorted by a column is three round trips: its ids with the count,
+    the rows' figures, then their compression tips' figures and last-message times.
+    ``with_choices``: the page's ``choices`` too (the filter form's), read with its ids
+    when they are not cached.
     """
-    if db.vendor() != "postgresql":
-        yield
-        return
-    with transaction.atomic(using=store_alias()):
-        db.execute("SET LOCAL jit = off")
-        yield
+    return _list_sessions(filters, cursor, with_choices)
 
 
-def list_sessions(filters: Filters, cursor: Cursor | None = None) -> SessionPage:
-    """One keyset page of sessions matching ``filters``, after ``cursor``."""
-    with _reading():
-        return _list_sessions(filters, cursor)
-
-
-def _list_sessions(filters: Filters, cursor: Cursor | None) -> SessionPage:
+def _list_sessions(filters: Filters, cursor: Cursor | None, with_choices: bool) -> SessionPage:
     fork_ids = _Forks()
     where, params = where_sql(filters, fork_ids=fork_ids)
     limit = filters.per_page
     desc = filters.direction == "desc"
     count: int | None = None
     capped = False
+    reasons: dict[str, str | None] | None = None
     if filters.sort == "activity":
         # The count also picks the strategy (see _activity_rows).
         count, capped = count_capped(f"FROM sessions s WHERE {where}", params)
@@ -712,16 +730,24 @@ def _list_sessions(filters: Filters, cursor: Cursor | None) -> SessionPage:
             page_where += f" AND {extra}"
             page_params += extra_params
         order = "DESC" if desc else "ASC"
-        found = db.fetchall(
-            f"SELECT s.id, {expr} FROM sessions s WHERE {page_where} "
+        page_sql = (
+            f"SELECT s.id, {expr}, s.end_reason FROM sessions s WHERE {page_where} "
             f"ORDER BY {expr} {order}, s.id {order} LIMIT %s",
             [*page_params, limit + 1],
         )
+        if db.vendor() == "postgresql":
+            # The count rides along with the page (one round trip), even when a first
+            # page that is not full makes it redundant.
+            found, counted = db.fetch_batch([page_sql, _count_statement(where, params)])
+            count, capped = _count_from(counted)
+        else:
+            found = db.fetchall(*page_sql)
         more = len(found) > limit
         ids = [r[0] for r in found[:limit]]
+        reasons = {r[0]: r[2] for r in found[:limit]}
         next_cursor = None
         if more:
-            last_id, last_key = found[limit - 1]
+            last_id, last_key, _reason = found[limit - 1]
             next_cursor = encode_cursor(
                 filters.sort, filters.direction, [_jsonable(last_key), last_id]
             )
@@ -731,13 +757,15 @@ def _list_sessions(filters: Filters, cursor: Cursor | None) -> SessionPage:
             count, capped = min(len(ids), COUNT_CAP), len(ids) > COUNT_CAP
         else:
             count, capped = count_capped(f"FROM sessions s WHERE {where}", params)
-    rows = _enrich(ids, roots=filters.scope == "roots", fork_ids=fork_ids)
+    rows = _enrich(ids, roots=filters.scope == "roots", fork_ids=fork_ids, reasons=reasons)
     return SessionPage(
         rows=tuple(rows),
         next_cursor=next_cursor,
         count=count,
         count_capped=capped,
         fork_marks_pending=bool(rows) and fork_ids.shown() is None,
+        # A cached figure (never read in the request: issue 16), so no round trip.
+        choices=choices() if with_choices else None,
     )
 
 
@@ -752,24 +780,27 @@ def _jsonable(value: Any) -> Any:
 # --- last activity ---------------------------------------------------------
 
 
-def _own_last_ids(ids: Sequence[str]) -> dict[str, int | None]:
-    if not ids:
-        return {}
+def _own_last_ids_statement(ids: Sequence[str]) -> tuple[str, list]:
     sql, params = _in_list("s.id", ids)
-    return {
-        r[0]: (int(r[1]) if r[1] is not None else None)
-        for r in db.fetchall(
-            "SELECT s.id, (SELECT MAX(m.id) FROM messages m WHERE m.session_id = s.id) "
-            f"FROM sessions s WHERE {sql}",
-            params,
-        )
-    }
+    return (
+        "SELECT s.id, (SELECT MAX(m.id) FROM messages m WHERE m.session_id = s.id) "
+        f"FROM sessions s WHERE {sql}",
+        params,
+    )
+
+
+def _last_ids_from(rows: Sequence[tuple]) -> dict[str, int | None]:
+    return {r[0]: (int(r[1]) if r[1] is not None else None) for r in rows}
 
 
 def conversation_last_ids(ids: Sequence[str]) -> dict[str, int | None]:
     """Latest message id over each session and its compression continuations (all of them)."""
     if not ids:
         return {}
+    return _last_ids_from(db.fetchall(*_conversation_last_ids_statement(ids)))
+
+
+def _conversation_last_ids_statement(ids: Sequence[str]) -> tuple[str, list]:
     sql, params = _in_list("s.id", ids)
     continues = lineage.continues_parent_sql("c")
     if db.vendor() == "postgresql":
@@ -786,7 +817,7 @@ def conversation_last_ids(ids: Sequence[str]) -> dict[str, int | None]:
             "JOIN sessions c ON c.parent_session_id = p.id "
             f"WHERE p.end_reason = 'compression' AND {continues}"
         )
-    rows = db.fetchall(
+    return (
         f"""
         WITH RECURSIVE sub(root_id, id) AS (
             SELECT s.id, s.id FROM sessions s WHERE {sql}
@@ -802,18 +833,6 @@ def conversation_last_ids(ids: Sequence[str]) -> dict[str, int | None]:
         """,
         params,
     )
-    return {r[0]: (int(r[1]) if r[1] is not None else None) for r in rows}
-
-
-def _last_ids(rows: Sequence[tuple[str, str | None]], *, roots: bool) -> dict[str, int | None]:
-    """Last message id per (id, end_reason): a compressed root's counts its whole chain."""
-    ids = [sid for sid, _reason in rows]
-    last = _own_last_ids(ids)
-    if roots:
-        compressed = [sid for sid, reason in rows if reason == "compression"]
-        for start in range(0, len(compressed), 500):
-            last.update(conversation_last_ids(compressed[start : start + 500]))
-    return last
 
 
 def _display_roots(ids: Sequence[str]) -> dict[str, str]:
@@ -1091,22 +1110,19 @@ def _activity_rows(
 # --- enrichment of the rows on a page --------------------------------------
 
 
-def compression_tips(ids: Sequence[str]) -> dict[str, tuple[str, int]]:
-    """For each session: (its compression tip, segments in the chain), as lineage.compression_tip."""
-    return {start: (chain[-1], len(chain)) for start, chain in lineage.forward_chains(ids).items()}
-
-
-def _children(ids: Sequence[str]) -> dict[str, dict[str, int]]:
-    if not ids:
-        return {}
+def _children_statement(ids: Sequence[str]) -> tuple[str, list]:
     sql, params = _in_list("c.parent_session_id", ids)
-    out: dict[str, dict[str, int]] = {}
-    for parent, link_kind, n in db.fetchall(
+    return (
         f"SELECT c.parent_session_id, {lineage.link_kind_sql('c', 'p')} AS kind, COUNT(*) "
         f"FROM sessions c JOIN sessions p ON p.id = c.parent_session_id WHERE {sql} "
         "GROUP BY c.parent_session_id, kind",
         params,
-    ):
+    )
+
+
+def _children_from(rows: Sequence[tuple]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for parent, link_kind, n in rows:
         out.setdefault(parent, {})[CHILD_COUNTS[link_kind]] = int(n)
     return out
 
@@ -1120,29 +1136,68 @@ CHILD_COUNTS = {
 }
 
 
-def _message_times(ids: Sequence[int]) -> dict[int, float]:
-    if not ids:
-        return {}
+def _message_times_statement(ids: Sequence[int]) -> tuple[str, list]:
     sql, params = _in_list("m.id", ids)
-    return {
-        int(r[0]): float(r[1])
-        for r in db.fetchall(f"SELECT m.id, m.timestamp FROM messages m WHERE {sql}", params)
-    }
+    return f"SELECT m.id, m.timestamp FROM messages m WHERE {sql}", params
 
 
-def _enrich(ids: Sequence[str], *, roots: bool, fork_ids: _Forks) -> list[SessionRow]:
-    base = _base_rows(ids, first_message=True)
+def _enrich(
+    ids: Sequence[str],
+    *,
+    roots: bool,
+    fork_ids: _Forks,
+    reasons: dict[str, str | None] | None = None,
+) -> list[SessionRow]:
+    """The page's rows with their figures, in at most three batches of statements (each
+    one round trip on PostgreSQL, db.fetch_batch); two when the page's end reasons are
+    known (``reasons``), so the compressed rows' chains need not wait for the rows."""
+    if not ids:
+        return []
+    first = [
+        _base_rows_statement(ids, first_message=True),
+        _own_last_ids_statement(ids),
+        _children_statement(ids),
+    ]
+    chained = []  # (kind, statement) for the compressed rows of the roots scope
+
+    def chain_statements(compressed: list[str]) -> list[tuple[str, tuple[str, list]]]:
+        if not roots or not compressed:
+            return []
+        out = [("tips", lineage.forward_chains_statement(compressed))]
+        for start in range(0, len(compressed), 500):
+            batch = compressed[start : start + 500]
+            out.append(("last", _conversation_last_ids_statement(batch)))
+        return out
+
+    if reasons is not None:
+        chained = chain_statements([sid for sid in ids if reasons.get(sid) == "compression"])
+    results = db.fetch_batch(first + [statement for _kind, statement in chained])
+    base = _base_rows_from(results[0])
+    last = _last_ids_from(results[1])
+    children = _children_from(results[2])
+    chain_results = results[3:]
+    if reasons is None:
+        compressed = [sid for sid in base if base[sid]["end_reason"] == "compression"]
+        chained = chain_statements([sid for sid in ids if sid in compressed])
+        chain_results = db.fetch_batch([statement for _kind, statement in chained])
+    tips: dict[str, tuple[str, int]] = {}
+    for (kind, _statement), rows in zip(chained, chain_results, strict=True):
+        if kind == "tips":
+            chains = lineage.chains_from_rows(rows)
+            tips = {start: (chain[-1], len(chain)) for start, chain in chains.items()}
+        else:
+            last.update(_last_ids_from(rows))
     ids = [sid for sid in ids if sid in base]  # a session deleted meanwhile drops out
-    tips = (
-        compression_tips([sid for sid in ids if base[sid]["end_reason"] == "compression"])
-        if roots
-        else {}
-    )
     tip_ids = [tip for tip, _n in tips.values() if tip not in base]
-    figures = {**base, **_base_rows(tip_ids)}
-    last = _last_ids([(sid, base[sid]["end_reason"]) for sid in ids], roots=roots)
-    times = _message_times([mid for mid in last.values() if mid is not None])
-    children = _children(ids)
+    message_ids = [mid for mid in last.values() if mid is not None]
+    finishing = []
+    if tip_ids:
+        finishing.append(_base_rows_statement(tip_ids))
+    if message_ids:
+        finishing.append(_message_times_statement(message_ids))
+    finished = db.fetch_batch(finishing)
+    figures = {**base, **(_base_rows_from(finished[0]) if tip_ids else {})}
+    times = {int(r[0]): float(r[1]) for r in (finished[-1] if message_ids else [])}
     fork_set = fork_ids.shown() or set()
     out = []
     for sid in ids:
@@ -1300,8 +1355,7 @@ def search(filters: Filters, cursor: Cursor | None = None) -> SearchPage:
     Keyset-paginated by each session's first hit, newest first (``dir=asc``: oldest
     first). Search looks in every segment: the roots scope does not apply.
     """
-    with _reading():
-        return _search(filters, cursor)
+    return _search(filters, cursor)
 
 
 def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
@@ -1320,7 +1374,11 @@ def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
     scanned: list[tuple] = []
     groups: dict[str, list[tuple[int, str]]] = {}
     earlier: dict[str, bool] = {}
-    more, bound, batch = True, start, SCAN_BATCH
+    # A common word on PostgreSQL, unfiltered, first page: the first read takes the count's
+    # COUNT_CAP + 1 matches too, in the one walk (_PgSearch.common_word), not in a second.
+    counted_here = backend is _PG and cursor is None and where == "1 = 1" and _PG.common_word(query)
+    batch = max(SCAN_BATCH, COUNT_CAP + 1) if counted_here else SCAN_BATCH
+    more, bound = True, start
     while more and len(scanned) < SEARCH_CANDIDATES:
         take = min(batch, SEARCH_CANDIDATES - len(scanned))
         rows, more = backend.scan(query, where, params, desc, bound, take)
@@ -1345,7 +1403,10 @@ def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
     elif more:
         next_start = bound  # the scan stopped at SEARCH_CANDIDATES: search on after it
         scan_capped = True
-    count, capped, count_within = backend.count(query, where, params, desc)
+    if counted_here and (len(scanned) > COUNT_CAP or not more):
+        count, capped, count_within = min(len(scanned), COUNT_CAP), len(scanned) > COUNT_CAP, None
+    else:
+        count, capped, count_within = backend.count(query, where, params, desc)
     sessions = _session_hits(backend, query, groups, kept, scanned if more else None, desc)
     next_cursor = None
     if next_start is not None:
@@ -1578,6 +1639,20 @@ class _PgSearch:
 
     document = FTS_DOCUMENT_SQL.format(t="m.")
 
+    @classmethod
+    def common_word(cls, query: Query) -> bool:
+        """The query is one word in at least COMMON_WORD_SHARE of the messages.
+
+        The GIN index answers such a word with every message holding it (623,000 ids
+        for "the" on a 1.5-million-message store: 100 ms a statement, whatever the id
+        range ANDed with it), while reading messages in id order and testing each finds
+        a page's matches, or the count's first COUNT_CAP, within a few thousand rows.
+        The share is PostgreSQL's own statistic for the index (pg_stats, per ANALYZE).
+        """
+        if len(query.include) != 1 or query.exclude or " " in query.include[0]:
+            return False
+        return _word_shares().get(query.include[0].lower(), 0.0) >= COMMON_WORD_SHARE
+
     @staticmethod
     def tsquery(query: Query) -> tuple[str, list]:
         sql = " && ".join("phraseto_tsquery('simple', %s)" for _ in query.include)
@@ -1610,9 +1685,10 @@ class _PgSearch:
             edge = start + 1 if desc else start - 1  # the walk's bound is exclusive
         # Bitmap scans only, from the first window: a scan reads hundreds of matches, and a
         # freely planned window computed to_tsvector for every message until enough matched
-        # (33 ms for a frequent word, 61 ms for a rarer one, against 15 and 2 ms).
+        # (33 ms for a frequent word, 61 ms for a rarer one, against 15 and 2 ms). Except
+        # for a word in a large share of messages (common_word).
         window = SEARCH_WINDOW
-        with _bitmap_scans_only():
+        with _bitmap_scans_only(not cls.common_word(query)):
             while len(out) <= take:
                 if desc:
                     if edge <= low:
@@ -1643,9 +1719,10 @@ class _PgSearch:
         cls, query: Query, where: str, params: list, desc: bool
     ) -> tuple[int, bool, int | None]:
         if where == "1 = 1":
-            # Still bitmap-only: the capped count reads matches through the GIN index.
+            # Still bitmap-only: the capped count reads matches through the GIN index
+            # (a common word's first COUNT_CAP matches are read as they come).
             matches, match_params = cls.matches(query)
-            with _bitmap_scans_only():
+            with _bitmap_scans_only(not cls.common_word(query)):
                 count, capped = count_capped(
                     f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {matches}",
                     match_params,
@@ -1686,19 +1763,53 @@ class _PgSearch:
 
 
 @contextlib.contextmanager
-def _bitmap_scans_only() -> Iterator[None]:
+def _bitmap_scans_only(wanted: bool = True) -> Iterator[None]:
     """PostgreSQL reads matches through the GIN index ANDed with the id range."""
-    db.execute("SET LOCAL enable_indexscan = off")
-    db.execute("SET LOCAL enable_seqscan = off")
-    try:
+    if not wanted:
         yield
-    finally:
-        db.execute("SET LOCAL enable_indexscan = on")
-        db.execute("SET LOCAL enable_seqscan = on")
+        return
+    if connections[store_alias()].in_atomic_block:  # the caller's transaction goes on after
+        db.execute("SET LOCAL enable_indexscan = off; SET LOCAL enable_seqscan = off")
+        try:
+            yield
+        finally:
+            db.execute("SET LOCAL enable_indexscan = on; SET LOCAL enable_seqscan = on")
+        return
+    # A transaction of its own, which the settings end with: BEGIN, one message for both
+    # SETs, the reads, COMMIT. The rest of a search page reads in autocommit.
+    with transaction.atomic(using=store_alias()):
+        db.execute("SET LOCAL enable_indexscan = off; SET LOCAL enable_seqscan = off")
+        yield
 
 
 _SQLITE = _SqliteSearch()
 _PG = _PgSearch()
+
+# At this share of messages or more, a word is read in id order (_PgSearch.common_word):
+# a match every five messages or closer; below it the GIN index's list is cheaper.
+COMMON_WORD_SHARE = 0.2
+WORD_SHARES_SECONDS = 600
+_word_share_cache: dict[str, tuple[float, dict[str, float]]] = {}
+
+
+def _word_shares() -> dict[str, float]:
+    """Share of messages holding each of the search index's most common words (pg_stats),
+    read once per WORD_SHARES_SECONDS per process."""
+    name = _store_name()
+    read_at, shares = _word_share_cache.get(name, (0.0, {}))
+    if time.monotonic() - read_at < WORD_SHARES_SECONDS:
+        return shares
+    shares = {
+        word: float(share)
+        for word, share in db.fetchall(
+            "SELECT f.word, f.share FROM pg_stats st CROSS JOIN LATERAL unnest("
+            "st.most_common_elems::text::text[], st.most_common_elem_freqs) AS f(word, share) "
+            "WHERE st.schemaname = current_schema() AND st.tablename = 'idx_sa_messages_fts' "
+            "AND f.word IS NOT NULL"
+        )
+    }
+    _word_share_cache[name] = (time.monotonic(), shares)
+    return shares
 
 
 # ---------------------------------------------------------------------------
@@ -1768,20 +1879,22 @@ class Choices:
     end_reasons: tuple[str, ...]
 
 
-def _distinct(column: str) -> tuple[str, ...]:
-    return tuple(
-        r[0]
-        for r in db.fetchall(
+def _distinct_statements() -> list[tuple[str, list]]:
+    return [
+        (
             f"SELECT DISTINCT {column} FROM sessions WHERE {column} IS NOT NULL "
-            f"ORDER BY {column} LIMIT {MAX_CHOICES}"
+            f"ORDER BY {column} LIMIT {MAX_CHOICES}",
+            [],
         )
-    )
+        for column in ("source", "model", "end_reason")
+    ]
 
 
 def _choices() -> Choices:
-    return Choices(
-        sources=_distinct("source"), models=_distinct("model"), end_reasons=_distinct("end_reason")
+    sources, models, end_reasons = (
+        tuple(r[0] for r in rows) for rows in db.fetch_batch(_distinct_statements())
     )
+    return Choices(sources=sources, models=models, end_reasons=end_reasons)
 
 
 NO_CHOICES = Choices(sources=(), models=(), end_reasons=())
@@ -1803,11 +1916,10 @@ def matching_session_ids(filters: Filters, *, limit: int) -> list[str]:
     Returns at most ``limit + 1`` ids, so a caller can tell "more than limit".
     """
     where, params = where_sql(filters.filters_only())
-    with _reading():
-        return [
-            r[0]
-            for r in db.fetchall(
-                f"SELECT s.id FROM sessions s WHERE {where} ORDER BY s.started_at, s.id LIMIT %s",
-                [*params, int(limit) + 1],
-            )
-        ]
+    return [
+        r[0]
+        for r in db.fetchall(
+            f"SELECT s.id FROM sessions s WHERE {where} ORDER BY s.started_at, s.id LIMIT %s",
+            [*params, int(limit) + 1],
+        )
+    ]

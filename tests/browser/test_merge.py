@@ -72,7 +72,7 @@ def test_choose_another_target_then_undo_from_the_audit_log(signed_in_page):
     page.goto("/merge/preview/?" + "&".join(f"ids={sid}" for sid in ids))
     page.evaluate("window.sameDocument = true")
 
-    page.locator(f'input[name=target][value="{ids[2]}"]').check()
+    page.locator(f'input[type=radio][name=target][value="{ids[2]}"]').check()
     page.wait_for_url(re.compile(rf"target={ids[2]}"))  # htmx pushed the re-preview
     page.locator(f'.merge-sources tr.role-target:has-text("{ids[2]}")').wait_for()
     assert page.evaluate("window.sameDocument") is True

@@ -59,7 +59,7 @@ def computations(settings, monkeypatch):
     for name in ("store_totals", "sessions_per_day", "health_counts"):
         monkeypatch.setattr(store_overview, name, seen.wrap(name, getattr(store_overview, name)))
     # The filters' suggestions: three DISTINCT scans of the sessions table.
-    monkeypatch.setattr(listing, "_distinct", seen.wrap("choices", listing._distinct))
+    monkeypatch.setattr(listing, "_choices", seen.wrap("choices", listing._choices))
     yield seen
     _wait_for_background()
     cache.clear()

@@ -60,11 +60,12 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
             # The query is quoted so this should not happen; never turn a search into a 500.
             logger.exception("session search failed for %r", filters.q)
             problems.append("The search could not be run; try other words.")
-    else:
-        page = listing.list_sessions(filters, parsed.cursor)
+    template = fragment(request, TEMPLATE, "results")
+    if not filters.is_search:
+        # The whole page's filter form needs the choices: read with the rows' ids.
+        page = listing.list_sessions(filters, parsed.cursor, with_choices=template == TEMPLATE)
     results = search or page
     query = filters.querystring()
-    template = fragment(request, TEMPLATE, "results")
     detail = _DetailLinks()
     # Viewers get no checkboxes: every action on a selection needs the operate permission.
     selectable = request.user.has_perm(OPERATE)
@@ -96,7 +97,7 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
         "reload_url": request.get_full_path(),
     }
     if template == TEMPLATE:
-        context["choices"] = listing.choices()
+        context["choices"] = page.choices if page and page.choices else listing.choices()
         context["activity_url"] = _activity_url(time.time(), query)
         context["activity_seconds"] = ACTIVITY_SECONDS
     return render(request, template, context)
