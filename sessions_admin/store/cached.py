@@ -111,17 +111,32 @@ def ready_figure_at(
 REFRESH_START_DELAY = 0.2
 
 
+# The figures this process is computing now: never a second one beside them, even if the
+# cache lost its lock (cleared, or evicted), as they would share this process's GIL.
+_computing: set[str] = set()
+_computing_lock = threading.Lock()
+
+
 def _start_refresh(name: str, key: str, compute: Callable[[], T]) -> None:
-    # One computation at a time across every process sharing the cache.
-    if cache.add(f"{key}:refreshing", 1, REFRESH_LOCK_SECONDS):
-        threading.Thread(
-            target=_refresh_later, args=(key, compute), name=f"refresh {name}", daemon=True
-        ).start()
+    with _computing_lock:
+        if key in _computing:
+            return
+        # One computation at a time across every process sharing the cache.
+        if not cache.add(f"{key}:refreshing", 1, REFRESH_LOCK_SECONDS):
+            return
+        _computing.add(key)
+    threading.Thread(
+        target=_refresh_later, args=(key, compute), name=f"refresh {name}", daemon=True
+    ).start()
 
 
 def _refresh_later(key: str, compute: Callable[[], T]) -> None:
-    time.sleep(REFRESH_START_DELAY)
-    _refresh(key, compute)
+    try:
+        time.sleep(REFRESH_START_DELAY)
+        _refresh(key, compute)
+    finally:
+        with _computing_lock:
+            _computing.discard(key)
 
 
 def _refresh(key: str, compute: Callable[[], T], *, close_connections: bool = True) -> None:

@@ -180,3 +180,24 @@ def test_a_bulk_delete_job_drops_the_figures_when_it_ran(django_user_model):
     assert db.fetchall(f"SELECT id FROM sessions WHERE id IN ({db.placeholders(ids)})", ids) == []
     assert all(cache.get(cached.store_key(name)) is None for name in cached.FIGURES)
     assert cached.cached_figure("overview:totals", lambda: "after", fresh_seconds=60) == "after"
+
+
+def test_a_page_never_starts_a_second_computation_beside_one_this_process_runs(settings):
+    settings.SESSIONS_ADMIN_COLD_FIGURES_INLINE = False
+    started = threading.Event()
+    release = threading.Event()
+    calls = []
+
+    def slow():
+        calls.append(1)
+        started.set()
+        release.wait(10)
+        return "figure"
+
+    assert cached.ready_figure_at("overview:forks", slow, fresh_seconds=60) is None
+    assert started.wait(10)
+    cache.clear()  # the cross-process lock gone with the rest, as after a cache clear
+    assert cached.ready_figure_at("overview:forks", slow, fresh_seconds=60) is None
+    release.set()
+    _wait_for_refresh()
+    assert calls == [1]
