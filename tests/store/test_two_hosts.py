@@ -115,8 +115,14 @@ class Browser:
 
 def _figure_times(browser: Browser, host: Host) -> list[str]:
     """When the overview's counts and health checks were computed (/health/ without htmx:
-    the overview with its health panel inline)."""
-    times = FIGURE_TIMES.findall(browser.get(f"{host.base}/health/"))
+    the overview with its health panel inline). A figure not computed yet is a placeholder
+    that a page asks for again, in the background (issue 16): so does this."""
+    deadline = time.monotonic() + 30
+    while True:
+        times = FIGURE_TIMES.findall(browser.get(f"{host.base}/health/"))
+        if len(set(times)) == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert len(set(times)) == 2, times
     return times
 
