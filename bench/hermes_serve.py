@@ -65,7 +65,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import stores  # noqa: E402
-from bench.load import _cookies, _manage, _wait_for, cpu_model, replace_section  # noqa: E402
+from bench.load import (  # noqa: E402
+    _manage,
+    _wait_for,
+    cpu_model,
+    replace_section,
+    sign_in_cookies,
+)
 from sessions_admin.devtools import free_port, stop_process  # noqa: E402
 
 HEADING = "## Side by side with hermes serve (issue 16)"
@@ -306,32 +312,7 @@ def start_console(var_dir: Path, log) -> tuple[subprocess.Popen, Server]:
 
 def sign_in(port: int) -> dict[str, str]:
     """The bench admin signed in through the login form: the cookies to send."""
-    connection = http.client.HTTPConnection(HOST, port, timeout=60)
-    connection.request("GET", "/login/")
-    response = connection.getresponse()
-    page = response.read().decode()
-    cookies = _cookies(response)
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
-    body = urllib.parse.urlencode(
-        {"username": OPERATOR, "password": PASSWORD, "csrfmiddlewaretoken": token}
-    )
-    connection.request(
-        "POST",
-        "/login/",
-        body=body,
-        headers={
-            "Content-Type": "application/x-www-form-urlencoded",
-            "Cookie": f"csrftoken={cookies['csrftoken']}",
-            "Referer": f"http://{HOST}:{port}/login/",
-        },
-    )
-    response = connection.getresponse()
-    response.read()
-    connection.close()
-    cookies.update(_cookies(response))
-    if response.status != 302 or "sessionid" not in cookies:
-        raise RuntimeError(f"signing in to the console failed (status {response.status})")
-    return cookies
+    return sign_in_cookies(HOST, port, username=OPERATOR, password=PASSWORD)
 
 
 def start_hermes(hermes: Path, home: Path, log) -> tuple[subprocess.Popen, Server]:

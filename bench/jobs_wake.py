@@ -134,14 +134,9 @@ def _environments(db: str, postgres: str | None, scratch: Path) -> dict:
                 c.execute(f"CREATE DATABASE {name}")
         env["DATABASE_URL"] = f"{server}/bench_jobs_wake"
         env["SESSIONS_ADMIN_STORE_URL"] = f"{server}/bench_jobs_wake_store"
-    for command in (["migrate", "--noinput", "-v", "0"], ["init_store"]):
-        subprocess.run(
-            [sys.executable, "manage.py", *command],
-            cwd=ROOT,
-            env=env,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+    from bench import stores
+
+    stores.prepare_console(env)
     return env
 
 

@@ -133,19 +133,21 @@ def _cookies(response: http.client.HTTPResponse) -> dict[str, str]:
     return found
 
 
-def sign_in(host: str, port: int) -> str:
-    """Log the bench operator in through the login form; return the Cookie header to send."""
-    connection = http.client.HTTPConnection(host, port, timeout=30)
+def sign_in_cookies(
+    host: str, port: int, *, username: str = OPERATOR, password: str = PASSWORD
+) -> dict[str, str]:
+    """Sign an operator in through the login form, as a browser does; return its cookies."""
+    connection = http.client.HTTPConnection(host, port, timeout=60)
     connection.request("GET", "/login/")
     response = connection.getresponse()
     page = response.read().decode()
     cookies = _cookies(response)
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
     body = urllib.parse.urlencode(
-        {"username": OPERATOR, "password": PASSWORD, "csrfmiddlewaretoken": token}
+        {"username": username, "password": password, "csrfmiddlewaretoken": token}
     )
     connection.close()
-    connection = http.client.HTTPConnection(host, port, timeout=30)
+    connection = http.client.HTTPConnection(host, port, timeout=60)
     connection.request(
         "POST",
         "/login/",
@@ -161,8 +163,13 @@ def sign_in(host: str, port: int) -> str:
     cookies.update(_cookies(response))
     connection.close()
     if response.status != 302 or "sessionid" not in cookies:
-        raise RuntimeError(f"signing in failed (status {response.status})")
-    return "; ".join(f"{k}={v}" for k, v in cookies.items())
+        raise RuntimeError(f"signing in to the console failed (status {response.status})")
+    return cookies
+
+
+def sign_in(host: str, port: int) -> str:
+    """Log the bench operator in through the login form; return the Cookie header to send."""
+    return "; ".join(f"{k}={v}" for k, v in sign_in_cookies(host, port).items())
 
 
 def session_ids_from_list(client: Client, pages: int = 3) -> list[str]:

@@ -759,14 +759,7 @@ def run_reads(args, db: str) -> None:
             # A copy of the store, migrated: the cold run signs in and caches in its own
             # var directory, never in the seeded one other benchmarks read.
             env = stores.sqlite_env(stores.clone_sqlite_store(args.size, Path(tmp) / "var"))
-            for command in (["migrate", "--noinput", "-v", "0"], ["init_store"]):
-                subprocess.run(
-                    [sys.executable, "manage.py", *command],
-                    cwd=ROOT,
-                    env=env,
-                    check=True,
-                    stdout=subprocess.DEVNULL,
-                )
+            stores.prepare_console(env)
         elif db == "sqlite":
             env = stores.sqlite_env(stores.sqlite_store(args.size))
         else:

@@ -93,6 +93,18 @@ def _seed(env: dict, size: int, log: Path) -> None:
 # --- SQLite -----------------------------------------------------------------
 
 
+def prepare_console(env: dict) -> None:
+    """The dashboard's tables and the store's own tables, on the databases ``env`` names."""
+    for command in (["migrate", "--noinput", "-v", "0"], ["init_store"]):
+        subprocess.run(
+            [sys.executable, "manage.py", *command],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+
+
 def sqlite_env(var_dir: Path) -> dict:
     """Environment for a Django process (manage.py, run.py) on the SQLite store in var_dir."""
     env = {**os.environ, "SESSIONS_ADMIN_VAR_DIR": str(var_dir)}
