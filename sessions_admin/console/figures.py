@@ -17,6 +17,9 @@ from typing import TypeVar
 
 from sessions_admin.core.forks import ForkGroup, find_fork_groups
 from sessions_admin.store import cached, overview
+from sessions_admin.store.cached import FigureFailed
+
+__all__ = ["FigureFailed", "ensure_figures_warm", "inline", "ready"]
 
 T = TypeVar("T")
 
@@ -78,7 +81,8 @@ def inline(name: str):
 
 
 def ready(name: str):
-    """Figure ``name``, or None while it is computed in the background (a placeholder shows)."""
+    """Figure ``name``, or None while it is computed in the background (a placeholder shows);
+    ``FigureFailed`` when that computation failed a moment ago (the page says why)."""
     entry = cached.ready_figure_at(f"overview:{name}", COMPUTE[name], fresh_seconds=CACHE_SECONDS)
     return None if entry is None else entry[1]
 

@@ -41,6 +41,23 @@ log = logging.getLogger(__name__)
 # the next request computes it itself.
 STALE_SECONDS = 600
 REFRESH_LOCK_SECONDS = 120
+# After a background computation fails, pages say so (FigureFailed) and nothing computes
+# the figure again for this long: a broken query is not run again every second by every
+# open page's placeholder.
+FAILED_RETRY_SECONDS = 60
+
+
+class FigureFailed(Exception):
+    """The figure's last background computation failed (``reason`` says how); it is tried
+    again once ``FAILED_RETRY_SECONDS`` have passed since."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _failed_key(key: str) -> str:
+    return f"{key}:failed"
 
 
 def store_key(name: str) -> str:
@@ -91,15 +108,22 @@ def ready_figure_at(
 
     With ``SESSIONS_ADMIN_COLD_FIGURES_INLINE`` (the tests' default, so a page test sees
     its figures on the first GET) it computes a missing figure inline as before.
+
+    Raises ``FigureFailed`` when there is no usable value and the last computation failed
+    less than ``FAILED_RETRY_SECONDS`` ago: the page shows why instead of a placeholder
+    that would ask again forever.
     """
     if getattr(settings, "SESSIONS_ADMIN_COLD_FIGURES_INLINE", False):
         return cached_figure_at(name, compute, fresh_seconds=fresh_seconds)
     key = store_key(name)
     entry = cache.get(key)
+    failure = cache.get(_failed_key(key))
     if entry is not None and entry[0] > stale_since():
-        if time.time() - entry[0] >= fresh_seconds:
+        if failure is None and time.time() - entry[0] >= fresh_seconds:
             _start_refresh(name, key, compute)
         return entry
+    if failure is not None:
+        raise FigureFailed(failure)
     _start_refresh(name, key, compute)
     return None
 
@@ -147,9 +171,13 @@ def _refresh(key: str, compute: Callable[[], T], *, close_connections: bool = Tr
         # check the mark too; this only spares them a value they would throw away.)
         if computed_at > stale_since():
             cache.set(key, (computed_at, value), STALE_SECONDS)
-    except Exception:
-        # The stale value stays until it expires; the next request recomputes then.
+        cache.delete(_failed_key(key))
+    except Exception as error:
+        # The stale value stays until it expires; pages without one say why (FigureFailed)
+        # until the failure's retry period is over, and the next request recomputes then.
         log.exception("Refreshing %s failed", key)
+        reason = f"{error.__class__.__name__}: {error}".strip().rstrip(":")[:300]
+        cache.set(_failed_key(key), reason, FAILED_RETRY_SECONDS)
     finally:
         cache.delete(f"{key}:refreshing")
         if close_connections:
@@ -201,6 +229,8 @@ def warm_once() -> list[str]:
         usable = entry is not None and entry[0] > stale_since()
         if usable and time.time() - entry[0] < fresh_seconds * (1 - WARM_AHEAD_FRACTION):
             continue
+        if cache.get(_failed_key(key)) is not None:
+            continue  # failed a moment ago: tried again once its retry period is over
         if cache.add(f"{key}:refreshing", 1, REFRESH_LOCK_SECONDS):
             _refresh(key, compute, close_connections=False)
             done.append(name)
@@ -242,4 +272,6 @@ def forget_all() -> None:
     """Mark this store's figures stale and drop them: an operator's change (a merge, a
     delete, a restore) shows at once, even where a refresh was already computing."""
     cache.set(store_key(STALE_MARK), time.time(), None)
-    cache.delete_many([store_key(name) for name in FIGURES])
+    keys = [store_key(name) for name in FIGURES]
+    # A figure that failed is tried again at once too: the change may be what it needed.
+    cache.delete_many([*keys, *(_failed_key(key) for key in keys)])

@@ -457,6 +457,8 @@ class _Forks:
 
     def __init__(self) -> None:
         self._ids: set[str] | None = None
+        # Why the background computation failed, when it did (``shown()`` is None then too).
+        self.failure: str | None = None
 
     def ids(self) -> set[str]:
         if self._ids is None:
@@ -469,9 +471,13 @@ class _Forks:
 
     def shown(self) -> set[str] | None:
         if self._ids is None:
-            entry = cached.ready_figure_at(
-                "listing:forks", _fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS
-            )
+            try:
+                entry = cached.ready_figure_at(
+                    "listing:forks", _fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS
+                )
+            except cached.FigureFailed as failure:
+                self.failure = failure.reason
+                return None
             if entry is None:
                 return None
             self._ids = set(entry[1])
@@ -482,8 +488,16 @@ cached.register("listing:forks", _fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS
 
 
 def fork_marks_ready() -> bool:
-    """Whether the list's fork marks can be shown now (starting their computation if not)."""
-    return _Forks().shown() is not None
+    """Whether the list's fork marks can be shown now (starting their computation if not).
+
+    Raises ``cached.FigureFailed`` when their computation failed a moment ago.
+    """
+    forks = _Forks()
+    if forks.shown() is not None:
+        return True
+    if forks.failure is not None:
+        raise cached.FigureFailed(forks.failure)
+    return False
 
 
 def _store_name() -> str:
@@ -639,6 +653,8 @@ class SessionPage:
     count_capped: bool
     # The rows carry no fork marks yet: fork detection is running in the background.
     fork_marks_pending: bool = False
+    # Why they will not come for now: fork detection failed in the background.
+    fork_marks_failure: str | None = None
     choices: Choices | None = None  # when asked for (list_sessions' with_choices)
 
 
@@ -763,7 +779,8 @@ def _list_sessions(filters: Filters, cursor: Cursor | None, with_choices: bool) 
         next_cursor=next_cursor,
         count=count,
         count_capped=capped,
-        fork_marks_pending=bool(rows) and fork_ids.shown() is None,
+        fork_marks_pending=bool(rows) and fork_ids.shown() is None and fork_ids.failure is None,
+        fork_marks_failure=fork_ids.failure if rows else None,
         # A cached figure (never read in the request: issue 16), so no round trip.
         choices=choices() if with_choices else None,
     )

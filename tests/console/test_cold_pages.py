@@ -221,3 +221,63 @@ def test_a_dashboard_process_warms_the_figures_as_it_starts(signed_in, computati
         "warm figures"
     }
     assert "Counting the store" not in client.get(reverse("home")).content.decode()
+
+
+def _broken(*args, **kwargs):
+    raise RuntimeError("the store said no")
+
+
+def test_a_figure_that_fails_in_the_background_is_shown_as_failed_not_polled_forever(
+    signed_in, computations, monkeypatch
+):
+    client = signed_in("viewer")
+    forked_conversation()
+    monkeypatch.setattr(figures, "find_fork_groups", _broken)
+    monkeypatch.setattr(store_overview, "store_totals", _broken)
+    monkeypatch.setattr(listing, "_fork_id_set", _broken)
+    # First asks start the computations (placeholders that ask again) ...
+    assert "Searching the store for forks" in client.get(reverse("fork_list")).content.decode()
+    assert "Counting the store" in client.get(reverse("home")).content.decode()
+    assert 'id="fork-marks"' in client.get(reverse("session_list")).content.decode()
+    assert "Checking the store" in client.get(reverse("health_panel"), headers=HX).content.decode()
+    _wait_for_background()
+    started = {t.name for t in threading.enumerate() if t.name.startswith("refresh ")}
+    assert not started
+
+    # ... which fail: every page now says so, with no poll left, and starts nothing again.
+    forks = client.get(reverse("fork_list"), headers=HX).content.decode()
+    assert "The search for forks failed: RuntimeError: the store said no" in forks
+    assert "load delay" not in forks
+    home = client.get(reverse("home"), headers=HX).content.decode()
+    assert "could not be counted: RuntimeError: the store said no" in home
+    assert "load delay" not in home
+    panel = client.get(reverse("health_panel"), headers=HX).content.decode()
+    assert "The health checks could not run: RuntimeError: the store said no" in panel
+    assert "load delay" not in panel
+    marks = client.get(reverse("fork_marks"), headers=HX).content.decode()
+    assert "Fork detection failed" in marks and "fork-marks-poll" not in marks
+    listing_page = client.get(reverse("session_list")).content.decode()
+    assert "Fork detection failed" in listing_page and "fork-marks-poll" not in listing_page
+    assert not [t for t in threading.enumerate() if t.name.startswith("refresh ")]
+
+    # Once the failure's retry period is over (or after an operator's change), the next
+    # ask computes again, and a working store shows its figures.
+    monkeypatch.undo()
+    cache.delete_many([cached.store_key(f"{name}") + ":failed" for name in cached.FIGURES])
+    assert "Searching the store for forks" in client.get(reverse("fork_list")).content.decode()
+    _wait_for_background()
+    assert "1 fork group" in client.get(reverse("fork_list"), headers=HX).content.decode()
+
+
+def test_an_operators_change_clears_a_failure_so_the_figure_is_tried_again(
+    signed_in, computations, monkeypatch
+):
+    client = signed_in("viewer")
+    forked_conversation()
+    monkeypatch.setattr(figures, "find_fork_groups", _broken)
+    client.get(reverse("fork_list"))
+    _wait_for_background()
+    assert "failed" in client.get(reverse("fork_list"), headers=HX).content.decode()
+    monkeypatch.setattr(figures, "find_fork_groups", core_forks.find_fork_groups)
+    cached.forget_all()
+    assert "Searching the store for forks" in client.get(reverse("fork_list")).content.decode()

@@ -132,6 +132,9 @@ def _health_context() -> dict:
         # A busy or broken store should not take the overview down with it.
         logger.exception("store health checks failed")
         return {"health": None, "health_error": str(error) or error.__class__.__name__}
+    except figures.FigureFailed as failure:
+        # Failed in the background: say why, and stop asking until someone tries again.
+        return {"health": None, "health_error": failure.reason}
     if snapshot is None:
         # Being computed in the background: the panel fetches itself again shortly.
         return {"health": None, "health_error": None, "health_pending": True}
@@ -150,7 +153,11 @@ def _home_context(*, with_health: bool) -> dict:
     }
     if with_health:
         context.update(_health_context())
-    snapshot = figures.ready("totals")
+    try:
+        snapshot = figures.ready("totals")
+    except figures.FigureFailed as failure:
+        context["totals_error"] = failure.reason
+        return context
     if snapshot is None:
         # Being counted in the background: the overview fetches itself again shortly.
         context["totals_pending"] = True

@@ -176,7 +176,14 @@ def fork_list(request: HtmxHttpRequest) -> HttpResponse:
     The groups are the overview's cached figure (console.figures): while they are being
     found in the background, the list is a placeholder that fetches itself again.
     """
-    snapshot = figures.ready("forks")
+    try:
+        snapshot = figures.ready("forks")
+    except figures.FigureFailed as failure:
+        return render(
+            request,
+            fragment(request, FORKS_TEMPLATE, "fork-groups"),
+            {"groups_error": failure.reason, "max_picks": MAX_MERGE_SESSIONS},
+        )
     if snapshot is None:
         return render(
             request,

@@ -35,7 +35,7 @@ from sessions_admin.console.html import (
 )
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
 from sessions_admin.signin.roles import OPERATE, VIEW
-from sessions_admin.store import activity, health, listing
+from sessions_admin.store import activity, cached, health, listing
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
         "search_candidates": listing.SEARCH_CANDIDATES,
         # Fork detection still running in the background: the rows reload once it is done.
         "fork_marks_pending": bool(page and page.fork_marks_pending),
+        "fork_marks_failure": page.fork_marks_failure if page else None,
         "reload_url": request.get_full_path(),
     }
     if template == TEMPLATE:
@@ -109,7 +110,14 @@ def fork_marks(request: HtmxHttpRequest) -> HttpResponse:
     """Asked by a list shown before fork detection finished: itself again while it runs;
     once the marks are ready, nothing, and a ``fork-marks-ready`` event on which the list
     reloads its rows (a plain GET is sent back to the list)."""
-    if not listing.fork_marks_ready():
+    try:
+        ready = listing.fork_marks_ready()
+    except cached.FigureFailed as failure:
+        # Stop asking: the list says why it has no fork marks.
+        return render(
+            request, f"{TEMPLATE}#fork-marks-failed", {"fork_marks_failure": failure.reason}
+        )
+    if not ready:
         return render(request, f"{TEMPLATE}#fork-marks-poll")
     if not request.htmx:
         return HttpResponseRedirect(reverse("session_list"))
