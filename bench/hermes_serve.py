@@ -254,8 +254,26 @@ class Server:
             self.connection.close()
 
 
+def _share_store(args, work: Path) -> tuple[Path, Path, str]:
+    """``--in-place``: both servers on the seeded store itself, Hermes through a symlink.
+
+    For a store too big to copy twice (1m: 21 GB); only reads are measured then, so the two
+    servers never write to it (SQLite resolves the link, so both use one WAL).
+    """
+    size = stores.parse_size(args.size)
+    console_var = stores.STORES_DIR / str(size)
+    if not (console_var / "seeded").exists():
+        raise SystemExit(f"no seeded {stores.size_label(size)} SQLite store: seed it first")
+    hermes_home = work / "hermes"
+    hermes_home.mkdir(parents=True)
+    (hermes_home / "state.db").symlink_to(console_var / "state.db")
+    return console_var, hermes_home, stores.size_label(size)
+
+
 def _copy_store(args, work: Path) -> tuple[Path, Path, str]:
     """Two private copies of the store: the console's var dir and Hermes's home."""
+    if args.in_place:
+        return _share_store(args, work)
     console_var = work / "console"
     hermes_home = work / "hermes"
     hermes_home.mkdir(parents=True)
@@ -591,7 +609,8 @@ def measure(args) -> dict:
         "command": "python bench/hermes_serve.py "
         + (f"--var-dir {args.var_dir}" if args.var_dir else f"--size {label}")
         + f" --runs {args.runs}"
-        + (f" --delete {args.delete}" if args.delete != 1000 else ""),
+        + (" --in-place" if args.in_place else "")
+        + (f" --delete {args.delete}" if args.delete != 1000 and not args.in_place else ""),
     }
 
 
@@ -627,8 +646,13 @@ def render_section(result: dict) -> str:
         f"Measured {result['when']} with `{result['command']}` on {os.cpu_count()} cores "
         f"({cpu_model()}), shared with other agents' work: load average {load_before} before, "
         f"{load_after} after. Python {platform.python_version()}, hermes-agent "
-        f"{result['hermes_version']}. Both servers on loopback, one worker each, on copies of "
-        "the same store; medians and p95 of "
+        f"{result['hermes_version']}. Both servers on loopback, one worker each, on "
+        + (
+            "the same store file (too big to copy twice; reads only); "
+            if "--in-place" in result["command"]
+            else "copies of the same store; "
+        )
+        + "medians and p95 of "
         f"{result['runs']} interleaved requests per side, milliseconds to the last byte. "
         "**ratio** = console / Hermes (below 1: the console is faster). Cold: the console's "
         "figure cache emptied before each of its requests; Hermes has no cache to empty "
@@ -717,12 +741,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--report", type=Path, default=REPORT)
     parser.add_argument("--keep", action="store_true", help="keep the store copies and logs")
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="both servers on the seeded store itself, reads only (a store too big to copy)",
+    )
     args = parser.parse_args(argv)
     args.hermes = args.hermes or default_hermes()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     if args.delete < 0:
         parser.error("--delete must be 0 or more")
+    if args.in_place:
+        if args.var_dir is not None:
+            parser.error("--in-place works on a seeded --size store, not --var-dir")
+        args.delete = 0  # nothing may write to the shared store
     if args.var_dir is None:
         try:
             stores.parse_size(args.size)

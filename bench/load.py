@@ -3,6 +3,7 @@
     python bench/load.py --size 100k --duration 30             # the seeded 100k SQLite store
     python bench/load.py --var-dir /tmp/small --duration 10    # any store directory
     python bench/load.py --size 10k --db postgres
+    python bench/load.py --size 100k --db postgres --hosts 2 --workers 2   # two web hosts
 
 It serves the dashboard with gunicorn (``--workers`` processes, the production
 config ``sessions_admin.gunicorn_conf``) on a loopback port, signs an operator
@@ -14,6 +15,14 @@ full-text search and session detail pages. Reported: requests per second,
 median and p99 latency per page kind, and errors (any status but 200, or a
 connection error); the bar is zero errors. The section "## Load: gunicorn ..."
 of the report is replaced (other sections belong to other benchmarks).
+
+With ``--hosts N`` (PostgreSQL) it starts N gunicorn instances, each with a var directory of
+its own (nothing on disk shared) and ``SESSIONS_ADMIN_CACHE_URL=db://`` (one figure cache in
+the shared dashboard database), as N web hosts behind a balancer: the clients take turns over
+them with the one sign-in cookie, and afterwards each host's overview is read to check that
+every host shows the same store-wide figures, computed at the same moment. (That a job
+confirmed on one host runs exactly once among the workers of all is tested in
+tests/store/test_two_hosts.py.)
 
 The store is used in place (the simulators add a few hundred sessions and
 never evict responses); it is not reseeded. ``main(argv)`` is what
@@ -264,7 +273,7 @@ def cpu_model() -> str:
 
 def render_section(result: dict) -> str:
     lines = [
-        f"{HEADING}, {result['workers']} workers, {result['store']} ({result['backend']})",
+        _heading(result),
         "",
         f"Measured {result['when']} on {os.cpu_count()} cores ({cpu_model()}; load average "
         f"{result['load_average']:.1f} before the run), "
@@ -299,12 +308,37 @@ def render_section(result: dict) -> str:
         "Writes meanwhile: " + "; ".join(s.rstrip(".") for s in result["simulators"]) + ".",
         "",
     ]
+    consistency = result.get("consistency")
+    if consistency:
+        lines += [
+            f"Hosts: {consistency['hosts']} gunicorn instances, each with its own var directory, "
+            "one figure cache in the dashboard database (`SESSIONS_ADMIN_CACHE_URL=db://`); the "
+            "clients took turns over them with one sign-in. After the load each host's overview "
+            + (
+                "showed the same figures, computed at the same moment "
+                f"({consistency['computed_at']}): " + ", ".join(consistency["figures"]) + "."
+                if consistency["same"]
+                else f"did **not** agree ({consistency['answered']} of {consistency['hosts']} "
+                "answered with figures)."
+            ),
+            "",
+        ]
     return "\n".join(lines)
+
+
+def _heading(result: dict) -> str:
+    hosts = result.get("hosts", 1)
+    where = (
+        f"{hosts} hosts × {result['workers']} workers"
+        if hosts > 1
+        else f"{result['workers']} workers"
+    )
+    return f"{HEADING}, {where}, {result['store']} ({result['backend']})"
 
 
 def write_report(path: Path, result: dict) -> None:
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    heading = f"{HEADING}, {result['workers']} workers, {result['store']} ({result['backend']})"
+    heading = _heading(result)
     text = replace_section(text, heading, render_section(result))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text.rstrip("\n") + "\n")
@@ -332,9 +366,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--sim-think-time", type=float, default=0.5, help="mean seconds between a chat's actions"
     )
+    parser.add_argument(
+        "--hosts", type=int, default=1, help="gunicorn instances (separate var dirs; PostgreSQL)"
+    )
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--no-report", action="store_true", help="print, don't write the report")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.hosts < 1:
+        parser.error("--hosts must be 1 or more")
+    if args.hosts > 1 and (args.db != "postgres" or args.var_dir is not None):
+        parser.error("--hosts above 1 needs --db postgres (hosts share the database, not files)")
+    return args
 
 
 LOAD_CLONE = "load"
@@ -392,27 +434,39 @@ def run(args) -> dict:
         "SESSIONS_ADMIN_ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SESSIONS_ADMIN_LOG_LEVEL": "WARNING",
     }
-    host, port = "127.0.0.1", free_port()
+    if args.hosts > 1:
+        env["SESSIONS_ADMIN_CACHE_URL"] = "db://"  # one figure cache for every host
+    host = "127.0.0.1"
+    ports = [free_port() for _ in range(args.hosts)]
     _manage(env, "migrate", "--noinput", "-v", "0")
     _manage(env, "init_store")  # additive: the dashboard's own tables a newer version adds
     _manage(env, "create_operator", OPERATOR, "--role", "viewer", "--if-missing", stdin=PASSWORD)
-    server = simulators = None
+    servers: list[subprocess.Popen] = []
+    simulators = None
+    consistency = None
     # A file, not a pipe: a pipe nobody reads while the load runs would fill and stall gunicorn.
     server_log_file = tempfile.TemporaryFile(mode="w+")
     workdir = tempfile.TemporaryDirectory(prefix="bench-load-")
     try:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "sessions_admin.wsgi"]
-            + ["--bind", f"{host}:{port}", "--workers", str(args.workers)]
-            + ["--config", "python:sessions_admin.gunicorn_conf", "--timeout", "60"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=server_log_file,
-        )
-        _wait_for(host, port)
-        cookie = sign_in(host, port)
-        session_ids = session_ids_from_list(Client(host, port, cookie))
+        for n, port in enumerate(ports):
+            host_env = dict(env)
+            if args.hosts > 1:  # a var directory of its own, as on another machine
+                host_env["SESSIONS_ADMIN_VAR_DIR"] = str(Path(workdir.name) / f"host-{n}")
+            servers.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "gunicorn", "sessions_admin.wsgi"]
+                    + ["--bind", f"{host}:{port}", "--workers", str(args.workers)]
+                    + ["--config", "python:sessions_admin.gunicorn_conf", "--timeout", "60"],
+                    cwd=ROOT,
+                    env=host_env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=server_log_file,
+                )
+            )
+        for port in ports:
+            _wait_for(host, port)
+        cookie = sign_in(host, ports[0])  # the session lives in the shared dashboard database
+        session_ids = session_ids_from_list(Client(host, ports[-1], cookie))
         if not session_ids:
             raise RuntimeError("the session list links no session: is the store empty?")
         sim_logs = [
@@ -435,7 +489,7 @@ def run(args) -> dict:
             for n in range(args.sim_processes)
         ]
         _wait_for_writes(Path(workdir.name), args.sim_processes)
-        clients = [Client(host, port, cookie) for _ in range(args.clients)]
+        clients = [Client(host, ports[n % len(ports)], cookie) for n in range(args.clients)]
         # Warm-up first (each worker's first pages fill its caches and SQLite's page cache).
         started = time.monotonic() + args.warmup
         deadline = started + args.duration
@@ -448,6 +502,8 @@ def run(args) -> dict:
         for thread in threads:
             thread.join()
         elapsed = time.monotonic() - started
+        if args.hosts > 1:
+            consistency = compare_hosts(host, ports, cookie)
     finally:
         summaries = []
         for n, process in enumerate(simulators or []):
@@ -456,7 +512,8 @@ def run(args) -> dict:
             out = (Path(workdir.name) / f"sim-{n}.out").read_text()
             summary = [line for line in out.splitlines() if line.startswith("Simulated")]
             summaries.append((process.returncode, "\n".join(summary), out))
-        stop_process(server, timeout=30)
+        for server in servers:
+            stop_process(server, timeout=30)
         server_log_file.seek(0)
         server_log = server_log_file.read()
         server_log_file.close()
@@ -475,6 +532,8 @@ def run(args) -> dict:
         "store": store_label,
         "backend": "PostgreSQL" if args.db == "postgres" and args.var_dir is None else "SQLite",
         "workers": args.workers,
+        "hosts": args.hosts,
+        "consistency": consistency,
         "clients": args.clients,
         "duration": elapsed,
         "warmup": args.warmup,
@@ -495,7 +554,39 @@ def run(args) -> dict:
             else f"--size {stores.size_label(stores.parse_size(args.size))} --db {args.db}"
         )
         + f" --duration {args.duration:g} --warmup {args.warmup:g} --workers {args.workers}"
-        + f" --clients {args.clients} --sim-processes {args.sim_processes}",
+        + f" --clients {args.clients} --sim-processes {args.sim_processes}"
+        + (f" --hosts {args.hosts}" if args.hosts > 1 else ""),
+    }
+
+
+# The overview's figures and the moment they were computed (templates/console/home.html).
+_STAT_VALUE = re.compile(r'class="stat-value">([^<]*)<')
+_COMPUTED_AT = re.compile(r'<time datetime="([^"]+)" data-ago>')
+
+
+def compare_hosts(host: str, ports: list[int], cookie: str, timeout: float = 60) -> dict:
+    """Each host's overview figures, read until none is a placeholder: are they the same?"""
+    seen: dict[int, tuple[list[str], list[str]]] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and len(seen) < len(ports):
+        for port in ports:
+            if port in seen:
+                continue
+            connection = http.client.HTTPConnection(host, port, timeout=30)
+            connection.request("GET", "/", headers={"Cookie": cookie})
+            body = connection.getresponse().read().decode()
+            connection.close()
+            values, times = _STAT_VALUE.findall(body), _COMPUTED_AT.findall(body)
+            if values and times:  # not the "Counting the store…" placeholder
+                seen[port] = (values, times[:1])
+        time.sleep(0.5)
+    answers = list(seen.values())
+    return {
+        "hosts": len(ports),
+        "answered": len(seen),
+        "same": len(seen) == len(ports) and all(a == answers[0] for a in answers),
+        "figures": answers[0][0] if answers else [],
+        "computed_at": answers[0][1][0] if answers and answers[0][1] else None,
     }
 
 

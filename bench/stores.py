@@ -26,6 +26,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +38,7 @@ if str(ROOT) not in sys.path:
 # inherit the environment) gets a random one unless the caller set one.
 os.environ.setdefault("SESSIONS_ADMIN_SECRET_KEY", "bench-only-" + secrets.token_urlsafe(48))
 
+from bench import multiply  # noqa: E402
 from sessions_admin.devtools import _as_postgres_user, free_port  # noqa: E402
 
 STORES_DIR = ROOT / "bench" / ".stores"
@@ -81,13 +83,28 @@ def _manage(args: list[str], env: dict, log: Path) -> None:
         )
 
 
-def _seed(env: dict, size: int, log: Path) -> None:
+# Stores above this many sessions are a seeded base of MULTIPLIED_BASE sessions and copies of
+# it made inside the database (bench/multiply.py): seed_demo alone would take hours for 1m.
+LARGEST_SEEDED = 100_000
+MULTIPLIED_BASE = 10_000
+
+
+def _seed(env: dict, size: int, log: Path, multiply) -> None:
+    """Seed `size` sessions; `multiply(copies)` copies the seeded base in the database."""
+    started = time.monotonic()
+    copies = size // MULTIPLIED_BASE - 1 if size > LARGEST_SEEDED else 0
     for args in (
         ["migrate", "--noinput", "-v", "0"],
         ["init_store"],
-        ["seed_demo", "--sessions", str(size)],
+        ["seed_demo", "--sessions", str(MULTIPLIED_BASE if copies else size)],
     ):
         _manage(args, env, log)
+    if copies:
+        print(f"Copying the {MULTIPLIED_BASE:,}-session base {copies} times...", flush=True)
+        multiply(copies)
+    with log.open("a") as out:
+        out.write(f"seeded {size:,} sessions in {time.monotonic() - started:.0f} s\n")
+    print(f"Seeded in {time.monotonic() - started:.0f} s", flush=True)
 
 
 # --- SQLite -----------------------------------------------------------------
@@ -124,7 +141,12 @@ def sqlite_store(size: int) -> Path:
         for suffix in ("", "-wal", "-shm"):
             (var_dir / f"{name}{suffix}").unlink(missing_ok=True)
     print(f"Seeding a {size:,}-session SQLite store in {var_dir} (once)...", flush=True)
-    _seed(sqlite_env(var_dir), size, var_dir / "seed.log")
+    _seed(
+        sqlite_env(var_dir),
+        size,
+        var_dir / "seed.log",
+        lambda copies: multiply.multiply_sqlite(str(var_dir / "state.db"), copies),
+    )
     marker.write_text(dt.datetime.now(dt.UTC).isoformat())
     return var_dir
 
@@ -276,7 +298,12 @@ def postgres_store(size: int) -> str:
     with _admin_connection(base) as conn:
         conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
     try:
-        _seed(env, size, log)
+        _seed(
+            env,
+            size,
+            log,
+            lambda copies: multiply.multiply_postgres(f"{base}/{name}", copies),
+        )
     finally:
         with _admin_connection(base) as conn:
             conn.execute(f'ALTER DATABASE "{name}" RESET synchronous_commit')
