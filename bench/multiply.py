@@ -102,7 +102,10 @@ def _copy_statements(cursor, postgres: bool, offset: int) -> list[str]:
         f"LEFT JOIN {_IDMAP} pm ON pm.old_id = s.parent_session_id",
         f"INSERT INTO messages ({', '.join(message_columns)}) "
         f"SELECT {_select_list(message_columns, message_overrides, 'x')} "
-        f"FROM messages x JOIN {_IDMAP} m ON m.old_id = x.session_id ORDER BY x.id",
+        # The base's messages by primary key range (ids below the offset), not by a scan of
+        # every message (the copies' too: no index on session_id during the load).
+        f"FROM messages x JOIN {_IDMAP} m ON m.old_id = x.session_id "
+        f"WHERE x.id < {offset} ORDER BY x.id",
         "INSERT INTO responses (response_id, data, accessed_at) "
         f"SELECT r.response_id || '~' || {k}, r.data, r.accessed_at - {shift} FROM responses r "
         "WHERE r.response_id IN (SELECT c.response_id FROM conversations c "

@@ -24,7 +24,9 @@ SQLITE_INIT_COMMAND = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGM
 PG_CONNECTION_OPTIONS = "-c jit=off -c TimeZone=UTC"
 
 
-def parse_database_url(url: str, *, base_dir: Path) -> dict:
+def parse_database_url(url: str, *, base_dir: Path, conn_max_age: int = 0) -> dict:
+    """A DATABASES entry for ``url``; ``conn_max_age`` seconds of persistent connections on
+    PostgreSQL (0: a new connection per request, Django's default)."""
     parsed = urlparse(url)
     scheme = parsed.scheme.lower()
     if scheme == "sqlite":
@@ -70,7 +72,10 @@ def parse_database_url(url: str, *, base_dir: Path) -> dict:
             "HOST": parsed.hostname or "",
             "PORT": str(parsed.port or ""),
             "OPTIONS": options,
-            "CONN_MAX_AGE": 0,
+            "CONN_MAX_AGE": conn_max_age,
+            # A kept connection the server dropped (a restart, an idle timeout) is noticed
+            # before a request uses it, not as that request's error.
+            "CONN_HEALTH_CHECKS": conn_max_age > 0,
         }
     raise DatabaseUrlError(
         f"Unsupported database URL scheme {scheme!r} in {url!r}: use sqlite:/// or postgres://"

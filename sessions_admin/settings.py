@@ -124,19 +124,28 @@ TEMPLATES = [
     }
 ]
 
+# PostgreSQL connections kept between requests: off by default, because each gunicorn thread
+# keeps its own per database, so workers x threads x 2 stay open per host (64 with the
+# defaults), which a PostgreSQL shared with the runtime must have room for (max_connections).
+_CONN_MAX_AGE = _env_int("SESSIONS_ADMIN_DB_CONN_MAX_AGE", 0, minimum=0)
 DATABASES = {
     # VAR_DIR is absolute, so these defaults read sqlite:////abs/path.
     "default": parse_database_url(
-        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR}/dashboard.db"), base_dir=BASE_DIR
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR}/dashboard.db"),
+        base_dir=BASE_DIR,
+        conn_max_age=_CONN_MAX_AGE,
     ),
     "store": parse_database_url(
         os.environ.get("SESSIONS_ADMIN_STORE_URL", f"sqlite:///{VAR_DIR}/state.db"),
         base_dir=BASE_DIR,
+        conn_max_age=_CONN_MAX_AGE,
     ),
 }
 _responses_url = os.environ.get("SESSIONS_ADMIN_RESPONSES_URL", "").strip()
 if _responses_url:
-    DATABASES["responses"] = parse_database_url(_responses_url, base_dir=BASE_DIR)
+    DATABASES["responses"] = parse_database_url(
+        _responses_url, base_dir=BASE_DIR, conn_max_age=_CONN_MAX_AGE
+    )
 
 # Test databases are per process, so test runs in one checkout never share a
 # file or database. SQLite test stores are real files: concurrency tests need

@@ -94,7 +94,6 @@ def test_copies_of_a_seeded_store_keep_every_invariant():
     assert sorted(p.split(":")[0] for p in check_store()) == before["problems"]
     if fts_settings is not None:
         assert (
-            db.fetchall("SELECT k, v FROM messages_fts_trigram_config ORDER BY k")
-            == fts_settings
+            db.fetchall("SELECT k, v FROM messages_fts_trigram_config ORDER BY k") == fts_settings
         )
         assert _scalar("SELECT COUNT(*) FROM messages_fts") == before["messages"] * factor
