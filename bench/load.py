@@ -328,11 +328,14 @@ def render_section(result: dict) -> str:
 
 def _heading(result: dict) -> str:
     hosts = result.get("hosts", 1)
+    kept = result.get("conn_max_age", 0)
     where = (
         f"{hosts} hosts × {result['workers']} workers"
         if hosts > 1
         else f"{result['workers']} workers"
     )
+    if kept:
+        where += f", connections kept {kept} s"
     return f"{HEADING}, {where}, {result['store']} ({result['backend']})"
 
 
@@ -533,6 +536,7 @@ def run(args) -> dict:
         "backend": "PostgreSQL" if args.db == "postgres" and args.var_dir is None else "SQLite",
         "workers": args.workers,
         "hosts": args.hosts,
+        "conn_max_age": int(env.get("SESSIONS_ADMIN_DB_CONN_MAX_AGE") or 0),
         "consistency": consistency,
         "clients": args.clients,
         "duration": elapsed,
@@ -547,7 +551,12 @@ def run(args) -> dict:
             (s.seconds * 1000, s.status, s.path)
             for s in sorted(samples, key=lambda s: s.seconds, reverse=True)[:5]
         ],
-        "command": "python bench/load.py "
+        "command": (
+            f"SESSIONS_ADMIN_DB_CONN_MAX_AGE={env['SESSIONS_ADMIN_DB_CONN_MAX_AGE']} "
+            if env.get("SESSIONS_ADMIN_DB_CONN_MAX_AGE", "0") not in ("", "0")
+            else ""
+        )
+        + "python bench/load.py "
         + (
             f"--var-dir {args.var_dir}"
             if args.var_dir
