@@ -10,6 +10,7 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from sessions_admin import core
+from sessions_admin.console.views import merge as merge_views
 from sessions_admin.core import db
 from sessions_admin.ledger.models import AuditEntry, AuditSession
 from tests.builders import forked_conversation, store_snapshot
@@ -554,3 +555,34 @@ def test_values_that_cannot_be_session_ids_are_refused_without_touching_the_stor
     assert client.get(nul_id, headers=HX).status_code == 404
     assert store_snapshot("sessions", "messages", "conversations", "merges") == before
     assert not AuditEntry.objects.exclude(outcome="refused").exists()
+
+
+def test_the_forks_page_shows_its_groups_a_page_at_a_time(signed_in, monkeypatch):
+    monkeypatch.setattr(merge_views, "FORK_GROUPS_PER_PAGE", 2)
+    groups = [
+        forked_conversation(f"slug-{n}", started_at=1000.0 * (n + 1), response_id=f"r{n}-{{n}}")
+        for n in range(3)
+    ]
+    client = signed_in("viewer")
+
+    def shown(body: str) -> set[str]:
+        return {
+            ids[0] for ids in groups if f'href="{reverse("session_detail", args=[ids[0]])}"' in body
+        }
+
+    first = client.get(reverse("fork_list")).content.decode()
+    assert "3 fork groups" in first and "Groups 1–2 of 3" in first
+    assert first.count('class="act-card fork-group"') == 2
+    assert 'rel="next" href="/forks/?page=2"' in first and 'rel="prev"' not in first
+    second = client.get(reverse("fork_list") + "?page=2").content.decode()
+    assert second.count('class="act-card fork-group"') == 1
+    assert "Groups 3–3 of 3" in second and 'rel="prev" href="/forks/"' in second
+    assert 'rel="next"' not in second
+    # Every group is on exactly one page.
+    assert shown(first) | shown(second) == {ids[0] for ids in groups}
+    assert not shown(first) & shown(second)
+    # A page past the end shows the last; a page that is not a number, the first.
+    assert shown(client.get(reverse("fork_list") + "?page=99").content.decode()) == shown(second)
+    for bad in ("abc", "-1", "0", "1e3", "９"):
+        body = client.get(reverse("fork_list"), {"page": bad}).content.decode()
+        assert shown(body) == shown(first), bad

@@ -7,6 +7,7 @@ only read the store. The audit log is ``views/audit.py``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import urlencode
@@ -190,7 +191,13 @@ def fork_list(request: HtmxHttpRequest) -> HttpResponse:
             fragment(request, FORKS_TEMPLATE, "fork-groups"),
             {"groups_pending": True, "max_picks": MAX_MERGE_SESSIONS},
         )
-    groups = snapshot.groups
+    # One page of groups: a store of a million sessions has tens of thousands, and rendering
+    # them all took 20 s. The figure is one list in the cache, so a page is a slice of it.
+    total = len(snapshot.groups)
+    pages = max(1, math.ceil(total / FORK_GROUPS_PER_PAGE))
+    page = min(_page_number(request.GET.get("page")), pages)
+    start = (page - 1) * FORK_GROUPS_PER_PAGE
+    groups = snapshot.groups[start : start + FORK_GROUPS_PER_PAGE]
     all_ids = [sid for group in groups for sid in group.session_ids]
     sessions = _sessions_by_id(all_ids)
     first_messages = first_user_messages(list(sessions))
@@ -212,8 +219,35 @@ def fork_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(
         request,
         fragment(request, FORKS_TEMPLATE, "fork-groups"),
-        {"groups": rows, "forks_as_of": snapshot.as_of, "max_picks": MAX_MERGE_SESSIONS},
+        {
+            "groups": rows,
+            "total": total,
+            "first_shown": start + 1,
+            "last_shown": start + len(rows),
+            "page": page,
+            "previous_url": _fork_page_url(page - 1) if page > 1 else None,
+            "next_url": _fork_page_url(page + 1) if page < pages else None,
+            "refresh_url": _fork_page_url(page),
+            "forks_as_of": snapshot.as_of,
+            "max_picks": MAX_MERGE_SESSIONS,
+        },
     )
+
+
+FORK_GROUPS_PER_PAGE = 50
+
+
+def _page_number(raw: str | None) -> int:
+    """``?page=``: a page number from 1; anything else is the first page."""
+    text = (raw or "").strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:  # no sign, space or decimal
+        return 1
+    return max(1, int(text))
+
+
+def _fork_page_url(page: int) -> str:
+    base = reverse("fork_list")
+    return base if page <= 1 else f"{base}?page={page}"
 
 
 # --- merge preview and execute ----------------------------------------------------------------
