@@ -29,6 +29,7 @@ start-up). ``--only writes`` and ``--only load`` call bench/writes.py and bench/
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as dt
 import importlib
 import json
@@ -107,15 +108,21 @@ def build_cases(word_common: str, word_rare: str) -> list[Case]:
     longest = db.fetchone(
         "SELECT id, message_count FROM sessions ORDER BY message_count DESC LIMIT 1"
     )
-    compression_children = [
-        r[0]
-        for r in db.fetchall(
-            "SELECT c.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
+    # The longest compression chain: follow each compression link up to the chain's first
+    # segment and take the first segment most links lead to.
+    parent_of = dict(
+        db.fetchall(
+            "SELECT c.id, p.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
             "WHERE p.end_reason = 'compression'"
         )
-    ]
-    roots = list(core.lineage.roots_of(compression_children).values())
-    chain_root = max(set(roots), key=roots.count)
+    )
+    tops = []
+    for child in parent_of:
+        top = child
+        while top in parent_of:
+            top = parent_of[top]
+        tops.append(top)
+    chain_root = collections.Counter(tops).most_common(1)[0][0]
     chain = core.compression_chain(session_id=chain_root)
     chain_middle = chain[len(chain) // 2]
     offset = total // 2
