@@ -201,3 +201,33 @@ def test_a_page_never_starts_a_second_computation_beside_one_this_process_runs(s
     release.set()
     _wait_for_refresh()
     assert calls == [1]
+
+
+def test_a_process_reads_a_big_figure_from_the_shared_cache_only_when_it_changed(monkeypatch):
+    big = list(range(50_000))
+    assert cached.cached_figure("overview:forks", lambda: big, fresh_seconds=60) == big
+    full_reads = []
+    real_get = cache.get
+
+    def counting_get(key, *args, **kwargs):
+        if key == cached.store_key("overview:forks"):
+            full_reads.append(key)
+        return real_get(key, *args, **kwargs)
+
+    monkeypatch.setattr(cache, "get", counting_get)
+    for _ in range(3):
+        assert cached.cached_figure("overview:forks", lambda: [], fresh_seconds=60) == big
+    assert full_reads == []  # only the small time stamp was read
+
+    # Another process (another host) computes it again: this one sees the new value.
+    key = cached.store_key("overview:forks")
+    later = real_get(key)[0] + 1
+    cache.set(key, (later, ["recomputed elsewhere"]), 600)
+    cache.set(key + ":at", later, 600)
+    assert cached.cached_figure("overview:forks", lambda: [], fresh_seconds=60) == [
+        "recomputed elsewhere"
+    ]
+    assert len(full_reads) == 1
+    # An operator's change drops it everywhere: computed again, not served from memory.
+    cached.forget_all()
+    assert cached.cached_figure("overview:forks", lambda: ["after"], fresh_seconds=60) == ["after"]
