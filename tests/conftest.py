@@ -10,7 +10,6 @@ and emptied after every test.
 from __future__ import annotations
 
 import pytest
-from django.core.cache import cache
 from django.db import connections, transaction
 from django.test import TransactionTestCase
 
@@ -132,7 +131,7 @@ def _clean_store(request):
     # now (issue 16), and the next test's store is another one under the same name.
     from sessions_admin.store import cached
 
-    cache.delete_many([cached.store_key(name) for name in cached.FIGURES])
+    cached.drop_figures()
     with events._listeners_lock:
         events._listeners.clear()
 

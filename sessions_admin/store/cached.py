@@ -304,8 +304,15 @@ def forget_all() -> None:
     """Mark this store's figures stale and drop them: an operator's change (a merge, a
     delete, a restore) shows at once, even where a refresh was already computing."""
     cache.set(store_key(STALE_MARK), time.time(), None)
+    drop_figures()
+
+
+def drop_figures() -> None:
+    """Drop this store's figures from the shared cache and from this process's memory."""
     keys = [store_key(name) for name in FIGURES]
     # A figure that failed is tried again at once too: the change may be what it needed.
     cache.delete_many(
         [*keys, *(_failed_key(key) for key in keys), *(_stamp_key(key) for key in keys)]
     )
+    for key in keys:
+        _read.pop(key, None)
