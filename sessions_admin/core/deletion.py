@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
+from django.db import connections, transaction
 
 from sessions_admin.core import db, faults, holds, lineage
 from sessions_admin.core.db import store_operation
@@ -38,7 +39,7 @@ from sessions_admin.core.lifecycle import keep_one_live
 from sessions_admin.core.merge import PlanChanged
 from sessions_admin.core.rows import slugs_of_sessions
 from sessions_admin.core.schema import existing_columns
-from sessions_admin.routers import responses_alias
+from sessions_admin.routers import responses_alias, store_alias
 
 # A delete this large asks the operator to type the number of sessions to confirm: one rule
 # for a cascade and a bulk delete alike (``needs_typed_confirmation``).
@@ -578,8 +579,33 @@ def _exact(value: object) -> object:
     return value
 
 
+def rows_key(payload: object) -> bytes:
+    """Bytes that are equal for two reads of the same rows only if they hold exactly the same
+    values: pickled, so a value keeps its type and a float its bits (-0.0 is not 0.0, a NaN
+    equals itself), as ``_exact`` compares them, in one C call where ``_exact`` made a
+    Python call per value (a third of a bulk delete's time in its profile)."""
+    try:
+        return pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+    except TypeError:  # a memoryview (a driver's BLOB) cannot be pickled
+        return pickle.dumps(_exact(payload), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _same_rows(first: object, second_key: bytes, second: object) -> bool:
+    """Whether ``first`` holds exactly the rows of ``second`` (whose ``rows_key`` is given).
+
+    Equal keys mean equal rows. Different keys may still be equal rows (pickle shares a
+    value that occurs twice as one object, which two reads need not do alike), so only
+    then are they compared value by value.
+    """
+    return rows_key(first) == second_key or _exact(first) == _exact(second)
+
+
 def _all_columns(table: str, where: str, params: list, *, alias: str | None = None) -> list[dict]:
     return db.fetchdicts(f"SELECT * FROM {table} WHERE {where}", params, alias=alias)
+
+
+# _dependent_tables' answer per store file, while its schema version stays the same.
+_dependents_seen: dict[tuple[str, int], list[tuple[str, str]]] = {}
 
 
 def _dependent_tables() -> list[tuple[str, str]]:
@@ -588,9 +614,25 @@ def _dependent_tables() -> list[tuple[str, str]]:
     A runtime's own per-session tables (Hermes's ``session_model_usage``) go
     with the session row; the trash keeps them so a restore brings them back.
     SQLite only (Hermes's store); our PostgreSQL schema has no such table.
+
+    Read from the schema once per schema version (SQLite bumps it on every CREATE, ALTER
+    and DROP, the runtime's included): the lookup is a statement per table, and every
+    batch of a bulk delete asks twice.
     """
     if db.vendor() != "sqlite":
         return []
+    key = (str(connections[store_alias()].settings_dict["NAME"]), _schema_version())
+    if key not in _dependents_seen:
+        _dependents_seen.clear()
+        _dependents_seen[key] = _read_dependent_tables()
+    return _dependents_seen[key]
+
+
+def _schema_version() -> int:
+    return int(db.fetchone("PRAGMA schema_version")[0])
+
+
+def _read_dependent_tables() -> list[tuple[str, str]]:
     found = []
     for (table,) in db.fetchall(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
@@ -666,7 +708,7 @@ def snapshot_rows(batch: list[str], *, lock: bool) -> tuple[list[str], dict]:
 def _locked_delete(
     batch: list[str],
     *,
-    copied: tuple[int, dict] | None,
+    copied: tuple[int, bytes, dict] | None,
     actor: str,
     reason: str,
     job_id: int | None,
@@ -685,8 +727,12 @@ def _locked_delete(
     # Under the lock: a hold placed after the preview, or while a job runs, still stops it.
     holds.refuse_held(batch)
     if copied is not None:
-        entry_id, copied_payload = copied
-        if not batch or _exact(payload) != _exact(copied_payload) or not trash.is_pending(entry_id):
+        entry_id, copied_key, copied_payload = copied
+        if (
+            not batch
+            or not _same_rows(payload, copied_key, copied_payload)
+            or not trash.is_pending(entry_id)
+        ):
             return None
         trash.discard_unfinished(batch, keep=entry_id)
     elif not batch:
@@ -780,7 +826,8 @@ def delete_batch(
         try:
             done = _locked_delete(
                 present,
-                copied=(entry_id, payload),
+                # Keyed here, before the lock: the runtime waits only for the re-read's key.
+                copied=(entry_id, rows_key(payload), payload),
                 actor=actor,
                 reason=reason,
                 job_id=job_id,

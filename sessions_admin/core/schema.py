@@ -472,7 +472,7 @@ def _ensure_store_schema(alias: str, responses: str, upgrade: bool) -> SchemaRep
         added += _ensure_runtime_tables(alias, before)
     added += _ensure_own_tables(alias)
     added += ensure_slug_history_table(alias)
-    added += _ensure_responses_schema(responses)
+    added += _ensure_responses_schema(responses, upgrade=upgrade)
     after = existing_tables(alias)
     created = sorted(after - before)
     return SchemaReport(
@@ -583,11 +583,26 @@ def _ensure_own_tables(alias: str) -> list[str]:
     return added
 
 
-def _ensure_responses_schema(alias: str) -> list[str]:
+# Which stored responses name a session (core.deletion.response_ids_of, asked by every batch
+# of a delete): without it a scan of every response, parsing each one's JSON (2 ms a batch at
+# 10,000 sessions, growing with the store). SQLite only: the expression must match
+# db.json_field's, and PostgreSQL's version of it (a jsonb cast) would make a malformed
+# response's INSERT fail, where SQLite's json_valid() guard turns it into NULL.
+SQLITE_RESPONSES_INDEX_SQL = (
+    "CREATE INDEX IF NOT EXISTS idx_sa_responses_session ON responses("
+    "json_extract(CASE WHEN json_valid(data) THEN data END, '$.session_id'))"
+)
+
+
+def _ensure_responses_schema(alias: str, *, upgrade: bool = False) -> list[str]:
     real = _real(alias)
+    created = "responses" not in existing_tables(alias)
     with connections[alias].cursor() as cursor:
         for statement in RESPONSES_SQL:
             cursor.execute(statement.format(real=real))
+        # Like the runtime's other indexes: on a table created here, or by the explicit upgrade.
+        if (created or upgrade) and _vendor(alias) == "sqlite":
+            cursor.execute(SQLITE_RESPONSES_INDEX_SQL)
     # Hermes's response store lacks this column; continuity across evicted
     # responses needs it (see docs: the one change attach makes).
     if "session_id" not in existing_columns(alias, "conversations"):

@@ -164,10 +164,11 @@ def run_job(
             state = DeleteJob.objects.filter(pk=job_id).values_list("state", flat=True).first()
             if state != DeleteJob.RUNNING:
                 break  # cancelled meanwhile
+            # (pk, session id) pairs, not model instances: a batch uses a few of them.
             items = list(
-                DeleteJobItem.objects.filter(job_id=job_id, state=DeleteJobItem.PENDING).order_by(
-                    "position"
-                )[:batch_sessions]
+                DeleteJobItem.objects.filter(job_id=job_id, state=DeleteJobItem.PENDING)
+                .order_by("position")
+                .values_list("pk", "session_id")[:batch_sessions]
             )
             if not items:
                 faults.checkpoint("job.before_done")
@@ -178,8 +179,8 @@ def run_job(
                     lease_expires_at=None,
                 )
                 break
-            ids = [item.session_id for item in items]
-            item_pks = {item.session_id: item.pk for item in items}
+            ids = [session_id for _, session_id in items]
+            item_pks = {session_id: pk for pk, session_id in items}
             sizes = dict(
                 db.fetchall(
                     f"SELECT id, message_count FROM sessions WHERE id IN ({db.placeholders(ids)})",

@@ -81,7 +81,22 @@ def decode_trash_value(value: object) -> object:
 
 
 def _encode_rows(rows: list[dict]) -> list[dict]:
-    return [{column: encode_trash_value(v) for column, v in row.items()} for row in rows]
+    return [_encode_row(row) for row in rows]
+
+
+def _encode_row(row: dict) -> dict:
+    # Most values are None, text or a small number, which JSON carries as they are: only the
+    # others go through encode_trash_value (a call per value was a tenth of a bulk delete).
+    if all(
+        v is None
+        or (type(v) is str and "\x00" not in v)
+        or (type(v) is int and -_JSON_SAFE_INT <= v <= _JSON_SAFE_INT)
+        # repr() writes these without an exponent (NaN and the infinities fail the test)
+        or (type(v) is float and 1e-4 <= abs(v) < 1e16)
+        for v in row.values()
+    ):
+        return row
+    return {column: encode_trash_value(v) for column, v in row.items()}
 
 
 def decode_trash_rows(rows: list[dict]) -> list[dict]:

@@ -456,20 +456,22 @@ class _Forks:
     """
 
     def __init__(self) -> None:
-        self._ids: set[str] | None = None
+        # The cached frozenset itself, not a copy: at a million sessions copying it cost
+        # each list request milliseconds.
+        self._ids: frozenset[str] | None = None
         # Why the background computation failed, when it did (``shown()`` is None then too).
         self.failure: str | None = None
 
-    def ids(self) -> set[str]:
+    def ids(self) -> frozenset[str]:
         if self._ids is None:
-            self._ids = set(
+            self._ids = frozenset(
                 cached.cached_figure(
                     "listing:forks", _fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS
                 )
             )
         return self._ids
 
-    def shown(self) -> set[str] | None:
+    def shown(self) -> frozenset[str] | None:
         if self._ids is None:
             try:
                 entry = cached.ready_figure_at(
@@ -480,7 +482,7 @@ class _Forks:
                 return None
             if entry is None:
                 return None
-            self._ids = set(entry[1])
+            self._ids = frozenset(entry[1])
         return self._ids
 
 
@@ -1218,7 +1220,7 @@ def _enrich(
     finished = db.fetch_batch(finishing)
     figures = {**base, **(_base_rows_from(finished[0]) if tip_ids else {})}
     times = {int(r[0]): float(r[1]) for r in (finished[-1] if message_ids else [])}
-    fork_set = fork_ids.shown() or set()
+    fork_set = fork_ids.shown() or frozenset()
     out = []
     for sid in ids:
         row = base[sid]

@@ -10,6 +10,7 @@ from django.db import connections
 from sessions_admin import core
 from sessions_admin.core import db, schema
 from sessions_admin.core.schema import ensure_store_schema, existing_columns, existing_tables
+from sessions_admin.routers import responses_alias
 
 
 @pytest.fixture
@@ -221,3 +222,83 @@ def test_a_session_row_holds_the_row_columns_as_created():
         "m",
         "t",
     ]
+
+
+@pytest.fixture
+def response_store(tmp_path, django_db_blocker):
+    """Hermes's response store as its gateway creates it: both tables, no index of ours."""
+    path = tmp_path / "response_store.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE responses (response_id TEXT PRIMARY KEY, data TEXT NOT NULL,
+            accessed_at REAL NOT NULL);
+        CREATE TABLE conversations (name TEXT PRIMARY KEY, response_id TEXT NOT NULL);
+        INSERT INTO responses VALUES ('resp-1', '{"session_id": "s-1"}', 1.0);
+        INSERT INTO responses VALUES ('resp-2', 'not json at all', 2.0);
+        """
+    )
+    conn.commit()
+    conn.close()
+    alias = "response_store"
+    connections.settings[alias] = {**connections["store"].settings_dict, "NAME": str(path)}
+    try:
+        with django_db_blocker.unblock():
+            yield alias, path
+    finally:
+        connections[alias].close()
+        del connections.settings[alias]
+        try:
+            del connections[alias]
+        except AttributeError:
+            pass
+
+
+def _index_names(path) -> set[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'responses'"
+            )
+        }
+    finally:
+        conn.close()
+
+
+@sqlite_only
+@pytest.mark.own_db
+def test_the_responses_session_index_comes_only_with_a_new_table_or_the_upgrade(response_store):
+    """A delete asks which responses name its sessions; the index answers without a scan.
+
+    Like the runtime's other indexes it is added to an existing response store only by
+    ``--upgrade-runtime-tables``, and a malformed response still stores (json_valid guard).
+    """
+    alias, path = response_store
+    schema._ensure_responses_schema(alias)
+    assert "idx_sa_responses_session" not in _index_names(path)
+    schema._ensure_responses_schema(alias, upgrade=True)
+    assert "idx_sa_responses_session" in _index_names(path)
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO responses VALUES ('resp-3', '{broken', 3.0)")
+    conn.commit()
+    field = db.json_field("data", "session_id", alias=alias)
+    plan = conn.execute(
+        f"EXPLAIN QUERY PLAN SELECT response_id FROM responses WHERE {field} IN ('s-1')"
+    ).fetchall()
+    assert "idx_sa_responses_session" in str(plan)
+    found = conn.execute(f"SELECT response_id FROM responses WHERE {field} IN ('s-1')").fetchall()
+    assert found == [("resp-1",)]
+    conn.close()
+
+
+@sqlite_only
+def test_a_new_store_has_the_responses_session_index():
+    assert "idx_sa_responses_session" in {
+        r[0]
+        for r in db.fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'responses'",
+            alias=responses_alias(),
+        )
+    }

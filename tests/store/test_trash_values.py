@@ -19,6 +19,8 @@ from sessions_admin.ledger import trash
 from sessions_admin.ledger.models import TrashEntry
 
 AWKWARD_FLOATS = [1e16, 1e-7, -0.0, 0.1 + 0.2, 5.0, 1.7976931348623157e308, 1712345678.123456]
+# Either side of where repr() starts writing an exponent (the trash's fast path ends there).
+EDGE_FLOATS = [1e-4, 9.999999999999999e-05, 9999999999999998.0, -9999999999999998.0, -1e-4]
 AWKWARD_INTS = [2**53, 2**53 + 1, 2**63 - 1, -(2**63), -(2**53) - 1]
 
 
@@ -39,6 +41,7 @@ def _same(a: object, b: object) -> bool:
         hashlib.sha256(b"x").digest(),
         *AWKWARD_INTS,
         *AWKWARD_FLOATS,
+        *EDGE_FLOATS,
         math.inf,
         -math.inf,
         math.nan,
