@@ -45,6 +45,11 @@ REFRESH_LOCK_SECONDS = 120
 # the figure again for this long: a broken query is not run again every second by every
 # open page's placeholder.
 FAILED_RETRY_SECONDS = 60
+# A figure is kept fresh for at least this many times as long as its last computation took:
+# fork detection takes 6-7 s at a million sessions, and recomputing it every 30 s (its
+# period on smaller stores) kept a core a fifth busy; this way a figure's refreshes use at
+# most a twentieth of one core, whatever the store's size.
+REFRESH_COST_FACTOR = 20
 
 
 class FigureFailed(Exception):
@@ -66,6 +71,8 @@ def _failed_key(key: str) -> str:
 # sessions the fork groups are megabytes, and reading them from the file cache took 140 ms
 # of every conversations page. Figures are never changed in place by their readers.
 _read: dict[str, tuple[float, object]] = {}
+# How long each figure's computation took (seconds), as the shared cache says: read with it.
+_took: dict[str, float] = {}
 
 
 def _stamp_key(key: str) -> str:
@@ -81,15 +88,28 @@ def _get_entry(key: str):
     entry = cache.get(key)
     if entry is not None:
         _read[key] = entry
+        _took[key] = cache.get(_took_key(key), 0.0)
     else:
         _read.pop(key, None)
     return entry
 
 
-def _set_entry(key: str, entry: tuple[float, object]) -> None:
+def _took_key(key: str) -> str:
+    return f"{key}:took"
+
+
+def _set_entry(key: str, entry: tuple[float, object], *, took: float = 0.0) -> None:
     cache.set(key, entry, STALE_SECONDS)
+    cache.set(_took_key(key), took, STALE_SECONDS)
     cache.set(_stamp_key(key), entry[0], STALE_SECONDS)
     _read[key] = entry
+    _took[key] = took
+
+
+def fresh_period(key: str, fresh_seconds: float) -> float:
+    """How long the figure under ``key`` stays fresh: ``fresh_seconds``, or longer for a
+    figure slow to compute (``REFRESH_COST_FACTOR``)."""
+    return max(fresh_seconds, _took.get(key, 0.0) * REFRESH_COST_FACTOR)
 
 
 def store_key(name: str) -> str:
@@ -115,7 +135,7 @@ def cached_figure_at(
         entry = None  # computed before an operator's change: recompute it now
     if entry is not None:
         computed_at, value = entry
-        if now - computed_at < fresh_seconds:
+        if now - computed_at < fresh_period(key, fresh_seconds):
             return entry
         if cache.add(f"{key}:refreshing", 1, REFRESH_LOCK_SECONDS):
             if getattr(settings, "SESSIONS_ADMIN_REFRESH_IN_BACKGROUND", True):
@@ -128,7 +148,7 @@ def cached_figure_at(
         return entry
     value = compute()
     # Taken before computing: a change committed meanwhile leaves this value stale.
-    _set_entry(key, (now, value))
+    _set_entry(key, (now, value), took=time.time() - now)
     return now, value
 
 
@@ -151,7 +171,7 @@ def ready_figure_at(
     entry = _get_entry(key)
     failure = cache.get(_failed_key(key))
     if entry is not None and entry[0] > stale_since():
-        if failure is None and time.time() - entry[0] >= fresh_seconds:
+        if failure is None and time.time() - entry[0] >= fresh_period(key, fresh_seconds):
             _start_refresh(name, key, compute)
         return entry
     if failure is not None:
@@ -202,7 +222,7 @@ def _refresh(key: str, compute: Callable[[], T], *, close_connections: bool = Tr
         # An operator's change while this ran: its value may predate the change. (Reads
         # check the mark too; this only spares them a value they would throw away.)
         if computed_at > stale_since():
-            _set_entry(key, (computed_at, value))
+            _set_entry(key, (computed_at, value), took=time.time() - computed_at)
         cache.delete(_failed_key(key))
     except Exception as error:
         # The stale value stays until it expires; pages without one say why (FigureFailed)
@@ -259,7 +279,8 @@ def warm_once() -> list[str]:
         key = store_key(name)
         entry = _get_entry(key)
         usable = entry is not None and entry[0] > stale_since()
-        if usable and time.time() - entry[0] < fresh_seconds * (1 - WARM_AHEAD_FRACTION):
+        ahead = fresh_period(key, fresh_seconds) * (1 - WARM_AHEAD_FRACTION)
+        if usable and time.time() - entry[0] < ahead:
             continue
         if cache.get(_failed_key(key)) is not None:
             continue  # failed a moment ago: tried again once its retry period is over
@@ -312,7 +333,13 @@ def drop_figures() -> None:
     keys = [store_key(name) for name in FIGURES]
     # A figure that failed is tried again at once too: the change may be what it needed.
     cache.delete_many(
-        [*keys, *(_failed_key(key) for key in keys), *(_stamp_key(key) for key in keys)]
+        [
+            *keys,
+            *(_failed_key(key) for key in keys),
+            *(_stamp_key(key) for key in keys),
+            *(_took_key(key) for key in keys),
+        ]
     )
     for key in keys:
         _read.pop(key, None)
+        _took.pop(key, None)

@@ -231,3 +231,44 @@ def test_a_process_reads_a_big_figure_from_the_shared_cache_only_when_it_changed
     # An operator's change drops it everywhere: computed again, not served from memory.
     cached.forget_all()
     assert cached.cached_figure("overview:forks", lambda: ["after"], fresh_seconds=60) == ["after"]
+
+
+def test_a_figure_slow_to_compute_stays_fresh_longer(monkeypatch, settings):
+    """Refreshes of a figure use at most 1/REFRESH_COST_FACTOR of a core: one whose last
+    computation took 3 s stays fresh for 60 s although its period says 30, where a quick
+    one with the same period is recomputed sooner."""
+    settings.SESSIONS_ADMIN_REFRESH_IN_BACKGROUND = False
+    clock = [1_000_000.0]
+    monkeypatch.setattr(cached.time, "time", lambda: clock[0])
+    calls = {"slow": 0, "quick": 0}
+
+    def slow():
+        calls["slow"] += 1
+        clock[0] += 3.0  # the computation's own time, on the patched clock
+        return calls["slow"]
+
+    def quick():
+        calls["quick"] += 1
+        return calls["quick"]
+
+    assert cached.cached_figure("listing:forks", slow, fresh_seconds=30) == 1
+    assert cached.cached_figure("overview:totals", quick, fresh_seconds=30) == 1
+    # The warming thread recomputes a figure halfway through its period: 20 s on, the
+    # quick one (period 30 s), not the slow one (60 s).
+    clock[0] += 20
+    registered = {"listing:forks": (slow, 30), "overview:totals": (quick, 30)}
+    assert _warmed(monkeypatch, registered) == ["overview:totals"]
+    clock[0] += 20  # 43 s after the slow one started
+    assert cached.cached_figure("listing:forks", slow, fresh_seconds=30) == 1
+    clock[0] += 30  # 73 s after it started: past its 60 s
+    assert cached.cached_figure("listing:forks", slow, fresh_seconds=30) == 2
+    # A second worker process reads how long it took from the shared cache too.
+    cached._took.clear()
+    cached._read.clear()
+    clock[0] += 40
+    assert cached.cached_figure("listing:forks", slow, fresh_seconds=30) == 2
+
+
+def _warmed(monkeypatch, registered: dict) -> list[str]:
+    monkeypatch.setattr(cached, "_REGISTERED", registered)
+    return cached.warm_once()
