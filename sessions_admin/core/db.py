@@ -10,11 +10,13 @@ the same way.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -59,6 +61,46 @@ def require_writable_store(operation: str) -> None:
         raise ReadOnlyStore(operation)
 
 
+# Answers to read questions a page asks more than once (memoized_reads), or None outside one.
+_read_memo: ContextVar[dict | None] = ContextVar("sessions_admin_read_memo", default=None)
+
+
+@contextlib.contextmanager
+def memoized_reads() -> Iterator[None]:
+    """Within it, a read that asks for it (``read_memo``) is answered once per question.
+
+    For one page's reads: the session page asks where a segment's conversation continues
+    three times (the page, its actions panel, the stray-message check), each a walk of
+    the compression chain. Any store operation run inside forgets every answer.
+    """
+    token = _read_memo.set({})
+    try:
+        yield
+    finally:
+        _read_memo.reset(token)
+
+
+def read_memo() -> dict | None:
+    """The current ``memoized_reads`` answers (question -> answer), or None outside one."""
+    return _read_memo.get()
+
+
+@contextlib.contextmanager
+def _without_memoized_reads() -> Iterator[None]:
+    """A store operation reads afresh throughout, and what was read before it is forgotten."""
+    memo = _read_memo.get()
+    if memo is None:
+        yield
+        return
+    memo.clear()
+    token = _read_memo.set(None)
+    try:
+        yield
+    finally:
+        _read_memo.reset(token)
+        memo.clear()
+
+
 def store_operation(func: Callable[..., T]) -> Callable[..., T]:
     """Run ``func`` in one store transaction, retrying a busy store within a bound.
 
@@ -70,28 +112,33 @@ def store_operation(func: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         require_writable_store(func.__name__)
-        alias = store_alias()
-        connection = connections[alias]
-        if connection.in_atomic_block:
-            return func(*args, **kwargs)
-        deadline = time.monotonic() + RETRY_SECONDS
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                with transaction.atomic(using=alias):
-                    if connection.vendor == "postgresql":
-                        with connection.cursor() as c:
-                            c.execute(f"SET LOCAL lock_timeout = {int(PG_LOCK_TIMEOUT_MS)}")
-                    return func(*args, **kwargs)
-            except (OperationalError, DatabaseError) as error:
-                if not is_busy_error(error) or time.monotonic() >= deadline:
-                    if is_busy_error(error):
-                        raise StoreBusy(func.__name__, attempt) from error
-                    raise
-                time.sleep(min(0.5, 0.02 * attempt) * (0.5 + random.random()))
+        with _without_memoized_reads():
+            return _run_store_operation(func, args, kwargs)
 
     return wrapper
+
+
+def _run_store_operation(func: Callable[..., T], args: tuple, kwargs: dict) -> T:
+    alias = store_alias()
+    connection = connections[alias]
+    if connection.in_atomic_block:
+        return func(*args, **kwargs)
+    deadline = time.monotonic() + RETRY_SECONDS
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            with transaction.atomic(using=alias):
+                if connection.vendor == "postgresql":
+                    with connection.cursor() as c:
+                        c.execute(f"SET LOCAL lock_timeout = {int(PG_LOCK_TIMEOUT_MS)}")
+                return func(*args, **kwargs)
+        except (OperationalError, DatabaseError) as error:
+            if not is_busy_error(error) or time.monotonic() >= deadline:
+                if is_busy_error(error):
+                    raise StoreBusy(func.__name__, attempt) from error
+                raise
+            time.sleep(min(0.5, 0.02 * attempt) * (0.5 + random.random()))
 
 
 def lock_names(*names: str | None) -> None:

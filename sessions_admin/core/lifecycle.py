@@ -372,6 +372,22 @@ def _move_conversations(from_ids: Iterable[str], to_id: str) -> None:
 
 def where_it_continues(row: dict) -> tuple[str | None, str | None]:
     """For an ended session: the live session that now carries its conversation, and how found."""
+    memo = db.read_memo()
+    if memo is None:
+        return _where_it_continues(row)
+    question = (
+        "where_it_continues",
+        row["id"],
+        row["end_reason"],
+        str(row.get("model_config")),
+        row.get("session_key"),
+    )
+    if question not in memo:
+        memo[question] = _where_it_continues(row)
+    return memo[question]
+
+
+def _where_it_continues(row: dict) -> tuple[str | None, str | None]:
     if row["end_reason"] == "compression":
         tip = lineage.compression_tip(session_id=row["id"])
         if tip != row["id"] and _is_live(tip):

@@ -48,11 +48,19 @@ def marker(key: str, alias: str = "") -> str:
 
 
 def session_row(session_id: str, *, lock: bool = False) -> dict | None:
+    memo = None if lock else db.read_memo()
+    question = ("session_row", session_id)
+    if memo is not None and question in memo:
+        row = memo[question]
+        return dict(row) if row is not None else None
     rows = db.fetchdicts(
         f"SELECT {SESSION_FIELDS} FROM sessions WHERE id = %s" + (db.for_update() if lock else ""),
         [session_id],
     )
-    return rows[0] if rows else None
+    row = rows[0] if rows else None
+    if memo is not None:
+        memo[question] = dict(row) if row is not None else None
+    return row
 
 
 def existing_session_ids(ids: Iterable[str]) -> set[str]:
@@ -355,6 +363,10 @@ def compression_chain(*, session_id: str, upward: bool = True) -> list[str]:
     through ``_continuation_of_sql``'s choice among siblings. A cycle written by a
     broken runtime stops the walk before a segment repeats.
     """
+    memo = db.read_memo()
+    question = ("compression_chain", session_id, upward)
+    if memo is not None and question in memo:
+        return list(memo[question])
     chain = [session_id]
     if upward:
         rows = db.fetchall(
@@ -385,6 +397,8 @@ def compression_chain(*, session_id: str, upward: bool = True) -> list[str]:
         if following in chain:
             break
         chain.append(following)
+    if memo is not None:
+        memo[question] = tuple(chain)
     return chain
 
 

@@ -617,3 +617,21 @@ def test_the_latest_end_of_sessions_merged_into_a_segment_is_read_through_an_ind
         c.execute(sql, ["some-session"])
         plan = " ".join(r[0] for r in c.fetchall())
     assert "idx_sa_sessions_merged" in plan, plan
+
+
+def test_the_page_of_an_ended_segment_walks_its_chain_forward_twice_not_four_times(signed_in):
+    """The page, its actions panel and its stray-message check each ask where the segment
+    continues; within one request (db.memoized_reads) the walk is read once."""
+    parent = core.create_session(source="cli", session_key="k:walks").session_id
+    core.append_message(session_id=parent, role="user", content="hello")
+    child = core.rotate_for_compression(
+        session_id=parent, summary="Summary", carry_messages=[]
+    ).new_session_id
+    client = signed_in("viewer")
+    with CaptureQueriesContext(connections[store_alias()]) as queries:
+        response = client.get(detail(parent))
+    assert response.status_code == 200
+    assert child in response.content.decode()
+    forward_walks = [q for q in queries.captured_queries if "RECURSIVE chain(" in q["sql"]]
+    # One for the page's chain, one for where the segment continues.
+    assert len(forward_walks) == 2

@@ -24,7 +24,7 @@ from sessions_admin.console.http import (
     wants_fragment,
 )
 from sessions_admin.console.views.session_actions import panel_context
-from sessions_admin.core import holds
+from sessions_admin.core import db, holds
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.signin.roles import VIEW
 from sessions_admin.store import listing, transcripts
@@ -271,6 +271,13 @@ def session_detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     ``?part=meta`` and ``?part=lineage`` for htmx are those cards alone, reloaded after an
     action changed the counts they show.
     """
+    # The page asks some lineage questions more than once (where a segment continues: the
+    # page, its actions panel, the stray-message check); each is read once.
+    with db.memoized_reads():
+        return _detail(request, session_id)
+
+
+def _detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     session = session_or_404(session_id)
     as_fragment = wants_fragment(request)
     part = request.GET.get("part")
