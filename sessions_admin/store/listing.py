@@ -1396,9 +1396,12 @@ def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
     scanned: list[tuple] = []
     groups: dict[str, list[tuple[int, str]]] = {}
     earlier: dict[str, bool] = {}
-    # A common word on PostgreSQL, unfiltered, first page: the first read takes the count's
-    # COUNT_CAP + 1 matches too, in the one walk (_PgSearch.common_word), not in a second.
-    counted_here = backend is _PG and cursor is None and where == "1 = 1" and _PG.common_word(query)
+    # A word PostgreSQL's statistics know, unfiltered, first page: the first read takes the
+    # count's COUNT_CAP + 1 matches too, in the one walk (_PgSearch.common_word) or bitmap
+    # read (_PgSearch.first_window), not in a second that reads the word's list again.
+    counted_here = (
+        backend is _PG and cursor is None and where == "1 = 1" and _PG.word_share(query) is not None
+    )
     batch = max(SCAN_BATCH, COUNT_CAP + 1) if counted_here else SCAN_BATCH
     more, bound = True, start
     while more and len(scanned) < SEARCH_CANDIDATES:
@@ -1661,6 +1664,29 @@ class _PgSearch:
 
     document = FTS_DOCUMENT_SQL.format(t="m.")
 
+    @staticmethod
+    def word_share(query: Query) -> float | None:
+        """The share of messages holding the query's one word, when PostgreSQL's statistics
+        for the index name it (its most common words); None otherwise."""
+        if len(query.include) != 1 or query.exclude or " " in query.include[0]:
+            return None
+        return _word_shares().get(query.include[0].lower())
+
+    @classmethod
+    def first_window(cls, query: Query, take: int) -> int:
+        """How many message ids the first bitmap read covers.
+
+        Each read of a word through the GIN index costs its whole list of messages, however
+        narrow the id range ANDed with it (a word in 3% of 14.6 million messages: 117 ms a
+        read). For a word the statistics know, the first window is sized from its share to
+        hold ``take`` matches at once (twice that many ids: ids have gaps); for the others it
+        is SEARCH_WINDOW, growing four times each read.
+        """
+        share = cls.word_share(query)
+        if not share:
+            return SEARCH_WINDOW
+        return max(SEARCH_WINDOW, int((take + 1) / share * 2))
+
     @classmethod
     def common_word(cls, query: Query) -> bool:
         """The query is one word in at least COMMON_WORD_SHARE of the messages.
@@ -1671,9 +1697,7 @@ class _PgSearch:
         a page's matches, or the count's first COUNT_CAP, within a few thousand rows.
         The share is PostgreSQL's own statistic for the index (pg_stats, per ANALYZE).
         """
-        if len(query.include) != 1 or query.exclude or " " in query.include[0]:
-            return False
-        return _word_shares().get(query.include[0].lower(), 0.0) >= COMMON_WORD_SHARE
+        return (cls.word_share(query) or 0.0) >= COMMON_WORD_SHARE
 
     @staticmethod
     def tsquery(query: Query) -> tuple[str, list]:
@@ -1709,7 +1733,7 @@ class _PgSearch:
         # freely planned window computed to_tsvector for every message until enough matched
         # (33 ms for a frequent word, 61 ms for a rarer one, against 15 and 2 ms). Except
         # for a word in a large share of messages (common_word).
-        window = SEARCH_WINDOW
+        window = cls.first_window(query, take)
         with _bitmap_scans_only(not cls.common_word(query)):
             while len(out) <= take:
                 if desc:

@@ -521,6 +521,35 @@ def test_postgresql_connections_start_in_utc_with_jit_off():
 
 
 @pytest.mark.skipif(
+    connections[store_alias()].vendor != "postgresql", reason="PostgreSQL's GIN reads"
+)
+def test_a_word_the_statistics_know_is_read_through_the_index_once(signed_in, monkeypatch):
+    """Each read of a word through the GIN index costs its whole list of messages: a word in
+    PostgreSQL's most-common list (not common enough to walk) gets a first window sized to
+    hold the page and the count's matches, so one read gives both, with the same result."""
+    for n in range(70):
+        sid = _new(started_at=1_700_000_000.0 + n)
+        _say(sid, f"parcel number {n}", "nothing here", f"another parcel {n}")
+    client = signed_in("viewer")
+    monkeypatch.setattr(listing, "SEARCH_WINDOW", 16)  # the first window covers a few ids
+    unknown = listing.search(listing.parse({"q": "parcel", "per": "25"}).filters)
+    through_index = _body(client.get(URL, {"q": "parcel", "per": "25"}))
+    monkeypatch.setattr(listing, "_word_shares", lambda: {"parcel": 0.05})
+    with CaptureQueriesContext(connections[store_alias()]) as queries:
+        known = listing.search(listing.parse({"q": "parcel", "per": "25"}).filters)
+    reads = [q["sql"] for q in queries.captured_queries if "@@" in q["sql"] and "JOIN" in q["sql"]]
+    assert len(reads) == 1, reads
+    assert (
+        (known.count, known.count_capped) == (unknown.count, unknown.count_capped) == (140, False)
+    )
+    assert [h.session_id for h in known.hits] == [h.session_id for h in unknown.hits]
+    page = _body(client.get(URL, {"q": "parcel", "per": "25"}))
+    hit = r'<li class="hit-session">.*?href="([^"?]+)'
+    assert re.findall(hit, page, re.S) == re.findall(hit, through_index, re.S)
+    assert len(re.findall(hit, page, re.S)) == 25
+
+
+@pytest.mark.skipif(
     connections[store_alias()].vendor != "postgresql", reason="PostgreSQL's common-word walk"
 )
 def test_a_common_word_read_in_id_order_finds_the_same_page_and_count(signed_in, monkeypatch):
