@@ -714,8 +714,11 @@ def write_report(path: Path, result: dict, size: int, command: str) -> None:
     for match in heading.finditer(text):
         if f"`{command}`" in match.group(0):
             prefix = match.group(0).split("\n", 1)[0]
-    if prefix is None:
-        prefix = f"## Read pages on {result['sessions']:,} sessions / "  # nothing to replace
+    if prefix is None:  # a new section, unless one of this store and backend exists
+        prefix = (
+            f"## Read pages on {result['sessions']:,} sessions / {result['messages']:,} "
+            f"messages ({vendor})"
+        )
     text = replace_section(text, prefix, section)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text.rstrip("\n") + "\n")
