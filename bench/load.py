@@ -615,6 +615,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     for line in result["simulators"]:
         print(f"  {line}")
+    if result.get("consistency"):
+        print(f"  hosts: {result['consistency']}")
     print("slowest requests:")
     for ms, status, path in result["slowest"]:
         print(f"  {ms:8.1f} ms  {status}  {path}")

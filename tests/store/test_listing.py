@@ -8,10 +8,12 @@ import json
 
 import pytest
 from django.core.cache import cache
+from django.db import connections
 
 from sessions_admin import core
 from sessions_admin.console.html import highlight
 from sessions_admin.core import db
+from sessions_admin.routers import store_alias
 from sessions_admin.store import listing
 from sessions_admin.store.listing import Filters
 from tests import helpers
@@ -700,3 +702,35 @@ def test_names_are_found_without_the_lower_indexes_among_the_newest_sessions(mon
         for _column, statement in core.schema.LOWER_INDEX_SQL:
             db.execute(statement)
     assert listing._name_indexes_present()
+
+
+@pytest.mark.skipif(
+    connections[store_alias()].vendor != "postgresql", reason="PostgreSQL's full-text test"
+)
+@pytest.mark.parametrize(
+    "q", ["ÉCOLE", "école", "the", "THE", "x2", "2026", "example", "com", "can't", "the_x", "naïve"]
+)
+def test_the_plain_word_prefilter_never_drops_a_full_text_match(q):
+    """A one-token word is first looked for in the lower-cased text (_PgSearch.matches): the
+    hits are exactly the messages the full-text test alone finds."""
+    sid = _new("cli")
+    texts = [
+        "Une ÉCOLE naïve",
+        "the_x marks THE spot",
+        "see https://example.com/the/path?x2=1",
+        "can't stop, 2026-11-27",
+        "There is nothing here",
+        "X2 and x2 twice",
+    ]
+    ids = _say(sid, *texts)
+    document = listing._PgSearch.document.replace("m.", "")
+    expected = {
+        r[0]
+        for r in db.fetchall(
+            f"SELECT id FROM messages WHERE to_tsvector('simple', {document}) "
+            "@@ phraseto_tsquery('simple', %s)",
+            [q],
+        )
+    }
+    assert expected <= set(ids)
+    assert set(_hits(q)) == expected
