@@ -310,6 +310,8 @@ def test_a_new_store_has_the_responses_session_index():
 def test_the_title_filter_reads_the_title_trigram_index_on_postgresql():
     from sessions_admin.store import listing
 
+    if not db.fetchone("SELECT COUNT(*) FROM pg_available_extensions WHERE name = 'pg_trgm'")[0]:
+        pytest.skip("this PostgreSQL has no pg_trgm (contrib): the title filter scans")
     assert db.fetchone(
         "SELECT COUNT(*) FROM pg_indexes WHERE indexname = 'idx_sa_sessions_title_trgm'"
     ) == (1,)
@@ -329,3 +331,20 @@ def test_the_title_filter_reads_the_title_trigram_index_on_postgresql():
         c.execute(f"EXPLAIN SELECT s.id FROM sessions s WHERE {where}", params)
         plan = "\n".join(r[0] for r in c.fetchall())
     assert "idx_sa_sessions_title_trgm" in plan, plan
+
+
+@pytest.mark.skipif(
+    connections[store_alias()].vendor != "postgresql", reason="PostgreSQL's extension"
+)
+def test_without_pg_trgm_the_schema_is_still_made_and_the_filter_scans(monkeypatch):
+    """A PostgreSQL without the extension (or without the right to create it): init_store goes
+    on without the index, in a transaction that is still usable, and the filter still finds."""
+    from sessions_admin.store import listing
+
+    monkeypatch.setattr(schema, "PG_TITLE_TRIGRAM_SQL", "CREATE EXTENSION no_such_extension_here")
+    assert schema._ensure_title_trigram_index(store_alias()) is False
+    report = ensure_store_schema()
+    assert report.problems == ()
+    bulk.insert_sessions(sessions=[{"id": "t-1", "source": "cli", "started_at": 1.0, "title": "x"}])
+    page = listing.list_sessions(listing.Filters(title="x", scope="all"))
+    assert [row.id for row in page.rows] == ["t-1"]
