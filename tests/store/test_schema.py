@@ -40,7 +40,11 @@ def runtime_store(tmp_path, django_db_blocker):
     )
     conn.commit()
     conn.close()
-    alias = "runtime_store"
+    yield from _as_database("runtime_store", path, django_db_blocker)
+
+
+def _as_database(alias: str, path, django_db_blocker):
+    """The SQLite file at ``path`` as database ``alias`` for the test (a fixture's yield)."""
     connections.settings[alias] = {**connections["store"].settings_dict, "NAME": str(path)}
     try:
         with django_db_blocker.unblock():
@@ -240,18 +244,7 @@ def response_store(tmp_path, django_db_blocker):
     )
     conn.commit()
     conn.close()
-    alias = "response_store"
-    connections.settings[alias] = {**connections["store"].settings_dict, "NAME": str(path)}
-    try:
-        with django_db_blocker.unblock():
-            yield alias, path
-    finally:
-        connections[alias].close()
-        del connections.settings[alias]
-        try:
-            del connections[alias]
-        except AttributeError:
-            pass
+    yield from _as_database("response_store", path, django_db_blocker)
 
 
 def _index_names(path) -> set[str]:
