@@ -622,10 +622,12 @@ def _dependent_tables() -> list[tuple[str, str]]:
     if db.vendor() != "sqlite":
         return []
     key = (str(connections[store_alias()].settings_dict["NAME"]), _schema_version())
-    if key not in _dependents_seen:
+    found = _dependents_seen.get(key)
+    if found is None:  # read into a local: another thread may clear the dict meanwhile
+        found = _read_dependent_tables()
         _dependents_seen.clear()
-        _dependents_seen[key] = _read_dependent_tables()
-    return _dependents_seen[key]
+        _dependents_seen[key] = found
+    return found
 
 
 def _schema_version() -> int:
