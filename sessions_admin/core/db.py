@@ -67,7 +67,7 @@ _read_memo: ContextVar[dict | None] = ContextVar("sessions_admin_read_memo", def
 
 @contextlib.contextmanager
 def memoized_reads() -> Iterator[None]:
-    """Within it, a read that asks for it (``read_memo``) is answered once per question.
+    """Within it, a read that asks for it (``remembered``) is answered once per question.
 
     For one page's reads: the session page asks where a segment's conversation continues
     three times (the page, its actions panel, the stray-message check), each a walk of
@@ -80,9 +80,15 @@ def memoized_reads() -> Iterator[None]:
         _read_memo.reset(token)
 
 
-def read_memo() -> dict | None:
-    """The current ``memoized_reads`` answers (question -> answer), or None outside one."""
-    return _read_memo.get()
+def remembered(question: tuple, read: Callable[[], T]) -> T:
+    """``read()``'s answer, read once per ``question`` inside ``memoized_reads`` (every time
+    outside one). The answer is shared: give back a copy of anything a caller may change."""
+    memo = _read_memo.get()
+    if memo is None:
+        return read()
+    if question not in memo:
+        memo[question] = read()
+    return memo[question]
 
 
 @contextlib.contextmanager

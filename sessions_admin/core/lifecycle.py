@@ -372,9 +372,6 @@ def _move_conversations(from_ids: Iterable[str], to_id: str) -> None:
 
 def where_it_continues(row: dict) -> tuple[str | None, str | None]:
     """For an ended session: the live session that now carries its conversation, and how found."""
-    memo = db.read_memo()
-    if memo is None:
-        return _where_it_continues(row)
     question = (
         "where_it_continues",
         row["id"],
@@ -382,9 +379,7 @@ def where_it_continues(row: dict) -> tuple[str | None, str | None]:
         str(row.get("model_config")),
         row.get("session_key"),
     )
-    if question not in memo:
-        memo[question] = _where_it_continues(row)
-    return memo[question]
+    return db.remembered(question, lambda: _where_it_continues(row))
 
 
 def _where_it_continues(row: dict) -> tuple[str | None, str | None]:

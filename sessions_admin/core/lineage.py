@@ -15,6 +15,7 @@ Links, as the runtime writes them:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -48,19 +49,18 @@ def marker(key: str, alias: str = "") -> str:
 
 
 def session_row(session_id: str, *, lock: bool = False) -> dict | None:
-    memo = None if lock else db.read_memo()
-    question = ("session_row", session_id)
-    if memo is not None and question in memo:
-        row = memo[question]
-        return dict(row) if row is not None else None
-    rows = db.fetchdicts(
-        f"SELECT {SESSION_FIELDS} FROM sessions WHERE id = %s" + (db.for_update() if lock else ""),
-        [session_id],
-    )
-    row = rows[0] if rows else None
-    if memo is not None:
-        memo[question] = dict(row) if row is not None else None
-    return row
+    def read() -> dict | None:
+        rows = db.fetchdicts(
+            f"SELECT {SESSION_FIELDS} FROM sessions WHERE id = %s"
+            + (db.for_update() if lock else ""),
+            [session_id],
+        )
+        return rows[0] if rows else None
+
+    if lock:
+        return read()
+    row = db.remembered(("session_row", session_id), read)
+    return dict(row) if row is not None else None
 
 
 def existing_session_ids(ids: Iterable[str]) -> set[str]:
@@ -363,10 +363,11 @@ def compression_chain(*, session_id: str, upward: bool = True) -> list[str]:
     through ``_continuation_of_sql``'s choice among siblings. A cycle written by a
     broken runtime stops the walk before a segment repeats.
     """
-    memo = db.read_memo()
-    question = ("compression_chain", session_id, upward)
-    if memo is not None and question in memo:
-        return list(memo[question])
+    read = functools.partial(_compression_chain, session_id, upward)
+    return list(db.remembered(("compression_chain", session_id, upward), read))
+
+
+def _compression_chain(session_id: str, upward: bool) -> tuple[str, ...]:
     chain = [session_id]
     if upward:
         rows = db.fetchall(
@@ -397,9 +398,7 @@ def compression_chain(*, session_id: str, upward: bool = True) -> list[str]:
         if following in chain:
             break
         chain.append(following)
-    if memo is not None:
-        memo[question] = tuple(chain)
-    return chain
+    return tuple(chain)
 
 
 def current_session(*, session_id: str) -> str:
