@@ -24,6 +24,7 @@ STORE_TABLES = [
     "sessions_admin_undos",
     "sessions_admin_slug_history",
     "sessions_admin_holds",
+    "sessions_admin_deletions",
     "messages",
     "sessions",
 ]

@@ -17,10 +17,12 @@ from sessions_admin.core.conversations import (
 )
 from sessions_admin.core.deletion import (
     BulkDeletePreview,
+    DeleteGivenBack,
     DeletePlan,
     DeleteResult,
     RestoreConflict,
     RestoreResult,
+    SessionsWentLive,
     Trash,
     TrashContents,
     execute_cascade_delete,
@@ -29,6 +31,7 @@ from sessions_admin.core.deletion import (
     preview_bulk_delete,
     restore_trash_entry,
     set_default_trash,
+    stop_deleting,
 )
 from sessions_admin.core.errors import (
     AmbiguousSessionRef,
@@ -36,6 +39,7 @@ from sessions_admin.core.errors import (
     InvalidInput,
     NothingToUndo,
     ReadOnlyStore,
+    SessionBeingDeleted,
     SessionEnded,
     SessionNotFound,
     StoreBusy,

@@ -25,16 +25,16 @@ import json
 import pickle
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 
-from sessions_admin.core import db, faults, holds, lineage
+from sessions_admin.core import being_deleted, db, faults, holds, lineage
 from sessions_admin.core.db import store_operation
-from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
+from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreBusy, StoreError
 from sessions_admin.core.lifecycle import keep_one_live
 from sessions_admin.core.merge import PlanChanged
 from sessions_admin.core.rows import slugs_of_sessions
@@ -114,6 +114,32 @@ class RestoreResult:
     trash_entry_ids: tuple[int, ...] = ()
 
 
+class SessionsWentLive(StoreError):
+    """A delete that keeps live sessions found some of its sessions live under the store's lock
+    (a runtime reopened them after the preview): they were kept, whole, and nothing else changed."""
+
+    def __init__(self, session_ids: Sequence[str]):
+        self.session_ids = tuple(session_ids)
+        count = len(self.session_ids)
+        which = "1 session" if count == 1 else f"{count} sessions"
+        super().__init__(
+            f"{which} went live again while being deleted ({', '.join(self.session_ids[:5])}): "
+            "kept, with every message."
+        )
+
+
+class DeleteGivenBack(StoreError):
+    """A session being deleted in parts was given back meanwhile (restored from the trash, or
+    kept by another delete): this delete stopped and left it as it is."""
+
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+        super().__init__(
+            f"Session {session_id} was given back while being deleted (restored from the trash, "
+            "or kept by another delete): it was left as it is."
+        )
+
+
 class RestoreConflict(StoreError):
     pass
 
@@ -189,6 +215,12 @@ class Trash(Protocol):
         """The entry's rows are back in the store (called once the store committed)."""
         ...
 
+    def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
+        """The entries of ``operation`` holding a part of ``session_id`` (some of its messages,
+        ``rows["part_of"]``) whose rows are only in the trash: complete, not restored (a part
+        committed but not yet marked is settled first). Oldest first."""
+        ...
+
 
 class NoTrash:
     """A ``Trash`` that keeps nothing: the delete purges (a retention policy set to purge,
@@ -217,6 +249,9 @@ class NoTrash:
 
     def mark_restored(self, entry_id: int, *, actor: str) -> None:
         raise InvalidInput("A purge keeps nothing to restore.")
+
+    def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
+        return ()
 
 
 NO_TRASH = NoTrash()
@@ -717,17 +752,31 @@ def _locked_delete(
     operation: str,
     committed: list,
     trash: Trash,
-) -> tuple[int, int, int] | None:
+    keep_live: bool,
+) -> tuple[int, int, int] | _Kept | None:
     """Under the store's write lock: delete the batch's rows, their trash copy committed first.
 
     With ``copied`` (a pending trash entry and the rows it holds, copied before
     the lock) the rows go only if they are still exactly those and the entry is
     still pending; otherwise nothing changes and None says to copy again.
     Without it the rows are copied here, under the lock.
+
+    A held session (or, with ``keep_live``, a live one) stops the batch: nothing
+    of it is deleted, and such a session a delete had started in parts gets its
+    parts back (``_give_back_parts``), in this transaction; ``_Kept`` says which.
     """
     batch, payload = snapshot_rows(batch, lock=True)
     # Under the lock: a hold placed after the preview, or while a job runs, still stops it.
-    holds.refuse_held(batch)
+    marked = being_deleted.marks_on(batch)
+    held = holds.holds_on(batch)
+    if held:
+        _give_back_parts([sid for sid in batch if sid in marked and sid in held], trash=trash)
+        return _Kept(held=held)
+    if keep_live:
+        live = [s["id"] for s in payload["sessions"] if s.get("ended_at") is None]
+        if live:
+            _give_back_parts([sid for sid in live if sid in marked], trash=trash)
+            return _Kept(live=tuple(live))
     if copied is not None:
         entry_id, copied_key, copied_payload = copied
         if (
@@ -776,6 +825,8 @@ def _locked_delete(
         db.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", batch)
         # Children before parents inside the batch too (the foreign key is checked per statement).
         db.execute(f"DELETE FROM sessions WHERE id IN ({marks})", batch)
+        if marked:  # the last step of a delete in parts: the session is gone, so is its state
+            db.execute(f"DELETE FROM sessions_admin_deletions WHERE session_id IN ({marks})", batch)
     except Exception:
         trash.discard(entry_id)
         raise
@@ -790,6 +841,20 @@ def _locked_delete(
     return len(payload["sessions"]), len(payload["messages"]), entry_id
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """What stopped a batch under the lock: held sessions, or live ones a delete keeps."""
+
+    held: dict | None = None
+    live: tuple[str, ...] = ()
+    given_back: str | None = None
+
+    def error(self) -> StoreError:
+        if self.given_back:
+            return DeleteGivenBack(self.given_back)
+        return holds.SessionsHeld(self.held) if self.held else SessionsWentLive(self.live)
+
+
 def delete_batch(
     batch: list[str],
     *,
@@ -798,6 +863,9 @@ def delete_batch(
     job_id: int | None,
     trash: Trash | None = None,
     operation: str | None = None,
+    keep_live: bool = False,
+    part_messages: int | None = None,
+    between_parts: Callable[[], None] | None = None,
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
 
@@ -809,9 +877,52 @@ def delete_batch(
     under the lock the rows are read again and deleted only if unchanged (a
     runtime that wrote to them meanwhile gets them copied again). After
     ``COPY_ATTEMPTS`` changed copies the copy is taken under the lock.
+
+    A batch of one session with more than ``part_messages`` messages (default
+    ``BATCH_MESSAGES``) is deleted in parts (``_delete_in_parts``), calling
+    ``between_parts`` after each. ``keep_live``: a session found live under the
+    lock is kept (``SessionsWentLive``); a held one raises ``SessionsHeld``.
+    Either way nothing of the batch is deleted.
     """
     trash = _trash_or_default(trash)
     operation = operation or new_operation_id()
+    part_messages = part_messages or BATCH_MESSAGES
+    if len(batch) == 1:
+        row = db.fetchone("SELECT message_count FROM sessions WHERE id = %s", [batch[0]])
+        if row is not None and (int(row[0] or 0) > part_messages or being_deleted.marks_on(batch)):
+            return _delete_in_parts(
+                batch[0],
+                part_messages=part_messages,
+                between_parts=between_parts,
+                actor=actor,
+                reason=reason,
+                job_id=job_id,
+                trash=trash,
+                operation=operation,
+                keep_live=keep_live,
+            )
+    return _delete_whole(
+        batch,
+        actor=actor,
+        reason=reason,
+        job_id=job_id,
+        trash=trash,
+        operation=operation,
+        keep_live=keep_live,
+    )
+
+
+def _delete_whole(
+    batch: list[str],
+    *,
+    actor: str,
+    reason: str,
+    job_id: int | None,
+    trash: Trash,
+    operation: str,
+    keep_live: bool,
+) -> tuple[int, int, int]:
+    """``delete_batch`` for whole sessions: each of them, with all its rows, in one transaction."""
     for _ in range(COPY_ATTEMPTS):
         present, payload = snapshot_rows(batch, lock=False)
         if not present:
@@ -836,15 +947,19 @@ def delete_batch(
                 operation=operation,
                 committed=committed,
                 trash=trash,
+                keep_live=keep_live,
             )
         except Exception:
             if not committed:  # the store delete never committed: the copy is not needed
                 trash.discard(entry_id)
             raise
+        if isinstance(done, _Kept):
+            trash.discard(entry_id)
+            raise done.error()
         if done is not None:
             return done
         trash.discard(entry_id)
-    return _locked_delete(
+    done = _locked_delete(
         batch,
         copied=None,
         actor=actor,
@@ -853,7 +968,287 @@ def delete_batch(
         operation=operation,
         committed=[],
         trash=trash,
+        keep_live=keep_live,
     )
+    if isinstance(done, _Kept):
+        raise done.error()
+    return done
+
+
+def _delete_in_parts(
+    session_id: str,
+    *,
+    part_messages: int,
+    between_parts: Callable[[], None] | None,
+    actor: str,
+    reason: str,
+    job_id: int | None,
+    trash: Trash,
+    operation: str,
+    keep_live: bool,
+) -> tuple[int, int, int]:
+    """Delete one large session in several short store transactions (``core.being_deleted``).
+
+    The session is marked being deleted first (the core then refuses writes to
+    it); then its oldest ``part_messages`` messages at a time go, each part
+    copied to the trash and deleted under the lock like a batch; last the
+    session row with what is left, its mark cleared in that transaction. Every
+    part is an entry of ``operation``: restoring any of them restores the lot.
+
+    A purge (``NO_TRASH``) that has started a session finishes it, live or not:
+    it kept nothing to give back.
+    """
+    if trash is NO_TRASH:
+        keep_live = False
+    kept = _mark_being_deleted(
+        session_id, operation=operation, actor=actor, keep_live=keep_live, trash=trash
+    )
+    if kept is not None:
+        raise kept.error()
+    removed = 0
+    while True:
+        ids = [
+            r[0]
+            for r in db.fetchall(
+                "SELECT id FROM messages WHERE session_id = %s ORDER BY id LIMIT %s",
+                [session_id, part_messages + 1],
+            )
+        ]
+        if len(ids) <= part_messages:
+            break
+        removed += _delete_part(
+            session_id,
+            ids[:part_messages],
+            actor=actor,
+            reason=reason,
+            job_id=job_id,
+            trash=trash,
+            operation=operation,
+            keep_live=keep_live,
+        )
+        faults.checkpoint("delete.between_parts")
+        if between_parts is not None:
+            between_parts()
+    sessions, messages, entry_id = _delete_whole(
+        [session_id],
+        actor=actor,
+        reason=reason,
+        job_id=job_id,
+        trash=trash,
+        operation=operation,
+        keep_live=keep_live,
+    )
+    return sessions, removed + messages, entry_id
+
+
+@store_operation
+def _mark_being_deleted(
+    session_id: str, *, operation: str, actor: str, keep_live: bool, trash: Trash
+) -> _Kept | None:
+    """Put the session in the being-deleted state, under its row lock (refused: what stops it)."""
+    row = db.fetchone(
+        "SELECT id, ended_at FROM sessions WHERE id = %s" + db.for_update(), [session_id]
+    )
+    if row is None:
+        return None  # gone meanwhile: the whole-session step finds nothing to do
+    held = holds.holds_on([session_id])
+    if held:
+        _give_back_parts([session_id], trash=trash)
+        return _Kept(held=held)
+    if keep_live and row[1] is None:
+        _give_back_parts([session_id], trash=trash)
+        return _Kept(live=(session_id,))
+    if being_deleted.marks_on([session_id]):
+        # A delete killed between parts (or another one running): this one carries on with it.
+        db.execute(
+            "UPDATE sessions_admin_deletions SET operation = %s, actor = %s, keep_live = %s "
+            "WHERE session_id = %s",
+            [operation, actor, int(keep_live), session_id],
+        )
+    else:
+        db.execute(
+            "INSERT INTO sessions_admin_deletions (session_id, operation, actor, started_at, "
+            "keep_live) VALUES (%s, %s, %s, %s, %s)",
+            [session_id, operation, actor, time.time(), int(keep_live)],
+        )
+    return None
+
+
+def _part_payload(session_id: str, message_ids: Sequence[int], *, lock: bool = False) -> dict:
+    """A part's trash payload: some messages of a session whose row is not (yet) in it.
+
+    ``lock``: the messages read stay locked (PostgreSQL) until the part's delete commits.
+    """
+    return {
+        "sessions": [],
+        "messages": _all_columns(
+            "messages",
+            f"id IN ({db.placeholders(message_ids)}) AND session_id = %s ORDER BY id"
+            + (db.for_update() if lock else ""),
+            [*message_ids, session_id],
+        ),
+        "conversations": [],
+        "responses": [],
+        "kept_children": [],
+        "dependents": {},
+        "part_of": session_id,
+    }
+
+
+def _delete_part(
+    session_id: str,
+    message_ids: list[int],
+    *,
+    actor: str,
+    reason: str,
+    job_id: int | None,
+    trash: Trash,
+    operation: str,
+    keep_live: bool,
+) -> int:
+    """One part of ``_delete_in_parts``: trash then delete these messages; how many went."""
+    for _ in range(COPY_ATTEMPTS + 1):
+        payload = _part_payload(session_id, message_ids)
+        if not payload["messages"]:
+            return 0
+        entry_id = trash.open_entry(
+            session_ids=[session_id],
+            rows=payload,
+            actor=actor,
+            reason=reason,
+            job_id=job_id,
+            operation=operation,
+        )
+        committed: list = []
+        try:
+            done = _locked_delete_part(
+                session_id,
+                copied=(entry_id, rows_key(payload), payload),
+                committed=committed,
+                trash=trash,
+                keep_live=keep_live,
+            )
+        except Exception:
+            if not committed:
+                trash.discard(entry_id)
+            raise
+        if isinstance(done, _Kept):
+            trash.discard(entry_id)
+            raise done.error()
+        if done is not None:
+            return done
+        trash.discard(entry_id)
+        # Changed under us (a runtime rewrote a message): read the part again. Parts are short,
+        # and the last attempt's rows are re-read under the lock too, so this ends.
+    raise StoreBusy("deleting a session in parts", COPY_ATTEMPTS + 1)
+
+
+@store_operation
+def _locked_delete_part(
+    session_id: str,
+    *,
+    copied: tuple[int, bytes, dict],
+    committed: list,
+    trash: Trash,
+    keep_live: bool,
+) -> int | _Kept | None:
+    """Under the store's write lock: delete one part's messages if they are still as copied."""
+    row = db.fetchone(
+        "SELECT id, ended_at FROM sessions WHERE id = %s" + db.for_update(), [session_id]
+    )
+    entry_id, copied_key, copied_payload = copied
+    if row is None:
+        return 0  # another delete finished it meanwhile
+    if not being_deleted.marks_on([session_id]):
+        return _Kept(given_back=session_id)  # a restore or another delete gave it back
+    held = holds.holds_on([session_id])
+    if held:
+        _give_back_parts([session_id], trash=trash)
+        return _Kept(held=held)
+    if keep_live and row[1] is None:
+        _give_back_parts([session_id], trash=trash)
+        return _Kept(live=(session_id,))
+    message_ids = [m["id"] for m in copied_payload["messages"]]
+    now = _part_payload(session_id, message_ids, lock=True)
+    if not _same_rows(now, copied_key, copied_payload) or not trash.is_pending(entry_id):
+        return None
+    # Under the lock, as for a whole batch: a pending part of a process that died before its
+    # commit is dropped (its rows are all here), one that died after it is settled.
+    trash.discard_unfinished([session_id], keep=entry_id)
+    faults.checkpoint("delete.after_trash_copy")
+    db.execute(f"DELETE FROM messages WHERE id IN ({db.placeholders(message_ids)})", message_ids)
+    faults.checkpoint("delete.before_commit")
+
+    def mark_complete() -> None:
+        committed.append(entry_id)
+        faults.checkpoint("delete.after_commit")
+        trash.mark_complete(entry_id)
+
+    transaction.on_commit(mark_complete, using="store")
+    return len(message_ids)
+
+
+@store_operation
+def stop_deleting(*, session_ids: Sequence[str], trash: Trash | None = None) -> tuple[str, ...]:
+    """Give back the sessions among these that a delete left in parts (killed, cancelled or
+    skipping them): their deleted parts return from the trash and they are writable again.
+    Returns the sessions given back."""
+    ids = list(dict.fromkeys(session_ids))
+    if not ids:
+        return ()
+    present = [
+        r[0]
+        for r in db.fetchall(
+            f"SELECT id FROM sessions WHERE id IN ({db.placeholders(ids)}) ORDER BY id"
+            + db.for_update(),
+            ids,
+        )
+    ]
+    marked = [sid for sid in present if sid in being_deleted.marks_on(present)]
+    _give_back_parts(marked, trash=trash)
+    return tuple(marked)
+
+
+def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list[int]:
+    """Put back the parts already deleted of these sessions and clear their being-deleted state.
+
+    In the caller's store transaction (under the sessions' locks): a delete that
+    must keep a session it had started in parts (a hold landed, or it went live
+    under a delete that keeps live sessions) leaves it exactly as it was. The
+    parts' trash entries are marked restored once the store commits.
+    """
+    marks = being_deleted.marks_on(session_ids)
+    if not marks:
+        return []
+    trash = _trash_or_default(trash)
+    restored: list[int] = []
+    for session_id, mark in marks.items():
+        for entry in trash.part_entries(mark.operation, session_id):
+            contents = trash.contents(entry)
+            if contents is None or contents.restored or contents.rows.get("part_of") != session_id:
+                continue
+            _insert_rows("messages", contents.rows["messages"])
+            restored.append(entry)
+        db.execute("DELETE FROM sessions_admin_deletions WHERE session_id = %s", [session_id])
+    _advance_message_sequence()
+
+    def mark_restored() -> None:
+        for entry in restored:
+            trash.mark_restored(entry, actor="sessions_admin: delete stopped, parts given back")
+
+    transaction.on_commit(mark_restored, using="store")
+    return restored
+
+
+def _advance_message_sequence() -> None:
+    if db.vendor() == "postgresql":
+        # Only ever forward: a concurrent append may hold a higher id not yet committed
+        # (so MAX(id) cannot see it); moving back would hand that id out again.
+        db.execute(
+            "SELECT setval(pg_get_serial_sequence('messages', 'id'), "
+            "GREATEST((SELECT MAX(id) FROM messages), "
+            "nextval(pg_get_serial_sequence('messages', 'id'))))"
+        )
 
 
 def delete_in_batches(
@@ -889,7 +1284,13 @@ def delete_in_batches(
             batch.append(pending.pop(0))
             weight += size
         deleted, messages, trash_id = delete_batch(
-            batch, actor=actor, reason=reason, job_id=job_id, trash=trash, operation=operation
+            batch,
+            actor=actor,
+            reason=reason,
+            job_id=job_id,
+            trash=trash,
+            operation=operation,
+            part_messages=batch_messages,
         )
         yield batch, deleted, messages, trash_id
 
@@ -1002,6 +1403,19 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
                 f"Cannot restore: the title {taken[0]!r} is now used by session {taken[1]}. "
                 "Rename that session first."
             )
+    # Parts of a session deleted in parts whose last step is not in this operation (it was
+    # killed, or stopped, between parts): the session is still in the store, marked being
+    # deleted, and its parts go back into it.
+    part_sessions = sorted({m["session_id"] for m in payload["messages"]} - set(ids))
+    if part_sessions:
+        still_here = lineage.existing_session_ids(part_sessions)
+        missing = [sid for sid in part_sessions if sid not in still_here]
+        if missing:
+            raise RestoreConflict(
+                f"Cannot restore: messages of session {missing[0]} are in this trash entry, but "
+                "the session is neither in the store nor in the entry (another delete took its "
+                "row: restore that one first)."
+            )
     message_ids = [m["id"] for m in payload["messages"]]
     for chunk in _chunks(message_ids):
         clash = db.fetchone(
@@ -1023,16 +1437,16 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
         if parent and (parent in parents or lineage.session_row(parent) is not None):
             db.execute("UPDATE sessions SET parent_session_id = %s WHERE id = %s", [parent, sid])
     _insert_rows("messages", payload["messages"])
+    if part_sessions:
+        db.execute(
+            "DELETE FROM sessions_admin_deletions WHERE session_id IN "
+            f"({db.placeholders(part_sessions)})",
+            part_sessions,
+        )
     for table, rows in payload.get("dependents", {}).items():
         _insert_rows(table, rows)
-    if db.vendor() == "postgresql" and message_ids:
-        # Only ever forward: a concurrent append may hold a higher id not yet committed
-        # (so MAX(id) cannot see it); moving back would hand that id out again.
-        db.execute(
-            "SELECT setval(pg_get_serial_sequence('messages', 'id'), "
-            "GREATEST((SELECT MAX(id) FROM messages), "
-            "nextval(pg_get_serial_sequence('messages', 'id'))))"
-        )
+    if message_ids:
+        _advance_message_sequence()
     skipped: list[str] = []
     with transaction.atomic(using=responses_alias()):
         for row in payload["conversations"]:

@@ -247,6 +247,19 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str]) -> di
             )
         ]
     add("sessions_admin_slug_history", sorted(set(history)))
+    # A delete in parts killed midway left the subject's session marked (core.being_deleted).
+    add(
+        "sessions_admin_deletions",
+        [
+            (r[0],)
+            for chunk in _chunks(list(ids) or [""])
+            for r in db.fetchall(
+                "SELECT session_id FROM sessions_admin_deletions WHERE session_id IN "
+                f"({db.placeholders(chunk)})",
+                list(chunk),
+            )
+        ],
+    )
     # Released holds about the subject (a standing one refuses the erasure).
     released = db.fetchall(
         "SELECT id, kind, subject, reason, release_reason FROM sessions_admin_holds "
@@ -361,6 +374,7 @@ def _delete_side_rows(side_rows: dict) -> int:
         "sessions_admin_merges": ("id",),
         "sessions_admin_slug_history": ("id",),
         "sessions_admin_holds": ("id",),
+        "sessions_admin_deletions": ("session_id",),
         "compression_locks": ("session_id",),
         "async_delegations": ("delegation_id",),
         "gateway_routing": ("scope", "session_key"),

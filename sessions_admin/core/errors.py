@@ -104,3 +104,20 @@ class ReadOnlyStore(StoreError):
             f"The store is attached read-only (SESSIONS_ADMIN_READ_ONLY=1): {operation} was refused "
             "and nothing changed. Restart the dashboard without read-only mode to act on sessions."
         )
+
+
+class SessionBeingDeleted(StoreError):
+    """A write aimed at a session a delete is removing in parts (``core.being_deleted``).
+
+    Its transcript is partly in the trash already: a write now would land in a
+    session that is about to go, or change what the trash keeps.
+    """
+
+    def __init__(self, session_id: str, operation: str):
+        self.session_id = session_id
+        self.operation = operation
+        super().__init__(
+            f"Session {session_id} is being deleted (its messages go in several short steps, "
+            "part of them are already in the trash). Nothing was changed: start a new session, "
+            "or restore it from the trash once the delete has finished."
+        )

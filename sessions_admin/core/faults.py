@@ -42,6 +42,8 @@ POINTS = frozenset(
         "delete.before_commit",
         # A delete batch committed, before its trash entry is marked complete.
         "delete.after_commit",
+        # A session deleted in parts: a part committed (and its entry marked), the next not begun.
+        "delete.between_parts",
         # Cascade delete: a batch committed, the next one not started.
         "cascade.between_batches",
         # Trash restore: every row back in the store, the transaction not yet committed.

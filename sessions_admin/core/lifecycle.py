@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sessions_admin.core import clock, db, events, faults, lineage
+from sessions_admin.core import being_deleted, clock, db, events, faults, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import (
     AmbiguousSessionRef,
@@ -521,6 +521,7 @@ def require_writable(session_id: str) -> dict:
     if row["ended_at"] is not None:
         live, via = where_it_continues(row)
         raise SessionEnded(session_id, row["end_reason"], live, via)
+    being_deleted.refuse_being_deleted([session_id])
     return row
 
 
@@ -706,6 +707,7 @@ def resume_session(
     _lock_key_of(lineage.current_session(session_id=matched))
     # Read what is acted on under the lock: a compression or merge may have moved the tip.
     plan, row = _plan_resume(matched, current_session_id=current_session_id, lock=True)
+    being_deleted.refuse_being_deleted([plan.target_id])
     if expected_fingerprint is not None and expected_fingerprint != plan.fingerprint:
         raise ResumePlanChanged(plan)
     target, key = plan.target_id, row.get("session_key")
@@ -846,6 +848,7 @@ def branch_session(
     """
     optional_text("title", title, max_length=500)
     row = _lock_key_of(session_id)
+    being_deleted.refuse_being_deleted([session_id])
     if at_message_id is None:
         last = db.fetchone(
             "SELECT MAX(id) FROM messages WHERE session_id = %s AND active = 1", [session_id]

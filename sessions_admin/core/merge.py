@@ -34,7 +34,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sessions_admin.core import clock, db, events, faults, lineage
+from sessions_admin.core import being_deleted, clock, db, events, faults, lineage
 from sessions_admin.core.conversations import (
     conversation_history_of,
     latest_responses_of,
@@ -496,6 +496,7 @@ def merge_sessions(
     target, absorbed, _chosen, _rule = _members(session_ids, target_id)
     lock_keys_of([target, *absorbed])
     plan = _build_plan(target, absorbed, lock=True)
+    being_deleted.refuse_being_deleted([target, *plan.absorbed_ids])
     if expected_fingerprint is not None and expected_fingerprint != plan.fingerprint:
         raise PlanChanged("merge")
     absorbed = list(plan.absorbed_ids)
@@ -667,6 +668,7 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
             f"it moved sessions of merge #{merge_id} again."
         )
     keys = lock_keys_of([target, *absorbed, *prior.get("switched", [])])
+    being_deleted.lock_and_refuse([target, *absorbed])
     keys.update(s["session_key"] for s in prior["sessions"].values() if s.get("session_key"))
     db.lock_names(*(db.key_lock_name(k) for k in keys))
     present = _rows([target, *absorbed], lock=True)

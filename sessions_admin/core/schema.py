@@ -383,6 +383,17 @@ HOLDS_SQL = (
     " release_reason TEXT)"
 )
 
+# Sessions a delete is removing in parts (core/being_deleted.py): the core refuses writes to
+# them until the delete finishes or gives them back. In the store, so every process sees it.
+DELETIONS_SQL = (
+    "CREATE TABLE IF NOT EXISTS sessions_admin_deletions ("
+    " session_id TEXT PRIMARY KEY,"
+    " operation TEXT NOT NULL,"
+    " actor TEXT NOT NULL,"
+    " started_at {real} NOT NULL,"
+    " keep_live INTEGER NOT NULL DEFAULT 0)"
+)
+
 RESPONSES_SQL = [
     "CREATE TABLE IF NOT EXISTS responses ("
     " response_id TEXT PRIMARY KEY, data TEXT NOT NULL, accessed_at {real} NOT NULL)",
@@ -597,6 +608,7 @@ def _ensure_own_tables(alias: str) -> list[str]:
         for statement in UNDOS_SQL:
             cursor.execute(statement.format(real=real, serial=serial))
         cursor.execute(HOLDS_SQL.format(real=real, serial=serial))
+        cursor.execute(DELETIONS_SQL.format(real=real))
     # A log created by an older version lacks the later columns (nullable: old rows keep NULL).
     present = existing_columns(alias, "sessions_admin_switch_events")
     added = []

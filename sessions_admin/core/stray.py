@@ -28,7 +28,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sessions_admin.core import db, lineage
+from sessions_admin.core import being_deleted, db, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound
 from sessions_admin.core.lifecycle import lock_keys_of, where_it_continues
@@ -173,6 +173,7 @@ def move_stray_messages(*, session_id: str, expected_fingerprint: str) -> StrayM
     require_session_id(session_id)
     first = _plan(session_id)
     lock_keys_of([session_id, *([first.destination_id] if first.destination_id else [])])
+    being_deleted.lock_and_refuse([session_id, first.destination_id])
     plan = _plan(session_id)
     if plan.fingerprint != expected_fingerprint:
         raise PlanChanged("move")
@@ -198,6 +199,7 @@ def return_stray_messages(
     if not ids:
         raise InvalidInput("No message ids to return.")
     lock_keys_of([session_id, destination_id])
+    being_deleted.lock_and_refuse([session_id, destination_id])
     for sid in (session_id, destination_id):
         if lineage.session_row(sid, lock=True) is None:
             raise SessionNotFound(sid)

@@ -86,7 +86,8 @@ def _check_counters() -> list[str]:
         for r in db.fetchall(
             "SELECT s.id FROM sessions s WHERE COALESCE(s.tool_call_count, 0) <> "
             f"(SELECT COALESCE(SUM({tool_calls}), 0) FROM messages m "
-            "WHERE m.session_id = s.id AND m.active = 1 AND m.tool_calls IS NOT NULL)"
+            "WHERE m.session_id = s.id AND m.active = 1 AND m.tool_calls IS NOT NULL) "
+            "AND s.id NOT IN (SELECT session_id FROM sessions_admin_deletions)"
         )
     ]
     if wrong:

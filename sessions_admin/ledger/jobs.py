@@ -27,7 +27,7 @@ from django.db import connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from sessions_admin.core import db, deletion, faults, holds
+from sessions_admin.core import being_deleted, db, deletion, faults, holds
 from sessions_admin.core.errors import InvalidInput, StoreBusy
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
 from sessions_admin.ledger.trash import LEDGER_TRASH, job_operation, stale_pending_trash
@@ -120,6 +120,13 @@ def _claim(job_id: int, worker: str) -> bool:
     return bool(claimed)
 
 
+def _renew_lease(job_id: int) -> None:
+    """Between the parts of a large session: the job is still being worked on."""
+    DeleteJob.objects.filter(pk=job_id, state=DeleteJob.RUNNING).update(
+        lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS)
+    )
+
+
 def _settle_committed_batches(job_id: int) -> None:
     """Record batches a dead worker committed in the store but never marked on the job.
 
@@ -129,9 +136,11 @@ def _settle_committed_batches(job_id: int) -> None:
     deleted here keeps the job's totals exact instead of calling them skipped.
     """
     stale_pending_trash()  # a batch killed right after its commit is complete
-    for entry in TrashEntry.objects.filter(job_id=job_id, state=TrashEntry.COMPLETE).only(
-        "pk", "session_ids", "message_count"
-    ):
+    # Not the parts of a large session (session_count 0): its session is still in the store
+    # until its last step, whose entry holds the session row.
+    for entry in TrashEntry.objects.filter(
+        job_id=job_id, state=TrashEntry.COMPLETE, session_count__gt=0
+    ).only("pk", "session_ids", "message_count"):
         with transaction.atomic(using="default"):
             settled = DeleteJobItem.objects.filter(
                 job_id=job_id, state=DeleteJobItem.PENDING, session_id__in=entry.session_ids
@@ -200,6 +209,9 @@ def run_job(
             held = holds.holds_on([sid for sid in batch if sid in sizes])
             gone_or_live = [sid for sid in batch if sid not in sizes or sid in live or sid in held]
             to_delete = [sid for sid in batch if sid not in gone_or_live]
+            if gone_or_live and being_deleted.marks_on(gone_or_live):
+                # Started in parts by this job's last run, then held or reopened: kept whole.
+                deletion.stop_deleting(session_ids=gone_or_live, trash=LEDGER_TRASH)
             deleted = messages = 0
             if to_delete:
                 try:
@@ -210,13 +222,19 @@ def run_job(
                         job_id=job_id,
                         trash=deletion.NO_TRASH if job.purge else LEDGER_TRASH,
                         operation=job_operation(job_id),
+                        keep_live=not job.include_live,
+                        # A session larger than a batch goes in parts of a batch each.
+                        part_messages=batch_messages,
+                        between_parts=lambda: _renew_lease(job_id),
                     )
                 except StoreBusy:
                     time.sleep(0.5)  # the runtime is busy: try this batch again shortly
                     _claim(job_id, worker)
                     continue
-                except holds.SessionsHeld:
-                    continue  # a hold landed between the check and the lock: skipped next round
+                except (holds.SessionsHeld, deletion.SessionsWentLive, deletion.DeleteGivenBack):
+                    # A hold landed, or a session went live, between the check and the lock:
+                    # skipped next round. (A session given back by a restore is taken again.)
+                    continue
                 faults.checkpoint("job.after_batch_commit")
             with transaction.atomic(using="default"):
                 # By primary key: the items table has no index on session_id, and a
@@ -282,6 +300,16 @@ def runnable_job_ids() -> list[int]:
 
 
 def cancel_job(*, job_id: int) -> None:
-    DeleteJob.objects.filter(pk=job_id, state__in=[DeleteJob.PENDING, DeleteJob.RUNNING]).update(
-        state=DeleteJob.CANCELLED, lease_owner="", lease_expires_at=None
-    )
+    """Stop the job; a session it had started deleting in parts gets its parts back."""
+    cancelled = DeleteJob.objects.filter(
+        pk=job_id, state__in=[DeleteJob.PENDING, DeleteJob.RUNNING]
+    ).update(state=DeleteJob.CANCELLED, lease_owner="", lease_expires_at=None)
+    if cancelled:
+        _give_back_started(job_id)
+
+
+def _give_back_started(job_id: int) -> None:
+    operation = job_operation(job_id)
+    started = [m.session_id for m in being_deleted.all_marks() if m.operation == operation]
+    if started:
+        deletion.stop_deleting(session_ids=started, trash=LEDGER_TRASH)

@@ -26,7 +26,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from sessions_admin.core import db, holds
+from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.deletion import TrashContents
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.ledger.models import TrashEntry, TrashSession
@@ -164,6 +164,10 @@ class LedgerTrash:
                 )
                 for s in rows["sessions"]
             )
+            if rows.get("part_of"):
+                # Some messages of a session deleted in parts: found by the session's id (the
+                # trash search, a hold on it) though its row is not in this entry.
+                TrashSession.objects.create(entry=entry, session_id=rows["part_of"])
         return entry.pk
 
     def is_pending(self, entry_id: int) -> bool:
@@ -175,11 +179,16 @@ class LedgerTrash:
     def discard_unfinished(self, session_ids: Sequence[str], *, keep: int | None = None) -> None:
         unfinished = set(
             TrashSession.objects.filter(
-                entry__state=TrashEntry.PENDING, session_id__in=list(session_ids)
+                # Not a part (session_count 0): its session is in the store after it committed
+                # too, so that says nothing; _settle_pending_parts looks at its messages.
+                entry__state=TrashEntry.PENDING,
+                entry__session_count__gt=0,
+                session_id__in=list(session_ids),
             ).values_list("entry_id", flat=True)
         ) - {keep}
         if unfinished:
             TrashEntry.objects.filter(pk__in=unfinished, state=TrashEntry.PENDING).delete()
+        _settle_pending_parts(session_ids=set(session_ids), keep=keep)
 
     def operation_entries(self, entry_id: int) -> tuple[int, ...]:
         operation = (
@@ -209,6 +218,15 @@ class LedgerTrash:
     def mark_restored(self, entry_id: int, *, actor: str) -> None:
         TrashEntry.objects.filter(pk=entry_id).update(
             state=TrashEntry.RESTORED, restored_at=timezone.now(), restored_by=actor
+        )
+
+    def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
+        parts = TrashEntry.objects.filter(
+            operation=operation, session_count=0, sessions__session_id=session_id
+        )
+        _settle_pending_parts(session_ids={session_id}, keep=None, among=parts)
+        return tuple(
+            parts.filter(state=TrashEntry.COMPLETE).order_by("pk").values_list("pk", flat=True)
         )
 
 
@@ -255,6 +273,13 @@ def held_trash_operations() -> dict[str, str]:
     if not standing:
         return {}
     held: dict[str, str] = {}
+    # A session a delete left half done (killed between parts) is still in the store: its
+    # parts' operation is kept while a hold covers the session.
+    marks = being_deleted.all_marks()
+    for session_id, hold in holds.holds_on([mark.session_id for mark in marks]).items():
+        for mark in marks:
+            if mark.session_id == session_id:
+                held.setdefault(mark.operation, hold.describe())
     by_session = {hold.subject: hold for hold in standing if hold.kind == holds.SESSION}
     if by_session:
         for operation, session_id in (
@@ -303,6 +328,13 @@ def stale_pending_trash(*, operation: str | None = None) -> list[int]:
     if operation is not None:
         pending = pending.filter(operation=operation)
     for entry in pending:
+        if _part_of(entry.payload):
+            state = _part_state(entry.payload)
+            if state == "uncommitted":
+                stale.append(entry.pk)
+            elif state == "committed":
+                TrashEntry.objects.filter(pk=entry.pk).update(state=TrashEntry.COMPLETE)
+            continue
         ids = entry.session_ids
         present = (
             db.fetchone(f"SELECT COUNT(*) FROM sessions WHERE id IN ({db.placeholders(ids)})", ids)[
@@ -316,3 +348,43 @@ def stale_pending_trash(*, operation: str | None = None) -> list[int]:
         elif not present:
             TrashEntry.objects.filter(pk=entry.pk).update(state=TrashEntry.COMPLETE)
     return stale
+
+
+# --- parts: some messages of a session deleted in parts (core.being_deleted) ---------------
+# A part's entry names its session, but the session is still in the store after the part
+# committed: whether it committed is read from its messages instead (a part's delete is one
+# transaction, so they are either all still there or all gone).
+
+
+def _part_of(payload: object) -> str | None:
+    return payload.get("part_of") if isinstance(payload, dict) else None
+
+
+def _part_state(payload: dict) -> str:
+    """ "uncommitted" (every message still in the store), "committed" (none) or "mixed"."""
+    ids = [decode_trash_value(m.get("id")) for m in payload.get("messages", [])]
+    present = 0
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        present += db.fetchone(
+            f"SELECT COUNT(*) FROM messages WHERE id IN ({db.placeholders(chunk)})", chunk
+        )[0]
+    if present == len(ids):
+        return "uncommitted"
+    return "committed" if present == 0 else "mixed"
+
+
+def _settle_pending_parts(*, session_ids: set[str], keep: int | None, among=None) -> None:
+    """Under the store's lock on these sessions: drop the pending part entries whose delete
+    never committed (their rows are still in the store), mark complete those that did.
+    ``among``: a query of the entries to look at (default: every entry)."""
+    entries = TrashEntry.objects.all() if among is None else among
+    pending = entries.filter(state=TrashEntry.PENDING, session_count=0).exclude(pk=keep)
+    for pk, payload in pending.values_list("pk", "payload"):
+        if _part_of(payload) not in session_ids:
+            continue
+        state = _part_state(payload)
+        if state == "uncommitted":
+            TrashEntry.objects.filter(pk=pk, state=TrashEntry.PENDING).delete()
+        elif state == "committed":
+            TrashEntry.objects.filter(pk=pk).update(state=TrashEntry.COMPLETE)

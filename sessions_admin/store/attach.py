@@ -57,6 +57,7 @@ OWN_TABLES = (
     "sessions_admin_undos",
     "sessions_admin_slug_history",
     "sessions_admin_holds",
+    "sessions_admin_deletions",
 )
 OPERATE_PERMISSIONS = ("console.operate_sessions", "console.delete_sessions")
 
@@ -682,6 +683,9 @@ _STORE_SHIMS = {
     "sessions_admin_holds": "CREATE TEMP TABLE sessions_admin_holds (id INTEGER PRIMARY KEY, "
     "kind TEXT NOT NULL, subject TEXT NOT NULL, reason TEXT NOT NULL, placed_by TEXT NOT NULL, "
     "placed_at REAL NOT NULL, released_at REAL, released_by TEXT, release_reason TEXT)",
+    "sessions_admin_deletions": "CREATE TEMP TABLE sessions_admin_deletions (session_id TEXT "
+    "PRIMARY KEY, operation TEXT NOT NULL, actor TEXT NOT NULL, started_at REAL NOT NULL, "
+    "keep_live INTEGER NOT NULL DEFAULT 0)",
 }
 
 

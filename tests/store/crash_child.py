@@ -23,6 +23,11 @@ def main(operation: str, arguments: dict) -> object:
         deletion.delete_in_batches.__kwdefaults__["batch_sessions"] = int(
             os.environ["CRASH_CHILD_BATCH_SESSIONS"]
         )
+    if os.environ.get("CRASH_CHILD_BATCH_MESSAGES"):
+        # Small parts, so a session of a few hundred messages is deleted in several.
+        deletion.delete_in_batches.__kwdefaults__["batch_messages"] = int(
+            os.environ["CRASH_CHILD_BATCH_MESSAGES"]
+        )
     if operation == "merge":
         return core.merge_sessions(**arguments)
     if operation == "cascade_delete":

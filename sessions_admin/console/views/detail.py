@@ -24,7 +24,7 @@ from sessions_admin.console.http import (
     wants_fragment,
 )
 from sessions_admin.console.views.session_actions import panel_context
-from sessions_admin.core import db, holds
+from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.signin.roles import VIEW
 from sessions_admin.store import listing, transcripts
@@ -211,6 +211,7 @@ def _page_context(request: HtmxHttpRequest, session: Session, chain: list[str]) 
     return {
         **_lineage_context(session),
         "hold": holds.holds_on([session.id]).get(session.id),
+        "deleting": being_deleted.marks_on([session.id]).get(session.id),
         "continues_in": continues_in,
         "segment_count": len(chain),
         **_meta_context(session),

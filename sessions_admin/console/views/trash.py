@@ -59,6 +59,9 @@ class TrashRow:
     expired: bool
     job_running: bool = False  # its bulk delete job still deletes: restorable once it stops
     hold: str = ""  # the legal hold (in words) that keeps it from a purge
+    # Sessions only some of whose messages are here (deleted in parts, the delete unfinished
+    # or stopped): their rows are still in the store.
+    part_sessions: tuple[str, ...] = ()
 
     @property
     def state(self) -> str:
@@ -146,15 +149,25 @@ def _render_trash(
         batches = entries.get(operation, [])
         if not batches:
             continue  # purged between the two reads
+        whole = {s for e in batches if e.session_count for s in e.session_ids}
+        parts = tuple(
+            dict.fromkeys(
+                s for e in batches if not e.session_count for s in e.session_ids if s not in whole
+            )
+        )
         found = (
-            list(matching.filter(entry__operation=operation).order_by("id")[:TRASH_SESSIONS_SHOWN])
+            list(
+                matching.filter(entry__operation=operation, entry__session_count__gt=0).order_by(
+                    "id"
+                )[:TRASH_SESSIONS_SHOWN]
+            )
             if matching is not None
             else []
         )
         seen = {s.pk for s in found}
-        first = TrashSession.objects.filter(entry__operation=operation).order_by("id")[
-            :TRASH_SESSIONS_SHOWN
-        ]
+        first = TrashSession.objects.filter(
+            entry__operation=operation, entry__session_count__gt=0
+        ).order_by("id")[:TRASH_SESSIONS_SHOWN]
         shown = [(s, True) for s in found] + [(s, False) for s in first if s.pk not in seen]
         shown = shown[: max(TRASH_SESSIONS_SHOWN, len(found))]
         expires_at = newest[operation] + retention
@@ -170,6 +183,7 @@ def _render_trash(
                 expired=not restored and expires_at <= now,
                 job_running=batches[0].job_id in running_jobs,
                 hold=held.get(operation, ""),
+                part_sessions=parts,
             )
         )
     context = {

@@ -1,0 +1,90 @@
+"""Sessions a delete is removing in parts: the state the core and a runtime respect.
+
+A session larger than one delete batch (``deletion.BATCH_MESSAGES``) is not
+deleted in one store transaction: that would hold the store's write lock for
+as long as deleting all of its messages takes (seconds for a 20,000-message
+session), and every runtime append waits for it. It is deleted in parts
+instead (``deletion._delete_in_parts``): its oldest messages a batch at a
+time, each part copied to the trash first and deleted in a short transaction
+of its own, then the session row with what is left.
+
+Between those transactions the session is in this state: a row in
+``sessions_admin_deletions`` (in the store, so every process sees it) names
+the delete's trash operation. While it stands the core refuses every write to
+the session (``refuse_being_deleted``: appends, resume, merge, undo, branch),
+so nothing is added to a transcript that is half in the trash. The row goes
+in the transaction that deletes the session row, or when the delete gives the
+session back (it went live under a delete that keeps live sessions, or a hold
+landed): then the parts are put back from the trash in that same transaction.
+A delete killed between parts leaves the state standing: the job resumes and
+finishes it, or restoring the operation from the trash puts the parts back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sessions_admin.core import db
+from sessions_admin.core.errors import SessionBeingDeleted
+
+
+@dataclass(frozen=True)
+class DeletionMark:
+    session_id: str
+    operation: str
+    actor: str
+    started_at: float
+    keep_live: bool
+
+
+def marks_on(session_ids: Sequence[str]) -> dict[str, DeletionMark]:
+    """The sessions among these that a delete is removing in parts, with its mark."""
+    found: dict[str, DeletionMark] = {}
+    ids = list(dict.fromkeys(session_ids))
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        for row in db.fetchall(
+            "SELECT session_id, operation, actor, started_at, keep_live "
+            f"FROM sessions_admin_deletions WHERE session_id IN ({db.placeholders(chunk)})",
+            chunk,
+        ):
+            found[row[0]] = DeletionMark(row[0], row[1], row[2], float(row[3]), bool(row[4]))
+    return found
+
+
+def refuse_being_deleted(session_ids: Sequence[str]) -> None:
+    """Raise ``SessionBeingDeleted`` if a delete is removing any of these sessions in parts.
+
+    Called by every core write to an existing session, after it locked the row:
+    the mark is set under the same row lock, so a write either commits before
+    the mark (and the delete's parts take what it wrote) or sees it.
+    """
+    marks = marks_on(session_ids)
+    if marks:
+        mark = marks[next(sid for sid in session_ids if sid in marks)]
+        raise SessionBeingDeleted(mark.session_id, mark.operation)
+
+
+def lock_and_refuse(session_ids: Sequence[str]) -> None:
+    """Lock these sessions' rows (PostgreSQL; SQLite's write transaction already excludes the
+    delete) and refuse if a delete is removing any of them in parts."""
+    ids = [sid for sid in dict.fromkeys(session_ids) if sid]
+    if ids:
+        db.fetchall(
+            f"SELECT id FROM sessions WHERE id IN ({db.placeholders(ids)}) ORDER BY id"
+            + db.for_update(),
+            ids,
+        )
+        refuse_being_deleted(ids)
+
+
+def all_marks() -> list[DeletionMark]:
+    """Every session being deleted in parts (a handful at most: one per running delete)."""
+    return [
+        DeletionMark(row[0], row[1], row[2], float(row[3]), bool(row[4]))
+        for row in db.fetchall(
+            "SELECT session_id, operation, actor, started_at, keep_live "
+            "FROM sessions_admin_deletions ORDER BY started_at, session_id"
+        )
+    ]
