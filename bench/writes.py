@@ -17,6 +17,10 @@ template), never on the seeded store itself. Cases:
   worker runs it) over every seeded session, while another process appends
   messages to live sessions through ``core.append_message`` at a steady rate
   and records each append's latency;
+- large: the store's largest session (20,000 messages in the seeded stores)
+  deleted while appends run, in parts (``core.deletion._delete_in_parts``,
+  the default) and, for the comparison, in one transaction as before parts
+  existed; each run on a fresh copy;
 - hermes: hermes-agent's own ``SessionDB.delete_sessions`` of the same
   number of sessions the issue names (10,000) on a copy of the same store,
   with Hermes's own ``SessionDB.append_message`` appending meanwhile; and
@@ -423,6 +427,48 @@ def child_bulk(limit: int | None, workdir: Path) -> dict:
     }
 
 
+def child_large(mode: str, workdir: Path) -> dict:
+    """Delete the largest session (trash first), appends running alongside: ``mode`` "parts"
+    (the default: parts of ``BATCH_MESSAGES``) or "whole" (one transaction, as before)."""
+    from sessions_admin import core
+    from sessions_admin.core import db, deletion
+    from sessions_admin.ledger.models import TrashEntry
+
+    sid, size = db.fetchone(
+        "SELECT id, message_count FROM sessions ORDER BY message_count DESC, id LIMIT 1"
+    )
+    live = [
+        core.create_session(source="telegram", session_key=f"bench:live:{n}").session_id
+        for n in range(APPEND_SESSIONS)
+    ]
+    appender = Appender(_appender_command(sys.executable, "core"), dict(os.environ), workdir, live)
+    time.sleep(APPEND_BASELINE_SECONDS + 2)
+    start_wall = time.time()
+    start = time.perf_counter()
+    deleted, messages, _ = deletion.delete_batch(
+        [sid],
+        actor="bench",
+        reason="benchmark",
+        job_id=None,
+        operation="bench-large",
+        part_messages=deletion.BATCH_MESSAGES if mode == "parts" else 10**9,
+    )
+    seconds = time.perf_counter() - start
+    end_wall = time.time()
+    time.sleep(1)
+    records = appender.stop()
+    return {
+        "mode": mode,
+        "session_messages": int(size or 0),
+        "deleted": deleted,
+        "deleted_messages": messages,
+        "transactions": TrashEntry.objects.filter(operation="bench-large").count(),
+        "seconds": seconds,
+        "appends_during": window(records, start_wall, end_wall),
+        "appends_baseline": window(records, appender.started + 2, start_wall),
+    }
+
+
 def hermes_delete_child(state: Path, ids_file: Path, out_file: Path) -> None:
     """In the hermes venv: open the store as the runtime does, delete the ids in one call."""
     import hermes_state
@@ -632,6 +678,26 @@ def write_report(output: Path, label: str, backend: str, results: dict, command:
                 f"{_ms(b.get('p50'))} / {_ms(b.get('p99'))} |"
             )
         lines.append("")
+    large = results.get("large")
+    if large:
+        lines += [
+            f"Deleting the largest session ({large[0]['session_messages']:,} messages, trash "
+            f"first) while `core.append_message` appends {APPEND_RATE:.0f}/s, on a fresh copy "
+            "each run: in parts (the default) and in one transaction (before parts existed).",
+            "",
+            "| how | run | store transactions | seconds | appends during: p50 / p99 / max, "
+            "errors |",
+            "| --- | ---: | ---: | ---: | --- |",
+        ]
+        for mode, how in (("parts", "in parts"), ("whole", "one transaction")):
+            for n, r in enumerate((r for r in large if r["mode"] == mode), 1):
+                d = r["appends_during"]
+                lines.append(
+                    f"| {how} | {n} | {r['transactions']} | {r['seconds']:.2f} | "
+                    f"{_ms(d.get('p50'))} / {_ms(d.get('p99'))} / {_ms(d.get('max'))}, "
+                    f"{d['errors']} of {d['count'] + d['errors']} |"
+                )
+        lines.append("")
     hermes = results.get("hermes")
     if hermes:
 
@@ -689,8 +755,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bulk-runs", type=int, default=3)
     parser.add_argument("--hermes-runs", type=int, default=3)
     parser.add_argument(
-        "--cases", default="merge,bulk,hermes", help="comma-separated: merge, bulk, hermes"
+        "--cases",
+        default="merge,bulk,hermes",
+        help="comma-separated: merge, bulk, hermes, large",
     )
+    parser.add_argument("--large-runs", type=int, default=3)
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--no-report", action="store_true")
     parser.add_argument(
@@ -731,6 +800,8 @@ def main(argv: list[str] | None = None) -> int:
             result = child_merge_cascade(args.runs, args.warmup)
         elif args.child == "bulk":
             result = child_bulk(args.limit or None, args.workdir)
+        elif args.child in ("large-parts", "large-whole"):
+            result = child_large(args.child.removeprefix("large-"), args.workdir)
         else:
             from sessions_admin.core import db
 
@@ -786,6 +857,16 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(run, indent=1), flush=True)
             results["bulk"].append(run)
             raw.write_text(json.dumps(results, indent=1))
+    if "large" in cases:
+        results["large"] = []
+        for n in range(args.large_runs):
+            for mode in ("parts", "whole"):  # interleaved, each on a fresh copy
+                print(f"largest session, {mode}, run {n + 1} ...", flush=True)
+                with stores.copy() as (workdir, env):
+                    run = spawn_child(f"large-{mode}", env, workdir, [])
+                print(json.dumps(run, indent=1), flush=True)
+                results["large"].append(run)
+                raw.write_text(json.dumps(results, indent=1))
     if "hermes" in cases:
         results["ours_10k"] = []
         for n in range(args.hermes_runs if size > HERMES_DELETE_SESSIONS else 0):
