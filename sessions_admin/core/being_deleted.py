@@ -25,8 +25,41 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.db import connections
+
 from sessions_admin.core import db
 from sessions_admin.core.errors import SessionBeingDeleted
+from sessions_admin.core.schema import DELETIONS_SQL, existing_tables
+from sessions_admin.routers import store_alias
+
+TABLE = "sessions_admin_deletions"
+# Stores known to have the table (it is never dropped): a store attached by an older version
+# has none until ``init_store`` runs or a delete in parts creates it, and meanwhile nothing
+# can be marked in it, so every read here answers "nothing is being deleted" instead of failing
+# a runtime's append.
+_present_in: set[tuple] = set()
+
+
+def _store_identity() -> tuple:
+    settings = connections[store_alias()].settings_dict
+    return (settings.get("ENGINE"), settings.get("HOST"), settings.get("PORT"), settings["NAME"])
+
+
+def table_present() -> bool:
+    identity = _store_identity()
+    if identity in _present_in:
+        return True
+    if TABLE in existing_tables(store_alias()):
+        _present_in.add(identity)
+        return True
+    return False
+
+
+def ensure_table() -> None:
+    """Create the table where an older version attached the store (the delete that marks)."""
+    if not table_present():
+        real = "DOUBLE PRECISION" if db.vendor() == "postgresql" else "REAL"
+        db.execute(DELETIONS_SQL.format(real=real))
 
 
 @dataclass(frozen=True)
@@ -42,6 +75,8 @@ def marks_on(session_ids: Sequence[str]) -> dict[str, DeletionMark]:
     """The sessions among these that a delete is removing in parts, with its mark."""
     found: dict[str, DeletionMark] = {}
     ids = list(dict.fromkeys(session_ids))
+    if not ids or not table_present():
+        return found
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
         for row in db.fetchall(
@@ -81,6 +116,8 @@ def lock_and_refuse(session_ids: Sequence[str]) -> None:
 
 def all_marks() -> list[DeletionMark]:
     """Every session being deleted in parts (a handful at most: one per running delete)."""
+    if not table_present():
+        return []
     return [
         DeletionMark(row[0], row[1], row[2], float(row[3]), bool(row[4]))
         for row in db.fetchall(

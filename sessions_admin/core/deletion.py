@@ -1058,6 +1058,7 @@ def _mark_being_deleted(
     if keep_live and row[1] is None:
         _give_back_parts([session_id], trash=trash)
         return _Kept(live=(session_id,))
+    being_deleted.ensure_table()
     if being_deleted.marks_on([session_id]):
         # A delete killed between parts (or another one running): this one carries on with it.
         db.execute(

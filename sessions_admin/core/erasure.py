@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from django.db import connections
 
-from sessions_admin.core import db, holds
+from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.deletion import (
     NO_TRASH,
@@ -248,18 +248,7 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str]) -> di
         ]
     add("sessions_admin_slug_history", sorted(set(history)))
     # A delete in parts killed midway left the subject's session marked (core.being_deleted).
-    add(
-        "sessions_admin_deletions",
-        [
-            (r[0],)
-            for chunk in _chunks(list(ids) or [""])
-            for r in db.fetchall(
-                "SELECT session_id FROM sessions_admin_deletions WHERE session_id IN "
-                f"({db.placeholders(chunk)})",
-                list(chunk),
-            )
-        ],
-    )
+    add("sessions_admin_deletions", [(sid,) for sid in being_deleted.marks_on(list(ids))])
     # Released holds about the subject (a standing one refuses the erasure).
     released = db.fetchall(
         "SELECT id, kind, subject, reason, release_reason FROM sessions_admin_holds "

@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from sessions_admin.core import db, lineage
+from sessions_admin.core import being_deleted, db, lineage
 from sessions_admin.core.schema import FTS_DOCUMENT_SQL, existing_tables
 from sessions_admin.demo.simulator import message_hash
 from sessions_admin.ledger.models import TrashEntry
@@ -86,8 +86,12 @@ def _check_counters() -> list[str]:
         for r in db.fetchall(
             "SELECT s.id FROM sessions s WHERE COALESCE(s.tool_call_count, 0) <> "
             f"(SELECT COALESCE(SUM({tool_calls}), 0) FROM messages m "
-            "WHERE m.session_id = s.id AND m.active = 1 AND m.tool_calls IS NOT NULL) "
-            "AND s.id NOT IN (SELECT session_id FROM sessions_admin_deletions)"
+            "WHERE m.session_id = s.id AND m.active = 1 AND m.tool_calls IS NOT NULL)"
+            + (
+                " AND s.id NOT IN (SELECT session_id FROM sessions_admin_deletions)"
+                if being_deleted.table_present()
+                else ""
+            )
         )
     ]
     if wrong:

@@ -472,3 +472,27 @@ def test_cancelling_a_job_gives_back_the_session_it_left_in_parts():
     assert session_rows(sid) == before
     assert being_deleted.marks_on([sid]) == {}
     assert DeleteJob.objects.get(pk=job_id).state == DeleteJob.CANCELLED
+
+
+def test_a_store_attached_by_an_older_version_works_and_a_delete_in_parts_creates_the_table():
+    from sessions_admin.core.schema import existing_tables
+    from sessions_admin.routers import store_alias
+    from sessions_admin.store import health
+
+    db.execute("DROP TABLE sessions_admin_deletions")
+    being_deleted._present_in.clear()  # as a process started on such a store finds it
+    try:
+        sid = big_session(250, ended=False)  # appends, the health checks: as before
+        core.append_message(session_id=sid, role="user", content="one more")
+        assert health.count("counter_mismatch") == 0
+        assert check_store() == []
+
+        deleted = deletion.delete_batch(
+            [sid], actor="ada", reason="r", job_id=None, part_messages=100
+        )
+
+        assert deleted[:2] == (1, 251)
+        assert "sessions_admin_deletions" in existing_tables(store_alias())
+        assert session_rows(sid) == {"session": [], "messages": []}
+    finally:
+        being_deleted.ensure_table()
