@@ -19,7 +19,7 @@ from sessions_admin import core
 from sessions_admin.core import db as core_db
 from sessions_admin.core import deletion
 from tests.hermes import scenario
-from tests.hermes.checks import assert_healthy, transcripts
+from tests.hermes.checks import assert_healthy, search, transcripts
 from tests.hermes.conftest import call
 
 
@@ -93,4 +93,40 @@ def test_hermes_keeps_writing_while_a_big_delete_runs(hermes, attach, monkeypatc
     assert len(held) >= 2  # short batches, each its own transaction
     assert max(held) < 1.0, held
     assert all(isinstance(result, int) for result in appended), appended
+    assert_healthy(hermes)
+
+
+def test_hermes_writing_into_a_session_deleted_in_parts_loses_nothing(hermes, attach):
+    """Hermes knows nothing of the being-deleted state: what it writes between two parts goes
+    to the trash with the rest, and a restore gives Hermes back every message."""
+    hermes.run(
+        [call("state.create_session", "long", "telegram")]
+        + [
+            call(
+                "state.replace_messages",
+                "long",
+                [{"role": "user", "content": f"old {n} about a yak"} for n in range(1200)],
+            )
+        ]
+    )
+    attach()
+    before = transcripts(hermes, ["long"])["long"]
+    written: list = []
+
+    def hermes_writes() -> None:
+        if not written:  # between the first two parts: Hermes's own append, its own SQL
+            written.extend(hermes.run([call("state.append_message", "long", "user", "late")]))
+
+    plan = core.plan_cascade_delete(session_ids=["long"])
+    deleted = deletion.delete_batch(
+        list(plan.session_ids), actor="t", reason="r", job_id=None, between_parts=hermes_writes
+    )
+
+    assert deleted[:2] == (1, 1201)
+    assert transcripts(hermes, ["long"])["long"] == []
+    (late_id,) = written
+    entry = deleted[2]
+    core.restore_trash_entry(entry_id=entry, actor="t")
+    assert transcripts(hermes, ["long"])["long"] == [*before, (late_id, "user", "late")]
+    assert search(hermes, "late") == {"late": {"long"}}
     assert_healthy(hermes)
