@@ -22,6 +22,7 @@ finishes it, or restoring the operation from the trash puts the parts back.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,6 +39,11 @@ TABLE = "sessions_admin_deletions"
 # can be marked in it, so every read here answers "nothing is being deleted" instead of failing
 # a runtime's append.
 _present_in: set[tuple] = set()
+# Where it is missing, looked for again after this long, not on every append: another process
+# creating it meanwhile only means a write may land in a session being deleted, and the delete's
+# next part then copies that message to the trash with the rest (nothing is lost).
+MISSING_RECHECK_SECONDS = 10.0
+_missing_until: dict[tuple, float] = {}
 
 
 def _store_identity() -> tuple:
@@ -49,9 +55,12 @@ def table_present() -> bool:
     identity = _store_identity()
     if identity in _present_in:
         return True
+    if time.monotonic() < _missing_until.get(identity, 0.0):
+        return False
     if TABLE in existing_tables(store_alias()):
         _present_in.add(identity)
         return True
+    _missing_until[identity] = time.monotonic() + MISSING_RECHECK_SECONDS
     return False
 
 
@@ -60,6 +69,7 @@ def ensure_table() -> None:
     if not table_present():
         real = "DOUBLE PRECISION" if db.vendor() == "postgresql" else "REAL"
         db.execute(DELETIONS_SQL.format(real=real))
+        _missing_until.pop(_store_identity(), None)
 
 
 @dataclass(frozen=True)

@@ -1000,6 +1000,8 @@ def _delete_in_parts(
     """
     if trash is NO_TRASH:
         keep_live = False
+    if not being_deleted.table_present():
+        _create_deletions_table()
     kept = _mark_being_deleted(
         session_id, operation=operation, actor=actor, keep_live=keep_live, trash=trash
     )
@@ -1042,6 +1044,12 @@ def _delete_in_parts(
 
 
 @store_operation
+def _create_deletions_table() -> None:
+    """On a store an older version attached: committed on its own, before anything is marked."""
+    being_deleted.ensure_table()
+
+
+@store_operation
 def _mark_being_deleted(
     session_id: str, *, operation: str, actor: str, keep_live: bool, trash: Trash
 ) -> _Kept | None:
@@ -1058,7 +1066,6 @@ def _mark_being_deleted(
     if keep_live and row[1] is None:
         _give_back_parts([session_id], trash=trash)
         return _Kept(live=(session_id,))
-    being_deleted.ensure_table()
     if being_deleted.marks_on([session_id]):
         # A delete killed between parts (or another one running): this one carries on with it.
         db.execute(
