@@ -927,20 +927,12 @@ def _delete_whole(
         present, payload = snapshot_rows(batch, lock=False)
         if not present:
             return 0, 0, 0
-        entry_id = trash.open_entry(
-            session_ids=present,
-            rows=payload,
-            actor=actor,
-            reason=reason,
-            job_id=job_id,
-            operation=operation,
-        )
-        committed: list = []
-        try:
-            done = _locked_delete(
+        done = _copy_then_delete(
+            present,
+            payload,
+            lambda copied, committed, present=present: _locked_delete(
                 present,
-                # Keyed here, before the lock: the runtime waits only for the re-read's key.
-                copied=(entry_id, rows_key(payload), payload),
+                copied=copied,
                 actor=actor,
                 reason=reason,
                 job_id=job_id,
@@ -948,17 +940,15 @@ def _delete_whole(
                 committed=committed,
                 trash=trash,
                 keep_live=keep_live,
-            )
-        except Exception:
-            if not committed:  # the store delete never committed: the copy is not needed
-                trash.discard(entry_id)
-            raise
-        if isinstance(done, _Kept):
-            trash.discard(entry_id)
-            raise done.error()
+            ),
+            actor=actor,
+            reason=reason,
+            job_id=job_id,
+            trash=trash,
+            operation=operation,
+        )
         if done is not None:
             return done
-        trash.discard(entry_id)
     done = _locked_delete(
         batch,
         copied=None,
@@ -970,6 +960,47 @@ def _delete_whole(
         trash=trash,
         keep_live=keep_live,
     )
+    if isinstance(done, _Kept):
+        raise done.error()
+    return done
+
+
+def _copy_then_delete(
+    session_ids: list[str],
+    payload: dict,
+    locked: Callable[[tuple[int, bytes, dict], list], object],
+    *,
+    actor: str,
+    reason: str,
+    job_id: int | None,
+    trash: Trash,
+    operation: str,
+):
+    """Commit ``payload``'s trash copy (a pending entry), then run ``locked(copied, committed)``
+    (the delete under the store's lock, given the entry and the rows' key).
+
+    Returns what ``locked`` returned; None (the rows changed: copy again) with the entry
+    dropped. A ``_Kept`` answer drops the entry and raises its error; so does a failure
+    before the store committed.
+    """
+    entry_id = trash.open_entry(
+        session_ids=session_ids,
+        rows=payload,
+        actor=actor,
+        reason=reason,
+        job_id=job_id,
+        operation=operation,
+    )
+    committed: list = []
+    try:
+        # Keyed here, before the lock: the runtime waits only for the re-read's key.
+        done = locked((entry_id, rows_key(payload), payload), committed)
+    except Exception:
+        if not committed:  # the store delete never committed: the copy is not needed
+            trash.discard(entry_id)
+        raise
+    if done is None or isinstance(done, _Kept):
+        trash.discard(entry_id)
     if isinstance(done, _Kept):
         raise done.error()
     return done
@@ -1119,35 +1150,22 @@ def _delete_part(
         payload = _part_payload(session_id, message_ids)
         if not payload["messages"]:
             return 0
-        entry_id = trash.open_entry(
-            session_ids=[session_id],
-            rows=payload,
+        done = _copy_then_delete(
+            [session_id],
+            payload,
+            lambda copied, committed: _locked_delete_part(
+                session_id, copied=copied, committed=committed, trash=trash, keep_live=keep_live
+            ),
             actor=actor,
             reason=reason,
             job_id=job_id,
+            trash=trash,
             operation=operation,
         )
-        committed: list = []
-        try:
-            done = _locked_delete_part(
-                session_id,
-                copied=(entry_id, rows_key(payload), payload),
-                committed=committed,
-                trash=trash,
-                keep_live=keep_live,
-            )
-        except Exception:
-            if not committed:
-                trash.discard(entry_id)
-            raise
-        if isinstance(done, _Kept):
-            trash.discard(entry_id)
-            raise done.error()
         if done is not None:
             return done
-        trash.discard(entry_id)
-        # Changed under us (a runtime rewrote a message): read the part again. Parts are short,
-        # and the last attempt's rows are re-read under the lock too, so this ends.
+        # Changed under us (a runtime rewrote one of these messages): read the part again. One
+        # that keeps changing makes the delete give up as busy, nothing of the part deleted.
     raise StoreBusy("deleting a session in parts", COPY_ATTEMPTS + 1)
 
 

@@ -252,6 +252,22 @@ def run_crash_child(operation: str, arguments: dict, *, crash_at: str, env: dict
     )
 
 
+def cascade_killed_after_first_part(sid: str):
+    """A cascade delete of ``sid`` in parts of 100, its process killed after the first part."""
+    plan = core.plan_cascade_delete(session_ids=[sid])
+    return run_crash_child(
+        "cascade_delete",
+        {
+            "session_ids": [sid],
+            "expected_fingerprint": plan.fingerprint,
+            "actor": "a",
+            "reason": "r",
+        },
+        crash_at="delete.between_parts@1",
+        env={"CRASH_CHILD_BATCH_MESSAGES": "100"},
+    )
+
+
 def expire_lease(job_id: int) -> None:
     DeleteJob.objects.filter(pk=job_id).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
@@ -316,19 +332,7 @@ def test_a_job_killed_between_parts_is_finished_by_the_next_worker(crash_at):
 def test_a_cascade_killed_between_parts_leaves_a_marked_session_that_a_restore_gives_back():
     sid = big_session(300, ended=False)
     before = session_rows(sid)
-    plan = core.plan_cascade_delete(session_ids=[sid])
-
-    child = run_crash_child(
-        "cascade_delete",
-        {
-            "session_ids": [sid],
-            "expected_fingerprint": plan.fingerprint,
-            "actor": "a",
-            "reason": "r",
-        },
-        crash_at="delete.between_parts@1",
-        env={"CRASH_CHILD_BATCH_MESSAGES": "100"},
-    )
+    child = cascade_killed_after_first_part(sid)
 
     assert child.returncode == -9, child.stderr
     assert message_count(sid) == 200
@@ -349,18 +353,7 @@ def test_a_cascade_killed_between_parts_leaves_a_marked_session_that_a_restore_g
 def test_a_cascade_run_again_after_a_crash_between_parts_finishes_the_session():
     sid = big_session(300)
     before = session_rows(sid)
-    plan = core.plan_cascade_delete(session_ids=[sid])
-    run_crash_child(
-        "cascade_delete",
-        {
-            "session_ids": [sid],
-            "expected_fingerprint": plan.fingerprint,
-            "actor": "a",
-            "reason": "r",
-        },
-        crash_at="delete.between_parts@1",
-        env={"CRASH_CHILD_BATCH_MESSAGES": "100"},
-    )
+    cascade_killed_after_first_part(sid)
     first = being_deleted.marks_on([sid])[sid].operation
 
     again = core.plan_cascade_delete(session_ids=[sid])
@@ -383,18 +376,7 @@ def test_a_cascade_run_again_after_a_crash_between_parts_finishes_the_session():
 
 def test_restoring_parts_whose_session_row_went_with_another_delete_is_refused():
     sid = big_session(300)
-    plan = core.plan_cascade_delete(session_ids=[sid])
-    run_crash_child(
-        "cascade_delete",
-        {
-            "session_ids": [sid],
-            "expected_fingerprint": plan.fingerprint,
-            "actor": "a",
-            "reason": "r",
-        },
-        crash_at="delete.between_parts@1",
-        env={"CRASH_CHILD_BATCH_MESSAGES": "100"},
-    )
+    cascade_killed_after_first_part(sid)
     first = TrashEntry.objects.get(operation=being_deleted.marks_on([sid])[sid].operation)
     again = core.plan_cascade_delete(session_ids=[sid])
     core.execute_cascade_delete(
