@@ -11,13 +11,16 @@ of its own, then the session row with what is left.
 Between those transactions the session is in this state: a row in
 ``sessions_admin_deletions`` (in the store, so every process sees it) names
 the delete's trash operation. While it stands the core refuses every write to
-the session (``refuse_being_deleted``: appends, resume, merge, undo, branch),
-so nothing is added to a transcript that is half in the trash. The row goes
-in the transaction that deletes the session row, or when the delete gives the
-session back (it went live under a delete that keeps live sessions, or a hold
-landed): then the parts are put back from the trash in that same transaction.
-A delete killed between parts leaves the state standing: the job resumes and
-finishes it, or restoring the operation from the trash puts the parts back.
+the session (``refuse_being_deleted``: appends, usage, turns, compression,
+resume, merge and unmerge, undo/redo/retry, branch, stray moves), so nothing
+is added to a transcript that is half in the trash. A runtime writing with its
+own SQL (Hermes) is not stopped: the next part copies what it wrote to the
+trash with the rest. The row goes in the transaction that deletes the session
+row, or when the delete gives the session back (it went live under a delete
+that keeps live sessions, a hold landed, its job was cancelled): then the
+parts are put back from the trash in that same transaction. A delete killed
+between parts leaves the state standing: the job resumes and finishes it, or
+restoring the operation from the trash puts the parts back.
 """
 
 from __future__ import annotations
