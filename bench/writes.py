@@ -34,6 +34,7 @@ size and backend in docs/benchmarks.md. Figures are machine-dependent.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import datetime as dt
 import json
@@ -175,10 +176,21 @@ class Appender:
             env=env,
         )
         self.started = time.time()
+        # A case that fails before stop() must not leave the appender running (it would keep the
+        # scratch copy open after its directory is removed, and its disk space taken).
+        atexit.register(self._kill_if_running)
+
+    def _kill_if_running(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
 
     def stop(self) -> list[tuple[float, float, str]]:
         self.stop_file.touch()
-        self.process.wait(timeout=120)
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise
         return [tuple(r) for r in json.loads(self.out_file.read_text())]
 
 
@@ -523,16 +535,27 @@ def run_hermes(workdir: Path, count: int) -> dict:
         workdir,
         live,
     )
-    time.sleep(APPEND_BASELINE_SECONDS + 2)
-    start_wall = time.time()
-    subprocess.run(
-        [str(HERMES_PYTHON), script, "--hermes-delete", str(state), str(ids_file), str(out_file)],
-        env=env,
-        check=True,
-    )
-    end_wall = time.time()
-    time.sleep(1)
-    records = appender.stop()
+    try:
+        time.sleep(APPEND_BASELINE_SECONDS + 2)
+        start_wall = time.time()
+        subprocess.run(
+            [
+                str(HERMES_PYTHON),
+                script,
+                "--hermes-delete",
+                str(state),
+                str(ids_file),
+                str(out_file),
+            ],
+            env=env,
+            check=True,
+        )
+        end_wall = time.time()
+        time.sleep(1)
+    finally:
+        # Stopped whatever happened: a failed delete left the appender running, holding the
+        # scratch copy (deleted with its directory) open and its disk space taken.
+        records = appender.stop()
     result = json.loads(out_file.read_text())
     return {
         **result,
