@@ -223,14 +223,16 @@ def multiply_sqlite(path: str, copies: int) -> None:
                 f"INSERT INTO {table}_config (k, v) VALUES (?, ?)", fts_settings[table]
             )
         cursor.execute("COMMIT")
-        if "messages_fts" in fts_tables:
-            # The console's searches read this one: one segment, as a store whose runtime
-            # merged as it went would have more or less (a million-session store left with
-            # its load-time levels answered a selective word in 65 ms instead of 11). The
-            # trigram table, which only Hermes reads, keeps its levels.
+        for table in fts_tables:
+            # One segment each, as a store whose runtime merged as it went has more or less. Left
+            # with its load-time levels (up to 63 segments a level) an index is no store a
+            # runtime makes: the console's searches read messages_fts (a selective word took 65
+            # ms instead of 11), and the first writes after the load, with the default settings
+            # back, merge whole levels of the trigram index at once (one delete batch of a bulk
+            # delete waited 146 s for it).
             merging = time.monotonic()
-            cursor.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
-            print(f"  messages_fts merged in {time.monotonic() - merging:.0f} s", flush=True)
+            cursor.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+            print(f"  {table} merged in {time.monotonic() - merging:.0f} s", flush=True)
         conn.execute("ANALYZE")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
