@@ -20,6 +20,7 @@ the job that works through it in the background is the ledger's
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import pickle
@@ -741,18 +742,36 @@ def snapshot_rows(batch: list[str], *, lock: bool) -> tuple[list[str], dict]:
     }
 
 
+@dataclass(frozen=True)
+class _Deleting:
+    """What every step of one delete passes on: who and why, the trash and operation its
+    entries go to, and whether a session found live under the lock is kept."""
+
+    actor: str
+    reason: str
+    job_id: int | None
+    trash: Trash
+    operation: str
+    keep_live: bool
+
+    def open_entry(self, session_ids: Sequence[str], rows: dict) -> int:
+        return self.trash.open_entry(
+            session_ids=session_ids,
+            rows=rows,
+            actor=self.actor,
+            reason=self.reason,
+            job_id=self.job_id,
+            operation=self.operation,
+        )
+
+
 @store_operation
 def _locked_delete(
     batch: list[str],
     *,
     copied: tuple[int, bytes, dict] | None,
-    actor: str,
-    reason: str,
-    job_id: int | None,
-    operation: str,
     committed: list,
-    trash: Trash,
-    keep_live: bool,
+    how: _Deleting,
 ) -> tuple[int, int, int] | _Kept | None:
     """Under the store's write lock: delete the batch's rows, their trash copy committed first.
 
@@ -770,34 +789,27 @@ def _locked_delete(
     marked = being_deleted.marks_on(batch)
     held = holds.holds_on(batch)
     if held:
-        _give_back_parts([sid for sid in batch if sid in marked and sid in held], trash=trash)
+        _give_back_parts([sid for sid in batch if sid in marked and sid in held], trash=how.trash)
         return _Kept(held=held)
-    if keep_live:
+    if how.keep_live:
         live = [s["id"] for s in payload["sessions"] if s.get("ended_at") is None]
         if live:
-            _give_back_parts([sid for sid in live if sid in marked], trash=trash)
+            _give_back_parts([sid for sid in live if sid in marked], trash=how.trash)
             return _Kept(live=tuple(live))
     if copied is not None:
         entry_id, copied_key, copied_payload = copied
         if (
             not batch
             or not _same_rows(payload, copied_key, copied_payload)
-            or not trash.is_pending(entry_id)
+            or not how.trash.is_pending(entry_id)
         ):
             return None
-        trash.discard_unfinished(batch, keep=entry_id)
+        how.trash.discard_unfinished(batch, keep=entry_id)
     elif not batch:
         return 0, 0, 0
     else:
-        trash.discard_unfinished(batch)
-        entry_id = trash.open_entry(
-            session_ids=batch,
-            rows=payload,
-            actor=actor,
-            reason=reason,
-            job_id=job_id,
-            operation=operation,
-        )
+        how.trash.discard_unfinished(batch)
+        entry_id = how.open_entry(batch, payload)
     faults.checkpoint("delete.after_trash_copy")
     marks = db.placeholders(batch)
     names = [row["name"] for row in payload["conversations"]]
@@ -828,14 +840,14 @@ def _locked_delete(
         if marked:  # the last step of a delete in parts: the session is gone, so is its state
             db.execute(f"DELETE FROM sessions_admin_deletions WHERE session_id IN ({marks})", batch)
     except Exception:
-        trash.discard(entry_id)
+        how.trash.discard(entry_id)
         raise
     faults.checkpoint("delete.before_commit")
 
     def mark_complete() -> None:
         committed.append(entry_id)
         faults.checkpoint("delete.after_commit")
-        trash.mark_complete(entry_id)
+        how.trash.mark_complete(entry_id)
 
     transaction.on_commit(mark_complete, using="store")
     return len(payload["sessions"]), len(payload["messages"]), entry_id
@@ -884,44 +896,23 @@ def delete_batch(
     lock is kept (``SessionsWentLive``); a held one raises ``SessionsHeld``.
     Either way nothing of the batch is deleted.
     """
-    trash = _trash_or_default(trash)
-    operation = operation or new_operation_id()
+    how = _Deleting(
+        actor=actor,
+        reason=reason,
+        job_id=job_id,
+        trash=_trash_or_default(trash),
+        operation=operation or new_operation_id(),
+        keep_live=keep_live,
+    )
     part_messages = part_messages or BATCH_MESSAGES
     if len(batch) == 1:
         row = db.fetchone("SELECT message_count FROM sessions WHERE id = %s", [batch[0]])
         if row is not None and (int(row[0] or 0) > part_messages or being_deleted.marks_on(batch)):
-            return _delete_in_parts(
-                batch[0],
-                part_messages=part_messages,
-                between_parts=between_parts,
-                actor=actor,
-                reason=reason,
-                job_id=job_id,
-                trash=trash,
-                operation=operation,
-                keep_live=keep_live,
-            )
-    return _delete_whole(
-        batch,
-        actor=actor,
-        reason=reason,
-        job_id=job_id,
-        trash=trash,
-        operation=operation,
-        keep_live=keep_live,
-    )
+            return _delete_in_parts(batch[0], how, part_messages, between_parts)
+    return _delete_whole(batch, how)
 
 
-def _delete_whole(
-    batch: list[str],
-    *,
-    actor: str,
-    reason: str,
-    job_id: int | None,
-    trash: Trash,
-    operation: str,
-    keep_live: bool,
-) -> tuple[int, int, int]:
+def _delete_whole(batch: list[str], how: _Deleting) -> tuple[int, int, int]:
     """``delete_batch`` for whole sessions: each of them, with all its rows, in one transaction."""
     for _ in range(COPY_ATTEMPTS):
         present, payload = snapshot_rows(batch, lock=False)
@@ -931,35 +922,13 @@ def _delete_whole(
             present,
             payload,
             lambda copied, committed, present=present: _locked_delete(
-                present,
-                copied=copied,
-                actor=actor,
-                reason=reason,
-                job_id=job_id,
-                operation=operation,
-                committed=committed,
-                trash=trash,
-                keep_live=keep_live,
+                present, copied=copied, committed=committed, how=how
             ),
-            actor=actor,
-            reason=reason,
-            job_id=job_id,
-            trash=trash,
-            operation=operation,
+            how,
         )
         if done is not None:
             return done
-    done = _locked_delete(
-        batch,
-        copied=None,
-        actor=actor,
-        reason=reason,
-        job_id=job_id,
-        operation=operation,
-        committed=[],
-        trash=trash,
-        keep_live=keep_live,
-    )
+    done = _locked_delete(batch, copied=None, committed=[], how=how)
     if isinstance(done, _Kept):
         raise done.error()
     return done
@@ -969,12 +938,7 @@ def _copy_then_delete(
     session_ids: list[str],
     payload: dict,
     locked: Callable[[tuple[int, bytes, dict], list], object],
-    *,
-    actor: str,
-    reason: str,
-    job_id: int | None,
-    trash: Trash,
-    operation: str,
+    how: _Deleting,
 ):
     """Commit ``payload``'s trash copy (a pending entry), then run ``locked(copied, committed)``
     (the delete under the store's lock, given the entry and the rows' key).
@@ -983,24 +947,17 @@ def _copy_then_delete(
     dropped. A ``_Kept`` answer drops the entry and raises its error; so does a failure
     before the store committed.
     """
-    entry_id = trash.open_entry(
-        session_ids=session_ids,
-        rows=payload,
-        actor=actor,
-        reason=reason,
-        job_id=job_id,
-        operation=operation,
-    )
+    entry_id = how.open_entry(session_ids, payload)
     committed: list = []
     try:
         # Keyed here, before the lock: the runtime waits only for the re-read's key.
         done = locked((entry_id, rows_key(payload), payload), committed)
     except Exception:
         if not committed:  # the store delete never committed: the copy is not needed
-            trash.discard(entry_id)
+            how.trash.discard(entry_id)
         raise
     if done is None or isinstance(done, _Kept):
-        trash.discard(entry_id)
+        how.trash.discard(entry_id)
     if isinstance(done, _Kept):
         raise done.error()
     return done
@@ -1008,15 +965,9 @@ def _copy_then_delete(
 
 def _delete_in_parts(
     session_id: str,
-    *,
+    how: _Deleting,
     part_messages: int,
     between_parts: Callable[[], None] | None,
-    actor: str,
-    reason: str,
-    job_id: int | None,
-    trash: Trash,
-    operation: str,
-    keep_live: bool,
 ) -> tuple[int, int, int]:
     """Delete one large session in several short store transactions (``core.being_deleted``).
 
@@ -1024,18 +975,16 @@ def _delete_in_parts(
     it); then its oldest ``part_messages`` messages at a time go, each part
     copied to the trash and deleted under the lock like a batch; last the
     session row with what is left, its mark cleared in that transaction. Every
-    part is an entry of ``operation``: restoring any of them restores the lot.
+    part is an entry of the delete's operation: restoring any of them restores the lot.
 
     A purge (``NO_TRASH``) that has started a session finishes it, live or not:
     it kept nothing to give back.
     """
-    if trash is NO_TRASH:
-        keep_live = False
+    if how.trash is NO_TRASH and how.keep_live:
+        how = dataclasses.replace(how, keep_live=False)
     if not being_deleted.table_present():
         _create_deletions_table()
-    kept = _mark_being_deleted(
-        session_id, operation=operation, actor=actor, keep_live=keep_live, trash=trash
-    )
+    kept = _mark_being_deleted(session_id, how)
     if kept is not None:
         raise kept.error()
     removed = 0
@@ -1049,28 +998,11 @@ def _delete_in_parts(
         ]
         if len(ids) <= part_messages:
             break
-        removed += _delete_part(
-            session_id,
-            ids[:part_messages],
-            actor=actor,
-            reason=reason,
-            job_id=job_id,
-            trash=trash,
-            operation=operation,
-            keep_live=keep_live,
-        )
+        removed += _delete_part(session_id, ids[:part_messages], how)
         faults.checkpoint("delete.between_parts")
         if between_parts is not None:
             between_parts()
-    sessions, messages, entry_id = _delete_whole(
-        [session_id],
-        actor=actor,
-        reason=reason,
-        job_id=job_id,
-        trash=trash,
-        operation=operation,
-        keep_live=keep_live,
-    )
+    sessions, messages, entry_id = _delete_whole([session_id], how)
     return sessions, removed + messages, entry_id
 
 
@@ -1080,35 +1012,39 @@ def _create_deletions_table() -> None:
     being_deleted.ensure_table()
 
 
+def _kept_whole(session_id: str, ended_at: float | None, how: _Deleting) -> _Kept | None:
+    """Under the session's row lock: a hold on it, or (``keep_live``) its being live, keeps it
+    whole: what a delete in parts took of it comes back (``_give_back_parts``)."""
+    held = holds.holds_on([session_id])
+    if held or (how.keep_live and ended_at is None):
+        _give_back_parts([session_id], trash=how.trash)
+        return _Kept(held=held) if held else _Kept(live=(session_id,))
+    return None
+
+
 @store_operation
-def _mark_being_deleted(
-    session_id: str, *, operation: str, actor: str, keep_live: bool, trash: Trash
-) -> _Kept | None:
+def _mark_being_deleted(session_id: str, how: _Deleting) -> _Kept | None:
     """Put the session in the being-deleted state, under its row lock (refused: what stops it)."""
     row = db.fetchone(
         "SELECT id, ended_at FROM sessions WHERE id = %s" + db.for_update(), [session_id]
     )
     if row is None:
         return None  # gone meanwhile: the whole-session step finds nothing to do
-    held = holds.holds_on([session_id])
-    if held:
-        _give_back_parts([session_id], trash=trash)
-        return _Kept(held=held)
-    if keep_live and row[1] is None:
-        _give_back_parts([session_id], trash=trash)
-        return _Kept(live=(session_id,))
+    kept = _kept_whole(session_id, row[1], how)
+    if kept is not None:
+        return kept
     if being_deleted.marks_on([session_id]):
         # A delete killed between parts (or another one running): this one carries on with it.
         db.execute(
             "UPDATE sessions_admin_deletions SET operation = %s, actor = %s, keep_live = %s "
             "WHERE session_id = %s",
-            [operation, actor, int(keep_live), session_id],
+            [how.operation, how.actor, int(how.keep_live), session_id],
         )
     else:
         db.execute(
             "INSERT INTO sessions_admin_deletions (session_id, operation, actor, started_at, "
             "keep_live) VALUES (%s, %s, %s, %s, %s)",
-            [session_id, operation, actor, time.time(), int(keep_live)],
+            [session_id, how.operation, how.actor, time.time(), int(how.keep_live)],
         )
     return None
 
@@ -1134,17 +1070,7 @@ def _part_payload(session_id: str, message_ids: Sequence[int], *, lock: bool = F
     }
 
 
-def _delete_part(
-    session_id: str,
-    message_ids: list[int],
-    *,
-    actor: str,
-    reason: str,
-    job_id: int | None,
-    trash: Trash,
-    operation: str,
-    keep_live: bool,
-) -> int:
+def _delete_part(session_id: str, message_ids: list[int], how: _Deleting) -> int:
     """One part of ``_delete_in_parts``: trash then delete these messages; how many went."""
     for _ in range(COPY_ATTEMPTS + 1):
         payload = _part_payload(session_id, message_ids)
@@ -1154,13 +1080,9 @@ def _delete_part(
             [session_id],
             payload,
             lambda copied, committed: _locked_delete_part(
-                session_id, copied=copied, committed=committed, trash=trash, keep_live=keep_live
+                session_id, copied=copied, committed=committed, how=how
             ),
-            actor=actor,
-            reason=reason,
-            job_id=job_id,
-            trash=trash,
-            operation=operation,
+            how,
         )
         if done is not None:
             return done
@@ -1175,8 +1097,7 @@ def _locked_delete_part(
     *,
     copied: tuple[int, bytes, dict],
     committed: list,
-    trash: Trash,
-    keep_live: bool,
+    how: _Deleting,
 ) -> int | _Kept | None:
     """Under the store's write lock: delete one part's messages if they are still as copied."""
     row = db.fetchone(
@@ -1187,20 +1108,16 @@ def _locked_delete_part(
         return 0  # another delete finished it meanwhile
     if not being_deleted.marks_on([session_id]):
         return _Kept(given_back=session_id)  # a restore or another delete gave it back
-    held = holds.holds_on([session_id])
-    if held:
-        _give_back_parts([session_id], trash=trash)
-        return _Kept(held=held)
-    if keep_live and row[1] is None:
-        _give_back_parts([session_id], trash=trash)
-        return _Kept(live=(session_id,))
+    kept = _kept_whole(session_id, row[1], how)
+    if kept is not None:
+        return kept
     message_ids = [m["id"] for m in copied_payload["messages"]]
     now = _part_payload(session_id, message_ids, lock=True)
-    if not _same_rows(now, copied_key, copied_payload) or not trash.is_pending(entry_id):
+    if not _same_rows(now, copied_key, copied_payload) or not how.trash.is_pending(entry_id):
         return None
     # Under the lock, as for a whole batch: a pending part of a process that died before its
     # commit is dropped (its rows are all here), one that died after it is settled.
-    trash.discard_unfinished([session_id], keep=entry_id)
+    how.trash.discard_unfinished([session_id], keep=entry_id)
     faults.checkpoint("delete.after_trash_copy")
     db.execute(f"DELETE FROM messages WHERE id IN ({db.placeholders(message_ids)})", message_ids)
     faults.checkpoint("delete.before_commit")
@@ -1208,7 +1125,7 @@ def _locked_delete_part(
     def mark_complete() -> None:
         committed.append(entry_id)
         faults.checkpoint("delete.after_commit")
-        trash.mark_complete(entry_id)
+        how.trash.mark_complete(entry_id)
 
     transaction.on_commit(mark_complete, using="store")
     return len(message_ids)
