@@ -843,6 +843,12 @@ def _locked_delete(
         how.trash.discard(entry_id)
         raise
     faults.checkpoint("delete.before_commit")
+    _complete_on_commit(entry_id, committed, how)
+    return len(payload["sessions"]), len(payload["messages"]), entry_id
+
+
+def _complete_on_commit(entry_id: int, committed: list, how: _Deleting) -> None:
+    """Once the store commits the delete, its trash entry is complete (its rows only there)."""
 
     def mark_complete() -> None:
         committed.append(entry_id)
@@ -850,7 +856,6 @@ def _locked_delete(
         how.trash.mark_complete(entry_id)
 
     transaction.on_commit(mark_complete, using="store")
-    return len(payload["sessions"]), len(payload["messages"]), entry_id
 
 
 @dataclass(frozen=True)
@@ -1121,13 +1126,7 @@ def _locked_delete_part(
     faults.checkpoint("delete.after_trash_copy")
     db.execute(f"DELETE FROM messages WHERE id IN ({db.placeholders(message_ids)})", message_ids)
     faults.checkpoint("delete.before_commit")
-
-    def mark_complete() -> None:
-        committed.append(entry_id)
-        faults.checkpoint("delete.after_commit")
-        how.trash.mark_complete(entry_id)
-
-    transaction.on_commit(mark_complete, using="store")
+    _complete_on_commit(entry_id, committed, how)
     return len(message_ids)
 
 
