@@ -479,3 +479,16 @@ def test_a_store_attached_by_an_older_version_works_and_a_delete_in_parts_create
         assert session_rows(sid) == {"session": [], "messages": []}
     finally:
         being_deleted.ensure_table()
+
+
+def test_a_purge_keeps_the_parts_of_a_held_session_a_killed_delete_left():
+    from sessions_admin.ledger.trash import purge_trash
+
+    sid = big_session(300)
+    cascade_killed_after_first_part(sid)
+    operation = being_deleted.marks_on([sid])[sid].operation
+    holds.place_hold(kind=holds.SESSION, subject=sid, reason="litigation", actor="lee")
+
+    purge_trash()
+
+    assert TrashEntry.objects.filter(operation=operation, state=TrashEntry.COMPLETE).count() == 1
