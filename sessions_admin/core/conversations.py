@@ -7,6 +7,12 @@ session lived only inside ``responses.data``, so once that row was evicted a
 known slug minted a fresh, unlinked session: one conversation became N forks.
 Here the slug's session is persisted on its ``conversations`` row at every
 turn, and resolving a slug never depends on the response row surviving.
+Nor on the row keeping that column: hermes-agent 0.19's own turn rewrites the
+row with ``INSERT OR REPLACE (name, response_id)`` (the column NULL) and its
+LRU deletes the row with the response. So every session the core puts a slug
+on is also recorded in the slug history (``slug_history.remember_core_session``,
+in the store), and a slug whose row and responses name no session any more
+continues the latest session recorded there, if it still exists.
 
 These tables may live in a separate database (Hermes's ``response_store.db``):
 ``responses_alias()``.
@@ -41,6 +47,7 @@ from sessions_admin.core.rows import (
     responses_transaction,
     slugs_of_sessions,
 )
+from sessions_admin.core.slug_history import latest_recorded_session, remember_core_session
 from sessions_admin.routers import responses_alias
 
 
@@ -108,7 +115,12 @@ def resolve_conversation(
 
     - a known ``previous_response_id``: its session;
     - else a known slug: the session persisted on its row (even after every
-      response row of it was evicted);
+      response row of it was evicted) or, where the runtime left the column
+      NULL (Hermes's ``INSERT OR REPLACE``), the session its latest response
+      names or, that response not stored either, the latest session the slug
+      history records for it (the core's own record of its turns);
+    - a slug whose row the runtime deleted (Hermes's LRU) but whose recorded
+      session still exists: that session, the row written again;
     - an unknown ``previous_response_id`` without a slug, or a slug with no
       recorded session: ``ConversationNotFound`` (never a silent fork);
     - a new slug: a new session, created once even when requests race;
@@ -133,21 +145,33 @@ def resolve_conversation(
                 "recorded) and no conversation slug was given to continue by."
             )
     row = conversation_row(conversation)
+    if row is None:
+        recorded = _recorded_session(conversation)
+        if recorded:
+            with responses_transaction():
+                db.execute(
+                    "INSERT INTO conversations (name, response_id, session_id) "
+                    "VALUES (%s, '', %s) ON CONFLICT (name) DO NOTHING",
+                    [conversation, recorded],
+                    alias=_alias(),
+                )
+            row = conversation_row(conversation)
     if row is not None:
-        session_id = row[1] or response_session(row[0])
+        session_id = row[1] or response_session(row[0]) or _recorded_session(conversation)
         if not session_id:
             raise ConversationNotFound(
                 f"Conversation {conversation!r} has no recorded session (its responses were "
                 "evicted before sessions were recorded on conversations); start a new slug."
             )
-        with responses_transaction():
-            if row[1] is None:
+        if row[1] is None:
+            with responses_transaction():
                 db.execute(
                     "UPDATE conversations SET session_id = %s WHERE name = %s "
                     "AND session_id IS NULL",
                     [session_id, conversation],
                     alias=_alias(),
                 )
+            remember_core_session(slug=conversation, session_id=session_id)
         if lineage.session_row(session_id) is None:
             # The slug was claimed but its session never written (a crash between
             # the two databases): create it now under the recorded id.
@@ -172,8 +196,21 @@ def resolve_conversation(
     created = session_id == candidate
     create_session(session_id=session_id, source=source, user_id=user_id, model=model)
     if created:
+        remember_core_session(slug=conversation, session_id=session_id)
         return ConversationTarget(session_id, conversation, "new", True)
     return _live_target(session_id, conversation, "conversation")
+
+
+def _recorded_session(conversation: str) -> str | None:
+    """The latest session the slug history records for the slug, if that session still exists.
+
+    Only the latest: when an operator deleted it, an older session of the slug
+    is not brought back instead.
+    """
+    session_id = latest_recorded_session(conversation)
+    if session_id and lineage.session_row(session_id) is not None:
+        return session_id
+    return None
 
 
 def _live_target(session_id: str, conversation: str | None, resolved_by: str) -> ConversationTarget:
@@ -185,6 +222,8 @@ def _live_target(session_id: str, conversation: str | None, resolved_by: str) ->
             + [lineage.current_session(session_id=session_id)],
             to_session_id=target,
         )
+        if conversation:
+            remember_core_session(slug=conversation, session_id=target)
     return ConversationTarget(
         target, conversation, "continuation" if created else resolved_by, created
     )
@@ -199,6 +238,10 @@ def record_turn(
     data: Mapping[str, Any] | None = None,
 ) -> None:
     """Store a response and advance its conversation, persisting the slug's session id.
+
+    The session is persisted on the slug's row and in the slug history (the
+    core's entry), which outlasts the runtime's next ``INSERT OR REPLACE`` of
+    the row and the eviction of every response.
 
     The session must be live, as for an append: a turn recorded against an ended
     session (a stale id) would move the slug back onto it, so it raises
@@ -216,6 +259,7 @@ def record_turn(
     payload["session_id"] = session_id
     if conversation:
         payload.setdefault("conversation", conversation)
+        remember_core_session(slug=conversation, session_id=session_id, response_id=response_id)
     with responses_transaction():
         db.execute(
             "INSERT INTO responses (response_id, data, accessed_at) VALUES (%s, %s, %s) "

@@ -25,6 +25,17 @@ The poller runs in a daemon thread of each dashboard worker
 (``ledger.worker.ensure_slug_history_running``) or in
 ``manage.py watch_slug_history``; several pollers record each change once (the
 insert re-checks the slug's last entry under the store's write lock).
+
+The core writes one more kind of entry itself, ``core``: the session it put a
+slug on (``record_turn``, a new slug, a move to the session continuing it),
+kept as one entry per slug, replaced at each write, inside the operation that
+decided it. The slug's ``conversations`` row does not keep that (Hermes's next
+``INSERT OR REPLACE`` nulls the column, its LRU deletes the row), so when
+neither the row nor a stored response names a session any more,
+``resolve_conversation`` continues the latest session recorded here
+(``latest_recorded_session``) instead of failing or forking. Polling's gaps do
+not apply to these entries. Fork detection and the poller read only the
+poller's own observations (``recorded``, ``removed``).
 """
 
 from __future__ import annotations
@@ -40,6 +51,8 @@ from sessions_admin.routers import responses_alias, store_alias
 TABLE = "sessions_admin_slug_history"
 RECORDED = "recorded"
 REMOVED = "removed"
+CORE = "core"  # the session the core itself put the slug on; one entry per slug
+OBSERVED_EVENTS = (RECORDED, REMOVED)
 
 SLUG_HISTORY_SQL = [
     f"CREATE TABLE IF NOT EXISTS {TABLE} ("
@@ -144,15 +157,17 @@ def _last_entries(slugs: Iterable[str] | None = None) -> dict[str, str | None]:
     if slugs is None:
         rows = db.fetchall(
             f"SELECT h.slug, h.event, h.response_id FROM {TABLE} h "
-            f"JOIN (SELECT slug, MAX(id) AS id FROM {TABLE} GROUP BY slug) last ON last.id = h.id"
+            f"JOIN (SELECT slug, MAX(id) AS id FROM {TABLE} WHERE event IN (%s, %s) "
+            "GROUP BY slug) last ON last.id = h.id",
+            OBSERVED_EVENTS,
         )
     else:
         rows = []
         for slug in slugs:
             row = db.fetchone(
                 f"SELECT slug, event, response_id FROM {TABLE} WHERE slug = %s "
-                "ORDER BY id DESC LIMIT 1",
-                [slug],
+                "AND event IN (%s, %s) ORDER BY id DESC LIMIT 1",
+                [slug, *OBSERVED_EVENTS],
             )
             if row is not None:
                 rows.append(row)
@@ -231,23 +246,59 @@ def capture_slug_history() -> int:
 
 
 def slug_histories(*, min_sessions: int = 1) -> dict[str, list[SlugObservation]]:
-    """slug -> its entries in the order seen, for slugs whose entries name ``min_sessions``+ sessions."""
+    """slug -> the poller's entries in the order seen, for slugs naming ``min_sessions``+ sessions."""
 
     if not history_table_exists():
         return {}
     columns = "slug, event, response_id, session_id, response_created_at, observed_at"
+    observed = "event IN (%s, %s)"
     if min_sessions > 1:
         rows = db.fetchall(
-            f"SELECT {columns} FROM {TABLE} WHERE slug IN ("
-            f" SELECT slug FROM {TABLE} WHERE session_id IS NOT NULL GROUP BY slug"
+            f"SELECT {columns} FROM {TABLE} WHERE {observed} AND slug IN ("
+            f" SELECT slug FROM {TABLE} WHERE session_id IS NOT NULL AND {observed} GROUP BY slug"
             " HAVING COUNT(DISTINCT session_id) >= %s) ORDER BY slug, id",
-            [int(min_sessions)],
+            [*OBSERVED_EVENTS, *OBSERVED_EVENTS, int(min_sessions)],
         )
     else:
-        rows = db.fetchall(f"SELECT {columns} FROM {TABLE} ORDER BY slug, id")
+        rows = db.fetchall(
+            f"SELECT {columns} FROM {TABLE} WHERE {observed} ORDER BY slug, id", OBSERVED_EVENTS
+        )
     found: dict[str, list[SlugObservation]] = {}
     for slug, event, response_id, session_id, created_at, observed_at in rows:
         found.setdefault(slug, []).append(
             SlugObservation(slug, event, response_id, session_id, created_at, observed_at)
         )
     return found
+
+
+# --- what the core itself recorded ------------------------------------------------------------
+
+
+def remember_core_session(*, slug: str, session_id: str, response_id: str | None = None) -> None:
+    """Record that the core put ``slug`` on ``session_id`` (its one ``core`` entry, replaced).
+
+    Runs inside the caller's store operation, so the entry commits with the
+    decision it records. Delete and insert rather than update: the entry's id
+    orders it among the poller's observations (the latest one wins).
+    """
+    db.execute(f"DELETE FROM {TABLE} WHERE slug = %s AND event = %s", [slug, CORE])
+    db.execute(
+        f"INSERT INTO {TABLE} (slug, event, response_id, session_id, response_created_at, "
+        "observed_at) VALUES (%s, %s, %s, %s, NULL, %s)",
+        [slug, CORE, response_id, session_id, clock.now()],
+    )
+
+
+def latest_recorded_session(slug: str) -> str | None:
+    """The session the latest entry naming one for ``slug`` names (the core's or the poller's).
+
+    None when nothing names one, or the store has no history table (read-only attach).
+    """
+    if not history_table_exists():
+        return None
+    row = db.fetchone(
+        f"SELECT session_id FROM {TABLE} WHERE slug = %s AND session_id IS NOT NULL "
+        "ORDER BY id DESC LIMIT 1",
+        [slug],
+    )
+    return row[0] if row else None
