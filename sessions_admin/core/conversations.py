@@ -40,6 +40,7 @@ from sessions_admin.core.lifecycle import (
 from sessions_admin.core.rows import (
     conversation_row,
     conversation_session,
+    decoded_content,
     json_text,
     repoint_conversations,
     require_text,
@@ -402,19 +403,6 @@ def latest_responses_of(session_ids: list[str]) -> list[tuple[str, str]]:
     return found
 
 
-# Hermes stores non-text message content as this prefix and JSON (hermes_state._encode_content).
-_CONTENT_JSON_PREFIX = "\x00json:"
-
-
-def _message_content(content: Any) -> Any:
-    if isinstance(content, str) and content.startswith(_CONTENT_JSON_PREFIX):
-        try:
-            return json.loads(content[len(_CONTENT_JSON_PREFIX) :])
-        except ValueError:
-            return content
-    return content
-
-
 def conversation_history_of(session_id: str) -> list[dict[str, Any]]:
     """The session's active messages in id order, as an API conversation history.
 
@@ -429,7 +417,7 @@ def conversation_history_of(session_id: str) -> list[dict[str, Any]]:
         "WHERE session_id = %s AND active = 1 ORDER BY id",
         [session_id],
     ):
-        message: dict[str, Any] = {"role": role, "content": _message_content(content)}
+        message: dict[str, Any] = {"role": role, "content": decoded_content(content)}
         if tool_call_id:
             message["tool_call_id"] = tool_call_id
         if tool_name:

@@ -104,6 +104,22 @@ def config_text(model_config: Mapping[str, Any] | str | None) -> str | None:
 
 # --- message rows and the session's counters --------------------------------------------------
 
+# Hermes keeps list/dict message content (multimodal parts) as this prefix and
+# ``json.dumps(content)`` (``hermes_state.SessionDB._encode_content``); the NUL cannot
+# start a plain text message. PostgreSQL text cannot hold a NUL, so there such
+# content is plain JSON text, as the core writes it everywhere (``message_values``).
+HERMES_CONTENT_PREFIX = "\x00json:"
+
+
+def decoded_content(content: Any) -> Any:
+    """Stored content as Hermes reads it back: the value behind its prefix, else unchanged."""
+    if isinstance(content, str) and content.startswith(HERMES_CONTENT_PREFIX):
+        try:
+            return json.loads(content[len(HERMES_CONTENT_PREFIX) :])
+        except ValueError:
+            return content
+    return content
+
 
 def message_values(session_id: str, message: Mapping[str, Any]) -> list[Any]:
     """The values of one new message row (session_id, then ``WRITTEN_MESSAGE_COLUMNS``), checked."""

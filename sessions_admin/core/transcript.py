@@ -25,7 +25,12 @@ from sessions_admin.core.errors import (
     TruncationRefused,
 )
 from sessions_admin.core.lifecycle import require_writable, where_it_continues
-from sessions_admin.core.rows import insert_messages, recompute_counters, require_session_id
+from sessions_admin.core.rows import (
+    decoded_content,
+    insert_messages,
+    recompute_counters,
+    require_session_id,
+)
 
 
 @dataclass(frozen=True)
@@ -247,16 +252,57 @@ def redo_turn(*, session_id: str, expected_fingerprint: str | None = None) -> Re
     return _result(session_id, "redo", ids)
 
 
-def _fingerprint(message: Mapping[str, Any]) -> tuple:
-    content = message.get("content")
-    if content is not None and not isinstance(content, str):
-        content = db.dumps(content)
-    return (message.get("role"), content or "", message.get("tool_call_id") or "")
+def _canonical_json(value: Any) -> str | None:
+    """One text per JSON value (keys sorted, no spaces, unescaped); None if it is not JSON."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return None
+
+
+def _same_content(offered: Any, stored: str | None) -> bool:
+    """Whether offered content is what a stored ``content`` column holds.
+
+    A list or dict (multimodal parts) is the same as its JSON text: Hermes's
+    (its prefix and ``json.dumps``, spaced and ASCII-escaped, see
+    ``rows.HERMES_CONTENT_PREFIX``) compared as JSON values, whatever the spacing,
+    escapes or key order; unprefixed JSON text only as the core writes it
+    (``rows.message_values``) or, on PostgreSQL, where structured content can only
+    be unprefixed, as any JSON text of the same value. A plain string is compared
+    as text: it never equals Hermes's prefixed row of a list (that row was a list,
+    whatever the string looks like), and on SQLite a list never equals a plain
+    string Hermes wrote that merely looks like its JSON.
+    """
+    offered = decoded_content(offered)
+    if offered is None or offered == "":
+        return stored is None or stored == ""
+    if stored is None:
+        return False
+    held = decoded_content(stored)
+    if isinstance(offered, str):
+        return held is stored and offered == stored
+    wanted = _canonical_json(offered)
+    if wanted is None:
+        return False
+    if held is not stored:  # Hermes's prefixed JSON
+        return _canonical_json(held) == wanted
+    if stored == json.dumps(offered, ensure_ascii=False, separators=(",", ":")):
+        return True
+    if db.vendor() != "postgresql":
+        return False
+    try:
+        return _canonical_json(json.loads(stored)) == wanted
+    except ValueError:
+        return False
 
 
 def _same_row(offered: Mapping[str, Any], row: Mapping[str, Any]) -> bool:
     """Whether an offered message is this stored row: same text, and same id/time where given."""
-    if _fingerprint(offered) != _fingerprint(row):
+    if offered.get("role") != row["role"]:
+        return False
+    if (offered.get("tool_call_id") or "") != (row["tool_call_id"] or ""):
+        return False
+    if not _same_content(offered.get("content"), row["content"]):
         return False
     if offered.get("id") is not None and offered.get("id") != row["id"]:
         return False
@@ -312,7 +358,9 @@ def save_transcript(
 
     A runtime that missed an operator's undo or retry still holds the turn in
     memory and saves it again: a whole undone turn repeated where it stood is
-    known history, not a new turn, and stays inactive (an undo sticks). A save
+    known history, not a new turn, and stays inactive (an undo sticks). An
+    offered message is a stored row when role, ``tool_call_id`` and content match
+    (``_same_content``: list content as the JSON text Hermes stored for it). A save
     that would change an ended session raises ``SessionEnded`` naming the live
     one; a save that matches it exactly is a no-op.
     """
