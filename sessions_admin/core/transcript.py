@@ -256,7 +256,7 @@ def _canonical_json(value: Any) -> str | None:
     """One text per JSON value (keys sorted, no spaces, unescaped); None if it is not JSON."""
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None
 
 
@@ -266,12 +266,13 @@ def _same_content(offered: Any, stored: str | None) -> bool:
     A list or dict (multimodal parts) is the same as its JSON text: Hermes's
     (its prefix and ``json.dumps``, spaced and ASCII-escaped, see
     ``rows.HERMES_CONTENT_PREFIX``) compared as JSON values, whatever the spacing,
-    escapes or key order; unprefixed JSON text only as the core writes it
-    (``rows.message_values``) or, on PostgreSQL, where structured content can only
-    be unprefixed, as any JSON text of the same value. A plain string is compared
+    escapes or key order; unprefixed JSON text of the same value only when it is
+    compact, as the core writes it (``rows.message_values``), or on PostgreSQL,
+    where structured content can only be unprefixed. A plain string is compared
     as text: it never equals Hermes's prefixed row of a list (that row was a list,
     whatever the string looks like), and on SQLite a list never equals a plain
-    string Hermes wrote that merely looks like its JSON.
+    string that merely looks like its JSON (Hermes would have prefixed a list),
+    unless that string is the very compact text the core writes for one.
     """
     offered = decoded_content(offered)
     if offered is None or offered == "":
@@ -286,14 +287,14 @@ def _same_content(offered: Any, stored: str | None) -> bool:
         return False
     if held is not stored:  # Hermes's prefixed JSON
         return _canonical_json(held) == wanted
-    if stored == json.dumps(offered, ensure_ascii=False, separators=(",", ":")):
-        return True
-    if db.vendor() != "postgresql":
-        return False
     try:
-        return _canonical_json(json.loads(stored)) == wanted
-    except ValueError:
+        held = json.loads(stored)
+    except (ValueError, RecursionError):
         return False
+    if _canonical_json(held) != wanted:
+        return False
+    compact = json.dumps(held, ensure_ascii=False, separators=(",", ":"))
+    return stored == compact or db.vendor() == "postgresql"
 
 
 def _same_row(offered: Mapping[str, Any], row: Mapping[str, Any]) -> bool:

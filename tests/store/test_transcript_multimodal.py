@@ -72,7 +72,7 @@ def test_a_save_offering_hermes_multimodal_content_as_a_list_keeps_the_row():
 
 def test_the_same_parts_in_another_key_order_or_escaping_are_the_same_message():
     ref = _hermes_session(("user", PARTS))
-    reordered = [{**dict(reversed(list(part.items())))} for part in PARTS]
+    reordered = [dict(reversed(list(part.items()))) for part in PARTS]
     assert core.save_transcript(session_id=ref, messages=[{"role": "user", "content": reordered}])
     raw_prefixed = "\x00json:" + json.dumps(PARTS)  # a runtime handing back the raw row
     result = core.save_transcript(
@@ -125,11 +125,13 @@ def test_a_string_offered_for_a_stored_list_is_not_that_list():
 def test_a_list_the_core_wrote_is_still_the_same_message():
     ref = core.create_session(source="api_server").session_id
     core.append_message(session_id=ref, role="user", content=PARTS)
+    reordered = [dict(reversed(list(part.items()))) for part in PARTS]
     result = core.save_transcript(
         session_id=ref,
-        messages=[{"role": "user", "content": PARTS}, {"role": "assistant", "content": "seen"}],
+        messages=[{"role": "user", "content": reordered}, {"role": "assistant", "content": "seen"}],
     )
     assert (result.kept, result.appended) == (1, 1)
+    assert len(messages(ref)) == 2
 
 
 def test_an_undone_multimodal_turn_saved_again_stays_undone():
