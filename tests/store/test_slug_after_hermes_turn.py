@@ -166,3 +166,21 @@ def test_the_core_entries_are_not_fork_evidence_and_stay_one_per_slug():
     assert groups[0].history == ()
     entries = db.fetchall(f"SELECT event, session_id FROM {TABLE} WHERE slug = 'forky'")
     assert entries == [("core", sessions[0])]
+
+
+def test_a_slug_recorded_on_a_merged_session_resolves_to_the_merge_target():
+    a = core.create_session(source="api_server", started_at=1.0).session_id
+    b = core.create_session(source="api_server", started_at=2.0).session_id
+    core.append_message(session_id=b, role="user", content="the fork's turn")
+    core.record_turn(response_id="r1", session_id=b, conversation="sidekick")
+    plan = core.plan_merge(session_ids=[a, b])
+    assert (
+        core.merge_sessions(session_ids=[a, b], expected_fingerprint=plan.fingerprint).target_id
+        == a
+    )
+    _hermes_set_conversation("sidekick", "r2")
+    core.evict_responses(keep_latest=0)
+
+    target = core.resolve_conversation(conversation="sidekick")
+    assert (target.session_id, target.created) == (a, False)
+    assert conversation("sidekick") == ("r2", a)
