@@ -395,9 +395,11 @@ class RetentionPolicyForm(ConsoleForm):
 
 
 class RetentionSwitchForm(OptionalReasonForm):
-    """Enabling or disabling a policy (``enable`` set or not)."""
+    """Enabling or disabling a policy (``enable`` set or not); enabling one that purges
+    needs ``confirm_purge`` ticked too."""
 
     enable = FlagField()
+    confirm_purge = FlagField()
 
 
 class RetentionRunForm(ConsoleForm):

@@ -148,7 +148,7 @@ POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
         ["user_id", "chat_ids", "key_fragments", "reference", "fingerprint", "typed_count"],
         {"user_id": "u-1", "reference": "DSR-1"},
     ),
-    "retention_switch": (["enable", "reason"], {}),
+    "retention_switch": (["enable", "confirm_purge", "reason"], {}),
     "retention_run": (["digest", "typed_count", "confirm_purge", "reason"], REASON),
     "retention_delete": (["reason"], {}),
     "stray_move_execute": (["fingerprint", "reason"], REASON),

@@ -160,3 +160,16 @@ def test_a_stored_policy_with_bad_days_is_shown_and_never_runs(signed_in):
     policy.refresh_from_db()
     assert not policy.enabled
     assert not DeleteJob.objects.exists() and fresh in _ids()
+
+
+def test_enabling_a_policy_that_purges_needs_its_tick(signed_in):
+    client = signed_in("admin")
+    policy = _policy(mode="purge")
+    switch = reverse("retention_switch", args=[policy.pk])
+    client.post(switch, {"enable": "1"})
+    policy.refresh_from_db()
+    assert not policy.enabled and policy.next_run_at is None
+    assert AuditEntry.objects.get(action="retention_policy_enable").outcome == "refused"
+    client.post(switch, {"enable": "1", "confirm_purge": "1"})
+    policy.refresh_from_db()
+    assert policy.enabled and policy.next_run_at is not None

@@ -132,6 +132,15 @@ def retention_switch(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
         messages.error(request, f"Policy #{policy_id} is unchanged: {form.problem()}")
         return redirect("retention")
     enable = form.cleaned_data["enable"]
+    purges = RetentionPolicy.objects.filter(pk=policy_id, mode=RetentionPolicy.PURGE).exists()
+    if enable and purges and not form.cleaned_data["confirm_purge"]:
+        problem = (
+            "This policy purges: every run deletes its sessions permanently, with no copy in "
+            "the trash. Tick the box to confirm that, then enable it."
+        )
+        actions.record_refusal(request=request, action="retention_policy_enable", why=problem)
+        messages.error(request, f"Policy #{policy_id} is unchanged: {problem}")
+        return redirect("retention")
     try:
         policy = actions.set_retention_policy_enabled(
             actor=request.user,
