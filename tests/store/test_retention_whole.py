@@ -281,7 +281,10 @@ def test_dry_runs_and_runs_name_every_held_session_and_its_hold():
     assert text.count(f"hold #{hold.id}") >= 3
     assert _ids() >= {held, root, delegate, *doomed}
 
-    call_command("apply_retention", stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("apply_retention", stdout=out)
+    for sid in (held, root, delegate):
+        assert f"kept {sid}" in out.getvalue()
     entry = AuditEntry.objects.get(action="retention_run")
     assert entry.outcome == "ok"
     assert entry.before["kept_for_holds_count"] == 3

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from sessions_admin.core.errors import StoreError
 from sessions_admin.ledger import actions, jobs, retention
-from sessions_admin.ledger.models import RetentionPolicy
+from sessions_admin.ledger.models import AuditEntry, RetentionPolicy
 
 DRY_RUN_ALL = 10**9  # a dry run lists every session it would delete
 
@@ -45,6 +45,7 @@ class Command(BaseCommand):
                 job_id = actions.run_retention_policy(
                     actor=None, policy_id=policy.pk, reason="manage.py apply_retention"
                 )
+                self._held(_kept_for_holds(policy))
                 if job_id is None:
                     self.stdout.write(f"{label}: nothing to delete.")
                     continue
@@ -72,5 +73,18 @@ class Command(BaseCommand):
         for row in preview.rows:
             title = row["title"] or "(no title)"
             self.stdout.write(f"  delete {row['id']}  {row['source']}  {title}")
-        for skip in preview.held:
-            self.stdout.write(f"  kept {skip.describe()}: {skip.hold}")
+        self._held([f"{skip.describe()}: {skip.hold}" for skip in preview.held])
+
+    def _held(self, held: list[str]) -> None:
+        for words in held:
+            self.stdout.write(f"  kept {words}")
+
+
+def _kept_for_holds(policy: RetentionPolicy) -> list[str]:
+    """The sessions the run just started left to their holds, as its audit entry names them."""
+    entry = (
+        AuditEntry.objects.filter(action="retention_run", before__policy=policy.pk)
+        .order_by("-pk")
+        .first()
+    )
+    return list((entry.before or {}).get("kept_for_holds") or []) if entry else []
