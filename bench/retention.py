@@ -118,7 +118,7 @@ def child_policy(workdir: Path) -> dict:
     start = time.perf_counter()
     selected = retention.selected_ids(policy)
     dry_run = time.perf_counter()
-    job_id = actions.run_retention_policy(actor=None, policy_id=policy.pk)
+    job_id = actions.run_retention_policy(actor=None, policy_id=policy.pk, reason="cleanup")
     created = time.perf_counter()
     progress = jobs.run_job(job_id=job_id)
     finished = time.perf_counter()

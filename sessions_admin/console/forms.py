@@ -19,6 +19,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.retention import MAX_DAYS, MIN_DAYS, check_days
 from sessions_admin.core.text import (
     IDENTIFIER_MAX,
     REASON_MAX,
@@ -378,17 +379,38 @@ class RetentionPolicyForm(ConsoleForm):
 
     def clean(self):
         data = super().clean()
-        if "older_than_days" in data and data["older_than_days"] is None:
-            self.add_error("older_than_days", "Give the number of days to keep sessions.")
+        if "older_than_days" in data:
+            days = data["older_than_days"]
+            try:
+                # The core's rule (the command and a stored policy are held to it too).
+                check_days(days if days is not None else self.shown_back("older_than_days") or None)
+            except InvalidInput as problem:
+                self.add_error(
+                    "older_than_days",
+                    f"{problem} Give the number of days as a number from {MIN_DAYS} to {MAX_DAYS}.",
+                )
         if "every_hours" in data and data["every_hours"] is None:
             self.add_error("every_hours", "Give how many hours between two runs.")
         return data
 
 
 class RetentionSwitchForm(OptionalReasonForm):
-    """Enabling or disabling a policy (``enable`` set or not)."""
+    """Enabling or disabling a policy (``enable`` set or not); enabling one that purges
+    needs ``confirm_purge`` ticked too."""
 
     enable = FlagField()
+    confirm_purge = FlagField()
+
+
+class RetentionRunForm(ConsoleForm):
+    """Running a policy now as its preview showed: the preview's fingerprint, the number of
+    sessions typed when the run is large (the bulk delete's rule), a reason, and for a
+    policy that purges, the tick that says its sessions cannot be restored."""
+
+    digest = IdentifierField(word="fingerprint", required=False)
+    typed_count = TypedCountField()
+    confirm_purge = FlagField()
+    reason = ReasonField()
 
 
 class IdentifierListField(forms.Field):

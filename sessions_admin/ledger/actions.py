@@ -69,6 +69,7 @@ T = TypeVar("T")
 MAX_AUDIT_SESSIONS = 10_000
 ENTRY_SESSION_IDS = 1000  # ids kept on the entry itself; AuditSession rows hold up to the max
 DETAIL_MAX = 4000
+MAX_HELD_NAMED = 1000  # held sessions a retention run's entry names one by one
 
 logger = logging.getLogger(__name__)
 
@@ -692,11 +693,13 @@ def release_hold(*, actor, hold_id: int, reason: str) -> holds.Hold:
 
 
 def _policy_state(policy: RetentionPolicy) -> dict:
+    every = policy.every_hours
     return {
         "policy": policy.pk,
         "name": policy.name,
         "rule": retention.describe(policy),
-        "every_hours": policy.every_hours,
+        # A stored value the rules refuse (NaN, text) is kept as its text: jsonb has no NaN.
+        "every_hours": every if retention.problem_of(policy) is None else repr(every),
         "enabled": policy.enabled,
     }
 
@@ -731,6 +734,8 @@ def set_retention_policy_enabled(
     policy = RetentionPolicy.objects.filter(pk=policy_id).first()
     if policy is None:
         raise InvalidInput(f"There is no retention policy #{policy_id}.")
+    if enabled:
+        retention.check_stored(policy)
 
     def switch() -> RetentionPolicy:
         policy.enabled = enabled
@@ -767,24 +772,61 @@ def delete_retention_policy(*, actor, policy_id: int, reason: str = "") -> None:
     )
 
 
-def run_retention_policy(*, actor, policy_id: int, reason: str = "") -> int | None:
+def run_retention_policy(
+    *, actor, policy_id: int, reason: str, expected_fingerprint: str | None = None
+) -> int | None:
     """One run of a policy now: a bulk delete job of what it selects (None: nothing matched).
 
-    The scheduler calls this for a due run it claimed (``start_due_policies``); the
-    page's "Run now" and ``manage.py apply_retention`` call it directly.
+    The scheduler calls this for a due run it claimed (``start_due_policies``) and
+    ``manage.py apply_retention`` for its pass, both with no actor: the policy itself is
+    the actor then (``retention.actor_of``). The page's "Run now" passes the operator and
+    the fingerprint of the preview it showed: a run whose selection changed since is
+    refused (``PlanChanged``), so it deletes exactly the sessions shown. A stored policy
+    the rules refuse never runs; its refusal is audited. Sessions a legal hold keeps are
+    named with the hold in the entry (``kept_for_holds``).
     """
-    reason = operator_text(reason, field="reason")
+    reason = operator_text(reason, field="reason", required=True)
     policy = RetentionPolicy.objects.filter(pk=policy_id).first()
     if policy is None:
         raise InvalidInput(f"There is no retention policy #{policy_id}.")
-    ids = retention.selected_ids(policy)
+    if actor is None:
+        actor = retention.actor_of(policy)
+    if problem := retention.problem_of(policy):
+        entry = record(
+            actor=actor,
+            action="retention_run",
+            session_ids=[],
+            before=_policy_state(policy),
+            reason=reason,
+            outcome=AuditEntry.FAILED,
+            detail=problem,
+        )
+        refused = InvalidInput(problem)
+        refused.audited_entry = entry.pk
+        raise refused
+    preview = retention.dry_run(policy, rows=0)
+    ids = list(preview.session_ids)
+
+    def run() -> int | None:
+        if expected_fingerprint is not None and expected_fingerprint != preview.fingerprint:
+            raise core.PlanChanged("retention run")
+        return retention.start_run(policy, ids=ids, actor=_name(actor), reason=reason)
+
     job_id = _audited(
         actor=actor,
         action="retention_run",
         session_ids=ids,
         reason=reason,
-        before={**_policy_state(policy), "selected": len(ids), "mode": policy.mode},
-        run=lambda: retention.start_run(policy, ids=ids, actor=_name(actor)),
+        before={
+            **_policy_state(policy),
+            "selected": len(ids),
+            "messages": preview.message_count,
+            "mode": policy.mode,
+            "fingerprint": preview.fingerprint,
+            "kept_for_holds": [skip.describe() for skip in preview.held[:MAX_HELD_NAMED]],
+            "kept_for_holds_count": len(preview.held),
+        },
+        run=run,
         after=lambda job: {"job": job},
     )
     if job_id is not None:
@@ -793,7 +835,10 @@ def run_retention_policy(*, actor, policy_id: int, reason: str = "") -> int | No
 
 
 def start_due_policies() -> list[int]:
-    """Start every enabled policy whose run is due (claimed once across processes); the jobs."""
+    """Start every enabled policy whose run is due (claimed once across processes); the jobs.
+
+    Each run is audited with the policy as its actor.
+    """
     started = []
     for policy_id in retention.due_policy_ids():
         if not retention.claim_due(policy_id):

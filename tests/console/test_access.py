@@ -65,6 +65,7 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "retention": (ADMIN, None),
     "retention_create": (None, ADMIN),
     "retention_switch": (None, ADMIN),
+    "retention_preview": (ADMIN, None),
     "retention_run": (None, ADMIN),
     "retention_delete": (None, ADMIN),
     "erasure": (ADMIN, None),

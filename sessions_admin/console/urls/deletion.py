@@ -31,6 +31,11 @@ urlpatterns = [
     path(
         "retention/<rowid:policy_id>/switch/", retention.retention_switch, name="retention_switch"
     ),
+    path(
+        "retention/<rowid:policy_id>/run/preview/",
+        retention.retention_preview,
+        name="retention_preview",
+    ),
     path("retention/<rowid:policy_id>/run/", retention.retention_run, name="retention_run"),
     path(
         "retention/<rowid:policy_id>/delete/", retention.retention_delete, name="retention_delete"
