@@ -216,6 +216,12 @@ class Trash(Protocol):
         """The entry's rows are back in the store (called once the store committed)."""
         ...
 
+    def give_back(self, entry_id: int) -> None:
+        """A part's rows are back in the store because the delete that took it stopped (called
+        once the store committed): the trash no longer holds anything of that part, so it
+        drops the entry (an operator restored nothing, and the trash must not show it)."""
+        ...
+
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         """The entries of ``operation`` holding a part of ``session_id`` (some of its messages,
         ``rows["part_of"]``) whose rows are only in the trash: complete, not restored (a part
@@ -250,6 +256,9 @@ class NoTrash:
 
     def mark_restored(self, entry_id: int, *, actor: str) -> None:
         raise InvalidInput("A purge keeps nothing to restore.")
+
+    def give_back(self, entry_id: int) -> None:
+        pass
 
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         return ()
@@ -1155,9 +1164,10 @@ def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list
     """Put back the parts already deleted of these sessions and clear their being-deleted state.
 
     In the caller's store transaction (under the sessions' locks): a delete that
-    must keep a session it had started in parts (a hold landed, or it went live
-    under a delete that keeps live sessions) leaves it exactly as it was. The
-    parts' trash entries are marked restored once the store commits.
+    must keep a session it had started in parts (a hold landed, it went live
+    under a delete that keeps live sessions, or its job was cancelled) leaves it
+    exactly as it was. The parts' trash entries go once the store commits
+    (``Trash.give_back``): the trash then shows only what the store lost.
     """
     marks = being_deleted.marks_on(session_ids)
     if not marks:
@@ -1174,11 +1184,11 @@ def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list
         db.execute("DELETE FROM sessions_admin_deletions WHERE session_id = %s", [session_id])
     _advance_message_sequence()
 
-    def mark_restored() -> None:
+    def given_back() -> None:
         for entry in restored:
-            trash.mark_restored(entry, actor="sessions_admin: delete stopped, parts given back")
+            trash.give_back(entry)
 
-    transaction.on_commit(mark_restored, using="store")
+    transaction.on_commit(given_back, using="store")
     return restored
 
 

@@ -9,7 +9,9 @@ a restore reads the rows back. The entries of one operator action share an
 restore puts the whole operation back and a purge drops whole operations, so the
 trash never holds half of an action. ``LedgerConfig.ready`` makes it the core's
 default trash, so every delete in a dashboard process (views, commands, jobs,
-tests) keeps what it removes here.
+tests) keeps what it removes here. A delete in parts that stops before its last step (a
+hold landed, the session went live, its job was cancelled) gives the parts back to the store
+and drops their entries (``give_back``): the trash holds only what the store lost.
 
 The entry's payload is JSON (a JSONField: SQLite text or PostgreSQL jsonb); this
 module owns how a store value is written there (``encode_trash_value``) and read
@@ -219,6 +221,11 @@ class LedgerTrash:
         TrashEntry.objects.filter(pk=entry_id).update(
             state=TrashEntry.RESTORED, restored_at=timezone.now(), restored_by=actor
         )
+
+    def give_back(self, entry_id: int) -> None:
+        # Only a part (session_count 0): an entry holding a session row is never given back.
+        # Its TrashSession row goes with it, so the trash search no longer finds the session.
+        TrashEntry.objects.filter(pk=entry_id, session_count=0).delete()
 
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         parts = TrashEntry.objects.filter(
