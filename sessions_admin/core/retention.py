@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 
 from sessions_admin.core import db, lineage
-from sessions_admin.core.deletion import undoable_merge_husks
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.merge import undoable_merges_of
 
 STATUSES = {"ended": "ended (any reason)", "empty": "ended with no messages"}
 TITLES = {"any": "with or without a title", "with": "with a title", "without": "without a title"}
@@ -94,25 +94,15 @@ def select_sessions(rule: RetentionRule, *, now: float | None = None) -> list[st
     now = time.time() if now is None else now
     cutoff = now - float(rule.older_than_days) * 86400
     where, params = _where(rule, cutoff)
-    husks = undoable_merge_husks() | undoable_merge_targets()
+    merged = undoable_merges_of()
     picked = [
         r[0]
         for r in db.fetchall(
             f"SELECT s.id FROM sessions s WHERE {where} ORDER BY s.started_at, s.id", params
         )
-        if r[0] not in husks
+        if r[0] not in merged
     ]
     return _whole_conversations(picked)
-
-
-def undoable_merge_targets() -> set[str]:
-    """Sessions a merge that can still be undone absorbed others into: unmerge needs them."""
-    return {
-        r[0]
-        for r in db.fetchall(
-            "SELECT target_session_id FROM sessions_admin_merges WHERE undone_at IS NULL"
-        )
-    }
 
 
 def _whole_conversations(picked: list[str]) -> list[str]:

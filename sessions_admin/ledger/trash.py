@@ -31,6 +31,7 @@ from django.utils import timezone
 from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.deletion import TrashContents
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.merge import undoable_merges_of
 from sessions_admin.ledger.models import TrashEntry, TrashSession
 
 # A store row holds SQLite values JSON cannot carry or jsonb would change: BLOBs (schema 30's
@@ -308,6 +309,30 @@ def held_trash_operations() -> dict[str, str]:
             if found:
                 held[operation] = next(iter(found.values())).describe()
     return held
+
+
+def merges_waiting_on(operations: Sequence[str]) -> dict[str, tuple[tuple[int, str, str], ...]]:
+    """For each of these trash operations, the merges that can be undone again only once it is
+    restored: (merge id, "target" or "absorbed", session) for each of its sessions (not
+    restored) that a merge not undone needs (``merge.undoable_merges_of``). A cascade
+    delete that lost a merge's undo, confirmed by the operator, links to the merge this way.
+    """
+    in_trash: dict[str, set[str]] = {}
+    for operation, session_id in (
+        TrashSession.objects.filter(
+            entry__operation__in=list(operations), entry__session_count__gt=0
+        )
+        .exclude(entry__state=TrashEntry.RESTORED)
+        .values_list("entry__operation", "session_id")
+    ):
+        in_trash.setdefault(session_id, set()).add(operation)
+    if not in_trash:
+        return {}
+    waiting: dict[str, list[tuple[int, str, str]]] = {}
+    for session_id, merge in undoable_merges_of(in_trash).items():
+        for operation in in_trash[session_id]:
+            waiting.setdefault(operation, []).append((merge.merge_id, merge.role, session_id))
+    return {operation: tuple(sorted(found)) for operation, found in waiting.items()}
 
 
 def purge_trash(*, older_than_days: float | None = None) -> int:
