@@ -212,11 +212,14 @@ class CascadePlanForm(ConsoleForm):
 
 class CascadeConfirmForm(CascadePlanForm):
     """Deleting the cascade plan that was shown: its fingerprint, the number of sessions
-    typed when the plan is large, and a reason. The view holds them against the plan."""
+    typed when the plan is large, the tick that a merge's undo is lost (when the plan
+    touches one), and a reason. The view holds them against the plan."""
 
     fingerprint = IdentifierField(word="fingerprint", required=False)
     typed_count = TypedCountField()
     reason = ReasonField()
+    # Ticked: the operator accepts that a merge this plan touches can no longer be undone.
+    lose_undo = FlagField()
 
 
 class BulkSelectionForm(ConsoleForm):

@@ -37,7 +37,7 @@ from sessions_admin.core import being_deleted, db, faults, holds, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreBusy, StoreError
 from sessions_admin.core.lifecycle import keep_one_live
-from sessions_admin.core.merge import PlanChanged
+from sessions_admin.core.merge import PlanChanged, undoable_merges_of
 from sessions_admin.core.rows import slugs_of_sessions
 from sessions_admin.core.schema import existing_columns
 from sessions_admin.routers import responses_alias, store_alias
@@ -91,10 +91,19 @@ class DeletePlan:
     fingerprint: str
     # (session, the hold's words) for each session a legal hold covers: the plan cannot run.
     held: tuple[tuple[str, str], ...] = ()
+    # (session, merge id, "target" or "absorbed") for each session a merge that can still be
+    # undone needs (``merge.undoable_merges_of``): deleting it loses that undo, so the plan
+    # runs only when the operator confirms that (``execute_cascade_delete(lose_undo=True)``).
+    merges: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def needs_typed_confirmation(self) -> bool:
         return needs_typed_confirmation(sessions=len(self.session_ids), messages=self.message_count)
+
+    @property
+    def lost_undos(self) -> tuple[int, ...]:
+        """The merges whose undo this delete loses."""
+        return tuple(sorted({merge_id for _sid, merge_id, _role in self.merges}))
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,9 @@ class DeleteResult:
     deleted_messages: int
     trash_entry_ids: tuple[int, ...]  # one per batch, all of one operation
     operation: str = ""  # the trash operation they share: restored together
+    # The merges whose undo this delete lost (confirmed by the operator): each needs a session
+    # this delete put in the trash.
+    lost_undos: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -216,6 +228,12 @@ class Trash(Protocol):
         """The entry's rows are back in the store (called once the store committed)."""
         ...
 
+    def give_back(self, entry_id: int) -> None:
+        """A part's rows are back in the store because the delete that took it stopped (called
+        once the store committed): the trash no longer holds anything of that part, so it
+        drops the entry (an operator restored nothing, and the trash must not show it)."""
+        ...
+
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         """The entries of ``operation`` holding a part of ``session_id`` (some of its messages,
         ``rows["part_of"]``) whose rows are only in the trash: complete, not restored (a part
@@ -250,6 +268,9 @@ class NoTrash:
 
     def mark_restored(self, entry_id: int, *, actor: str) -> None:
         raise InvalidInput("A purge keeps nothing to restore.")
+
+    def give_back(self, entry_id: int) -> None:
+        pass
 
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         return ()
@@ -459,8 +480,18 @@ def plan_cascade_delete(
     responses = response_ids_of(ordered)
     names = conversation_names_of(ordered, response_ids=responses)
     held = holds.holds_on(ordered)
+    merges = undoable_merges_of(ordered)
     fingerprint = _fingerprint(
-        [sorted(ordered), sorted(kept), sorted(live), messages, names, responses, sorted(held)]
+        [
+            sorted(ordered),
+            sorted(kept),
+            sorted(live),
+            messages,
+            names,
+            responses,
+            sorted(held),
+            sorted((sid, m.merge_id) for sid, m in merges.items()),
+        ]
     )
     return DeletePlan(
         picked_ids=tuple(picks),
@@ -475,6 +506,26 @@ def plan_cascade_delete(
         include_branches=include_branches,
         fingerprint=fingerprint,
         held=tuple((sid, held[sid].describe()) for sid in ordered if sid in held),
+        merges=tuple(
+            (sid, merges[sid].merge_id, merges[sid].role) for sid in ordered if sid in merges
+        ),
+    )
+
+
+def lost_undo_words(plan: DeletePlan) -> str:
+    """What a cascade plan's delete does to the merges it touches, in one sentence."""
+    roles = {
+        merge_id: sorted(
+            f"{'its target' if role == 'target' else 'a session it absorbed'} {sid}"
+            for sid, m, role in plan.merges
+            if m == merge_id
+        )
+        for merge_id in plan.lost_undos
+    }
+    return (
+        "This delete loses the undo of "
+        + "; ".join(f"merge #{merge_id} ({', '.join(words)})" for merge_id, words in roles.items())
+        + ": once deleted, the merge can no longer be undone unless the trash entry is restored."
     )
 
 
@@ -493,20 +544,15 @@ class BulkDeletePreview:
     # Sessions left out because a legal hold covers them, and the holds in words.
     held_excluded: int = 0
     holds: tuple[str, ...] = ()
+    # Sessions left out because a merge that can still be undone needs them, each with why
+    # ("kept: target of merge #5, which can still be undone"), and how many more sessions of
+    # their conversations stay with them (a conversation is never split).
+    merge_kept: tuple[tuple[str, str], ...] = ()
+    merge_kept_with: int = 0
 
-
-def undoable_merge_husks() -> set[str]:
-    """Sessions a merge absorbed that the merge still holds (its record not undone).
-
-    Deleting one makes the merge impossible to undo (unmerge needs every
-    session back): no preset selects them; they go with their target, or by id.
-    """
-    husks: set[str] = set()
-    for (absorbed,) in db.fetchall(
-        "SELECT absorbed_session_ids FROM sessions_admin_merges WHERE undone_at IS NULL"
-    ):
-        husks.update(json.loads(absorbed))
-    return husks
+    @property
+    def merge_excluded(self) -> int:
+        return len(self.merge_kept) + self.merge_kept_with
 
 
 def preset_session_ids(
@@ -514,10 +560,10 @@ def preset_session_ids(
 ) -> list[str]:
     """Sessions matching one of the bulk-delete presets, oldest first.
 
-    No preset selects the husk of a merge that can still be undone
-    (``undoable_merge_husks``); "empty" never selects a live session (an empty
-    live session is a chat's current one, often what a reset started a moment
-    ago): a live session is deleted only by picking it.
+    "empty" never selects a live session (an empty live session is a chat's
+    current one, often what a reset started a moment ago): a live session is
+    deleted only by picking it. The dry run (``preview_bulk_delete``) then
+    leaves out what a merge that can still be undone needs, saying why.
     """
     if preset == "ended_older_than":
         if days is None or days < 0 or days > 36500:
@@ -536,11 +582,9 @@ def preset_session_ids(
         sql, params = "source = %s", [source]
     else:
         raise InvalidInput(f"Unknown preset {preset!r}.")
-    husks = undoable_merge_husks()
     return [
         r[0]
         for r in db.fetchall(f"SELECT id FROM sessions WHERE {sql} ORDER BY started_at, id", params)
-        if r[0] not in husks
     ]
 
 
@@ -567,14 +611,52 @@ def live_session_ids(ids: Sequence[str]) -> set[str]:
     return live
 
 
+def _conversations_around(ids: Sequence[str], members: Iterable[str]) -> set[str]:
+    """``members`` and every session of ``ids`` linked to one of them by a compression or
+    delegate link (either way, within ``ids``): what stays so that none of those
+    conversations loses its start, middle or end."""
+    linked: dict[str, set[str]] = {}
+    kind = lineage.link_kind_sql("c", "p")
+    for chunk in _chunks(list(ids)):
+        for child, parent, link in db.fetchall(
+            f"SELECT c.id, p.id, {kind} FROM sessions c JOIN sessions p "
+            f"ON p.id = c.parent_session_id WHERE c.id IN ({db.placeholders(chunk)})",
+            list(chunk),
+        ):
+            if link in ("compression", "delegate"):
+                linked.setdefault(child, set()).add(parent)
+                linked.setdefault(parent, set()).add(child)
+    wanted = set(ids)
+    found = set(members)
+    pending = list(found)
+    while pending:
+        for other in linked.get(pending.pop(), ()):
+            if other in wanted and other not in found:
+                found.add(other)
+                pending.append(other)
+    return found
+
+
 def preview_bulk_delete(
     *, session_ids: Sequence[str], include_live: bool = False
 ) -> BulkDeletePreview:
-    """The dry run: the exact set, its size, how many live sessions were left out, a sample."""
+    """The dry run: the exact set, its size, how many live sessions were left out, a sample.
+
+    Left out, each with why: live sessions (unless ``include_live``), held ones, and the
+    sessions a merge that can still be undone needs (``merge.undoable_merges_of``) with the
+    rest of their conversations: deleting them would lose the undo silently (a cascade
+    delete of the conversation says so and asks).
+    """
     ids = _with_downstream([s for s in session_ids if s])
     live = live_session_ids(ids)
     held = holds.holds_on(ids)
-    kept = [sid for sid in ids if (include_live or sid not in live) and sid not in held]
+    merges = undoable_merges_of(ids)
+    for_merges = _conversations_around(ids, merges) if merges else set()
+    kept = [
+        sid
+        for sid in ids
+        if (include_live or sid not in live) and sid not in held and sid not in for_merges
+    ]
     found = lineage.existing_session_ids(kept)
     existing = [sid for sid in kept if sid in found]
     sample = (
@@ -595,6 +677,8 @@ def preview_bulk_delete(
         sample=sample,
         held_excluded=len(held),
         holds=tuple(sorted({hold.describe() for hold in held.values()})),
+        merge_kept=tuple((sid, merges[sid].describe()) for sid in ids if sid in merges),
+        merge_kept_with=len(for_merges - set(merges)),
     )
 
 
@@ -1155,9 +1239,10 @@ def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list
     """Put back the parts already deleted of these sessions and clear their being-deleted state.
 
     In the caller's store transaction (under the sessions' locks): a delete that
-    must keep a session it had started in parts (a hold landed, or it went live
-    under a delete that keeps live sessions) leaves it exactly as it was. The
-    parts' trash entries are marked restored once the store commits.
+    must keep a session it had started in parts (a hold landed, it went live
+    under a delete that keeps live sessions, or its job was cancelled) leaves it
+    exactly as it was. The parts' trash entries go once the store commits
+    (``Trash.give_back``): the trash then shows only what the store lost.
     """
     marks = being_deleted.marks_on(session_ids)
     if not marks:
@@ -1174,11 +1259,11 @@ def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list
         db.execute("DELETE FROM sessions_admin_deletions WHERE session_id = %s", [session_id])
     _advance_message_sequence()
 
-    def mark_restored() -> None:
+    def given_back() -> None:
         for entry in restored:
-            trash.mark_restored(entry, actor="sessions_admin: delete stopped, parts given back")
+            trash.give_back(entry)
 
-    transaction.on_commit(mark_restored, using="store")
+    transaction.on_commit(given_back, using="store")
     return restored
 
 
@@ -1245,11 +1330,16 @@ def execute_cascade_delete(
     actor: str,
     reason: str,
     trash: Trash | None = None,
+    lose_undo: bool = False,
 ) -> DeleteResult:
     """Delete exactly the previewed plan (refused if the store changed since).
 
     However many batches it takes, the delete is one trash operation: restoring
     any of its entries restores them all.
+
+    A plan holding a session a merge that can still be undone needs (``plan.merges``)
+    runs only with ``lose_undo``: the operator confirmed that the merge can no longer be
+    undone (until the trash entry is restored; the trash page names the merge).
     """
     if not reason or not reason.strip():
         raise InvalidInput("A reason is required for a delete.")
@@ -1257,6 +1347,8 @@ def execute_cascade_delete(
     if plan.fingerprint != expected_fingerprint:
         raise PlanChanged("delete")
     holds.refuse_held(plan.session_ids)
+    if plan.merges and not lose_undo:
+        raise InvalidInput(lost_undo_words(plan) + " Confirm that, or undo the merge first.")
     sessions = messages = 0
     trash_ids: list[int] = []
     operation = new_operation_id()
@@ -1272,7 +1364,7 @@ def execute_cascade_delete(
         if trash_id:
             trash_ids.append(trash_id)
         faults.checkpoint("cascade.between_batches")
-    return DeleteResult(sessions, messages, tuple(trash_ids), operation)
+    return DeleteResult(sessions, messages, tuple(trash_ids), operation, plan.lost_undos)
 
 
 def _insert_rows(table: str, rows: list[dict], *, alias: str | None = None) -> None:

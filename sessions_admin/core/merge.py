@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sessions_admin.core import being_deleted, clock, db, events, faults, lineage
@@ -163,6 +163,52 @@ class MergeRecord:
     target_id: str
     absorbed_ids: tuple[str, ...]
     undone_at: float | None
+    # Its sessions no longer in the store (deleted since): it cannot be undone until they
+    # are back (restored from the trash), and says so instead of failing.
+    missing_ids: tuple[str, ...] = ()
+
+    @property
+    def undo_lost(self) -> str:
+        """Why this merge cannot be undone now ("" if it can, or was undone)."""
+        if self.undone_at is not None or not self.missing_ids:
+            return ""
+        return (
+            f"Merge #{self.merge_id} can no longer be undone: session(s) "
+            f"{', '.join(self.missing_ids[:5])} were deleted (restore them from the trash first)."
+        )
+
+
+@dataclass(frozen=True)
+class UndoableMerge:
+    """A merge that can still be undone, as one of its sessions sees it."""
+
+    merge_id: int
+    role: str  # "target" or "absorbed"
+
+    def describe(self) -> str:
+        what = "target of" if self.role == "target" else "absorbed by"
+        return f"{what} merge #{self.merge_id}, which can still be undone"
+
+
+def undoable_merges_of(session_ids: Iterable[str] | None = None) -> dict[str, UndoableMerge]:
+    """The sessions a merge that can still be undone needs, each with that merge (its newest).
+
+    An unmerge puts every session of the merge back, the target and each absorbed one
+    (its husk): deleting any of them loses the undo. The one rule every delete asks (a
+    bulk preset or selection and retention leave them out, a cascade warns and asks).
+    ``session_ids``: only these (default: every such session).
+    """
+    wanted = None if session_ids is None else set(session_ids)
+    found: dict[str, UndoableMerge] = {}
+    for merge_id, target, absorbed in db.fetchall(
+        "SELECT id, target_session_id, absorbed_session_ids FROM sessions_admin_merges "
+        "WHERE undone_at IS NULL ORDER BY id"
+    ):
+        members = [(target, "target"), *((sid, "absorbed") for sid in json.loads(absorbed))]
+        for sid, role in members:
+            if wanted is None or sid in wanted:
+                found[sid] = UndoableMerge(int(merge_id), role)
+    return found
 
 
 def _rows(ids: Sequence[str], *, lock: bool = False) -> dict[str, dict]:
@@ -608,7 +654,12 @@ def _continue_histories(plan: MergePlan, moved_responses: list[list[str]]) -> li
 
 
 def _record(row: tuple) -> MergeRecord:
-    return MergeRecord(int(row[0]), row[1], row[2], tuple(json.loads(row[3])), row[4])
+    target, absorbed = row[2], tuple(json.loads(row[3]))
+    missing: tuple[str, ...] = ()
+    if row[4] is None:
+        present = lineage.existing_session_ids([target, *absorbed])
+        missing = tuple(sid for sid in (target, *absorbed) if sid not in present)
+    return MergeRecord(int(row[0]), row[1], target, absorbed, row[4], missing)
 
 
 _RECORD_COLUMNS = "id, created_at, target_session_id, absorbed_session_ids, undone_at"
@@ -675,7 +726,7 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
     missing = [sid for sid in [target, *absorbed] if sid not in present]
     if missing:
         raise InvalidInput(
-            f"Cannot undo merge {merge_id}: session(s) {', '.join(missing)} no longer exist."
+            MergeRecord(int(merge_id), 0.0, target, tuple(absorbed), None, tuple(missing)).undo_lost
         )
     returned = 0
     for sid, ranges in prior["messages"].items():

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sessions_admin.core import db, forks, holds, lineage
-from sessions_admin.core.deletion import undoable_merge_husks
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.merge import undoable_merges_of
 
 STATUSES = {"ended": "ended (any reason)", "empty": "ended with no messages"}
 TITLES = {"any": "with or without a title", "with": "with a title", "without": "without a title"}
@@ -164,7 +164,7 @@ def plan_retention(rule: RetentionRule, *, now: float | None = None) -> Retentio
             f"SELECT s.id FROM sessions s WHERE {where} ORDER BY s.started_at, s.id", params
         )
     ]
-    merge_parts = undoable_merge_husks() | undoable_merge_targets()
+    merge_parts = undoable_merges_of(matched)
     held = holds.holds_on(matched)
     components = _Components(matched)
     components.link(matched)
@@ -192,16 +192,6 @@ def plan_retention(rule: RetentionRule, *, now: float | None = None) -> Retentio
 def select_sessions(rule: RetentionRule, *, now: float | None = None) -> list[str]:
     """The sessions a run of ``rule`` deletes now, oldest first (whole conversations only)."""
     return list(plan_retention(rule, now=now).session_ids)
-
-
-def undoable_merge_targets() -> set[str]:
-    """Sessions a merge that can still be undone absorbed others into: unmerge needs them."""
-    return {
-        r[0]
-        for r in db.fetchall(
-            "SELECT target_session_id FROM sessions_admin_merges WHERE undone_at IS NULL"
-        )
-    }
 
 
 class _Components:

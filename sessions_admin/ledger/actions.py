@@ -555,6 +555,7 @@ def cascade_delete(
     include_branches: bool,
     expected_fingerprint: str,
     reason: str,
+    lose_undo: bool = False,
 ) -> core.DeleteResult:
     ids = operator_identifiers(session_ids)
     _check_fingerprint(expected_fingerprint)
@@ -572,12 +573,14 @@ def cascade_delete(
             actor=_name(actor),
             reason=reason,
             trash=LEDGER_TRASH,
+            lose_undo=lose_undo,
         ),
         after=lambda r: {
             "deleted_sessions": r.deleted_sessions,
             "deleted_messages": r.deleted_messages,
             "trash_entries": list(r.trash_entry_ids),
             "trash_operation": r.operation,
+            **({"lost_undo_of_merges": list(r.lost_undos)} if r.lost_undos else {}),
         },
     )
 

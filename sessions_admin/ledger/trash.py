@@ -9,7 +9,9 @@ a restore reads the rows back. The entries of one operator action share an
 restore puts the whole operation back and a purge drops whole operations, so the
 trash never holds half of an action. ``LedgerConfig.ready`` makes it the core's
 default trash, so every delete in a dashboard process (views, commands, jobs,
-tests) keeps what it removes here.
+tests) keeps what it removes here. A delete in parts that stops before its last step (a
+hold landed, the session went live, its job was cancelled) gives the parts back to the store
+and drops their entries (``give_back``): the trash holds only what the store lost.
 
 The entry's payload is JSON (a JSONField: SQLite text or PostgreSQL jsonb); this
 module owns how a store value is written there (``encode_trash_value``) and read
@@ -29,6 +31,7 @@ from django.utils import timezone
 from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.deletion import TrashContents
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.merge import undoable_merges_of
 from sessions_admin.ledger.models import TrashEntry, TrashSession
 
 # A store row holds SQLite values JSON cannot carry or jsonb would change: BLOBs (schema 30's
@@ -220,6 +223,11 @@ class LedgerTrash:
             state=TrashEntry.RESTORED, restored_at=timezone.now(), restored_by=actor
         )
 
+    def give_back(self, entry_id: int) -> None:
+        # Only a part (session_count 0): an entry holding a session row is never given back.
+        # Its TrashSession row goes with it, so the trash search no longer finds the session.
+        TrashEntry.objects.filter(pk=entry_id, session_count=0).delete()
+
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         parts = TrashEntry.objects.filter(
             operation=operation, session_count=0, sessions__session_id=session_id
@@ -301,6 +309,30 @@ def held_trash_operations() -> dict[str, str]:
             if found:
                 held[operation] = next(iter(found.values())).describe()
     return held
+
+
+def merges_waiting_on(operations: Sequence[str]) -> dict[str, tuple[tuple[int, str, str], ...]]:
+    """For each of these trash operations, the merges that can be undone again only once it is
+    restored: (merge id, "target" or "absorbed", session) for each of its sessions (not
+    restored) that a merge not undone needs (``merge.undoable_merges_of``). A cascade
+    delete that lost a merge's undo, confirmed by the operator, links to the merge this way.
+    """
+    in_trash: dict[str, set[str]] = {}
+    for operation, session_id in (
+        TrashSession.objects.filter(
+            entry__operation__in=list(operations), entry__session_count__gt=0
+        )
+        .exclude(entry__state=TrashEntry.RESTORED)
+        .values_list("entry__operation", "session_id")
+    ):
+        in_trash.setdefault(session_id, set()).add(operation)
+    if not in_trash:
+        return {}
+    waiting: dict[str, list[tuple[int, str, str]]] = {}
+    for session_id, merge in undoable_merges_of(in_trash).items():
+        for operation in in_trash[session_id]:
+            waiting.setdefault(operation, []).append((merge.merge_id, merge.role, session_id))
+    return {operation: tuple(sorted(found)) for operation, found in waiting.items()}
 
 
 def purge_trash(*, older_than_days: float | None = None) -> int:

@@ -66,7 +66,7 @@ def _merge_state(merge_id) -> dict | None:
         record = core.merge_record(merge_id=int(merge_id))
     except (core.MergeNotFound, TypeError, ValueError):
         return None
-    return {"id": record.merge_id, "undone": record.undone_at is not None}
+    return {"id": record.merge_id, "undone": record.undone_at is not None, "lost": record.undo_lost}
 
 
 # --- an entry in words ------------------------------------------------------------------------

@@ -35,7 +35,11 @@ from sessions_admin.console.http import HtmxHttpRequest, fragment, plural, requi
 from sessions_admin.console.views.delete import plural_days
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import DeleteJob, TrashEntry, TrashSession
-from sessions_admin.ledger.trash import held_trash_operations, purgeable_operations
+from sessions_admin.ledger.trash import (
+    held_trash_operations,
+    merges_waiting_on,
+    purgeable_operations,
+)
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
 
@@ -62,6 +66,8 @@ class TrashRow:
     # Sessions only some of whose messages are here (deleted in parts, the delete unfinished
     # or stopped): their rows are still in the store.
     part_sessions: tuple[str, ...] = ()
+    # (merge id, role, session): merges that can be undone again only once this is restored.
+    merges: tuple[tuple[int, str, str], ...] = ()
 
     @property
     def state(self) -> str:
@@ -144,6 +150,7 @@ def _render_trash(
         ).values_list("pk", flat=True)
     )
     held = held_trash_operations()
+    waiting = merges_waiting_on(list(newest))
     rows = []
     for operation in newest:
         batches = entries.get(operation, [])
@@ -184,6 +191,7 @@ def _render_trash(
                 job_running=batches[0].job_id in running_jobs,
                 hold=held.get(operation, ""),
                 part_sessions=parts,
+                merges=waiting.get(operation, ()),
             )
         )
     context = {
