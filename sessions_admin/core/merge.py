@@ -34,7 +34,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sessions_admin.core import being_deleted, clock, db, events, faults, lineage
+from sessions_admin.core import being_deleted, clock, db, events, faults, holds, lineage
 from sessions_admin.core.conversations import (
     conversation_history_of,
     latest_responses_of,
@@ -497,6 +497,9 @@ def merge_sessions(
     lock_keys_of([target, *absorbed])
     plan = _build_plan(target, absorbed, lock=True)
     being_deleted.refuse_being_deleted([target, *plan.absorbed_ids])
+    # Under the locks: a held session's messages and children never leave its hold (a merge
+    # into a session the same hold covers is fine, and so is one into a held target).
+    holds.refuse_moving_out(moves=[(sid, target) for sid in plan.absorbed_ids], action="merge")
     if expected_fingerprint is not None and expected_fingerprint != plan.fingerprint:
         raise PlanChanged("merge")
     absorbed = list(plan.absorbed_ids)
@@ -677,6 +680,9 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
         raise InvalidInput(
             f"Cannot undo merge {merge_id}: session(s) {', '.join(missing)} no longer exist."
         )
+    # The merged messages (and any a hold placed since covers through the target) stay under
+    # every hold covering the target: each session they go back to must be covered too.
+    holds.refuse_moving_out(moves=[(target, sid) for sid in absorbed], action="undo of the merge")
     returned = 0
     for sid, ranges in prior["messages"].items():
         for start, end in ranges:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import base64
 import math
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import Count, Max, Q
@@ -29,6 +31,7 @@ from django.utils import timezone
 from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.deletion import TrashContents
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.rows import parse_model_config
 from sessions_admin.ledger.models import TrashEntry, TrashSession
 
 # A store row holds SQLite values JSON cannot carry or jsonb would change: BLOBs (schema 30's
@@ -238,13 +241,21 @@ def job_operation(job_id: int) -> str:
     return f"job-{job_id}"
 
 
-def purgeable_operations(*, older_than_days: float | None = None) -> list[str]:
+def purgeable_operations(
+    *, older_than_days: float | None = None, held: dict | None = None
+) -> list[str]:
     """The operations a purge drops: all, or those whose newest entry is older than the days.
 
     An operation with a pending entry is never purged: that batch may still be
     committing, and its trash copy is then the only copy. An operation goes whole
     (its last batch decides its age), never leaving part of an action restorable.
+    An operation holding a session a legal hold covers is kept (``held_trash``; ``held``:
+    its answer, already read).
     """
+    return _purgeable(older_than_days, held_trash() if held is None else held)
+
+
+def _purgeable(older_than_days: float | None, held: dict) -> list[str]:
     if older_than_days is not None and older_than_days < 0:
         raise InvalidInput("older_than_days must be zero or more.")
     operations = TrashEntry.objects.values("operation").annotate(
@@ -256,51 +267,170 @@ def purgeable_operations(*, older_than_days: float | None = None) -> list[str]:
         operations = operations.filter(
             newest__lt=timezone.now() - timezone.timedelta(days=older_than_days)
         )
-    held = held_trash_operations()
     return [
         row["operation"] for row in operations.order_by("operation") if row["operation"] not in held
     ]
 
 
-def held_trash_operations() -> dict[str, str]:
-    """Trash operations holding a session a legal hold covers, each with the hold in words.
+# --- legal holds and the trash --------------------------------------------------------------
+# The trash keeps the lineage links of the sessions it holds (their parent, the session a reset
+# started from, and the parent a kept child lost): ``trashed_lineage`` gives them to the core's
+# holds (``holds.set_lineage_elsewhere``, set by ``LedgerConfig.ready``), so a hold covers a
+# conversation whether its segments are in the store or here. An entry's rows never change, so
+# each entry's links are read once per process.
 
-    In the trash a session is matched by its own id (a session hold's subject) or its
-    user (a user hold): its lineage is no longer in the store to walk. A purge keeps
-    these operations. Without a standing hold this is one read of the holds table.
+_links_seen: dict[tuple[int, str], tuple[tuple, tuple]] = {}
+_links_lock = threading.Lock()
+
+
+def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple]:
+    """((child, parent) links, (session, user) pairs) of one entry's payload."""
+    up: list[tuple[str, str]] = []
+    users: list[tuple[str, str | None]] = []
+    for row in sessions if isinstance(sessions, list) else []:
+        if not isinstance(row, dict):
+            continue
+        row = decode_trash_rows([row])[0]
+        session_id = row.get("id")
+        if not isinstance(session_id, str):
+            continue
+        user_id = row.get("user_id")
+        users.append((session_id, user_id if isinstance(user_id, str) else None))
+        parent = row.get("parent_session_id") or parse_model_config(row.get("model_config")).get(
+            "_reset_from"
+        )
+        if isinstance(parent, str) and parent:
+            up.append((session_id, parent))
+    for pair in kept if isinstance(kept, list) else []:
+        if (
+            isinstance(pair, list | tuple)
+            and len(pair) == 2
+            and all(isinstance(p, str) for p in pair)
+        ):
+            up.append((pair[0], pair[1]))
+    return tuple(up), tuple(users)
+
+
+def trashed_lineage() -> holds.Elsewhere:
+    """The lineage links and users of every session the trash holds (not restored)."""
+    current = {
+        (pk, str(created)): None
+        for pk, created in TrashEntry.objects.exclude(state=TrashEntry.RESTORED)
+        .filter(session_count__gt=0)
+        .values_list("pk", "created_at")
+    }
+    with _links_lock:
+        missing = [key for key in current if key not in _links_seen]
+    for start in range(0, len(missing), 200):
+        chunk = dict(missing[start : start + 200])
+        read = TrashEntry.objects.filter(pk__in=list(chunk)).values_list(
+            "pk", "created_at", "payload__sessions", "payload__kept_children"
+        )
+        found = {
+            (pk, str(created)): _entry_links(sessions, kept) for pk, created, sessions, kept in read
+        }
+        with _links_lock:
+            _links_seen.update(found)
+    up: dict[str, str] = {}
+    users: dict[str, str | None] = {}
+    kept_links: list[tuple[str, str]] = []
+    with _links_lock:
+        for key in [key for key in _links_seen if key not in current]:
+            del _links_seen[key]
+        entries = [_links_seen[key] for key in sorted(current) if key in _links_seen]
+    for links, owners in entries:
+        users.update(owners)
+        for child, parent in links:
+            kept_links.append((child, parent))
+    # A session's own row's link first; a kept child's lost parent where it has none.
+    for child, parent in kept_links:
+        up.setdefault(child, parent)
+    return holds.Elsewhere(up=up, users=users)
+
+
+@dataclass(frozen=True)
+class HeldTrash:
+    """A trash operation a purge keeps: one of its sessions and the hold covering it."""
+
+    operation: str
+    entry_id: int  # the operation's first entry, as the trash page lists it
+    session_id: str
+    hold: holds.Hold
+
+    def describe(self) -> str:
+        return f"trash entry #{self.entry_id} (session {self.session_id}), hold #{self.hold.id}"
+
+
+def held_trash() -> dict[str, HeldTrash]:
+    """Trash operations holding a session a legal hold covers, each with that session and hold.
+
+    A session in the trash is covered as in the store: by its lineage (walked through the
+    trash and the store alike) or its user. Without a standing hold this is one read of the
+    holds table.
     """
-    standing = holds.active_holds()
-    if not standing:
+    if not holds.active_holds():
         return {}
-    held: dict[str, str] = {}
+    held: dict[str, HeldTrash] = {}
+    ids_of: dict[str, list[str]] = {}
+    first_entry: dict[str, int] = {}
+    for pk, operation, session_ids in (
+        TrashEntry.objects.exclude(state=TrashEntry.RESTORED)
+        .order_by("pk")
+        .values_list("pk", "operation", "session_ids")
+    ):
+        first_entry.setdefault(operation, pk)
+        ids_of.setdefault(operation, []).extend(s for s in session_ids or [] if isinstance(s, str))
     # A session a delete left half done (killed between parts) is still in the store: its
     # parts' operation is kept while a hold covers the session.
     marks = being_deleted.all_marks()
-    for session_id, hold in holds.holds_on([mark.session_id for mark in marks]).items():
-        for mark in marks:
-            if mark.session_id == session_id:
-                held.setdefault(mark.operation, hold.describe())
-    by_session = {hold.subject: hold for hold in standing if hold.kind == holds.SESSION}
-    if by_session:
-        for operation, session_id in (
-            TrashSession.objects.filter(session_id__in=list(by_session))
-            .exclude(entry__state=TrashEntry.RESTORED)
-            .values_list("entry__operation", "session_id")
-        ):
-            held.setdefault(operation, by_session[session_id].describe())
-    if any(hold.kind == holds.USER for hold in standing):
-        entries = (
-            TrashEntry.objects.exclude(state=TrashEntry.RESTORED)
-            .exclude(operation__in=list(held))
-            .values_list("operation", "payload")
-        )
-        for operation, payload in entries.iterator():
-            if operation in held or not isinstance(payload, dict):
-                continue
-            found = holds.held_among_rows(decode_trash_rows(payload.get("sessions", [])))
-            if found:
-                held[operation] = next(iter(found.values())).describe()
+    for mark in marks:
+        ids_of.setdefault(mark.operation, []).append(mark.session_id)
+    covering = holds.holds_on([sid for ids in ids_of.values() for sid in ids])
+    for operation, ids in ids_of.items():
+        for session_id in ids:
+            hold = covering.get(session_id)
+            if hold is not None:
+                entry = first_entry.get(operation)
+                if entry is None:
+                    continue  # a mark whose parts are not (or no longer) in the trash
+                held[operation] = HeldTrash(operation, entry, session_id, hold)
+                break
     return held
+
+
+def held_trash_operations() -> dict[str, str]:
+    """Trash operations holding a session a legal hold covers, each with the hold in words
+    (``held_trash``). A purge keeps these operations."""
+    return {operation: found.hold.describe() for operation, found in held_trash().items()}
+
+
+@dataclass(frozen=True)
+class PurgeReport:
+    purged: int  # operations dropped (what the trash page lists as entries)
+    kept: tuple[HeldTrash, ...]  # operations it would have dropped, kept under a legal hold
+
+    def kept_text(self) -> str:
+        """ "Kept 1 trash entry under legal hold: trash entry #4 (session s-1), hold #3" """
+        if not self.kept:
+            return ""
+        count = len(self.kept)
+        named = "; ".join(found.describe() for found in self.kept[:20])
+        more = f"; and {count - 20} more" if count > 20 else ""
+        which = "1 trash entry" if count == 1 else f"{count} trash entries"
+        return f"Kept {which} under legal hold: {named}{more}."
+
+
+def purge_trash_report(*, older_than_days: float | None = None) -> PurgeReport:
+    """Drop whole trash operations (``purgeable_operations``); say which a hold kept."""
+    held = held_trash()
+    operations = _purgeable(older_than_days, held)
+    for start in range(0, len(operations), 500):
+        TrashEntry.objects.filter(operation__in=operations[start : start + 500]).exclude(
+            state=TrashEntry.PENDING
+        ).delete()
+    due = set(_purgeable(older_than_days, {}))
+    kept = tuple(found for operation, found in sorted(held.items()) if operation in due)
+    return PurgeReport(purged=len(operations), kept=kept)
 
 
 def purge_trash(*, older_than_days: float | None = None) -> int:
@@ -308,12 +438,7 @@ def purge_trash(*, older_than_days: float | None = None) -> int:
 
     Returns how many operations (what the trash page lists as entries) were dropped.
     """
-    operations = purgeable_operations(older_than_days=older_than_days)
-    for start in range(0, len(operations), 500):
-        TrashEntry.objects.filter(operation__in=operations[start : start + 500]).exclude(
-            state=TrashEntry.PENDING
-        ).delete()
-    return len(operations)
+    return purge_trash_report(older_than_days=older_than_days).purged
 
 
 def stale_pending_trash(*, operation: str | None = None) -> list[int]:
