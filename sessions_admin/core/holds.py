@@ -228,7 +228,12 @@ def _merged_into(target_ids: Sequence[str]) -> dict[str, list[str]]:
 
 
 def _covering(
-    ids: Sequence[str], standing: Sequence[Hold], elsewhere: Elsewhere, depth: int = 0
+    ids: Sequence[str],
+    standing: Sequence[Hold],
+    elsewhere: Elsewhere,
+    depth: int = 0,
+    *,
+    through_merges: bool = True,
 ) -> dict[str, list[Hold]]:
     ids = list(dict.fromkeys(s for s in ids if s))
     if not ids or not standing:
@@ -254,7 +259,7 @@ def _covering(
             found[own.id] = own
         if found:
             covering[session_id] = found
-    if depth < MERGE_DEPTH:
+    if through_merges and depth < MERGE_DEPTH:
         absorbed = _merged_into(ids)
         if absorbed:
             inner = _covering(
@@ -343,11 +348,15 @@ def refuse_moving_out(*, moves: Sequence[tuple[str, str]], action: str) -> None:
     holds = active_holds()
     if not holds or not moves:
         return
-    covering = _covering([s for move in moves for s in move], holds, _elsewhere_now())
+    elsewhere = _elsewhere_now()
+    covering = _covering([s for move in moves for s in move], holds, elsewhere)
+    # Where they go must be held by its own lineage or user, not only as the target of a merge
+    # (messages moved there on their own would lose the hold when the merge is undone).
+    receiving = _covering([to for _, to in moves], holds, elsewhere, through_merges=False)
     for from_session, to_session in moves:
         if from_session == to_session:
             continue
-        kept = {hold.id for hold in covering.get(to_session, [])}
+        kept = {hold.id for hold in receiving.get(to_session, [])}
         leaving = [hold for hold in covering.get(from_session, []) if hold.id not in kept]
         if leaving:
             raise HeldMessagesWouldLeave(

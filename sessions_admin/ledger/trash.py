@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.deletion import TrashContents
-from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.errors import InvalidInput, StoreBusy
 from sessions_admin.core.rows import parse_model_config
 from sessions_admin.ledger.models import TrashEntry, TrashSession
 
@@ -420,17 +420,38 @@ class PurgeReport:
         return f"Kept {which} under legal hold: {named}{more}."
 
 
+class _HoldsChanged(Exception):
+    """A hold was placed or released while a purge chose what to drop: it chooses again."""
+
+
+PURGE_ATTEMPTS = 5
+
+
 def purge_trash_report(*, older_than_days: float | None = None) -> PurgeReport:
-    """Drop whole trash operations (``purgeable_operations``); say which a hold kept."""
-    held = held_trash()
-    operations = _purgeable(older_than_days, held)
-    for start in range(0, len(operations), 500):
-        TrashEntry.objects.filter(operation__in=operations[start : start + 500]).exclude(
-            state=TrashEntry.PENDING
-        ).delete()
-    due = set(_purgeable(older_than_days, {}))
-    kept = tuple(found for operation, found in sorted(held.items()) if operation in due)
-    return PurgeReport(purged=len(operations), kept=kept)
+    """Drop whole trash operations (``purgeable_operations``); say which a hold kept.
+
+    In one transaction of the dashboard's database, which commits only if the standing
+    holds are still those the choice was made with (a hold placed meanwhile makes it
+    choose again), so a hold placed before the purge's end is never purged past.
+    """
+    for _ in range(PURGE_ATTEMPTS):
+        try:
+            with transaction.atomic(using="default"):
+                standing = [hold.id for hold in holds.active_holds()]
+                held = held_trash()
+                operations = _purgeable(older_than_days, held)
+                for start in range(0, len(operations), 500):
+                    TrashEntry.objects.filter(
+                        operation__in=operations[start : start + 500]
+                    ).exclude(state=TrashEntry.PENDING).delete()
+                if [hold.id for hold in holds.active_holds()] != standing:
+                    raise _HoldsChanged
+        except _HoldsChanged:
+            continue
+        due = set(_purgeable(older_than_days, {}))
+        kept = tuple(found for operation, found in sorted(held.items()) if operation in due)
+        return PurgeReport(purged=len(operations), kept=kept)
+    raise StoreBusy("purging the trash while legal holds change", PURGE_ATTEMPTS)
 
 
 def purge_trash(*, older_than_days: float | None = None) -> int:

@@ -16,12 +16,13 @@ Each test checks the databases' rows. Run on both backends.
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 from django.core.management import call_command
 
 from sessions_admin import core
-from sessions_admin.core import db, deletion, holds
+from sessions_admin.core import clock, db, deletion, holds, stray
 from sessions_admin.ledger import actions, jobs, trash
 from sessions_admin.ledger.models import AuditEntry, DeleteJobItem, TrashEntry
 from tests.builders import cascade_lineage, store_snapshot
@@ -343,3 +344,53 @@ def test_an_undo_that_would_take_messages_out_of_a_target_held_since_is_refused(
     assert store_snapshot() == before
     holds.release_hold(hold_id=hold.id, reason="closed", actor="ada")
     assert core.unmerge(merge_id=merged.merge_id).returned_messages == 2
+
+
+def _merged_husk_with_strays() -> tuple[str, str, list[int]]:
+    """A husk a merge absorbed into ``kept``, into which a stale gateway then wrote twice."""
+    key = "agent:main:discord:dm:5"
+    kept = core.create_session(source="discord", session_key=key).session_id
+    core.append_message(session_id=kept, role="user", content="first")
+    core.end_session(session_id=kept, end_reason="agent_close")
+    husk = core.create_session(source="discord", session_key=key).session_id
+    core.append_message(session_id=husk, role="user", content="second")
+    plan = core.plan_merge(session_ids=[kept, husk], target_id=kept)
+    with clock.use_clock(lambda: time.time() - 120):
+        core.merge_sessions(
+            session_ids=[kept, husk], target_id=kept, expected_fingerprint=plan.fingerprint
+        )
+    strays = []
+    for content in ("late one", "late two"):
+        db.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp, active) "
+            "VALUES (%s, 'user', %s, %s, 1)",
+            [husk, content, time.time()],
+        )
+        strays.append(int(db.fetchone("SELECT MAX(id) FROM messages")[0]))
+    return kept, husk, strays
+
+
+def test_stray_messages_of_a_held_husk_are_not_moved_out_of_the_hold():
+    # Moved into the target, they would be held only while the merge stands: its undo would
+    # leave them in a session no hold covers.
+    kept, husk, strays = _merged_husk_with_strays()
+    hold = holds.place_hold(kind="session", subject=husk, reason="case 85", actor="ada")
+    moving = stray.plan_stray_move(session_id=husk)
+    assert moving.message_ids == tuple(strays)
+    before = store_snapshot()
+    with pytest.raises(holds.HeldMessagesWouldLeave, match=f"legal hold #{hold.id}"):
+        stray.move_stray_messages(session_id=husk, expected_fingerprint=moving.fingerprint)
+    assert store_snapshot() == before
+
+
+def test_stray_messages_moved_into_a_session_held_since_are_not_returned_out_of_it():
+    kept, husk, strays = _merged_husk_with_strays()
+    moving = stray.plan_stray_move(session_id=husk)
+    moved = stray.move_stray_messages(session_id=husk, expected_fingerprint=moving.fingerprint)
+    hold = holds.place_hold(kind="session", subject=kept, reason="case 86", actor="ada")
+    before = store_snapshot()
+    with pytest.raises(holds.HeldMessagesWouldLeave, match=f"legal hold #{hold.id}"):
+        stray.return_stray_messages(
+            session_id=husk, destination_id=kept, message_ids=moved.message_ids
+        )
+    assert store_snapshot() == before

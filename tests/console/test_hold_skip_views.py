@@ -1,0 +1,59 @@
+"""Where a delete left held data out, the console names the session and the hold (#id)."""
+
+from __future__ import annotations
+
+import html
+
+from django.urls import reverse
+
+from sessions_admin import core
+from sessions_admin.core import holds
+from sessions_admin.ledger import jobs
+from sessions_admin.ledger.models import DeleteJobItem, TrashEntry
+from tests.builders import cascade_lineage
+
+
+def _cascade(session_id: str) -> None:
+    plan = core.plan_cascade_delete(session_ids=[session_id])
+    core.execute_cascade_delete(
+        session_ids=[session_id], expected_fingerprint=plan.fingerprint, actor="a", reason="r"
+    )
+
+
+def test_the_trash_purge_names_the_entry_session_and_hold_it_kept(signed_in):
+    client = signed_in("admin")
+    _root, _d, _g, tip, branch, _c, other = cascade_lineage()
+    _cascade(branch)
+    _cascade(other)
+    hold = holds.place_hold(kind="session", subject=tip, reason="case 90", actor="ada")
+    page = html.unescape(client.get(reverse("trash")).content.decode())
+    assert f"hold #{hold.id}" in page and branch in page
+    response = client.post(
+        reverse("trash_purge"), {"scope": "all", "reason": "spring cleaning"}, follow=True
+    )
+    kept = TrashEntry.objects.get()
+    assert kept.session_ids == [branch]
+    shown = html.unescape(response.content.decode())
+    assert f"trash entry #{kept.pk} (session {branch}), hold #{hold.id}" in shown
+
+
+def test_the_job_page_names_each_session_a_hold_kept(signed_in, no_worker):
+    client = signed_in("admin")
+    root, *_rest, other = cascade_lineage()
+    core.end_session(session_id=other, end_reason="user_exit")
+    job = jobs.create_bulk_delete_job(
+        session_ids=[root, other], include_live=True, actor="ada", reason="cleanup"
+    )
+    hold = holds.place_hold(kind="session", subject=root, reason="case 91", actor="ada")
+    jobs.run_job(job_id=job)
+    skipped = set(
+        DeleteJobItem.objects.filter(job_id=job, state=DeleteJobItem.SKIPPED).values_list(
+            "session_id", flat=True
+        )
+    )
+    assert root in skipped and other not in skipped
+    page = html.unescape(client.get(reverse("job_detail", args=[job])).content.decode())
+    assert f"hold #{hold.id}" in page
+    assert f"{len(skipped)} skipped: " in page
+    for sid in skipped:
+        assert f"{sid}, hold #{hold.id}" in page
