@@ -1,15 +1,27 @@
-"""Legal holds: sessions that no delete may remove while the hold stands.
+"""Legal holds: sessions that no delete may remove, and no move take messages from, while
+the hold stands.
 
-A hold names a session, and so its whole lineage (every session whose lineage root,
-``lineage.roots_of``, is the held session's: its compression segments, branches,
-delegates and the sessions a reset started from it), or a user (every session with that
-``user_id``, including the ones the runtime starts after the hold).
+What a hold covers (``holds_covering``; ``holds_on`` names one hold per session):
+
+- A hold on a session covers its whole lineage: every session whose lineage root is the
+  held session's (compression segments, branches, delegates, the sessions a reset started),
+  including the ones the runtime adds after the hold. The root is found across the store
+  and the sessions kept elsewhere (the dashboard's trash, ``set_lineage_elsewhere``): a
+  branch or segment already in the trash, and the parent a kept child lost when it was
+  deleted, are part of the lineage. A session only in the trash can be held.
+- A hold on a user covers every session with that ``user_id`` and the lineage of each
+  (the delegates, subagents and compression children a runtime leaves without a user id),
+  in the store and in the trash.
+- A merge target holds the messages of the sessions a merge (not undone) absorbed: it is
+  covered by every hold covering one of them.
 
 Holds live in the store (``sessions_admin_holds``), beside the sessions they protect, so
 every process that deletes reads the same holds, and the delete itself checks them under
 the store's write lock (``deletion._locked_delete``): a hold placed after a preview was
-shown, or while a bulk job runs, still stops the delete. Placing and releasing a hold is
-audited by the ledger's doors (``ledger.actions.place_hold`` / ``release_hold``).
+shown, or while a bulk job runs, still stops the delete. Merges, their undo and the moves
+of stray messages call ``refuse_moving_out`` under their locks: messages never move from a
+held session into one the same hold does not cover on its own. Placing and releasing a
+hold is audited by the ledger's doors (``ledger.actions.place_hold`` / ``release_hold``).
 """
 
 from __future__ import annotations
@@ -26,7 +38,10 @@ from sessions_admin.core.rows import parse_model_config
 
 SESSION = "session"
 USER = "user"
-KINDS = {SESSION: "a session and its whole lineage", USER: "every session of a user"}
+KINDS = {
+    SESSION: "a session and its whole lineage",
+    USER: "every session of a user, with their lineage",
+}
 
 _COLUMNS = (
     "id, kind, subject, reason, placed_by, placed_at, released_at, released_by, release_reason"

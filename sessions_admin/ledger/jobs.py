@@ -9,7 +9,9 @@ transaction), marking items as it goes. A process that dies mid-job leaves
 its lease to expire; the next worker resumes from the first pending item,
 and an item whose session is already gone is skipped, so nothing is deleted
 twice. Every batch's trash entry belongs to the job's trash operation
-(``trash.job_operation``): the whole job is restored as one unit.
+(``trash.job_operation``): the whole job is restored as one unit. A session a legal
+hold covers is skipped, and each batch that skipped some writes an audit entry
+(``HELD_SKIP_ACTION``) naming them with their holds, which the job's progress reads.
 """
 
 from __future__ import annotations
@@ -23,13 +25,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import connections, transaction
+from django.db import connections, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, deletion, faults, holds
 from sessions_admin.core.errors import InvalidInput, StoreBusy
-from sessions_admin.ledger.models import AuditEntry, DeleteJob, DeleteJobItem, TrashEntry
+from sessions_admin.ledger.models import (
+    AuditEntry,
+    AuditSession,
+    DeleteJob,
+    DeleteJobItem,
+    TrashEntry,
+)
 from sessions_admin.ledger.trash import LEDGER_TRASH, job_operation, stale_pending_trash
 from sessions_admin.ledger.wake import announce_job
 from sessions_admin.store import cached
@@ -306,25 +314,36 @@ def run_job(
 
 
 def _record_held_skips(job: DeleteJob, held: dict[str, holds.Hold]) -> None:
-    """The audit entry of a batch's sessions left out under a legal hold, each with its hold."""
-    from sessions_admin.ledger.actions import record  # actions imports this module
+    """The audit entry of a batch's sessions left out under a legal hold, each with its hold.
 
-    record(
-        actor=job.created_by,
-        action=HELD_SKIP_ACTION,
-        session_ids=sorted(held),
-        before={"job": job.pk, **({"retention_policy": job.policy_id} if job.policy_id else {})},
-        after={
-            "skipped": len(held),
-            "held": [
-                {"session": sid, "hold": hold.id, "words": hold.describe()}
-                for sid, hold in sorted(held.items())
-            ],
-        },
-        reason=job.reason,
-        detail="Left out under legal hold: "
-        + "; ".join(f"{sid}, hold #{hold.id}" for sid, hold in sorted(held.items())[:50]),
-    )
+    Written here, as the job writes its items (``ledger.actions`` imports this module):
+    finished (``ok``), by the job's creator, with the job's reason.
+    """
+    ordered = sorted(held.items())
+    with transaction.atomic(using=router.db_for_write(AuditEntry)):
+        entry = AuditEntry.objects.create(
+            actor_name=(job.created_by or "system")[:150],
+            action=HELD_SKIP_ACTION,
+            session_ids=[sid for sid, _ in ordered],
+            before={
+                "job": job.pk,
+                **({"retention_policy": job.policy_id} if job.policy_id else {}),
+            },
+            after={
+                "skipped": len(ordered),
+                "held": [
+                    {"session": sid, "hold": hold.id, "words": hold.describe()}
+                    for sid, hold in ordered
+                ],
+            },
+            reason=job.reason,
+            detail="Left out under legal hold: "
+            + "; ".join(f"{sid}, hold #{hold.id}" for sid, hold in ordered[:50]),
+            completed_at=timezone.now(),
+        )
+        AuditSession.objects.bulk_create(
+            AuditSession(entry=entry, session_id=sid) for sid, _ in ordered
+        )
 
 
 def held_skips(*, job_id: int, named: int = HELD_SKIPS_NAMED) -> tuple[int, tuple[HeldSkip, ...]]:

@@ -11,6 +11,10 @@ trash never holds half of an action. ``LedgerConfig.ready`` makes it the core's
 default trash, so every delete in a dashboard process (views, commands, jobs,
 tests) keeps what it removes here.
 
+A purge keeps every operation holding a session a legal hold covers (``held_trash``); the
+core's holds see the lineage links of the sessions kept here (``trashed_lineage``), so a hold
+covers a conversation's segments in the trash as in the store.
+
 The entry's payload is JSON (a JSONField: SQLite text or PostgreSQL jsonb); this
 module owns how a store value is written there (``encode_trash_value``) and read
 back (``decode_trash_rows``).
