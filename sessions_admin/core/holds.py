@@ -215,12 +215,16 @@ def _sessions_of_users(user_ids: Sequence[str], elsewhere: Elsewhere) -> list[tu
     """(session, user) for every session of these users, in the store and elsewhere."""
     wanted = set(user_ids)
     found = [(sid, uid) for sid, uid in elsewhere.users.items() if uid in wanted]
+    # Through the search box's index on lower(user_id) (schema.LOWER_INDEX_SQL): a plain
+    # user_id has none, and this runs for every batch of a delete while a user hold stands.
     found += [
         (r[0], r[1])
         for r in db.fetchall(
-            f"SELECT id, user_id FROM sessions WHERE user_id IN ({db.placeholders(user_ids)})",
+            "SELECT id, user_id FROM sessions "
+            f"WHERE lower(user_id) IN ({', '.join('lower(%s)' for _ in user_ids)})",
             list(user_ids),
         )
+        if r[1] in wanted
     ]
     return found
 
