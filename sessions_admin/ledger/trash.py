@@ -283,13 +283,19 @@ def _purgeable(older_than_days: float | None, held: dict) -> list[str]:
 # conversation whether its segments are in the store or here. An entry's rows never change, so
 # each entry's links are read once per process.
 
-_links_seen: dict[tuple[int, str], tuple[tuple, tuple]] = {}
 _links_lock = threading.Lock()
+# Per entry (pk, created_at): its rows' links, its kept children's lost links, its users.
+_links_seen: dict[tuple[int, str], tuple[tuple, tuple, tuple]] = {}
+# The last answer and the entries it was built from: a bulk job adds an entry per batch, and
+# each batch asks again under the store's lock, so an answer grows instead of being rebuilt.
+_assembled: list = [frozenset(), holds.NOWHERE]
 
 
-def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple]:
-    """((child, parent) links, (session, user) pairs) of one entry's payload."""
-    up: list[tuple[str, str]] = []
+def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple, tuple]:
+    """(rows' (child, parent) links, kept children's (child, lost parent) links,
+    (session, user) pairs) of one entry's payload."""
+    rows: list[tuple[str, str]] = []
+    lost: list[tuple[str, str]] = []
     users: list[tuple[str, str | None]] = []
     for row in sessions if isinstance(sessions, list) else []:
         if not isinstance(row, dict):
@@ -304,26 +310,39 @@ def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple]:
             "_reset_from"
         )
         if isinstance(parent, str) and parent:
-            up.append((session_id, parent))
+            rows.append((session_id, parent))
     for pair in kept if isinstance(kept, list) else []:
         if (
             isinstance(pair, list | tuple)
             and len(pair) == 2
             and all(isinstance(p, str) for p in pair)
         ):
-            up.append((pair[0], pair[1]))
-    return tuple(up), tuple(users)
+            lost.append((pair[0], pair[1]))
+    return tuple(rows), tuple(lost), tuple(users)
+
+
+def _add_links(up: dict, users: dict, entries: list[tuple[tuple, tuple, tuple]]) -> None:
+    # A session's own row's link first; a kept child's lost parent where it has none.
+    for rows, _lost, owners in entries:
+        users.update(owners)
+        up.update(rows)
+    for _rows, lost, _owners in entries:
+        for child, parent in lost:
+            up.setdefault(child, parent)
 
 
 def trashed_lineage() -> holds.Elsewhere:
     """The lineage links and users of every session the trash holds (not restored)."""
-    current = {
-        (pk, str(created)): None
+    current = frozenset(
+        (pk, str(created))
         for pk, created in TrashEntry.objects.exclude(state=TrashEntry.RESTORED)
         .filter(session_count__gt=0)
         .values_list("pk", "created_at")
-    }
+    )
     with _links_lock:
+        built_from, answer = _assembled
+        if current == built_from:
+            return answer
         missing = [key for key in current if key not in _links_seen]
     for start in range(0, len(missing), 200):
         chunk = dict(missing[start : start + 200])
@@ -335,21 +354,22 @@ def trashed_lineage() -> holds.Elsewhere:
         }
         with _links_lock:
             _links_seen.update(found)
-    up: dict[str, str] = {}
-    users: dict[str, str | None] = {}
-    kept_links: list[tuple[str, str]] = []
     with _links_lock:
         for key in [key for key in _links_seen if key not in current]:
             del _links_seen[key]
-        entries = [_links_seen[key] for key in sorted(current) if key in _links_seen]
-    for links, owners in entries:
-        users.update(owners)
-        for child, parent in links:
-            kept_links.append((child, parent))
-    # A session's own row's link first; a kept child's lost parent where it has none.
-    for child, parent in kept_links:
-        up.setdefault(child, parent)
-    return holds.Elsewhere(up=up, users=users)
+        built_from, answer = _assembled
+        if built_from <= current:
+            # Only added entries: the last answer's links (copied: a caller may still read
+            # them) plus the new ones.
+            up, users = dict(answer.up), dict(answer.users)
+            added = sorted(current - built_from)
+        else:
+            up, users = {}, {}
+            added = sorted(current)
+        _add_links(up, users, [_links_seen[key] for key in added if key in _links_seen])
+        answer = holds.Elsewhere(up=up, users=users)
+        _assembled[:] = [current, answer]
+    return answer
 
 
 @dataclass(frozen=True)
