@@ -345,18 +345,23 @@ def held_among_rows(rows: Sequence[dict]) -> dict[str, Hold]:
     return {sid: found[0] for sid, found in covering.items()}
 
 
-class HeldMessagesWouldLeave(StoreError):
-    """Messages under a legal hold would move into sessions the hold does not cover: refused."""
+class HeldMessagesWouldLeave(SessionsHeld):
+    """Messages under a legal hold would move into sessions the hold does not cover: refused.
+
+    A ``SessionsHeld`` (``held`` names the session they would leave), so whoever handles a
+    held session's refusal handles this one too."""
 
     def __init__(self, *, action: str, from_session: str, to_session: str, holds: Sequence[Hold]):
         self.from_session = from_session
         self.to_session = to_session
         self.holds = tuple(holds)
+        self.held = {from_session: self.holds[0]}
         named = "; ".join(hold.describe() for hold in self.holds)
-        super().__init__(
+        StoreError.__init__(
+            self,
             f"The {action} would move messages of session {from_session}, under {named}, into "
             f"session {to_session}, which the hold does not cover. Nothing was changed: release "
-            "the hold first."
+            "the hold first.",
         )
 
 
