@@ -366,26 +366,37 @@ class HeldMessagesWouldLeave(SessionsHeld):
 
 
 def refuse_moving_out(*, moves: Sequence[tuple[str, str]], action: str) -> None:
-    """Raise ``HeldMessagesWouldLeave`` if a (from, to) move of messages takes them out of a
-    standing hold: every hold covering ``from`` must cover ``to`` too. Called by merges,
-    their undo and the moves of stray messages, under their locks."""
+    """Raise the first of ``held_moves``' refusals. Called by merges, their undo and the moves
+    of stray messages, under their locks."""
+    refused = held_moves(moves=moves, action=action)
+    if refused:
+        raise refused[0]
+
+
+def held_moves(*, moves: Sequence[tuple[str, str]], action: str) -> list[HeldMessagesWouldLeave]:
+    """A refusal for each (from, to) move of messages that would take them out of a standing
+    hold: every hold covering ``from`` must cover ``to`` too (a preview shows them)."""
     holds = active_holds()
     if not holds or not moves:
-        return
+        return []
     elsewhere = _elsewhere_now()
     covering = _covering([s for move in moves for s in move], holds, elsewhere)
     # Where they go must be held by its own lineage or user, not only as the target of a merge
     # (messages moved there on their own would lose the hold when the merge is undone).
     receiving = _covering([to for _, to in moves], holds, elsewhere, through_merges=False)
+    refused: list[HeldMessagesWouldLeave] = []
     for from_session, to_session in moves:
         if from_session == to_session:
             continue
         kept = {hold.id for hold in receiving.get(to_session, [])}
         leaving = [hold for hold in covering.get(from_session, []) if hold.id not in kept]
         if leaving:
-            raise HeldMessagesWouldLeave(
-                action=action, from_session=from_session, to_session=to_session, holds=leaving
+            refused.append(
+                HeldMessagesWouldLeave(
+                    action=action, from_session=from_session, to_session=to_session, holds=leaving
+                )
             )
+    return refused
 
 
 def in_lineage_elsewhere(session_id: str) -> bool:

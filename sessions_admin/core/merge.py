@@ -29,6 +29,7 @@ else the one with the latest activity: ``target_rule`` says which rule chose.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
@@ -127,6 +128,10 @@ class MergePlan:
     # "chosen" (given), "oldest" (same customer), "live" or "latest activity" (they differ).
     chosen_id: str = ""
     target_rule: str = "chosen"
+    # Why the merge would be refused under a legal hold (a held session's messages would leave
+    # its hold), in words; empty: no hold stands in the way. The merge checks again under its
+    # locks (``holds.refuse_moving_out``).
+    held: tuple[str, ...] = ()
 
     @property
     def differs(self) -> bool:
@@ -402,7 +407,11 @@ def plan_merge(*, session_ids: Sequence[str], target_id: str | None = None) -> M
     live one, else the latest active (``_default_target``; ``plan.target_rule``).
     """
     target, absorbed, chosen, rule = _members(session_ids, target_id)
-    return _build_plan(target, absorbed, lock=False, chosen=chosen, rule=rule)
+    plan = _build_plan(target, absorbed, lock=False, chosen=chosen, rule=rule)
+    refused = holds.held_moves(moves=[(sid, target) for sid in plan.absorbed_ids], action="merge")
+    if not refused:
+        return plan
+    return dataclasses.replace(plan, held=tuple(str(refusal) for refusal in refused))
 
 
 def merge_preview(*, plan: MergePlan, limit: int = 200) -> list[dict]:

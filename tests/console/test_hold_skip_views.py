@@ -10,7 +10,8 @@ from sessions_admin import core
 from sessions_admin.core import holds
 from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import DeleteJobItem, TrashEntry
-from tests.builders import cascade_lineage
+from tests.builders import cascade_lineage, store_snapshot
+from tests.console.pages import preview_url
 
 
 def _cascade(session_id: str) -> None:
@@ -57,3 +58,24 @@ def test_the_job_page_names_each_session_a_hold_kept(signed_in, no_worker):
     assert f"{len(skipped)} skipped: " in page
     for sid in skipped:
         assert f"{sid}, hold #{hold.id}" in page
+
+
+def test_the_merge_preview_of_a_held_session_names_the_hold_and_offers_no_confirm(signed_in):
+    client = signed_in("support")
+    a = core.create_session(source="cli", user_id="u-1", started_at=1.0).session_id
+    core.append_message(session_id=a, role="user", content="held words")
+    core.end_session(session_id=a, end_reason="user_exit")
+    b = core.create_session(source="cli", user_id="u-1", started_at=2.0).session_id
+    core.append_message(session_id=b, role="user", content="other words")
+    hold = holds.place_hold(kind="session", subject=a, reason="case 92", actor="ada")
+    before = store_snapshot()
+    page = html.unescape(client.get(preview_url([a, b], target=b)).content.decode())
+    assert f"legal hold #{hold.id}" in page
+    assert 'class="act-form confirm-merge"' not in page
+    plan = core.plan_merge(session_ids=[a, b], target_id=b)
+    response = client.post(
+        reverse("merge_execute"),
+        {"ids": [a, b], "target": b, "fingerprint": plan.fingerprint, "reason": "try"},
+    )
+    assert response.status_code in (200, 302, 409)
+    assert store_snapshot() == before

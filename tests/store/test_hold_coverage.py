@@ -257,6 +257,7 @@ def test_merging_a_held_session_into_another_is_refused_naming_the_hold():
     a, b = _two_chats()
     hold = holds.place_hold(kind="session", subject=a, reason="case 80", actor="ada")
     plan = core.plan_merge(session_ids=[a, b], target_id=b)
+    assert len(plan.held) == 1 and f"legal hold #{hold.id}" in plan.held[0]
     before = store_snapshot()
     with pytest.raises(holds.HeldMessagesWouldLeave, match=f"legal hold #{hold.id}"):
         core.merge_sessions(session_ids=[a, b], target_id=b, expected_fingerprint=plan.fingerprint)
