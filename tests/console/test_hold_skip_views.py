@@ -79,3 +79,19 @@ def test_the_merge_preview_of_a_held_session_names_the_hold_and_offers_no_confir
     )
     assert response.status_code in (200, 302, 409)
     assert store_snapshot() == before
+
+
+def test_a_session_only_in_the_trash_is_held_from_the_holds_page(signed_in):
+    client = signed_in("support")
+    _root, _d, _g, _tip, branch, _c, _other = cascade_lineage()
+    _cascade(branch)
+    response = client.post(
+        reverse("hold_place"), {"kind": "session", "subject": branch, "reason": "case 93"}
+    )
+    assert response.status_code == 302
+    (hold,) = holds.active_holds()
+    assert (hold.kind, hold.subject) == ("session", branch)
+    page = client.get(reverse("holds")).content.decode()
+    assert f"?q={branch}" in page  # found in the trash, not in the store
+    client.post(reverse("trash_purge"), {"scope": "all", "reason": "cleanup"})
+    assert TrashEntry.objects.get().session_ids == [branch]
