@@ -76,15 +76,21 @@ class Hold:
 class SessionsHeld(StoreError):
     """A delete reached sessions under a legal hold: nothing of it was deleted."""
 
+    NAMED = 10  # sessions the message names, each with its hold
+
     def __init__(self, held: dict[str, Hold]):
         self.held = held
         holds = {hold.id: hold for hold in held.values()}
         count = len(held)
         sessions = "1 session is" if count == 1 else f"{count} sessions are"
         named = "; ".join(hold.describe() for _, hold in sorted(holds.items()))
+        which = "; ".join(
+            f"{sid}, hold #{hold.id}" for sid, hold in sorted(held.items())[: self.NAMED]
+        )
+        more = f"; and {count - self.NAMED} more" if count > self.NAMED else ""
         super().__init__(
-            f"{sessions} under {named}. Nothing was deleted: release the hold first, or leave "
-            "those sessions out."
+            f"{sessions} under {named} ({which}{more}). Nothing was deleted: release the hold "
+            "first, or leave those sessions out."
         )
 
 
