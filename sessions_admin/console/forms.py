@@ -346,7 +346,7 @@ class HoldForm(ConsoleForm):
     kind = forms.ChoiceField(
         choices=[
             ("session", "A session and its whole lineage"),
-            ("user", "Every session of a user"),
+            ("user", "Every session of a user, with their lineage (delegates and children too)"),
         ],
         error_messages={"invalid_choice": "A hold is on a session or on a user."},
     )

@@ -29,12 +29,13 @@ else the one with the latest activity: ``target_rule`` says which rule chose.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sessions_admin.core import being_deleted, clock, db, events, faults, lineage
+from sessions_admin.core import being_deleted, clock, db, events, faults, holds, lineage
 from sessions_admin.core.conversations import (
     conversation_history_of,
     latest_responses_of,
@@ -127,6 +128,10 @@ class MergePlan:
     # "chosen" (given), "oldest" (same customer), "live" or "latest activity" (they differ).
     chosen_id: str = ""
     target_rule: str = "chosen"
+    # Why the merge would be refused under a legal hold (a held session's messages would leave
+    # its hold), in words; empty: no hold stands in the way. The merge checks again under its
+    # locks (``holds.refuse_moving_out``).
+    held: tuple[str, ...] = ()
 
     @property
     def differs(self) -> bool:
@@ -448,7 +453,11 @@ def plan_merge(*, session_ids: Sequence[str], target_id: str | None = None) -> M
     live one, else the latest active (``_default_target``; ``plan.target_rule``).
     """
     target, absorbed, chosen, rule = _members(session_ids, target_id)
-    return _build_plan(target, absorbed, lock=False, chosen=chosen, rule=rule)
+    plan = _build_plan(target, absorbed, lock=False, chosen=chosen, rule=rule)
+    refused = holds.held_moves(moves=[(sid, target) for sid in plan.absorbed_ids], action="merge")
+    if not refused:
+        return plan
+    return dataclasses.replace(plan, held=tuple(str(refusal) for refusal in refused))
 
 
 def merge_preview(*, plan: MergePlan, limit: int = 200) -> list[dict]:
@@ -543,6 +552,9 @@ def merge_sessions(
     lock_keys_of([target, *absorbed])
     plan = _build_plan(target, absorbed, lock=True)
     being_deleted.refuse_being_deleted([target, *plan.absorbed_ids])
+    # Under the locks: a held session's messages and children never leave its hold (a merge
+    # into a session the same hold covers is fine, and so is one into a held target).
+    holds.refuse_moving_out(moves=[(sid, target) for sid in plan.absorbed_ids], action="merge")
     if expected_fingerprint is not None and expected_fingerprint != plan.fingerprint:
         raise PlanChanged("merge")
     absorbed = list(plan.absorbed_ids)
@@ -728,6 +740,9 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
         raise InvalidInput(
             MergeRecord(int(merge_id), 0.0, target, tuple(absorbed), None, tuple(missing)).undo_lost
         )
+    # The merged messages (and any a hold placed since covers through the target) stay under
+    # every hold covering the target: each session they go back to must be covered too.
+    holds.refuse_moving_out(moves=[(target, sid) for sid in absorbed], action="undo of the merge")
     returned = 0
     for sid, ranges in prior["messages"].items():
         for start, end in ranges:

@@ -61,7 +61,7 @@ from sessions_admin.ledger.models import (
     RetentionPolicy,
     TrashEntry,
 )
-from sessions_admin.ledger.trash import LEDGER_TRASH, purge_trash
+from sessions_admin.ledger.trash import LEDGER_TRASH, PurgeReport, purge_trash_report
 from sessions_admin.store import cached
 from sessions_admin.store.models import Session
 
@@ -652,7 +652,9 @@ def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
     )
 
 
-def purge(*, actor, older_than_days: float | None, reason: str) -> int:
+def purge(*, actor, older_than_days: float | None, reason: str) -> PurgeReport:
+    """Drop trash operations for good: audited, naming each one a legal hold kept (its
+    first entry, one held session and the hold)."""
     reason = operator_text(reason, field="reason", required=True)
     return _audited(
         actor=actor,
@@ -660,8 +662,25 @@ def purge(*, actor, older_than_days: float | None, reason: str) -> int:
         session_ids=[],
         reason=reason,
         before={"older_than_days": older_than_days},
-        run=lambda: purge_trash(older_than_days=older_than_days),
-        after=lambda n: {"purged_entries": n},
+        run=lambda: purge_trash_report(older_than_days=older_than_days),
+        after=lambda report: {
+            "purged_entries": report.purged,
+            **(
+                {
+                    "kept_under_hold": [
+                        {
+                            "trash_entry": kept.entry_id,
+                            "session": kept.session_id,
+                            "hold": kept.hold.id,
+                        }
+                        for kept in report.kept[:ENTRY_SESSION_IDS]
+                    ]
+                }
+                if report.kept
+                else {}
+            ),
+        },
+        result_ids=lambda report: [kept.session_id for kept in report.kept],
     )
 
 

@@ -9,7 +9,9 @@ transaction), marking items as it goes. A process that dies mid-job leaves
 its lease to expire; the next worker resumes from the first pending item,
 and an item whose session is already gone is skipped, so nothing is deleted
 twice. Every batch's trash entry belongs to the job's trash operation
-(``trash.job_operation``): the whole job is restored as one unit.
+(``trash.job_operation``): the whole job is restored as one unit. A session a legal
+hold covers is skipped, and each batch that skipped some writes an audit entry
+(``HELD_SKIP_ACTION``) naming them with their holds, which the job's progress reads.
 """
 
 from __future__ import annotations
@@ -23,19 +25,43 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import connections, transaction
+from django.db import connections, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, deletion, faults, holds
 from sessions_admin.core.errors import InvalidInput, StoreBusy
-from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
+from sessions_admin.ledger.models import (
+    AuditEntry,
+    AuditSession,
+    DeleteJob,
+    DeleteJobItem,
+    TrashEntry,
+)
 from sessions_admin.ledger.trash import LEDGER_TRASH, job_operation, stale_pending_trash
 from sessions_admin.ledger.wake import announce_job
 from sessions_admin.store import cached
 
 logger = logging.getLogger(__name__)
 LEASE_SECONDS = 30
+
+
+# The audit entry a job writes for each batch in which it left sessions out under a legal hold:
+# the job's page and result name every such session with its hold from these.
+HELD_SKIP_ACTION = "bulk_delete_held"
+HELD_SKIPS_NAMED = 20  # held sessions a job's progress names (the audit entries keep them all)
+
+
+@dataclass(frozen=True)
+class HeldSkip:
+    """A session a job left out because a legal hold covers it."""
+
+    session_id: str
+    hold_id: int
+    hold: str  # the hold in words, as it stood when the job skipped the session
+
+    def describe(self) -> str:
+        return f"{self.session_id}, hold #{self.hold_id}"
 
 
 @dataclass(frozen=True)
@@ -49,10 +75,26 @@ class JobProgress:
     deleted_messages: int
     sessions_per_second: float | None
     error: str
+    # Skipped under a legal hold: how many, and the first HELD_SKIPS_NAMED of them.
+    held_skipped: int = 0
+    held: tuple[HeldSkip, ...] = ()
 
     @property
     def percent(self) -> int:
         return 100 if self.total == 0 else int(100 * self.processed / self.total)
+
+    @property
+    def skipped_text(self) -> str:
+        """ "2 skipped: s-1, hold #3; 1 gone or live again" (empty when none was skipped)."""
+        if not self.skipped:
+            return ""
+        parts = [held.describe() for held in self.held]
+        if self.held_skipped > len(self.held):
+            parts.append(f"{self.held_skipped - len(self.held):,} more under legal hold")
+        other = self.skipped - self.held_skipped
+        if other > 0:
+            parts.append(f"{other:,} gone or live again")
+        return f"{self.skipped:,} skipped: " + "; ".join(parts)
 
 
 def create_bulk_delete_job(
@@ -205,7 +247,8 @@ def run_job(
                     break
                 batch.append(sid)
                 weight += size
-            # A hold placed after the job was confirmed keeps its sessions (skipped, not failed).
+            # A hold placed after the job was confirmed keeps its sessions (skipped, not failed),
+            # each named with its hold in an audit entry of its own.
             held = holds.holds_on([sid for sid in batch if sid in sizes])
             gone_or_live = [sid for sid in batch if sid not in sizes or sid in live or sid in held]
             to_delete = [sid for sid in batch if sid not in gone_or_live]
@@ -254,6 +297,8 @@ def run_job(
                     deleted_messages=job.deleted_messages,
                     lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS),
                 )
+            if held:
+                _record_held_skips(job, held)
             batches += 1
     except Exception as error:
         DeleteJob.objects.filter(pk=job_id).update(
@@ -268,10 +313,66 @@ def run_job(
     return job_progress(job_id=job_id)
 
 
+def _record_held_skips(job: DeleteJob, held: dict[str, holds.Hold]) -> None:
+    """The audit entry of a batch's sessions left out under a legal hold, each with its hold.
+
+    Written here, as the job writes its items (``ledger.actions`` imports this module):
+    finished (``ok``), by the job's creator, with the job's reason.
+    """
+    ordered = sorted(held.items())
+    with transaction.atomic(using=router.db_for_write(AuditEntry)):
+        entry = AuditEntry.objects.create(
+            actor_name=(job.created_by or "system")[:150],
+            action=HELD_SKIP_ACTION,
+            session_ids=[sid for sid, _ in ordered],
+            before={
+                "job": job.pk,
+                **({"retention_policy": job.policy_id} if job.policy_id else {}),
+            },
+            after={
+                "skipped": len(ordered),
+                "held": [
+                    {"session": sid, "hold": hold.id, "words": hold.describe()}
+                    for sid, hold in ordered
+                ],
+            },
+            reason=job.reason,
+            detail="Left out under legal hold: "
+            + "; ".join(f"{sid}, hold #{hold.id}" for sid, hold in ordered[:50]),
+            completed_at=timezone.now(),
+        )
+        AuditSession.objects.bulk_create(
+            AuditSession(entry=entry, session_id=sid) for sid, _ in ordered
+        )
+
+
+def held_skips(*, job_id: int, named: int = HELD_SKIPS_NAMED) -> tuple[int, tuple[HeldSkip, ...]]:
+    """How many sessions the job left out under a legal hold, and the first ``named`` of them."""
+    count = 0
+    found: list[HeldSkip] = []
+    for after in (
+        AuditEntry.objects.filter(action=HELD_SKIP_ACTION, before__job=job_id)
+        .order_by("pk")
+        .values_list("after", flat=True)
+        .iterator()
+    ):
+        rows = after.get("held", []) if isinstance(after, dict) else []
+        count += len(rows)
+        for row in rows:
+            if len(found) < named and isinstance(row, dict):
+                found.append(
+                    HeldSkip(
+                        str(row.get("session")), int(row.get("hold") or 0), row.get("words", "")
+                    )
+                )
+    return count, tuple(found)
+
+
 def job_progress(*, job_id: int) -> JobProgress:
     job = DeleteJob.objects.filter(pk=job_id).first()
     if job is None:
         raise InvalidInput(f"No job {job_id}.")
+    held_count, held = held_skips(job_id=job_id) if job.skipped else (0, ())
     rate = None
     if job.started_at and job.done:
         elapsed = ((job.finished_at or timezone.now()) - job.started_at).total_seconds()
@@ -286,6 +387,8 @@ def job_progress(*, job_id: int) -> JobProgress:
         deleted_messages=job.deleted_messages,
         sessions_per_second=rate,
         error=job.error,
+        held_skipped=held_count,
+        held=held,
     )
 
 
