@@ -156,6 +156,12 @@ class UnmergeResult:
     returned_messages: int
 
 
+# What an erasure (core.erasure) leaves as a merge's prior state when the merge moved the
+# erased person's rows into a session that stays: nothing to undo with, and it says so.
+CLOSED_BY_ERASURE = {"closed_by_erasure": True}
+_CLOSED_PREFIX = '{"closed_by_erasure"'
+
+
 @dataclass(frozen=True)
 class MergeRecord:
     merge_id: int
@@ -163,6 +169,12 @@ class MergeRecord:
     target_id: str
     absorbed_ids: tuple[str, ...]
     undone_at: float | None
+    # An erasure removed rows this merge moved: it can no longer be undone.
+    closed_by_erasure: bool = False
+
+    @property
+    def undoable(self) -> bool:
+        return self.undone_at is None and not self.closed_by_erasure
 
 
 def _rows(ids: Sequence[str], *, lock: bool = False) -> dict[str, dict]:
@@ -608,10 +620,14 @@ def _continue_histories(plan: MergePlan, moved_responses: list[list[str]]) -> li
 
 
 def _record(row: tuple) -> MergeRecord:
-    return MergeRecord(int(row[0]), row[1], row[2], tuple(json.loads(row[3])), row[4])
+    return MergeRecord(int(row[0]), row[1], row[2], tuple(json.loads(row[3])), row[4], bool(row[5]))
 
 
-_RECORD_COLUMNS = "id, created_at, target_session_id, absorbed_session_ids, undone_at"
+_RECORD_COLUMNS = (
+    "id, created_at, target_session_id, absorbed_session_ids, undone_at, "
+    f"CASE WHEN substr(prior_state, 1, {len(_CLOSED_PREFIX)}) = '{_CLOSED_PREFIX}' "
+    "THEN 1 ELSE 0 END"
+)
 
 
 def merge_record(*, merge_id: int) -> MergeRecord:
@@ -651,6 +667,10 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
     if row[3] is not None:
         raise InvalidInput(f"Merge {merge_id} was already undone.")
     target, absorbed, prior = row[0], json.loads(row[1]), json.loads(row[2])
+    if prior.get("closed_by_erasure"):
+        raise InvalidInput(
+            f"Merge {merge_id} can no longer be undone: an erasure removed rows it moved."
+        )
     members = {target, *absorbed}
     later = [
         _record(r)

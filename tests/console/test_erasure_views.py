@@ -91,10 +91,10 @@ def test_the_request_page_says_while_the_search_index_is_not_merged(signed_in, m
 
     client = signed_in("admin")
     _their_sessions()
-    plan = erasure_core.plan_erasure(subject=erasure_core.Subject(user_id=USER))
+    plan = erasure.plan(erasure_core.Subject(user_id=USER))
     queued = actions.request_erasure(
         actor=None,
-        subject=plan.subject,
+        subject=plan.store.subject,
         reference="DSR-8",
         expected_fingerprint=plan.fingerprint,
     )

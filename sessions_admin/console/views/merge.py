@@ -478,6 +478,13 @@ def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
     if record.undone_at is not None:
         messages.info(request, f"Merge #{merge_id} was already undone; nothing changed.")
         return redirect_to(request, back)
+    if record.closed_by_erasure:
+        messages.info(
+            request,
+            f"Merge #{merge_id} can no longer be undone: an erasure removed rows it moved; "
+            "nothing changed.",
+        )
+        return redirect_to(request, back)
 
     def not_undone(problem: str | core.StoreError) -> HttpResponse:
         actions.record_refusal(
