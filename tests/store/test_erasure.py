@@ -21,9 +21,9 @@ from django.db import connections
 from sessions_admin import core
 from sessions_admin.core import db, holds
 from sessions_admin.core.erasure import Subject, plan_erasure
+from sessions_admin.core.schema import existing_tables
 from sessions_admin.ledger import actions, erasure
 from sessions_admin.ledger.models import AuditEntry, ErasureRequest, TrashEntry
-from sessions_admin.core.schema import existing_tables
 from sessions_admin.routers import responses_alias, store_alias
 from tests.builders import store_snapshot
 
@@ -257,8 +257,8 @@ def test_an_index_merge_cut_short_is_finished_later_and_the_receipt_says_when(
     from sessions_admin.core import erasure as erasure_core
     from sessions_admin.ledger import schedule
 
-    # Many small segments, as a busy runtime leaves them: SQLite's automerge off, so an
-    # earlier test's index state cannot have merged them already.
+    # Many small segments, as a busy runtime leaves them: SQLite's automerge off until the
+    # erasure's own merge, so no earlier write (the erasure's deletes included) merged them.
     fts_tables = [
         t for t in ("messages_fts", "messages_fts_trigram") if t in existing_tables(store_alias())
     ]
@@ -268,11 +268,13 @@ def test_an_index_merge_cut_short_is_finished_later_and_the_receipt_says_when(
     for n in range(30):
         sid = core.create_session(source="cli").session_id
         core.append_messages(session_id=sid, messages=[{"role": "user", "content": f"w{n}"}])
-    for fts in fts_tables:
-        db.execute(f"INSERT INTO {fts}({fts}, rank) VALUES ('automerge', 4)")
     monkeypatch.setattr(erasure_core, "FTS_MERGE_SECONDS", 0.0)  # the budget ran out at once
 
-    request = _erase(Subject(user_id=USER, chat_ids=(CHAT,)))
+    try:
+        request = _erase(Subject(user_id=USER, chat_ids=(CHAT,)))
+    finally:
+        for fts in fts_tables:
+            db.execute(f"INSERT INTO {fts}({fts}, rank) VALUES ('automerge', 4)")
 
     assert request.receipt["search_index"] == {"merged": False, "merged_at": None}
     assert erasure.requests_awaiting_index_merge() == [request.pk]
