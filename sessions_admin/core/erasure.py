@@ -1,12 +1,20 @@
 """Erasure: everything the store and the response store hold about one person, purged.
 
-A subject is a user id, optionally with chat ids and session key fragments. Its plan
-(``plan_erasure``) is every session of that user, chat or key, with everything that
-goes with it (compression continuations, delegates and branches, which copy the
-conversation); every message elsewhere that names the subject; every conversation
-slug and stored response of those sessions or naming the subject; and the rows of
-sessions_admin's own tables about them. ``erase`` deletes exactly that, without a
-trash copy, then removes what deleted rows leave behind:
+A subject is a user id, optionally with chat ids and whole session keys; each is compared
+as a whole value with its case (``=``/``IN``, never ``LIKE`` or a substring), and a blank,
+padded, invisible or wildcard-only value is refused. Its plan (``plan_erasure``) is every
+session of that user, chat or key, with everything that goes with it (compression
+continuations, delegates and branches, which copy the conversation); the subject's
+messages a standing merge moved into a session that stays (by the message ids the merge
+recorded); the slugs and stored responses of those sessions; and the rows of
+sessions_admin's own tables about them. A plan reaching a session of another user id
+(through a chat id, a key, or a merge into one of theirs) is refused. Other people's
+sessions naming the subject as a whole word (``mentions``) are listed and kept: their text
+is someone else's. ``erase`` deletes exactly that, without a trash copy: it re-plans and
+refuses if the fingerprint changed. Merge records that moved the subject's rows into a
+session that stays are emptied of them and marked as no longer undoable; the subject's
+switch events become tombstones (``core.events``); hold reasons naming them are redacted.
+Then it removes what deleted rows leave behind:
 
 - SQLite: the deletes run with ``PRAGMA secure_delete = ON`` (freed content is
   overwritten with zeros), both full-text indexes are merged into one segment in short steps within a time
@@ -20,8 +28,9 @@ trash copy, then removes what deleted rows leave behind:
   ``VACUUM`` on the tables it touched (outside a transaction). WAL segments and
   backups are the operator's retention to manage (docs/retention.md).
 
-Held sessions (``core.holds``) are never erased: the plan lists them and ``erase``
-refuses while a hold stands. The dashboard's side (its trash, the audit log, the
+Held sessions (``core.holds``) are never erased or changed: the plan lists a hold on any
+session it would change (``held_scope``: the subject's, and those holding their moved
+messages or targeted by a merge it closes), and ``erase`` refuses while one stands. The dashboard's side (its trash, the audit log, the
 receipt) is ``ledger/erasure.py``.
 """
 

@@ -5,12 +5,18 @@ otherwise a salted hash of it (``subject_hash``; the salt is the request's own).
 it (``ledger.actions.run_erasure``, audited) erases the store's side through
 ``core.erasure.erase`` and then the dashboard's own copies:
 
-- trash entries holding one of the subject's sessions, or naming the subject anywhere
-  in their rows, are purged (whole operations);
+- the trash (``plan_trash``): trashed sessions whose user id, chat id or key field equals
+  the subject's (or that are erased store sessions, or children of such in the same
+  operation) go; an operation holding only those is dropped whole, one shared with other
+  people loses only the subject's rows. Another person's held rows stay and the receipt's
+  ``kept`` names the hold; a hold on the subject's own trashed rows refuses the erasure.
+  ``plan`` gives one fingerprint for the store's plan and the trash's;
 - earlier audit entries keep their shape but every mention of the subject (user id,
-  chat ids, key fragments) and of the erased sessions' ids is replaced by its salted
-  hash, and their session links are re-pointed at the hashes; the erasure's own entry
-  names only hashes and counts;
+  chat ids, session keys) and of the erased sessions' ids, as a whole word (``core.erasure
+  .redact_text``), is replaced by its salted hash, and their session links are re-pointed
+  at the hashes; the erasure's own entry names only hashes and counts; bulk delete reasons
+  and descriptions, trash entry reasons and the request's own reference are redacted the
+  same way;
 - bulk delete job items naming an erased session are dropped;
 - SQLite: the rewrites run with ``secure_delete`` on and the dashboard's WAL is
   checkpointed and truncated; PostgreSQL: the touched tables are vacuumed.
