@@ -557,14 +557,26 @@ def test_operator_text_naming_the_subject_is_redacted_as_whole_words():
 def test_check_consistency_reports_nothing_new_after_an_erasure():
     from sessions_admin.demo.consistency import check_store
 
+    from sessions_admin.store import health
+
     subject_everywhere()
     core.create_session(source="telegram", user_id="u-after", session_key="k-after")
+    api = core.create_session(source="api_server").session_id
+    core.append_message(session_id=api, role="user", content="api side")
+    moved = core.create_session(source="telegram", user_id=USER).session_id
+    core.append_message(session_id=moved, role="user", content="moved")
+    core.end_session(session_id=moved, end_reason="user_exit")
+    core.merge_sessions(session_ids=[api, moved], target_id=api)
     assert check_store() == []
+    panel = {check.kind: health.count(check.kind) for check in health.CHECKS}
     events_before = db.fetchone("SELECT COUNT(*) FROM sessions_admin_switch_events")[0]
 
     _erase(Subject(user_id=USER, chat_ids=(CHAT,)))
 
     assert check_store() == []
+    # Nothing new on the health panel (the erased sessions' own findings may go with them).
+    after = {check.kind: health.count(check.kind) for check in health.CHECKS}
+    assert {kind: n for kind, n in after.items() if n > panel[kind]} == {}
     assert db.fetchone("SELECT COUNT(*) FROM sessions_admin_switch_events")[0] == events_before
     erased = db.fetchall(
         "SELECT new_session_id, session_key, origin FROM sessions_admin_switch_events "
