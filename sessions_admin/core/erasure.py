@@ -386,6 +386,16 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str], merge
                     chunk,
                 ),
             )
+    if "gateway_routing" in tables and subject.session_keys:
+        keys = list(subject.session_keys)
+        routed_keys = db.fetchall(
+            "SELECT scope, session_key FROM gateway_routing WHERE session_key IN "
+            f"({db.placeholders(keys)})",
+            keys,
+        )
+        add(
+            "gateway_routing", [r for r in routed_keys if r not in found.get("gateway_routing", [])]
+        )
     # A merge wholly among the subject's sessions goes; one with another session is closed.
     add(
         "sessions_admin_merges",

@@ -585,3 +585,13 @@ def test_check_consistency_reports_nothing_new_after_an_erasure():
     assert erased and all(key is None and origin == "history" for _, key, origin in erased)
     follower = core.read_switch_events(after_seq=0, limit=1000)
     assert [e.seq for e in follower] == list(range(1, len(follower) + 1))
+
+
+def test_a_subject_whose_session_absorbed_another_users_session_is_refused():
+    mine = _ended_session(ALICE, "alice")
+    theirs = _ended_session(VICTIM, "the victim's words")
+    core.merge_sessions(session_ids=[mine, theirs], target_id=mine)
+    before = store_snapshot()
+    with pytest.raises(core.InvalidInput, match="2 users"):
+        erasure.plan(Subject(user_id=ALICE))
+    assert store_snapshot() == before
