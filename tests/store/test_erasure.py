@@ -556,7 +556,6 @@ def test_operator_text_naming_the_subject_is_redacted_as_whole_words():
 
 def test_check_consistency_reports_nothing_new_after_an_erasure():
     from sessions_admin.demo.consistency import check_store
-
     from sessions_admin.store import health
 
     subject_everywhere()
