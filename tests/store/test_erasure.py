@@ -23,7 +23,7 @@ from sessions_admin.core import db, holds
 from sessions_admin.core.erasure import Subject, plan_erasure
 from sessions_admin.core.schema import existing_tables
 from sessions_admin.ledger import actions, erasure
-from sessions_admin.ledger.models import AuditEntry, ErasureRequest, TrashEntry
+from sessions_admin.ledger.models import AuditEntry, DeleteJob, ErasureRequest, TrashEntry
 from sessions_admin.routers import responses_alias, store_alias
 from tests.builders import store_snapshot
 
@@ -533,6 +533,9 @@ def test_operator_text_naming_the_subject_is_redacted_as_whole_words():
     shared = [_ended_session(ALICE, "x"), _ended_session(VICTIM, "y")]
     _cascade(shared, reason=f"asked by {ALICE}; not {ALICE}-2")
     holds.place_hold(kind="user", subject=VICTIM, reason=f"about {ALICE} and {ALICE}0", actor="ada")
+    job = DeleteJob.objects.create(
+        created_by="ada", reason=f"{ALICE}'s old chats", description=f"user={ALICE}, x{ALICE}"
+    )
     plan = erasure.plan(Subject(user_id=ALICE))
     request = actions.request_erasure(
         actor=None,
@@ -549,6 +552,9 @@ def test_operator_text_naming_the_subject_is_redacted_as_whole_words():
     assert reason == f"about [erased] and {ALICE}0"
     (entry,) = TrashEntry.objects.all()
     assert entry.reason.startswith("asked by [erased:") and entry.reason.endswith(f"not {ALICE}-2")
+    job.refresh_from_db()
+    assert job.reason.startswith("[erased:") and job.reason.endswith("]'s old chats")
+    assert job.description.startswith("user=[erased:") and job.description.endswith(f"x{ALICE}")
     for audit in AuditEntry.objects.all():
         text = f"{audit.reason} {audit.detail} {audit.before} {audit.after}"
         assert not re.search(rf"(?<![\w-]){re.escape(ALICE)}(?![\w-])", text), audit.action
