@@ -434,13 +434,29 @@ class IdentifierListField(forms.Field):
         return tuple(dict.fromkeys(found))
 
 
+class ExactIdentifierField(IdentifierField):
+    """An identifier compared exactly, spaces included: refused (by the caller's check)
+    rather than trimmed into someone else's id."""
+
+    def clean(self, value: Any) -> str | None:
+        try:
+            return operator_identifier(
+                value if value != "" else None,
+                field=self.word,
+                max_length=self.identifier_max,
+                required=self.identifier_required,
+            )
+        except InvalidInput as problem:
+            raise ValidationError(str(problem), code="identifier") from problem
+
+
 class ErasureForm(ConsoleForm):
-    """Who to erase (a user id, optionally chat ids and session key fragments), the request's
+    """Who to erase (a user id, optionally chat ids and whole session keys), the request's
     reference, and (confirming) the previewed plan's fingerprint and the typed count."""
 
-    user_id = IdentifierField(word="user id")
+    user_id = ExactIdentifierField(word="user id")
     chat_ids = IdentifierListField(word="chat id")
-    key_fragments = IdentifierListField(word="session key fragment")
+    session_keys = IdentifierListField(word="session key")
     reference = OperatorTextField(word="request reference", max_length=200)
     fingerprint = IdentifierField(word="fingerprint", required=False)
     typed_count = TypedCountField()

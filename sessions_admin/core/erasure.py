@@ -1,12 +1,20 @@
 """Erasure: everything the store and the response store hold about one person, purged.
 
-A subject is a user id, optionally with chat ids and session key fragments. Its plan
-(``plan_erasure``) is every session of that user, chat or key, with everything that
-goes with it (compression continuations, delegates and branches, which copy the
-conversation); every message elsewhere that names the subject; every conversation
-slug and stored response of those sessions or naming the subject; and the rows of
-sessions_admin's own tables about them. ``erase`` deletes exactly that, without a
-trash copy, then removes what deleted rows leave behind:
+A subject is a user id, optionally with chat ids and whole session keys; each is compared
+as a whole value with its case (``=``/``IN``, never ``LIKE`` or a substring), and a blank,
+padded, invisible or wildcard-only value is refused. Its plan (``plan_erasure``) is every
+session of that user, chat or key, with everything that goes with it (compression
+continuations, delegates and branches, which copy the conversation); the subject's
+messages a standing merge moved into a session that stays (by the message ids the merge
+recorded); the slugs and stored responses of those sessions; and the rows of
+sessions_admin's own tables about them. A plan reaching a session of another user id
+(through a chat id, a key, or a merge into one of theirs) is refused. Other people's
+sessions naming the subject as a whole word (``mentions``) are listed and kept: their text
+is someone else's. ``erase`` deletes exactly that, without a trash copy: it re-plans and
+refuses if the fingerprint changed. Merge records that moved the subject's rows into a
+session that stays are emptied of them and marked as no longer undoable; the subject's
+switch events become tombstones (``core.events``); hold reasons naming them are redacted.
+Then it removes what deleted rows leave behind:
 
 - SQLite: the deletes run with ``PRAGMA secure_delete = ON`` (freed content is
   overwritten with zeros), both full-text indexes are merged into one segment in short steps within a time
@@ -20,8 +28,9 @@ trash copy, then removes what deleted rows leave behind:
   ``VACUUM`` on the tables it touched (outside a transaction). WAL segments and
   backups are the operator's retention to manage (docs/retention.md).
 
-Held sessions (``core.holds``) are never erased: the plan lists them and ``erase``
-refuses while a hold stands. The dashboard's side (its trash, the audit log, the
+Held sessions (``core.holds``) are never erased or changed: the plan lists a hold on any
+session it would change (``held_scope``: the subject's, and those holding their moved
+messages or targeted by a merge it closes), and ``erase`` refuses while one stands. The dashboard's side (its trash, the audit log, the
 receipt) is ``ledger/erasure.py``.
 """
 
@@ -29,13 +38,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from django.db import connections
 
-from sessions_admin.core import being_deleted, db, holds
+from sessions_admin.core import being_deleted, db, events, holds
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.deletion import (
     NO_TRASH,
@@ -48,41 +59,96 @@ from sessions_admin.core.deletion import (
     response_ids_of,
 )
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.merge import CLOSED_BY_ERASURE
 from sessions_admin.core.rows import recompute_counters
 from sessions_admin.core.schema import existing_tables
 from sessions_admin.routers import responses_alias, store_alias
 
-# A fragment this short would match far more than one person.
-MIN_FRAGMENT = 4
+# Values shorter than this are not looked for in other people's text (listed as mentions):
+# a short id is a word of ordinary speech ("bob" in "bob's", "42" in any number).
+MIN_MENTION = 4
 MAX_VALUES = 50
 CHUNK = 500
 CHECKPOINT_SECONDS = 30.0
 PASSIVE_ROUNDS = 5
+# The other people's sessions listed as mentioning the subject (kept, for review) at most.
+MENTIONS_LISTED = 200
+# Characters that make a LIKE or glob pattern: a value made only of them is a wildcard
+# someone hoped would work, never an id (ids are compared whole, so it would match nothing).
+WILDCARD_CHARACTERS = frozenset("%_*?")
+
+
+def _identifier_problem(value: object, what: str) -> str | None:
+    """Why ``value`` cannot be matched exactly as a ``what`` (None: it can)."""
+    if not isinstance(value, str) or not value.strip():
+        return f"Give the {what}: a blank one names nobody."
+    if value != value.strip():
+        return f"The {what} {value.strip()[:40]!r} has spaces before or after it; ids are compared exactly."
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in value):
+        return f"The {what} {value[:40]!r} holds an invisible or control character."
+    if set(value) <= WILDCARD_CHARACTERS:
+        return (
+            f"The {what} {value!r} is a wildcard: ids are compared whole and exactly, "
+            "so give the id itself."
+        )
+    return None
 
 
 @dataclass(frozen=True)
 class Subject:
+    """A person: their user id, and the chat ids and whole session keys that are theirs.
+
+    Every value is compared whole and with its case (``sessions.user_id = ...``, never a
+    substring or a pattern); a session key is the full key the store holds.
+    """
+
     user_id: str
     chat_ids: tuple[str, ...] = ()
-    key_fragments: tuple[str, ...] = ()
+    session_keys: tuple[str, ...] = ()
 
     def check(self) -> None:
-        if not self.user_id.strip():
-            raise InvalidInput("Give the user id of the person to erase.")
-        if len(self.chat_ids) + len(self.key_fragments) > MAX_VALUES:
-            raise InvalidInput(f"Give at most {MAX_VALUES} chat ids and key fragments.")
-        for fragment in self.key_fragments:
-            if len(fragment) < MIN_FRAGMENT:
-                raise InvalidInput(
-                    f"A session key fragment needs {MIN_FRAGMENT} characters or more "
-                    f"({fragment!r} would match other people's sessions)."
-                )
+        if problem := _identifier_problem(self.user_id, "user id"):
+            raise InvalidInput(problem)
+        if len(self.chat_ids) + len(self.session_keys) > MAX_VALUES:
+            raise InvalidInput(f"Give at most {MAX_VALUES} chat ids and session keys.")
+        for values, what in ((self.chat_ids, "chat id"), (self.session_keys, "session key")):
+            for value in values:
+                if problem := _identifier_problem(value, what):
+                    raise InvalidInput(problem)
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """Every identifier of the subject, each distinct value once."""
+        return tuple(dict.fromkeys([self.user_id, *self.chat_ids, *self.session_keys]))
 
     @property
     def strings(self) -> tuple[str, ...]:
-        """What names the subject in free text (message bodies, stored responses)."""
-        values = [self.user_id, *self.chat_ids, *self.key_fragments]
-        return tuple(dict.fromkeys(v for v in values if len(v) >= MIN_FRAGMENT))
+        """What is looked for as a whole token in free text (others' messages, operator text):
+        the identifiers long enough not to be ordinary words."""
+        return tuple(v for v in self.values if len(v) >= MIN_MENTION)
+
+
+def _token_pattern(values: Sequence[str]) -> re.Pattern | None:
+    """A value as a whole token: not inside a longer word or id ("bob" not in "bobcat" or
+    "bob-2"), with the case it has."""
+    if not values:
+        return None
+    alternatives = "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))
+    return re.compile(rf"(?<![\w\-.:@])(?:{alternatives})(?![\w\-:@]|\.\w)")
+
+
+def names_subject(text: object, subject: Subject) -> bool:
+    """Whether ``text`` names the subject as a whole token (see ``_token_pattern``)."""
+    pattern = _token_pattern(subject.strings)
+    return bool(pattern and isinstance(text, str) and pattern.search(text))
+
+
+def redact_text(text: str, replacements: dict[str, str]) -> str:
+    """``text`` with each whole-token occurrence of a key replaced by its value."""
+    pattern = _token_pattern(list(replacements))
+    if pattern is None or not isinstance(text, str):
+        return text
+    return pattern.sub(lambda m: replacements[m.group(0)], text)
 
 
 @dataclass(frozen=True)
@@ -91,13 +157,30 @@ class ErasurePlan:
     session_ids: tuple[str, ...]  # children first
     live_session_ids: tuple[str, ...]
     message_count: int  # in those sessions
-    # Messages of other sessions that name the subject: (message id, its session).
+    # The subject's messages that a merge moved into a session that stays (message id, the
+    # session it is in now): they go too.
     other_messages: tuple[tuple[int, str], ...]
     conversation_names: tuple[str, ...]
     response_ids: tuple[str, ...]
     held: tuple[tuple[str, str], ...]
     fingerprint: str
     side_rows: dict = field(default_factory=dict)  # own table -> rows that go
+    # Merges that moved the subject's messages into a session that stays: the record stays,
+    # emptied of the subject's rows and marked as no longer undoable.
+    closed_merges: tuple[int, ...] = ()
+    # Other people's sessions whose messages (content, reasoning, tool calls) or title name
+    # the subject as a whole token: kept, listed for the operator to review.
+    mentions: tuple[str, ...] = ()
+    # Sessions that stay but whose rows the erasure changes (they hold the subject's moved
+    # messages, or are the target of a closed merge): a hold on one stops the erasure too.
+    touched_session_ids: tuple[str, ...] = ()
+    # Other holds whose reason or release reason names the subject (as a whole token): the
+    # hold stays, those words become ``[erased]``.
+    redacted_holds: tuple[int, ...] = ()
+
+    @property
+    def held_scope(self) -> tuple[str, ...]:
+        return (*self.session_ids, *self.touched_session_ids)
 
     @property
     def empty(self) -> bool:
@@ -133,51 +216,125 @@ def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
 
 
 def _subject_sessions(subject: Subject) -> list[str]:
+    """The sessions whose user id, chat id or session key is one of the subject's, each
+    compared whole, and everything that goes with them (continuations, delegates, branches)."""
     where = ["user_id = %s"]
     params: list = [subject.user_id]
     if subject.chat_ids:
         where.append(f"chat_id IN ({db.placeholders(subject.chat_ids)})")
         params += list(subject.chat_ids)
-    for fragment in subject.key_fragments:
-        where.append("session_key LIKE %s ESCAPE '\\'")
-        params.append(db.contains_pattern(fragment))
+    if subject.session_keys:
+        where.append(f"session_key IN ({db.placeholders(subject.session_keys)})")
+        params += list(subject.session_keys)
     roots = [
         r[0] for r in db.fetchall(f"SELECT id FROM sessions WHERE {' OR '.join(where)}", params)
     ]
     return list(lineage_closure(roots, include_branches=True)) if roots else []
 
 
-def _naming(column_sql: str, table: str, strings: Sequence[str], *, alias: str | None = None):
-    if not strings:
-        return []
-    where = " OR ".join(f"{column_sql} LIKE %s ESCAPE '\\'" for _ in strings)
-    return db.fetchall(
-        f"SELECT * FROM {table} WHERE {where}",
-        [db.contains_pattern(s) for s in strings],
-        alias=alias,
-    )
+def _user_ids_of(ids: Sequence[str]) -> set[str]:
+    return {
+        r[0]
+        for chunk in _chunks(list(ids))
+        for r in db.fetchall(
+            f"SELECT DISTINCT user_id FROM sessions WHERE id IN ({db.placeholders(chunk)}) "
+            "AND user_id IS NOT NULL AND user_id <> ''",
+            list(chunk),
+        )
+    }
 
 
-def _other_messages(subject: Subject, ids: set[str]) -> list[tuple[int, str]]:
+def _refuse_other_users(subject: Subject, ids: Sequence[str], merged_in: Sequence[str]) -> None:
+    """One person's erasure never takes another's sessions: refused when the sessions found
+    (or sessions a merge moved into them) belong to more than this user id."""
+    users = _user_ids_of([*ids, *merged_in])
+    others = users - {subject.user_id}
+    if others:
+        total = len(users | {subject.user_id})
+        raise InvalidInput(
+            f"This subject would touch sessions of {total} users ({len(others)} besides the "
+            "user id given): the chat ids and session keys must be this person's alone, and "
+            "a session another user's session was merged into must be unmerged first. "
+            "Nothing was erased."
+        )
+
+
+def _merges_touching(id_set: set[str]) -> list[tuple[int, str, list[str], dict, object]]:
+    """Merge records naming one of these sessions: (id, target, absorbed, prior state, undone_at)."""
+    found = []
+    for merge_id, target, absorbed, prior, undone_at in db.fetchall(
+        "SELECT id, target_session_id, absorbed_session_ids, prior_state, undone_at "
+        "FROM sessions_admin_merges ORDER BY id"
+    ):
+        absorbed_ids = json.loads(absorbed or "[]")
+        if target in id_set or id_set & set(absorbed_ids):
+            found.append(
+                (int(merge_id), target, absorbed_ids, json.loads(prior or "{}"), undone_at)
+            )
+    return found
+
+
+def _moved_messages(merges, id_set: set[str]) -> list[tuple[int, str]]:
+    """The subject's messages a standing merge moved out of their sessions (by the message
+    ids the merge recorded), wherever they are now, outside the sessions erased anyway."""
+    found: dict[int, str] = {}
+    for _merge_id, _target, absorbed, prior, undone_at in merges:
+        if undone_at is not None:
+            continue
+        for session_id, ranges in (prior.get("messages") or {}).items():
+            if session_id not in id_set or session_id not in absorbed:
+                continue
+            for start, end in ranges:
+                for message_id, now_in in db.fetchall(
+                    "SELECT id, session_id FROM messages WHERE id BETWEEN %s AND %s",
+                    [int(start), int(end)],
+                ):
+                    if now_in not in id_set:
+                        found[int(message_id)] = now_in
+    return sorted(found.items())
+
+
+def _moved_responses(merges, id_set: set[str]) -> set[str]:
+    """Stored responses of the subject's sessions that a standing merge re-pointed elsewhere."""
+    return {
+        str(moved[0])
+        for _merge_id, _target, _absorbed, prior, undone_at in merges
+        if undone_at is None
+        for moved in prior.get("responses") or []
+        if len(moved) > 1 and moved[1] in id_set
+    }
+
+
+def _mentions(subject: Subject, id_set: set[str]) -> list[str]:
+    """Other people's sessions whose messages or title name the subject as a whole token.
+
+    A LIKE narrows the rows; the whole-token test (``names_subject``) decides, so "bob"
+    never finds "bobcat". These are listed, never erased: the text is someone else's.
+    """
     strings = subject.strings
     if not strings:
         return []
+    found: set[str] = set()
     text = (
         "COALESCE(content, '') || ' ' || COALESCE(tool_calls, '') || ' ' || COALESCE(reasoning, '')"
     )
     where = " OR ".join(f"{text} LIKE %s ESCAPE '\\'" for _ in strings)
-    return [
-        (int(r[0]), r[1])
-        for r in db.fetchall(
-            f"SELECT id, session_id FROM messages WHERE {where} ORDER BY id",
-            [db.contains_pattern(s) for s in strings],
-        )
-        if r[1] not in ids
-    ]
+    patterns = [db.contains_pattern(s) for s in strings]
+    for session_id, body in db.fetchall(
+        f"SELECT session_id, {text} FROM messages WHERE {where}", patterns
+    ):
+        if session_id not in id_set and names_subject(body, subject):
+            found.add(session_id)
+    where = " OR ".join("title LIKE %s ESCAPE '\\'" for _ in strings)
+    for session_id, title in db.fetchall(f"SELECT id, title FROM sessions WHERE {where}", patterns):
+        if session_id not in id_set and names_subject(title, subject):
+            found.add(session_id)
+    return sorted(found)
 
 
-def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str]) -> dict:
-    """sessions_admin's own rows about the subject's sessions or slugs (what ``erase`` drops)."""
+def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str], merges) -> dict:
+    """sessions_admin's own rows about the subject's sessions or slugs (what ``erase`` drops;
+    the switch events are rewritten as tombstones instead, see ``_tombstone_switch_events``)."""
     found: dict[str, list] = {}
     tables = existing_tables(store_alias())
     id_set = set(ids)
@@ -192,7 +349,8 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str]) -> di
             "sessions_admin_switch_events",
             db.fetchall(
                 "SELECT seq FROM sessions_admin_switch_events WHERE new_session_id IN "
-                f"({marks}) OR previous_session_id IN ({marks}) OR parent_session_id IN ({marks})",
+                f"({marks}) OR previous_session_id IN ({marks}) OR parent_session_id IN ({marks}) "
+                "ORDER BY seq",
                 [*chunk, *chunk, *chunk],
             ),
         )
@@ -219,14 +377,34 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str]) -> di
                     [*chunk, *chunk],
                 ),
             )
-    merges = [
-        (r[0],)
-        for r in db.fetchall(
-            "SELECT id, target_session_id, absorbed_session_ids FROM sessions_admin_merges"
+        if "gateway_routing" in tables:
+            routed = db.json_field("entry_json", "session_id")
+            add(
+                "gateway_routing",
+                db.fetchall(
+                    f"SELECT scope, session_key FROM gateway_routing WHERE {routed} IN ({marks})",
+                    chunk,
+                ),
+            )
+    if "gateway_routing" in tables and subject.session_keys:
+        keys = list(subject.session_keys)
+        routed_keys = db.fetchall(
+            "SELECT scope, session_key FROM gateway_routing WHERE session_key IN "
+            f"({db.placeholders(keys)})",
+            keys,
         )
-        if r[1] in id_set or id_set & set(json.loads(r[2] or "[]"))
-    ]
-    add("sessions_admin_merges", merges)
+        add(
+            "gateway_routing", [r for r in routed_keys if r not in found.get("gateway_routing", [])]
+        )
+    # A merge wholly among the subject's sessions goes; one with another session is closed.
+    add(
+        "sessions_admin_merges",
+        [
+            (merge_id,)
+            for merge_id, target, absorbed, _prior, _undone in merges
+            if {target, *absorbed} <= id_set
+        ],
+    )
     names_set = set(names)
     history = [
         (r[0],)
@@ -249,32 +427,44 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str]) -> di
     add("sessions_admin_slug_history", sorted(set(history)))
     # A delete in parts killed midway left the subject's session marked (core.being_deleted).
     add("sessions_admin_deletions", [(sid,) for sid in being_deleted.marks_on(list(ids))])
-    # Released holds about the subject (a standing one refuses the erasure).
-    released = db.fetchall(
-        "SELECT id, kind, subject, reason, release_reason FROM sessions_admin_holds "
-        "WHERE released_at IS NOT NULL"
-    )
+    # Released holds on the subject or their sessions, matched exactly (a standing one
+    # refuses the erasure). Other holds whose reason names them are redacted by the ledger.
     add(
         "sessions_admin_holds",
         [
             (r[0],)
-            for r in released
+            for r in db.fetchall(
+                "SELECT id, kind, subject FROM sessions_admin_holds WHERE released_at IS NOT NULL "
+                "ORDER BY id"
+            )
             if (r[1] == "user" and r[2] == subject.user_id)
             or (r[1] == "session" and r[2] in id_set)
-            or any(s in f"{r[2]} {r[3]} {r[4] or ''}" for s in subject.strings)
         ],
     )
-    if "gateway_routing" in tables:
-        routes = _naming("entry_json", "gateway_routing", subject.strings)
-        add("gateway_routing", [(r[0], r[1]) for r in routes])
     return found
 
 
 def plan_erasure(*, subject: Subject) -> ErasurePlan:
-    """Everything ``erase`` would remove for ``subject`` (nothing changes)."""
+    """Everything ``erase`` would remove for ``subject`` (nothing changes).
+
+    Refused (``InvalidInput``) for a value that cannot be matched exactly, or when the
+    sessions found belong to more than one user id.
+    """
     subject.check()
     ids = ordered_children_first(_subject_sessions(subject))
     id_set = set(ids)
+    merges = _merges_touching(id_set)
+    # Sessions merged into one of the subject's: their messages are in the subject's now.
+    merged_in = sorted(
+        {
+            sid
+            for _merge_id, target, absorbed, _prior, undone_at in merges
+            if undone_at is None and target in id_set
+            for sid in absorbed
+            if sid not in id_set
+        }
+    )
+    _refuse_other_users(subject, ids, merged_in)
     live = sorted(
         r[0]
         for chunk in _chunks(ids)
@@ -283,33 +473,48 @@ def plan_erasure(*, subject: Subject) -> ErasurePlan:
             list(chunk),
         )
     )
-    others = _other_messages(subject, id_set)
+    moved = _moved_messages(merges, id_set)
     responses = set(response_ids_of(ids)) if ids else set()
-    responses |= {
-        r[0] for r in _naming("data", "responses", subject.strings, alias=responses_alias())
-    }
+    responses |= _moved_responses(merges, id_set)
     names = set(conversation_names_of(ids, response_ids=sorted(responses))) if ids else set()
-    names |= {
-        r[0] for r in _naming("name", "conversations", subject.strings, alias=responses_alias())
-    }
-    if responses:
-        for chunk in _chunks(sorted(responses)):
-            names |= {
-                r[0]
-                for r in db.fetchall(
-                    "SELECT name FROM conversations WHERE response_id IN "
-                    f"({db.placeholders(chunk)})",
-                    list(chunk),
-                    alias=responses_alias(),
-                )
-            }
-    held_map = holds.holds_on(ids)
-    side = _side_rows(subject, ids, sorted(names))
+    closed = sorted(
+        merge_id
+        for merge_id, target, absorbed, _prior, _undone in merges
+        if not {target, *absorbed} <= id_set
+    )
+    # Holds win: a hold on a session whose messages, responses or merge record this
+    # erasure touches stops it, whoever's session that is.
+    touched = sorted(
+        ({sid for _mid, sid in moved} | {t for m, t, *_ in merges if m in closed}) - id_set
+    )
+    held_map = holds.holds_on([*ids, *touched])
+    side = _side_rows(subject, ids, sorted(names), merges)
     messages = count_messages(ids) if ids else 0
+    mentions = _mentions(subject, id_set)
+    side_rows = {table: [list(row) for row in rows] for table, rows in side.items()}
+    gone_holds = {row[0] for row in side_rows.get("sessions_admin_holds", [])}
+    redacted_holds = sorted(
+        int(r[0])
+        for r in db.fetchall("SELECT id, reason, release_reason FROM sessions_admin_holds")
+        if r[0] not in gone_holds
+        and (names_subject(r[1], subject) or names_subject(r[2] or "", subject))
+    )
     fingerprint = hashlib.sha256(
         json.dumps(
-            [ids, live, others, sorted(names), sorted(responses), sorted(held_map), messages],
+            [
+                ids,
+                live,
+                moved,
+                sorted(names),
+                sorted(responses),
+                sorted((sid, hold.id) for sid, hold in held_map.items()),
+                messages,
+                side_rows,
+                closed,
+                redacted_holds,
+            ],
             default=str,
+            sort_keys=True,
         ).encode()
     ).hexdigest()[:32]
     return ErasurePlan(
@@ -317,12 +522,16 @@ def plan_erasure(*, subject: Subject) -> ErasurePlan:
         session_ids=tuple(ids),
         live_session_ids=tuple(live),
         message_count=messages,
-        other_messages=tuple(others),
+        other_messages=tuple(moved),
         conversation_names=tuple(sorted(names)),
         response_ids=tuple(sorted(responses)),
-        held=tuple((sid, held_map[sid].describe()) for sid in ids if sid in held_map),
+        held=tuple(sorted((sid, hold.describe()) for sid, hold in held_map.items())),
         fingerprint=fingerprint,
-        side_rows={table: [list(row) for row in rows] for table, rows in side.items()},
+        side_rows=side_rows,
+        closed_merges=tuple(closed),
+        mentions=tuple(mentions[:MENTIONS_LISTED]),
+        touched_session_ids=tuple(touched),
+        redacted_holds=tuple(redacted_holds),
     )
 
 
@@ -358,7 +567,6 @@ def _delete_other_messages(message_ids: Sequence[int]) -> int:
 @store_operation
 def _delete_side_rows(side_rows: dict) -> int:
     keys = {
-        "sessions_admin_switch_events": ("seq",),
         "sessions_admin_undos": ("id",),
         "sessions_admin_merges": ("id",),
         "sessions_admin_slug_history": ("id",),
@@ -370,11 +578,84 @@ def _delete_side_rows(side_rows: dict) -> int:
     }
     removed = 0
     for table, rows in side_rows.items():
+        if table == "sessions_admin_switch_events":
+            removed += _tombstone_switch_events([row[0] for row in rows])
+            continue
         columns = keys[table]
         for row in rows:
             where = " AND ".join(f"{c} = %s" for c in columns)
             removed += db.execute(f"DELETE FROM {table} WHERE {where}", list(row[: len(columns)]))
     return removed
+
+
+# What an erased session's switch events become: the numbering a follower's cursor relies on
+# stays whole (core.events), and nothing in the row names the session, its chat or its key.
+ERASED_SESSION = ""
+
+
+def _tombstone_switch_events(seqs: Sequence[int]) -> int:
+    """Empty the erased sessions' switch events of every id and key, keeping their ``seq``.
+
+    The log is numbered 1, 2, 3... without a gap so that a follower's cursor (``seq``) never
+    skips an event; deleting these rows would leave gaps. A tombstone keeps its ``seq``,
+    time and reason, names no session (``new_session_id`` empty, the rest NULL) and has the
+    history origin, so a follower reading it tells no listener.
+    """
+    changed = 0
+    for chunk in _chunks(list(seqs)):
+        changed += db.execute(
+            "UPDATE sessions_admin_switch_events SET new_session_id = %s, "
+            "previous_session_id = NULL, parent_session_id = NULL, session_key = NULL, "
+            f"source = NULL, origin = %s WHERE seq IN ({db.placeholders(chunk)})",
+            [ERASED_SESSION, events.HISTORY_ORIGIN, *chunk],
+        )
+    return changed
+
+
+ERASED_WORDS = "[erased]"
+
+
+@store_operation
+def _redact_holds(hold_ids: Sequence[int], subject: Subject) -> int:
+    """The subject's identifiers in these holds' reasons become ``[erased]`` (whole tokens)."""
+    replacements = dict.fromkeys(subject.strings, ERASED_WORDS)
+    changed = 0
+    for hold_id, reason, release_reason in db.fetchall(
+        "SELECT id, reason, release_reason FROM sessions_admin_holds WHERE id IN "
+        f"({db.placeholders(hold_ids)})",
+        list(hold_ids),
+    ):
+        changed += db.execute(
+            "UPDATE sessions_admin_holds SET reason = %s, release_reason = %s WHERE id = %s",
+            [
+                redact_text(reason, replacements),
+                None if release_reason is None else redact_text(release_reason, replacements),
+                hold_id,
+            ],
+        )
+    return changed
+
+
+@store_operation
+def _close_merges(merge_ids: Sequence[int], erased: Sequence[str]) -> int:
+    """Merge records that moved the subject's rows into a session that stays: their saved
+    prior state (the subject's rows) goes, the erased sessions leave the absorbed list, and
+    the record says it can no longer be undone (``core.merge.unmerge`` refuses it)."""
+    erased_set = set(erased)
+    closed = 0
+    for merge_id in merge_ids:
+        row = db.fetchone(
+            "SELECT absorbed_session_ids FROM sessions_admin_merges WHERE id = %s", [merge_id]
+        )
+        if row is None:
+            continue
+        kept = [sid for sid in json.loads(row[0] or "[]") if sid not in erased_set]
+        closed += db.execute(
+            "UPDATE sessions_admin_merges SET absorbed_session_ids = %s, prior_state = %s "
+            "WHERE id = %s",
+            [db.dumps(kept), db.dumps(CLOSED_BY_ERASURE), merge_id],
+        )
+    return closed
 
 
 def _delete_slug_rows(names: Sequence[str], response_ids: Sequence[str]) -> tuple[int, int]:
@@ -529,7 +810,7 @@ def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> Erasu
     plan = plan_erasure(subject=subject)
     if expected_fingerprint is not None and plan.fingerprint != expected_fingerprint:
         raise PlanChanged("erasure")
-    holds.refuse_held(plan.session_ids)
+    holds.refuse_held(plan.held_scope)
     _secure_delete(True)
     try:
         sessions = messages = 0
@@ -544,6 +825,10 @@ def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> Erasu
             other += _delete_other_messages(list(chunk))
         conversations, responses = _delete_slug_rows(plan.conversation_names, plan.response_ids)
         side = _delete_side_rows(plan.side_rows) if plan.side_rows else 0
+        if plan.closed_merges:
+            side += _close_merges(plan.closed_merges, plan.session_ids)
+        if plan.redacted_holds:
+            side += _redact_holds(plan.redacted_holds, subject)
         index_merged, storage = _purge_leftovers()
     finally:
         _secure_delete(False)

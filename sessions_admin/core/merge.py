@@ -161,6 +161,12 @@ class UnmergeResult:
     returned_messages: int
 
 
+# What an erasure (core.erasure) leaves as a merge's prior state when the merge moved the
+# erased person's rows into a session that stays: nothing to undo with, and it says so.
+CLOSED_BY_ERASURE = {"closed_by_erasure": True}
+_CLOSED_PREFIX = '{"closed_by_erasure"'
+
+
 @dataclass(frozen=True)
 class MergeRecord:
     merge_id: int
@@ -171,16 +177,28 @@ class MergeRecord:
     # Its sessions no longer in the store (deleted since): it cannot be undone until they
     # are back (restored from the trash), and says so instead of failing.
     missing_ids: tuple[str, ...] = ()
+    # An erasure removed rows this merge moved: it can never be undone again.
+    closed_by_erasure: bool = False
 
     @property
     def undo_lost(self) -> str:
         """Why this merge cannot be undone now ("" if it can, or was undone)."""
-        if self.undone_at is not None or not self.missing_ids:
+        if self.undone_at is not None:
             return ""
-        return (
-            f"Merge #{self.merge_id} can no longer be undone: session(s) "
-            f"{', '.join(self.missing_ids[:5])} were deleted (restore them from the trash first)."
-        )
+        if self.closed_by_erasure:
+            return (
+                f"Merge #{self.merge_id} can no longer be undone: an erasure removed rows it moved."
+            )
+        if self.missing_ids:
+            return (
+                f"Merge #{self.merge_id} can no longer be undone: session(s) "
+                f"{', '.join(self.missing_ids[:5])} were deleted (restore them from the trash first)."
+            )
+        return ""
+
+    @property
+    def undoable(self) -> bool:
+        return self.undone_at is None and not self.undo_lost
 
 
 @dataclass(frozen=True)
@@ -671,10 +689,14 @@ def _record(row: tuple) -> MergeRecord:
     if row[4] is None:
         present = lineage.existing_session_ids([target, *absorbed])
         missing = tuple(sid for sid in (target, *absorbed) if sid not in present)
-    return MergeRecord(int(row[0]), row[1], target, absorbed, row[4], missing)
+    return MergeRecord(int(row[0]), row[1], target, absorbed, row[4], missing, bool(row[5]))
 
 
-_RECORD_COLUMNS = "id, created_at, target_session_id, absorbed_session_ids, undone_at"
+_RECORD_COLUMNS = (
+    "id, created_at, target_session_id, absorbed_session_ids, undone_at, "
+    f"CASE WHEN substr(prior_state, 1, {len(_CLOSED_PREFIX)}) = '{_CLOSED_PREFIX}' "
+    "THEN 1 ELSE 0 END"
+)
 
 
 def merge_record(*, merge_id: int) -> MergeRecord:
@@ -714,6 +736,10 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
     if row[3] is not None:
         raise InvalidInput(f"Merge {merge_id} was already undone.")
     target, absorbed, prior = row[0], json.loads(row[1]), json.loads(row[2])
+    if prior.get("closed_by_erasure"):
+        raise InvalidInput(
+            f"Merge {merge_id} can no longer be undone: an erasure removed rows it moved."
+        )
     members = {target, *absorbed}
     later = [
         _record(r)

@@ -889,13 +889,13 @@ def request_erasure(
     or a hold covers any of it). The audit entry names the subject by its salted hash only."""
     reference = operator_text(reference, field="request reference", required=True, max_length=200)
     _check_fingerprint(expected_fingerprint)
-    plan = erasure_core.plan_erasure(subject=subject)
-    if plan.fingerprint != expected_fingerprint:
+    full = erasure.plan(subject)
+    plan = full.store
+    if full.fingerprint != expected_fingerprint:
         raise core.PlanChanged("erasure")
-    if plan.held:
-        raise holds.SessionsHeld(holds.holds_on(plan.session_ids))
+    erasure.refuse_held(full)
     request = erasure.create_request(
-        subject=subject, reference=reference, actor=_name(actor), fingerprint=plan.fingerprint
+        subject=subject, reference=reference, actor=_name(actor), fingerprint=full.fingerprint
     )
     record(
         actor=actor,
@@ -921,15 +921,22 @@ def run_erasure(*, request_id: int) -> dict | None:
     None when another worker holds it. The audit entry keeps the subject's salted hash,
     the counts and the hashed ids, never the subject itself.
     """
+    # A first run executes exactly the plan that was confirmed; a resumed one (after a
+    # failure or a dead worker) erases what is left of it.
+    first_run = ErasureRequest.objects.filter(pk=request_id, state=ErasureRequest.PENDING).exists()
     request = erasure.claim(request_id)
     if request is None:
         return None
     subject = erasure.subject_from_json(request.subject)
+    erasure.redact_reference(request, subject)
 
     def run() -> dict:
-        plan = erasure_core.plan_erasure(subject=subject)
-        result = erasure_core.erase(subject=subject)
-        return erasure.complete(request, plan, result)
+        full = erasure.plan(subject)
+        if first_run and request.fingerprint and full.fingerprint != request.fingerprint:
+            raise core.PlanChanged("erasure")
+        erasure.refuse_held(full)
+        result = erasure_core.erase(subject=subject, expected_fingerprint=full.store.fingerprint)
+        return erasure.complete(request, full.store, result, trash=full.trash)
 
     try:
         return _audited(

@@ -141,11 +141,11 @@ POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
         },
     ),
     "erasure_preview": (
-        ["user_id", "chat_ids", "key_fragments", "reference"],
+        ["user_id", "chat_ids", "session_keys", "reference"],
         {"user_id": "u-1"},
     ),
     "erasure_confirm": (
-        ["user_id", "chat_ids", "key_fragments", "reference", "fingerprint", "typed_count"],
+        ["user_id", "chat_ids", "session_keys", "reference", "fingerprint", "typed_count"],
         {"user_id": "u-1", "reference": "DSR-1"},
     ),
     "retention_switch": (["enable", "confirm_purge", "reason"], {}),

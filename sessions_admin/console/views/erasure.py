@@ -1,8 +1,9 @@
 """Erasure requests (admins): "delete everything about this person", previewed, run, receipted.
 
 The subject travels in POST bodies only (never in a URL, the access log or the history).
-The preview lists every session, message elsewhere, slug and stored response the erasure
-removes; confirming queues the request (``ledger.actions.request_erasure``), which a
+The preview lists every session, moved message, slug, stored response and trash entry the
+erasure removes, and what it keeps (other people's sessions mentioning the subject, held
+rows of other people); confirming queues the request (``ledger.actions.request_erasure``), which a
 background thread runs; its page shows the state and offers the receipt (JSON).
 """
 
@@ -19,7 +20,7 @@ from sessions_admin.console.forms import ErasureForm
 from sessions_admin.console.http import HtmxHttpRequest, require_perm
 from sessions_admin.console.views.delete import typed_confirmation, typed_count_problem
 from sessions_admin.core import holds
-from sessions_admin.core.erasure import Subject, plan_erasure
+from sessions_admin.core.erasure import Subject
 from sessions_admin.ledger import actions, erasure
 from sessions_admin.ledger.models import ErasureRequest
 from sessions_admin.signin.roles import DELETE
@@ -35,14 +36,13 @@ def _subject(form: ErasureForm) -> Subject:
     return Subject(
         user_id=form.cleaned_data["user_id"],
         chat_ids=form.cleaned_data["chat_ids"],
-        key_fragments=form.cleaned_data["key_fragments"],
+        session_keys=form.cleaned_data["session_keys"],
     )
 
 
 def _values(form: ErasureForm) -> dict:
     return {
-        name: form.shown_back(name)
-        for name in ("user_id", "chat_ids", "key_fragments", "reference")
+        name: form.shown_back(name) for name in ("user_id", "chat_ids", "session_keys", "reference")
     }
 
 
@@ -54,6 +54,8 @@ def _render(request, *, values=None, plan=None, problems=(), status: int = 200) 
         "requests": ErasureRequest.objects.order_by("-pk")[:50],
     }
     if plan is not None:
+        full, plan = plan, plan.store
+        context["plan"] = plan
         ids = list(plan.session_ids[:LISTED])
         rows = {s.id: s for s in Session.objects.filter(id__in=ids)}
         context.update(
@@ -61,11 +63,17 @@ def _render(request, *, values=None, plan=None, problems=(), status: int = 200) 
                 "sessions": [(sid, rows.get(sid)) for sid in ids],
                 "more_sessions": max(0, len(plan.session_ids) - LISTED),
                 "other_sessions": sorted({sid for _, sid in plan.other_messages}),
-                "trash_operations": len(erasure.trash_to_purge(plan.subject, plan.session_ids)),
+                "trash_operations": len(full.trash.operations),
+                "trash_purged": len(full.trash.purge),
+                "trash_pruned": len(full.trash.prune),
+                "trash_kept": sorted({words for _, words in full.trash.kept}),
+                "fingerprint": full.fingerprint,
                 "typed_confirmation": typed_confirmation(
                     sessions=len(plan.session_ids), messages=plan.message_count
                 ),
-                "held_holds": sorted({words for _, words in plan.held}),
+                "held_holds": sorted({words for _, words in full.held}),
+                "plan_held": bool(full.held),
+                "plan_empty": full.empty,
             }
         )
     return render(request, TEMPLATE, context, status=status)
@@ -85,7 +93,7 @@ def erasure_preview(request: HtmxHttpRequest) -> HttpResponse:
         actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
         return _render(request, values=_values(form), problems=[form.problem()], status=400)
     try:
-        plan = plan_erasure(subject=_subject(form))
+        plan = erasure.plan(_subject(form))
     except core.StoreError as error:
         actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
         return _render(request, values=_values(form), problems=[str(error)], status=400)
@@ -102,14 +110,16 @@ def erasure_confirm(request: HtmxHttpRequest) -> HttpResponse:
         return _render(request, values=values, problems=[form.problem()], status=400)
     subject = _subject(form)
     try:
-        plan = plan_erasure(subject=subject)
+        plan = erasure.plan(subject)
     except core.StoreError as error:
         actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
         return _render(request, values=values, problems=[str(error)], status=400)
     problems = []
     if not form.cleaned_data["reference"]:
         problems.append("Give the request's reference (a ticket number, not the person's name).")
-    asked = typed_confirmation(sessions=len(plan.session_ids), messages=plan.message_count)
+    asked = typed_confirmation(
+        sessions=len(plan.store.session_ids), messages=plan.store.message_count
+    )
     if problem := typed_count_problem(form, asked):
         problems.append(problem.replace("Nothing was deleted.", "Nothing was erased."))
     if plan.empty:
