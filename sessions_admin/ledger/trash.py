@@ -454,6 +454,12 @@ def merges_waiting_on(operations: Sequence[str]) -> dict[str, tuple[tuple[int, s
     return {operation: tuple(sorted(found)) for operation, found in waiting.items()}
 
 
+def held_trash_operations() -> dict[str, str]:
+    """Trash operations holding a session a legal hold covers, each with the hold in words
+    (``held_trash``). A purge keeps these operations."""
+    return {operation: found.hold.describe() for operation, found in held_trash().items()}
+
+
 @dataclass(frozen=True)
 class PurgeReport:
     purged: int  # operations dropped (what the trash page lists as entries)
