@@ -202,6 +202,7 @@ def start_run(
             description=f"Retention: {policy.name}"[:2000],
             purge=policy.mode == RetentionPolicy.PURGE,
             policy_id=policy.pk,
+            expected_ids=ids,  # exactly the run's selection, nothing linked to it since
         )
     except InvalidInput:
         return None  # everything it picked went (or went live) since the selection

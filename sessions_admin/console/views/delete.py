@@ -483,6 +483,7 @@ def _digest(ids) -> str:
 @dataclass(frozen=True)
 class DryRun:
     selected_ids: list[str]
+    session_ids: tuple[str, ...]  # what it deletes: the job takes exactly these
     count: int
     live_excluded: int
     live_included: int
@@ -517,6 +518,7 @@ def _dry_run(selection: Selection, include_live: bool) -> tuple[DryRun | None, l
     sample = sorted(preview.sample, key=lambda row: (row.get("started_at") or 0, row["id"]))
     return DryRun(
         selected_ids=ids,
+        session_ids=preview.session_ids,
         count=len(preview.session_ids),
         live_excluded=preview.live_excluded,
         held_excluded=preview.held_excluded,
@@ -684,6 +686,7 @@ def bulk_delete_start(request: HtmxHttpRequest) -> HttpResponse:
             include_live=include_live,
             reason=reason,
             description=description,
+            expected_ids=dry_run.session_ids,
         )
     except core.StoreError as error:
         actions.record_refusal(
