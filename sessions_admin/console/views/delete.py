@@ -495,6 +495,8 @@ class DryRun:
     # (session, why) left out for a merge that can still be undone, and how many more with them.
     merge_kept: tuple[tuple[str, str], ...] = ()
     merge_kept_with: int = 0
+    # (session, why) left out because its conversation goes on in a session not deleted.
+    conversation_kept: tuple[tuple[str, str], ...] = ()
 
     @property
     def typed_confirmation(self) -> TypedConfirmation | None:
@@ -529,6 +531,7 @@ def _dry_run(selection: Selection, include_live: bool) -> tuple[DryRun | None, l
         digest=_digest(preview.session_ids),
         merge_kept=preview.merge_kept,
         merge_kept_with=preview.merge_kept_with,
+        conversation_kept=preview.conversation_kept,
     ), []
 
 
