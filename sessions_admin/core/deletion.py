@@ -488,6 +488,10 @@ class WholeConversations:
 
     remaining: Container[str]
     every_link: bool = False
+    # Sessions the plan showed as kept with their link cleared (a cascade's kept children).
+    cut: Container[str] = frozenset()
+    # Merges whose undo the operator confirmed losing (a cascade's ``lose_undo``).
+    lose_undo_of: frozenset[int] = frozenset()
 
 
 def kept_whole(
@@ -512,10 +516,16 @@ def kept_whole(
             )
     why: dict[str, str] = {}
     for child, parent in sorted(_linked(sorted(members), every_link=plan.every_link)):
-        if parent in members and child not in plan.remaining and parent not in why:
+        if (
+            parent in members
+            and child not in plan.remaining
+            and child not in plan.cut
+            and parent not in why
+        ):
             why[parent] = f"its conversation continued in {child}"
     for sid, merge in sorted(undoable_merges_of(members).items()):
-        why.setdefault(sid, merge.describe())
+        if merge.merge_id not in plan.lose_undo_of:
+            why.setdefault(sid, merge.describe())
     for flagged in sorted(why):
         for other in sorted(
             conversation_within([flagged], plan.remaining, every_link=plan.every_link)
@@ -1503,11 +1513,13 @@ def delete_in_batches(
     batch_messages: int | None = None,
     trash: Trash | None = None,
     operation: str | None = None,
+    whole: WholeConversations | None = None,
 ) -> Iterable[tuple[list[str], int, int, int]]:
     """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id).
 
     Every batch's trash entry belongs to ``operation`` (a new one if not given):
-    one call is one restorable unit, however many batches it takes.
+    one call is one restorable unit, however many batches it takes. ``whole``: each
+    batch keeps the conversations it must (``kept_whole``), raising ``ConversationsKept``.
     """
     operation = operation or new_operation_id()
     # Read when called (not bound as defaults), so a test can lower them for a whole cascade.
@@ -1533,6 +1545,7 @@ def delete_in_batches(
             trash=trash,
             operation=operation,
             part_messages=batch_messages,
+            whole=whole,
         )
         yield batch, deleted, messages, trash_id
 
@@ -1567,12 +1580,20 @@ def execute_cascade_delete(
     sessions = messages = 0
     trash_ids: list[int] = []
     operation = new_operation_id()
+    # Between its batches, a session the runtime links to one still to go (a delegate, a
+    # continuation) or a merge made meanwhile stops the cascade before that batch.
+    whole = WholeConversations(
+        remaining=set(plan.session_ids),
+        cut=frozenset(child for child, _ in plan.kept_children),
+        lose_undo_of=frozenset(plan.lost_undos),
+    )
     for _, deleted, removed, trash_id in delete_in_batches(
         plan.session_ids,
         actor=actor,
         reason=reason,
         trash=trash,
         operation=operation,
+        whole=whole,
     ):
         sessions += deleted
         messages += removed

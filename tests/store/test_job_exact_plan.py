@@ -258,3 +258,37 @@ def test_the_dry_run_leaves_out_a_conversation_that_goes_on_in_a_live_session():
     )
     jobs.run_job(job_id=job_id)
     assert {old, tip} <= _ids() and other not in _ids() and _parent(tip) == old
+
+
+def test_a_cascade_stops_before_a_batch_whose_conversation_gained_a_delegate(monkeypatch):
+    """The cascade shares the rule: a delegate the runtime starts from a session still to go,
+    between two of the cascade's batches, stops it before that batch (its earlier batches
+    stay restorable in the trash) instead of deleting the delegate's parent."""
+    root = core.create_session(source="cli").session_id
+    core.append_message(session_id=root, role="user", content="first")
+    tip = core.rotate_for_compression(session_id=root, summary="s").new_session_id
+    core.end_session(session_id=tip, end_reason="user_exit")
+    plan = core.plan_cascade_delete(session_ids=[root])
+    assert plan.session_ids == (tip, root)
+    monkeypatch.setattr(core.deletion, "BATCH_SESSIONS", 1)
+    made = {}
+    checkpoint = core.deletion.faults.checkpoint
+
+    def runtime_spawns_a_delegate(point):
+        if point == "cascade.between_batches" and not made:
+            made["delegate"] = core.create_session(
+                source="tool", parent_session_id=root, model_config={"_delegate_from": root}
+            ).session_id
+        checkpoint(point)
+
+    monkeypatch.setattr(core.deletion.faults, "checkpoint", runtime_spawns_a_delegate)
+    with pytest.raises(core.ConversationsKept) as raised:
+        core.execute_cascade_delete(
+            session_ids=[root],
+            expected_fingerprint=plan.fingerprint,
+            actor="ada",
+            reason="cleanup",
+            trash=jobs.LEDGER_TRASH,
+        )
+    assert f"{root}, its conversation continued in {made['delegate']}" in str(raised.value)
+    assert root in _ids() and _parent(made["delegate"]) == root and _messages(root) == 1
