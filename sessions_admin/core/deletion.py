@@ -15,7 +15,10 @@ process uses the ledger's, ``sessions_admin.ledger.trash``).
 
 A bulk delete's selection lives here too (the presets, ``preview_bulk_delete``);
 the job that works through it in the background is the ledger's
-(``sessions_admin.ledger.jobs``).
+(``sessions_admin.ledger.jobs``). So does the rule a delete of a previewed set (a
+job, a cascade) follows in every batch, under the store's lock: a conversation stays
+whole (``kept_whole``), so a session the runtime linked to one being deleted after the
+preview, or a merge made meanwhile, keeps it instead of being cut off.
 """
 
 from __future__ import annotations
@@ -454,8 +457,10 @@ def conversation_groups(
     session_ids: Sequence[str], within: Container[str], *, every_link: bool = False
 ) -> list[list[str]]:
     """The conversations of ``session_ids``: each the sessions ``conversation_within`` finds
-    for one of them (some may not be among ``session_ids``), in the order of their first
-    session in ``session_ids``, each in that order and then sorted."""
+    for one of them (some may not be among ``session_ids``), in ``session_ids``' order and
+    then sorted. Ordered by their last session in ``session_ids`` (one with a session not
+    among them last): given children first, a conversation whose first session is a child
+    of another's (a branch, linked by no link that keeps them together) comes first too."""
     found, links = _conversation_links(session_ids, within, every_link=every_link)
     parent = {sid: sid for sid in found}
 
@@ -472,7 +477,11 @@ def conversation_groups(
     groups: dict[str, list[str]] = {}
     for sid in sorted(found, key=lambda sid: (rank.get(sid, len(rank)), sid)):
         groups.setdefault(root(sid), []).append(sid)
-    return sorted(groups.values(), key=lambda group: rank.get(group[0], len(rank)))
+    missing = len(rank)
+    return sorted(
+        groups.values(),
+        key=lambda group: (max(rank.get(sid, missing) for sid in group), rank.get(group[0])),
+    )
 
 
 @dataclass(frozen=True)
