@@ -492,7 +492,8 @@ class WholeConversations:
     A session of the batch stays, with every session of its conversation among
     ``remaining``, when that conversation has a session the delete does not take (a
     continuation, compression segment or delegate the runtime started after the preview,
-    or one kept live or held) or when a merge that can still be undone needs one of them.
+    or one kept live or held: ``left_out``, or with ``every_link`` any session it continues)
+    or when a merge that can still be undone needs one of them.
     """
 
     remaining: Container[str]
@@ -501,6 +502,9 @@ class WholeConversations:
     cut: Container[str] = frozenset()
     # Merges whose undo the operator confirmed losing (a cascade's ``lose_undo``).
     lose_undo_of: frozenset[int] = frozenset()
+    # Sessions of the plan the delete left out when their turn came (live again, held): a
+    # session continuing one of them stays too.
+    left_out: Container[str] = frozenset()
 
 
 def kept_whole(
@@ -532,6 +536,13 @@ def kept_whole(
             and parent not in why
         ):
             why[parent] = f"its conversation continued in {child}"
+        elif (
+            child in members
+            and parent not in plan.remaining
+            and (plan.every_link or parent in plan.left_out)
+            and child not in why
+        ):
+            why[child] = f"its conversation goes on in {parent}"
     for sid, merge in sorted(undoable_merges_of(members).items()):
         if merge.merge_id not in plan.lose_undo_of:
             why.setdefault(sid, merge.describe())

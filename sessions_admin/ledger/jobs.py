@@ -253,6 +253,7 @@ def run_job(
         )
     )
     every_link = job.policy_id is not None  # a retention run's conversations hold every link
+    left_out: set[str] = set()  # sessions of the job it kept live or held: they continue
     batches = 0
     try:
         while max_batches is None or batches < max_batches:
@@ -292,10 +293,13 @@ def run_job(
             held = holds.holds_on([sid for sid in batch if sid in sizes])
             gone_or_live = [sid for sid in batch if sid not in sizes or sid in live or sid in held]
             remaining.difference_update(gone_or_live)
+            left_out.update(sid for sid in gone_or_live if sid in sizes)
             # A conversation that gained a session the job does not take since its preview (or
             # one kept live or held above), or that a merge made meanwhile needs, stays whole:
             # every session of it the job still holds, in this batch or a later one.
-            whole = deletion.WholeConversations(remaining=remaining, every_link=every_link)
+            whole = deletion.WholeConversations(
+                remaining=remaining, every_link=every_link, left_out=left_out
+            )
             candidates = [sid for sid in batch if sid not in gone_or_live]
             kept = deletion.kept_whole(candidates, whole) if candidates else {}
             to_delete = [sid for sid in candidates if sid not in kept]

@@ -292,3 +292,26 @@ def test_a_cascade_stops_before_a_batch_whose_conversation_gained_a_delegate(mon
         )
     assert f"{root}, its conversation continued in {made['delegate']}" in str(raised.value)
     assert root in _ids() and _parent(made["delegate"]) == root and _messages(root) == 1
+
+
+def test_a_retention_run_keeps_a_continuation_whose_first_session_went_live_again():
+    """The runtime reopens the first session of an old API conversation after the preview
+    (as a gateway reopens a session it closed by accident): the job keeps it, live, and its
+    continuation with it, still linked (on main the continuation went first, children
+    first, and the reopened session was left without it)."""
+    first = old_session(days=100, source="api_server", end="agent_close")
+    continuation = old_session(
+        days=99, source="api_server", parent=first, model_config={"_continued_from": first}
+    )
+    lonely = old_session(days=100)
+    policy = _policy(days=30)
+    assert set(retention.dry_run(policy).session_ids) == {first, continuation, lonely}
+    job_id = _confirmed_run(policy)
+    db.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = %s", [first])
+
+    progress = jobs.run_job(job_id=job_id)
+
+    assert {first, continuation} <= _ids() and lonely not in _ids()
+    assert _parent(continuation) == first and _messages(continuation) == 2
+    assert progress.deleted == 1 and progress.skipped == 2
+    assert f"kept: {continuation}, its conversation goes on in {first}" in progress.skipped_text
