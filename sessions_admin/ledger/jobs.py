@@ -37,7 +37,7 @@ from django.db import connections, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from sessions_admin.core import being_deleted, db, deletion, faults, holds
+from sessions_admin.core import being_deleted, db, deletion, faults, holds, lineage
 from sessions_admin.core.errors import InvalidInput, StoreBusy
 from sessions_admin.ledger.models import (
     AuditEntry,
@@ -148,10 +148,16 @@ def create_bulk_delete_job(
         raise InvalidInput("A reason is required for a bulk delete.")
     preview = deletion.preview_bulk_delete(session_ids=session_ids, include_live=include_live)
     chosen = list(preview.session_ids)
+    left_out: list[str] = []
     if expected_ids is not None:
-        expected = set(expected_ids)
+        expected = list(dict.fromkeys(expected_ids))
+        wanted = set(expected)
         # Not previewed, never taken: its conversation is what a batch then keeps whole.
-        chosen = [sid for sid in chosen if sid in expected]
+        chosen = [sid for sid in chosen if sid in wanted]
+        # Previewed, but no longer to go (held, live, or its conversation kept whole since):
+        # skipped items of the job, each named.
+        taken = set(chosen)
+        left_out = [sid for sid in expected if sid not in taken]
     if not chosen:
         raise InvalidInput("Nothing to delete: no session matches (live sessions are kept).")
     ordered = deletion.ordered_by_conversation(chosen)
@@ -161,7 +167,8 @@ def create_bulk_delete_job(
             reason=reason.strip(),
             description=description[:2000],
             include_live=include_live,
-            total=len(ordered),
+            total=len(ordered) + len(left_out),
+            skipped=len(left_out),
             purge=purge,
             policy_id=policy_id,
         )
@@ -171,12 +178,40 @@ def create_bulk_delete_job(
             c.executemany(
                 f"INSERT INTO {DeleteJobItem._meta.db_table} (job_id, position, session_id, state) "
                 "VALUES (%s, %s, %s, %s)",
-                [(job.pk, n, sid, DeleteJobItem.PENDING) for n, sid in enumerate(ordered)],
+                [(job.pk, n, sid, DeleteJobItem.PENDING) for n, sid in enumerate(ordered)]
+                + [
+                    (job.pk, len(ordered) + n, sid, DeleteJobItem.SKIPPED)
+                    for n, sid in enumerate(left_out)
+                ],
             )
+        if left_out:
+            _record_left_out(job, left_out, preview)
         # Waiting workers (this process's, other processes', other hosts' on PostgreSQL)
         # look for jobs as soon as this commits, not at their next poll.
         announce_job()
     return job.pk
+
+
+def _record_left_out(
+    job: DeleteJob, left_out: list[str], preview: deletion.BulkDeletePreview
+) -> None:
+    """Name the previewed sessions a job was created without: under a hold (with the hold),
+    or kept with their conversation (why); gone or live again ones are counted only."""
+    held = holds.holds_on(left_out)
+    if held:
+        _record_held_skips(job, held)
+    why = dict(preview.merge_kept) | dict(preview.conversation_kept)
+    present = lineage.existing_session_ids(left_out)
+    live = deletion.live_session_ids(left_out)
+    kept = {
+        sid: why.get(
+            sid, "kept with its conversation, which a merge that can still be undone needs"
+        )
+        for sid in left_out
+        if sid in present and sid not in held and sid not in live
+    }
+    if kept:
+        _record_kept_whole(job, kept)
 
 
 def worker_name() -> str:

@@ -315,3 +315,28 @@ def test_a_retention_run_keeps_a_continuation_whose_first_session_went_live_agai
     assert _parent(continuation) == first and _messages(continuation) == 2
     assert progress.deleted == 1 and progress.skipped == 2
     assert f"kept: {continuation}, its conversation goes on in {first}" in progress.skipped_text
+
+
+def test_a_run_created_after_the_conversation_continued_names_what_it_left_out(monkeypatch):
+    """The customer writes between the run's preview and its job: the job is created without
+    the old session, and names it with where its conversation went on."""
+    now = time.time()
+    old = _api_turn("support-8", "resp-1", now - 100 * DAY, end=True)
+    lonely = old_session(days=100)
+    policy = _policy(days=30)
+    assert set(retention.dry_run(policy).session_ids) == {old, lonely}
+    made = {}
+    create = jobs.create_bulk_delete_job
+
+    def customer_writes_first(**kw):
+        made["tip"] = _api_turn("support-8", "resp-2", now, end=False)
+        return create(**kw)
+
+    monkeypatch.setattr(retention.jobs, "create_bulk_delete_job", customer_writes_first)
+    job_id = _confirmed_run(policy)
+    progress = jobs.run_job(job_id=job_id)
+
+    tip = made["tip"]
+    assert {old, tip} <= _ids() and lonely not in _ids() and _parent(tip) == old
+    assert progress.total == 2 and progress.deleted == 1 and progress.skipped == 1
+    assert progress.skipped_text == f"1 skipped: kept: {old}, its conversation continued in {tip}"
