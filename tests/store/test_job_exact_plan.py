@@ -8,9 +8,11 @@ A real worker (``jobs.run_job``) on both backends; every check reads the databas
 
 from __future__ import annotations
 
+import io
 import time
 
 import pytest
+from django.core.management import call_command
 
 from sessions_admin import core
 from sessions_admin.core import db
@@ -340,3 +342,25 @@ def test_a_run_created_after_the_conversation_continued_names_what_it_left_out(m
     assert {old, tip} <= _ids() and lonely not in _ids() and _parent(tip) == old
     assert progress.total == 2 and progress.deleted == 1 and progress.skipped == 1
     assert progress.skipped_text == f"1 skipped: kept: {old}, its conversation continued in {tip}"
+
+
+def test_apply_retention_names_a_conversation_its_run_kept_whole(monkeypatch):
+    now = time.time()
+    old = _api_turn("support-5", "resp-1", now - 100 * DAY, end=True)
+    lonely = old_session(days=100)
+    policy = _policy(days=30)
+    policy.enabled = True
+    policy.save()
+    made = {}
+    create = jobs.create_bulk_delete_job
+
+    def customer_writes_first(**kw):
+        made["tip"] = _api_turn("support-5", "resp-2", now, end=False)
+        return create(**kw)
+
+    monkeypatch.setattr(retention.jobs, "create_bulk_delete_job", customer_writes_first)
+    out = io.StringIO()
+    call_command("apply_retention", stdout=out)
+
+    assert {old, made["tip"]} <= _ids() and lonely not in _ids()
+    assert f"kept: {old}, its conversation continued in {made['tip']}" in out.getvalue()
