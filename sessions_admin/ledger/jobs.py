@@ -204,9 +204,7 @@ def _record_left_out(
     present = lineage.existing_session_ids(left_out)
     live = deletion.live_session_ids(left_out)
     kept = {
-        sid: why.get(
-            sid, "kept with its conversation, which a merge that can still be undone needs"
-        )
+        sid: why.get(sid, "no longer in the dry run's set: kept with its conversation")
         for sid in left_out
         if sid in present and sid not in held and sid not in live
     }
