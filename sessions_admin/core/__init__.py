@@ -17,6 +17,7 @@ from sessions_admin.core.conversations import (
 )
 from sessions_admin.core.deletion import (
     BulkDeletePreview,
+    ConversationsKept,
     DeleteGivenBack,
     DeletePlan,
     DeleteResult,

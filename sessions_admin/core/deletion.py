@@ -15,7 +15,10 @@ process uses the ledger's, ``sessions_admin.ledger.trash``).
 
 A bulk delete's selection lives here too (the presets, ``preview_bulk_delete``);
 the job that works through it in the background is the ledger's
-(``sessions_admin.ledger.jobs``).
+(``sessions_admin.ledger.jobs``). So does the rule a delete of a previewed set (a
+job, a cascade) follows in every batch, under the store's lock: a conversation stays
+whole (``kept_whole``), so a session the runtime linked to one being deleted after the
+preview, or a merge made meanwhile, keeps it instead of being cut off.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import json
 import pickle
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -357,6 +360,216 @@ def ordered_children_first(ids: list[str]) -> list[str]:
     return sorted(present, key=lambda sid: (-depth_of(sid), sid))
 
 
+def ordered_by_conversation(ids: list[str]) -> list[str]:
+    """``ordered_children_first``, one conversation after another: the sessions of one tree
+    (linked by parent links within the set) are next to each other, children before parents,
+    the trees in the order of their first session in ``ids``. A job's batches then take a
+    conversation in one transaction, unless it is larger than a batch."""
+    parents: dict[str, str | None] = {}
+    for chunk in _chunks(ids):
+        for sid, parent in db.fetchall(
+            f"SELECT id, parent_session_id FROM sessions WHERE id IN ({db.placeholders(chunk)})",
+            list(chunk),
+        ):
+            parents[sid] = parent
+    rank = {sid: n for n, sid in reversed(list(enumerate(ids)))}
+
+    def root_and_depth(sid: str) -> tuple[str, int]:
+        seen = [sid]
+        current = sid
+        while parents.get(current) in parents and parents[current] not in seen:
+            current = parents[current]
+            seen.append(current)
+        return current, len(seen) - 1
+
+    keys = {}
+    for sid in parents:
+        root, depth = root_and_depth(sid)
+        keys[sid] = (rank.get(root, len(ids)), root, -depth, sid)
+    present = [sid for sid in dict.fromkeys(ids) if sid in parents]
+    return sorted(present, key=keys.__getitem__)
+
+
+# --- a delete keeps each conversation whole ---------------------------------------------
+
+
+def _together_sql(child: str, parent: str, every_link: bool) -> str:
+    """SQL: session ``child``'s link to its parent ``parent`` keeps them in one conversation.
+
+    A compression continuation, a delegate and an API conversation's continuation
+    (``_continued_from``) always do; a branch or an untyped child starts a conversation of
+    its own (a delete keeps it, its link cleared) unless ``every_link`` (a retention run,
+    whose conversations hold every parent link).
+    """
+    if every_link:
+        return "1 = 1"
+    kind = lineage.link_kind_sql(child, parent)
+    return (
+        f"({kind} IN ('compression', 'delegate') "
+        f"OR ({kind} = 'child' AND {lineage.marker('_continued_from', child)} IS NOT NULL))"
+    )
+
+
+def _linked(ids: Sequence[str], *, every_link: bool) -> list[tuple[str, str]]:
+    """(child, parent) for each link that keeps a conversation together and touches ``ids``."""
+    together = _together_sql("c", "p", every_link)
+    pairs: list[tuple[str, str]] = []
+    for chunk in _chunks(list(ids)):
+        marks = db.placeholders(chunk)
+        pairs += db.fetchall(
+            f"SELECT c.id, p.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
+            f"WHERE (c.parent_session_id IN ({marks}) OR c.id IN ({marks})) AND {together}",
+            [*chunk, *chunk],
+        )
+    return pairs
+
+
+def _conversation_links(
+    session_ids: Iterable[str], within: Container[str], *, every_link: bool
+) -> tuple[set[str], list[tuple[str, str]]]:
+    """``conversation_within``'s sessions, and the links between them it followed."""
+    found = set(session_ids)
+    links: list[tuple[str, str]] = []
+    frontier = list(found)
+    while frontier:
+        step: list[str] = []
+        for child, parent in _linked(frontier, every_link=every_link):
+            if child in found or child in within:
+                if parent in found or parent in within:
+                    links.append((child, parent))
+            for sid in (child, parent):
+                if sid not in found and sid in within:
+                    found.add(sid)
+                    step.append(sid)
+        frontier = step
+    return found, links
+
+
+def conversation_within(
+    session_ids: Iterable[str], within: Container[str], *, every_link: bool = False
+) -> set[str]:
+    """``session_ids`` and every session of ``within`` linked to one of them, either way and
+    through sessions of ``within`` only, by a link that keeps a conversation together."""
+    return _conversation_links(session_ids, within, every_link=every_link)[0]
+
+
+def conversation_groups(
+    session_ids: Sequence[str], within: Container[str], *, every_link: bool = False
+) -> list[list[str]]:
+    """The conversations of ``session_ids``: each the sessions ``conversation_within`` finds
+    for one of them (some may not be among ``session_ids``), in ``session_ids``' order and
+    then sorted. Ordered by their last session in ``session_ids`` (one with a session not
+    among them last): given children first, a conversation whose first session is a child
+    of another's (a branch, linked by no link that keeps them together) comes first too."""
+    found, links = _conversation_links(session_ids, within, every_link=every_link)
+    parent = {sid: sid for sid in found}
+
+    def root(sid: str) -> str:
+        while parent[sid] != sid:
+            parent[sid] = parent[parent[sid]]
+            sid = parent[sid]
+        return sid
+
+    for child, up in links:
+        if child in parent and up in parent:
+            parent[root(child)] = root(up)
+    rank = {sid: n for n, sid in reversed(list(enumerate(session_ids)))}
+    groups: dict[str, list[str]] = {}
+    for sid in sorted(found, key=lambda sid: (rank.get(sid, len(rank)), sid)):
+        groups.setdefault(root(sid), []).append(sid)
+    missing = len(rank)
+    return sorted(
+        groups.values(),
+        key=lambda group: (max(rank.get(sid, missing) for sid in group), rank.get(group[0])),
+    )
+
+
+@dataclass(frozen=True)
+class WholeConversations:
+    """What a delete of a previewed set (a bulk delete job, a retention run) checks under the
+    store's lock, batch by batch: ``remaining`` is what it still deletes, the batch included.
+
+    A session of the batch stays, with every session of its conversation among
+    ``remaining``, when that conversation has a session the delete does not take (a
+    continuation, compression segment or delegate the runtime started after the preview,
+    or one kept live or held: ``left_out``, or with ``every_link`` any session it continues)
+    or when a merge that can still be undone needs one of them.
+    """
+
+    remaining: Container[str]
+    every_link: bool = False
+    # Sessions the plan showed as kept with their link cleared (a cascade's kept children).
+    cut: Container[str] = frozenset()
+    # Merges whose undo the operator confirmed losing (a cascade's ``lose_undo``).
+    lose_undo_of: frozenset[int] = frozenset()
+    # Sessions of the plan the delete left out when their turn came (live again, held): a
+    # session continuing one of them stays too.
+    left_out: Container[str] = frozenset()
+
+
+def kept_whole(
+    session_ids: Sequence[str], plan: WholeConversations, *, lock: bool = False
+) -> dict[str, str]:
+    """The sessions of these conversations (within ``plan.remaining``) that must stay, each
+    with why ("its conversation continued in s-9", "target of merge #5, which can still be
+    undone", "with s-3, whose conversation continued in s-9"); empty: all of them may go.
+
+    ``lock``: the conversations' sessions are locked first (PostgreSQL), so a runtime
+    linking a session to one of them waits for the delete's commit.
+    """
+    members = conversation_within(session_ids, plan.remaining, every_link=plan.every_link)
+    if not members:
+        return {}
+    if lock and db.vendor() == "postgresql":
+        for chunk in _chunks(sorted(members)):
+            db.fetchall(
+                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)}) ORDER BY id"
+                + db.for_update(),
+                list(chunk),
+            )
+    why: dict[str, str] = {}
+    for child, parent in sorted(_linked(sorted(members), every_link=plan.every_link)):
+        if (
+            parent in members
+            and child not in plan.remaining
+            and child not in plan.cut
+            and parent not in why
+        ):
+            why[parent] = f"its conversation continued in {child}"
+        elif (
+            child in members
+            and parent not in plan.remaining
+            and (plan.every_link or parent in plan.left_out)
+            and child not in why
+        ):
+            why[child] = f"its conversation goes on in {parent}"
+    for sid, merge in sorted(undoable_merges_of(members).items()):
+        if merge.merge_id not in plan.lose_undo_of:
+            why.setdefault(sid, merge.describe())
+    for flagged in sorted(why):
+        for other in sorted(
+            conversation_within([flagged], plan.remaining, every_link=plan.every_link)
+        ):
+            if other not in why:
+                words = why[flagged].removeprefix("its conversation ")
+                why[other] = (
+                    f"with {flagged}, whose conversation {words}"
+                    if words != why[flagged]
+                    else f"with {flagged}, {why[flagged]}"
+                )
+    return why
+
+
+class ConversationsKept(StoreError):
+    """A delete of a previewed set found, under the store's lock, conversations it must keep
+    whole (``kept_whole``): nothing of the batch was deleted."""
+
+    def __init__(self, kept: dict[str, str]):
+        self.kept = dict(kept)
+        named = "; ".join(f"{sid}, {why}" for sid, why in sorted(self.kept.items())[:5])
+        super().__init__(f"Kept whole: {named}. Nothing of the batch was deleted.")
+
+
 def count_messages(ids: Sequence[str]) -> int:
     return sum(
         int(
@@ -549,6 +762,9 @@ class BulkDeletePreview:
     # their conversations stay with them (a conversation is never split).
     merge_kept: tuple[tuple[str, str], ...] = ()
     merge_kept_with: int = 0
+    # Sessions left out because their conversation goes on in a session this delete does not
+    # take (a live continuation, one not picked), each with why (``kept_whole``).
+    conversation_kept: tuple[tuple[str, str], ...] = ()
 
     @property
     def merge_excluded(self) -> int:
@@ -645,7 +861,9 @@ def preview_bulk_delete(
     Left out, each with why: live sessions (unless ``include_live``), held ones, and the
     sessions a merge that can still be undone needs (``merge.undoable_merges_of``) with the
     rest of their conversations: deleting them would lose the undo silently (a cascade
-    delete of the conversation says so and asks).
+    delete of the conversation says so and asks). So is a conversation that goes on in a
+    session the delete does not take (``kept_whole``: a live continuation, say): the job
+    checks the same again under the lock, batch by batch.
     """
     ids = _with_downstream([s for s in session_ids if s])
     live = live_session_ids(ids)
@@ -659,6 +877,8 @@ def preview_bulk_delete(
     ]
     found = lineage.existing_session_ids(kept)
     existing = [sid for sid in kept if sid in found]
+    whole = kept_whole(existing, WholeConversations(remaining=set(existing))) if existing else {}
+    existing = [sid for sid in existing if sid not in whole]
     sample = (
         tuple(
             db.fetchdicts(
@@ -679,6 +899,7 @@ def preview_bulk_delete(
         holds=tuple(sorted({hold.describe() for hold in held.values()})),
         merge_kept=tuple((sid, merges[sid].describe()) for sid in ids if sid in merges),
         merge_kept_with=len(for_merges - set(merges)),
+        conversation_kept=tuple((sid, whole[sid]) for sid in ids if sid in whole),
     )
 
 
@@ -837,6 +1058,8 @@ class _Deleting:
     trash: Trash
     operation: str
     keep_live: bool
+    # A delete of a previewed set: the conversations it must keep whole (``kept_whole``).
+    whole: WholeConversations | None = None
 
     def open_entry(self, session_ids: Sequence[str], rows: dict) -> int:
         return self.trash.open_entry(
@@ -864,9 +1087,10 @@ def _locked_delete(
     still pending; otherwise nothing changes and None says to copy again.
     Without it the rows are copied here, under the lock.
 
-    A held session (or, with ``keep_live``, a live one) stops the batch: nothing
-    of it is deleted, and such a session a delete had started in parts gets its
-    parts back (``_give_back_parts``), in this transaction; ``_Kept`` says which.
+    A held session (or, with ``keep_live``, a live one, or with ``how.whole`` one of a
+    conversation to keep whole) stops the batch: nothing of it is deleted, and such a
+    session a delete had started in parts gets its parts back (``_give_back_parts``), in
+    this transaction; ``_Kept`` says which.
     """
     batch, payload = snapshot_rows(batch, lock=True)
     # Under the lock: a hold placed after the preview, or while a job runs, still stops it.
@@ -875,6 +1099,14 @@ def _locked_delete(
     if held:
         _give_back_parts([sid for sid in batch if sid in marked and sid in held], trash=how.trash)
         return _Kept(held=held)
+    if how.whole is not None and batch:
+        # A conversation continued, or merged, after the preview stays whole.
+        kept = kept_whole(batch, how.whole, lock=True)
+        if kept:
+            _give_back_parts(
+                [sid for sid in batch if sid in marked and sid in kept], trash=how.trash
+            )
+            return _Kept(whole=kept)
     if how.keep_live:
         live = [s["id"] for s in payload["sessions"] if s.get("ended_at") is None]
         if live:
@@ -949,10 +1181,13 @@ class _Kept:
     held: dict | None = None
     live: tuple[str, ...] = ()
     given_back: str | None = None
+    whole: dict | None = None  # session -> why its conversation stays whole
 
     def error(self) -> StoreError:
         if self.given_back:
             return DeleteGivenBack(self.given_back)
+        if self.whole:
+            return ConversationsKept(self.whole)
         return holds.SessionsHeld(self.held) if self.held else SessionsWentLive(self.live)
 
 
@@ -967,6 +1202,7 @@ def delete_batch(
     keep_live: bool = False,
     part_messages: int | None = None,
     between_parts: Callable[[], None] | None = None,
+    whole: WholeConversations | None = None,
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
 
@@ -982,8 +1218,10 @@ def delete_batch(
     A batch of one session with more than ``part_messages`` messages (default
     ``BATCH_MESSAGES``) is deleted in parts (``_delete_in_parts``), calling
     ``between_parts`` after each. ``keep_live``: a session found live under the
-    lock is kept (``SessionsWentLive``); a held one raises ``SessionsHeld``.
-    Either way nothing of the batch is deleted.
+    lock is kept (``SessionsWentLive``); a held one raises ``SessionsHeld``;
+    with ``whole`` (a delete of a previewed set), a session whose conversation must stay
+    whole (``kept_whole``) raises ``ConversationsKept``. Either way nothing of the batch
+    is deleted.
     """
     how = _Deleting(
         actor=actor,
@@ -992,6 +1230,7 @@ def delete_batch(
         trash=_trash_or_default(trash),
         operation=operation or new_operation_id(),
         keep_live=keep_live,
+        whole=whole,
     )
     part_messages = part_messages or BATCH_MESSAGES
     if len(batch) == 1:
@@ -1102,12 +1341,18 @@ def _create_deletions_table() -> None:
 
 
 def _kept_whole(session_id: str, ended_at: float | None, how: _Deleting) -> _Kept | None:
-    """Under the session's row lock: a hold on it, or (``keep_live``) its being live, keeps it
-    whole: what a delete in parts took of it comes back (``_give_back_parts``)."""
+    """Under the session's row lock: a hold on it, (``keep_live``) its being live, or (``whole``)
+    its conversation to keep whole keeps it whole: what a delete in parts took of it comes
+    back (``_give_back_parts``)."""
     held = holds.holds_on([session_id])
     if held or (how.keep_live and ended_at is None):
         _give_back_parts([session_id], trash=how.trash)
         return _Kept(held=held) if held else _Kept(live=(session_id,))
+    if how.whole is not None:
+        kept = kept_whole([session_id], how.whole, lock=True)
+        if kept:
+            _give_back_parts([session_id], trash=how.trash)
+            return _Kept(whole=kept)
     return None
 
 
@@ -1288,11 +1533,13 @@ def delete_in_batches(
     batch_messages: int | None = None,
     trash: Trash | None = None,
     operation: str | None = None,
+    whole: WholeConversations | None = None,
 ) -> Iterable[tuple[list[str], int, int, int]]:
     """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id).
 
     Every batch's trash entry belongs to ``operation`` (a new one if not given):
-    one call is one restorable unit, however many batches it takes.
+    one call is one restorable unit, however many batches it takes. ``whole``: each
+    batch keeps the conversations it must (``kept_whole``), raising ``ConversationsKept``.
     """
     operation = operation or new_operation_id()
     # Read when called (not bound as defaults), so a test can lower them for a whole cascade.
@@ -1318,6 +1565,7 @@ def delete_in_batches(
             trash=trash,
             operation=operation,
             part_messages=batch_messages,
+            whole=whole,
         )
         yield batch, deleted, messages, trash_id
 
@@ -1352,12 +1600,20 @@ def execute_cascade_delete(
     sessions = messages = 0
     trash_ids: list[int] = []
     operation = new_operation_id()
+    # Between its batches, a session the runtime links to one still to go (a delegate, a
+    # continuation) or a merge made meanwhile stops the cascade before that batch.
+    whole = WholeConversations(
+        remaining=set(plan.session_ids),
+        cut=frozenset(child for child, _ in plan.kept_children),
+        lose_undo_of=frozenset(plan.lost_undos),
+    )
     for _, deleted, removed, trash_id in delete_in_batches(
         plan.session_ids,
         actor=actor,
         reason=reason,
         trash=trash,
         operation=operation,
+        whole=whole,
     ):
         sessions += deleted
         messages += removed

@@ -586,9 +586,18 @@ def cascade_delete(
 
 
 def start_bulk_delete(
-    *, actor, session_ids: Sequence[str], include_live: bool, reason: str, description: str = ""
+    *,
+    actor,
+    session_ids: Sequence[str],
+    include_live: bool,
+    reason: str,
+    description: str = "",
+    expected_ids: Sequence[str] | None = None,
 ) -> int:
+    """The job for the dry run of ``session_ids``; with ``expected_ids`` (the set the dry run
+    showed) it takes none other (``jobs.create_bulk_delete_job``)."""
     ids = operator_identifiers(session_ids)
+    expected = None if expected_ids is None else operator_identifiers(expected_ids)
     reason = operator_text(reason, field="reason", required=True)
     description = operator_text(description, field="description", max_length=DESCRIPTION_MAX)
     job_id = _audited(
@@ -603,6 +612,7 @@ def start_bulk_delete(
             actor=_name(actor),
             reason=reason,
             description=description,
+            expected_ids=expected,
         ),
         after=lambda job: {"job": job},
     )

@@ -12,6 +12,14 @@ twice. Every batch's trash entry belongs to the job's trash operation
 (``trash.job_operation``): the whole job is restored as one unit. A session a legal
 hold covers is skipped, and each batch that skipped some writes an audit entry
 (``HELD_SKIP_ACTION``) naming them with their holds, which the job's progress reads.
+
+A job deletes exactly the set it was confirmed with (``expected_ids``: the preview's), and
+each conversation whole: its items are ordered one conversation after another, and each
+batch, before and again under the store's lock (``deletion.kept_whole``), keeps every
+session of a conversation that gained a session the job does not take (a continuation,
+compression segment or delegate the runtime started meanwhile, or one kept live or held)
+or that a merge made meanwhile needs; each such batch writes an audit entry
+(``KEPT_WHOLE_ACTION``) naming every session kept and why, which the progress reads too.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from django.db import connections, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from sessions_admin.core import being_deleted, db, deletion, faults, holds
+from sessions_admin.core import being_deleted, db, deletion, faults, holds, lineage
 from sessions_admin.core.errors import InvalidInput, StoreBusy
 from sessions_admin.ledger.models import (
     AuditEntry,
@@ -50,6 +58,19 @@ LEASE_SECONDS = 30
 # the job's page and result name every such session with its hold from these.
 HELD_SKIP_ACTION = "bulk_delete_held"
 HELD_SKIPS_NAMED = 20  # held sessions a job's progress names (the audit entries keep them all)
+# The audit entry of a batch that kept conversations whole, each session with why.
+KEPT_WHOLE_ACTION = "bulk_delete_kept_whole"
+
+
+@dataclass(frozen=True)
+class KeptSkip:
+    """A session a job left out to keep its conversation whole."""
+
+    session_id: str
+    why: str  # "its conversation continued in s-9", "target of merge #5, which can ..."
+
+    def describe(self) -> str:
+        return f"kept: {self.session_id}, {self.why}"
 
 
 @dataclass(frozen=True)
@@ -78,6 +99,9 @@ class JobProgress:
     # Skipped under a legal hold: how many, and the first HELD_SKIPS_NAMED of them.
     held_skipped: int = 0
     held: tuple[HeldSkip, ...] = ()
+    # Kept to keep a conversation whole: how many, and the first HELD_SKIPS_NAMED of them.
+    kept_skipped: int = 0
+    kept: tuple[KeptSkip, ...] = ()
 
     @property
     def percent(self) -> int:
@@ -85,13 +109,17 @@ class JobProgress:
 
     @property
     def skipped_text(self) -> str:
-        """ "2 skipped: s-1, hold #3; 1 gone or live again" (empty when none was skipped)."""
+        """ "3 skipped: s-1, hold #3; kept: s-2, its conversation continued in s-9; 1 gone or
+        live again" (empty when none was skipped)."""
         if not self.skipped:
             return ""
         parts = [held.describe() for held in self.held]
         if self.held_skipped > len(self.held):
             parts.append(f"{self.held_skipped - len(self.held):,} more under legal hold")
-        other = self.skipped - self.held_skipped
+        parts += [kept.describe() for kept in self.kept]
+        if self.kept_skipped > len(self.kept):
+            parts.append(f"{self.kept_skipped - len(self.kept):,} more kept whole")
+        other = self.skipped - self.held_skipped - self.kept_skipped
         if other > 0:
             parts.append(f"{other:,} gone or live again")
         return f"{self.skipped:,} skipped: " + "; ".join(parts)
@@ -106,25 +134,41 @@ def create_bulk_delete_job(
     description: str = "",
     purge: bool = False,
     policy_id: int | None = None,
+    expected_ids: Sequence[str] | None = None,
 ) -> int:
     """Snapshot the set into a job; returns its id. The worker does the deleting.
 
     ``purge``: the job keeps no trash copy (nothing it deletes can be restored);
-    ``policy_id``: the retention policy whose run this is.
+    ``policy_id``: the retention policy whose run this is; ``expected_ids``: the set the
+    operator (or the policy) confirmed, its preview's: the job takes no other session.
+    A continuation or delegate the runtime linked to one of them since the preview is left
+    out, and its conversation stays whole: the job's batches keep it and name it.
     """
     if not reason or not reason.strip():
         raise InvalidInput("A reason is required for a bulk delete.")
     preview = deletion.preview_bulk_delete(session_ids=session_ids, include_live=include_live)
-    if not preview.session_ids:
+    chosen = list(preview.session_ids)
+    left_out: list[str] = []
+    if expected_ids is not None:
+        expected = list(dict.fromkeys(expected_ids))
+        wanted = set(expected)
+        # Not previewed, never taken: its conversation is what a batch then keeps whole.
+        chosen = [sid for sid in chosen if sid in wanted]
+        # Previewed, but no longer to go (held, live, or its conversation kept whole since):
+        # skipped items of the job, each named.
+        taken = set(chosen)
+        left_out = [sid for sid in expected if sid not in taken]
+    if not chosen:
         raise InvalidInput("Nothing to delete: no session matches (live sessions are kept).")
-    ordered = deletion.ordered_children_first(list(preview.session_ids))
+    ordered = deletion.ordered_by_conversation(chosen)
     with transaction.atomic(using="default"):
         job = DeleteJob.objects.create(
             created_by=actor,
             reason=reason.strip(),
             description=description[:2000],
             include_live=include_live,
-            total=len(ordered),
+            total=len(ordered) + len(left_out),
+            skipped=len(left_out),
             purge=purge,
             policy_id=policy_id,
         )
@@ -134,12 +178,38 @@ def create_bulk_delete_job(
             c.executemany(
                 f"INSERT INTO {DeleteJobItem._meta.db_table} (job_id, position, session_id, state) "
                 "VALUES (%s, %s, %s, %s)",
-                [(job.pk, n, sid, DeleteJobItem.PENDING) for n, sid in enumerate(ordered)],
+                [(job.pk, n, sid, DeleteJobItem.PENDING) for n, sid in enumerate(ordered)]
+                + [
+                    (job.pk, len(ordered) + n, sid, DeleteJobItem.SKIPPED)
+                    for n, sid in enumerate(left_out)
+                ],
             )
+        if left_out:
+            _record_left_out(job, left_out, preview)
         # Waiting workers (this process's, other processes', other hosts' on PostgreSQL)
         # look for jobs as soon as this commits, not at their next poll.
         announce_job()
     return job.pk
+
+
+def _record_left_out(
+    job: DeleteJob, left_out: list[str], preview: deletion.BulkDeletePreview
+) -> None:
+    """Name the previewed sessions a job was created without: under a hold (with the hold),
+    or kept with their conversation (why); gone or live again ones are counted only."""
+    held = holds.holds_on(left_out)
+    if held:
+        _record_held_skips(job, held)
+    why = dict(preview.merge_kept) | dict(preview.conversation_kept)
+    present = lineage.existing_session_ids(left_out)
+    live = deletion.live_session_ids(left_out)
+    kept = {
+        sid: why.get(sid, "no longer in the dry run's set: kept with its conversation")
+        for sid in left_out
+        if sid in present and sid not in held and sid not in live
+    }
+    if kept:
+        _record_kept_whole(job, kept)
 
 
 def worker_name() -> str:
@@ -209,6 +279,14 @@ def run_job(
     logger.info("delete job %s: worked on by %s", job_id, worker)
     _settle_committed_batches(job_id)
     job = DeleteJob.objects.get(pk=job_id)
+    # What the job still deletes: a batch keeps a conversation with a session outside it whole.
+    remaining = set(
+        DeleteJobItem.objects.filter(job_id=job_id, state=DeleteJobItem.PENDING).values_list(
+            "session_id", flat=True
+        )
+    )
+    every_link = job.policy_id is not None  # a retention run's conversations hold every link
+    left_out: set[str] = set()  # sessions of the job it kept live or held: they continue
     batches = 0
     try:
         while max_batches is None or batches < max_batches:
@@ -232,26 +310,42 @@ def run_job(
                 break
             ids = [session_id for _, session_id in items]
             item_pks = {session_id: pk for pk, session_id in items}
-            sizes = dict(
-                db.fetchall(
-                    f"SELECT id, message_count FROM sessions WHERE id IN ({db.placeholders(ids)})",
-                    ids,
-                )
+            remaining.update(ids)
+            batch, sizes = _next_batch(
+                job_id,
+                ids,
+                item_pks,
+                remaining,
+                every_link=every_link,
+                batch_sessions=batch_sessions,
+                batch_messages=batch_messages,
             )
-            live = set() if job.include_live else deletion.live_session_ids(ids)
-            batch: list[str] = []
-            weight = 0
-            for sid in ids:
-                size = int(sizes.get(sid) or 0)
-                if batch and weight + size > batch_messages:
-                    break
-                batch.append(sid)
-                weight += size
+            live = set() if job.include_live else deletion.live_session_ids(batch)
             # A hold placed after the job was confirmed keeps its sessions (skipped, not failed),
             # each named with its hold in an audit entry of its own.
             held = holds.holds_on([sid for sid in batch if sid in sizes])
             gone_or_live = [sid for sid in batch if sid not in sizes or sid in live or sid in held]
-            to_delete = [sid for sid in batch if sid not in gone_or_live]
+            remaining.difference_update(gone_or_live)
+            left_out.update(sid for sid in gone_or_live if sid in sizes)
+            # A conversation that gained a session the job does not take since its preview (or
+            # one kept live or held above), or that a merge made meanwhile needs, stays whole:
+            # every session of it the job still holds, in this batch or a later one.
+            whole = deletion.WholeConversations(
+                remaining=remaining, every_link=every_link, left_out=left_out
+            )
+            candidates = [sid for sid in batch if sid not in gone_or_live]
+            kept = deletion.kept_whole(candidates, whole) if candidates else {}
+            to_delete = [sid for sid in candidates if sid not in kept]
+            gone_or_live += [sid for sid in batch if sid in kept]
+            later_kept = sorted(set(kept) - set(batch))
+            if later_kept:
+                item_pks.update(
+                    DeleteJobItem.objects.filter(
+                        job_id=job_id, state=DeleteJobItem.PENDING, session_id__in=later_kept
+                    ).values_list("session_id", "pk")
+                )
+                gone_or_live += [sid for sid in later_kept if sid in item_pks]
+            remaining.difference_update(kept)
             if gone_or_live and being_deleted.marks_on(gone_or_live):
                 # Started in parts by this job's last run, then held or reopened: kept whole.
                 deletion.stop_deleting(session_ids=gone_or_live, trash=LEDGER_TRASH)
@@ -269,14 +363,23 @@ def run_job(
                         # A session larger than a batch goes in parts of a batch each.
                         part_messages=batch_messages,
                         between_parts=lambda: _renew_lease(job_id),
+                        whole=whole,
                     )
                 except StoreBusy:
                     time.sleep(0.5)  # the runtime is busy: try this batch again shortly
                     _claim(job_id, worker)
                     continue
-                except (holds.SessionsHeld, deletion.SessionsWentLive, deletion.DeleteGivenBack):
-                    # A hold landed, or a session went live, between the check and the lock:
-                    # skipped next round. (A session given back by a restore is taken again.)
+                except (
+                    holds.SessionsHeld,
+                    deletion.SessionsWentLive,
+                    deletion.DeleteGivenBack,
+                    deletion.ConversationsKept,
+                ):
+                    # A hold landed, a session went live, or a conversation continued between
+                    # the check and the lock: skipped next round. (A session given back by a
+                    # restore is taken again.)
+                    remaining.update(candidates)
+                    remaining.update(kept)
                     continue
                 faults.checkpoint("job.after_batch_commit")
             with transaction.atomic(using="default"):
@@ -297,8 +400,11 @@ def run_job(
                     deleted_messages=job.deleted_messages,
                     lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS),
                 )
+            remaining.difference_update(to_delete)
             if held:
                 _record_held_skips(job, held)
+            if kept:
+                _record_kept_whole(job, kept)
             batches += 1
     except Exception as error:
         DeleteJob.objects.filter(pk=job_id).update(
@@ -311,6 +417,110 @@ def run_job(
             # other action (once per run: each batch would make every read recompute).
             cached.forget_all()
     return job_progress(job_id=job_id)
+
+
+def _next_batch(
+    job_id: int,
+    ids: list[str],
+    item_pks: dict[str, int],
+    remaining: set[str],
+    *,
+    every_link: bool,
+    batch_sessions: int,
+    batch_messages: int,
+) -> tuple[list[str], dict[str, int]]:
+    """The next batch from the first pending items ``ids``: whole conversations (as
+    ``deletion.conversation_groups`` finds them among ``remaining``), so each is deleted, and
+    checked under the lock, in one store transaction. The first conversation is taken whole
+    even past ``batch_sessions`` (its other pending items are looked up), unless its messages
+    are more than a batch's: then its sessions go a batch at a time, children first, each
+    batch checking the whole conversation. Returns the batch and the sessions' message counts
+    (a session missing from them is gone)."""
+    groups = deletion.conversation_groups(ids, remaining, every_link=every_link)
+    beyond = [sid for sid in groups[0] if sid not in item_pks]
+    if beyond:
+        item_pks.update(
+            DeleteJobItem.objects.filter(
+                job_id=job_id, state=DeleteJobItem.PENDING, session_id__in=beyond
+            ).values_list("session_id", "pk")
+        )
+    wanted = [sid for group in groups for sid in group if sid in item_pks]
+    sizes: dict[str, int] = {}
+    for start in range(0, len(wanted), deletion.CHUNK):
+        chunk = wanted[start : start + deletion.CHUNK]
+        sizes.update(
+            (sid, int(count or 0))
+            for sid, count in db.fetchall(
+                f"SELECT id, message_count FROM sessions WHERE id IN ({db.placeholders(chunk)})",
+                chunk,
+            )
+        )
+    batch: list[str] = []
+    weight = 0
+    for group in groups:
+        members = sorted((sid for sid in group if sid in item_pks), key=item_pks.__getitem__)
+        size = sum(sizes.get(sid, 0) for sid in members)
+        whole = all(sid in item_pks for sid in group)
+        if batch and (
+            not whole
+            or len(batch) + len(members) > batch_sessions
+            or weight + size > batch_messages
+        ):
+            break
+        if not batch and size > batch_messages and len(members) > 1:
+            # A conversation larger than a batch: children first, a batch's worth at a time.
+            for sid in members:
+                if batch and weight + sizes.get(sid, 0) > batch_messages:
+                    break
+                batch.append(sid)
+                weight += sizes.get(sid, 0)
+            break
+        batch += members
+        weight += size
+    return batch, sizes
+
+
+def _record_kept_whole(job: DeleteJob, kept: dict[str, str]) -> None:
+    """The audit entry of a batch's sessions kept to keep their conversations whole, with why."""
+    ordered = sorted(kept.items())
+    with transaction.atomic(using=router.db_for_write(AuditEntry)):
+        entry = AuditEntry.objects.create(
+            actor_name=(job.created_by or "system")[:150],
+            action=KEPT_WHOLE_ACTION,
+            session_ids=[sid for sid, _ in ordered],
+            before={
+                "job": job.pk,
+                **({"retention_policy": job.policy_id} if job.policy_id else {}),
+            },
+            after={
+                "skipped": len(ordered),
+                "kept": [{"session": sid, "why": why} for sid, why in ordered],
+            },
+            reason=job.reason,
+            detail="Kept whole: " + "; ".join(f"{sid}, {why}" for sid, why in ordered[:50]),
+            completed_at=timezone.now(),
+        )
+        AuditSession.objects.bulk_create(
+            AuditSession(entry=entry, session_id=sid) for sid, _ in ordered
+        )
+
+
+def kept_skips(*, job_id: int, named: int = HELD_SKIPS_NAMED) -> tuple[int, tuple[KeptSkip, ...]]:
+    """How many sessions the job kept to keep conversations whole, and the first ``named``."""
+    count = 0
+    found: list[KeptSkip] = []
+    for after in (
+        AuditEntry.objects.filter(action=KEPT_WHOLE_ACTION, before__job=job_id)
+        .order_by("pk")
+        .values_list("after", flat=True)
+        .iterator()
+    ):
+        rows = after.get("kept", []) if isinstance(after, dict) else []
+        count += len(rows)
+        for row in rows:
+            if len(found) < named and isinstance(row, dict):
+                found.append(KeptSkip(str(row.get("session")), str(row.get("why", ""))))
+    return count, tuple(found)
 
 
 def _record_held_skips(job: DeleteJob, held: dict[str, holds.Hold]) -> None:
@@ -373,6 +583,7 @@ def job_progress(*, job_id: int) -> JobProgress:
     if job is None:
         raise InvalidInput(f"No job {job_id}.")
     held_count, held = held_skips(job_id=job_id) if job.skipped else (0, ())
+    kept_count, kept = kept_skips(job_id=job_id) if job.skipped else (0, ())
     rate = None
     if job.started_at and job.done:
         elapsed = ((job.finished_at or timezone.now()) - job.started_at).total_seconds()
@@ -389,6 +600,8 @@ def job_progress(*, job_id: int) -> JobProgress:
         error=job.error,
         held_skipped=held_count,
         held=held,
+        kept_skipped=kept_count,
+        kept=kept,
     )
 
 

@@ -6,7 +6,9 @@ dashboard process's scheduler thread, ``manage.py run_jobs --schedule``,
 ``manage.py apply_retention``) claims it by moving ``next_run_at`` on in one
 conditional UPDATE, so several processes or hosts never start the same run twice. A
 run is an ordinary bulk delete job (trash first, short batches, resumable, progress on
-its page), purged instead of trashed when the policy says so; the audited door is
+its page) of exactly the sessions its selection listed (``expected_ids``), each
+conversation kept whole if it went on meanwhile (``core.deletion.kept_whole``), purged
+instead of trashed when the policy says so; the audited door is
 ``ledger.actions.run_retention_policy``. A stored policy whose values the rules refuse
 (``check``: a row written before them, or by hand) never runs: every door checks it
 first and says why.
@@ -202,6 +204,7 @@ def start_run(
             description=f"Retention: {policy.name}"[:2000],
             purge=policy.mode == RetentionPolicy.PURGE,
             policy_id=policy.pk,
+            expected_ids=ids,  # exactly the run's selection, nothing linked to it since
         )
     except InvalidInput:
         return None  # everything it picked went (or went live) since the selection

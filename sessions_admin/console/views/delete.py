@@ -483,6 +483,7 @@ def _digest(ids) -> str:
 @dataclass(frozen=True)
 class DryRun:
     selected_ids: list[str]
+    session_ids: tuple[str, ...]  # what it deletes: the job takes exactly these
     count: int
     live_excluded: int
     live_included: int
@@ -494,6 +495,8 @@ class DryRun:
     # (session, why) left out for a merge that can still be undone, and how many more with them.
     merge_kept: tuple[tuple[str, str], ...] = ()
     merge_kept_with: int = 0
+    # (session, why) left out because its conversation goes on in a session not deleted.
+    conversation_kept: tuple[tuple[str, str], ...] = ()
 
     @property
     def typed_confirmation(self) -> TypedConfirmation | None:
@@ -517,6 +520,7 @@ def _dry_run(selection: Selection, include_live: bool) -> tuple[DryRun | None, l
     sample = sorted(preview.sample, key=lambda row: (row.get("started_at") or 0, row["id"]))
     return DryRun(
         selected_ids=ids,
+        session_ids=preview.session_ids,
         count=len(preview.session_ids),
         live_excluded=preview.live_excluded,
         held_excluded=preview.held_excluded,
@@ -527,6 +531,7 @@ def _dry_run(selection: Selection, include_live: bool) -> tuple[DryRun | None, l
         digest=_digest(preview.session_ids),
         merge_kept=preview.merge_kept,
         merge_kept_with=preview.merge_kept_with,
+        conversation_kept=preview.conversation_kept,
     ), []
 
 
@@ -684,6 +689,7 @@ def bulk_delete_start(request: HtmxHttpRequest) -> HttpResponse:
             include_live=include_live,
             reason=reason,
             description=description,
+            expected_ids=dry_run.session_ids,
         )
     except core.StoreError as error:
         actions.record_refusal(

@@ -56,7 +56,8 @@ class Command(BaseCommand):
                 continue
             self.stdout.write(
                 f"{label}: job #{job_id} {progress.state}, {progress.deleted} sessions and "
-                f"{progress.deleted_messages} messages deleted, {progress.skipped} skipped."
+                f"{progress.deleted_messages} messages deleted, "
+                f"{progress.skipped_text or '0 skipped'}."
             )
         if refused:
             raise CommandError(
