@@ -147,6 +147,8 @@ POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
         ["user_id", "chat_ids", "key_fragments", "reference", "fingerprint", "typed_count"],
         {"user_id": "u-1", "reference": "DSR-1"},
     ),
+    "erasure_verify": (["receipt_text"], {}),
+    "erasure_rewrite": ([], {}),
     "retention_switch": (["enable", "reason"], {}),
     "retention_run": (["reason"], {}),
     "retention_delete": (["reason"], {}),
