@@ -742,12 +742,36 @@ def vacuum_full_postgresql(
                     longest = max(longest, took)
                     rewritten.append(f"{table} {took:.2f} s")
                     break
+            if not left:
+                statistics = _refresh_statistics(cursor, [t for t in tables if t in present])
         finally:
             cursor.execute("RESET lock_timeout")
     note = f"{alias}: VACUUM FULL {', '.join(rewritten) or 'nothing'}"
     if left:
         return False, f"{note}; not rewritten (the runtime held them): {', '.join(left)}", longest
-    return True, note, longest
+    return statistics[0], f"{note}; {statistics[1]}", longest
+
+
+def _refresh_statistics(cursor, tables: Sequence[str]) -> tuple[bool, str]:
+    """ANALYZE keeps sample values of each column (``pg_statistic``: a user id common enough
+    is one): re-analyze the tables from what is left, then rewrite ``pg_statistic`` so
+    the old samples' dead tuples go too (superuser only; otherwise they stay until
+    autovacuum reuses their space, and the note says so)."""
+    if not tables:
+        return True, "no statistics to refresh"
+    cursor.execute("ANALYZE " + ", ".join(tables))
+    try:
+        cursor.execute("VACUUM (FULL) pg_catalog.pg_statistic")
+    except Exception as error:  # noqa: BLE001 - a missing privilege is reported, not raised
+        if db.is_busy_error(error):
+            return False, "statistics re-analyzed; pg_statistic busy, not rewritten"
+        if "permission" not in str(error).lower() and "must be" not in str(error).lower():
+            raise
+        return False, (
+            "statistics re-analyzed; pg_statistic not rewritten (needs a superuser): its old "
+            "sample values stay until autovacuum reuses their space"
+        )
+    return True, "statistics re-analyzed and pg_statistic rewritten"
 
 
 def rewrite_store_files(
