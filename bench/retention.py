@@ -50,8 +50,10 @@ def _live_sessions() -> list[str]:
 
 def child_erasure(workdir: Path) -> dict:
     from sessions_admin import core
+    from sessions_admin.core import erasure as erasure_core
     from sessions_admin.core.erasure import Subject, plan_erasure
     from sessions_admin.ledger import actions
+    from sessions_admin.ledger import erasure as ledger_erasure
 
     build = time.perf_counter()
     for n in range(SUBJECT_SESSIONS):
@@ -87,8 +89,25 @@ def child_erasure(workdir: Path) -> dict:
     finished = time.perf_counter()
     end_wall = time.time()
     time.sleep(1)
+    # The file rewrite with the runtime still writing: the erasure's own try (after a quiet
+    # second) is expected to give way; then it is forced, to measure what it costs the
+    # runtime's appends: SQLite's VACUUM holds the write lock for its length, PostgreSQL's
+    # VACUUM FULL an ACCESS EXCLUSIVE lock on each table in turn.
+    rewrite_wall = time.time()
+    rewrite_start = time.perf_counter()
+    forced = erasure_core.rewrite_store_files(quiet_seconds=0.0, busy_ms=2_000)
+    dashboard = ledger_erasure.rewrite_dashboard_file(quiet_seconds=0.0, busy_ms=2_000)
+    rewrite_seconds = time.perf_counter() - rewrite_start
+    rewrite_end_wall = time.time()
+    time.sleep(1)
     records = appender.stop()
     return {
+        "rewrite_at_erasure": receipt["file_rewrite"]["state"],
+        "rewrite_done": forced.done and dashboard[0],
+        "rewrite_seconds": rewrite_seconds,
+        "rewrite_lock_seconds": max(forced.longest_lock_seconds, dashboard[2]),
+        "rewrite_notes": [*forced.notes, dashboard[1]],
+        "appends_during_rewrite": writes.window(records, rewrite_wall, rewrite_end_wall),
         "build_seconds": built,
         "sessions": receipt["erased"]["sessions"],
         "messages": receipt["erased"]["messages"],

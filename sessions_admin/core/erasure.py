@@ -14,11 +14,18 @@ trash copy, then removes what deleted rows leave behind:
   writing all along kept the merge from finishing, the result says so and
   ``merge_search_indexes`` is run again later until it finishes), and the WAL is checkpointed
   and truncated (``wal_checkpoint(TRUNCATE)``), so no page image of the old rows is
-  left in the ``-wal`` file. No VACUUM: it would hold the runtime's writers for the
-  whole file's length; secure_delete already leaves no old byte in the file.
+  left in the ``-wal`` file. secure_delete reaches only what the erasure itself frees:
+  space freed earlier (a merge, an FTS segment merge, an earlier delete, on a SQLite
+  built with secure_delete off) keeps its bytes until the file is rewritten
+  (``rewrite_store_files``: a VACUUM in a quiet moment, after the index merge).
 - PostgreSQL: deleted rows stay as dead tuples until VACUUM; ``erase`` runs
-  ``VACUUM`` on the tables it touched (outside a transaction). WAL segments and
-  backups are the operator's retention to manage (docs/retention.md).
+  ``VACUUM`` on the tables it touched (outside a transaction), which frees the space
+  without erasing it; ``rewrite_store_files`` (VACUUM FULL, the operator's step) rewrites
+  them. WAL segments and backups are the operator's retention to manage
+  (docs/retention.md).
+
+Counts in the result are what the databases lost (rows present before minus after), not
+what each statement reported.
 
 Held sessions (``core.holds``) are never erased: the plan lists them and ``erase``
 refuses while a hold stands. The dashboard's side (its trash, the audit log, the

@@ -821,7 +821,7 @@ def request_erasure(
     start: bool = True,
 ) -> ErasureRequest:
     """Queue the erasure the operator confirmed (refused if the plan changed since the preview,
-    or a hold covers any of it). The audit entry names the subject by its salted hash only."""
+    or a hold covers any of it). The audit entry names the subject by its keyed hash only."""
     reference = operator_text(reference, field="request reference", required=True, max_length=200)
     _check_fingerprint(expected_fingerprint)
     plan = erasure_core.plan_erasure(subject=subject)
@@ -853,7 +853,7 @@ def request_erasure(
 def run_erasure(*, request_id: int) -> dict | None:
     """Carry out a queued (or interrupted) erasure request: audited; returns its receipt.
 
-    None when another worker holds it. The audit entry keeps the subject's salted hash,
+    None when another worker holds it. The audit entry keeps the subject's keyed hash,
     the counts and the hashed ids, never the subject itself.
     """
     request = erasure.claim(request_id)

@@ -1,22 +1,27 @@
 """Erasure requests: the dashboard's side of ``core.erasure``.
 
 A request holds the subject in plain text only while it is pending or running, and
-otherwise a salted hash of it (``subject_hash``; the salt is the request's own). Running
+otherwise a keyed hash of it (``subject_hash``: HMAC-SHA256 with a key derived from the
+server's secret, over the request's own salt and the value; ``hash_of``). Running
 it (``ledger.actions.run_erasure``, audited) erases the store's side through
 ``core.erasure.erase`` and then the dashboard's own copies:
 
 - trash entries holding one of the subject's sessions, or naming the subject anywhere
   in their rows, are purged (whole operations);
 - earlier audit entries keep their shape but every mention of the subject (user id,
-  chat ids, key fragments) and of the erased sessions' ids is replaced by its salted
+  chat ids, key fragments) and of the erased sessions' ids is replaced by its keyed
   hash, and their session links are re-pointed at the hashes; the erasure's own entry
   names only hashes and counts;
 - bulk delete job items naming an erased session are dropped;
 - SQLite: the rewrites run with ``secure_delete`` on and the dashboard's WAL is
   checkpointed and truncated; PostgreSQL: the touched tables are vacuumed.
 
-The receipt lists what went, by salted hash and count, when, by whom and under which
-request reference.
+The receipt lists what went, by keyed hash and count (the rows the databases lost),
+when, by whom and under which request reference, whether the search index was merged and
+the files rewritten (``file_rewrite``: pending, then done). It is signed (HMAC-SHA256 of
+its canonical JSON, another key derived from the same secret) and issued as one exact
+text (``receipt_text``); ``verify_receipt`` accepts only that text, byte for byte, with
+a matching signature. Neither key nor salt is ever in a receipt.
 """
 
 from __future__ import annotations

@@ -308,3 +308,21 @@ def test_a_receipt_updated_by_a_later_step_is_signed_again(tmp_path):
     assert request.receipt["file_rewrite"]["at"]
     assert erasure.verify_receipt(erasure.receipt_text(request.receipt).encode()).valid
     assert AuditEntry.objects.filter(action="erasure_files_rewritten").count() == 1
+
+
+def test_the_request_page_runs_a_pending_rewrite(admin_client, settings):
+    settings.SESSIONS_ADMIN_ERASURE_REWRITE_AUTO = False  # as on PostgreSQL by default
+    subject_with_slugs()
+    request = _erase(Subject(user_id=USER))
+    assert request.receipt["file_rewrite"]["state"] == "pending"
+    page = admin_client.get(f"/erasure/{request.pk}/")
+    assert b'data-file-rewrite="pending"' in page.content
+
+    response = admin_client.post(f"/erasure/{request.pk}/rewrite/")
+
+    assert response.status_code == 200
+    request.refresh_from_db()
+    assert request.receipt["file_rewrite"]["state"] == "done"
+    entry = AuditEntry.objects.get(action="erasure_files_rewritten")
+    assert entry.actor_name == "walking-admin" and entry.before == {"erasure_request": request.pk}
+    assert erasure.verify_receipt(erasure.receipt_text(request.receipt).encode()).valid
