@@ -466,12 +466,14 @@ def index_merged(request_ids: Sequence[int], notes: Sequence[str]) -> None:
 def requests_awaiting_rewrite() -> list[int]:
     """Finished erasures whose files are not rewritten yet, their index merged (it goes first:
     a rewrite copies the index's older segments as they are)."""
-    return [
-        request.pk
-        for request in ErasureRequest.objects.filter(state=ErasureRequest.DONE).order_by("pk")
-        if (request.receipt.get("file_rewrite") or {}).get("state") == REWRITE_PENDING
-        and (request.receipt.get("search_index") or {}).get("merged", True)
-    ]
+    return list(
+        ErasureRequest.objects.filter(
+            state=ErasureRequest.DONE, receipt__file_rewrite__state=REWRITE_PENDING
+        )
+        .exclude(receipt__search_index__merged=False)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
 
 
 def files_rewritten(request_ids: Sequence[int], notes: Sequence[str]) -> None:
