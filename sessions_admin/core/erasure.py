@@ -677,11 +677,26 @@ def _quiet(alias: str, seconds: float) -> bool:
         return cursor.fetchone()[0] == before
 
 
+def _too_large(name: str, size: int, max_bytes: int | None) -> str | None:
+    if max_bytes is None or size <= max_bytes:
+        return None
+    return (
+        f"{name}: not rewritten automatically ({size / 1e6:,.0f} MB, over "
+        f"{max_bytes / 1e6:,.0f} MB: the rewrite would hold the runtime out for long); "
+        "run manage.py erasure_rewrite at a quiet hour"
+    )
+
+
 def vacuum_sqlite(
-    alias: str, *, quiet_seconds: float = REWRITE_QUIET_SECONDS, busy_ms: int = REWRITE_BUSY_MS
+    alias: str,
+    *,
+    quiet_seconds: float = REWRITE_QUIET_SECONDS,
+    busy_ms: int = REWRITE_BUSY_MS,
+    max_bytes: int | None = None,
 ) -> tuple[bool, str, float]:
     """VACUUM one SQLite database when quiet, then truncate its WAL.
 
+    ``max_bytes``: leave a larger file alone (a VACUUM's length grows with the file).
     Returns whether no freed byte is left, a note, and how long the VACUUM held the lock.
     """
     connection = connections[alias]
@@ -689,6 +704,13 @@ def vacuum_sqlite(
     name = Path(str(connection.settings_dict["NAME"])).name
     if connection.in_atomic_block:
         raise RuntimeError("A file rewrite cannot run inside a transaction.")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA page_count")
+        pages = int(cursor.fetchone()[0])
+        cursor.execute("PRAGMA page_size")
+        size = pages * int(cursor.fetchone()[0])
+    if too_large := _too_large(name, size, max_bytes):
+        return False, too_large, 0.0
     if not _quiet(alias, quiet_seconds):
         return (
             False,
@@ -717,7 +739,12 @@ def vacuum_sqlite(
 
 
 def vacuum_full_postgresql(
-    alias: str, tables: Sequence[str], *, lock_ms: int = REWRITE_BUSY_MS, tries: int = REWRITE_TRIES
+    alias: str,
+    tables: Sequence[str],
+    *,
+    lock_ms: int = REWRITE_BUSY_MS,
+    tries: int = REWRITE_TRIES,
+    max_bytes: int | None = None,
 ) -> tuple[bool, str, float]:
     """VACUUM FULL each table (and so its indexes and TOAST table), waiting for its lock at
     most ``lock_ms`` a try; whether all were rewritten, a note, the longest lock held."""
@@ -728,6 +755,16 @@ def vacuum_full_postgresql(
     present = existing_tables(alias)
     rewritten, longest, left = [], 0.0, []
     with connection.cursor() as cursor:
+        if max_bytes is not None:
+            names = [t for t in tables if t in present]
+            cursor.execute(
+                "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relname = ANY(%s)",
+                [names],
+            )
+            if too_large := _too_large(alias, int(cursor.fetchone()[0]), max_bytes):
+                return False, too_large, 0.0
         cursor.execute(f"SET lock_timeout = {int(lock_ms)}")
         try:
             for table in tables:
@@ -782,24 +819,32 @@ def _refresh_statistics(cursor, tables: Sequence[str]) -> tuple[bool, str]:
 
 
 def rewrite_store_files(
-    *, quiet_seconds: float = REWRITE_QUIET_SECONDS, busy_ms: int = REWRITE_BUSY_MS
+    *,
+    quiet_seconds: float = REWRITE_QUIET_SECONDS,
+    busy_ms: int = REWRITE_BUSY_MS,
+    max_bytes: int | None = None,
 ) -> FileRewrite:
     """Rewrite the store's and the response store's files so no freed byte is left.
 
     Run it after the search index merge finished (a rewrite copies the index's segments as
     they are). SQLite: VACUUM each file in a quiet moment; PostgreSQL: VACUUM FULL of the
-    tables an erasure touches. ``done`` is False when the runtime kept one from running.
+    tables an erasure touches. ``done`` is False when the runtime kept one from running,
+    or a database is larger than ``max_bytes`` (automatic runs: the operator runs those).
     """
     done, notes, longest = True, [], 0.0
     for alias in dict.fromkeys([store_alias(), responses_alias()]):
         if connections[alias].vendor == "sqlite":
-            ok, note, took = vacuum_sqlite(alias, quiet_seconds=quiet_seconds, busy_ms=busy_ms)
+            ok, note, took = vacuum_sqlite(
+                alias, quiet_seconds=quiet_seconds, busy_ms=busy_ms, max_bytes=max_bytes
+            )
         else:
             tables = [
                 *(STORE_REWRITE_TABLES if alias == store_alias() else ()),
                 *(RESPONSE_REWRITE_TABLES if alias == responses_alias() else ()),
             ]
-            ok, note, took = vacuum_full_postgresql(alias, tables, lock_ms=busy_ms)
+            ok, note, took = vacuum_full_postgresql(
+                alias, tables, lock_ms=busy_ms, max_bytes=max_bytes
+            )
         done = done and ok
         notes.append(note)
         longest = max(longest, took)

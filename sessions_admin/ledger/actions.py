@@ -887,7 +887,7 @@ def run_erasure(*, request_id: int) -> dict | None:
     if rewrites_automatically():
         # A small or idle store is rewritten at once; a busy one at a later quiet moment.
         try:
-            finish_erasure_rewrites()
+            finish_erasure_rewrites(automatic=True)
         except Exception:
             logger.exception("erasure request %s: the file rewrite failed", request.pk)
         receipt = ErasureRequest.objects.get(pk=request.pk).receipt
@@ -929,17 +929,31 @@ def rewrites_automatically() -> bool:
     return bool(getattr(settings, "SESSIONS_ADMIN_ERASURE_REWRITE_AUTO", default))
 
 
-def finish_erasure_rewrites(*, actor=None, busy_ms: int | None = None) -> list[int]:
+def rewrite_auto_max_bytes() -> int:
+    """The largest database an automatic rewrite takes on (default 200 MB): a VACUUM holds
+    the runtime's writers for its whole length, which grows with the file (docs/benchmarks.md,
+    "Erasure on the 100k store"); larger ones wait for ``manage.py erasure_rewrite``."""
+    megabytes = getattr(settings, "SESSIONS_ADMIN_ERASURE_REWRITE_AUTO_MAX_MB", 200)
+    return int(float(megabytes) * 1_000_000)
+
+
+def finish_erasure_rewrites(
+    *, actor=None, busy_ms: int | None = None, automatic: bool = False
+) -> list[int]:
     """Rewrite the store's, the response store's and the dashboard's files for finished
     erasures whose receipts say ``file_rewrite: pending`` (their index merge done first).
 
     Nothing of the subject is left in free space afterwards; a busy runtime makes it wait
-    (nothing done, the receipts stay pending). Returns the requests now done (each audited).
+    (nothing done, the receipts stay pending). ``automatic`` (the erasure's own try, the
+    scheduler): databases over ``rewrite_auto_max_bytes`` are left to the operator.
+    Returns the requests now done (each audited).
     """
     pending = erasure.requests_awaiting_rewrite()
     if not pending:
         return []
-    waits = {} if busy_ms is None else {"busy_ms": busy_ms}
+    waits: dict = {} if busy_ms is None else {"busy_ms": busy_ms}
+    if automatic:
+        waits["max_bytes"] = rewrite_auto_max_bytes()
     store = erasure_core.rewrite_store_files(**waits)
     dashboard_done, dashboard_note, dashboard_lock = erasure.rewrite_dashboard_file(**waits)
     notes = [*store.notes, dashboard_note]

@@ -490,13 +490,16 @@ def rewrite_dashboard_file(
     *,
     quiet_seconds: float = erasure.REWRITE_QUIET_SECONDS,
     busy_ms: int = erasure.REWRITE_BUSY_MS,
+    max_bytes: int | None = None,
 ) -> tuple[bool, str, float]:
     """Rewrite the dashboard's database so no byte its erasures freed is left (as
     ``core.erasure.rewrite_store_files`` does for the store): whether it ran, a note, and
     how long it held the lock."""
     alias = router.db_for_write(ErasureRequest)
     if connections[alias].vendor == "sqlite":
-        return erasure.vacuum_sqlite(alias, quiet_seconds=quiet_seconds, busy_ms=busy_ms)
+        return erasure.vacuum_sqlite(
+            alias, quiet_seconds=quiet_seconds, busy_ms=busy_ms, max_bytes=max_bytes
+        )
     tables = [
         model._meta.db_table
         for model in (
@@ -508,7 +511,7 @@ def rewrite_dashboard_file(
             DeleteJobItem,
         )
     ]
-    return erasure.vacuum_full_postgresql(alias, tables, lock_ms=busy_ms)
+    return erasure.vacuum_full_postgresql(alias, tables, lock_ms=busy_ms, max_bytes=max_bytes)
 
 
 def finish(request: ErasureRequest, receipt: dict) -> None:

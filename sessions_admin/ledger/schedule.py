@@ -65,7 +65,7 @@ def run_schedule(*, interval: float, stop: threading.Event) -> None:
                     connections.close_all()
                 try:
                     if actions.rewrites_automatically():
-                        actions.finish_erasure_rewrites()
+                        actions.finish_erasure_rewrites(automatic=True)
                 except Exception:
                     logger.exception("an erasure's file rewrite failed")
                 finally:

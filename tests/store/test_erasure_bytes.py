@@ -300,3 +300,19 @@ def test_postgresql_no_byte_is_left_once_the_rewrite_ran():
     assert db.fetchone("SELECT content FROM messages WHERE session_id = %s", [ids["other"]]) == (
         "bystander text 31337",
     )
+
+
+def test_a_large_store_is_left_to_the_operators_rewrite(settings):
+    """An automatic rewrite never takes on a database over the bound (its lock grows with
+    the file); the receipt stays pending until ``erasure_rewrite`` runs it."""
+    settings.SESSIONS_ADMIN_ERASURE_REWRITE_AUTO = True
+    settings.SESSIONS_ADMIN_ERASURE_REWRITE_AUTO_MAX_MB = 0.001  # 1 kB: every file is over
+    subject_with_freed_bytes()
+    request = _erase(Subject(user_id=USER, chat_ids=(CHAT,)))
+    assert request.receipt["file_rewrite"] == {"state": "pending", "at": None}
+    assert actions.finish_erasure_rewrites(automatic=True) == []
+    out = io.StringIO()
+    call_command("erasure_rewrite", "--request", str(request.pk), stdout=out)
+    assert f"#{request.pk}: files rewritten" in out.getvalue()
+    request.refresh_from_db()
+    assert request.receipt["file_rewrite"]["state"] == "done"
