@@ -439,7 +439,7 @@ def receipt_of(
             "merged_at": timezone.now().isoformat() if result.index_merged else None,
         },
         # Until the files are rewritten, space freed before or by the erasure may still
-        # hold the subject's bytes (``rewrite_files``); the erasure is finished once "done".
+        # hold the subject's bytes (``rewrite_store_files``); the erasure is finished once "done".
         "file_rewrite": {"state": REWRITE_PENDING, "at": None},
     }
 
@@ -460,7 +460,11 @@ def index_merged(request_ids: Sequence[int], notes: Sequence[str]) -> None:
         receipt = dict(request.receipt)
         receipt["search_index"] = {"merged": True, "merged_at": now}
         receipt["storage"] = [*receipt.get("storage", []), *notes]
-        ErasureRequest.objects.filter(pk=request.pk).update(receipt=signed(receipt))
+        # A receipt from before receipts were signed stays unsigned: signing it now would
+        # vouch for its salted hashes.
+        if "signature" in receipt:
+            receipt = signed(receipt)
+        ErasureRequest.objects.filter(pk=request.pk).update(receipt=receipt)
 
 
 def requests_awaiting_rewrite() -> list[int]:
