@@ -65,3 +65,9 @@ class Command(BaseCommand):
             raise CommandError(str(problem)) from problem
         # Byte for byte the receipt as issued: ``verify_receipt`` checks a saved copy.
         self.stdout.write(erasure.receipt_text(receipt), ending="")
+        if (receipt.get("file_rewrite") or {}).get("state") != erasure.REWRITE_DONE:
+            self.stderr.write(
+                "The database files are not rewritten yet: freed space may still hold the "
+                "person's bytes. Run manage.py erasure_rewrite at a quiet hour (the receipt "
+                "then says file_rewrite: done)."
+            )
