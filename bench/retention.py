@@ -120,6 +120,33 @@ def child_erasure(workdir: Path) -> dict:
     }
 
 
+def child_rewrite(workdir: Path) -> dict:
+    """The file rewrite alone, forced (no quiet window, a long lock wait) while the runtime
+    appends: how long it takes, how long it holds the lock, what the appends see."""
+    from sessions_admin.core import erasure as erasure_core
+
+    live = _live_sessions()
+    appender = writes.Appender(
+        writes._appender_command(sys.executable, "core"), dict(os.environ), workdir, live
+    )
+    time.sleep(writes.APPEND_BASELINE_SECONDS + 2)
+    start_wall = time.time()
+    start = time.perf_counter()
+    rewrite = erasure_core.rewrite_store_files(quiet_seconds=0.0, busy_ms=60_000)
+    finished = time.perf_counter()
+    end_wall = time.time()
+    time.sleep(1)
+    records = appender.stop()
+    return {
+        "done": rewrite.done,
+        "notes": list(rewrite.notes),
+        "seconds": finished - start,
+        "lock_seconds": rewrite.longest_lock_seconds,
+        "appends_during": writes.window(records, start_wall, end_wall),
+        "appends_baseline": writes.window(records, appender.started + 2, start_wall),
+    }
+
+
 def child_policy(workdir: Path) -> dict:
     from sessions_admin.ledger import actions, jobs, retention, worker
     from sessions_admin.ledger.models import RetentionPolicy
@@ -223,9 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         writes._django_setup()
-        result = (
-            child_erasure(args.workdir) if args.child == "erasure" else child_policy(args.workdir)
-        )
+        child = {"erasure": child_erasure, "rewrite": child_rewrite}.get(args.child, child_policy)
+        result = child(args.workdir)
         args.result.write_text(json.dumps(result))
         return 0
 
@@ -255,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                 check=True,
             )
             results[case] = json.loads(out.read_text())
-            print(case, json.dumps(results[case], default=str)[:600])
+            print(case, json.dumps(results[case], default=str)[:4000])
     if not args.no_report:
         command = "python bench/retention.py " + " ".join(sys.argv[1:] if argv is None else argv)
         _report(args.output, size_label(size), args.db, results, command)
