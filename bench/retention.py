@@ -50,8 +50,10 @@ def _live_sessions() -> list[str]:
 
 def child_erasure(workdir: Path) -> dict:
     from sessions_admin import core
+    from sessions_admin.core import erasure as erasure_core
     from sessions_admin.core.erasure import Subject, plan_erasure
     from sessions_admin.ledger import actions
+    from sessions_admin.ledger import erasure as ledger_erasure
 
     build = time.perf_counter()
     for n in range(SUBJECT_SESSIONS):
@@ -87,8 +89,25 @@ def child_erasure(workdir: Path) -> dict:
     finished = time.perf_counter()
     end_wall = time.time()
     time.sleep(1)
+    # The file rewrite with the runtime still writing: the erasure's own try (after a quiet
+    # second) is expected to give way; then it is forced, to measure what it costs the
+    # runtime's appends: SQLite's VACUUM holds the write lock for its length, PostgreSQL's
+    # VACUUM FULL an ACCESS EXCLUSIVE lock on each table in turn.
+    rewrite_wall = time.time()
+    rewrite_start = time.perf_counter()
+    forced = erasure_core.rewrite_store_files(quiet_seconds=0.0, busy_ms=2_000)
+    dashboard = ledger_erasure.rewrite_dashboard_file(quiet_seconds=0.0, busy_ms=2_000)
+    rewrite_seconds = time.perf_counter() - rewrite_start
+    rewrite_end_wall = time.time()
+    time.sleep(1)
     records = appender.stop()
     return {
+        "rewrite_at_erasure": receipt["file_rewrite"]["state"],
+        "rewrite_done": forced.done and dashboard[0],
+        "rewrite_seconds": rewrite_seconds,
+        "rewrite_lock_seconds": max(forced.longest_lock_seconds, dashboard[2]),
+        "rewrite_notes": [*forced.notes, dashboard[1]],
+        "appends_during_rewrite": writes.window(records, rewrite_wall, rewrite_end_wall),
         "build_seconds": built,
         "sessions": receipt["erased"]["sessions"],
         "messages": receipt["erased"]["messages"],
@@ -96,6 +115,33 @@ def child_erasure(workdir: Path) -> dict:
         "erase_seconds": finished - planned,
         "rate": receipt["erased"]["sessions"] / (finished - planned),
         "storage": receipt["storage"],
+        "appends_during": writes.window(records, start_wall, end_wall),
+        "appends_baseline": writes.window(records, appender.started + 2, start_wall),
+    }
+
+
+def child_rewrite(workdir: Path) -> dict:
+    """The file rewrite alone, forced (no quiet window, a long lock wait) while the runtime
+    appends: how long it takes, how long it holds the lock, what the appends see."""
+    from sessions_admin.core import erasure as erasure_core
+
+    live = _live_sessions()
+    appender = writes.Appender(
+        writes._appender_command(sys.executable, "core"), dict(os.environ), workdir, live
+    )
+    time.sleep(writes.APPEND_BASELINE_SECONDS + 2)
+    start_wall = time.time()
+    start = time.perf_counter()
+    rewrite = erasure_core.rewrite_store_files(quiet_seconds=0.0, busy_ms=60_000)
+    finished = time.perf_counter()
+    end_wall = time.time()
+    time.sleep(1)
+    records = appender.stop()
+    return {
+        "done": rewrite.done,
+        "notes": list(rewrite.notes),
+        "seconds": finished - start,
+        "lock_seconds": rewrite.longest_lock_seconds,
         "appends_during": writes.window(records, start_wall, end_wall),
         "appends_baseline": writes.window(records, appender.started + 2, start_wall),
     }
@@ -204,9 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         writes._django_setup()
-        result = (
-            child_erasure(args.workdir) if args.child == "erasure" else child_policy(args.workdir)
-        )
+        child = {"erasure": child_erasure, "rewrite": child_rewrite}.get(args.child, child_policy)
+        result = child(args.workdir)
         args.result.write_text(json.dumps(result))
         return 0
 
@@ -236,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                 check=True,
             )
             results[case] = json.loads(out.read_text())
-            print(case, json.dumps(results[case], default=str)[:600])
+            print(case, json.dumps(results[case], default=str)[:4000])
     if not args.no_report:
         command = "python bench/retention.py " + " ".join(sys.argv[1:] if argv is None else argv)
         _report(args.output, size_label(size), args.db, results, command)

@@ -22,11 +22,18 @@ Then it removes what deleted rows leave behind:
   writing all along kept the merge from finishing, the result says so and
   ``merge_search_indexes`` is run again later until it finishes), and the WAL is checkpointed
   and truncated (``wal_checkpoint(TRUNCATE)``), so no page image of the old rows is
-  left in the ``-wal`` file. No VACUUM: it would hold the runtime's writers for the
-  whole file's length; secure_delete already leaves no old byte in the file.
+  left in the ``-wal`` file. secure_delete reaches only what the erasure itself frees:
+  space freed earlier (a merge, an FTS segment merge, an earlier delete, on a SQLite
+  built with secure_delete off) keeps its bytes until the file is rewritten
+  (``rewrite_store_files``: a VACUUM in a quiet moment, after the index merge).
 - PostgreSQL: deleted rows stay as dead tuples until VACUUM; ``erase`` runs
-  ``VACUUM`` on the tables it touched (outside a transaction). WAL segments and
-  backups are the operator's retention to manage (docs/retention.md).
+  ``VACUUM`` on the tables it touched (outside a transaction), which frees the space
+  without erasing it; ``rewrite_store_files`` (VACUUM FULL, the operator's step) rewrites
+  them. WAL segments and backups are the operator's retention to manage
+  (docs/retention.md).
+
+Counts in the result are what the databases lost (rows present before minus after), not
+what each statement reported.
 
 Held sessions (``core.holds``) are never erased or changed: the plan lists a hold on any
 session it would change (``held_scope``: the subject's, and those holding their moved
@@ -43,8 +50,9 @@ import time
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from django.db import connections
+from django.db import OperationalError, connections
 
 from sessions_admin.core import being_deleted, db, events, holds
 from sessions_admin.core.db import store_operation
@@ -566,22 +574,13 @@ def _delete_other_messages(message_ids: Sequence[int]) -> int:
 
 @store_operation
 def _delete_side_rows(side_rows: dict) -> int:
-    keys = {
-        "sessions_admin_undos": ("id",),
-        "sessions_admin_merges": ("id",),
-        "sessions_admin_slug_history": ("id",),
-        "sessions_admin_holds": ("id",),
-        "sessions_admin_deletions": ("session_id",),
-        "compression_locks": ("session_id",),
-        "async_delegations": ("delegation_id",),
-        "gateway_routing": ("scope", "session_key"),
-    }
     removed = 0
     for table, rows in side_rows.items():
         if table == "sessions_admin_switch_events":
-            removed += _tombstone_switch_events([row[0] for row in rows])
+            # Tombstoned, not deleted: the rows stay (they are not counted as lost).
+            _tombstone_switch_events([row[0] for row in rows])
             continue
-        columns = keys[table]
+        columns = SIDE_ROW_KEYS[table]
         for row in rows:
             where = " AND ".join(f"{c} = %s" for c in columns)
             removed += db.execute(f"DELETE FROM {table} WHERE {where}", list(row[: len(columns)]))
@@ -658,32 +657,97 @@ def _close_merges(merge_ids: Sequence[int], erased: Sequence[str]) -> int:
     return closed
 
 
-def _delete_slug_rows(names: Sequence[str], response_ids: Sequence[str]) -> tuple[int, int]:
+def _delete_slug_rows(names: Sequence[str], response_ids: Sequence[str]) -> None:
+    """What the sessions' deletes left: slugs and responses found by the subject's strings."""
     alias = responses_alias()
-    conversations = responses = 0
     for chunk in _chunks(list(names)):
-        conversations += db.execute(
+        db.execute(
             f"DELETE FROM conversations WHERE name IN ({db.placeholders(chunk)})",
             list(chunk),
             alias=alias,
         )
     for chunk in _chunks(list(response_ids)):
-        responses += db.execute(
+        db.execute(
             f"DELETE FROM responses WHERE response_id IN ({db.placeholders(chunk)})",
             list(chunk),
             alias=alias,
         )
-    return conversations, responses
+
+
+# The key columns of each own table ``_side_rows`` lists rows of.
+SIDE_ROW_KEYS = {
+    "sessions_admin_switch_events": ("seq",),
+    "sessions_admin_undos": ("id",),
+    "sessions_admin_merges": ("id",),
+    "sessions_admin_slug_history": ("id",),
+    "sessions_admin_holds": ("id",),
+    "sessions_admin_deletions": ("session_id",),
+    "compression_locks": ("session_id",),
+    "async_delegations": ("delegation_id",),
+    "gateway_routing": ("scope", "session_key"),
+}
+
+
+@dataclass(frozen=True)
+class _Present:
+    """How many of a plan's slug, response and own-table rows a database holds.
+
+    The receipt's counts are what the databases lost: this before the erasure minus this
+    after it. Counting each delete statement's rows instead counted 0 slugs and responses,
+    since the sessions' own deletes (``delete_in_batches``) had already removed them, and
+    missed the own-table rows that go with a session (its delete-in-parts mark).
+    """
+
+    conversations: int
+    responses: int
+    side_rows: int
+
+
+def _count_in(table: str, column: str, values: Sequence[str], *, alias: str) -> int:
+    return sum(
+        int(
+            db.fetchone(
+                f"SELECT COUNT(*) FROM {table} WHERE {column} IN ({db.placeholders(chunk)})",
+                list(chunk),
+                alias=alias,
+            )[0]
+        )
+        for chunk in _chunks(list(values))
+    )
+
+
+def _present(plan: ErasurePlan) -> _Present:
+    alias = responses_alias()
+    side = 0
+    for table, rows in plan.side_rows.items():
+        columns = SIDE_ROW_KEYS[table]
+        where = " AND ".join(f"{c} = %s" for c in columns)
+        for row in rows:
+            side += int(
+                db.fetchone(
+                    f"SELECT COUNT(*) FROM {table} WHERE {where}", list(row[: len(columns)])
+                )[0]
+            )
+    return _Present(
+        conversations=_count_in("conversations", "name", plan.conversation_names, alias=alias),
+        responses=_count_in("responses", "response_id", plan.response_ids, alias=alias),
+        side_rows=side,
+    )
 
 
 def _checkpoint(alias: str) -> str:
-    """Merge the WAL into the file and truncate it, retrying while a reader holds it.
+    return checkpoint_wal(alias)[1]
+
+
+def checkpoint_wal(alias: str, *, seconds: float = CHECKPOINT_SECONDS) -> tuple[bool, str]:
+    """Merge the WAL into the file and truncate it, retrying while a reader holds it;
+    whether it was truncated, and a note saying so.
 
     The erasure's deletes and index merges can leave a WAL of gigabytes; a TRUNCATE
     checkpoint holds the runtime's writers while it copies. So PASSIVE checkpoints (which
     never block a writer) copy it first, and the TRUNCATE that follows has little left.
     """
-    deadline = time.monotonic() + CHECKPOINT_SECONDS
+    deadline = time.monotonic() + seconds
     with connections[alias].cursor() as cursor:
         for _ in range(PASSIVE_ROUNDS):
             cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -694,9 +758,11 @@ def _checkpoint(alias: str) -> str:
             cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             busy, _log, _done = cursor.fetchone()
             if not busy:
-                return f"{alias}: WAL checkpointed and truncated"
+                return True, f"{alias}: WAL checkpointed and truncated"
             if time.monotonic() >= deadline:
-                return f"{alias}: WAL checkpoint still blocked by a reader after {CHECKPOINT_SECONDS:g} s"
+                return False, (
+                    f"{alias}: WAL checkpoint still blocked by a reader after {seconds:g} s"
+                )
             time.sleep(0.2)
 
 
@@ -811,6 +877,7 @@ def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> Erasu
     if expected_fingerprint is not None and plan.fingerprint != expected_fingerprint:
         raise PlanChanged("erasure")
     holds.refuse_held(plan.held_scope)
+    before = _present(plan)
     _secure_delete(True)
     try:
         sessions = messages = 0
@@ -823,12 +890,14 @@ def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> Erasu
         ids = [message_id for message_id, _ in plan.other_messages]
         for chunk in _chunks(ids):
             other += _delete_other_messages(list(chunk))
-        conversations, responses = _delete_slug_rows(plan.conversation_names, plan.response_ids)
-        side = _delete_side_rows(plan.side_rows) if plan.side_rows else 0
+        _delete_slug_rows(plan.conversation_names, plan.response_ids)
+        if plan.side_rows:
+            _delete_side_rows(plan.side_rows)
         if plan.closed_merges:
-            side += _close_merges(plan.closed_merges, plan.session_ids)
+            _close_merges(plan.closed_merges, plan.session_ids)
         if plan.redacted_holds:
-            side += _redact_holds(plan.redacted_holds, subject)
+            _redact_holds(plan.redacted_holds, subject)
+        after = _present(plan)
         index_merged, storage = _purge_leftovers()
     finally:
         _secure_delete(False)
@@ -836,9 +905,234 @@ def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> Erasu
         sessions=sessions,
         messages=messages,
         other_messages=other,
-        conversations=conversations,
-        responses=responses,
-        side_rows=side,
+        conversations=before.conversations - after.conversations,
+        responses=before.responses - after.responses,
+        side_rows=before.side_rows - after.side_rows,
         storage=tuple(storage),
         index_merged=index_merged,
     )
+
+
+# The file rewrite: what takes the bytes out of space freed before the erasure.
+#
+# ``secure_delete`` zeroes only what the erasure's own deletes free. Space freed earlier
+# (a merge that moved the subject's messages, an FTS segment merge, the runtime's deletes,
+# all on connections whose SQLite has ``secure_delete`` off, as python.org's, macOS's and
+# Homebrew's builds do) keeps the old bytes in free blocks and freelist pages; only
+# rewriting the file removes them. SQLite: VACUUM, which holds the runtime's writers for
+# its length, so it starts only after a quiet window (no other connection committed) and
+# waits for the write lock at most ``busy_ms``; a busy store makes it wait for a later
+# try. ``auto_vacuum = INCREMENTAL`` would not do: ``incremental_vacuum`` only gives back
+# freelist pages at the end of the file, never a page's free blocks. PostgreSQL: VACUUM
+# FULL of the tables an erasure touches (rebuilding their indexes) under a short
+# ``lock_timeout``; it takes an ACCESS EXCLUSIVE lock for its length, so it is a step the
+# operator runs (``manage.py erasure_rewrite`` or the request's page).
+
+REWRITE_BUSY_MS = 250
+REWRITE_QUIET_SECONDS = 1.0
+REWRITE_TRIES = 3
+
+# The tables whose rows an erasure deletes or rewrites, by database.
+STORE_REWRITE_TABLES = (
+    "sessions",
+    "messages",
+    "sessions_admin_switch_events",
+    "sessions_admin_merges",
+    "sessions_admin_undos",
+    "sessions_admin_slug_history",
+    "sessions_admin_holds",
+    "sessions_admin_deletions",
+)
+RESPONSE_REWRITE_TABLES = ("conversations", "responses")
+
+
+@dataclass(frozen=True)
+class FileRewrite:
+    done: bool
+    notes: tuple[str, ...]
+    # The longest time one rewrite statement held its lock (the runtime's writers waited).
+    longest_lock_seconds: float = 0.0
+
+
+def _quiet(alias: str, seconds: float) -> bool:
+    """No other connection committed to ``alias`` in the last ``seconds`` (SQLite)."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute("PRAGMA data_version")
+        before = cursor.fetchone()[0]
+        time.sleep(seconds)
+        cursor.execute("PRAGMA data_version")
+        return cursor.fetchone()[0] == before
+
+
+def _too_large(name: str, size: int, max_bytes: int | None) -> str | None:
+    if max_bytes is None or size <= max_bytes:
+        return None
+    return (
+        f"{name}: not rewritten automatically ({size / 1e6:,.0f} MB, over "
+        f"{max_bytes / 1e6:,.0f} MB: the rewrite would hold the runtime out for long); "
+        "run manage.py erasure_rewrite at a quiet hour"
+    )
+
+
+def vacuum_sqlite(
+    alias: str,
+    *,
+    quiet_seconds: float = REWRITE_QUIET_SECONDS,
+    busy_ms: int = REWRITE_BUSY_MS,
+    max_bytes: int | None = None,
+) -> tuple[bool, str, float]:
+    """VACUUM one SQLite database when quiet, then truncate its WAL.
+
+    ``max_bytes``: leave a larger file alone (a VACUUM's length grows with the file).
+    Returns whether no freed byte is left, a note, and how long the VACUUM held the lock.
+    """
+    connection = connections[alias]
+    connection.ensure_connection()
+    name = Path(str(connection.settings_dict["NAME"])).name
+    if connection.in_atomic_block:
+        raise RuntimeError("A file rewrite cannot run inside a transaction.")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA page_count")
+        pages = int(cursor.fetchone()[0])
+        cursor.execute("PRAGMA page_size")
+        size = pages * int(cursor.fetchone()[0])
+    if too_large := _too_large(name, size, max_bytes):
+        return False, too_large, 0.0
+    if not _quiet(alias, quiet_seconds):
+        return (
+            False,
+            f"{name}: not rewritten, another connection was writing; tried again later",
+            0.0,
+        )
+    took = 0.0
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout")
+        previous = int(cursor.fetchone()[0])
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+        try:
+            started = time.monotonic()
+            cursor.execute("VACUUM")
+            took = time.monotonic() - started
+        except OperationalError as error:
+            if not db.is_busy_error(error):
+                raise
+            return False, f"{name}: not rewritten, the write lock was taken; tried again later", 0.0
+        finally:
+            cursor.execute(f"PRAGMA busy_timeout = {previous}")
+    truncated, note = checkpoint_wal(alias)
+    if not truncated:
+        return False, f"{name}: rewritten (VACUUM, {took:.2f} s) but {note}", took
+    return True, f"{name}: rewritten (VACUUM, writers held {took:.2f} s); WAL truncated", took
+
+
+def vacuum_full_postgresql(
+    alias: str,
+    tables: Sequence[str],
+    *,
+    lock_ms: int = REWRITE_BUSY_MS,
+    tries: int = REWRITE_TRIES,
+    max_bytes: int | None = None,
+) -> tuple[bool, str, float]:
+    """VACUUM FULL each table (and so its indexes and TOAST table), waiting for its lock at
+    most ``lock_ms`` a try; whether all were rewritten, a note, the longest lock held."""
+    connection = connections[alias]
+    connection.ensure_connection()
+    if connection.in_atomic_block:
+        raise RuntimeError("A file rewrite cannot run inside a transaction.")
+    present = existing_tables(alias)
+    rewritten, longest, left = [], 0.0, []
+    with connection.cursor() as cursor:
+        if max_bytes is not None:
+            names = [t for t in tables if t in present]
+            cursor.execute(
+                "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relname = ANY(%s)",
+                [names],
+            )
+            if too_large := _too_large(alias, int(cursor.fetchone()[0]), max_bytes):
+                return False, too_large, 0.0
+        cursor.execute(f"SET lock_timeout = {int(lock_ms)}")
+        try:
+            for table in tables:
+                if table not in present:
+                    continue
+                for attempt in range(tries):
+                    started = time.monotonic()
+                    try:
+                        cursor.execute(f"VACUUM (FULL) {connection.ops.quote_name(table)}")
+                    except Exception as error:  # noqa: BLE001 - only a lock timeout is retried
+                        if not db.is_busy_error(error) or attempt == tries - 1:
+                            if not db.is_busy_error(error):
+                                raise
+                            left.append(table)
+                            break
+                        time.sleep(0.5)
+                        continue
+                    took = time.monotonic() - started
+                    longest = max(longest, took)
+                    rewritten.append(f"{table} {took:.2f} s")
+                    break
+            if not left:
+                statistics = _refresh_statistics(cursor, [t for t in tables if t in present])
+        finally:
+            cursor.execute("RESET lock_timeout")
+    note = f"{alias}: VACUUM FULL {', '.join(rewritten) or 'nothing'}"
+    if left:
+        return False, f"{note}; not rewritten (the runtime held them): {', '.join(left)}", longest
+    return statistics[0], f"{note}; {statistics[1]}", longest
+
+
+def _refresh_statistics(cursor, tables: Sequence[str]) -> tuple[bool, str]:
+    """ANALYZE keeps sample values of each column (``pg_statistic``: a user id common enough
+    is one): re-analyze the tables from what is left, then rewrite ``pg_statistic`` so
+    the old samples' dead tuples go too (superuser only; otherwise they stay until
+    autovacuum reuses their space, and the note says so)."""
+    if not tables:
+        return True, "no statistics to refresh"
+    cursor.execute("ANALYZE " + ", ".join(tables))
+    try:
+        cursor.execute("VACUUM (FULL) pg_catalog.pg_statistic")
+    except Exception as error:  # noqa: BLE001 - a missing privilege is reported, not raised
+        if db.is_busy_error(error):
+            return False, "statistics re-analyzed; pg_statistic busy, not rewritten"
+        if "permission" not in str(error).lower() and "must be" not in str(error).lower():
+            raise
+        return False, (
+            "statistics re-analyzed; pg_statistic not rewritten (needs a superuser): its old "
+            "sample values stay until autovacuum reuses their space"
+        )
+    return True, "statistics re-analyzed and pg_statistic rewritten"
+
+
+def rewrite_store_files(
+    *,
+    quiet_seconds: float = REWRITE_QUIET_SECONDS,
+    busy_ms: int = REWRITE_BUSY_MS,
+    max_bytes: int | None = None,
+) -> FileRewrite:
+    """Rewrite the store's and the response store's files so no freed byte is left.
+
+    Run it after the search index merge finished (a rewrite copies the index's segments as
+    they are). SQLite: VACUUM each file in a quiet moment; PostgreSQL: VACUUM FULL of the
+    tables an erasure touches. ``done`` is False when the runtime kept one from running,
+    or a database is larger than ``max_bytes`` (automatic runs: the operator runs those).
+    """
+    done, notes, longest = True, [], 0.0
+    for alias in dict.fromkeys([store_alias(), responses_alias()]):
+        if connections[alias].vendor == "sqlite":
+            ok, note, took = vacuum_sqlite(
+                alias, quiet_seconds=quiet_seconds, busy_ms=busy_ms, max_bytes=max_bytes
+            )
+        else:
+            tables = [
+                *(STORE_REWRITE_TABLES if alias == store_alias() else ()),
+                *(RESPONSE_REWRITE_TABLES if alias == responses_alias() else ()),
+            ]
+            ok, note, took = vacuum_full_postgresql(
+                alias, tables, lock_ms=busy_ms, max_bytes=max_bytes
+            )
+        done = done and ok
+        notes.append(note)
+        longest = max(longest, took)
+    return FileRewrite(done, tuple(notes), longest)

@@ -35,6 +35,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import IO, Any, TypeVar
 
+from django.conf import settings
 from django.db import connections, router, transaction
 from django.utils import timezone
 
@@ -62,6 +63,7 @@ from sessions_admin.ledger.models import (
     TrashEntry,
 )
 from sessions_admin.ledger.trash import LEDGER_TRASH, PurgeReport, purge_trash_report
+from sessions_admin.routers import store_alias
 from sessions_admin.store import cached
 from sessions_admin.store.models import Session
 
@@ -896,7 +898,7 @@ def request_erasure(
     start: bool = True,
 ) -> ErasureRequest:
     """Queue the erasure the operator confirmed (refused if the plan changed since the preview,
-    or a hold covers any of it). The audit entry names the subject by its salted hash only."""
+    or a hold covers any of it). The audit entry names the subject by its keyed hash only."""
     reference = operator_text(reference, field="request reference", required=True, max_length=200)
     _check_fingerprint(expected_fingerprint)
     full = erasure.plan(subject)
@@ -928,7 +930,7 @@ def request_erasure(
 def run_erasure(*, request_id: int) -> dict | None:
     """Carry out a queued (or interrupted) erasure request: audited; returns its receipt.
 
-    None when another worker holds it. The audit entry keeps the subject's salted hash,
+    None when another worker holds it. The audit entry keeps the subject's keyed hash,
     the counts and the hashed ids, never the subject itself.
     """
     # A first run executes exactly the plan that was confirmed; a resumed one (after a
@@ -949,7 +951,7 @@ def run_erasure(*, request_id: int) -> dict | None:
         return erasure.complete(request, full.store, result, trash=full.trash)
 
     try:
-        return _audited(
+        receipt = _audited(
             actor=request.created_by,
             action="erasure",
             session_ids=[],
@@ -966,6 +968,14 @@ def run_erasure(*, request_id: int) -> dict | None:
         # Kept (the subject too) so it can be run again; the audit entry says it failed.
         erasure.fail(request, f"{type(error).__name__}: {error}")
         raise
+    if rewrites_automatically():
+        # A small or idle store is rewritten at once; a busy one at a later quiet moment.
+        try:
+            finish_erasure_rewrites(automatic=True)
+        except Exception:
+            logger.exception("erasure request %s: the file rewrite failed", request.pk)
+        receipt = ErasureRequest.objects.get(pk=request.pk).receipt
+    return receipt
 
 
 def finish_erasure_index_merges() -> list[int]:
@@ -990,6 +1000,63 @@ def finish_erasure_index_merges() -> list[int]:
             before={"erasure_request": request_id},
             after={"search_index": "merged", "notes": list(merge.notes)},
             reason="the erasure's search index merge finished",
+        )
+    return pending
+
+
+def rewrites_automatically() -> bool:
+    """SQLite: the dashboard rewrites the files itself (a VACUUM in a quiet moment).
+    PostgreSQL: VACUUM FULL locks the runtime out of the tables for its length, so it is
+    the operator's step (``manage.py erasure_rewrite``, the request's page) unless
+    ``SESSIONS_ADMIN_ERASURE_REWRITE_AUTO`` says otherwise."""
+    default = connections[store_alias()].vendor == "sqlite"
+    return bool(getattr(settings, "SESSIONS_ADMIN_ERASURE_REWRITE_AUTO", default))
+
+
+def rewrite_auto_max_bytes() -> int:
+    """The largest database an automatic rewrite takes on (default 200 MB): a VACUUM holds
+    the runtime's writers for its whole length, which grows with the file (docs/benchmarks.md,
+    "Erasure on the 100k store"); larger ones wait for ``manage.py erasure_rewrite``."""
+    megabytes = getattr(settings, "SESSIONS_ADMIN_ERASURE_REWRITE_AUTO_MAX_MB", 200)
+    return int(float(megabytes) * 1_000_000)
+
+
+def finish_erasure_rewrites(
+    *, actor=None, busy_ms: int | None = None, automatic: bool = False
+) -> list[int]:
+    """Rewrite the store's, the response store's and the dashboard's files for finished
+    erasures whose receipts say ``file_rewrite: pending`` (their index merge done first).
+
+    Nothing of the subject is left in free space afterwards; a busy runtime makes it wait
+    (nothing done, the receipts stay pending). ``automatic`` (the erasure's own try, the
+    scheduler): databases over ``rewrite_auto_max_bytes`` are left to the operator.
+    Returns the requests now done (each audited).
+    """
+    pending = erasure.requests_awaiting_rewrite()
+    if not pending:
+        return []
+    waits: dict = {} if busy_ms is None else {"busy_ms": busy_ms}
+    if automatic:
+        waits["max_bytes"] = rewrite_auto_max_bytes()
+    store = erasure_core.rewrite_store_files(**waits)
+    dashboard_done, dashboard_note, dashboard_lock = erasure.rewrite_dashboard_file(**waits)
+    notes = [*store.notes, dashboard_note]
+    if not (store.done and dashboard_done):
+        logger.info("erasure file rewrite not finished: %s", "; ".join(notes))
+        return []
+    erasure.files_rewritten(pending, notes)
+    for request_id in pending:
+        record(
+            actor=actor,
+            action="erasure_files_rewritten",
+            session_ids=[],
+            before={"erasure_request": request_id},
+            after={
+                "file_rewrite": "done",
+                "longest_lock_seconds": round(max(store.longest_lock_seconds, dashboard_lock), 3),
+                "notes": notes,
+            },
+            reason="the erasure's file rewrite ran",
         )
     return pending
 

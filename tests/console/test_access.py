@@ -73,6 +73,8 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "erasure_confirm": (None, ADMIN),
     "erasure_detail": (ADMIN, None),
     "erasure_receipt": (ADMIN, None),
+    "erasure_verify": (None, ADMIN),
+    "erasure_rewrite": (None, ADMIN),
     "export_sessions": (VIEWER, None),
     "export_session": (VIEWER, None),
     "stray_move_preview": (VIEWER, None),

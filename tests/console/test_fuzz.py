@@ -148,6 +148,8 @@ POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
         ["user_id", "chat_ids", "session_keys", "reference", "fingerprint", "typed_count"],
         {"user_id": "u-1", "reference": "DSR-1"},
     ),
+    "erasure_verify": (["receipt_text"], {}),
+    "erasure_rewrite": ([], {}),
     "retention_switch": (["enable", "confirm_purge", "reason"], {}),
     "retention_run": (["digest", "typed_count", "confirm_purge", "reason"], REASON),
     "retention_delete": (["reason"], {}),

@@ -9,8 +9,6 @@ background thread runs; its page shows the state and offers the receipt (JSON).
 
 from __future__ import annotations
 
-import json
-
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -46,12 +44,15 @@ def _values(form: ErasureForm) -> dict:
     }
 
 
-def _render(request, *, values=None, plan=None, problems=(), status: int = 200) -> HttpResponse:
+def _render(
+    request, *, values=None, plan=None, problems=(), status: int = 200, verdict=None
+) -> HttpResponse:
     context = {
         "values": values or {},
         "plan": plan,
         "problems": list(problems),
         "requests": ErasureRequest.objects.order_by("-pk")[:50],
+        "verdict": verdict,
     }
     if plan is not None:
         full, plan = plan, plan.store
@@ -157,14 +158,55 @@ def erasure_detail(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
     return render(request, "console/erasure_request.html", {"queued": queued})
 
 
+@require_POST
+@require_perm(DELETE)
+def erasure_rewrite(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
+    """Rewrite the database files now (VACUUM; PostgreSQL: VACUUM FULL of the touched
+    tables), for every erasure awaiting it: the operator's step on PostgreSQL."""
+    request.POST  # noqa: B018 - parsed first: an oversized body is refused (400) before any work
+    queued = ErasureRequest.objects.filter(pk=request_id, state=ErasureRequest.DONE).first()
+    if queued is None:
+        raise Http404("No finished erasure request with this number")
+    actions.finish_erasure_index_merges()
+    done = actions.finish_erasure_rewrites(actor=request.user)
+    queued.refresh_from_db()
+    problem = None
+    if queued.pk not in done and (queued.receipt.get("file_rewrite") or {}).get("state") != "done":
+        problem = (
+            "The files were not rewritten: the runtime was writing or held a lock (or the "
+            "search index merge has not finished). Nothing changed; try again at a quieter moment."
+        )
+    return render(
+        request,
+        "console/erasure_request.html",
+        {"queued": queued, "rewrite_problem": problem},
+        status=409 if problem else 200,
+    )
+
+
 @require_GET
 @require_perm(DELETE)
 def erasure_receipt(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
     queued = ErasureRequest.objects.filter(pk=request_id, state=ErasureRequest.DONE).first()
     if queued is None:
         raise Http404("No finished erasure request with this number")
-    response = HttpResponse(
-        json.dumps(queued.receipt, indent=2, sort_keys=True), content_type="application/json"
-    )
+    response = HttpResponse(erasure.receipt_text(queued.receipt), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="erasure-receipt-{queued.pk}.json"'
     return response
+
+
+@require_POST
+@require_perm(DELETE)
+def erasure_verify(request: HtmxHttpRequest) -> HttpResponse:
+    """Verify a receipt pasted or uploaded (reads only): valid, or why not."""
+    upload = request.FILES.get("receipt_file")
+    if upload is not None:
+        data = upload.read(erasure.MAX_RECEIPT_BYTES + 1)
+    else:
+        # A browser sends a textarea's line ends as CRLF; the receipt was issued with LF.
+        data = request.POST.get("receipt_text", "").replace("\r\n", "\n").encode("utf-8", "replace")
+    if not data.strip():
+        verdict = erasure.ReceiptCheck(False, "Paste a receipt or choose its file.")
+    else:
+        verdict = erasure.verify_receipt(data)
+    return _render(request, verdict=verdict, status=200 if verdict.valid else 400)

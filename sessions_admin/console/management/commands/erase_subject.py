@@ -8,8 +8,6 @@ whole and exactly: ``--key`` is a full session key, never a prefix.
 
 from __future__ import annotations
 
-import json
-
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_admin.core import holds
@@ -80,4 +78,11 @@ class Command(BaseCommand):
             receipt = actions.run_erasure(request_id=queued.pk)
         except (StoreError, holds.SessionsHeld) as problem:
             raise CommandError(str(problem)) from problem
-        self.stdout.write(json.dumps(receipt, indent=2, sort_keys=True))
+        # Byte for byte the receipt as issued: ``verify_receipt`` checks a saved copy.
+        self.stdout.write(erasure.receipt_text(receipt), ending="")
+        if (receipt.get("file_rewrite") or {}).get("state") != erasure.REWRITE_DONE:
+            self.stderr.write(
+                "The database files are not rewritten yet: freed space may still hold the "
+                "person's bytes. Run manage.py erasure_rewrite at a quiet hour (the receipt "
+                "then says file_rewrite: done)."
+            )
