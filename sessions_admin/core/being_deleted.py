@@ -5,8 +5,10 @@ deleted in one store transaction: that would hold the store's write lock for
 as long as deleting all of its messages takes (seconds for a 20,000-message
 session), and every runtime append waits for it. It is deleted in parts
 instead (``deletion._delete_in_parts``): its oldest messages a batch at a
-time, each part copied to the trash first and deleted in a short transaction
-of its own, then the session row with what is left.
+time, each part copied to the trash first (a purge, which has no trash: into
+``sessions_admin_deletion_parts`` in the store, in the part's transaction) and
+deleted in a short transaction of its own, then the session row with what is
+left (and a purge's copies of its parts).
 
 Between those transactions the session is in this state: a row in
 ``sessions_admin_deletions`` (in the store, so every process sees it) names
@@ -18,7 +20,8 @@ own SQL (Hermes) is not stopped: the next part copies what it wrote to the
 trash with the rest. The row goes in the transaction that deletes the session
 row, or when the delete gives the session back (it went live under a delete
 that keeps live sessions, a hold landed, its job was cancelled): then the
-parts are put back from the trash in that same transaction. A delete killed
+parts are put back from the trash (a purge's: from the store's copy) in that
+same transaction. The delete's last step goes only while the row stands. A delete killed
 between parts leaves the state standing: the job resumes and finishes it, or
 restoring the operation from the trash puts the parts back.
 """
