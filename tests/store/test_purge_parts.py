@@ -25,9 +25,11 @@ from sessions_admin.ledger.trash import LEDGER_TRASH
 from sessions_admin.routers import store_alias
 from tests.store.test_delete_in_parts import (
     big_session,
+    expire_lease,
     finish,
     message_count,
     pause_child,
+    run_crash_child,
     session_rows,
 )
 
@@ -251,4 +253,52 @@ def test_a_job_cancelled_while_deleting_a_session_in_parts_gives_it_back_and_cou
     assert (job.done, job.deleted_messages, lost) == (1, 30, 30)
     assert trashed_messages(job_id) == (0 if purge else 30)
     core.resume_session(ref=sid)  # writable again: no longer being deleted
+    assert check_store() == []
+
+
+def purge_job_killed_after_first_part(sid: str) -> int:
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=[sid], include_live=False, actor="ada", reason="cleanup", purge=True
+    )
+    child = run_crash_child(
+        "run_job",
+        {"job_id": job_id, "worker": "doomed", "batch_messages": 100},
+        crash_at="delete.between_parts@1",
+    )
+    assert child.returncode == -9, child.stderr
+    assert message_count(sid) == 250
+    assert not TrashEntry.objects.exists()
+    return job_id
+
+
+def test_cancelling_a_purge_job_killed_between_parts_gives_the_session_back():
+    sid = big_session(350)
+    before = session_rows(sid)
+    job_id = purge_job_killed_after_first_part(sid)
+
+    jobs.cancel_job(job_id=job_id)
+
+    assert session_rows(sid) == before
+    assert being_deleted.marks_on([sid]) == {}
+    assert kept_parts() == 0
+    assert DeleteJob.objects.get(pk=job_id).state == DeleteJob.CANCELLED
+    assert check_store() == []
+
+
+def test_a_purge_job_killed_between_parts_is_finished_by_the_next_worker_leaving_no_copy():
+    sid = big_session(350)
+    other = big_session(3)
+    kept_before = session_rows(other)
+    job_id = purge_job_killed_after_first_part(sid)
+    assert kept_parts() == 100  # the part that went, kept in the store (not in the trash)
+    expire_lease(job_id)
+
+    progress = jobs.run_job(job_id=job_id, worker="next", batch_messages=100)
+
+    assert (progress.state, progress.deleted, progress.skipped) == (DeleteJob.DONE, 1, 0)
+    assert session_rows(sid) == {"session": [], "messages": []}
+    assert being_deleted.marks_on([sid]) == {}
+    assert kept_parts() == 0
+    assert not TrashEntry.objects.exists()
+    assert session_rows(other) == kept_before
     assert check_store() == []
