@@ -23,7 +23,6 @@ preview, or a merge made meanwhile, keeps it instead of being cut off.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import pickle
@@ -1079,6 +1078,7 @@ def _locked_delete(
     copied: tuple[int, bytes, dict] | None,
     committed: list,
     how: _Deleting,
+    in_parts: bool = False,
 ) -> tuple[int, int, int] | _Kept | None:
     """Under the store's write lock: delete the batch's rows, their trash copy committed first.
 
@@ -1090,11 +1090,15 @@ def _locked_delete(
     A held session (or, with ``keep_live``, a live one, or with ``how.whole`` one of a
     conversation to keep whole) stops the batch: nothing of it is deleted, and such a
     session a delete had started in parts gets its parts back (``_give_back_parts``), in
-    this transaction; ``_Kept`` says which.
+    this transaction; ``_Kept`` says which. ``in_parts``: the last step of a delete in parts,
+    which goes only while its session is still marked (a cancel, or another delete keeping
+    it, gave it back meanwhile: ``DeleteGivenBack``, nothing deleted).
     """
     batch, payload = snapshot_rows(batch, lock=True)
     # Under the lock: a hold placed after the preview, or while a job runs, still stops it.
     marked = being_deleted.marks_on(batch)
+    if in_parts and batch and not marked:
+        return _Kept(given_back=batch[0])
     held = holds.holds_on(batch)
     if held:
         _give_back_parts([sid for sid in batch if sid in marked and sid in held], trash=how.trash)
@@ -1155,6 +1159,7 @@ def _locked_delete(
         db.execute(f"DELETE FROM sessions WHERE id IN ({marks})", batch)
         if marked:  # the last step of a delete in parts: the session is gone, so is its state
             db.execute(f"DELETE FROM sessions_admin_deletions WHERE session_id IN ({marks})", batch)
+            being_deleted.drop_parts(batch)  # a purge's copies of its parts: no longer needed
     except Exception:
         how.trash.discard(entry_id)
         raise
@@ -1201,7 +1206,7 @@ def delete_batch(
     operation: str | None = None,
     keep_live: bool = False,
     part_messages: int | None = None,
-    between_parts: Callable[[], None] | None = None,
+    between_parts: Callable[[], bool | None] | None = None,
     whole: WholeConversations | None = None,
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
@@ -1217,7 +1222,8 @@ def delete_batch(
 
     A batch of one session with more than ``part_messages`` messages (default
     ``BATCH_MESSAGES``) is deleted in parts (``_delete_in_parts``), calling
-    ``between_parts`` after each. ``keep_live``: a session found live under the
+    ``between_parts`` after each (False from it stops the delete and gives the session back:
+    ``DeleteGivenBack``). ``keep_live``: a session found live under the
     lock is kept (``SessionsWentLive``); a held one raises ``SessionsHeld``;
     with ``whole`` (a delete of a previewed set), a session whose conversation must stay
     whole (``kept_whole``) raises ``ConversationsKept``. Either way nothing of the batch
@@ -1240,8 +1246,11 @@ def delete_batch(
     return _delete_whole(batch, how)
 
 
-def _delete_whole(batch: list[str], how: _Deleting) -> tuple[int, int, int]:
-    """``delete_batch`` for whole sessions: each of them, with all its rows, in one transaction."""
+def _delete_whole(
+    batch: list[str], how: _Deleting, *, in_parts: bool = False
+) -> tuple[int, int, int]:
+    """``delete_batch`` for whole sessions: each of them, with all its rows, in one transaction.
+    ``in_parts``: the last step of ``_delete_in_parts`` (see ``_locked_delete``)."""
     for _ in range(COPY_ATTEMPTS):
         present, payload = snapshot_rows(batch, lock=False)
         if not present:
@@ -1250,13 +1259,13 @@ def _delete_whole(batch: list[str], how: _Deleting) -> tuple[int, int, int]:
             present,
             payload,
             lambda copied, committed, present=present: _locked_delete(
-                present, copied=copied, committed=committed, how=how
+                present, copied=copied, committed=committed, how=how, in_parts=in_parts
             ),
             how,
         )
         if done is not None:
             return done
-    done = _locked_delete(batch, copied=None, committed=[], how=how)
+    done = _locked_delete(batch, copied=None, committed=[], how=how, in_parts=in_parts)
     if isinstance(done, _Kept):
         raise done.error()
     return done
@@ -1295,7 +1304,7 @@ def _delete_in_parts(
     session_id: str,
     how: _Deleting,
     part_messages: int,
-    between_parts: Callable[[], None] | None,
+    between_parts: Callable[[], bool | None] | None,
 ) -> tuple[int, int, int]:
     """Delete one large session in several short store transactions (``core.being_deleted``).
 
@@ -1305,13 +1314,18 @@ def _delete_in_parts(
     session row with what is left, its mark cleared in that transaction. Every
     part is an entry of the delete's operation: restoring any of them restores the lot.
 
-    A purge (``NO_TRASH``) that has started a session finishes it, live or not:
-    it kept nothing to give back.
+    A purge (``NO_TRASH``) keeps its parts in the store instead (``being_deleted.keep_part``),
+    dropped with the session row: a purge stopped before its last step gives the session back
+    whole exactly as a delete into the trash does (``_give_back_parts``), so a hold placed, or
+    the session going live, midway keeps it whole in either mode.
+
+    ``between_parts`` returning False (its job was cancelled) stops the delete: the session is
+    given back and ``DeleteGivenBack`` raised.
     """
-    if how.trash is NO_TRASH and how.keep_live:
-        how = dataclasses.replace(how, keep_live=False)
     if not being_deleted.table_present():
         _create_deletions_table()
+    if isinstance(how.trash, NoTrash):
+        _create_parts_table()
     kept = _mark_being_deleted(session_id, how)
     if kept is not None:
         raise kept.error()
@@ -1328,9 +1342,10 @@ def _delete_in_parts(
             break
         removed += _delete_part(session_id, ids[:part_messages], how)
         faults.checkpoint("delete.between_parts")
-        if between_parts is not None:
-            between_parts()
-    sessions, messages, entry_id = _delete_whole([session_id], how)
+        if between_parts is not None and between_parts() is False:
+            stop_deleting(session_ids=[session_id], trash=how.trash)
+            raise DeleteGivenBack(session_id)
+    sessions, messages, entry_id = _delete_whole([session_id], how, in_parts=True)
     return sessions, removed + messages, entry_id
 
 
@@ -1338,6 +1353,12 @@ def _delete_in_parts(
 def _create_deletions_table() -> None:
     """On a store an older version attached: committed on its own, before anything is marked."""
     being_deleted.ensure_table()
+
+
+@store_operation
+def _create_parts_table() -> None:
+    """Before a purge in parts marks its session: where its parts are kept (committed apart)."""
+    being_deleted.ensure_parts_table()
 
 
 def _kept_whole(session_id: str, ended_at: float | None, how: _Deleting) -> _Kept | None:
@@ -1452,6 +1473,10 @@ def _locked_delete_part(
     # Under the lock, as for a whole batch: a pending part of a process that died before its
     # commit is dropped (its rows are all here), one that died after it is settled.
     how.trash.discard_unfinished([session_id], keep=entry_id)
+    if isinstance(how.trash, NoTrash):
+        # A purge keeps no trash copy: the part is kept in the store, in this transaction,
+        # until the session row goes, so a stop before then can still give it back.
+        being_deleted.keep_part(session_id, message_ids)
     faults.checkpoint("delete.after_trash_copy")
     db.execute(f"DELETE FROM messages WHERE id IN ({db.placeholders(message_ids)})", message_ids)
     faults.checkpoint("delete.before_commit")
@@ -1487,7 +1512,9 @@ def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list
     must keep a session it had started in parts (a hold landed, it went live
     under a delete that keeps live sessions, or its job was cancelled) leaves it
     exactly as it was. The parts' trash entries go once the store commits
-    (``Trash.give_back``): the trash then shows only what the store lost.
+    (``Trash.give_back``): the trash then shows only what the store lost. A purge's parts
+    come back from the store's own copy (``being_deleted.put_back_parts``), whatever trash is
+    passed: a purge is given back like any other delete.
     """
     marks = being_deleted.marks_on(session_ids)
     if not marks:
@@ -1501,6 +1528,7 @@ def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list
                 continue
             _insert_rows("messages", contents.rows["messages"])
             restored.append(entry)
+        being_deleted.put_back_parts(session_id)  # a purge's parts, kept in the store
         db.execute("DELETE FROM sessions_admin_deletions WHERE session_id = %s", [session_id])
     _advance_message_sequence()
 

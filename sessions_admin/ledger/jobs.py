@@ -232,10 +232,14 @@ def _claim(job_id: int, worker: str) -> bool:
     return bool(claimed)
 
 
-def _renew_lease(job_id: int) -> None:
-    """Between the parts of a large session: the job is still being worked on."""
-    DeleteJob.objects.filter(pk=job_id, state=DeleteJob.RUNNING).update(
-        lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS)
+def _renew_lease(job_id: int) -> bool:
+    """Between the parts of a large session: the job is still being worked on. False once it
+    was cancelled: the delete then stops and gives the session back (``deletion.delete_batch``),
+    even if the cancel's own give-back ran before this session was started."""
+    return bool(
+        DeleteJob.objects.filter(pk=job_id, state=DeleteJob.RUNNING).update(
+            lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS)
+        )
     )
 
 
