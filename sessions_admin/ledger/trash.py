@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, holds
@@ -235,6 +235,30 @@ class LedgerTrash:
         # Its TrashSession row goes with it, so the trash search no longer finds the session.
         TrashEntry.objects.filter(pk=entry_id, session_count=0).delete()
 
+    def keep_waiting_link(self, *, child: str, parent: str) -> int | None:
+        with transaction.atomic(using="default"):
+            holder = (
+                TrashEntry.objects.select_for_update()
+                .filter(session_count__gt=0, sessions__session_id=parent)
+                .exclude(state=TrashEntry.RESTORED)
+                .order_by("-pk")
+                .first()
+            )
+            if holder is None:
+                return None
+            kept = holder.payload.get("kept_children") or []
+            if [child, parent] not in kept:
+                holder.payload = {**holder.payload, "kept_children": [*kept, [child, parent]]}
+                holder.save(update_fields=["payload"])
+            first = (
+                TrashEntry.objects.filter(operation=holder.operation)
+                .order_by("pk")
+                .values_list("pk", flat=True)
+                .first()
+            )
+        _forget_links(holder.pk)
+        return first
+
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         parts = TrashEntry.objects.filter(
             operation=operation, session_count=0, sessions__session_id=session_id
@@ -289,7 +313,10 @@ def _purgeable(older_than_days: float | None, held: dict) -> list[str]:
 # started from, and the parent a kept child lost): ``trashed_lineage`` gives them to the core's
 # holds (``holds.set_lineage_elsewhere``, set by ``LedgerConfig.ready``), so a hold covers a
 # conversation whether its segments are in the store or here. An entry's rows never change, so
-# each entry's links are read once per process.
+# each entry's links are read once per process; its kept children grow only when a restore
+# leaves a child waiting for a parent the entry holds (``keep_waiting_link``), and this process
+# then reads that entry's links again (another process keeps the links it read: the waiting
+# child's link is missing from its holds' view until the entry is restored or it restarts).
 
 _links_lock = threading.Lock()
 # Per entry (pk, created_at): its rows' links, its kept children's lost links, its users.
@@ -337,6 +364,13 @@ def _add_links(up: dict, users: dict, entries: list[tuple[tuple, tuple, tuple]])
     for _rows, lost, _owners in entries:
         for child, parent in lost:
             up.setdefault(child, parent)
+
+
+def _forget_links(entry_id: int) -> None:
+    with _links_lock:
+        for key in [key for key in _links_seen if key[0] == entry_id]:
+            del _links_seen[key]
+        _assembled[:] = [frozenset(), holds.NOWHERE]
 
 
 def trashed_lineage() -> holds.Elsewhere:
@@ -590,3 +624,63 @@ def _settle_pending_parts(*, session_ids: set[str], keep: int | None, among=None
             TrashEntry.objects.filter(pk=pk, state=TrashEntry.PENDING).delete()
         elif state == "committed":
             TrashEntry.objects.filter(pk=pk).update(state=TrashEntry.COMPLETE)
+
+
+@dataclass(frozen=True)
+class ParentsElsewhere:
+    """Another trash operation holding the parents of some sessions of one operation."""
+
+    entry_id: int  # that operation's first entry, as the trash page lists it
+    sessions: int  # how many sessions of this operation have their parent there
+
+
+def parents_elsewhere(operations: Sequence[str]) -> dict[str, tuple[ParentsElsewhere, ...]]:
+    """For each of these trash operations (what of it is not restored), the other operations
+    not restored that hold the parents of its sessions, oldest first.
+
+    Restoring such an operation first brings those sessions back without their parent link;
+    the link waits in the parent's operation and comes back with it
+    (``LedgerTrash.keep_waiting_link``). The trash page names the operation to restore first.
+    """
+    parent_of: dict[str, dict[str, str]] = {}
+    for operation, sessions in (
+        TrashEntry.objects.filter(operation__in=list(operations), session_count__gt=0)
+        .exclude(state=TrashEntry.RESTORED)
+        .values_list("operation", "payload__sessions")
+    ):
+        for row in sessions if isinstance(sessions, list) else []:
+            if not isinstance(row, dict):
+                continue
+            parent = decode_trash_value(row.get("parent_session_id"))
+            if isinstance(row.get("id"), str) and isinstance(parent, str) and parent:
+                parent_of.setdefault(operation, {})[row["id"]] = parent
+    wanted = {p for links in parent_of.values() for p in links.values()}
+    if not wanted:
+        return {}
+    holder: dict[str, str] = dict(
+        TrashSession.objects.filter(session_id__in=list(wanted), entry__session_count__gt=0)
+        .exclude(entry__state=TrashEntry.RESTORED)
+        .order_by("entry_id")
+        .values_list("session_id", "entry__operation")
+    )
+    firsts = dict(
+        TrashEntry.objects.filter(operation__in=set(holder.values()))
+        .values("operation")
+        .annotate(first=Min("pk"))
+        .values_list("operation", "first")
+    )
+    answer: dict[str, tuple[ParentsElsewhere, ...]] = {}
+    for operation, links in parent_of.items():
+        counts: dict[str, int] = {}
+        for parent in links.values():
+            where = holder.get(parent)
+            if where is not None and where != operation:
+                counts[where] = counts.get(where, 0) + 1
+        if counts:
+            answer[operation] = tuple(
+                sorted(
+                    (ParentsElsewhere(firsts[o], n) for o, n in counts.items() if o in firsts),
+                    key=lambda found: found.entry_id,
+                )
+            )
+    return answer

@@ -1,0 +1,135 @@
+"""Restoring a delete that ended up as several trash operations, in any order, puts back every
+lineage link (issue 26, item 1).
+
+A cascade deletes children before their parents, so when a fault stops it between batches and
+the operator runs it again, the first operation holds the children and the second their
+parents; two bulk jobs over a conversation's segments split it the same way. Restoring the
+children first used to clear their ``parent_session_id`` for good. Now the link waits in the
+parents' operation and comes back with it; a parent nowhere any more (purged) is named in the
+restore's answer instead of being dropped silently.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sessions_admin import core
+from sessions_admin.core import db, deletion
+from sessions_admin.ledger import actions, jobs, trash
+from sessions_admin.ledger.models import AuditEntry, TrashEntry
+from tests.builders import cascade_split_by_a_fault, linked_conversation, store_snapshot
+
+
+@pytest.fixture
+def small_batches(monkeypatch):
+    monkeypatch.setattr(deletion, "BATCH_SESSIONS", 2)
+
+
+def _links() -> dict[str, str | None]:
+    return dict(db.fetchall("SELECT id, parent_session_id FROM sessions ORDER BY id"))
+
+
+def _sessions_of(entry_id: int) -> set[str]:
+    operation = TrashEntry.objects.get(pk=entry_id).operation
+    ids: set[str] = set()
+    for session_ids in TrashEntry.objects.filter(operation=operation).values_list(
+        "session_ids", flat=True
+    ):
+        ids.update(session_ids)
+    return ids
+
+
+@pytest.mark.parametrize("order", ["older_first", "newer_first"])
+def test_a_cascade_split_by_a_fault_restores_every_link_in_either_order(
+    monkeypatch, small_batches, order
+):
+    ids = linked_conversation()
+    other = core.create_session(source="cli").session_id
+    before = store_snapshot()
+    links_before = _links()
+    older, newer = cascade_split_by_a_fault(monkeypatch, ids["tip"])
+    in_store = {r[0] for r in db.fetchall("SELECT id FROM sessions")}
+    assert other in in_store and not in_store & (_sessions_of(older) | _sessions_of(newer))
+    # The older operation holds children whose parents are in the newer one.
+    assert any(links_before[sid] in _sessions_of(newer) for sid in _sessions_of(older))
+
+    first, second = (older, newer) if order == "older_first" else (newer, older)
+    restored = actions.restore(actor=None, entry_id=first)
+    assert restored.lost_links == ()
+    if order == "older_first":
+        # Each child restored before its parent is named, with the operation it waits for.
+        assert restored.waiting_links
+        assert {wait.entry_id for wait in restored.waiting_links} == {newer}
+    for wait in restored.waiting_links:
+        assert _links()[wait.session_id] is None
+        assert links_before[wait.session_id] == wait.parent_id
+    second_result = actions.restore(actor=None, entry_id=second)
+    assert second_result.lost_links == () and second_result.waiting_links == ()
+
+    assert _links() == links_before
+    assert store_snapshot() == before  # row for row, every column
+    assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.RESTORED}
+    audits = AuditEntry.objects.filter(action="restore").order_by("pk")
+    assert [a.outcome for a in audits] == ["ok", "ok"]
+    if order == "older_first":
+        assert audits[0].after["waiting_links"]
+
+
+@pytest.mark.parametrize("order", ["children_first", "parents_first"])
+def test_two_jobs_over_a_conversations_segments_restore_every_link_in_either_order(order):
+    ids = linked_conversation()
+    links_before = _links()
+    before = store_snapshot()
+    children = [ids["grand"], ids["late_delegate"], ids["child"]]
+    parents = [ids["root"], ids["delegate"], ids["tip"], ids["last"], ids["branch"]]
+    entries = {}
+    for name, selection in (("children", children), ("parents", parents)):
+        job = jobs.create_bulk_delete_job(
+            session_ids=selection, include_live=True, actor="ada", reason=f"{name} job"
+        )
+        jobs.run_job(job_id=job, batch_sessions=2)
+        entries[name] = (
+            TrashEntry.objects.filter(operation=trash.job_operation(job)).order_by("pk").first().pk
+        )
+    assert not {r[0] for r in db.fetchall("SELECT id FROM sessions")} & set(ids.values())
+    assert any(
+        links_before[sid] in _sessions_of(entries["parents"])
+        for sid in _sessions_of(entries["children"])
+    )
+
+    first, second = (
+        ("children", "parents") if order == "children_first" else ("parents", "children")
+    )
+    actions.restore(actor=None, entry_id=entries[first])
+    actions.restore(actor=None, entry_id=entries[second])
+
+    assert _links() == links_before
+    assert store_snapshot() == before
+
+
+def test_a_link_to_a_parent_purged_for_good_is_reported_not_dropped_silently(
+    monkeypatch, small_batches
+):
+    ids = linked_conversation()
+    links_before = _links()
+    older, newer = cascade_split_by_a_fault(monkeypatch, ids["tip"])
+    newer_operation = TrashEntry.objects.get(pk=newer).operation
+    TrashEntry.objects.filter(operation=newer_operation).delete()  # purged: gone for good
+
+    restored = actions.restore(actor=None, entry_id=older)
+
+    orphaned = {
+        sid: parent
+        for sid, parent in links_before.items()
+        if sid in restored.restored_sessions
+        and parent is not None
+        and parent not in restored.restored_sessions
+    }
+    assert orphaned  # the case this test is about
+    assert {(lost.session_id, lost.parent_id) for lost in restored.lost_links} == set(
+        orphaned.items()
+    )
+    assert restored.waiting_links == ()
+    audit = AuditEntry.objects.get(action="restore")
+    assert audit.outcome == "ok"
+    assert sorted(audit.after["lost_links"]) == sorted([c, p] for c, p in orphaned.items())
