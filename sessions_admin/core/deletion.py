@@ -1705,6 +1705,10 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     The entry comes back with the rest of its operation (every batch of the one
     operator action that made it) in this one store transaction: all of it, or,
     on a conflict, nothing.
+
+    Every parent link of a restored session is put back, waits (its parent is in another
+    trash operation, whose restore links it: ``waiting_links``) or is named lost (its parent
+    is gone for good: ``lost_links``); none is dropped without a word.
     """
     trash = _trash_or_default(trash)
     asked = trash.contents(entry_id)

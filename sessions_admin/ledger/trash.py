@@ -13,6 +13,12 @@ tests) keeps what it removes here. A delete in parts that stops before its last 
 hold landed, the session went live, its job was cancelled) gives the parts back to the store
 and drops their entries (``give_back``): the trash holds only what the store lost.
 
+When one delete ended up as several operations (a fault stopped a cascade and it was run again,
+two jobs took a conversation's segments), a restore may bring sessions back before their
+parent: each such link is recorded among the kept children of the entry holding the parent
+(``keep_waiting_link``), so restoring that operation links them again, as it does the children
+its delete left in the store; ``parents_elsewhere`` names the operation to restore first.
+
 A purge keeps every operation holding a session a legal hold covers (``held_trash``); the
 core's holds see the lineage links of the sessions kept here (``trashed_lineage``), so a hold
 covers a conversation's segments in the trash as in the store.
@@ -256,7 +262,6 @@ class LedgerTrash:
                 .values_list("pk", flat=True)
                 .first()
             )
-        _forget_links(holder.pk)
         return first
 
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
@@ -313,10 +318,10 @@ def _purgeable(older_than_days: float | None, held: dict) -> list[str]:
 # started from, and the parent a kept child lost): ``trashed_lineage`` gives them to the core's
 # holds (``holds.set_lineage_elsewhere``, set by ``LedgerConfig.ready``), so a hold covers a
 # conversation whether its segments are in the store or here. An entry's rows never change, so
-# each entry's links are read once per process; its kept children grow only when a restore
-# leaves a child waiting for a parent the entry holds (``keep_waiting_link``), and this process
-# then reads that entry's links again (another process keeps the links it read: the waiting
-# child's link is missing from its holds' view until the entry is restored or it restarts).
+# each entry's links are read once per process. Its kept children grow only when a restore
+# leaves a child waiting for a parent the entry holds (``keep_waiting_link``, written before
+# that restore's entries are marked restored): once a process sees a restore it had not seen,
+# it reads every entry's links again, so the waiting child stays covered with its parent.
 
 _links_lock = threading.Lock()
 # Per entry (pk, created_at): its rows' links, its kept children's lost links, its users.
@@ -324,6 +329,8 @@ _links_seen: dict[tuple[int, str], tuple[tuple, tuple, tuple]] = {}
 # The last answer and the entries it was built from: a bulk job adds an entry per batch, and
 # each batch asks again under the store's lock, so an answer grows instead of being rebuilt.
 _assembled: list = [frozenset(), holds.NOWHERE]
+# (how many, the newest) restored entries when ``_links_seen`` was read.
+_restores_read: list = [None]
 
 
 def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple, tuple]:
@@ -366,13 +373,6 @@ def _add_links(up: dict, users: dict, entries: list[tuple[tuple, tuple, tuple]])
             up.setdefault(child, parent)
 
 
-def _forget_links(entry_id: int) -> None:
-    with _links_lock:
-        for key in [key for key in _links_seen if key[0] == entry_id]:
-            del _links_seen[key]
-        _assembled[:] = [frozenset(), holds.NOWHERE]
-
-
 def trashed_lineage() -> holds.Elsewhere:
     """The lineage links and users of every session the trash holds (not restored)."""
     current = frozenset(
@@ -381,7 +381,16 @@ def trashed_lineage() -> holds.Elsewhere:
         .filter(session_count__gt=0)
         .values_list("pk", "created_at")
     )
+    restores = TrashEntry.objects.filter(state=TrashEntry.RESTORED).aggregate(
+        count=Count("pk"), newest=Max("restored_at")
+    )
+    restores_now = (restores["count"], str(restores["newest"]))
     with _links_lock:
+        if _restores_read[0] != restores_now:
+            # A restore may have left children waiting in entries read before it.
+            _links_seen.clear()
+            _assembled[:] = [frozenset(), holds.NOWHERE]
+            _restores_read[0] = restores_now
         built_from, answer = _assembled
         if current == built_from:
             return answer

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from sessions_admin import core
-from sessions_admin.core import db, deletion
+from sessions_admin.core import db, deletion, holds
 from sessions_admin.ledger import actions, jobs, trash
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from tests.builders import cascade_split_by_a_fault, linked_conversation, store_snapshot
@@ -133,3 +133,26 @@ def test_a_link_to_a_parent_purged_for_good_is_reported_not_dropped_silently(
     audit = AuditEntry.objects.get(action="restore")
     assert audit.outcome == "ok"
     assert sorted(audit.after["lost_links"]) == sorted([c, p] for c, p in orphaned.items())
+
+
+def test_a_hold_on_a_session_waiting_for_its_parent_keeps_the_parents_operation(
+    monkeypatch, small_batches
+):
+    ids = linked_conversation()
+    links_before = _links()
+    older, newer = cascade_split_by_a_fault(monkeypatch, ids["tip"])
+    trash.trashed_lineage()  # the links read before the restore, as a running process has them
+    restored = actions.restore(actor=None, entry_id=older)
+    waiting = restored.waiting_links[0]
+    assert waiting.entry_id == newer
+
+    hold = holds.place_hold(
+        kind="session", subject=waiting.session_id, reason="case 26", actor="ada"
+    )
+    trash.purge_trash()  # takes the restored operation, whose rows are back
+    # The parents' operation is the waiting session's lineage: the hold keeps it.
+    assert not TrashEntry.objects.filter(pk=older).exists()
+    assert TrashEntry.objects.filter(pk=newer).exists()
+    holds.release_hold(hold_id=hold.id, reason="closed", actor="ada")
+    actions.restore(actor=None, entry_id=newer)
+    assert _links() == links_before
