@@ -11,13 +11,23 @@ restore's answer instead of being dropped silently.
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from django.db import connections
 
 from sessions_admin import core
 from sessions_admin.core import db, deletion, holds
 from sessions_admin.ledger import actions, jobs, trash
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from tests.builders import cascade_split_by_a_fault, linked_conversation, store_snapshot
+from tests.helpers import child_env
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -156,3 +166,62 @@ def test_a_hold_on_a_session_waiting_for_its_parent_keeps_the_parents_operation(
     holds.release_hold(hold_id=hold.id, reason="closed", actor="ada")
     actions.restore(actor=None, entry_id=newer)
     assert _links() == links_before
+
+
+def _killed_cascade(start: str, crash_at: str) -> None:
+    """The cascade of ``start``'s conversation in a process killed (SIGKILL) at ``crash_at``."""
+    plan = core.plan_cascade_delete(session_ids=[start], include_branches=True)
+    env = child_env()
+    env["SESSIONS_ADMIN_CRASH_AT"] = crash_at
+    env["CRASH_CHILD_BATCH_SESSIONS"] = "2"
+    arguments = {
+        "session_ids": [start],
+        "include_branches": True,
+        "expected_fingerprint": plan.fingerprint,
+        "actor": "ada",
+        "reason": "killed",
+    }
+    connections.close_all()  # no snapshot or lock of ours for the child to wait on
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.store.crash_child", "cascade_delete", json.dumps(arguments)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == -signal.SIGKILL, (child.returncode, child.stderr)
+
+
+@pytest.mark.parametrize("crash_at", ["cascade.between_batches", "delete.after_commit@2"])
+@pytest.mark.parametrize("order", ["older_first", "newer_first"])
+def test_a_cascade_killed_and_run_again_restores_every_link_in_either_order(crash_at, order):
+    ids = linked_conversation()
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
+    planned = core.plan_cascade_delete(session_ids=[ids["tip"]], include_branches=True)
+    _killed_cascade(ids["tip"], crash_at)
+    left = [
+        s for s in planned.session_ids if db.fetchone("SELECT 1 FROM sessions WHERE id = %s", [s])
+    ]
+    again = core.plan_cascade_delete(session_ids=left, include_branches=True)
+    core.execute_cascade_delete(
+        session_ids=left,
+        include_branches=True,
+        expected_fingerprint=again.fingerprint,
+        actor="ada",
+        reason="killed, run again",
+    )
+    operations = list(
+        dict.fromkeys(TrashEntry.objects.order_by("pk").values_list("operation", flat=True))
+    )
+    assert len(operations) == 2
+    firsts = [TrashEntry.objects.filter(operation=o).order_by("pk").first().pk for o in operations]
+    results = [
+        actions.restore(actor=None, entry_id=entry_id)
+        for entry_id in (firsts if order == "older_first" else firsts[::-1])
+    ]
+
+    assert store_snapshot("sessions", "messages", "conversations", "responses") == before
+    assert all(result.lost_links == () for result in results)
+    if order == "older_first":
+        assert {w.entry_id for w in results[0].waiting_links} == {firsts[1]}
