@@ -324,8 +324,9 @@ def _purgeable(older_than_days: float | None, held: dict) -> list[str]:
 # it reads every entry's links again, so the waiting child stays covered with its parent.
 
 _links_lock = threading.Lock()
-# Per entry (pk, created_at): its rows' links, its kept children's lost links, its users.
-_links_seen: dict[tuple[int, str], tuple[tuple, tuple, tuple]] = {}
+# Per entry (pk, created_at): its rows' links, its kept children's lost links, its users, its
+# rows' parent_session_id links (a session a reset started from is no parent a restore links).
+_links_seen: dict[tuple[int, str], tuple[tuple, tuple, tuple, tuple]] = {}
 # The last answer and the entries it was built from: a bulk job adds an entry per batch, and
 # each batch asks again under the store's lock, so an answer grows instead of being rebuilt.
 _assembled: list = [frozenset(), holds.NOWHERE]
@@ -333,10 +334,11 @@ _assembled: list = [frozenset(), holds.NOWHERE]
 _restores_read: list = [None]
 
 
-def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple, tuple]:
+def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple, tuple, tuple]:
     """(rows' (child, parent) links, kept children's (child, lost parent) links,
-    (session, user) pairs) of one entry's payload."""
+    (session, user) pairs, rows' (child, parent_session_id) links) of one entry's payload."""
     rows: list[tuple[str, str]] = []
+    parents: list[tuple[str, str]] = []
     lost: list[tuple[str, str]] = []
     users: list[tuple[str, str | None]] = []
     for row in sessions if isinstance(sessions, list) else []:
@@ -348,9 +350,10 @@ def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple, tuple]:
             continue
         user_id = row.get("user_id")
         users.append((session_id, user_id if isinstance(user_id, str) else None))
-        parent = row.get("parent_session_id") or parse_model_config(row.get("model_config")).get(
-            "_reset_from"
-        )
+        linked = row.get("parent_session_id")
+        if isinstance(linked, str) and linked:
+            parents.append((session_id, linked))
+        parent = linked or parse_model_config(row.get("model_config")).get("_reset_from")
         if isinstance(parent, str) and parent:
             rows.append((session_id, parent))
     for pair in kept if isinstance(kept, list) else []:
@@ -360,15 +363,15 @@ def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple, tuple]:
             and all(isinstance(p, str) for p in pair)
         ):
             lost.append((pair[0], pair[1]))
-    return tuple(rows), tuple(lost), tuple(users)
+    return tuple(rows), tuple(lost), tuple(users), tuple(parents)
 
 
-def _add_links(up: dict, users: dict, entries: list[tuple[tuple, tuple, tuple]]) -> None:
+def _add_links(up: dict, users: dict, entries: list[tuple[tuple, tuple, tuple, tuple]]) -> None:
     # A session's own row's link first; a kept child's lost parent where it has none.
-    for rows, _lost, owners in entries:
+    for rows, _lost, owners, _parents in entries:
         users.update(owners)
         up.update(rows)
-    for _rows, lost, _owners in entries:
+    for _rows, lost, _owners, _parents in entries:
         for child, parent in lost:
             up.setdefault(child, parent)
 
@@ -650,19 +653,20 @@ def parents_elsewhere(operations: Sequence[str]) -> dict[str, tuple[ParentsElsew
     Restoring such an operation first brings those sessions back without their parent link;
     the link waits in the parent's operation and comes back with it
     (``LedgerTrash.keep_waiting_link``). The trash page names the operation to restore first.
+    Read from the links ``trashed_lineage`` keeps (each entry's payload read once per process).
     """
-    parent_of: dict[str, dict[str, str]] = {}
-    for operation, sessions in (
+    trashed_lineage()
+    entries = (
         TrashEntry.objects.filter(operation__in=list(operations), session_count__gt=0)
         .exclude(state=TrashEntry.RESTORED)
-        .values_list("operation", "payload__sessions")
-    ):
-        for row in sessions if isinstance(sessions, list) else []:
-            if not isinstance(row, dict):
-                continue
-            parent = decode_trash_value(row.get("parent_session_id"))
-            if isinstance(row.get("id"), str) and isinstance(parent, str) and parent:
-                parent_of.setdefault(operation, {})[row["id"]] = parent
+        .values_list("pk", "created_at", "operation")
+    )
+    parent_of: dict[str, dict[str, str]] = {}
+    with _links_lock:
+        for pk, created, operation in entries:
+            links = _links_seen.get((pk, str(created)))
+            if links is not None:
+                parent_of.setdefault(operation, {}).update(links[3])
     wanted = {p for links in parent_of.values() for p in links.values()}
     if not wanted:
         return {}
