@@ -1698,6 +1698,9 @@ def _merged_rows(entries: Sequence[TrashContents]) -> dict:
     return merged
 
 
+RESTORE_LOCK = "trash:restore"
+
+
 @store_operation
 def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None) -> RestoreResult:
     """Put a trash entry's rows back: sessions, messages (same ids), lineage, slugs, responses.
@@ -1710,6 +1713,10 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     trash operation, whose restore links it: ``waiting_links``) or is named lost (its parent
     is gone for good: ``lost_links``); none is dropped without a word.
     """
+    # One restore at a time: one bringing a session back before its parent links it (the
+    # parent is in the store) or leaves the link waiting in the parent's operation (it is in
+    # the trash); a restore of that operation running meanwhile would see neither.
+    db.lock_names(RESTORE_LOCK)
     trash = _trash_or_default(trash)
     asked = trash.contents(entry_id)
     if asked is None:

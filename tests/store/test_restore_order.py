@@ -15,6 +15,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,73 @@ def test_a_cascade_killed_and_run_again_restores_every_link_in_either_order(cras
     assert all(result.lost_links == () for result in results)
     if order == "older_first":
         assert {w.entry_id for w in results[0].waiting_links} == {firsts[1]}
+
+
+def _restore_in_a_process(
+    entry_id: int, *, pause_at: str | None = None, folder: Path | None = None
+):
+    env = child_env()
+    if pause_at:
+        env["SESSIONS_ADMIN_PAUSE_AT"] = pause_at
+        env["SESSIONS_ADMIN_PAUSE_DIR"] = str(folder)
+    command = [{"op": "restore_trash_entry", "kwargs": {"entry_id": entry_id, "actor": "bob"}}]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.store.race_child", json.dumps(command)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _answer(process) -> dict:
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    (line,) = [line for line in out.splitlines() if line.strip()]
+    return json.loads(line)
+
+
+def _waits_for_restore() -> bool:
+    return db.vendor() == "postgresql" and bool(
+        db.fetchall(
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+            ["%pg_advisory_xact_lock%"],
+        )
+    )
+
+
+def test_the_parents_restored_while_the_childrens_restore_commits_still_link_them(
+    monkeypatch, small_batches, tmp_path
+):
+    # Sessions without a key, so no key lock serializes the two restores.
+    chain = [core.create_session(source="api_server").session_id]
+    for _ in range(3):
+        chain.append(
+            core.create_session(
+                source="tool",
+                parent_session_id=chain[-1],
+                model_config={"_delegate_from": chain[-1]},
+            ).session_id
+        )
+    links_before = _links()
+    older, newer = cascade_split_by_a_fault(monkeypatch, chain[0])
+    connections.close_all()
+    # The children's restore, held just before its commit: it has left their links waiting in
+    # the parents' operation, and its rows are not visible to anyone yet.
+    children = _restore_in_a_process(older, pause_at="restore.before_commit", folder=tmp_path)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "restore.before_commit.reached").exists():
+        assert children.poll() is None, children.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    parents = _restore_in_a_process(newer)
+    # Unserialized, it restores now and links nothing; serialized, it waits for the children's
+    # restore (PostgreSQL: on the restore lock; SQLite: on the store's write lock).
+    deadline = time.monotonic() + (30 if db.vendor() == "postgresql" else 5)
+    while parents.poll() is None and time.monotonic() < deadline and not _waits_for_restore():
+        time.sleep(0.1)
+    (tmp_path / "restore.before_commit.release").touch()
+    assert "ok" in _answer(children) and "ok" in _answer(parents)
+
+    assert _links() == links_before
