@@ -120,6 +120,34 @@ class DeleteResult:
 
 
 @dataclass(frozen=True)
+class WaitingLink:
+    """A restored session whose parent is in another trash operation: back without its parent
+    link, which that operation's restore puts back (``Trash.keep_waiting_link``)."""
+
+    session_id: str
+    parent_id: str
+    entry_id: int  # the first entry of the operation holding the parent: restore it too
+
+    def describe(self) -> str:
+        return (
+            f"session {self.session_id} waits for its parent {self.parent_id} "
+            f"(restore trash entry #{self.entry_id} to link it again)"
+        )
+
+
+@dataclass(frozen=True)
+class LostLink:
+    """A restored session whose parent is neither in the store nor in the trash (purged, or
+    erased): its link could not be put back."""
+
+    session_id: str
+    parent_id: str
+
+    def describe(self) -> str:
+        return f"session {self.session_id} lost its parent {self.parent_id} (no longer anywhere)"
+
+
+@dataclass(frozen=True)
 class RestoreResult:
     trash_entry_id: int  # the entry asked for
     restored_sessions: tuple[str, ...]
@@ -127,6 +155,10 @@ class RestoreResult:
     skipped_conversations: tuple[str, ...]
     # Every entry put back: the asked one and the rest of its operation's batches.
     trash_entry_ids: tuple[int, ...] = ()
+    # Links this restore could not put back yet (their parent is in another trash operation)
+    # or at all (their parent is gone): every link is one of restored, waiting or lost.
+    waiting_links: tuple[WaitingLink, ...] = ()
+    lost_links: tuple[LostLink, ...] = ()
 
 
 class SessionsWentLive(StoreError):
@@ -236,6 +268,18 @@ class Trash(Protocol):
         drops the entry (an operator restored nothing, and the trash must not show it)."""
         ...
 
+    def keep_waiting_link(self, *, child: str, parent: str) -> int | None:
+        """``child`` is being restored while ``parent`` is in neither the store nor its
+        operation: if an entry not restored holds ``parent``'s row, record (child, parent)
+        among that entry's kept children, so restoring its operation links ``child`` again
+        (as it does a child the delete left in the store), and answer the operation's first
+        entry. None: the trash holds no row of ``parent`` (purged), the link is lost.
+
+        Called before the restore's store transaction commits, and committed on its own: a
+        restore that then fails leaves a pair naming a child not in the store, which links
+        nothing (the restore sets a kept child's parent only where the child has none)."""
+        ...
+
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         """The entries of ``operation`` holding a part of ``session_id`` (some of its messages,
         ``rows["part_of"]``) whose rows are only in the trash: complete, not restored (a part
@@ -273,6 +317,9 @@ class NoTrash:
 
     def give_back(self, entry_id: int) -> None:
         pass
+
+    def keep_waiting_link(self, *, child: str, parent: str) -> int | None:
+        return None
 
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         return ()
@@ -1679,6 +1726,9 @@ def _merged_rows(entries: Sequence[TrashContents]) -> dict:
     return merged
 
 
+RESTORE_LOCK = "trash:restore"
+
+
 @store_operation
 def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None) -> RestoreResult:
     """Put a trash entry's rows back: sessions, messages (same ids), lineage, slugs, responses.
@@ -1686,7 +1736,15 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     The entry comes back with the rest of its operation (every batch of the one
     operator action that made it) in this one store transaction: all of it, or,
     on a conflict, nothing.
+
+    Every parent link of a restored session is put back, waits (its parent is in another
+    trash operation, whose restore links it: ``waiting_links``) or is named lost (its parent
+    is gone for good: ``lost_links``); none is dropped without a word.
     """
+    # One restore at a time: one bringing a session back before its parent links it (the
+    # parent is in the store) or leaves the link waiting in the parent's operation (it is in
+    # the trash); a restore of that operation running meanwhile would see neither.
+    db.lock_names(RESTORE_LOCK)
     trash = _trash_or_default(trash)
     asked = trash.contents(entry_id)
     if asked is None:
@@ -1746,14 +1804,26 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     keys = {s["session_key"] for s in sessions if s.get("session_key")}
     db.lock_names(*(db.key_lock_name(k) for k in keys))
     live_now = [lineage.live_session_for_key(k) for k in sorted(keys)]
-    # Parents first: insert without links, then put the links back.
+    # Parents first: insert without links, then put the links back. A parent that is neither
+    # here nor in the store (the store's foreign key refuses a link to it) is in another trash
+    # operation, whose restore links the session again, or gone for good: either is said.
     parents = {s["id"]: s.get("parent_session_id") for s in sessions}
     _insert_rows("sessions", [{**s, "parent_session_id": None} for s in sessions])
     for key in sorted(keys):
         keep_one_live(key, prefer=live_now)
+    waiting: list[WaitingLink] = []
+    lost: list[LostLink] = []
     for sid, parent in parents.items():
-        if parent and (parent in parents or lineage.session_row(parent) is not None):
+        if not parent:
+            continue
+        if parent in parents or lineage.session_row(parent) is not None:
             db.execute("UPDATE sessions SET parent_session_id = %s WHERE id = %s", [parent, sid])
+            continue
+        held_in = trash.keep_waiting_link(child=sid, parent=parent)
+        if held_in is None:
+            lost.append(LostLink(sid, parent))
+        else:
+            waiting.append(WaitingLink(sid, parent, held_in))
     _insert_rows("messages", payload["messages"])
     if part_sessions:
         db.execute(
@@ -1784,6 +1854,8 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
                 alias=responses_alias(),
             ):
                 _insert_rows("responses", [row], alias=responses_alias())
+    # Children the delete left in the store, and children an earlier restore brought back
+    # before this operation (``keep_waiting_link``): their parent is back.
     for child, parent in payload["kept_children"]:
         db.execute(
             "UPDATE sessions SET parent_session_id = %s WHERE id = %s AND parent_session_id IS NULL",
@@ -1801,4 +1873,12 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     # own), a store transaction that then failed or died would leave the entry "restored",
     # purgeable and not restorable again, while its rows are nowhere.
     transaction.on_commit(mark_restored, using="store")
-    return RestoreResult(asked.entry_id, tuple(ids), len(message_ids), tuple(skipped), restored_ids)
+    return RestoreResult(
+        asked.entry_id,
+        tuple(ids),
+        len(message_ids),
+        tuple(skipped),
+        restored_ids,
+        waiting_links=tuple(waiting),
+        lost_links=tuple(lost),
+    )

@@ -35,7 +35,13 @@ from sessions_admin.console.http import HtmxHttpRequest, fragment, plural, requi
 from sessions_admin.console.views.delete import plural_days
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import DeleteJob, TrashEntry, TrashSession
-from sessions_admin.ledger.trash import held_trash, merges_waiting_on, purgeable_operations
+from sessions_admin.ledger.trash import (
+    ParentsElsewhere,
+    held_trash,
+    merges_waiting_on,
+    parents_elsewhere,
+    purgeable_operations,
+)
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
 
@@ -66,6 +72,9 @@ class TrashRow:
     part_sessions: tuple[str, ...] = ()
     # (merge id, role, session): merges that can be undone again only once this is restored.
     merges: tuple[tuple[int, str, str], ...] = ()
+    # Other operations holding the parents of some of its sessions: restore them first (restored
+    # after, they give those sessions their parent link back then).
+    parents_in: tuple[ParentsElsewhere, ...] = ()
 
     @property
     def state(self) -> str:
@@ -149,6 +158,7 @@ def _render_trash(
     )
     held = held_trash()
     waiting = merges_waiting_on(list(newest))
+    parents = parents_elsewhere(list(newest))
     rows = []
     for operation in newest:
         batches = entries.get(operation, [])
@@ -192,6 +202,7 @@ def _render_trash(
                 held_session=held[operation].session_id if operation in held else "",
                 part_sessions=parts,
                 merges=waiting.get(operation, ()),
+                parents_in=parents.get(operation, ()),
             )
         )
     context = {
@@ -260,6 +271,24 @@ def trash_restore(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
         f"{plural(result.restored_messages, 'message')} from trash entry #{first.pk}"
         + (f" (the whole operation: {batches} batches)." if batches > 1 else "."),
     )
+    if result.waiting_links:
+        waits_for = sorted({link.entry_id for link in result.waiting_links})
+        messages.warning(
+            request,
+            f"{plural(len(result.waiting_links), 'session')} came back without "
+            f"{'its parent' if len(result.waiting_links) == 1 else 'their parents'}, which "
+            f"{'is' if len(waits_for) == 1 else 'are'} still in the trash: restore "
+            + ", ".join(f"#{entry_id}" for entry_id in waits_for)
+            + " to link them again ("
+            + "; ".join(link.describe() for link in result.waiting_links[:5])
+            + ").",
+        )
+    if result.lost_links:
+        messages.warning(
+            request,
+            "These links could not be put back, the parent is no longer in the store or the "
+            "trash: " + "; ".join(link.describe() for link in result.lost_links[:20]) + ".",
+        )
     if result.skipped_conversations:
         messages.warning(
             request,
