@@ -48,13 +48,13 @@ import json
 import re
 import time
 import unicodedata
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from django.db import OperationalError, connections
 
-from sessions_admin.core import being_deleted, db, events, holds
+from sessions_admin.core import being_deleted, db, events, faults, holds
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.deletion import (
     NO_TRASH,
@@ -195,6 +195,56 @@ class ErasurePlan:
         return not (
             self.session_ids or self.other_messages or self.conversation_names or self.response_ids
         )
+
+
+def plan_record(plan: ErasurePlan) -> dict:
+    """``plan`` as JSON, for the request that runs it to keep while it runs (``plan_from_record``).
+
+    A resumed erasure carries out this record, not a new plan: the ids a killed run already
+    deleted are still the ones whose switch events, trash and audit entries go.
+    """
+    return {
+        "subject": asdict(plan.subject),
+        "session_ids": list(plan.session_ids),
+        "live_session_ids": list(plan.live_session_ids),
+        "message_count": plan.message_count,
+        "other_messages": [list(pair) for pair in plan.other_messages],
+        "conversation_names": list(plan.conversation_names),
+        "response_ids": list(plan.response_ids),
+        "held": [list(pair) for pair in plan.held],
+        "fingerprint": plan.fingerprint,
+        "side_rows": plan.side_rows,
+        "closed_merges": list(plan.closed_merges),
+        "mentions": list(plan.mentions),
+        "touched_session_ids": list(plan.touched_session_ids),
+        "redacted_holds": list(plan.redacted_holds),
+    }
+
+
+def plan_from_record(record: dict) -> ErasurePlan:
+    subject = record["subject"]
+    return ErasurePlan(
+        subject=Subject(
+            user_id=subject["user_id"],
+            chat_ids=tuple(subject.get("chat_ids", ())),
+            session_keys=tuple(subject.get("session_keys", ())),
+        ),
+        session_ids=tuple(record["session_ids"]),
+        live_session_ids=tuple(record["live_session_ids"]),
+        message_count=int(record["message_count"]),
+        other_messages=tuple((int(mid), sid) for mid, sid in record["other_messages"]),
+        conversation_names=tuple(record["conversation_names"]),
+        response_ids=tuple(record["response_ids"]),
+        held=tuple((sid, words) for sid, words in record["held"]),
+        fingerprint=record["fingerprint"],
+        side_rows={
+            table: [list(row) for row in rows] for table, rows in record["side_rows"].items()
+        },
+        closed_merges=tuple(int(m) for m in record["closed_merges"]),
+        mentions=tuple(record["mentions"]),
+        touched_session_ids=tuple(record["touched_session_ids"]),
+        redacted_holds=tuple(int(h) for h in record["redacted_holds"]),
+    )
 
 
 @dataclass(frozen=True)
@@ -611,6 +661,23 @@ def _tombstone_switch_events(seqs: Sequence[int]) -> int:
     return changed
 
 
+def switch_events_of(*, session_ids: Sequence[str]) -> tuple[int, ...]:
+    """The ``seq`` of every switch event naming one of ``session_ids`` (reads only): for
+    sessions no longer in the store (the trash's), whose events ``plan_erasure`` cannot list."""
+    seqs: set[int] = set()
+    for chunk in _chunks(list(session_ids)):
+        marks = db.placeholders(chunk)
+        seqs |= {
+            int(r[0])
+            for r in db.fetchall(
+                "SELECT seq FROM sessions_admin_switch_events WHERE new_session_id IN "
+                f"({marks}) OR previous_session_id IN ({marks}) OR parent_session_id IN ({marks})",
+                [*chunk, *chunk, *chunk],
+            )
+        }
+    return tuple(sorted(seqs))
+
+
 ERASED_WORDS = "[erased]"
 
 
@@ -689,21 +756,33 @@ SIDE_ROW_KEYS = {
 
 
 @dataclass(frozen=True)
-class _Present:
-    """How many of a plan's slug, response and own-table rows a database holds.
+class RowsPresent:
+    """How many of a plan's rows the databases hold: its sessions and their messages, the
+    messages a merge moved elsewhere, its slugs, responses and own-table rows.
 
-    The receipt's counts are what the databases lost: this before the erasure minus this
-    after it. Counting each delete statement's rows instead counted 0 slugs and responses,
-    since the sessions' own deletes (``delete_in_batches``) had already removed them, and
-    missed the own-table rows that go with a session (its delete-in-parts mark).
+    The receipt's counts are what the databases lost: this before the erasure's first run
+    minus this after its last (the request keeps the first, ``as_record``). Counting each
+    delete statement's rows instead counted 0 slugs and responses, since the sessions' own
+    deletes (``delete_in_batches``) had already removed them, missed the own-table rows that
+    go with a session (its delete-in-parts mark), and forgot what a killed run deleted.
     """
 
+    sessions: int
+    messages: int
+    other_messages: int
     conversations: int
     responses: int
     side_rows: int
 
+    def as_record(self) -> dict:
+        return asdict(self)
 
-def _count_in(table: str, column: str, values: Sequence[str], *, alias: str) -> int:
+    @classmethod
+    def from_record(cls, record: dict) -> RowsPresent:
+        return cls(**{name: int(record[name]) for name in cls.__dataclass_fields__})
+
+
+def _count_in(table: str, column: str, values: Sequence, *, alias: str | None = None) -> int:
     return sum(
         int(
             db.fetchone(
@@ -716,7 +795,8 @@ def _count_in(table: str, column: str, values: Sequence[str], *, alias: str) -> 
     )
 
 
-def _present(plan: ErasurePlan) -> _Present:
+def rows_present(*, plan: ErasurePlan) -> RowsPresent:
+    """How many of ``plan``'s rows are in the store and the response store now."""
     alias = responses_alias()
     side = 0
     for table, rows in plan.side_rows.items():
@@ -728,7 +808,10 @@ def _present(plan: ErasurePlan) -> _Present:
                     f"SELECT COUNT(*) FROM {table} WHERE {where}", list(row[: len(columns)])
                 )[0]
             )
-    return _Present(
+    return RowsPresent(
+        sessions=_count_in("sessions", "id", plan.session_ids),
+        messages=_count_in("messages", "session_id", plan.session_ids),
+        other_messages=_count_in("messages", "id", [m for m, _ in plan.other_messages]),
         conversations=_count_in("conversations", "name", plan.conversation_names, alias=alias),
         responses=_count_in("responses", "response_id", plan.response_ids, alias=alias),
         side_rows=side,
@@ -867,44 +950,63 @@ def _purge_leftovers() -> tuple[bool, list[str]]:
     return merge.finished, done
 
 
-def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> ErasureResult:
+def erase(
+    *,
+    subject: Subject,
+    expected_fingerprint: str | None = None,
+    plan: ErasurePlan | None = None,
+    before: RowsPresent | None = None,
+    between_batches: Callable[[], None] | None = None,
+    switch_events: Sequence[int] = (),
+) -> ErasureResult:
     """Purge everything ``plan_erasure`` lists for ``subject`` (no trash; nothing restorable).
 
     ``expected_fingerprint``: refuse if the plan changed since it was shown (None: erase
-    what the plan is now; a resumed erasure does that). Refused while a hold stands.
+    what the plan is now). ``plan``: carry out this plan as it was recorded instead (a
+    resumed erasure: its earlier run changed the store, so no fingerprint is compared);
+    every step is idempotent, so what a killed run did is not done twice and what it left
+    is done. ``before``: the plan's rows counted before its first run (``rows_present``),
+    so the counts are what the databases lost across every run. ``between_batches`` is
+    called after each committed delete batch (the caller renews its lease there).
+    ``switch_events``: more events to tombstone, those of the subject's sessions that are
+    no longer in the store (the trash's: ``switch_events_of``). Refused while a hold stands.
     """
-    plan = plan_erasure(subject=subject)
-    if expected_fingerprint is not None and plan.fingerprint != expected_fingerprint:
-        raise PlanChanged("erasure")
+    if plan is None:
+        plan = plan_erasure(subject=subject)
+        if expected_fingerprint is not None and plan.fingerprint != expected_fingerprint:
+            raise PlanChanged("erasure")
     holds.refuse_held(plan.held_scope)
-    before = _present(plan)
+    if before is None:
+        before = rows_present(plan=plan)
     _secure_delete(True)
     try:
-        sessions = messages = 0
-        for _batch, deleted, removed, _entry in delete_in_batches(
+        for _batch in delete_in_batches(
             plan.session_ids, actor="erasure", reason="erasure", trash=NO_TRASH
         ):
-            sessions += deleted
-            messages += removed
-        other = 0
+            # A batch committed, the next not begun: a kill here is resumed from the plan.
+            faults.checkpoint("erasure.between_batches")
+            if between_batches is not None:
+                between_batches()
         ids = [message_id for message_id, _ in plan.other_messages]
         for chunk in _chunks(ids):
-            other += _delete_other_messages(list(chunk))
+            _delete_other_messages(list(chunk))
         _delete_slug_rows(plan.conversation_names, plan.response_ids)
         if plan.side_rows:
             _delete_side_rows(plan.side_rows)
+        if switch_events:
+            _delete_side_rows({"sessions_admin_switch_events": [[seq] for seq in switch_events]})
         if plan.closed_merges:
             _close_merges(plan.closed_merges, plan.session_ids)
         if plan.redacted_holds:
             _redact_holds(plan.redacted_holds, subject)
-        after = _present(plan)
+        after = rows_present(plan=plan)
         index_merged, storage = _purge_leftovers()
     finally:
         _secure_delete(False)
     return ErasureResult(
-        sessions=sessions,
-        messages=messages,
-        other_messages=other,
+        sessions=before.sessions - after.sessions,
+        messages=before.messages - after.messages,
+        other_messages=before.other_messages - after.other_messages,
         conversations=before.conversations - after.conversations,
         responses=before.responses - after.responses,
         side_rows=before.side_rows - after.side_rows,

@@ -64,6 +64,14 @@ POINTS = frozenset(
         "compression.before_commit",
         # resolve_conversation: a continuation of an ended session inserted, not yet committed.
         "continuation.before_commit",
+        # An erasure: a delete batch committed (store side), the next one not begun.
+        "erasure.between_batches",
+        # An erasure: its plan recorded on the request, nothing erased yet.
+        "erasure.after_plan_recorded",
+        # An erasure: the store's side done, the dashboard's (trash, audit) not begun.
+        "erasure.after_store",
+        # An erasure: the dashboard's side half done (trash and job items), not committed.
+        "erasure.during_dashboard",
         # ledger.actions: the store operation committed, its pending audit entry not yet completed.
         "audit.after_store_commit",
     }

@@ -948,9 +948,13 @@ def run_erasure(*, request_id: int) -> dict | None:
     None when another worker holds it. The audit entry keeps the subject's keyed hash,
     the counts and the hashed ids, never the subject itself.
     """
-    # A first run executes exactly the plan that was confirmed; a resumed one (after a
-    # failure or a dead worker) erases what is left of it.
-    first_run = ErasureRequest.objects.filter(pk=request_id, state=ErasureRequest.PENDING).exists()
+    # The first run executes exactly the plan that was confirmed and records it on the
+    # request; a resumed one (after a failure, or taking over from a dead worker) carries
+    # out that record, whatever its earlier run already deleted. A request that failed
+    # before recording one (a hold stopped it) erases what the plan is now.
+    failed_before = ErasureRequest.objects.filter(
+        pk=request_id, state=ErasureRequest.FAILED
+    ).exists()
     request = erasure.claim(request_id)
     if request is None:
         return None
@@ -958,11 +962,30 @@ def run_erasure(*, request_id: int) -> dict | None:
     erasure.redact_reference(request, subject)
 
     def run() -> dict:
-        full = erasure.plan(subject)
-        if first_run and request.fingerprint and full.fingerprint != request.fingerprint:
-            raise core.PlanChanged("erasure")
-        erasure.refuse_held(full)
-        result = erasure_core.erase(subject=subject, expected_fingerprint=full.store.fingerprint)
+        recorded = erasure.recorded_run(request)
+        if recorded is None:
+            full = erasure.plan(subject)
+            if (
+                not failed_before
+                and request.fingerprint
+                and full.fingerprint != request.fingerprint
+            ):
+                raise core.PlanChanged("erasure")
+            erasure.refuse_held(full)
+            before = erasure_core.rows_present(plan=full.store)
+            erasure.record_run(request, full, before)
+            faults.checkpoint("erasure.after_plan_recorded")
+        else:
+            full, before = recorded
+            erasure.refuse_held(full)
+        result = erasure_core.erase(
+            subject=subject,
+            plan=full.store,
+            before=before,
+            between_batches=lambda: erasure.renew(request),
+            switch_events=full.trash.switch_events,
+        )
+        faults.checkpoint("erasure.after_store")
         return erasure.complete(request, full.store, result, trash=full.trash)
 
     try:

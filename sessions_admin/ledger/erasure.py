@@ -35,19 +35,21 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import secrets
+import socket
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from sessions_admin.core import db, erasure, holds
-from sessions_admin.core.erasure import ErasurePlan, Subject
-from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core import db, erasure, faults, holds
+from sessions_admin.core.erasure import ErasurePlan, RowsPresent, Subject
+from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.ledger.models import (
     AuditEntry,
     AuditSession,
@@ -239,19 +241,142 @@ def create_request(
     )
 
 
+# While a request is not done, its ``receipt`` field holds its run's record instead (under
+# this key): the process running it, and from the first run on the confirmed plan (the ids
+# it erases) and the rows counted before it began. ``finish`` replaces it with the receipt.
+RUN = "run"
+
+
+class ErasureTakenOver(StoreError):
+    """Another worker took this request over (this one was thought dead): this one stops."""
+
+    def __init__(self, request_id: int):
+        super().__init__(
+            f"Erasure request #{request_id} was taken over by another worker; this run stopped."
+        )
+
+
+def _boot_id() -> str:
+    try:
+        return open("/proc/sys/kernel/random/boot_id").read().strip()  # noqa: SIM115
+    except OSError:
+        return ""
+
+
+def _this_process() -> dict:
+    return {"host": socket.gethostname(), "boot": _boot_id(), "pid": os.getpid()}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed child its parent has not reaped yet is dead too
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def owner_dead(request: ErasureRequest) -> bool:
+    """Whether the process running ``request`` is known to be gone: it ran on this machine,
+    since this boot, and its pid is no longer alive (or the machine rebooted since). A
+    worker on another machine is only thought dead when its lease runs out."""
+    owner = (request.receipt or {}).get(RUN, {}).get("owner")
+    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname():
+        return False
+    if owner.get("boot") != _boot_id():
+        return True
+    pid = owner.get("pid")
+    return isinstance(pid, int) and pid != os.getpid() and not _pid_alive(pid)
+
+
+def _record(request: ErasureRequest, **fields) -> dict:
+    run = dict((request.receipt or {}).get(RUN, {})) if request.state != ErasureRequest.DONE else {}
+    run.update(fields)
+    return {RUN: run}
+
+
 def claim(request_id: int) -> ErasureRequest | None:
-    """Take a pending or failed request, or a running one whose worker died (its lease ran
-    out). An erasure run again erases what is left: every step is idempotent."""
+    """Take a pending or failed request, or a running one whose worker died: its process is
+    gone (``owner_dead``: taken over at once, so a retry does not wait for the lease) or its
+    lease ran out. An erasure run again carries out the plan its first run recorded."""
     now = timezone.now()
     lease = now + timezone.timedelta(seconds=LEASE_SECONDS)
-    claimed = ErasureRequest.objects.filter(
-        pk=request_id, state__in=[ErasureRequest.PENDING, ErasureRequest.FAILED]
-    ).update(
-        state=ErasureRequest.RUNNING, started_at=now, lease_expires_at=lease
-    ) or ErasureRequest.objects.filter(
-        pk=request_id, state=ErasureRequest.RUNNING, lease_expires_at__lt=now
-    ).update(lease_expires_at=lease)
+    request = ErasureRequest.objects.filter(pk=request_id).first()
+    if request is None or request.state == ErasureRequest.DONE:
+        return None
+    record = _record(request, owner=_this_process())
+    if request.state == ErasureRequest.RUNNING:
+        expired = request.lease_expires_at is not None and request.lease_expires_at < now
+        if not (expired or owner_dead(request)):
+            return None
+        # ``started_at`` tells runs apart: of two retries taking it over, one wins.
+        claimed = ErasureRequest.objects.filter(
+            pk=request_id, state=ErasureRequest.RUNNING, started_at=request.started_at
+        ).update(started_at=now, lease_expires_at=lease, receipt=record)
+    else:
+        claimed = ErasureRequest.objects.filter(pk=request_id, state=request.state).update(
+            state=ErasureRequest.RUNNING, started_at=now, lease_expires_at=lease, receipt=record
+        )
     return ErasureRequest.objects.get(pk=request_id) if claimed else None
+
+
+def renew(request: ErasureRequest) -> None:
+    """Extend this run's lease (between delete batches); ``ErasureTakenOver`` if another
+    worker took the request meanwhile, so two never go on side by side."""
+    renewed = ErasureRequest.objects.filter(
+        pk=request.pk, state=ErasureRequest.RUNNING, started_at=request.started_at
+    ).update(lease_expires_at=timezone.now() + timezone.timedelta(seconds=LEASE_SECONDS))
+    if not renewed:
+        raise ErasureTakenOver(request.pk)
+
+
+def record_run(request: ErasureRequest, full: FullPlan, before: RowsPresent) -> None:
+    """Keep the confirmed plan and the rows counted before anything is erased on the request
+    (plain ids: it is running; ``finish`` drops them), so a killed run is resumed from it."""
+    record = _record(
+        request,
+        plan=erasure.plan_record(full.store),
+        trash=full.trash.as_record(),
+        fingerprint=full.fingerprint,
+        before=before.as_record(),
+    )
+    recorded = ErasureRequest.objects.filter(
+        pk=request.pk, state=ErasureRequest.RUNNING, started_at=request.started_at
+    ).update(receipt=record)
+    if not recorded:
+        raise ErasureTakenOver(request.pk)
+    request.receipt = record
+
+
+def recorded_run(request: ErasureRequest) -> tuple[FullPlan, RowsPresent] | None:
+    """The plan and counts an earlier run of ``request`` recorded (None: none began)."""
+    run = (request.receipt or {}).get(RUN) if request.state != ErasureRequest.DONE else None
+    if not isinstance(run, dict) or "plan" not in run:
+        return None
+    full = FullPlan(
+        store=erasure.plan_from_record(run["plan"]),
+        trash=TrashPlan.from_record(run["trash"]),
+        fingerprint=run["fingerprint"],
+    )
+    return full, RowsPresent.from_record(run["before"])
+
+
+def unfinished_request_for(subject: Subject) -> ErasureRequest | None:
+    """An earlier request for the same subject that began erasing and did not finish (killed,
+    or failed): running it again finishes it, where a new request would look the subject
+    up in what the first one left."""
+    candidates = ErasureRequest.objects.filter(
+        state__in=[ErasureRequest.RUNNING, ErasureRequest.FAILED]
+    ).order_by("pk")
+    for request in candidates:
+        if recorded_run(request) is not None and subject_from_json(request.subject) == subject:
+            return request
+    return None
 
 
 def resumable_request_ids() -> list[int]:
@@ -261,10 +386,13 @@ def resumable_request_ids() -> list[int]:
     pending = ErasureRequest.objects.filter(
         state__in=[ErasureRequest.PENDING, ErasureRequest.FAILED]
     ).exclude(error__startswith="PlanChanged")
-    stale = ErasureRequest.objects.filter(state=ErasureRequest.RUNNING, lease_expires_at__lt=now)
-    return sorted(
-        set(pending.values_list("pk", flat=True)) | set(stale.values_list("pk", flat=True))
-    )
+    stale = {
+        request.pk
+        for request in ErasureRequest.objects.filter(state=ErasureRequest.RUNNING)
+        if (request.lease_expires_at is not None and request.lease_expires_at < now)
+        or owner_dead(request)
+    }
+    return sorted(set(pending.values_list("pk", flat=True)) | stale)
 
 
 @dataclass(frozen=True)
@@ -284,6 +412,8 @@ class TrashPlan:
     # (operation, hold in words): another person's held rows beside the subject's, kept.
     kept: tuple[tuple[str, str], ...] = ()
     held: tuple[tuple[str, str], ...] = ()  # the subject's own trashed rows under a hold
+    # The switch events naming those trashed sessions (by ``seq``): tombstoned as the store's.
+    switch_events: tuple[int, ...] = ()
 
     @property
     def operations(self) -> tuple[str, ...]:
@@ -294,6 +424,27 @@ class TrashPlan:
 
     def as_list(self) -> list:
         return [list(self.purge), [[pk, list(ids)] for pk, ids in self.prune], list(self.held)]
+
+    def as_record(self) -> dict:
+        return {
+            "purge": list(self.purge),
+            "prune": [[pk, list(ids)] for pk, ids in self.prune],
+            "session_ids": list(self.session_ids),
+            "kept": [list(pair) for pair in self.kept],
+            "held": [list(pair) for pair in self.held],
+            "switch_events": list(self.switch_events),
+        }
+
+    @classmethod
+    def from_record(cls, record: dict) -> TrashPlan:
+        return cls(
+            purge=tuple(record["purge"]),
+            prune=tuple((int(pk), tuple(ids)) for pk, ids in record["prune"]),
+            session_ids=tuple(record["session_ids"]),
+            kept=tuple((op, words) for op, words in record["kept"]),
+            held=tuple((sid, words) for sid, words in record["held"]),
+            switch_events=tuple(int(seq) for seq in record.get("switch_events", ())),
+        )
 
 
 def _is_subjects(row: dict, subject: Subject, store_ids: set[str]) -> bool:
@@ -367,6 +518,7 @@ def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
         session_ids=tuple(sorted(found)),
         kept=tuple(sorted(set(kept))),
         held=tuple(sorted((sid, hold.describe()) for sid, hold in held.items())),
+        switch_events=erasure.switch_events_of(session_ids=sorted(found - store_ids)),
     )
 
 
@@ -607,30 +759,34 @@ def complete(
     try:
         if trash is None:
             trash = plan_trash(subject, session_ids)
-        operations, trash_entries = erase_trash(trash)
-        session_ids = [*session_ids, *trash.session_ids]
-        items = 0
-        for start in range(0, len(session_ids), 500):
-            items += DeleteJobItem.objects.filter(
-                session_id__in=session_ids[start : start + 500]
-            ).delete()[0]
-        dashboard = {
-            "trash_operations": len(operations),
-            "trash_entries": trash_entries,
-            "job_items": items,
-            "audit_entries_redacted": redact_audit(subject, session_ids, request.salt),
-            "operator_texts_redacted": redact_operator_text(subject, request.salt),
-        }
-        if sqlite:
-            storage = [
-                "dashboard: secure_delete during the rewrite; WAL checkpointed and truncated"
-            ]
-        else:
-            storage = ["dashboard: VACUUM of the erasure, trash, audit and job item tables"]
-        receipt = receipt_of(request, plan, result, dashboard, storage)
-        receipt["kept"] = kept_in_receipt(plan, trash)
-        receipt = signed(receipt)
-        finish(request, receipt)
+        # One transaction: a run killed here changed nothing of the dashboard's, and the next
+        # one does all of it (from the recorded plan), so its counts are the whole of it.
+        with transaction.atomic(using=alias):
+            operations, trash_entries = erase_trash(trash)
+            session_ids = [*session_ids, *trash.session_ids]
+            items = 0
+            for start in range(0, len(session_ids), 500):
+                items += DeleteJobItem.objects.filter(
+                    session_id__in=session_ids[start : start + 500]
+                ).delete()[0]
+            faults.checkpoint("erasure.during_dashboard")
+            dashboard = {
+                "trash_operations": len(operations),
+                "trash_entries": trash_entries,
+                "job_items": items,
+                "audit_entries_redacted": redact_audit(subject, session_ids, request.salt),
+                "operator_texts_redacted": redact_operator_text(subject, request.salt),
+            }
+            if sqlite:
+                storage = [
+                    "dashboard: secure_delete during the rewrite; WAL checkpointed and truncated"
+                ]
+            else:
+                storage = ["dashboard: VACUUM of the erasure, trash, audit and job item tables"]
+            receipt = receipt_of(request, plan, result, dashboard, storage)
+            receipt["kept"] = kept_in_receipt(plan, trash)
+            receipt = signed(receipt)
+            finish(request, receipt)
         if sqlite:
             with connection.cursor() as cursor:
                 cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -771,19 +927,26 @@ def rewrite_dashboard_file(
 
 
 def finish(request: ErasureRequest, receipt: dict) -> None:
-    ErasureRequest.objects.filter(pk=request.pk).update(
+    """Done: the receipt replaces the run's record (the plan's plain ids), the subject goes."""
+    finished = ErasureRequest.objects.filter(
+        pk=request.pk, state=ErasureRequest.RUNNING, started_at=request.started_at
+    ).update(
         state=ErasureRequest.DONE,
         subject="",
         receipt=signed(receipt),
         finished_at=timezone.now(),
         lease_expires_at=None,
     )
+    if not finished:
+        raise ErasureTakenOver(request.pk)
 
 
 def fail(request: ErasureRequest, error: str) -> None:
-    ErasureRequest.objects.filter(pk=request.pk).update(
-        state=ErasureRequest.FAILED, error=error[:2000], lease_expires_at=None
-    )
+    """Failed, keeping the subject and the run's record so it can run again; a run another
+    worker took over leaves the request to it."""
+    ErasureRequest.objects.filter(
+        pk=request.pk, state=ErasureRequest.RUNNING, started_at=request.started_at
+    ).update(state=ErasureRequest.FAILED, error=error[:2000], lease_expires_at=None)
 
 
 def refuse_held(full: FullPlan) -> None:

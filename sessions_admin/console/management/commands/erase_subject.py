@@ -3,7 +3,10 @@
 Shows what the erasure removes and what it keeps; with ``--yes`` runs it here, through the
 same audited doors as the page (``ledger.actions.request_erasure`` then ``run_erasure``),
 and prints the receipt (JSON). Without ``--yes`` nothing changes. Every value is compared
-whole and exactly: ``--key`` is a full session key, never a prefix.
+whole and exactly: ``--key`` is a full session key, never a prefix. A request for the same
+subject that began erasing and did not finish (its process was killed, or it failed) is
+finished instead of starting another: it carries out the plan it recorded, so what its
+first run already deleted is not looked up again.
 """
 
 from __future__ import annotations
@@ -39,6 +42,14 @@ class Command(BaseCommand):
             chat_ids=tuple(options["chat"]),
             session_keys=tuple(options["key"]),
         )
+        try:
+            subject.check()
+        except StoreError as problem:
+            raise CommandError(str(problem)) from problem
+        unfinished = erasure.unfinished_request_for(subject)
+        if unfinished is not None:
+            self._finish(unfinished, yes=options["yes"])
+            return
         try:
             full = erasure.plan(subject)
         except StoreError as problem:
@@ -78,6 +89,27 @@ class Command(BaseCommand):
             receipt = actions.run_erasure(request_id=queued.pk)
         except (StoreError, holds.SessionsHeld) as problem:
             raise CommandError(str(problem)) from problem
+        self._print_receipt(receipt)
+
+    def _finish(self, request, *, yes: bool) -> None:
+        if not yes:
+            self.stdout.write(
+                f"Erasure request #{request.pk} for this subject began and did not finish "
+                f"({request.state}). Nothing was erased (preview). Add --yes to finish it."
+            )
+            return
+        try:
+            receipt = actions.run_erasure(request_id=request.pk)
+        except (StoreError, holds.SessionsHeld) as problem:
+            raise CommandError(str(problem)) from problem
+        if receipt is None:
+            raise CommandError(
+                f"Erasure request #{request.pk} for this subject is being run by a worker that "
+                "is alive; its page follows it. Nothing was done here."
+            )
+        self._print_receipt(receipt)
+
+    def _print_receipt(self, receipt: dict) -> None:
         # Byte for byte the receipt as issued: ``verify_receipt`` checks a saved copy.
         self.stdout.write(erasure.receipt_text(receipt), ending="")
         if (receipt.get("file_rewrite") or {}).get("state") != erasure.REWRITE_DONE:
