@@ -41,6 +41,10 @@ def main(operation: str, arguments: dict) -> object:
 
         call_command("run_jobs", **arguments)
         return None
+    if operation == "run_erasure":
+        from sessions_admin.ledger import actions
+
+        return actions.run_erasure(**arguments)
     raise SystemExit(f"unknown operation {operation!r}")
 
 
@@ -51,4 +55,8 @@ if __name__ == "__main__":
     django.setup()
     result = main(sys.argv[1], json.loads(sys.argv[2]))
     if result is not None:
-        print(json.dumps(dataclasses.asdict(result), default=str))
+        print(
+            json.dumps(
+                result if isinstance(result, dict) else dataclasses.asdict(result), default=str
+            )
+        )
