@@ -11,7 +11,8 @@ sessions_admin's own tables about them. A plan reaching a session of another use
 (through a chat id, a key, or a merge into one of theirs) is refused. Other people's
 sessions naming the subject as a whole word (``mentions``) are listed and kept: their text
 is someone else's. ``erase`` deletes exactly that, without a trash copy: it re-plans and
-refuses if the fingerprint changed. Merge records that moved the subject's rows into a
+refuses if the fingerprint changed, or carries out a plan recorded earlier (``plan_record``:
+a resumed erasure, whose killed run already deleted some of it; every step is idempotent). Merge records that moved the subject's rows into a
 session that stays are emptied of them and marked as no longer undoable; the subject's
 switch events become tombstones (``core.events``); hold reasons naming them are redacted.
 Then it removes what deleted rows leave behind:
@@ -32,8 +33,8 @@ Then it removes what deleted rows leave behind:
   them. WAL segments and backups are the operator's retention to manage
   (docs/retention.md).
 
-Counts in the result are what the databases lost (rows present before minus after), not
-what each statement reported.
+Counts in the result are what the databases lost (``rows_present`` before the first run
+minus after this one), not what each statement reported.
 
 Held sessions (``core.holds``) are never erased or changed: the plan lists a hold on any
 session it would change (``held_scope``: the subject's, and those holding their moved

@@ -1,10 +1,15 @@
 """Erasure requests: the dashboard's side of ``core.erasure``.
 
-A request holds the subject in plain text only while it is pending or running, and
+A request holds the subject in plain text only while it is not done, and
 otherwise a keyed hash of it (``subject_hash``: HMAC-SHA256 with a key derived from the
 server's secret, over the request's own salt and the value; ``hash_of``). Running
 it (``ledger.actions.run_erasure``, audited) erases the store's side through
-``core.erasure.erase`` and then the dashboard's own copies:
+``core.erasure.erase`` and then the dashboard's own copies. Until it is done its
+``receipt`` field holds the run's record instead (``RUN``): the process running it
+(``claim``: a retry takes over at once from a process that is gone, otherwise when the
+lease ends), and from the first run on the confirmed plan and the rows counted before it
+(``record_run``); every later run carries out that record (``recorded_run``), not a new
+plan of what a killed run left. ``finish`` replaces the record with the receipt.
 
 - the trash (``plan_trash``): trashed sessions whose user id, chat id or key field equals
   the subject's (or that are erased store sessions, or children of such in the same
@@ -18,7 +23,8 @@ it (``ledger.actions.run_erasure``, audited) erases the store's side through
   at the hashes; the erasure's own entry names only hashes and counts; bulk delete reasons
   and descriptions, trash entry reasons and the request's own reference are redacted the
   same way;
-- bulk delete job items naming an erased session are dropped;
+- bulk delete job items naming an erased session are dropped (the trash, job items, audit
+  redaction and the receipt in one transaction: a run killed there left none of them);
 - SQLite: the rewrites run with ``secure_delete`` on and the dashboard's WAL is
   checkpointed and truncated; PostgreSQL: the touched tables are vacuumed.
 
@@ -404,6 +410,7 @@ class TrashPlan:
     parts), or when its parent in the same operation is (delegates and continuations the
     runtime left without a user id). An operation holding only such sessions is purged
     whole; one shared with other people keeps their rows and loses only the subject's.
+    The store's switch events naming those trashed sessions are tombstoned with the rest.
     """
 
     purge: tuple[str, ...] = ()  # operations dropped whole

@@ -197,6 +197,8 @@ class ErasureRequest(models.Model):
     The subject (user id, chat ids, key fragments) is kept in plain text only while the
     erasure is pending or running (``subject``); afterwards only its keyed hash stays
     (``ledger.erasure.hash_of``: HMAC with the server's key over ``salt`` and the value).
+    Until it is done, ``receipt`` holds the run's record (``ledger.erasure.RUN``: its
+    worker, the confirmed plan's ids, the rows counted before); then the receipt.
     """
 
     PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
@@ -212,7 +214,7 @@ class ErasureRequest(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-    receipt = models.JSONField(default=dict)
+    receipt = models.JSONField(default=dict)  # the run's record until done
     error = models.TextField(blank=True)
 
     class Meta:
