@@ -27,6 +27,7 @@ docs/benchmarks.md. Figures are machine-dependent; the section states the machin
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -45,6 +46,9 @@ from bench import writes  # noqa: E402 - after the path set-up above
 SUBJECT_SESSIONS = 1_000
 SUBJECT_MESSAGES = 10
 SECTION = "## Retention and erasure (issue 17)"
+# How long the benchmark lets the search index merges go on after an erasure before it
+# gives up on the file rewrite (which waits for them).
+INDEX_MERGE_SECONDS = 900
 
 
 def _live_sessions() -> list[str]:
@@ -104,7 +108,9 @@ def child_erasure(workdir: Path) -> dict:
     time.sleep(1)
     records = appender.stop()
     for name, (start_at, end_at) in rewrite.pop("windows").items():
-        rewrite[f"appends_{name}"] = writes.window(records, start_at, end_at)
+        rewrite[f"appends_{name}"] = writes.window(records, start_at, end_at) | {
+            "stall_seconds": longest_stall(records, start_at, end_at)
+        }
     return {
         "build_seconds": built,
         "sessions": receipt["erased"]["sessions"],
@@ -121,6 +127,22 @@ def child_erasure(workdir: Path) -> dict:
     }
 
 
+def longest_stall(records, start: float, end: float) -> float | None:
+    """The longest time in [start, end] in which no append succeeded: how long the runtime
+    could not write, whatever its appends did meanwhile (the appender is one writer in
+    sequence: an append held back delays the next ones, which then run in a burst, so the
+    latencies' p99 hides the wait; one that gives up is an error, not a latency).
+
+    ``records`` are the appender's (wall clock at start, latency ms, error). None when the
+    window is empty.
+    """
+    if end <= start:
+        return None
+    ends = sorted(wall + ms / 1000 for wall, ms, error in records if not error)
+    marks = [start, *(t for t in ends if start < t < end), end]
+    return max(b - a for a, b in itertools.pairwise(marks))
+
+
 def _store_bytes() -> int:
     """The store's size on disk: its files (SQLite, the WAL included) or its database."""
     from django.db import connections
@@ -133,6 +155,26 @@ def _store_bytes() -> int:
         return int(db.fetchone("SELECT pg_database_size(current_database())")[0])
     path = Path(str(connection.settings_dict["NAME"]))
     return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def _finish_index_merge(request_id: int) -> dict:
+    """Merge the search indexes until the erasure's receipt says merged, as the scheduler's
+    tries would (each stops after its budget, the next goes on from there)."""
+    from sessions_admin.ledger import actions
+    from sessions_admin.ledger import erasure as ledger_erasure
+
+    started = time.perf_counter()
+    tries = 0
+    while request_id in ledger_erasure.requests_awaiting_index_merge():
+        if time.perf_counter() - started > INDEX_MERGE_SECONDS:
+            break
+        actions.finish_erasure_index_merges()
+        tries += 1
+    return {
+        "tries": tries,
+        "seconds": time.perf_counter() - started,
+        "merged": request_id not in ledger_erasure.requests_awaiting_index_merge(),
+    }
 
 
 def _rewrite_after(appender: writes.Appender, request_id: int) -> dict:
@@ -163,12 +205,10 @@ def _rewrite_after(appender: writes.Appender, request_id: int) -> dict:
         # (the rewrite waits for it), then the rewrite; the runtime comes back right after
         # the rewrite's quiet check passed and waits for as long as the VACUUM holds it.
         quiet_from = appender.pause()
-        started = time.perf_counter()
-        result["index_merged_requests"] = actions.finish_erasure_index_merges()
-        result["index_merge_seconds"] = time.perf_counter() - started
+        result["index_merge"] = _finish_index_merge(request_id)
         resume = threading.Timer(erasure_core.REWRITE_QUIET_SECONDS + 0.3, appender.resume)
     else:
-        actions.finish_erasure_index_merges()
+        result["index_merge"] = _finish_index_merge(request_id)
         resume = None
     # A rewrite the runtime kept from running only logs why; the log goes into the result.
     unfinished: list[str] = []
@@ -250,9 +290,12 @@ def _ms(value) -> str:
 
 
 def _appends(window: dict) -> str:
+    stall = window.get("stall_seconds")
     return (
         f"{_ms(window.get('p50'))} / {_ms(window.get('p99'))} / {_ms(window.get('max'))} "
-        f"({window.get('errors', 0)} errors)"
+        f"({window.get('errors', 0)} errors"
+        + (f"; no append for {stall:.1f} s" if stall is not None else "")
+        + ")"
     )
 
 
@@ -266,6 +309,13 @@ def _rewrite_row(erasure: dict, backend: str) -> tuple[str, str]:
     sizes = f"store {_size(rewrite.get('bytes_before'))} -> {_size(rewrite.get('bytes_after'))}"
     lock = rewrite.get("longest_lock_seconds")
     held = f"longest lock it reports {lock:.2f} s" if lock is not None else "no lock reported"
+    merge = rewrite.get("index_merge") or {}
+    if merge.get("tries"):
+        sizes += (
+            f"; the search index merge it waits for took {merge['tries']} more tries, "
+            f"{merge['seconds']:.0f} s{', runtime quiet' if backend == 'sqlite' else ''}"
+            f"{'' if merge.get('merged') else ', unfinished'}"
+        )
     if backend == "sqlite":
         busy = rewrite.get("busy_try") or {}
         what = (

@@ -118,3 +118,16 @@ def test_a_file_rewrite_that_did_not_run_says_so_in_its_row():
     assert set(rows) == {"erasure", "file rewrite"}
     assert "NOT done, receipt still pending" in rows["file rewrite"]
     assert "stepped back in 1.00 s" in rows["file rewrite"]
+
+
+def test_the_longest_stall_is_the_time_no_append_succeeded():
+    records = [
+        (100.0, 1.0, ""),  # done at 100.001
+        (100.05, 10_000.0, "StoreBusy: gave up"),  # held 10 s, then failed
+        (110.05, 3_000.0, ""),  # done at 113.05
+        (113.05, 1.0, ""),
+    ]
+    assert retention.longest_stall(records, 100.0, 114.0) == pytest.approx(13.049, abs=1e-3)
+    # Before the first append done in the window, the window's start counts.
+    assert retention.longest_stall(records, 101.0, 112.0) == pytest.approx(11.0)
+    assert retention.longest_stall(records, 5.0, 5.0) is None
