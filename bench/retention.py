@@ -121,7 +121,8 @@ def child_erasure(workdir: Path) -> dict:
         "storage": receipt["storage"],
         "search_index": receipt.get("search_index"),
         "file_rewrite": receipt.get("file_rewrite"),
-        "appends_during": writes.window(records, start_wall, end_wall),
+        "appends_during": writes.window(records, start_wall, end_wall)
+        | {"stall_seconds": longest_stall(records, start_wall, end_wall)},
         "appends_baseline": writes.window(records, appender.started + 2, start_wall),
         "rewrite": rewrite,
     }
