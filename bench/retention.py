@@ -8,7 +8,7 @@ bench/writes.py), in a child process, while another process appends messages to 
 sessions at a steady rate (bench/writes.py's appender) and records each append's latency:
 
 - erasure: one subject with 1,000 sessions of 10 messages each is added to the store;
-  the preview (``plan_erasure``) and the whole request (``request_erasure`` +
+  the preview (``ledger.erasure.plan``) and the whole request (``request_erasure`` +
   ``run_erasure``: the store's purge, the dashboard's side, the WAL truncation) are timed;
   then the file rewrite that follows it (``finish_erasure_rewrites``, what
   ``manage.py erasure_rewrite`` and the scheduler run): its time, the longest lock it
@@ -17,11 +17,14 @@ sessions at a steady rate (bench/writes.py's appender) and records each append's
   holding anyone), then the appender pauses, as a runtime going quiet, and comes back as
   soon as the rewrite started, so its waits are the lock time the runtime sees.
   PostgreSQL's VACUUM FULL is the operator's step: it runs while the appender writes;
+- rewrite: the file rewrite alone on the seeded copy, forced (no quiet window, waiting up
+  to 60 s for the lock) while the appender writes: the cost of a rewrite started at the
+  worst moment;
 - policy: a retention policy over every ended session quiet for a day (``older_than_days=1``:
   on a seeded store, most of it) is dry-run (``selected_ids``), then run as its job.
 
-Results replace this size and backend's rows in the "Retention and erasure" section of
-docs/benchmarks.md. Figures are machine-dependent; the section states the machine and load.
+Results replace the rows of the cases run, for this size and backend, in the "Retention and
+erasure" section of docs/benchmarks.md. Figures are machine-dependent; the section states the machine and load.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def _live_sessions() -> list[str]:
 
 def child_erasure(workdir: Path) -> dict:
     from sessions_admin import core
-    from sessions_admin.core.erasure import Subject, plan_erasure
+    from sessions_admin.core.erasure import Subject
     from sessions_admin.ledger import actions
     from sessions_admin.ledger import erasure as ledger_erasure
 
@@ -87,12 +90,9 @@ def child_erasure(workdir: Path) -> dict:
     subject = Subject(user_id="bench-subject-4242")
     start_wall = time.time()
     start = time.perf_counter()
-    # The preview the request page shows: the store's plan, and the dashboard's trash with it
-    # where the ledger plans both under one fingerprint.
-    preview = getattr(ledger_erasure, "plan", None)
-    fingerprint = (
-        preview(subject).fingerprint if preview else plan_erasure(subject=subject).fingerprint
-    )
+    # The preview the request page shows: the store's plan and the dashboard's trash, under
+    # the one fingerprint the request checks.
+    fingerprint = ledger_erasure.plan(subject).fingerprint
     planned = time.perf_counter()
     request = actions.request_erasure(
         actor=None,
@@ -249,6 +249,34 @@ def _rewrite_after(appender: writes.Appender, request_id: int) -> dict:
     return result
 
 
+def child_rewrite(workdir: Path) -> dict:
+    """The file rewrite alone, forced (no quiet window, a long lock wait) while the runtime
+    appends: how long it takes, how long it holds the lock, what the appends see."""
+    from sessions_admin.core import erasure as erasure_core
+
+    live = _live_sessions()
+    appender = writes.Appender(
+        writes._appender_command(sys.executable, "core"), dict(os.environ), workdir, live
+    )
+    time.sleep(writes.APPEND_BASELINE_SECONDS + 2)
+    start_wall = time.time()
+    start = time.perf_counter()
+    rewrite = erasure_core.rewrite_store_files(quiet_seconds=0.0, busy_ms=60_000)
+    finished = time.perf_counter()
+    end_wall = time.time()
+    time.sleep(1)
+    records = appender.stop()
+    return {
+        "done": rewrite.done,
+        "notes": list(rewrite.notes),
+        "seconds": finished - start,
+        "lock_seconds": rewrite.longest_lock_seconds,
+        "appends_during": writes.window(records, start_wall, end_wall)
+        | {"stall_seconds": longest_stall(records, start_wall, end_wall)},
+        "appends_baseline": writes.window(records, appender.started + 2, start_wall),
+    }
+
+
 def child_policy(workdir: Path) -> dict:
     from sessions_admin.ledger import actions, jobs, retention, worker
     from sessions_admin.ledger.models import RetentionPolicy
@@ -266,7 +294,7 @@ def child_policy(workdir: Path) -> dict:
     start = time.perf_counter()
     selected = retention.selected_ids(policy)
     dry_run = time.perf_counter()
-    job_id = actions.run_retention_policy(actor=None, policy_id=policy.pk)
+    job_id = actions.run_retention_policy(actor=None, policy_id=policy.pk, reason="cleanup")
     created = time.perf_counter()
     progress = jobs.run_job(job_id=job_id)
     finished = time.perf_counter()
@@ -351,6 +379,16 @@ def report_rows(label: str, backend: str, results: dict) -> dict[str, str]:
                 f"| {_appends(erasure['rewrite'].get('appends_rewrite', {}))} "
                 f"| {_ms(base.get('p99'))} |"
             )
+    forced = results.get("rewrite")
+    if forced:
+        lock = forced.get("lock_seconds")
+        rows["forced rewrite"] = (
+            f"| {label} {backend} | forced rewrite | the file rewrite alone, no quiet window, "
+            f"while the runtime wrote (longest lock {lock or 0:.2f} s"
+            f"{'' if forced.get('done') else '; NOT done'}) | {forced['seconds']:.2f} s | - "
+            f"| {_appends(forced['appends_during'])} "
+            f"| {_ms(forced['appends_baseline'].get('p99'))} |"
+        )
     policy = results.get("policy")
     if policy:
         during, base = policy["appends_during"], policy["appends_baseline"]
@@ -421,9 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         writes._django_setup()
-        result = (
-            child_erasure(args.workdir) if args.child == "erasure" else child_policy(args.workdir)
-        )
+        child = {"erasure": child_erasure, "rewrite": child_rewrite}.get(args.child, child_policy)
+        result = child(args.workdir)
         args.result.write_text(json.dumps(result))
         return 0
 
@@ -454,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             results[case] = json.loads(out.read_text())
             print(case, json.dumps(results[case], default=str))
+            print(case, json.dumps(results[case], default=str)[:4000])
     if not args.no_report:
         command = "python bench/retention.py " + " ".join(sys.argv[1:] if argv is None else argv)
         _report(args.output, size_label(size), args.db, results, command)

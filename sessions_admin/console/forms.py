@@ -19,6 +19,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.retention import MAX_DAYS, MIN_DAYS, check_days
 from sessions_admin.core.text import (
     IDENTIFIER_MAX,
     REASON_MAX,
@@ -211,11 +212,14 @@ class CascadePlanForm(ConsoleForm):
 
 class CascadeConfirmForm(CascadePlanForm):
     """Deleting the cascade plan that was shown: its fingerprint, the number of sessions
-    typed when the plan is large, and a reason. The view holds them against the plan."""
+    typed when the plan is large, the tick that a merge's undo is lost (when the plan
+    touches one), and a reason. The view holds them against the plan."""
 
     fingerprint = IdentifierField(word="fingerprint", required=False)
     typed_count = TypedCountField()
     reason = ReasonField()
+    # Ticked: the operator accepts that a merge this plan touches can no longer be undone.
+    lose_undo = FlagField()
 
 
 class BulkSelectionForm(ConsoleForm):
@@ -342,7 +346,7 @@ class HoldForm(ConsoleForm):
     kind = forms.ChoiceField(
         choices=[
             ("session", "A session and its whole lineage"),
-            ("user", "Every session of a user"),
+            ("user", "Every session of a user, with their lineage (delegates and children too)"),
         ],
         error_messages={"invalid_choice": "A hold is on a session or on a user."},
     )
@@ -378,17 +382,38 @@ class RetentionPolicyForm(ConsoleForm):
 
     def clean(self):
         data = super().clean()
-        if "older_than_days" in data and data["older_than_days"] is None:
-            self.add_error("older_than_days", "Give the number of days to keep sessions.")
+        if "older_than_days" in data:
+            days = data["older_than_days"]
+            try:
+                # The core's rule (the command and a stored policy are held to it too).
+                check_days(days if days is not None else self.shown_back("older_than_days") or None)
+            except InvalidInput as problem:
+                self.add_error(
+                    "older_than_days",
+                    f"{problem} Give the number of days as a number from {MIN_DAYS} to {MAX_DAYS}.",
+                )
         if "every_hours" in data and data["every_hours"] is None:
             self.add_error("every_hours", "Give how many hours between two runs.")
         return data
 
 
 class RetentionSwitchForm(OptionalReasonForm):
-    """Enabling or disabling a policy (``enable`` set or not)."""
+    """Enabling or disabling a policy (``enable`` set or not); enabling one that purges
+    needs ``confirm_purge`` ticked too."""
 
     enable = FlagField()
+    confirm_purge = FlagField()
+
+
+class RetentionRunForm(ConsoleForm):
+    """Running a policy now as its preview showed: the preview's fingerprint, the number of
+    sessions typed when the run is large (the bulk delete's rule), a reason, and for a
+    policy that purges, the tick that says its sessions cannot be restored."""
+
+    digest = IdentifierField(word="fingerprint", required=False)
+    typed_count = TypedCountField()
+    confirm_purge = FlagField()
+    reason = ReasonField()
 
 
 class IdentifierListField(forms.Field):
@@ -409,13 +434,29 @@ class IdentifierListField(forms.Field):
         return tuple(dict.fromkeys(found))
 
 
+class ExactIdentifierField(IdentifierField):
+    """An identifier compared exactly, spaces included: refused (by the caller's check)
+    rather than trimmed into someone else's id."""
+
+    def clean(self, value: Any) -> str | None:
+        try:
+            return operator_identifier(
+                value if value != "" else None,
+                field=self.word,
+                max_length=self.identifier_max,
+                required=self.identifier_required,
+            )
+        except InvalidInput as problem:
+            raise ValidationError(str(problem), code="identifier") from problem
+
+
 class ErasureForm(ConsoleForm):
-    """Who to erase (a user id, optionally chat ids and session key fragments), the request's
+    """Who to erase (a user id, optionally chat ids and whole session keys), the request's
     reference, and (confirming) the previewed plan's fingerprint and the typed count."""
 
-    user_id = IdentifierField(word="user id")
+    user_id = ExactIdentifierField(word="user id")
     chat_ids = IdentifierListField(word="chat id")
-    key_fragments = IdentifierListField(word="session key fragment")
+    session_keys = IdentifierListField(word="session key")
     reference = OperatorTextField(word="request reference", max_length=200)
     fingerprint = IdentifierField(word="fingerprint", required=False)
     typed_count = TypedCountField()

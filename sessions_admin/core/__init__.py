@@ -17,6 +17,7 @@ from sessions_admin.core.conversations import (
 )
 from sessions_admin.core.deletion import (
     BulkDeletePreview,
+    ConversationsKept,
     DeleteGivenBack,
     DeletePlan,
     DeleteResult,
@@ -26,6 +27,7 @@ from sessions_admin.core.deletion import (
     Trash,
     TrashContents,
     execute_cascade_delete,
+    lost_undo_words,
     plan_cascade_delete,
     preset_session_ids,
     preview_bulk_delete,
@@ -99,12 +101,14 @@ from sessions_admin.core.merge import (
     MergeRecord,
     MergeResult,
     PlanChanged,
+    UndoableMerge,
     UnmergeResult,
     merge_preview,
     merge_record,
     merge_sessions,
     merges_of_session,
     plan_merge,
+    undoable_merges_of,
     unmerge,
 )
 from sessions_admin.core.transcript import (

@@ -15,7 +15,10 @@ process uses the ledger's, ``sessions_admin.ledger.trash``).
 
 A bulk delete's selection lives here too (the presets, ``preview_bulk_delete``);
 the job that works through it in the background is the ledger's
-(``sessions_admin.ledger.jobs``).
+(``sessions_admin.ledger.jobs``). So does the rule a delete of a previewed set (a
+job, a cascade) follows in every batch, under the store's lock: a conversation stays
+whole (``kept_whole``), so a session the runtime linked to one being deleted after the
+preview, or a merge made meanwhile, keeps it instead of being cut off.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import json
 import pickle
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,7 +40,7 @@ from sessions_admin.core import being_deleted, db, faults, holds, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreBusy, StoreError
 from sessions_admin.core.lifecycle import keep_one_live
-from sessions_admin.core.merge import PlanChanged
+from sessions_admin.core.merge import PlanChanged, undoable_merges_of
 from sessions_admin.core.rows import slugs_of_sessions
 from sessions_admin.core.schema import existing_columns
 from sessions_admin.routers import responses_alias, store_alias
@@ -91,10 +94,19 @@ class DeletePlan:
     fingerprint: str
     # (session, the hold's words) for each session a legal hold covers: the plan cannot run.
     held: tuple[tuple[str, str], ...] = ()
+    # (session, merge id, "target" or "absorbed") for each session a merge that can still be
+    # undone needs (``merge.undoable_merges_of``): deleting it loses that undo, so the plan
+    # runs only when the operator confirms that (``execute_cascade_delete(lose_undo=True)``).
+    merges: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def needs_typed_confirmation(self) -> bool:
         return needs_typed_confirmation(sessions=len(self.session_ids), messages=self.message_count)
+
+    @property
+    def lost_undos(self) -> tuple[int, ...]:
+        """The merges whose undo this delete loses."""
+        return tuple(sorted({merge_id for _sid, merge_id, _role in self.merges}))
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,9 @@ class DeleteResult:
     deleted_messages: int
     trash_entry_ids: tuple[int, ...]  # one per batch, all of one operation
     operation: str = ""  # the trash operation they share: restored together
+    # The merges whose undo this delete lost (confirmed by the operator): each needs a session
+    # this delete put in the trash.
+    lost_undos: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -216,6 +231,12 @@ class Trash(Protocol):
         """The entry's rows are back in the store (called once the store committed)."""
         ...
 
+    def give_back(self, entry_id: int) -> None:
+        """A part's rows are back in the store because the delete that took it stopped (called
+        once the store committed): the trash no longer holds anything of that part, so it
+        drops the entry (an operator restored nothing, and the trash must not show it)."""
+        ...
+
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         """The entries of ``operation`` holding a part of ``session_id`` (some of its messages,
         ``rows["part_of"]``) whose rows are only in the trash: complete, not restored (a part
@@ -250,6 +271,9 @@ class NoTrash:
 
     def mark_restored(self, entry_id: int, *, actor: str) -> None:
         raise InvalidInput("A purge keeps nothing to restore.")
+
+    def give_back(self, entry_id: int) -> None:
+        pass
 
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         return ()
@@ -334,6 +358,216 @@ def ordered_children_first(ids: list[str]) -> list[str]:
 
     present = [sid for sid in ids if sid in parents]
     return sorted(present, key=lambda sid: (-depth_of(sid), sid))
+
+
+def ordered_by_conversation(ids: list[str]) -> list[str]:
+    """``ordered_children_first``, one conversation after another: the sessions of one tree
+    (linked by parent links within the set) are next to each other, children before parents,
+    the trees in the order of their first session in ``ids``. A job's batches then take a
+    conversation in one transaction, unless it is larger than a batch."""
+    parents: dict[str, str | None] = {}
+    for chunk in _chunks(ids):
+        for sid, parent in db.fetchall(
+            f"SELECT id, parent_session_id FROM sessions WHERE id IN ({db.placeholders(chunk)})",
+            list(chunk),
+        ):
+            parents[sid] = parent
+    rank = {sid: n for n, sid in reversed(list(enumerate(ids)))}
+
+    def root_and_depth(sid: str) -> tuple[str, int]:
+        seen = [sid]
+        current = sid
+        while parents.get(current) in parents and parents[current] not in seen:
+            current = parents[current]
+            seen.append(current)
+        return current, len(seen) - 1
+
+    keys = {}
+    for sid in parents:
+        root, depth = root_and_depth(sid)
+        keys[sid] = (rank.get(root, len(ids)), root, -depth, sid)
+    present = [sid for sid in dict.fromkeys(ids) if sid in parents]
+    return sorted(present, key=keys.__getitem__)
+
+
+# --- a delete keeps each conversation whole ---------------------------------------------
+
+
+def _together_sql(child: str, parent: str, every_link: bool) -> str:
+    """SQL: session ``child``'s link to its parent ``parent`` keeps them in one conversation.
+
+    A compression continuation, a delegate and an API conversation's continuation
+    (``_continued_from``) always do; a branch or an untyped child starts a conversation of
+    its own (a delete keeps it, its link cleared) unless ``every_link`` (a retention run,
+    whose conversations hold every parent link).
+    """
+    if every_link:
+        return "1 = 1"
+    kind = lineage.link_kind_sql(child, parent)
+    return (
+        f"({kind} IN ('compression', 'delegate') "
+        f"OR ({kind} = 'child' AND {lineage.marker('_continued_from', child)} IS NOT NULL))"
+    )
+
+
+def _linked(ids: Sequence[str], *, every_link: bool) -> list[tuple[str, str]]:
+    """(child, parent) for each link that keeps a conversation together and touches ``ids``."""
+    together = _together_sql("c", "p", every_link)
+    pairs: list[tuple[str, str]] = []
+    for chunk in _chunks(list(ids)):
+        marks = db.placeholders(chunk)
+        pairs += db.fetchall(
+            f"SELECT c.id, p.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
+            f"WHERE (c.parent_session_id IN ({marks}) OR c.id IN ({marks})) AND {together}",
+            [*chunk, *chunk],
+        )
+    return pairs
+
+
+def _conversation_links(
+    session_ids: Iterable[str], within: Container[str], *, every_link: bool
+) -> tuple[set[str], list[tuple[str, str]]]:
+    """``conversation_within``'s sessions, and the links between them it followed."""
+    found = set(session_ids)
+    links: list[tuple[str, str]] = []
+    frontier = list(found)
+    while frontier:
+        step: list[str] = []
+        for child, parent in _linked(frontier, every_link=every_link):
+            if child in found or child in within:
+                if parent in found or parent in within:
+                    links.append((child, parent))
+            for sid in (child, parent):
+                if sid not in found and sid in within:
+                    found.add(sid)
+                    step.append(sid)
+        frontier = step
+    return found, links
+
+
+def conversation_within(
+    session_ids: Iterable[str], within: Container[str], *, every_link: bool = False
+) -> set[str]:
+    """``session_ids`` and every session of ``within`` linked to one of them, either way and
+    through sessions of ``within`` only, by a link that keeps a conversation together."""
+    return _conversation_links(session_ids, within, every_link=every_link)[0]
+
+
+def conversation_groups(
+    session_ids: Sequence[str], within: Container[str], *, every_link: bool = False
+) -> list[list[str]]:
+    """The conversations of ``session_ids``: each the sessions ``conversation_within`` finds
+    for one of them (some may not be among ``session_ids``), in ``session_ids``' order and
+    then sorted. Ordered by their last session in ``session_ids`` (one with a session not
+    among them last): given children first, a conversation whose first session is a child
+    of another's (a branch, linked by no link that keeps them together) comes first too."""
+    found, links = _conversation_links(session_ids, within, every_link=every_link)
+    parent = {sid: sid for sid in found}
+
+    def root(sid: str) -> str:
+        while parent[sid] != sid:
+            parent[sid] = parent[parent[sid]]
+            sid = parent[sid]
+        return sid
+
+    for child, up in links:
+        if child in parent and up in parent:
+            parent[root(child)] = root(up)
+    rank = {sid: n for n, sid in reversed(list(enumerate(session_ids)))}
+    groups: dict[str, list[str]] = {}
+    for sid in sorted(found, key=lambda sid: (rank.get(sid, len(rank)), sid)):
+        groups.setdefault(root(sid), []).append(sid)
+    missing = len(rank)
+    return sorted(
+        groups.values(),
+        key=lambda group: (max(rank.get(sid, missing) for sid in group), rank.get(group[0])),
+    )
+
+
+@dataclass(frozen=True)
+class WholeConversations:
+    """What a delete of a previewed set (a bulk delete job, a retention run) checks under the
+    store's lock, batch by batch: ``remaining`` is what it still deletes, the batch included.
+
+    A session of the batch stays, with every session of its conversation among
+    ``remaining``, when that conversation has a session the delete does not take (a
+    continuation, compression segment or delegate the runtime started after the preview,
+    or one kept live or held: ``left_out``, or with ``every_link`` any session it continues)
+    or when a merge that can still be undone needs one of them.
+    """
+
+    remaining: Container[str]
+    every_link: bool = False
+    # Sessions the plan showed as kept with their link cleared (a cascade's kept children).
+    cut: Container[str] = frozenset()
+    # Merges whose undo the operator confirmed losing (a cascade's ``lose_undo``).
+    lose_undo_of: frozenset[int] = frozenset()
+    # Sessions of the plan the delete left out when their turn came (live again, held): a
+    # session continuing one of them stays too.
+    left_out: Container[str] = frozenset()
+
+
+def kept_whole(
+    session_ids: Sequence[str], plan: WholeConversations, *, lock: bool = False
+) -> dict[str, str]:
+    """The sessions of these conversations (within ``plan.remaining``) that must stay, each
+    with why ("its conversation continued in s-9", "target of merge #5, which can still be
+    undone", "with s-3, whose conversation continued in s-9"); empty: all of them may go.
+
+    ``lock``: the conversations' sessions are locked first (PostgreSQL), so a runtime
+    linking a session to one of them waits for the delete's commit.
+    """
+    members = conversation_within(session_ids, plan.remaining, every_link=plan.every_link)
+    if not members:
+        return {}
+    if lock and db.vendor() == "postgresql":
+        for chunk in _chunks(sorted(members)):
+            db.fetchall(
+                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)}) ORDER BY id"
+                + db.for_update(),
+                list(chunk),
+            )
+    why: dict[str, str] = {}
+    for child, parent in sorted(_linked(sorted(members), every_link=plan.every_link)):
+        if (
+            parent in members
+            and child not in plan.remaining
+            and child not in plan.cut
+            and parent not in why
+        ):
+            why[parent] = f"its conversation continued in {child}"
+        elif (
+            child in members
+            and parent not in plan.remaining
+            and (plan.every_link or parent in plan.left_out)
+            and child not in why
+        ):
+            why[child] = f"its conversation goes on in {parent}"
+    for sid, merge in sorted(undoable_merges_of(members).items()):
+        if merge.merge_id not in plan.lose_undo_of:
+            why.setdefault(sid, merge.describe())
+    for flagged in sorted(why):
+        for other in sorted(
+            conversation_within([flagged], plan.remaining, every_link=plan.every_link)
+        ):
+            if other not in why:
+                words = why[flagged].removeprefix("its conversation ")
+                why[other] = (
+                    f"with {flagged}, whose conversation {words}"
+                    if words != why[flagged]
+                    else f"with {flagged}, {why[flagged]}"
+                )
+    return why
+
+
+class ConversationsKept(StoreError):
+    """A delete of a previewed set found, under the store's lock, conversations it must keep
+    whole (``kept_whole``): nothing of the batch was deleted."""
+
+    def __init__(self, kept: dict[str, str]):
+        self.kept = dict(kept)
+        named = "; ".join(f"{sid}, {why}" for sid, why in sorted(self.kept.items())[:5])
+        super().__init__(f"Kept whole: {named}. Nothing of the batch was deleted.")
 
 
 def count_messages(ids: Sequence[str]) -> int:
@@ -459,8 +693,18 @@ def plan_cascade_delete(
     responses = response_ids_of(ordered)
     names = conversation_names_of(ordered, response_ids=responses)
     held = holds.holds_on(ordered)
+    merges = undoable_merges_of(ordered)
     fingerprint = _fingerprint(
-        [sorted(ordered), sorted(kept), sorted(live), messages, names, responses, sorted(held)]
+        [
+            sorted(ordered),
+            sorted(kept),
+            sorted(live),
+            messages,
+            names,
+            responses,
+            sorted(held),
+            sorted((sid, m.merge_id) for sid, m in merges.items()),
+        ]
     )
     return DeletePlan(
         picked_ids=tuple(picks),
@@ -475,6 +719,26 @@ def plan_cascade_delete(
         include_branches=include_branches,
         fingerprint=fingerprint,
         held=tuple((sid, held[sid].describe()) for sid in ordered if sid in held),
+        merges=tuple(
+            (sid, merges[sid].merge_id, merges[sid].role) for sid in ordered if sid in merges
+        ),
+    )
+
+
+def lost_undo_words(plan: DeletePlan) -> str:
+    """What a cascade plan's delete does to the merges it touches, in one sentence."""
+    roles = {
+        merge_id: sorted(
+            f"{'its target' if role == 'target' else 'a session it absorbed'} {sid}"
+            for sid, m, role in plan.merges
+            if m == merge_id
+        )
+        for merge_id in plan.lost_undos
+    }
+    return (
+        "This delete loses the undo of "
+        + "; ".join(f"merge #{merge_id} ({', '.join(words)})" for merge_id, words in roles.items())
+        + ": once deleted, the merge can no longer be undone unless the trash entry is restored."
     )
 
 
@@ -493,20 +757,18 @@ class BulkDeletePreview:
     # Sessions left out because a legal hold covers them, and the holds in words.
     held_excluded: int = 0
     holds: tuple[str, ...] = ()
+    # Sessions left out because a merge that can still be undone needs them, each with why
+    # ("kept: target of merge #5, which can still be undone"), and how many more sessions of
+    # their conversations stay with them (a conversation is never split).
+    merge_kept: tuple[tuple[str, str], ...] = ()
+    merge_kept_with: int = 0
+    # Sessions left out because their conversation goes on in a session this delete does not
+    # take (a live continuation, one not picked), each with why (``kept_whole``).
+    conversation_kept: tuple[tuple[str, str], ...] = ()
 
-
-def undoable_merge_husks() -> set[str]:
-    """Sessions a merge absorbed that the merge still holds (its record not undone).
-
-    Deleting one makes the merge impossible to undo (unmerge needs every
-    session back): no preset selects them; they go with their target, or by id.
-    """
-    husks: set[str] = set()
-    for (absorbed,) in db.fetchall(
-        "SELECT absorbed_session_ids FROM sessions_admin_merges WHERE undone_at IS NULL"
-    ):
-        husks.update(json.loads(absorbed))
-    return husks
+    @property
+    def merge_excluded(self) -> int:
+        return len(self.merge_kept) + self.merge_kept_with
 
 
 def preset_session_ids(
@@ -514,10 +776,10 @@ def preset_session_ids(
 ) -> list[str]:
     """Sessions matching one of the bulk-delete presets, oldest first.
 
-    No preset selects the husk of a merge that can still be undone
-    (``undoable_merge_husks``); "empty" never selects a live session (an empty
-    live session is a chat's current one, often what a reset started a moment
-    ago): a live session is deleted only by picking it.
+    "empty" never selects a live session (an empty live session is a chat's
+    current one, often what a reset started a moment ago): a live session is
+    deleted only by picking it. The dry run (``preview_bulk_delete``) then
+    leaves out what a merge that can still be undone needs, saying why.
     """
     if preset == "ended_older_than":
         if days is None or days < 0 or days > 36500:
@@ -536,11 +798,9 @@ def preset_session_ids(
         sql, params = "source = %s", [source]
     else:
         raise InvalidInput(f"Unknown preset {preset!r}.")
-    husks = undoable_merge_husks()
     return [
         r[0]
         for r in db.fetchall(f"SELECT id FROM sessions WHERE {sql} ORDER BY started_at, id", params)
-        if r[0] not in husks
     ]
 
 
@@ -567,16 +827,58 @@ def live_session_ids(ids: Sequence[str]) -> set[str]:
     return live
 
 
+def _conversations_around(ids: Sequence[str], members: Iterable[str]) -> set[str]:
+    """``members`` and every session of ``ids`` linked to one of them by a compression or
+    delegate link (either way, within ``ids``): what stays so that none of those
+    conversations loses its start, middle or end."""
+    linked: dict[str, set[str]] = {}
+    kind = lineage.link_kind_sql("c", "p")
+    for chunk in _chunks(list(ids)):
+        for child, parent, link in db.fetchall(
+            f"SELECT c.id, p.id, {kind} FROM sessions c JOIN sessions p "
+            f"ON p.id = c.parent_session_id WHERE c.id IN ({db.placeholders(chunk)})",
+            list(chunk),
+        ):
+            if link in ("compression", "delegate"):
+                linked.setdefault(child, set()).add(parent)
+                linked.setdefault(parent, set()).add(child)
+    wanted = set(ids)
+    found = set(members)
+    pending = list(found)
+    while pending:
+        for other in linked.get(pending.pop(), ()):
+            if other in wanted and other not in found:
+                found.add(other)
+                pending.append(other)
+    return found
+
+
 def preview_bulk_delete(
     *, session_ids: Sequence[str], include_live: bool = False
 ) -> BulkDeletePreview:
-    """The dry run: the exact set, its size, how many live sessions were left out, a sample."""
+    """The dry run: the exact set, its size, how many live sessions were left out, a sample.
+
+    Left out, each with why: live sessions (unless ``include_live``), held ones, and the
+    sessions a merge that can still be undone needs (``merge.undoable_merges_of``) with the
+    rest of their conversations: deleting them would lose the undo silently (a cascade
+    delete of the conversation says so and asks). So is a conversation that goes on in a
+    session the delete does not take (``kept_whole``: a live continuation, say): the job
+    checks the same again under the lock, batch by batch.
+    """
     ids = _with_downstream([s for s in session_ids if s])
     live = live_session_ids(ids)
     held = holds.holds_on(ids)
-    kept = [sid for sid in ids if (include_live or sid not in live) and sid not in held]
+    merges = undoable_merges_of(ids)
+    for_merges = _conversations_around(ids, merges) if merges else set()
+    kept = [
+        sid
+        for sid in ids
+        if (include_live or sid not in live) and sid not in held and sid not in for_merges
+    ]
     found = lineage.existing_session_ids(kept)
     existing = [sid for sid in kept if sid in found]
+    whole = kept_whole(existing, WholeConversations(remaining=set(existing))) if existing else {}
+    existing = [sid for sid in existing if sid not in whole]
     sample = (
         tuple(
             db.fetchdicts(
@@ -595,6 +897,9 @@ def preview_bulk_delete(
         sample=sample,
         held_excluded=len(held),
         holds=tuple(sorted({hold.describe() for hold in held.values()})),
+        merge_kept=tuple((sid, merges[sid].describe()) for sid in ids if sid in merges),
+        merge_kept_with=len(for_merges - set(merges)),
+        conversation_kept=tuple((sid, whole[sid]) for sid in ids if sid in whole),
     )
 
 
@@ -753,6 +1058,8 @@ class _Deleting:
     trash: Trash
     operation: str
     keep_live: bool
+    # A delete of a previewed set: the conversations it must keep whole (``kept_whole``).
+    whole: WholeConversations | None = None
 
     def open_entry(self, session_ids: Sequence[str], rows: dict) -> int:
         return self.trash.open_entry(
@@ -780,9 +1087,10 @@ def _locked_delete(
     still pending; otherwise nothing changes and None says to copy again.
     Without it the rows are copied here, under the lock.
 
-    A held session (or, with ``keep_live``, a live one) stops the batch: nothing
-    of it is deleted, and such a session a delete had started in parts gets its
-    parts back (``_give_back_parts``), in this transaction; ``_Kept`` says which.
+    A held session (or, with ``keep_live``, a live one, or with ``how.whole`` one of a
+    conversation to keep whole) stops the batch: nothing of it is deleted, and such a
+    session a delete had started in parts gets its parts back (``_give_back_parts``), in
+    this transaction; ``_Kept`` says which.
     """
     batch, payload = snapshot_rows(batch, lock=True)
     # Under the lock: a hold placed after the preview, or while a job runs, still stops it.
@@ -791,6 +1099,14 @@ def _locked_delete(
     if held:
         _give_back_parts([sid for sid in batch if sid in marked and sid in held], trash=how.trash)
         return _Kept(held=held)
+    if how.whole is not None and batch:
+        # A conversation continued, or merged, after the preview stays whole.
+        kept = kept_whole(batch, how.whole, lock=True)
+        if kept:
+            _give_back_parts(
+                [sid for sid in batch if sid in marked and sid in kept], trash=how.trash
+            )
+            return _Kept(whole=kept)
     if how.keep_live:
         live = [s["id"] for s in payload["sessions"] if s.get("ended_at") is None]
         if live:
@@ -865,10 +1181,13 @@ class _Kept:
     held: dict | None = None
     live: tuple[str, ...] = ()
     given_back: str | None = None
+    whole: dict | None = None  # session -> why its conversation stays whole
 
     def error(self) -> StoreError:
         if self.given_back:
             return DeleteGivenBack(self.given_back)
+        if self.whole:
+            return ConversationsKept(self.whole)
         return holds.SessionsHeld(self.held) if self.held else SessionsWentLive(self.live)
 
 
@@ -883,6 +1202,7 @@ def delete_batch(
     keep_live: bool = False,
     part_messages: int | None = None,
     between_parts: Callable[[], None] | None = None,
+    whole: WholeConversations | None = None,
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
 
@@ -898,8 +1218,10 @@ def delete_batch(
     A batch of one session with more than ``part_messages`` messages (default
     ``BATCH_MESSAGES``) is deleted in parts (``_delete_in_parts``), calling
     ``between_parts`` after each. ``keep_live``: a session found live under the
-    lock is kept (``SessionsWentLive``); a held one raises ``SessionsHeld``.
-    Either way nothing of the batch is deleted.
+    lock is kept (``SessionsWentLive``); a held one raises ``SessionsHeld``;
+    with ``whole`` (a delete of a previewed set), a session whose conversation must stay
+    whole (``kept_whole``) raises ``ConversationsKept``. Either way nothing of the batch
+    is deleted.
     """
     how = _Deleting(
         actor=actor,
@@ -908,6 +1230,7 @@ def delete_batch(
         trash=_trash_or_default(trash),
         operation=operation or new_operation_id(),
         keep_live=keep_live,
+        whole=whole,
     )
     part_messages = part_messages or BATCH_MESSAGES
     if len(batch) == 1:
@@ -1018,12 +1341,18 @@ def _create_deletions_table() -> None:
 
 
 def _kept_whole(session_id: str, ended_at: float | None, how: _Deleting) -> _Kept | None:
-    """Under the session's row lock: a hold on it, or (``keep_live``) its being live, keeps it
-    whole: what a delete in parts took of it comes back (``_give_back_parts``)."""
+    """Under the session's row lock: a hold on it, (``keep_live``) its being live, or (``whole``)
+    its conversation to keep whole keeps it whole: what a delete in parts took of it comes
+    back (``_give_back_parts``)."""
     held = holds.holds_on([session_id])
     if held or (how.keep_live and ended_at is None):
         _give_back_parts([session_id], trash=how.trash)
         return _Kept(held=held) if held else _Kept(live=(session_id,))
+    if how.whole is not None:
+        kept = kept_whole([session_id], how.whole, lock=True)
+        if kept:
+            _give_back_parts([session_id], trash=how.trash)
+            return _Kept(whole=kept)
     return None
 
 
@@ -1155,9 +1484,10 @@ def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list
     """Put back the parts already deleted of these sessions and clear their being-deleted state.
 
     In the caller's store transaction (under the sessions' locks): a delete that
-    must keep a session it had started in parts (a hold landed, or it went live
-    under a delete that keeps live sessions) leaves it exactly as it was. The
-    parts' trash entries are marked restored once the store commits.
+    must keep a session it had started in parts (a hold landed, it went live
+    under a delete that keeps live sessions, or its job was cancelled) leaves it
+    exactly as it was. The parts' trash entries go once the store commits
+    (``Trash.give_back``): the trash then shows only what the store lost.
     """
     marks = being_deleted.marks_on(session_ids)
     if not marks:
@@ -1174,11 +1504,11 @@ def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list
         db.execute("DELETE FROM sessions_admin_deletions WHERE session_id = %s", [session_id])
     _advance_message_sequence()
 
-    def mark_restored() -> None:
+    def given_back() -> None:
         for entry in restored:
-            trash.mark_restored(entry, actor="sessions_admin: delete stopped, parts given back")
+            trash.give_back(entry)
 
-    transaction.on_commit(mark_restored, using="store")
+    transaction.on_commit(given_back, using="store")
     return restored
 
 
@@ -1203,11 +1533,13 @@ def delete_in_batches(
     batch_messages: int | None = None,
     trash: Trash | None = None,
     operation: str | None = None,
+    whole: WholeConversations | None = None,
 ) -> Iterable[tuple[list[str], int, int, int]]:
     """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id).
 
     Every batch's trash entry belongs to ``operation`` (a new one if not given):
-    one call is one restorable unit, however many batches it takes.
+    one call is one restorable unit, however many batches it takes. ``whole``: each
+    batch keeps the conversations it must (``kept_whole``), raising ``ConversationsKept``.
     """
     operation = operation or new_operation_id()
     # Read when called (not bound as defaults), so a test can lower them for a whole cascade.
@@ -1233,6 +1565,7 @@ def delete_in_batches(
             trash=trash,
             operation=operation,
             part_messages=batch_messages,
+            whole=whole,
         )
         yield batch, deleted, messages, trash_id
 
@@ -1245,11 +1578,16 @@ def execute_cascade_delete(
     actor: str,
     reason: str,
     trash: Trash | None = None,
+    lose_undo: bool = False,
 ) -> DeleteResult:
     """Delete exactly the previewed plan (refused if the store changed since).
 
     However many batches it takes, the delete is one trash operation: restoring
     any of its entries restores them all.
+
+    A plan holding a session a merge that can still be undone needs (``plan.merges``)
+    runs only with ``lose_undo``: the operator confirmed that the merge can no longer be
+    undone (until the trash entry is restored; the trash page names the merge).
     """
     if not reason or not reason.strip():
         raise InvalidInput("A reason is required for a delete.")
@@ -1257,22 +1595,32 @@ def execute_cascade_delete(
     if plan.fingerprint != expected_fingerprint:
         raise PlanChanged("delete")
     holds.refuse_held(plan.session_ids)
+    if plan.merges and not lose_undo:
+        raise InvalidInput(lost_undo_words(plan) + " Confirm that, or undo the merge first.")
     sessions = messages = 0
     trash_ids: list[int] = []
     operation = new_operation_id()
+    # Between its batches, a session the runtime links to one still to go (a delegate, a
+    # continuation) or a merge made meanwhile stops the cascade before that batch.
+    whole = WholeConversations(
+        remaining=set(plan.session_ids),
+        cut=frozenset(child for child, _ in plan.kept_children),
+        lose_undo_of=frozenset(plan.lost_undos),
+    )
     for _, deleted, removed, trash_id in delete_in_batches(
         plan.session_ids,
         actor=actor,
         reason=reason,
         trash=trash,
         operation=operation,
+        whole=whole,
     ):
         sessions += deleted
         messages += removed
         if trash_id:
             trash_ids.append(trash_id)
         faults.checkpoint("cascade.between_batches")
-    return DeleteResult(sessions, messages, tuple(trash_ids), operation)
+    return DeleteResult(sessions, messages, tuple(trash_ids), operation, plan.lost_undos)
 
 
 def _insert_rows(table: str, rows: list[dict], *, alias: str | None = None) -> None:

@@ -1,12 +1,20 @@
 """Erasure: everything the store and the response store hold about one person, purged.
 
-A subject is a user id, optionally with chat ids and session key fragments. Its plan
-(``plan_erasure``) is every session of that user, chat or key, with everything that
-goes with it (compression continuations, delegates and branches, which copy the
-conversation); every message elsewhere that names the subject; every conversation
-slug and stored response of those sessions or naming the subject; and the rows of
-sessions_admin's own tables about them. ``erase`` deletes exactly that, without a
-trash copy, then removes what deleted rows leave behind:
+A subject is a user id, optionally with chat ids and whole session keys; each is compared
+as a whole value with its case (``=``/``IN``, never ``LIKE`` or a substring), and a blank,
+padded, invisible or wildcard-only value is refused. Its plan (``plan_erasure``) is every
+session of that user, chat or key, with everything that goes with it (compression
+continuations, delegates and branches, which copy the conversation); the subject's
+messages a standing merge moved into a session that stays (by the message ids the merge
+recorded); the slugs and stored responses of those sessions; and the rows of
+sessions_admin's own tables about them. A plan reaching a session of another user id
+(through a chat id, a key, or a merge into one of theirs) is refused. Other people's
+sessions naming the subject as a whole word (``mentions``) are listed and kept: their text
+is someone else's. ``erase`` deletes exactly that, without a trash copy: it re-plans and
+refuses if the fingerprint changed. Merge records that moved the subject's rows into a
+session that stays are emptied of them and marked as no longer undoable; the subject's
+switch events become tombstones (``core.events``); hold reasons naming them are redacted.
+Then it removes what deleted rows leave behind:
 
 - SQLite: the deletes run with ``PRAGMA secure_delete = ON`` (freed content is
   overwritten with zeros), both full-text indexes are merged into one segment in short steps within a time
@@ -14,14 +22,22 @@ trash copy, then removes what deleted rows leave behind:
   writing all along kept the merge from finishing, the result says so and
   ``merge_search_indexes`` is run again later until it finishes), and the WAL is checkpointed
   and truncated (``wal_checkpoint(TRUNCATE)``), so no page image of the old rows is
-  left in the ``-wal`` file. No VACUUM: it would hold the runtime's writers for the
-  whole file's length; secure_delete already leaves no old byte in the file.
+  left in the ``-wal`` file. secure_delete reaches only what the erasure itself frees:
+  space freed earlier (a merge, an FTS segment merge, an earlier delete, on a SQLite
+  built with secure_delete off) keeps its bytes until the file is rewritten
+  (``rewrite_store_files``: a VACUUM in a quiet moment, after the index merge).
 - PostgreSQL: deleted rows stay as dead tuples until VACUUM; ``erase`` runs
-  ``VACUUM`` on the tables it touched (outside a transaction). WAL segments and
-  backups are the operator's retention to manage (docs/retention.md).
+  ``VACUUM`` on the tables it touched (outside a transaction), which frees the space
+  without erasing it; ``rewrite_store_files`` (VACUUM FULL, the operator's step) rewrites
+  them. WAL segments and backups are the operator's retention to manage
+  (docs/retention.md).
 
-Held sessions (``core.holds``) are never erased: the plan lists them and ``erase``
-refuses while a hold stands. The dashboard's side (its trash, the audit log, the
+Counts in the result are what the databases lost (rows present before minus after), not
+what each statement reported.
+
+Held sessions (``core.holds``) are never erased or changed: the plan lists a hold on any
+session it would change (``held_scope``: the subject's, and those holding their moved
+messages or targeted by a merge it closes), and ``erase`` refuses while one stands. The dashboard's side (its trash, the audit log, the
 receipt) is ``ledger/erasure.py``.
 """
 
@@ -29,13 +45,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from django.db import connections
+from django.db import OperationalError, connections
 
-from sessions_admin.core import being_deleted, db, holds
+from sessions_admin.core import being_deleted, db, events, holds
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.deletion import (
     NO_TRASH,
@@ -48,41 +67,96 @@ from sessions_admin.core.deletion import (
     response_ids_of,
 )
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.merge import CLOSED_BY_ERASURE
 from sessions_admin.core.rows import recompute_counters
 from sessions_admin.core.schema import existing_tables
 from sessions_admin.routers import responses_alias, store_alias
 
-# A fragment this short would match far more than one person.
-MIN_FRAGMENT = 4
+# Values shorter than this are not looked for in other people's text (listed as mentions):
+# a short id is a word of ordinary speech ("bob" in "bob's", "42" in any number).
+MIN_MENTION = 4
 MAX_VALUES = 50
 CHUNK = 500
 CHECKPOINT_SECONDS = 30.0
 PASSIVE_ROUNDS = 5
+# The other people's sessions listed as mentioning the subject (kept, for review) at most.
+MENTIONS_LISTED = 200
+# Characters that make a LIKE or glob pattern: a value made only of them is a wildcard
+# someone hoped would work, never an id (ids are compared whole, so it would match nothing).
+WILDCARD_CHARACTERS = frozenset("%_*?")
+
+
+def _identifier_problem(value: object, what: str) -> str | None:
+    """Why ``value`` cannot be matched exactly as a ``what`` (None: it can)."""
+    if not isinstance(value, str) or not value.strip():
+        return f"Give the {what}: a blank one names nobody."
+    if value != value.strip():
+        return f"The {what} {value.strip()[:40]!r} has spaces before or after it; ids are compared exactly."
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in value):
+        return f"The {what} {value[:40]!r} holds an invisible or control character."
+    if set(value) <= WILDCARD_CHARACTERS:
+        return (
+            f"The {what} {value!r} is a wildcard: ids are compared whole and exactly, "
+            "so give the id itself."
+        )
+    return None
 
 
 @dataclass(frozen=True)
 class Subject:
+    """A person: their user id, and the chat ids and whole session keys that are theirs.
+
+    Every value is compared whole and with its case (``sessions.user_id = ...``, never a
+    substring or a pattern); a session key is the full key the store holds.
+    """
+
     user_id: str
     chat_ids: tuple[str, ...] = ()
-    key_fragments: tuple[str, ...] = ()
+    session_keys: tuple[str, ...] = ()
 
     def check(self) -> None:
-        if not self.user_id.strip():
-            raise InvalidInput("Give the user id of the person to erase.")
-        if len(self.chat_ids) + len(self.key_fragments) > MAX_VALUES:
-            raise InvalidInput(f"Give at most {MAX_VALUES} chat ids and key fragments.")
-        for fragment in self.key_fragments:
-            if len(fragment) < MIN_FRAGMENT:
-                raise InvalidInput(
-                    f"A session key fragment needs {MIN_FRAGMENT} characters or more "
-                    f"({fragment!r} would match other people's sessions)."
-                )
+        if problem := _identifier_problem(self.user_id, "user id"):
+            raise InvalidInput(problem)
+        if len(self.chat_ids) + len(self.session_keys) > MAX_VALUES:
+            raise InvalidInput(f"Give at most {MAX_VALUES} chat ids and session keys.")
+        for values, what in ((self.chat_ids, "chat id"), (self.session_keys, "session key")):
+            for value in values:
+                if problem := _identifier_problem(value, what):
+                    raise InvalidInput(problem)
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """Every identifier of the subject, each distinct value once."""
+        return tuple(dict.fromkeys([self.user_id, *self.chat_ids, *self.session_keys]))
 
     @property
     def strings(self) -> tuple[str, ...]:
-        """What names the subject in free text (message bodies, stored responses)."""
-        values = [self.user_id, *self.chat_ids, *self.key_fragments]
-        return tuple(dict.fromkeys(v for v in values if len(v) >= MIN_FRAGMENT))
+        """What is looked for as a whole token in free text (others' messages, operator text):
+        the identifiers long enough not to be ordinary words."""
+        return tuple(v for v in self.values if len(v) >= MIN_MENTION)
+
+
+def _token_pattern(values: Sequence[str]) -> re.Pattern | None:
+    """A value as a whole token: not inside a longer word or id ("bob" not in "bobcat" or
+    "bob-2"), with the case it has."""
+    if not values:
+        return None
+    alternatives = "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))
+    return re.compile(rf"(?<![\w\-.:@])(?:{alternatives})(?![\w\-:@]|\.\w)")
+
+
+def names_subject(text: object, subject: Subject) -> bool:
+    """Whether ``text`` names the subject as a whole token (see ``_token_pattern``)."""
+    pattern = _token_pattern(subject.strings)
+    return bool(pattern and isinstance(text, str) and pattern.search(text))
+
+
+def redact_text(text: str, replacements: dict[str, str]) -> str:
+    """``text`` with each whole-token occurrence of a key replaced by its value."""
+    pattern = _token_pattern(list(replacements))
+    if pattern is None or not isinstance(text, str):
+        return text
+    return pattern.sub(lambda m: replacements[m.group(0)], text)
 
 
 @dataclass(frozen=True)
@@ -91,13 +165,30 @@ class ErasurePlan:
     session_ids: tuple[str, ...]  # children first
     live_session_ids: tuple[str, ...]
     message_count: int  # in those sessions
-    # Messages of other sessions that name the subject: (message id, its session).
+    # The subject's messages that a merge moved into a session that stays (message id, the
+    # session it is in now): they go too.
     other_messages: tuple[tuple[int, str], ...]
     conversation_names: tuple[str, ...]
     response_ids: tuple[str, ...]
     held: tuple[tuple[str, str], ...]
     fingerprint: str
     side_rows: dict = field(default_factory=dict)  # own table -> rows that go
+    # Merges that moved the subject's messages into a session that stays: the record stays,
+    # emptied of the subject's rows and marked as no longer undoable.
+    closed_merges: tuple[int, ...] = ()
+    # Other people's sessions whose messages (content, reasoning, tool calls) or title name
+    # the subject as a whole token: kept, listed for the operator to review.
+    mentions: tuple[str, ...] = ()
+    # Sessions that stay but whose rows the erasure changes (they hold the subject's moved
+    # messages, or are the target of a closed merge): a hold on one stops the erasure too.
+    touched_session_ids: tuple[str, ...] = ()
+    # Other holds whose reason or release reason names the subject (as a whole token): the
+    # hold stays, those words become ``[erased]``.
+    redacted_holds: tuple[int, ...] = ()
+
+    @property
+    def held_scope(self) -> tuple[str, ...]:
+        return (*self.session_ids, *self.touched_session_ids)
 
     @property
     def empty(self) -> bool:
@@ -133,51 +224,125 @@ def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
 
 
 def _subject_sessions(subject: Subject) -> list[str]:
+    """The sessions whose user id, chat id or session key is one of the subject's, each
+    compared whole, and everything that goes with them (continuations, delegates, branches)."""
     where = ["user_id = %s"]
     params: list = [subject.user_id]
     if subject.chat_ids:
         where.append(f"chat_id IN ({db.placeholders(subject.chat_ids)})")
         params += list(subject.chat_ids)
-    for fragment in subject.key_fragments:
-        where.append("session_key LIKE %s ESCAPE '\\'")
-        params.append(db.contains_pattern(fragment))
+    if subject.session_keys:
+        where.append(f"session_key IN ({db.placeholders(subject.session_keys)})")
+        params += list(subject.session_keys)
     roots = [
         r[0] for r in db.fetchall(f"SELECT id FROM sessions WHERE {' OR '.join(where)}", params)
     ]
     return list(lineage_closure(roots, include_branches=True)) if roots else []
 
 
-def _naming(column_sql: str, table: str, strings: Sequence[str], *, alias: str | None = None):
-    if not strings:
-        return []
-    where = " OR ".join(f"{column_sql} LIKE %s ESCAPE '\\'" for _ in strings)
-    return db.fetchall(
-        f"SELECT * FROM {table} WHERE {where}",
-        [db.contains_pattern(s) for s in strings],
-        alias=alias,
-    )
+def _user_ids_of(ids: Sequence[str]) -> set[str]:
+    return {
+        r[0]
+        for chunk in _chunks(list(ids))
+        for r in db.fetchall(
+            f"SELECT DISTINCT user_id FROM sessions WHERE id IN ({db.placeholders(chunk)}) "
+            "AND user_id IS NOT NULL AND user_id <> ''",
+            list(chunk),
+        )
+    }
 
 
-def _other_messages(subject: Subject, ids: set[str]) -> list[tuple[int, str]]:
+def _refuse_other_users(subject: Subject, ids: Sequence[str], merged_in: Sequence[str]) -> None:
+    """One person's erasure never takes another's sessions: refused when the sessions found
+    (or sessions a merge moved into them) belong to more than this user id."""
+    users = _user_ids_of([*ids, *merged_in])
+    others = users - {subject.user_id}
+    if others:
+        total = len(users | {subject.user_id})
+        raise InvalidInput(
+            f"This subject would touch sessions of {total} users ({len(others)} besides the "
+            "user id given): the chat ids and session keys must be this person's alone, and "
+            "a session another user's session was merged into must be unmerged first. "
+            "Nothing was erased."
+        )
+
+
+def _merges_touching(id_set: set[str]) -> list[tuple[int, str, list[str], dict, object]]:
+    """Merge records naming one of these sessions: (id, target, absorbed, prior state, undone_at)."""
+    found = []
+    for merge_id, target, absorbed, prior, undone_at in db.fetchall(
+        "SELECT id, target_session_id, absorbed_session_ids, prior_state, undone_at "
+        "FROM sessions_admin_merges ORDER BY id"
+    ):
+        absorbed_ids = json.loads(absorbed or "[]")
+        if target in id_set or id_set & set(absorbed_ids):
+            found.append(
+                (int(merge_id), target, absorbed_ids, json.loads(prior or "{}"), undone_at)
+            )
+    return found
+
+
+def _moved_messages(merges, id_set: set[str]) -> list[tuple[int, str]]:
+    """The subject's messages a standing merge moved out of their sessions (by the message
+    ids the merge recorded), wherever they are now, outside the sessions erased anyway."""
+    found: dict[int, str] = {}
+    for _merge_id, _target, absorbed, prior, undone_at in merges:
+        if undone_at is not None:
+            continue
+        for session_id, ranges in (prior.get("messages") or {}).items():
+            if session_id not in id_set or session_id not in absorbed:
+                continue
+            for start, end in ranges:
+                for message_id, now_in in db.fetchall(
+                    "SELECT id, session_id FROM messages WHERE id BETWEEN %s AND %s",
+                    [int(start), int(end)],
+                ):
+                    if now_in not in id_set:
+                        found[int(message_id)] = now_in
+    return sorted(found.items())
+
+
+def _moved_responses(merges, id_set: set[str]) -> set[str]:
+    """Stored responses of the subject's sessions that a standing merge re-pointed elsewhere."""
+    return {
+        str(moved[0])
+        for _merge_id, _target, _absorbed, prior, undone_at in merges
+        if undone_at is None
+        for moved in prior.get("responses") or []
+        if len(moved) > 1 and moved[1] in id_set
+    }
+
+
+def _mentions(subject: Subject, id_set: set[str]) -> list[str]:
+    """Other people's sessions whose messages or title name the subject as a whole token.
+
+    A LIKE narrows the rows; the whole-token test (``names_subject``) decides, so "bob"
+    never finds "bobcat". These are listed, never erased: the text is someone else's.
+    """
     strings = subject.strings
     if not strings:
         return []
+    found: set[str] = set()
     text = (
         "COALESCE(content, '') || ' ' || COALESCE(tool_calls, '') || ' ' || COALESCE(reasoning, '')"
     )
     where = " OR ".join(f"{text} LIKE %s ESCAPE '\\'" for _ in strings)
-    return [
-        (int(r[0]), r[1])
-        for r in db.fetchall(
-            f"SELECT id, session_id FROM messages WHERE {where} ORDER BY id",
-            [db.contains_pattern(s) for s in strings],
-        )
-        if r[1] not in ids
-    ]
+    patterns = [db.contains_pattern(s) for s in strings]
+    for session_id, body in db.fetchall(
+        f"SELECT session_id, {text} FROM messages WHERE {where}", patterns
+    ):
+        if session_id not in id_set and names_subject(body, subject):
+            found.add(session_id)
+    where = " OR ".join("title LIKE %s ESCAPE '\\'" for _ in strings)
+    for session_id, title in db.fetchall(f"SELECT id, title FROM sessions WHERE {where}", patterns):
+        if session_id not in id_set and names_subject(title, subject):
+            found.add(session_id)
+    return sorted(found)
 
 
-def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str]) -> dict:
-    """sessions_admin's own rows about the subject's sessions or slugs (what ``erase`` drops)."""
+def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str], merges) -> dict:
+    """sessions_admin's own rows about the subject's sessions or slugs (what ``erase`` drops;
+    the switch events are rewritten as tombstones instead, see ``_tombstone_switch_events``)."""
     found: dict[str, list] = {}
     tables = existing_tables(store_alias())
     id_set = set(ids)
@@ -192,7 +357,8 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str]) -> di
             "sessions_admin_switch_events",
             db.fetchall(
                 "SELECT seq FROM sessions_admin_switch_events WHERE new_session_id IN "
-                f"({marks}) OR previous_session_id IN ({marks}) OR parent_session_id IN ({marks})",
+                f"({marks}) OR previous_session_id IN ({marks}) OR parent_session_id IN ({marks}) "
+                "ORDER BY seq",
                 [*chunk, *chunk, *chunk],
             ),
         )
@@ -219,14 +385,34 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str]) -> di
                     [*chunk, *chunk],
                 ),
             )
-    merges = [
-        (r[0],)
-        for r in db.fetchall(
-            "SELECT id, target_session_id, absorbed_session_ids FROM sessions_admin_merges"
+        if "gateway_routing" in tables:
+            routed = db.json_field("entry_json", "session_id")
+            add(
+                "gateway_routing",
+                db.fetchall(
+                    f"SELECT scope, session_key FROM gateway_routing WHERE {routed} IN ({marks})",
+                    chunk,
+                ),
+            )
+    if "gateway_routing" in tables and subject.session_keys:
+        keys = list(subject.session_keys)
+        routed_keys = db.fetchall(
+            "SELECT scope, session_key FROM gateway_routing WHERE session_key IN "
+            f"({db.placeholders(keys)})",
+            keys,
         )
-        if r[1] in id_set or id_set & set(json.loads(r[2] or "[]"))
-    ]
-    add("sessions_admin_merges", merges)
+        add(
+            "gateway_routing", [r for r in routed_keys if r not in found.get("gateway_routing", [])]
+        )
+    # A merge wholly among the subject's sessions goes; one with another session is closed.
+    add(
+        "sessions_admin_merges",
+        [
+            (merge_id,)
+            for merge_id, target, absorbed, _prior, _undone in merges
+            if {target, *absorbed} <= id_set
+        ],
+    )
     names_set = set(names)
     history = [
         (r[0],)
@@ -249,32 +435,44 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str]) -> di
     add("sessions_admin_slug_history", sorted(set(history)))
     # A delete in parts killed midway left the subject's session marked (core.being_deleted).
     add("sessions_admin_deletions", [(sid,) for sid in being_deleted.marks_on(list(ids))])
-    # Released holds about the subject (a standing one refuses the erasure).
-    released = db.fetchall(
-        "SELECT id, kind, subject, reason, release_reason FROM sessions_admin_holds "
-        "WHERE released_at IS NOT NULL"
-    )
+    # Released holds on the subject or their sessions, matched exactly (a standing one
+    # refuses the erasure). Other holds whose reason names them are redacted by the ledger.
     add(
         "sessions_admin_holds",
         [
             (r[0],)
-            for r in released
+            for r in db.fetchall(
+                "SELECT id, kind, subject FROM sessions_admin_holds WHERE released_at IS NOT NULL "
+                "ORDER BY id"
+            )
             if (r[1] == "user" and r[2] == subject.user_id)
             or (r[1] == "session" and r[2] in id_set)
-            or any(s in f"{r[2]} {r[3]} {r[4] or ''}" for s in subject.strings)
         ],
     )
-    if "gateway_routing" in tables:
-        routes = _naming("entry_json", "gateway_routing", subject.strings)
-        add("gateway_routing", [(r[0], r[1]) for r in routes])
     return found
 
 
 def plan_erasure(*, subject: Subject) -> ErasurePlan:
-    """Everything ``erase`` would remove for ``subject`` (nothing changes)."""
+    """Everything ``erase`` would remove for ``subject`` (nothing changes).
+
+    Refused (``InvalidInput``) for a value that cannot be matched exactly, or when the
+    sessions found belong to more than one user id.
+    """
     subject.check()
     ids = ordered_children_first(_subject_sessions(subject))
     id_set = set(ids)
+    merges = _merges_touching(id_set)
+    # Sessions merged into one of the subject's: their messages are in the subject's now.
+    merged_in = sorted(
+        {
+            sid
+            for _merge_id, target, absorbed, _prior, undone_at in merges
+            if undone_at is None and target in id_set
+            for sid in absorbed
+            if sid not in id_set
+        }
+    )
+    _refuse_other_users(subject, ids, merged_in)
     live = sorted(
         r[0]
         for chunk in _chunks(ids)
@@ -283,33 +481,48 @@ def plan_erasure(*, subject: Subject) -> ErasurePlan:
             list(chunk),
         )
     )
-    others = _other_messages(subject, id_set)
+    moved = _moved_messages(merges, id_set)
     responses = set(response_ids_of(ids)) if ids else set()
-    responses |= {
-        r[0] for r in _naming("data", "responses", subject.strings, alias=responses_alias())
-    }
+    responses |= _moved_responses(merges, id_set)
     names = set(conversation_names_of(ids, response_ids=sorted(responses))) if ids else set()
-    names |= {
-        r[0] for r in _naming("name", "conversations", subject.strings, alias=responses_alias())
-    }
-    if responses:
-        for chunk in _chunks(sorted(responses)):
-            names |= {
-                r[0]
-                for r in db.fetchall(
-                    "SELECT name FROM conversations WHERE response_id IN "
-                    f"({db.placeholders(chunk)})",
-                    list(chunk),
-                    alias=responses_alias(),
-                )
-            }
-    held_map = holds.holds_on(ids)
-    side = _side_rows(subject, ids, sorted(names))
+    closed = sorted(
+        merge_id
+        for merge_id, target, absorbed, _prior, _undone in merges
+        if not {target, *absorbed} <= id_set
+    )
+    # Holds win: a hold on a session whose messages, responses or merge record this
+    # erasure touches stops it, whoever's session that is.
+    touched = sorted(
+        ({sid for _mid, sid in moved} | {t for m, t, *_ in merges if m in closed}) - id_set
+    )
+    held_map = holds.holds_on([*ids, *touched])
+    side = _side_rows(subject, ids, sorted(names), merges)
     messages = count_messages(ids) if ids else 0
+    mentions = _mentions(subject, id_set)
+    side_rows = {table: [list(row) for row in rows] for table, rows in side.items()}
+    gone_holds = {row[0] for row in side_rows.get("sessions_admin_holds", [])}
+    redacted_holds = sorted(
+        int(r[0])
+        for r in db.fetchall("SELECT id, reason, release_reason FROM sessions_admin_holds")
+        if r[0] not in gone_holds
+        and (names_subject(r[1], subject) or names_subject(r[2] or "", subject))
+    )
     fingerprint = hashlib.sha256(
         json.dumps(
-            [ids, live, others, sorted(names), sorted(responses), sorted(held_map), messages],
+            [
+                ids,
+                live,
+                moved,
+                sorted(names),
+                sorted(responses),
+                sorted((sid, hold.id) for sid, hold in held_map.items()),
+                messages,
+                side_rows,
+                closed,
+                redacted_holds,
+            ],
             default=str,
+            sort_keys=True,
         ).encode()
     ).hexdigest()[:32]
     return ErasurePlan(
@@ -317,12 +530,16 @@ def plan_erasure(*, subject: Subject) -> ErasurePlan:
         session_ids=tuple(ids),
         live_session_ids=tuple(live),
         message_count=messages,
-        other_messages=tuple(others),
+        other_messages=tuple(moved),
         conversation_names=tuple(sorted(names)),
         response_ids=tuple(sorted(responses)),
-        held=tuple((sid, held_map[sid].describe()) for sid in ids if sid in held_map),
+        held=tuple(sorted((sid, hold.describe()) for sid, hold in held_map.items())),
         fingerprint=fingerprint,
-        side_rows={table: [list(row) for row in rows] for table, rows in side.items()},
+        side_rows=side_rows,
+        closed_merges=tuple(closed),
+        mentions=tuple(mentions[:MENTIONS_LISTED]),
+        touched_session_ids=tuple(touched),
+        redacted_holds=tuple(redacted_holds),
     )
 
 
@@ -357,52 +574,180 @@ def _delete_other_messages(message_ids: Sequence[int]) -> int:
 
 @store_operation
 def _delete_side_rows(side_rows: dict) -> int:
-    keys = {
-        "sessions_admin_switch_events": ("seq",),
-        "sessions_admin_undos": ("id",),
-        "sessions_admin_merges": ("id",),
-        "sessions_admin_slug_history": ("id",),
-        "sessions_admin_holds": ("id",),
-        "sessions_admin_deletions": ("session_id",),
-        "compression_locks": ("session_id",),
-        "async_delegations": ("delegation_id",),
-        "gateway_routing": ("scope", "session_key"),
-    }
     removed = 0
     for table, rows in side_rows.items():
-        columns = keys[table]
+        if table == "sessions_admin_switch_events":
+            # Tombstoned, not deleted: the rows stay (they are not counted as lost).
+            _tombstone_switch_events([row[0] for row in rows])
+            continue
+        columns = SIDE_ROW_KEYS[table]
         for row in rows:
             where = " AND ".join(f"{c} = %s" for c in columns)
             removed += db.execute(f"DELETE FROM {table} WHERE {where}", list(row[: len(columns)]))
     return removed
 
 
-def _delete_slug_rows(names: Sequence[str], response_ids: Sequence[str]) -> tuple[int, int]:
+# What an erased session's switch events become: the numbering a follower's cursor relies on
+# stays whole (core.events), and nothing in the row names the session, its chat or its key.
+ERASED_SESSION = ""
+
+
+def _tombstone_switch_events(seqs: Sequence[int]) -> int:
+    """Empty the erased sessions' switch events of every id and key, keeping their ``seq``.
+
+    The log is numbered 1, 2, 3... without a gap so that a follower's cursor (``seq``) never
+    skips an event; deleting these rows would leave gaps. A tombstone keeps its ``seq``,
+    time and reason, names no session (``new_session_id`` empty, the rest NULL) and has the
+    history origin, so a follower reading it tells no listener.
+    """
+    changed = 0
+    for chunk in _chunks(list(seqs)):
+        changed += db.execute(
+            "UPDATE sessions_admin_switch_events SET new_session_id = %s, "
+            "previous_session_id = NULL, parent_session_id = NULL, session_key = NULL, "
+            f"source = NULL, origin = %s WHERE seq IN ({db.placeholders(chunk)})",
+            [ERASED_SESSION, events.HISTORY_ORIGIN, *chunk],
+        )
+    return changed
+
+
+ERASED_WORDS = "[erased]"
+
+
+@store_operation
+def _redact_holds(hold_ids: Sequence[int], subject: Subject) -> int:
+    """The subject's identifiers in these holds' reasons become ``[erased]`` (whole tokens)."""
+    replacements = dict.fromkeys(subject.strings, ERASED_WORDS)
+    changed = 0
+    for hold_id, reason, release_reason in db.fetchall(
+        "SELECT id, reason, release_reason FROM sessions_admin_holds WHERE id IN "
+        f"({db.placeholders(hold_ids)})",
+        list(hold_ids),
+    ):
+        changed += db.execute(
+            "UPDATE sessions_admin_holds SET reason = %s, release_reason = %s WHERE id = %s",
+            [
+                redact_text(reason, replacements),
+                None if release_reason is None else redact_text(release_reason, replacements),
+                hold_id,
+            ],
+        )
+    return changed
+
+
+@store_operation
+def _close_merges(merge_ids: Sequence[int], erased: Sequence[str]) -> int:
+    """Merge records that moved the subject's rows into a session that stays: their saved
+    prior state (the subject's rows) goes, the erased sessions leave the absorbed list, and
+    the record says it can no longer be undone (``core.merge.unmerge`` refuses it)."""
+    erased_set = set(erased)
+    closed = 0
+    for merge_id in merge_ids:
+        row = db.fetchone(
+            "SELECT absorbed_session_ids FROM sessions_admin_merges WHERE id = %s", [merge_id]
+        )
+        if row is None:
+            continue
+        kept = [sid for sid in json.loads(row[0] or "[]") if sid not in erased_set]
+        closed += db.execute(
+            "UPDATE sessions_admin_merges SET absorbed_session_ids = %s, prior_state = %s "
+            "WHERE id = %s",
+            [db.dumps(kept), db.dumps(CLOSED_BY_ERASURE), merge_id],
+        )
+    return closed
+
+
+def _delete_slug_rows(names: Sequence[str], response_ids: Sequence[str]) -> None:
+    """What the sessions' deletes left: slugs and responses found by the subject's strings."""
     alias = responses_alias()
-    conversations = responses = 0
     for chunk in _chunks(list(names)):
-        conversations += db.execute(
+        db.execute(
             f"DELETE FROM conversations WHERE name IN ({db.placeholders(chunk)})",
             list(chunk),
             alias=alias,
         )
     for chunk in _chunks(list(response_ids)):
-        responses += db.execute(
+        db.execute(
             f"DELETE FROM responses WHERE response_id IN ({db.placeholders(chunk)})",
             list(chunk),
             alias=alias,
         )
-    return conversations, responses
+
+
+# The key columns of each own table ``_side_rows`` lists rows of.
+SIDE_ROW_KEYS = {
+    "sessions_admin_switch_events": ("seq",),
+    "sessions_admin_undos": ("id",),
+    "sessions_admin_merges": ("id",),
+    "sessions_admin_slug_history": ("id",),
+    "sessions_admin_holds": ("id",),
+    "sessions_admin_deletions": ("session_id",),
+    "compression_locks": ("session_id",),
+    "async_delegations": ("delegation_id",),
+    "gateway_routing": ("scope", "session_key"),
+}
+
+
+@dataclass(frozen=True)
+class _Present:
+    """How many of a plan's slug, response and own-table rows a database holds.
+
+    The receipt's counts are what the databases lost: this before the erasure minus this
+    after it. Counting each delete statement's rows instead counted 0 slugs and responses,
+    since the sessions' own deletes (``delete_in_batches``) had already removed them, and
+    missed the own-table rows that go with a session (its delete-in-parts mark).
+    """
+
+    conversations: int
+    responses: int
+    side_rows: int
+
+
+def _count_in(table: str, column: str, values: Sequence[str], *, alias: str) -> int:
+    return sum(
+        int(
+            db.fetchone(
+                f"SELECT COUNT(*) FROM {table} WHERE {column} IN ({db.placeholders(chunk)})",
+                list(chunk),
+                alias=alias,
+            )[0]
+        )
+        for chunk in _chunks(list(values))
+    )
+
+
+def _present(plan: ErasurePlan) -> _Present:
+    alias = responses_alias()
+    side = 0
+    for table, rows in plan.side_rows.items():
+        columns = SIDE_ROW_KEYS[table]
+        where = " AND ".join(f"{c} = %s" for c in columns)
+        for row in rows:
+            side += int(
+                db.fetchone(
+                    f"SELECT COUNT(*) FROM {table} WHERE {where}", list(row[: len(columns)])
+                )[0]
+            )
+    return _Present(
+        conversations=_count_in("conversations", "name", plan.conversation_names, alias=alias),
+        responses=_count_in("responses", "response_id", plan.response_ids, alias=alias),
+        side_rows=side,
+    )
 
 
 def _checkpoint(alias: str) -> str:
-    """Merge the WAL into the file and truncate it, retrying while a reader holds it.
+    return checkpoint_wal(alias)[1]
+
+
+def checkpoint_wal(alias: str, *, seconds: float = CHECKPOINT_SECONDS) -> tuple[bool, str]:
+    """Merge the WAL into the file and truncate it, retrying while a reader holds it;
+    whether it was truncated, and a note saying so.
 
     The erasure's deletes and index merges can leave a WAL of gigabytes; a TRUNCATE
     checkpoint holds the runtime's writers while it copies. So PASSIVE checkpoints (which
     never block a writer) copy it first, and the TRUNCATE that follows has little left.
     """
-    deadline = time.monotonic() + CHECKPOINT_SECONDS
+    deadline = time.monotonic() + seconds
     with connections[alias].cursor() as cursor:
         for _ in range(PASSIVE_ROUNDS):
             cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -413,9 +758,11 @@ def _checkpoint(alias: str) -> str:
             cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             busy, _log, _done = cursor.fetchone()
             if not busy:
-                return f"{alias}: WAL checkpointed and truncated"
+                return True, f"{alias}: WAL checkpointed and truncated"
             if time.monotonic() >= deadline:
-                return f"{alias}: WAL checkpoint still blocked by a reader after {CHECKPOINT_SECONDS:g} s"
+                return False, (
+                    f"{alias}: WAL checkpoint still blocked by a reader after {seconds:g} s"
+                )
             time.sleep(0.2)
 
 
@@ -529,7 +876,8 @@ def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> Erasu
     plan = plan_erasure(subject=subject)
     if expected_fingerprint is not None and plan.fingerprint != expected_fingerprint:
         raise PlanChanged("erasure")
-    holds.refuse_held(plan.session_ids)
+    holds.refuse_held(plan.held_scope)
+    before = _present(plan)
     _secure_delete(True)
     try:
         sessions = messages = 0
@@ -542,8 +890,14 @@ def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> Erasu
         ids = [message_id for message_id, _ in plan.other_messages]
         for chunk in _chunks(ids):
             other += _delete_other_messages(list(chunk))
-        conversations, responses = _delete_slug_rows(plan.conversation_names, plan.response_ids)
-        side = _delete_side_rows(plan.side_rows) if plan.side_rows else 0
+        _delete_slug_rows(plan.conversation_names, plan.response_ids)
+        if plan.side_rows:
+            _delete_side_rows(plan.side_rows)
+        if plan.closed_merges:
+            _close_merges(plan.closed_merges, plan.session_ids)
+        if plan.redacted_holds:
+            _redact_holds(plan.redacted_holds, subject)
+        after = _present(plan)
         index_merged, storage = _purge_leftovers()
     finally:
         _secure_delete(False)
@@ -551,9 +905,234 @@ def erase(*, subject: Subject, expected_fingerprint: str | None = None) -> Erasu
         sessions=sessions,
         messages=messages,
         other_messages=other,
-        conversations=conversations,
-        responses=responses,
-        side_rows=side,
+        conversations=before.conversations - after.conversations,
+        responses=before.responses - after.responses,
+        side_rows=before.side_rows - after.side_rows,
         storage=tuple(storage),
         index_merged=index_merged,
     )
+
+
+# The file rewrite: what takes the bytes out of space freed before the erasure.
+#
+# ``secure_delete`` zeroes only what the erasure's own deletes free. Space freed earlier
+# (a merge that moved the subject's messages, an FTS segment merge, the runtime's deletes,
+# all on connections whose SQLite has ``secure_delete`` off, as python.org's, macOS's and
+# Homebrew's builds do) keeps the old bytes in free blocks and freelist pages; only
+# rewriting the file removes them. SQLite: VACUUM, which holds the runtime's writers for
+# its length, so it starts only after a quiet window (no other connection committed) and
+# waits for the write lock at most ``busy_ms``; a busy store makes it wait for a later
+# try. ``auto_vacuum = INCREMENTAL`` would not do: ``incremental_vacuum`` only gives back
+# freelist pages at the end of the file, never a page's free blocks. PostgreSQL: VACUUM
+# FULL of the tables an erasure touches (rebuilding their indexes) under a short
+# ``lock_timeout``; it takes an ACCESS EXCLUSIVE lock for its length, so it is a step the
+# operator runs (``manage.py erasure_rewrite`` or the request's page).
+
+REWRITE_BUSY_MS = 250
+REWRITE_QUIET_SECONDS = 1.0
+REWRITE_TRIES = 3
+
+# The tables whose rows an erasure deletes or rewrites, by database.
+STORE_REWRITE_TABLES = (
+    "sessions",
+    "messages",
+    "sessions_admin_switch_events",
+    "sessions_admin_merges",
+    "sessions_admin_undos",
+    "sessions_admin_slug_history",
+    "sessions_admin_holds",
+    "sessions_admin_deletions",
+)
+RESPONSE_REWRITE_TABLES = ("conversations", "responses")
+
+
+@dataclass(frozen=True)
+class FileRewrite:
+    done: bool
+    notes: tuple[str, ...]
+    # The longest time one rewrite statement held its lock (the runtime's writers waited).
+    longest_lock_seconds: float = 0.0
+
+
+def _quiet(alias: str, seconds: float) -> bool:
+    """No other connection committed to ``alias`` in the last ``seconds`` (SQLite)."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute("PRAGMA data_version")
+        before = cursor.fetchone()[0]
+        time.sleep(seconds)
+        cursor.execute("PRAGMA data_version")
+        return cursor.fetchone()[0] == before
+
+
+def _too_large(name: str, size: int, max_bytes: int | None) -> str | None:
+    if max_bytes is None or size <= max_bytes:
+        return None
+    return (
+        f"{name}: not rewritten automatically ({size / 1e6:,.0f} MB, over "
+        f"{max_bytes / 1e6:,.0f} MB: the rewrite would hold the runtime out for long); "
+        "run manage.py erasure_rewrite at a quiet hour"
+    )
+
+
+def vacuum_sqlite(
+    alias: str,
+    *,
+    quiet_seconds: float = REWRITE_QUIET_SECONDS,
+    busy_ms: int = REWRITE_BUSY_MS,
+    max_bytes: int | None = None,
+) -> tuple[bool, str, float]:
+    """VACUUM one SQLite database when quiet, then truncate its WAL.
+
+    ``max_bytes``: leave a larger file alone (a VACUUM's length grows with the file).
+    Returns whether no freed byte is left, a note, and how long the VACUUM held the lock.
+    """
+    connection = connections[alias]
+    connection.ensure_connection()
+    name = Path(str(connection.settings_dict["NAME"])).name
+    if connection.in_atomic_block:
+        raise RuntimeError("A file rewrite cannot run inside a transaction.")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA page_count")
+        pages = int(cursor.fetchone()[0])
+        cursor.execute("PRAGMA page_size")
+        size = pages * int(cursor.fetchone()[0])
+    if too_large := _too_large(name, size, max_bytes):
+        return False, too_large, 0.0
+    if not _quiet(alias, quiet_seconds):
+        return (
+            False,
+            f"{name}: not rewritten, another connection was writing; tried again later",
+            0.0,
+        )
+    took = 0.0
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout")
+        previous = int(cursor.fetchone()[0])
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+        try:
+            started = time.monotonic()
+            cursor.execute("VACUUM")
+            took = time.monotonic() - started
+        except OperationalError as error:
+            if not db.is_busy_error(error):
+                raise
+            return False, f"{name}: not rewritten, the write lock was taken; tried again later", 0.0
+        finally:
+            cursor.execute(f"PRAGMA busy_timeout = {previous}")
+    truncated, note = checkpoint_wal(alias)
+    if not truncated:
+        return False, f"{name}: rewritten (VACUUM, {took:.2f} s) but {note}", took
+    return True, f"{name}: rewritten (VACUUM, writers held {took:.2f} s); WAL truncated", took
+
+
+def vacuum_full_postgresql(
+    alias: str,
+    tables: Sequence[str],
+    *,
+    lock_ms: int = REWRITE_BUSY_MS,
+    tries: int = REWRITE_TRIES,
+    max_bytes: int | None = None,
+) -> tuple[bool, str, float]:
+    """VACUUM FULL each table (and so its indexes and TOAST table), waiting for its lock at
+    most ``lock_ms`` a try; whether all were rewritten, a note, the longest lock held."""
+    connection = connections[alias]
+    connection.ensure_connection()
+    if connection.in_atomic_block:
+        raise RuntimeError("A file rewrite cannot run inside a transaction.")
+    present = existing_tables(alias)
+    rewritten, longest, left = [], 0.0, []
+    with connection.cursor() as cursor:
+        if max_bytes is not None:
+            names = [t for t in tables if t in present]
+            cursor.execute(
+                "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relname = ANY(%s)",
+                [names],
+            )
+            if too_large := _too_large(alias, int(cursor.fetchone()[0]), max_bytes):
+                return False, too_large, 0.0
+        cursor.execute(f"SET lock_timeout = {int(lock_ms)}")
+        try:
+            for table in tables:
+                if table not in present:
+                    continue
+                for attempt in range(tries):
+                    started = time.monotonic()
+                    try:
+                        cursor.execute(f"VACUUM (FULL) {connection.ops.quote_name(table)}")
+                    except Exception as error:  # noqa: BLE001 - only a lock timeout is retried
+                        if not db.is_busy_error(error) or attempt == tries - 1:
+                            if not db.is_busy_error(error):
+                                raise
+                            left.append(table)
+                            break
+                        time.sleep(0.5)
+                        continue
+                    took = time.monotonic() - started
+                    longest = max(longest, took)
+                    rewritten.append(f"{table} {took:.2f} s")
+                    break
+            if not left:
+                statistics = _refresh_statistics(cursor, [t for t in tables if t in present])
+        finally:
+            cursor.execute("RESET lock_timeout")
+    note = f"{alias}: VACUUM FULL {', '.join(rewritten) or 'nothing'}"
+    if left:
+        return False, f"{note}; not rewritten (the runtime held them): {', '.join(left)}", longest
+    return statistics[0], f"{note}; {statistics[1]}", longest
+
+
+def _refresh_statistics(cursor, tables: Sequence[str]) -> tuple[bool, str]:
+    """ANALYZE keeps sample values of each column (``pg_statistic``: a user id common enough
+    is one): re-analyze the tables from what is left, then rewrite ``pg_statistic`` so
+    the old samples' dead tuples go too (superuser only; otherwise they stay until
+    autovacuum reuses their space, and the note says so)."""
+    if not tables:
+        return True, "no statistics to refresh"
+    cursor.execute("ANALYZE " + ", ".join(tables))
+    try:
+        cursor.execute("VACUUM (FULL) pg_catalog.pg_statistic")
+    except Exception as error:  # noqa: BLE001 - a missing privilege is reported, not raised
+        if db.is_busy_error(error):
+            return False, "statistics re-analyzed; pg_statistic busy, not rewritten"
+        if "permission" not in str(error).lower() and "must be" not in str(error).lower():
+            raise
+        return False, (
+            "statistics re-analyzed; pg_statistic not rewritten (needs a superuser): its old "
+            "sample values stay until autovacuum reuses their space"
+        )
+    return True, "statistics re-analyzed and pg_statistic rewritten"
+
+
+def rewrite_store_files(
+    *,
+    quiet_seconds: float = REWRITE_QUIET_SECONDS,
+    busy_ms: int = REWRITE_BUSY_MS,
+    max_bytes: int | None = None,
+) -> FileRewrite:
+    """Rewrite the store's and the response store's files so no freed byte is left.
+
+    Run it after the search index merge finished (a rewrite copies the index's segments as
+    they are). SQLite: VACUUM each file in a quiet moment; PostgreSQL: VACUUM FULL of the
+    tables an erasure touches. ``done`` is False when the runtime kept one from running,
+    or a database is larger than ``max_bytes`` (automatic runs: the operator runs those).
+    """
+    done, notes, longest = True, [], 0.0
+    for alias in dict.fromkeys([store_alias(), responses_alias()]):
+        if connections[alias].vendor == "sqlite":
+            ok, note, took = vacuum_sqlite(
+                alias, quiet_seconds=quiet_seconds, busy_ms=busy_ms, max_bytes=max_bytes
+            )
+        else:
+            tables = [
+                *(STORE_REWRITE_TABLES if alias == store_alias() else ()),
+                *(RESPONSE_REWRITE_TABLES if alias == responses_alias() else ()),
+            ]
+            ok, note, took = vacuum_full_postgresql(
+                alias, tables, lock_ms=busy_ms, max_bytes=max_bytes
+            )
+        done = done and ok
+        notes.append(note)
+        longest = max(longest, took)
+    return FileRewrite(done, tuple(notes), longest)

@@ -14,6 +14,12 @@ core performs:
 2. after the transaction commits, hands the switch to every registered
    listener, each on a dispatcher thread of its own.
 
+An erasure (``core.erasure``) never deletes a row of the log, which would leave a gap a
+cursor could not tell from a lost event: it empties the erased person's events into
+tombstones that keep their ``seq``, time and reason, name no session or key
+(``new_session_id`` is ``""``) and have the ``history`` origin, so no follower tells a
+listener about them.
+
 A listener is an object with ``on_session_switch`` or a plain callable, called as::
 
     on_session_switch(

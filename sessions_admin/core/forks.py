@@ -206,3 +206,16 @@ def fork_session_ids() -> set[str]:
 
 def fork_groups_of_session(*, session_id: str) -> list[ForkGroup]:
     return [g for g in find_fork_groups() if session_id in g.session_ids]
+
+
+def api_conversations() -> list[set[str]]:
+    """The sessions of each ``/v1/responses`` conversation, linked or not: those one slug
+    names (the evidence fork detection reads), and two sessions a stored response chains
+    across (its ``previous_response_id`` names a response of the other session)."""
+    groups = [set(sessions) for sessions in _conversation_evidence(slug_histories()).values()]
+    responses = _responses_by_id()
+    for session_id, previous, _slug in responses.values():
+        before = responses[previous][0] if previous in responses else None
+        if session_id and before and before != session_id:
+            groups.append({session_id, before})
+    return [group for group in groups if len(group) > 1]

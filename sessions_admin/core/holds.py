@@ -1,30 +1,47 @@
-"""Legal holds: sessions that no delete may remove while the hold stands.
+"""Legal holds: sessions that no delete may remove, and no move take messages from, while
+the hold stands.
 
-A hold names a session, and so its whole lineage (every session whose lineage root,
-``lineage.roots_of``, is the held session's: its compression segments, branches,
-delegates and the sessions a reset started from it), or a user (every session with that
-``user_id``, including the ones the runtime starts after the hold).
+What a hold covers (``holds_covering``; ``holds_on`` names one hold per session):
+
+- A hold on a session covers its whole lineage: every session whose lineage root is the
+  held session's (compression segments, branches, delegates, the sessions a reset started),
+  including the ones the runtime adds after the hold. The root is found across the store
+  and the sessions kept elsewhere (the dashboard's trash, ``set_lineage_elsewhere``): a
+  branch or segment already in the trash, and the parent a kept child lost when it was
+  deleted, are part of the lineage. A session only in the trash can be held.
+- A hold on a user covers every session with that ``user_id`` and the lineage of each
+  (the delegates, subagents and compression children a runtime leaves without a user id),
+  in the store and in the trash.
+- A merge target holds the messages of the sessions a merge (not undone) absorbed: it is
+  covered by every hold covering one of them.
 
 Holds live in the store (``sessions_admin_holds``), beside the sessions they protect, so
 every process that deletes reads the same holds, and the delete itself checks them under
 the store's write lock (``deletion._locked_delete``): a hold placed after a preview was
-shown, or while a bulk job runs, still stops the delete. Placing and releasing a hold is
-audited by the ledger's doors (``ledger.actions.place_hold`` / ``release_hold``).
+shown, or while a bulk job runs, still stops the delete. Merges, their undo and the moves
+of stray messages call ``refuse_moving_out`` under their locks: messages never move from a
+held session into one the same hold does not cover on its own. Placing and releasing a
+hold is audited by the ledger's doors (``ledger.actions.place_hold`` / ``release_hold``).
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from sessions_admin.core import db, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
+from sessions_admin.core.rows import parse_model_config
 
 SESSION = "session"
 USER = "user"
-KINDS = {SESSION: "a session and its whole lineage", USER: "every session of a user"}
+KINDS = {
+    SESSION: "a session and its whole lineage",
+    USER: "every session of a user, with their lineage",
+}
 
 _COLUMNS = (
     "id, kind, subject, reason, placed_by, placed_at, released_at, released_by, release_reason"
@@ -59,15 +76,21 @@ class Hold:
 class SessionsHeld(StoreError):
     """A delete reached sessions under a legal hold: nothing of it was deleted."""
 
+    NAMED = 10  # sessions the message names, each with its hold
+
     def __init__(self, held: dict[str, Hold]):
         self.held = held
         holds = {hold.id: hold for hold in held.values()}
         count = len(held)
         sessions = "1 session is" if count == 1 else f"{count} sessions are"
         named = "; ".join(hold.describe() for _, hold in sorted(holds.items()))
+        which = "; ".join(
+            f"{sid}, hold #{hold.id}" for sid, hold in sorted(held.items())[: self.NAMED]
+        )
+        more = f"; and {count - self.NAMED} more" if count > self.NAMED else ""
         super().__init__(
-            f"{sessions} under {named}. Nothing was deleted: release the hold first, or leave "
-            "those sessions out."
+            f"{sessions} under {named} ({which}{more}). Nothing was deleted: release the hold "
+            "first, or leave those sessions out."
         )
 
 
@@ -111,42 +134,186 @@ def get_hold(*, hold_id: int) -> Hold | None:
     return _hold(row) if row else None
 
 
+# --- what a hold covers ------------------------------------------------------------------
+# A session's lineage root is found by following, upward, its parent link or the session it
+# reset from: in the store (``lineage.roots_of``), then through the sessions kept elsewhere
+# (the dashboard's trash, ``set_lineage_elsewhere``), then in the store again, so a segment in
+# the trash and the store sessions around it share one root. A session hold covers every
+# session with its subject's root; a user hold covers every session with the root of one of
+# that user's sessions (a delegate or compression child the runtime left without a user id
+# included). A merge target holds the absorbed sessions' messages until the merge is undone:
+# it is covered by whatever covers one of them.
+
+MERGE_DEPTH = 20  # merges of merges followed when a target is covered through its absorbed
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """Sessions kept outside the store (the trash), as much as a hold needs of them.
+
+    ``up``: session -> the session it continues (its parent, the session it reset from,
+    or, for a session kept when its parent was deleted, that parent). ``users``: every
+    session kept there -> its user id.
+    """
+
+    up: Mapping[str, str] = field(default_factory=dict)
+    users: Mapping[str, str | None] = field(default_factory=dict)
+
+
+NOWHERE = Elsewhere()
+_elsewhere: Callable[[], Elsewhere] | None = None
+
+
+def set_lineage_elsewhere(source: Callable[[], Elsewhere] | None) -> None:
+    """Where this process keeps sessions removed from the store (a dashboard's trash: the
+    ledger sets it); holds then cover them and the store sessions their lineage links."""
+    global _elsewhere
+    _elsewhere = source
+
+
+def _elsewhere_now() -> Elsewhere:
+    return _elsewhere() if _elsewhere is not None else NOWHERE
+
+
+def _roots(ids: Sequence[str], elsewhere: Elsewhere) -> dict[str, str]:
+    """Each id's lineage root across the store and ``elsewhere`` (an id found nowhere is its own)."""
+    roots: dict[str, str] = {}
+    at = {sid: sid for sid in dict.fromkeys(ids)}
+    seen = {sid: {sid} for sid in at}
+    for _ in range(lineage.MAX_DEPTH):
+        if not at:
+            break
+        in_store = lineage.roots_of(sorted(set(at.values())))
+        following: dict[str, str] = {}
+        for origin, node in at.items():
+            node = in_store.get(node, node)
+            path = seen[origin]
+            path.add(node)
+            moved = False
+            while node in elsewhere.up and elsewhere.up[node] not in path:
+                node = elsewhere.up[node]
+                path.add(node)
+                moved = True
+            if moved:
+                following[origin] = node  # it may go on upward in the store
+            else:
+                roots[origin] = node
+        at = following
+    roots.update(at)
+    return roots
+
+
+def _users_of(ids: Sequence[str], elsewhere: Elsewhere) -> dict[str, str | None]:
+    users: dict[str, str | None] = {
+        sid: elsewhere.users[sid] for sid in ids if sid in elsewhere.users
+    }
+    for start in range(0, len(ids), 500):
+        chunk = list(ids[start : start + 500])
+        users.update(
+            db.fetchall(
+                f"SELECT id, user_id FROM sessions WHERE id IN ({db.placeholders(chunk)})", chunk
+            )
+        )
+    return users
+
+
+def _sessions_of_users(user_ids: Sequence[str], elsewhere: Elsewhere) -> list[tuple[str, str]]:
+    """(session, user) for every session of these users, in the store and elsewhere."""
+    wanted = set(user_ids)
+    found = [(sid, uid) for sid, uid in elsewhere.users.items() if uid in wanted]
+    # Through the search box's index on lower(user_id) (schema.LOWER_INDEX_SQL): a plain
+    # user_id has none, and this runs for every batch of a delete while a user hold stands.
+    found += [
+        (r[0], r[1])
+        for r in db.fetchall(
+            "SELECT id, user_id FROM sessions "
+            f"WHERE lower(user_id) IN ({', '.join('lower(%s)' for _ in user_ids)})",
+            list(user_ids),
+        )
+        if r[1] in wanted
+    ]
+    return found
+
+
+def _merged_into(target_ids: Sequence[str]) -> dict[str, list[str]]:
+    """target -> the sessions merges not undone absorbed into it (their messages are in it)."""
+    absorbed: dict[str, list[str]] = {}
+    for start in range(0, len(target_ids), 500):
+        chunk = list(target_ids[start : start + 500])
+        for target, ids in db.fetchall(
+            "SELECT target_session_id, absorbed_session_ids FROM sessions_admin_merges "
+            f"WHERE undone_at IS NULL AND target_session_id IN ({db.placeholders(chunk)})",
+            chunk,
+        ):
+            try:
+                absorbed.setdefault(target, []).extend(str(s) for s in json.loads(ids))
+            except (TypeError, ValueError):
+                continue
+    return absorbed
+
+
+def _covering(
+    ids: Sequence[str],
+    standing: Sequence[Hold],
+    elsewhere: Elsewhere,
+    depth: int = 0,
+    *,
+    through_merges: bool = True,
+) -> dict[str, list[Hold]]:
+    ids = list(dict.fromkeys(s for s in ids if s))
+    if not ids or not standing:
+        return {}
+    session_holds = [hold for hold in standing if hold.kind == SESSION]
+    user_holds = {hold.subject: hold for hold in standing if hold.kind == USER}
+    theirs = _sessions_of_users(sorted(user_holds), elsewhere) if user_holds else []
+    roots = _roots(
+        [*ids, *(hold.subject for hold in session_holds), *(s for s, _ in theirs)], elsewhere
+    )
+    by_root: dict[str, dict[int, Hold]] = {}
+    for hold in session_holds:
+        by_root.setdefault(roots.get(hold.subject, hold.subject), {})[hold.id] = hold
+    for session_id, user_id in theirs:
+        hold = user_holds[user_id]
+        by_root.setdefault(roots.get(session_id, session_id), {})[hold.id] = hold
+    users = _users_of(ids, elsewhere) if user_holds else {}
+    covering: dict[str, dict[int, Hold]] = {}
+    for session_id in ids:
+        found = dict(by_root.get(roots.get(session_id, session_id), {}))
+        own = user_holds.get(users.get(session_id))  # type: ignore[arg-type]
+        if own is not None:
+            found[own.id] = own
+        if found:
+            covering[session_id] = found
+    if through_merges and depth < MERGE_DEPTH:
+        absorbed = _merged_into(ids)
+        if absorbed:
+            inner = _covering(
+                [s for found in absorbed.values() for s in found], standing, elsewhere, depth + 1
+            )
+            for target, found in absorbed.items():
+                for session_id in found:
+                    for hold in inner.get(session_id, []):
+                        covering.setdefault(target, {})[hold.id] = hold
+    return {sid: [found[k] for k in sorted(found)] for sid, found in covering.items()}
+
+
+def holds_covering(session_ids: Sequence[str]) -> dict[str, tuple[Hold, ...]]:
+    """The sessions among these that standing holds cover, each with every hold covering it
+    (oldest first). The ids may be of sessions in the store or kept elsewhere (the trash)."""
+    holds = active_holds()
+    if not holds:
+        return {}
+    covering = _covering(list(session_ids), holds, _elsewhere_now())
+    return {sid: tuple(found) for sid, found in covering.items()}
+
+
 def holds_on(session_ids: Sequence[str]) -> dict[str, Hold]:
     """The sessions among these that a standing hold covers, each with (one of) its holds.
 
-    Without any standing hold (the usual case) this is one indexed-free read of a
-    small table; otherwise one lineage walk for the asked sessions.
+    Without any standing hold (the usual case) this is one read of a small table;
+    otherwise a lineage walk for the asked sessions (``holds_covering``).
     """
-    holds = active_holds()
-    ids = list(dict.fromkeys(s for s in session_ids if s))
-    if not holds or not ids:
-        return {}
-    held: dict[str, Hold] = {}
-    by_user = {hold.subject: hold for hold in holds if hold.kind == USER}
-    if by_user:
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            for session_id, user_id in db.fetchall(
-                f"SELECT id, user_id FROM sessions WHERE id IN ({db.placeholders(chunk)})",
-                chunk,
-            ):
-                if user_id in by_user:
-                    held[session_id] = by_user[user_id]
-    session_holds = [hold for hold in holds if hold.kind == SESSION]
-    if session_holds:
-        held_roots: dict[str, Hold] = {}
-        subject_roots = lineage.roots_of([hold.subject for hold in session_holds])
-        for hold in session_holds:
-            held_roots.setdefault(subject_roots.get(hold.subject, hold.subject), hold)
-        roots = lineage.roots_of([sid for sid in ids if sid not in held])
-        for session_id in ids:
-            if session_id in held:
-                continue
-            root = roots.get(session_id, session_id)
-            hold = held_roots.get(root) or held_roots.get(session_id)
-            if hold is not None:
-                held[session_id] = hold
-    return held
+    return {sid: found[0] for sid, found in holds_covering(session_ids).items()}
 
 
 def refuse_held(session_ids: Sequence[str]) -> None:
@@ -157,19 +324,90 @@ def refuse_held(session_ids: Sequence[str]) -> None:
 
 
 def held_among_rows(rows: Sequence[dict]) -> dict[str, Hold]:
-    """Holds covering session rows no longer in the store (the trash's copies): by user, or
-    by the held session's own id (its lineage is not in the store to walk)."""
+    """Holds covering session rows no longer in the store (the trash's copies).
+
+    Their lineage is walked through the rows' own links, the sessions kept elsewhere
+    (``set_lineage_elsewhere``) and the store; a row is also covered by a hold on its user.
+    """
     holds = active_holds()
     if not holds:
         return {}
-    by_user = {hold.subject: hold for hold in holds if hold.kind == USER}
-    by_session = {hold.subject: hold for hold in holds if hold.kind == SESSION}
-    held: dict[str, Hold] = {}
+    known = _elsewhere_now()
+    up = dict(known.up)
+    users = dict(known.users)
     for row in rows:
-        hold = by_session.get(row.get("id")) or by_user.get(row.get("user_id"))
-        if hold is not None:
-            held[str(row.get("id"))] = hold
-    return held
+        session_id = row.get("id")
+        if not session_id:
+            continue
+        users.setdefault(str(session_id), row.get("user_id"))
+        parent = row.get("parent_session_id") or parse_model_config(row.get("model_config")).get(
+            "_reset_from"
+        )
+        if isinstance(parent, str) and parent:
+            up.setdefault(str(session_id), parent)
+    covering = _covering(
+        [str(row.get("id")) for row in rows if row.get("id")], holds, Elsewhere(up, users)
+    )
+    return {sid: found[0] for sid, found in covering.items()}
+
+
+class HeldMessagesWouldLeave(SessionsHeld):
+    """Messages under a legal hold would move into sessions the hold does not cover: refused.
+
+    A ``SessionsHeld`` (``held`` names the session they would leave), so whoever handles a
+    held session's refusal handles this one too."""
+
+    def __init__(self, *, action: str, from_session: str, to_session: str, holds: Sequence[Hold]):
+        self.from_session = from_session
+        self.to_session = to_session
+        self.holds = tuple(holds)
+        self.held = {from_session: self.holds[0]}
+        named = "; ".join(hold.describe() for hold in self.holds)
+        StoreError.__init__(
+            self,
+            f"The {action} would move messages of session {from_session}, under {named}, into "
+            f"session {to_session}, which the hold does not cover. Nothing was changed: release "
+            "the hold first.",
+        )
+
+
+def refuse_moving_out(*, moves: Sequence[tuple[str, str]], action: str) -> None:
+    """Raise the first of ``held_moves``' refusals. Called by merges, their undo and the moves
+    of stray messages, under their locks."""
+    refused = held_moves(moves=moves, action=action)
+    if refused:
+        raise refused[0]
+
+
+def held_moves(*, moves: Sequence[tuple[str, str]], action: str) -> list[HeldMessagesWouldLeave]:
+    """A refusal for each (from, to) move of messages that would take them out of a standing
+    hold: every hold covering ``from`` must cover ``to`` too (a preview shows them)."""
+    holds = active_holds()
+    if not holds or not moves:
+        return []
+    elsewhere = _elsewhere_now()
+    covering = _covering([s for move in moves for s in move], holds, elsewhere)
+    # Where they go must be held by its own lineage or user, not only as the target of a merge
+    # (messages moved there on their own would lose the hold when the merge is undone).
+    receiving = _covering([to for _, to in moves], holds, elsewhere, through_merges=False)
+    refused: list[HeldMessagesWouldLeave] = []
+    for from_session, to_session in moves:
+        if from_session == to_session:
+            continue
+        kept = {hold.id for hold in receiving.get(to_session, [])}
+        leaving = [hold for hold in covering.get(from_session, []) if hold.id not in kept]
+        if leaving:
+            refused.append(
+                HeldMessagesWouldLeave(
+                    action=action, from_session=from_session, to_session=to_session, holds=leaving
+                )
+            )
+    return refused
+
+
+def in_lineage_elsewhere(session_id: str) -> bool:
+    """Whether the session is kept outside the store (in the trash): a hold can still name it."""
+    return session_id in _elsewhere_now().users
 
 
 def _clean(text: str, what: str) -> str:
@@ -186,7 +424,13 @@ def place_hold(*, kind: str, subject: str, reason: str, actor: str) -> Hold:
         raise InvalidInput(f"A hold is on a session or a user, not {kind!r}.")
     subject = _clean(subject, "session id" if kind == SESSION else "user id")
     reason = _clean(reason, "reason for the hold")
-    if kind == SESSION and lineage.session_row(subject, lock=True) is None:
+    if (
+        kind == SESSION
+        and lineage.session_row(subject, lock=True) is None
+        and not in_lineage_elsewhere(subject)
+    ):
+        # A session only in the trash can be held too: its trash operation (and what its
+        # lineage links in the store) is then kept from a purge.
         raise SessionNotFound(subject)
     existing = db.fetchone(
         "SELECT id FROM sessions_admin_holds WHERE kind = %s AND subject = %s "

@@ -29,12 +29,13 @@ else the one with the latest activity: ``target_rule`` says which rule chose.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sessions_admin.core import being_deleted, clock, db, events, faults, lineage
+from sessions_admin.core import being_deleted, clock, db, events, faults, holds, lineage
 from sessions_admin.core.conversations import (
     conversation_history_of,
     latest_responses_of,
@@ -127,6 +128,10 @@ class MergePlan:
     # "chosen" (given), "oldest" (same customer), "live" or "latest activity" (they differ).
     chosen_id: str = ""
     target_rule: str = "chosen"
+    # Why the merge would be refused under a legal hold (a held session's messages would leave
+    # its hold), in words; empty: no hold stands in the way. The merge checks again under its
+    # locks (``holds.refuse_moving_out``).
+    held: tuple[str, ...] = ()
 
     @property
     def differs(self) -> bool:
@@ -156,6 +161,12 @@ class UnmergeResult:
     returned_messages: int
 
 
+# What an erasure (core.erasure) leaves as a merge's prior state when the merge moved the
+# erased person's rows into a session that stays: nothing to undo with, and it says so.
+CLOSED_BY_ERASURE = {"closed_by_erasure": True}
+_CLOSED_PREFIX = '{"closed_by_erasure"'
+
+
 @dataclass(frozen=True)
 class MergeRecord:
     merge_id: int
@@ -163,6 +174,64 @@ class MergeRecord:
     target_id: str
     absorbed_ids: tuple[str, ...]
     undone_at: float | None
+    # Its sessions no longer in the store (deleted since): it cannot be undone until they
+    # are back (restored from the trash), and says so instead of failing.
+    missing_ids: tuple[str, ...] = ()
+    # An erasure removed rows this merge moved: it can never be undone again.
+    closed_by_erasure: bool = False
+
+    @property
+    def undo_lost(self) -> str:
+        """Why this merge cannot be undone now ("" if it can, or was undone)."""
+        if self.undone_at is not None:
+            return ""
+        if self.closed_by_erasure:
+            return (
+                f"Merge #{self.merge_id} can no longer be undone: an erasure removed rows it moved."
+            )
+        if self.missing_ids:
+            return (
+                f"Merge #{self.merge_id} can no longer be undone: session(s) "
+                f"{', '.join(self.missing_ids[:5])} were deleted (restore them from the trash first)."
+            )
+        return ""
+
+    @property
+    def undoable(self) -> bool:
+        return self.undone_at is None and not self.undo_lost
+
+
+@dataclass(frozen=True)
+class UndoableMerge:
+    """A merge that can still be undone, as one of its sessions sees it."""
+
+    merge_id: int
+    role: str  # "target" or "absorbed"
+
+    def describe(self) -> str:
+        what = "target of" if self.role == "target" else "absorbed by"
+        return f"{what} merge #{self.merge_id}, which can still be undone"
+
+
+def undoable_merges_of(session_ids: Iterable[str] | None = None) -> dict[str, UndoableMerge]:
+    """The sessions a merge that can still be undone needs, each with that merge (its newest).
+
+    An unmerge puts every session of the merge back, the target and each absorbed one
+    (its husk): deleting any of them loses the undo. The one rule every delete asks (a
+    bulk preset or selection and retention leave them out, a cascade warns and asks).
+    ``session_ids``: only these (default: every such session).
+    """
+    wanted = None if session_ids is None else set(session_ids)
+    found: dict[str, UndoableMerge] = {}
+    for merge_id, target, absorbed in db.fetchall(
+        "SELECT id, target_session_id, absorbed_session_ids FROM sessions_admin_merges "
+        "WHERE undone_at IS NULL ORDER BY id"
+    ):
+        members = [(target, "target"), *((sid, "absorbed") for sid in json.loads(absorbed))]
+        for sid, role in members:
+            if wanted is None or sid in wanted:
+                found[sid] = UndoableMerge(int(merge_id), role)
+    return found
 
 
 def _rows(ids: Sequence[str], *, lock: bool = False) -> dict[str, dict]:
@@ -402,7 +471,11 @@ def plan_merge(*, session_ids: Sequence[str], target_id: str | None = None) -> M
     live one, else the latest active (``_default_target``; ``plan.target_rule``).
     """
     target, absorbed, chosen, rule = _members(session_ids, target_id)
-    return _build_plan(target, absorbed, lock=False, chosen=chosen, rule=rule)
+    plan = _build_plan(target, absorbed, lock=False, chosen=chosen, rule=rule)
+    refused = holds.held_moves(moves=[(sid, target) for sid in plan.absorbed_ids], action="merge")
+    if not refused:
+        return plan
+    return dataclasses.replace(plan, held=tuple(str(refusal) for refusal in refused))
 
 
 def merge_preview(*, plan: MergePlan, limit: int = 200) -> list[dict]:
@@ -497,6 +570,9 @@ def merge_sessions(
     lock_keys_of([target, *absorbed])
     plan = _build_plan(target, absorbed, lock=True)
     being_deleted.refuse_being_deleted([target, *plan.absorbed_ids])
+    # Under the locks: a held session's messages and children never leave its hold (a merge
+    # into a session the same hold covers is fine, and so is one into a held target).
+    holds.refuse_moving_out(moves=[(sid, target) for sid in plan.absorbed_ids], action="merge")
     if expected_fingerprint is not None and expected_fingerprint != plan.fingerprint:
         raise PlanChanged("merge")
     absorbed = list(plan.absorbed_ids)
@@ -608,10 +684,19 @@ def _continue_histories(plan: MergePlan, moved_responses: list[list[str]]) -> li
 
 
 def _record(row: tuple) -> MergeRecord:
-    return MergeRecord(int(row[0]), row[1], row[2], tuple(json.loads(row[3])), row[4])
+    target, absorbed = row[2], tuple(json.loads(row[3]))
+    missing: tuple[str, ...] = ()
+    if row[4] is None:
+        present = lineage.existing_session_ids([target, *absorbed])
+        missing = tuple(sid for sid in (target, *absorbed) if sid not in present)
+    return MergeRecord(int(row[0]), row[1], target, absorbed, row[4], missing, bool(row[5]))
 
 
-_RECORD_COLUMNS = "id, created_at, target_session_id, absorbed_session_ids, undone_at"
+_RECORD_COLUMNS = (
+    "id, created_at, target_session_id, absorbed_session_ids, undone_at, "
+    f"CASE WHEN substr(prior_state, 1, {len(_CLOSED_PREFIX)}) = '{_CLOSED_PREFIX}' "
+    "THEN 1 ELSE 0 END"
+)
 
 
 def merge_record(*, merge_id: int) -> MergeRecord:
@@ -651,6 +736,10 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
     if row[3] is not None:
         raise InvalidInput(f"Merge {merge_id} was already undone.")
     target, absorbed, prior = row[0], json.loads(row[1]), json.loads(row[2])
+    if prior.get("closed_by_erasure"):
+        raise InvalidInput(
+            f"Merge {merge_id} can no longer be undone: an erasure removed rows it moved."
+        )
     members = {target, *absorbed}
     later = [
         _record(r)
@@ -675,8 +764,11 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
     missing = [sid for sid in [target, *absorbed] if sid not in present]
     if missing:
         raise InvalidInput(
-            f"Cannot undo merge {merge_id}: session(s) {', '.join(missing)} no longer exist."
+            MergeRecord(int(merge_id), 0.0, target, tuple(absorbed), None, tuple(missing)).undo_lost
         )
+    # The merged messages (and any a hold placed since covers through the target) stay under
+    # every hold covering the target: each session they go back to must be covered too.
+    holds.refuse_moving_out(moves=[(target, sid) for sid in absorbed], action="undo of the merge")
     returned = 0
     for sid, ranges in prior["messages"].items():
         for start, end in ranges:

@@ -2,17 +2,21 @@
 
 A rule names sessions by source, status (ended, or ended and empty), end reason, title
 (with / without / either) and how long they have been quiet: no message stamped and no
-end or start within ``older_than_days``. What it selects is then narrowed so that a
-run deletes whole conversations only:
+end or start within ``older_than_days`` (a number of days from ``MIN_DAYS`` to
+``MAX_DAYS``; anything else, a boolean, NaN or an infinity included, is refused by
+``check_days``, the one rule for the form, the command and the stored policy).
 
-- never a live session, nor a session under a legal hold (``core.holds``; the bulk
-  delete preview and the delete itself check that again), nor the husk or the target
-  of a merge that can still be undone (an unmerge needs both);
-- never a session whose compression continuation or delegate is not selected too
-  (an old first segment of a conversation that is still going stays), nor a
-  continuation or delegate whose parent stays (a conversation never loses its middle).
-  Branches are conversations of their own: they stay when their parent goes (the
-  delete clears their parent link) and go on their own rule.
+A run deletes whole conversations only. A conversation is every session connected to
+another by any link: a parent link of any kind (compression continuation, delegate,
+branch, an API slug's continuation ``_continued_from``), a merge (``_merged_into`` and
+the merge records), and the sessions one ``/v1/responses`` conversation names without
+a parent link (``forks.api_conversations``). A reset is the one link that starts a new
+conversation (that is what a reset is for), so it does not join the two. A
+conversation goes only when every session of it matches the rule; one session that is
+live, was active within the days, matches no filter, is under a legal hold
+(``core.holds``) or is the husk or the target of a merge that can still be undone (an
+unmerge needs both) keeps all of it. The sessions a hold keeps are named with the hold
+(``RetentionPlan.held``), so a dry run and a run say which hold kept what.
 
 The dashboard's retention policies (``ledger/retention.py``) run this selection as a
 bulk delete job; a runtime can call it too.
@@ -20,19 +24,53 @@ bulk delete job; a runtime can call it too.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from sessions_admin.core import db, lineage
-from sessions_admin.core.deletion import undoable_merge_husks
+from sessions_admin.core import db, forks, holds, lineage
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.merge import undoable_merges_of
 
 STATUSES = {"ended": "ended (any reason)", "empty": "ended with no messages"}
 TITLES = {"any": "with or without a title", "with": "with a title", "without": "without a title"}
+MIN_DAYS = 1
 MAX_DAYS = 36_500
 CHUNK = 500
-# Links along which a conversation continues (the rest start conversations of their own).
-CONTINUING = ("compression", "delegate")
+
+
+def shown(value: Any) -> str:
+    """A value as a refusal quotes it (bounded: it may be anything a caller passed)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def number_problem(value: Any, *, low: float, high: float) -> str | None:
+    """Why ``value`` is not a number from ``low`` to ``high`` (None: it is).
+
+    A boolean is not a number here (``True`` would read as 1), nor is text, NaN
+    or an infinity (both fail the range); an int too large for a float fails the
+    range too, without converting it.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{shown(value)} is not a number"
+    if not low <= value <= high:
+        return f"{shown(value)} is out of range"
+    return None
+
+
+def check_days(value: Any) -> float:
+    """``older_than_days`` as a float, or ``InvalidInput`` saying what is allowed."""
+    problem = number_problem(value, low=MIN_DAYS, high=MAX_DAYS)
+    if problem:
+        raise InvalidInput(
+            f"Keep sessions between {MIN_DAYS} and {MAX_DAYS} days of quiet ({problem}); "
+            "nothing was stored or deleted."
+        )
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -44,10 +82,10 @@ class RetentionRule:
     title: str = "any"
 
     def check(self) -> None:
-        if not isinstance(self.older_than_days, int | float) or not (
-            0 <= float(self.older_than_days) <= MAX_DAYS
-        ):
-            raise InvalidInput(f"Keep sessions between 0 and {MAX_DAYS} days.")
+        check_days(self.older_than_days)
+        for name in ("source", "end_reason"):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidInput(f"The {name.replace('_', ' ')} must be text.")
         if self.status not in STATUSES:
             raise InvalidInput(f"Status must be one of {', '.join(STATUSES)}.")
         if self.title not in TITLES:
@@ -61,8 +99,34 @@ class RetentionRule:
             parts.append(f"ended by {self.end_reason}")
         if self.title != "any":
             parts.append(TITLES[self.title])
-        parts.append(f"quiet for {self.older_than_days:g} days")
+        parts.append(f"quiet for {float(self.older_than_days):g} days")
         return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class HeldSkip:
+    """A session the rule matched that stays because a legal hold covers its conversation."""
+
+    session_id: str
+    hold_id: int
+    hold: str  # the hold in words (``Hold.describe``)
+    held_session_id: str  # the session the hold covers (this one, or one of its conversation)
+
+    def describe(self) -> str:
+        via = "" if self.held_session_id == self.session_id else f" (with {self.held_session_id})"
+        return f"{self.session_id}{via}: hold #{self.hold_id}"
+
+
+@dataclass(frozen=True)
+class RetentionPlan:
+    session_ids: tuple[str, ...]  # what a run deletes, oldest first (whole conversations)
+    held: tuple[HeldSkip, ...]  # matched, kept by a hold (by session id)
+    matched: int  # sessions the rule's filters matched, before whole conversations
+    fingerprint: str  # of ``session_ids``: a run checks it to delete what was shown
+
+
+def fingerprint_of(session_ids: Iterable[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(session_ids)).encode()).hexdigest()[:32]
 
 
 def _where(rule: RetentionRule, cutoff: float) -> tuple[str, list]:
@@ -88,65 +152,127 @@ def _where(rule: RetentionRule, cutoff: float) -> tuple[str, list]:
     return " AND ".join(where), params
 
 
-def select_sessions(rule: RetentionRule, *, now: float | None = None) -> list[str]:
-    """The sessions a run of ``rule`` deletes now, oldest first (whole conversations only)."""
+def plan_retention(rule: RetentionRule, *, now: float | None = None) -> RetentionPlan:
+    """What a run of ``rule`` deletes now, and which holds keep what it matched."""
     rule.check()
     now = time.time() if now is None else now
     cutoff = now - float(rule.older_than_days) * 86400
     where, params = _where(rule, cutoff)
-    husks = undoable_merge_husks() | undoable_merge_targets()
-    picked = [
+    matched = [
         r[0]
         for r in db.fetchall(
             f"SELECT s.id FROM sessions s WHERE {where} ORDER BY s.started_at, s.id", params
         )
-        if r[0] not in husks
     ]
-    return _whole_conversations(picked)
+    merge_parts = undoable_merges_of(matched)
+    held = holds.holds_on(matched)
+    components = _Components(matched)
+    components.link(matched)
+    for sid in matched:
+        if sid in merge_parts or sid in held:
+            components.keep(sid)
+    chosen = [sid for sid in matched if not components.kept(sid)]
+    skips = []
+    for sid in matched:
+        holder = held.get(sid)
+        via = sid
+        if holder is None:
+            via = next((other for other in components.members(sid) if other in held), "")
+            holder = held.get(via)
+        if holder is not None:
+            skips.append(HeldSkip(sid, holder.id, holder.describe(), via))
+    return RetentionPlan(
+        session_ids=tuple(chosen),
+        held=tuple(skips),
+        matched=len(matched),
+        fingerprint=fingerprint_of(chosen),
+    )
 
 
-def undoable_merge_targets() -> set[str]:
-    """Sessions a merge that can still be undone absorbed others into: unmerge needs them."""
-    return {
-        r[0]
-        for r in db.fetchall(
-            "SELECT target_session_id FROM sessions_admin_merges WHERE undone_at IS NULL"
+def select_sessions(rule: RetentionRule, *, now: float | None = None) -> list[str]:
+    """The sessions a run of ``rule`` deletes now, oldest first (whole conversations only)."""
+    return list(plan_retention(rule, now=now).session_ids)
+
+
+class _Components:
+    """The matched sessions grouped into their conversations (union-find over every link).
+
+    Only links that touch a matched session are read. A group with a link to a session
+    that exists but was not matched is kept whole: that session belongs to its
+    conversation and stays, so all of it stays.
+    """
+
+    def __init__(self, matched: list[str]):
+        self.matched = set(matched)
+        self.parent = {sid: sid for sid in matched}
+        self.outside: set[str] = set()  # matched sessions linked to a staying session
+        self._members: dict[str, list[str]] | None = None
+        self._kept_roots: set[str] = set()
+
+    def find(self, sid: str) -> str:
+        root = sid
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[sid] != root:
+            self.parent[sid], sid = root, self.parent[sid]
+        return root
+
+    def keep(self, sid: str) -> None:
+        self.outside.add(sid)
+
+    def _join(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Link each pair; a pair with one side unmatched keeps the other (if that side exists)."""
+        unmatched: dict[str, set[str]] = {}
+        for a, b in pairs:
+            if not a or not b or a == b:
+                continue
+            if a in self.matched and b in self.matched:
+                self.parent[self.find(a)] = self.find(b)
+            elif a in self.matched:
+                unmatched.setdefault(b, set()).add(a)
+            elif b in self.matched:
+                unmatched.setdefault(a, set()).add(b)
+        for other in lineage.existing_session_ids(unmatched):
+            self.outside.update(unmatched[other])
+
+    def link(self, matched: list[str]) -> None:
+        pairs: list[tuple[str, str]] = []
+        for start in range(0, len(matched), CHUNK):
+            chunk = matched[start : start + CHUNK]
+            marks = db.placeholders(chunk)
+            pairs += db.fetchall(
+                "SELECT id, parent_session_id FROM sessions "
+                f"WHERE id IN ({marks}) AND parent_session_id IS NOT NULL",
+                chunk,
+            )
+            pairs += db.fetchall(
+                f"SELECT id, parent_session_id FROM sessions WHERE parent_session_id IN ({marks})",
+                chunk,
+            )
+        merged_into = lineage.marker("_merged_into")
+        pairs += db.fetchall(
+            f"SELECT id, {merged_into} FROM sessions WHERE {merged_into} IS NOT NULL"
         )
-    }
-
-
-def _whole_conversations(picked: list[str]) -> list[str]:
-    """Those of ``picked`` whose conversation goes whole (see the module's docstring)."""
-    chosen = set(picked)
-    kind = lineage.link_kind_sql("c", "p")
-    continuing_children: dict[str, list[str]] = {}
-    continuing_parent: dict[str, str] = {}
-    for start in range(0, len(picked), CHUNK):
-        chunk = picked[start : start + CHUNK]
-        marks = db.placeholders(chunk)
-        for parent, child, link in db.fetchall(
-            f"SELECT p.id, c.id, {kind} FROM sessions p JOIN sessions c "
-            f"ON c.parent_session_id = p.id WHERE p.id IN ({marks})",
-            chunk,
+        for target, absorbed in db.fetchall(
+            "SELECT target_session_id, absorbed_session_ids FROM sessions_admin_merges "
+            "WHERE undone_at IS NULL"
         ):
-            if link in CONTINUING:
-                continuing_children.setdefault(parent, []).append(child)
-        for child, parent, link in db.fetchall(
-            f"SELECT c.id, p.id, {kind} FROM sessions c JOIN sessions p "
-            f"ON p.id = c.parent_session_id WHERE c.id IN ({marks})",
-            chunk,
-        ):
-            if link in CONTINUING:
-                continuing_parent[child] = parent
-    changed = True
-    while changed:
-        changed = False
-        for sid in list(chosen):
-            parent = continuing_parent.get(sid)
-            if parent is not None and parent not in chosen:
-                chosen.discard(sid)
-                changed = True
-            elif any(child not in chosen for child in continuing_children.get(sid, ())):
-                chosen.discard(sid)
-                changed = True
-    return [sid for sid in picked if sid in chosen]
+            pairs += [(target, husk) for husk in json.loads(absorbed or "[]")]
+        for group in forks.api_conversations():
+            hub = next((sid for sid in sorted(group) if sid in self.matched), None)
+            if hub is not None:
+                pairs += [(hub, other) for other in group]
+        self._join(pairs)
+
+    def members(self, sid: str) -> list[str]:
+        """The matched sessions of ``sid``'s conversation (call after every ``keep``)."""
+        if self._members is None:
+            self._members = {}
+            for other in sorted(self.matched):
+                self._members.setdefault(self.find(other), []).append(other)
+            self._kept_roots = {self.find(other) for other in self.outside}
+        return self._members[self.find(sid)]
+
+    def kept(self, sid: str) -> bool:
+        self.members(sid)
+        return self.find(sid) in self._kept_roots

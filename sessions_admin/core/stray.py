@@ -28,7 +28,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sessions_admin.core import being_deleted, db, lineage
+from sessions_admin.core import being_deleted, db, holds, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound
 from sessions_admin.core.lifecycle import lock_keys_of, where_it_continues
@@ -184,6 +184,9 @@ def move_stray_messages(*, session_id: str, expected_fingerprint: str) -> StrayM
             f"No live session continues {session_id}: resume where its conversation went, "
             "then move the messages."
         )
+    holds.refuse_moving_out(
+        moves=[(session_id, plan.destination_id)], action="move of stray messages"
+    )
     _move(plan.message_ids, session_id, plan.destination_id)
     return StrayMoveResult(session_id, plan.destination_id, plan.message_ids)
 
@@ -218,5 +221,6 @@ def return_stray_messages(
             f"None of the moved messages is in {destination_id} any more: already returned, "
             "deleted or moved on."
         )
+    holds.refuse_moving_out(moves=[(destination_id, session_id)], action="return of stray messages")
     _move(sorted(present), destination_id, session_id)
     return StrayReturnResult(session_id, destination_id, tuple(sorted(present)))

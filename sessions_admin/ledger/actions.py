@@ -35,6 +35,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import IO, Any, TypeVar
 
+from django.conf import settings
 from django.db import connections, router, transaction
 from django.utils import timezone
 
@@ -61,7 +62,8 @@ from sessions_admin.ledger.models import (
     RetentionPolicy,
     TrashEntry,
 )
-from sessions_admin.ledger.trash import LEDGER_TRASH, purge_trash
+from sessions_admin.ledger.trash import LEDGER_TRASH, PurgeReport, purge_trash_report
+from sessions_admin.routers import store_alias
 from sessions_admin.store import cached
 from sessions_admin.store.models import Session
 
@@ -69,6 +71,7 @@ T = TypeVar("T")
 MAX_AUDIT_SESSIONS = 10_000
 ENTRY_SESSION_IDS = 1000  # ids kept on the entry itself; AuditSession rows hold up to the max
 DETAIL_MAX = 4000
+MAX_HELD_NAMED = 1000  # held sessions a retention run's entry names one by one
 
 logger = logging.getLogger(__name__)
 
@@ -554,6 +557,7 @@ def cascade_delete(
     include_branches: bool,
     expected_fingerprint: str,
     reason: str,
+    lose_undo: bool = False,
 ) -> core.DeleteResult:
     ids = operator_identifiers(session_ids)
     _check_fingerprint(expected_fingerprint)
@@ -571,20 +575,31 @@ def cascade_delete(
             actor=_name(actor),
             reason=reason,
             trash=LEDGER_TRASH,
+            lose_undo=lose_undo,
         ),
         after=lambda r: {
             "deleted_sessions": r.deleted_sessions,
             "deleted_messages": r.deleted_messages,
             "trash_entries": list(r.trash_entry_ids),
             "trash_operation": r.operation,
+            **({"lost_undo_of_merges": list(r.lost_undos)} if r.lost_undos else {}),
         },
     )
 
 
 def start_bulk_delete(
-    *, actor, session_ids: Sequence[str], include_live: bool, reason: str, description: str = ""
+    *,
+    actor,
+    session_ids: Sequence[str],
+    include_live: bool,
+    reason: str,
+    description: str = "",
+    expected_ids: Sequence[str] | None = None,
 ) -> int:
+    """The job for the dry run of ``session_ids``; with ``expected_ids`` (the set the dry run
+    showed) it takes none other (``jobs.create_bulk_delete_job``)."""
     ids = operator_identifiers(session_ids)
+    expected = None if expected_ids is None else operator_identifiers(expected_ids)
     reason = operator_text(reason, field="reason", required=True)
     description = operator_text(description, field="description", max_length=DESCRIPTION_MAX)
     job_id = _audited(
@@ -599,6 +614,7 @@ def start_bulk_delete(
             actor=_name(actor),
             reason=reason,
             description=description,
+            expected_ids=expected,
         ),
         after=lambda job: {"job": job},
     )
@@ -648,7 +664,9 @@ def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
     )
 
 
-def purge(*, actor, older_than_days: float | None, reason: str) -> int:
+def purge(*, actor, older_than_days: float | None, reason: str) -> PurgeReport:
+    """Drop trash operations for good: audited, naming each one a legal hold kept (its
+    first entry, one held session and the hold)."""
     reason = operator_text(reason, field="reason", required=True)
     return _audited(
         actor=actor,
@@ -656,8 +674,25 @@ def purge(*, actor, older_than_days: float | None, reason: str) -> int:
         session_ids=[],
         reason=reason,
         before={"older_than_days": older_than_days},
-        run=lambda: purge_trash(older_than_days=older_than_days),
-        after=lambda n: {"purged_entries": n},
+        run=lambda: purge_trash_report(older_than_days=older_than_days),
+        after=lambda report: {
+            "purged_entries": report.purged,
+            **(
+                {
+                    "kept_under_hold": [
+                        {
+                            "trash_entry": kept.entry_id,
+                            "session": kept.session_id,
+                            "hold": kept.hold.id,
+                        }
+                        for kept in report.kept[:ENTRY_SESSION_IDS]
+                    ]
+                }
+                if report.kept
+                else {}
+            ),
+        },
+        result_ids=lambda report: [kept.session_id for kept in report.kept],
     )
 
 
@@ -692,11 +727,13 @@ def release_hold(*, actor, hold_id: int, reason: str) -> holds.Hold:
 
 
 def _policy_state(policy: RetentionPolicy) -> dict:
+    every = policy.every_hours
     return {
         "policy": policy.pk,
         "name": policy.name,
         "rule": retention.describe(policy),
-        "every_hours": policy.every_hours,
+        # A stored value the rules refuse (NaN, text) is kept as its text: jsonb has no NaN.
+        "every_hours": every if retention.problem_of(policy) is None else repr(every),
         "enabled": policy.enabled,
     }
 
@@ -731,6 +768,8 @@ def set_retention_policy_enabled(
     policy = RetentionPolicy.objects.filter(pk=policy_id).first()
     if policy is None:
         raise InvalidInput(f"There is no retention policy #{policy_id}.")
+    if enabled:
+        retention.check_stored(policy)
 
     def switch() -> RetentionPolicy:
         policy.enabled = enabled
@@ -767,24 +806,61 @@ def delete_retention_policy(*, actor, policy_id: int, reason: str = "") -> None:
     )
 
 
-def run_retention_policy(*, actor, policy_id: int, reason: str = "") -> int | None:
+def run_retention_policy(
+    *, actor, policy_id: int, reason: str, expected_fingerprint: str | None = None
+) -> int | None:
     """One run of a policy now: a bulk delete job of what it selects (None: nothing matched).
 
-    The scheduler calls this for a due run it claimed (``start_due_policies``); the
-    page's "Run now" and ``manage.py apply_retention`` call it directly.
+    The scheduler calls this for a due run it claimed (``start_due_policies``) and
+    ``manage.py apply_retention`` for its pass, both with no actor: the policy itself is
+    the actor then (``retention.actor_of``). The page's "Run now" passes the operator and
+    the fingerprint of the preview it showed: a run whose selection changed since is
+    refused (``PlanChanged``), so it deletes exactly the sessions shown. A stored policy
+    the rules refuse never runs; its refusal is audited. Sessions a legal hold keeps are
+    named with the hold in the entry (``kept_for_holds``).
     """
-    reason = operator_text(reason, field="reason")
+    reason = operator_text(reason, field="reason", required=True)
     policy = RetentionPolicy.objects.filter(pk=policy_id).first()
     if policy is None:
         raise InvalidInput(f"There is no retention policy #{policy_id}.")
-    ids = retention.selected_ids(policy)
+    if actor is None:
+        actor = retention.actor_of(policy)
+    if problem := retention.problem_of(policy):
+        entry = record(
+            actor=actor,
+            action="retention_run",
+            session_ids=[],
+            before=_policy_state(policy),
+            reason=reason,
+            outcome=AuditEntry.FAILED,
+            detail=problem,
+        )
+        refused = InvalidInput(problem)
+        refused.audited_entry = entry.pk
+        raise refused
+    preview = retention.dry_run(policy, rows=0)
+    ids = list(preview.session_ids)
+
+    def run() -> int | None:
+        if expected_fingerprint is not None and expected_fingerprint != preview.fingerprint:
+            raise core.PlanChanged("retention run")
+        return retention.start_run(policy, ids=ids, actor=_name(actor), reason=reason)
+
     job_id = _audited(
         actor=actor,
         action="retention_run",
         session_ids=ids,
         reason=reason,
-        before={**_policy_state(policy), "selected": len(ids), "mode": policy.mode},
-        run=lambda: retention.start_run(policy, ids=ids, actor=_name(actor)),
+        before={
+            **_policy_state(policy),
+            "selected": len(ids),
+            "messages": preview.message_count,
+            "mode": policy.mode,
+            "fingerprint": preview.fingerprint,
+            "kept_for_holds": [skip.describe() for skip in preview.held[:MAX_HELD_NAMED]],
+            "kept_for_holds_count": len(preview.held),
+        },
+        run=run,
         after=lambda job: {"job": job},
     )
     if job_id is not None:
@@ -793,7 +869,10 @@ def run_retention_policy(*, actor, policy_id: int, reason: str = "") -> int | No
 
 
 def start_due_policies() -> list[int]:
-    """Start every enabled policy whose run is due (claimed once across processes); the jobs."""
+    """Start every enabled policy whose run is due (claimed once across processes); the jobs.
+
+    Each run is audited with the policy as its actor.
+    """
     started = []
     for policy_id in retention.due_policy_ids():
         if not retention.claim_due(policy_id):
@@ -819,16 +898,16 @@ def request_erasure(
     start: bool = True,
 ) -> ErasureRequest:
     """Queue the erasure the operator confirmed (refused if the plan changed since the preview,
-    or a hold covers any of it). The audit entry names the subject by its salted hash only."""
+    or a hold covers any of it). The audit entry names the subject by its keyed hash only."""
     reference = operator_text(reference, field="request reference", required=True, max_length=200)
     _check_fingerprint(expected_fingerprint)
-    plan = erasure_core.plan_erasure(subject=subject)
-    if plan.fingerprint != expected_fingerprint:
+    full = erasure.plan(subject)
+    plan = full.store
+    if full.fingerprint != expected_fingerprint:
         raise core.PlanChanged("erasure")
-    if plan.held:
-        raise holds.SessionsHeld(holds.holds_on(plan.session_ids))
+    erasure.refuse_held(full)
     request = erasure.create_request(
-        subject=subject, reference=reference, actor=_name(actor), fingerprint=plan.fingerprint
+        subject=subject, reference=reference, actor=_name(actor), fingerprint=full.fingerprint
     )
     record(
         actor=actor,
@@ -851,21 +930,28 @@ def request_erasure(
 def run_erasure(*, request_id: int) -> dict | None:
     """Carry out a queued (or interrupted) erasure request: audited; returns its receipt.
 
-    None when another worker holds it. The audit entry keeps the subject's salted hash,
+    None when another worker holds it. The audit entry keeps the subject's keyed hash,
     the counts and the hashed ids, never the subject itself.
     """
+    # A first run executes exactly the plan that was confirmed; a resumed one (after a
+    # failure or a dead worker) erases what is left of it.
+    first_run = ErasureRequest.objects.filter(pk=request_id, state=ErasureRequest.PENDING).exists()
     request = erasure.claim(request_id)
     if request is None:
         return None
     subject = erasure.subject_from_json(request.subject)
+    erasure.redact_reference(request, subject)
 
     def run() -> dict:
-        plan = erasure_core.plan_erasure(subject=subject)
-        result = erasure_core.erase(subject=subject)
-        return erasure.complete(request, plan, result)
+        full = erasure.plan(subject)
+        if first_run and request.fingerprint and full.fingerprint != request.fingerprint:
+            raise core.PlanChanged("erasure")
+        erasure.refuse_held(full)
+        result = erasure_core.erase(subject=subject, expected_fingerprint=full.store.fingerprint)
+        return erasure.complete(request, full.store, result, trash=full.trash)
 
     try:
-        return _audited(
+        receipt = _audited(
             actor=request.created_by,
             action="erasure",
             session_ids=[],
@@ -882,6 +968,14 @@ def run_erasure(*, request_id: int) -> dict | None:
         # Kept (the subject too) so it can be run again; the audit entry says it failed.
         erasure.fail(request, f"{type(error).__name__}: {error}")
         raise
+    if rewrites_automatically():
+        # A small or idle store is rewritten at once; a busy one at a later quiet moment.
+        try:
+            finish_erasure_rewrites(automatic=True)
+        except Exception:
+            logger.exception("erasure request %s: the file rewrite failed", request.pk)
+        receipt = ErasureRequest.objects.get(pk=request.pk).receipt
+    return receipt
 
 
 def finish_erasure_index_merges() -> list[int]:
@@ -906,6 +1000,63 @@ def finish_erasure_index_merges() -> list[int]:
             before={"erasure_request": request_id},
             after={"search_index": "merged", "notes": list(merge.notes)},
             reason="the erasure's search index merge finished",
+        )
+    return pending
+
+
+def rewrites_automatically() -> bool:
+    """SQLite: the dashboard rewrites the files itself (a VACUUM in a quiet moment).
+    PostgreSQL: VACUUM FULL locks the runtime out of the tables for its length, so it is
+    the operator's step (``manage.py erasure_rewrite``, the request's page) unless
+    ``SESSIONS_ADMIN_ERASURE_REWRITE_AUTO`` says otherwise."""
+    default = connections[store_alias()].vendor == "sqlite"
+    return bool(getattr(settings, "SESSIONS_ADMIN_ERASURE_REWRITE_AUTO", default))
+
+
+def rewrite_auto_max_bytes() -> int:
+    """The largest database an automatic rewrite takes on (default 200 MB): a VACUUM holds
+    the runtime's writers for its whole length, which grows with the file (docs/benchmarks.md,
+    "Erasure on the 100k store"); larger ones wait for ``manage.py erasure_rewrite``."""
+    megabytes = getattr(settings, "SESSIONS_ADMIN_ERASURE_REWRITE_AUTO_MAX_MB", 200)
+    return int(float(megabytes) * 1_000_000)
+
+
+def finish_erasure_rewrites(
+    *, actor=None, busy_ms: int | None = None, automatic: bool = False
+) -> list[int]:
+    """Rewrite the store's, the response store's and the dashboard's files for finished
+    erasures whose receipts say ``file_rewrite: pending`` (their index merge done first).
+
+    Nothing of the subject is left in free space afterwards; a busy runtime makes it wait
+    (nothing done, the receipts stay pending). ``automatic`` (the erasure's own try, the
+    scheduler): databases over ``rewrite_auto_max_bytes`` are left to the operator.
+    Returns the requests now done (each audited).
+    """
+    pending = erasure.requests_awaiting_rewrite()
+    if not pending:
+        return []
+    waits: dict = {} if busy_ms is None else {"busy_ms": busy_ms}
+    if automatic:
+        waits["max_bytes"] = rewrite_auto_max_bytes()
+    store = erasure_core.rewrite_store_files(**waits)
+    dashboard_done, dashboard_note, dashboard_lock = erasure.rewrite_dashboard_file(**waits)
+    notes = [*store.notes, dashboard_note]
+    if not (store.done and dashboard_done):
+        logger.info("erasure file rewrite not finished: %s", "; ".join(notes))
+        return []
+    erasure.files_rewritten(pending, notes)
+    for request_id in pending:
+        record(
+            actor=actor,
+            action="erasure_files_rewritten",
+            session_ids=[],
+            before={"erasure_request": request_id},
+            after={
+                "file_rewrite": "done",
+                "longest_lock_seconds": round(max(store.longest_lock_seconds, dashboard_lock), 3),
+                "notes": notes,
+            },
+            reason="the erasure's file rewrite ran",
         )
     return pending
 

@@ -25,10 +25,12 @@ class LedgerConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here: the trash needs the app's models, loaded only once apps are ready.
-        from sessions_admin.core import deletion
-        from sessions_admin.ledger.trash import LEDGER_TRASH
+        from sessions_admin.core import deletion, holds
+        from sessions_admin.ledger.trash import LEDGER_TRASH, trashed_lineage
 
         # Every delete and restore in a dashboard process (views, commands, jobs, tests)
         # keeps its rows in the ledger's trash unless its caller passes another.
         deletion.set_default_trash(LEDGER_TRASH)
+        # A legal hold covers the sessions of its lineage that are in the trash too.
+        holds.set_lineage_elsewhere(trashed_lineage)
         post_migrate.connect(create_cache_table, sender=self)

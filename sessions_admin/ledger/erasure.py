@@ -1,51 +1,217 @@
 """Erasure requests: the dashboard's side of ``core.erasure``.
 
 A request holds the subject in plain text only while it is pending or running, and
-otherwise a salted hash of it (``subject_hash``; the salt is the request's own). Running
+otherwise a keyed hash of it (``subject_hash``: HMAC-SHA256 with a key derived from the
+server's secret, over the request's own salt and the value; ``hash_of``). Running
 it (``ledger.actions.run_erasure``, audited) erases the store's side through
 ``core.erasure.erase`` and then the dashboard's own copies:
 
-- trash entries holding one of the subject's sessions, or naming the subject anywhere
-  in their rows, are purged (whole operations);
+- the trash (``plan_trash``): trashed sessions whose user id, chat id or key field equals
+  the subject's (or that are erased store sessions, or children of such in the same
+  operation) go; an operation holding only those is dropped whole, one shared with other
+  people loses only the subject's rows. Another person's held rows stay and the receipt's
+  ``kept`` names the hold; a hold on the subject's own trashed rows refuses the erasure.
+  ``plan`` gives one fingerprint for the store's plan and the trash's;
 - earlier audit entries keep their shape but every mention of the subject (user id,
-  chat ids, key fragments) and of the erased sessions' ids is replaced by its salted
-  hash, and their session links are re-pointed at the hashes; the erasure's own entry
-  names only hashes and counts;
+  chat ids, session keys) and of the erased sessions' ids, as a whole word (``core.erasure
+  .redact_text``), is replaced by its keyed hash, and their session links are re-pointed
+  at the hashes; the erasure's own entry names only hashes and counts; bulk delete reasons
+  and descriptions, trash entry reasons and the request's own reference are redacted the
+  same way;
 - bulk delete job items naming an erased session are dropped;
 - SQLite: the rewrites run with ``secure_delete`` on and the dashboard's WAL is
   checkpointed and truncated; PostgreSQL: the touched tables are vacuumed.
 
-The receipt lists what went, by salted hash and count, when, by whom and under which
-request reference.
+The receipt lists what went, by keyed hash and count (the rows the databases lost),
+when, by whom and under which request reference, whether the search index was merged and
+the files rewritten (``file_rewrite``: pending, then done). It is signed (HMAC-SHA256 of
+its canonical JSON, another key derived from the same secret) and issued as one exact
+text (``receipt_text``); ``verify_receipt`` accepts only that text, byte for byte, with
+a matching signature. Neither key nor salt is ever in a receipt.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import secrets
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
+from django.db.models import Q
 from django.utils import timezone
 
-from sessions_admin.core import db, erasure
+from sessions_admin.core import db, erasure, holds
 from sessions_admin.core.erasure import ErasurePlan, Subject
+from sessions_admin.core.errors import InvalidInput
 from sessions_admin.ledger.models import (
     AuditEntry,
     AuditSession,
+    DeleteJob,
     DeleteJobItem,
     ErasureRequest,
     TrashEntry,
     TrashSession,
 )
+from sessions_admin.ledger.trash import decode_trash_rows, decode_trash_value
 
 LEASE_SECONDS = 600
+REWRITE_PENDING, REWRITE_DONE = "pending", "done"
+
+
+# What each key derived from the server's secret is for: a hash key never signs, and the
+# other way round.
+HASH_PURPOSE = "sessions_admin.erasure.hash"
+SIGNATURE_PURPOSE = "sessions_admin.erasure.receipt"
+SIGNATURE_ALGORITHM = "HMAC-SHA256"
+HASHING = (
+    "HMAC-SHA256, keyed with the server's erasure key, of the request's own salt, NUL, and "
+    "the value; hex. Neither the key nor the salt is in the receipt: only the server can "
+    "tell whether a candidate value is one of these."
+)
+# A receipt lists one hash per erased id: 100,000 sessions make about 8 MB.
+MAX_RECEIPT_BYTES = 32 * 1024 * 1024
+
+
+def _secret() -> bytes:
+    """The server-side secret receipts are keyed and signed with, never shown anywhere.
+
+    ``SESSIONS_ADMIN_ERASURE_KEY`` when set (so rotating ``SECRET_KEY`` keeps receipts
+    verifiable), otherwise Django's ``SECRET_KEY``.
+    """
+    key = getattr(settings, "SESSIONS_ADMIN_ERASURE_KEY", "") or settings.SECRET_KEY
+    if not key:
+        raise ImproperlyConfigured(
+            "Erasure receipts need SECRET_KEY or SESSIONS_ADMIN_ERASURE_KEY."
+        )
+    return key.encode("utf-8", "surrogatepass")
+
+
+def _keyed(purpose: str, message: bytes) -> str:
+    key = hashlib.sha256(purpose.encode() + b"\x00" + _secret()).digest()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 def hash_of(salt: str, value: str) -> str:
-    return hashlib.sha256(f"{salt}\x00{value}".encode("utf-8", "surrogatepass")).hexdigest()
+    """The keyed hash standing for ``value`` in receipts, audit redactions and the request.
+
+    Without the server's key nobody can check a guess against it (a plain salted hash
+    printed beside its salt let anyone holding a receipt try candidate ids).
+    """
+    return _keyed(HASH_PURPOSE, f"{salt}\x00{value}".encode("utf-8", "surrogatepass"))
+
+
+def _canonical(receipt: dict) -> bytes:
+    body = {key: value for key, value in receipt.items() if key != "signature"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def signed(receipt: dict) -> dict:
+    """``receipt`` with its signature: an HMAC of its canonical JSON (sorted keys, no spaces)."""
+    body = {key: value for key, value in receipt.items() if key != "signature"}
+    return {
+        **body,
+        "signature": {
+            "algorithm": SIGNATURE_ALGORITHM,
+            "over": "the receipt without its signature, as JSON with sorted keys and no spaces",
+            "value": _keyed(SIGNATURE_PURPOSE, _canonical(body)),
+        },
+    }
+
+
+def receipt_text(receipt: dict) -> str:
+    """The receipt's file, byte for byte as issued (the download and ``erase_subject``)."""
+    return json.dumps(receipt, indent=2, sort_keys=True, ensure_ascii=True) + "\n"
+
+
+@dataclass(frozen=True)
+class ReceiptCheck:
+    valid: bool
+    message: str
+    request_id: int | None = None
+
+
+def parse_receipt(data: bytes) -> object:
+    """The JSON of a receipt ``verify_receipt`` found valid."""
+    return json.loads(data.decode("utf-8"))
+
+
+def verify_receipt(data: bytes) -> ReceiptCheck:
+    """Whether ``data`` is a receipt this server issued, unchanged to the byte.
+
+    The signature covers the receipt's content; the file must also be exactly as issued
+    (``receipt_text``), so reordered keys, a duplicated key or changed spacing fail too.
+    A receipt from before receipts were signed (salted hashes) cannot be verified.
+    """
+    if len(data) > MAX_RECEIPT_BYTES:
+        return ReceiptCheck(
+            False,
+            f"Not verified: the file is over {MAX_RECEIPT_BYTES // (1024 * 1024)} MB, "
+            "larger than any receipt.",
+        )
+    if not data.strip():
+        return ReceiptCheck(False, "Not verified: the file is empty.")
+    if b"\x00" in data:
+        return ReceiptCheck(
+            False, "Not verified: the file holds NUL bytes; a receipt is JSON text."
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return ReceiptCheck(False, "Not verified: the file is not UTF-8 text; a receipt is JSON.")
+    try:
+        receipt = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        where = f" (line {error.lineno}, column {error.colno})" if hasattr(error, "lineno") else ""
+        return ReceiptCheck(False, f"Not verified: the file is not valid JSON{where}.")
+    if not isinstance(receipt, dict) or "erasure_request" not in receipt or "erased" not in receipt:
+        return ReceiptCheck(False, "Not verified: this JSON is not an erasure receipt.")
+    number = receipt.get("erasure_request")
+    request_id = number if isinstance(number, int) and not isinstance(number, bool) else None
+    if "signature" not in receipt:
+        if "salt" in receipt:
+            return ReceiptCheck(
+                False,
+                "Cannot be verified: this receipt was issued before receipts were signed (its "
+                "hashes are salted, not keyed, and it carries no signature).",
+                request_id,
+            )
+        return ReceiptCheck(False, "Not verified: the receipt has no signature.", request_id)
+    signature = receipt["signature"]
+    if (
+        not isinstance(signature, dict)
+        or signature.get("algorithm") != SIGNATURE_ALGORITHM
+        or not isinstance(signature.get("value"), str)
+    ):
+        return ReceiptCheck(
+            False,
+            f"Not verified: the signature is not an {SIGNATURE_ALGORITHM} signature of this "
+            "server's.",
+            request_id,
+        )
+    issued = receipt_text(receipt)
+    if text not in (issued, issued[:-1]):  # the final newline may have been left out
+        return ReceiptCheck(
+            False,
+            "Not verified: the file is not byte for byte the receipt as issued (its keys were "
+            "reordered, added or repeated, or its spacing changed).",
+            request_id,
+        )
+    expected = signed(receipt)["signature"]
+    if not hmac.compare_digest(signature["value"], expected["value"]) or signature != expected:
+        return ReceiptCheck(
+            False,
+            "Not verified: the signature does not match the content. The receipt was changed "
+            "after it was issued, or another server (another key) issued it.",
+            request_id,
+        )
+    return ReceiptCheck(
+        True, f"Valid: erasure receipt #{request_id}, unchanged since issued.", request_id
+    )
 
 
 def subject_from_json(text: str) -> Subject:
@@ -53,7 +219,8 @@ def subject_from_json(text: str) -> Subject:
     return Subject(
         user_id=data["user_id"],
         chat_ids=tuple(data.get("chat_ids", ())),
-        key_fragments=tuple(data.get("key_fragments", ())),
+        # Requests queued before keys were matched whole called them fragments.
+        session_keys=tuple(data.get("session_keys", data.get("key_fragments", ()))),
     )
 
 
@@ -89,42 +256,255 @@ def claim(request_id: int) -> ErasureRequest | None:
 
 def resumable_request_ids() -> list[int]:
     now = timezone.now()
+    # One refused because the store changed after the confirmation is not retried: it would
+    # erase what nobody previewed. The operator previews and confirms again.
     pending = ErasureRequest.objects.filter(
         state__in=[ErasureRequest.PENDING, ErasureRequest.FAILED]
-    )
+    ).exclude(error__startswith="PlanChanged")
     stale = ErasureRequest.objects.filter(state=ErasureRequest.RUNNING, lease_expires_at__lt=now)
     return sorted(
         set(pending.values_list("pk", flat=True)) | set(stale.values_list("pk", flat=True))
     )
 
 
-def trash_to_purge(subject: Subject, session_ids: Sequence[str]) -> list[str]:
-    """Trash operations holding one of these sessions or naming the subject in their rows."""
-    operations = set(
-        TrashSession.objects.filter(session_id__in=list(session_ids)).values_list(
-            "entry__operation", flat=True
+@dataclass(frozen=True)
+class TrashPlan:
+    """The subject's rows in the trash, matched by the trashed sessions' exact fields.
+
+    A trashed session is the subject's when its user id, chat id or session key is one of
+    theirs (compared whole), when it is one of the store sessions being erased (a delete in
+    parts), or when its parent in the same operation is (delegates and continuations the
+    runtime left without a user id). An operation holding only such sessions is purged
+    whole; one shared with other people keeps their rows and loses only the subject's.
+    """
+
+    purge: tuple[str, ...] = ()  # operations dropped whole
+    prune: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (entry, the subject's sessions in it)
+    session_ids: tuple[str, ...] = ()  # the subject's sessions found in the trash
+    # (operation, hold in words): another person's held rows beside the subject's, kept.
+    kept: tuple[tuple[str, str], ...] = ()
+    held: tuple[tuple[str, str], ...] = ()  # the subject's own trashed rows under a hold
+
+    @property
+    def operations(self) -> tuple[str, ...]:
+        pruned = TrashEntry.objects.filter(pk__in=[pk for pk, _ in self.prune]).values_list(
+            "operation", flat=True
         )
+        return tuple(sorted({*self.purge, *pruned}))
+
+    def as_list(self) -> list:
+        return [list(self.purge), [[pk, list(ids)] for pk, ids in self.prune], list(self.held)]
+
+
+def _is_subjects(row: dict, subject: Subject, store_ids: set[str]) -> bool:
+    return (
+        row.get("id") in store_ids
+        or row.get("user_id") == subject.user_id
+        or (row.get("chat_id") is not None and row.get("chat_id") in subject.chat_ids)
+        or (row.get("session_key") is not None and row.get("session_key") in subject.session_keys)
     )
-    table = TrashEntry._meta.db_table
-    alias = router.db_for_read(TrashEntry)
+
+
+def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
+    """The subject's rows in the trash (``TrashPlan``); refused (``InvalidInput``) when the
+    trashed sessions matched by chat id or key belong to another user id."""
+    store_ids = set(session_ids)
+    operations: dict[str, list[tuple[int, dict, list[dict]]]] = {}
+    for pk, operation, payload in TrashEntry.objects.order_by("pk").values_list(
+        "pk", "operation", "payload"
+    ):
+        if not isinstance(payload, dict):
+            continue
+        rows = decode_trash_rows(payload.get("sessions", []))
+        operations.setdefault(operation, []).append((pk, payload, rows))
+    purge, prune, found, kept, held, other_users = [], [], set(), [], {}, set()
+    for operation, entries in operations.items():
+        rows = {str(row.get("id")): row for _pk, _payload, rs in entries for row in rs}
+        theirs = {sid for sid, row in rows.items() if _is_subjects(row, subject, store_ids)}
+        parts = {pk: payload.get("part_of") for pk, payload, _rs in entries}
+        theirs |= {sid for sid in parts.values() if sid in store_ids}
+        grew = True
+        while grew:  # children of the subject's trashed sessions go with them
+            more = {
+                sid
+                for sid, row in rows.items()
+                if sid not in theirs and row.get("parent_session_id") in theirs
+            }
+            theirs |= more
+            grew = bool(more)
+        if not theirs:
+            continue
+        other_users |= {
+            rows[sid].get("user_id")
+            for sid in theirs
+            if sid in rows and rows[sid].get("user_id") not in (None, "", subject.user_id)
+        }
+        found |= theirs
+        for sid, hold in holds.held_among_rows([rows[s] for s in theirs if s in rows]).items():
+            held[sid] = hold
+        entry_ids = {
+            pk: {str(row.get("id")) for row in rs} | ({parts[pk]} if parts[pk] else set())
+            for pk, _payload, rs in entries
+        }
+        if all(ids <= theirs for ids in entry_ids.values()):
+            purge.append(operation)
+            continue
+        for pk, ids in entry_ids.items():
+            if ids & theirs:
+                prune.append((pk, tuple(sorted(ids & theirs))))
+        others = [row for sid, row in rows.items() if sid not in theirs]
+        for hold in {h.id: h for h in holds.held_among_rows(others).values()}.values():
+            kept.append((operation, hold.describe()))
+    if other_users:
+        raise InvalidInput(
+            f"This subject would touch trashed sessions of {len(other_users) + 1} users "
+            f"({len(other_users)} besides the user id given): the chat ids and session keys "
+            "must be this person's alone. Nothing was erased."
+        )
+    return TrashPlan(
+        purge=tuple(sorted(purge)),
+        prune=tuple(sorted(prune)),
+        session_ids=tuple(sorted(found)),
+        kept=tuple(sorted(set(kept))),
+        held=tuple(sorted((sid, hold.describe()) for sid, hold in held.items())),
+    )
+
+
+@dataclass(frozen=True)
+class FullPlan:
+    """What an erasure request removes: the store's side (``core.erasure.plan_erasure``)
+    and the dashboard's trash; one fingerprint covers both."""
+
+    store: ErasurePlan
+    trash: TrashPlan
+    fingerprint: str
+
+    @property
+    def held(self) -> tuple[tuple[str, str], ...]:
+        return (*self.store.held, *self.trash.held)
+
+    @property
+    def empty(self) -> bool:
+        return self.store.empty and not (self.trash.purge or self.trash.prune)
+
+
+def plan(subject: Subject) -> FullPlan:
+    """The preview of an erasure request (nothing changes)."""
+    store = erasure.plan_erasure(subject=subject)
+    trash = plan_trash(subject, store.session_ids)
+    fingerprint = hashlib.sha256(
+        json.dumps([store.fingerprint, trash.as_list()]).encode()
+    ).hexdigest()[:32]
+    return FullPlan(store=store, trash=trash, fingerprint=fingerprint)
+
+
+def trash_to_purge(subject: Subject, session_ids: Sequence[str]) -> list[str]:
+    """Trash operations the erasure changes (dropped whole, or the subject's rows cut out)."""
+    return list(plan_trash(subject, session_ids).operations)
+
+
+def _value(value: object) -> object:
+    return decode_trash_value(value)
+
+
+def _response_session(row: dict) -> object:
+    data = _value(row.get("data"))
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return None
+    return data.get("session_id") if isinstance(data, dict) else None
+
+
+def _prune_entry(entry_id: int, session_ids: Sequence[str]) -> int:
+    """Cut the subject's sessions and everything of theirs out of a shared trash entry."""
+    ids = set(session_ids)
+    entry = TrashEntry.objects.filter(pk=entry_id).first()
+    if entry is None:
+        return 0
+    payload = dict(entry.payload)
+
+    def keep(row: dict, *columns: str) -> bool:
+        return not any(_value(row.get(c)) in ids for c in columns)
+
+    payload["sessions"] = [r for r in payload.get("sessions", []) if keep(r, "id")]
+    payload["messages"] = [r for r in payload.get("messages", []) if keep(r, "session_id")]
+    payload["conversations"] = [
+        r for r in payload.get("conversations", []) if keep(r, "session_id")
+    ]
+    payload["responses"] = [
+        r for r in payload.get("responses", []) if _response_session(r) not in ids
+    ]
+    payload["dependents"] = {
+        table: [r for r in rows if not any(_value(v) in ids for v in r.values())]
+        for table, rows in payload.get("dependents", {}).items()
+    }
+    payload["kept_children"] = [
+        pair for pair in payload.get("kept_children", []) if not set(map(str, pair)) & ids
+    ]
+    remaining = [s for s in entry.session_ids if s not in ids]
+    TrashEntry.objects.filter(pk=entry_id).update(
+        payload=payload,
+        session_ids=remaining,
+        session_count=len(payload["sessions"]),
+        message_count=len(payload["messages"]),
+    )
+    TrashSession.objects.filter(entry_id=entry_id, session_id__in=list(ids)).delete()
+    return 1
+
+
+def _replacements(subject: Subject, session_ids: Sequence[str], salt: str) -> dict[str, str]:
+    return {
+        value: f"[erased:{hash_of(salt, value)[:16]}]"
+        for value in {*subject.values, *session_ids}
+        if value
+    }
+
+
+def _in_text(replacements: dict[str, str]) -> dict[str, str]:
+    """The replacements looked for inside free text: values short enough to be ordinary
+    words ("42", "bob") are replaced only where they are a whole value."""
+    return {k: v for k, v in replacements.items() if len(k) >= erasure.MIN_MENTION}
+
+
+def redact_operator_text(subject: Subject, salt: str) -> int:
+    """Bulk delete reasons and descriptions and trash entry reasons that name the subject
+    (a whole token): those words become their hashes. Returns how many rows changed."""
+    replacements = _replacements(subject, (), salt)
     strings = subject.strings
-    if strings:
-        where = " OR ".join("CAST(payload AS TEXT) LIKE %s ESCAPE '\\'" for _ in strings)
-        with connections[alias].cursor() as cursor:
-            cursor.execute(
-                f"SELECT DISTINCT operation FROM {table} WHERE {where}",
-                [db.contains_pattern(json.dumps(s)[1:-1]) for s in strings],
-            )
-            operations |= {row[0] for row in cursor.fetchall()}
-    return sorted(operations)
+    if not strings:
+        return 0
+    changed = 0
+    for model, fields in ((DeleteJob, ("reason", "description")), (TrashEntry, ("reason",))):
+        query = Q()
+        for value in strings:
+            for name in fields:
+                query |= Q(**{f"{name}__contains": value})
+        for row in model.objects.filter(query).values("pk", *fields):
+            new = {name: erasure.redact_text(row[name], _in_text(replacements)) for name in fields}
+            if any(new[name] != row[name] for name in fields):
+                model.objects.filter(pk=row["pk"]).update(**new)
+                changed += 1
+    return changed
+
+
+def redact_reference(request: ErasureRequest, subject: Subject) -> None:
+    """The request's own reference loses any identifier of the subject before it is audited."""
+    replacements = _replacements(subject, (), request.salt)
+    reference = replacements.get(request.reference) or erasure.redact_text(
+        request.reference, _in_text(replacements)
+    )
+    if reference != request.reference:
+        ErasureRequest.objects.filter(pk=request.pk).update(reference=reference)
+        request.reference = reference
 
 
 def _redact(value, replacements: dict[str, str]):
     if isinstance(value, str):
-        for old, new in replacements.items():
-            if old in value:
-                value = value.replace(old, new)
-        return value
+        if value in replacements:
+            return replacements[value]
+        return erasure.redact_text(value, _in_text(replacements))
     if isinstance(value, list):
         return [_redact(v, replacements) for v in value]
     if isinstance(value, dict):
@@ -133,15 +513,9 @@ def _redact(value, replacements: dict[str, str]):
 
 
 def redact_audit(subject: Subject, session_ids: Sequence[str], salt: str) -> int:
-    """Replace the subject's strings and the erased session ids by their hashes in earlier
-    audit entries; returns how many entries changed."""
-    replacements = {
-        value: f"[erased:{hash_of(salt, value)[:16]}]"
-        for value in sorted(
-            {*subject.strings, subject.user_id, *session_ids}, key=len, reverse=True
-        )
-        if value
-    }
+    """Replace the subject's identifiers and the erased session ids, each as a whole token,
+    by their hashes in earlier audit entries; returns how many entries changed."""
+    replacements = _replacements(subject, session_ids, salt)
     if not replacements:
         return 0
     candidates = set(
@@ -151,7 +525,8 @@ def redact_audit(subject: Subject, session_ids: Sequence[str], salt: str) -> int
     )
     table = AuditEntry._meta.db_table
     alias = router.db_for_write(AuditEntry)
-    strings = [s for s in {*subject.strings, subject.user_id} if s]
+    strings = list(subject.values)
+    # A LIKE narrows the entries; the whole-token replacement decides what changes.
     where = " OR ".join(
         "(CAST(before AS TEXT) LIKE %s ESCAPE '\\' OR CAST(after AS TEXT) LIKE %s ESCAPE '\\' "
         "OR reason LIKE %s ESCAPE '\\' OR detail LIKE %s ESCAPE '\\')"
@@ -174,8 +549,9 @@ def redact_audit(subject: Subject, session_ids: Sequence[str], salt: str) -> int
             "reason": _redact(entry.reason, replacements),
             "detail": _redact(entry.detail, replacements),
         }
-        AuditEntry.objects.filter(pk=entry.pk).update(**fields)
-        changed += 1
+        if any(getattr(entry, name) != value for name, value in fields.items()):
+            AuditEntry.objects.filter(pk=entry.pk).update(**fields)
+            changed += 1
     for link in AuditSession.objects.filter(session_id__in=list(session_ids)):
         AuditSession.objects.filter(pk=link.pk).update(
             session_id=replacements.get(link.session_id, link.session_id)
@@ -183,7 +559,38 @@ def redact_audit(subject: Subject, session_ids: Sequence[str], salt: str) -> int
     return changed
 
 
-def complete(request: ErasureRequest, plan: ErasurePlan, result: erasure.ErasureResult) -> dict:
+def erase_trash(trash: TrashPlan) -> tuple[list[str], int]:
+    """Drop the operations that are the subject's alone; cut the subject's rows out of the
+    entries shared with other people. Returns the operations changed and entries touched."""
+    purge = list(trash.purge)
+    entries = 0
+    for start in range(0, len(purge), 500):
+        batch = TrashEntry.objects.filter(operation__in=purge[start : start + 500])
+        entries += batch.count()
+        batch.delete()
+    pruned = TrashEntry.objects.filter(pk__in=[pk for pk, _ in trash.prune]).values_list(
+        "operation", flat=True
+    )
+    operations = sorted({*purge, *pruned})
+    for entry_id, session_ids in trash.prune:
+        entries += _prune_entry(entry_id, session_ids)
+    return operations, entries
+
+
+def kept_in_receipt(plan: ErasurePlan, trash: TrashPlan) -> dict:
+    """What the erasure left, and why: the receipt says it in counts and hold numbers."""
+    return {
+        "other_peoples_sessions_mentioning_subject": len(plan.mentions),
+        "held_rows_of_other_people_in_shared_trash": [words for _op, words in trash.kept],
+    }
+
+
+def complete(
+    request: ErasureRequest,
+    plan: ErasurePlan,
+    result: erasure.ErasureResult,
+    trash: TrashPlan | None = None,
+) -> dict:
     """The dashboard's side of an erasure, then the receipt; the request keeps only hashes.
 
     Everything here, the request's own row included, is rewritten with ``secure_delete``
@@ -198,12 +605,10 @@ def complete(request: ErasureRequest, plan: ErasurePlan, result: erasure.Erasure
         with connection.cursor() as cursor:
             cursor.execute("PRAGMA secure_delete = ON")
     try:
-        operations = trash_to_purge(subject, session_ids)
-        trash_entries = 0
-        for start in range(0, len(operations), 500):
-            batch = TrashEntry.objects.filter(operation__in=operations[start : start + 500])
-            trash_entries += batch.count()
-            batch.delete()
+        if trash is None:
+            trash = plan_trash(subject, session_ids)
+        operations, trash_entries = erase_trash(trash)
+        session_ids = [*session_ids, *trash.session_ids]
         items = 0
         for start in range(0, len(session_ids), 500):
             items += DeleteJobItem.objects.filter(
@@ -214,6 +619,7 @@ def complete(request: ErasureRequest, plan: ErasurePlan, result: erasure.Erasure
             "trash_entries": trash_entries,
             "job_items": items,
             "audit_entries_redacted": redact_audit(subject, session_ids, request.salt),
+            "operator_texts_redacted": redact_operator_text(subject, request.salt),
         }
         if sqlite:
             storage = [
@@ -222,6 +628,8 @@ def complete(request: ErasureRequest, plan: ErasurePlan, result: erasure.Erasure
         else:
             storage = ["dashboard: VACUUM of the erasure, trash, audit and job item tables"]
         receipt = receipt_of(request, plan, result, dashboard, storage)
+        receipt["kept"] = kept_in_receipt(plan, trash)
+        receipt = signed(receipt)
         finish(request, receipt)
         if sqlite:
             with connection.cursor() as cursor:
@@ -259,8 +667,7 @@ def receipt_of(
         "requested_at": request.created_at.isoformat(),
         "finished_at": timezone.now().isoformat(),
         "subject_sha256": request.subject_hash,
-        "hashing": "sha256(salt + NUL + value), hex; the salt is this request's own",
-        "salt": salt,
+        "hashing": HASHING,
         "erased": {
             "sessions": result.sessions,
             "messages": result.messages,
@@ -283,6 +690,9 @@ def receipt_of(
             "merged": result.index_merged,
             "merged_at": timezone.now().isoformat() if result.index_merged else None,
         },
+        # Until the files are rewritten, space freed before or by the erasure may still
+        # hold the subject's bytes (``rewrite_store_files``); the erasure is finished once "done".
+        "file_rewrite": {"state": REWRITE_PENDING, "at": None},
     }
 
 
@@ -302,14 +712,69 @@ def index_merged(request_ids: Sequence[int], notes: Sequence[str]) -> None:
         receipt = dict(request.receipt)
         receipt["search_index"] = {"merged": True, "merged_at": now}
         receipt["storage"] = [*receipt.get("storage", []), *notes]
+        # A receipt from before receipts were signed stays unsigned: signing it now would
+        # vouch for its salted hashes.
+        if "signature" in receipt:
+            receipt = signed(receipt)
         ErasureRequest.objects.filter(pk=request.pk).update(receipt=receipt)
+
+
+def requests_awaiting_rewrite() -> list[int]:
+    """Finished erasures whose files are not rewritten yet, their index merged (it goes first:
+    a rewrite copies the index's older segments as they are)."""
+    return list(
+        ErasureRequest.objects.filter(
+            state=ErasureRequest.DONE, receipt__file_rewrite__state=REWRITE_PENDING
+        )
+        .exclude(receipt__search_index__merged=False)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+
+
+def files_rewritten(request_ids: Sequence[int], notes: Sequence[str]) -> None:
+    """The rewrite ran: the receipts of ``request_ids`` say done, and when (signed anew)."""
+    now = timezone.now().isoformat()
+    for request in ErasureRequest.objects.filter(pk__in=request_ids):
+        receipt = dict(request.receipt)
+        receipt["file_rewrite"] = {"state": REWRITE_DONE, "at": now}
+        receipt["storage"] = [*receipt.get("storage", []), *notes]
+        ErasureRequest.objects.filter(pk=request.pk).update(receipt=signed(receipt))
+
+
+def rewrite_dashboard_file(
+    *,
+    quiet_seconds: float = erasure.REWRITE_QUIET_SECONDS,
+    busy_ms: int = erasure.REWRITE_BUSY_MS,
+    max_bytes: int | None = None,
+) -> tuple[bool, str, float]:
+    """Rewrite the dashboard's database so no byte its erasures freed is left (as
+    ``core.erasure.rewrite_store_files`` does for the store): whether it ran, a note, and
+    how long it held the lock."""
+    alias = router.db_for_write(ErasureRequest)
+    if connections[alias].vendor == "sqlite":
+        return erasure.vacuum_sqlite(
+            alias, quiet_seconds=quiet_seconds, busy_ms=busy_ms, max_bytes=max_bytes
+        )
+    tables = [
+        model._meta.db_table
+        for model in (
+            ErasureRequest,
+            TrashEntry,
+            TrashSession,
+            AuditEntry,
+            AuditSession,
+            DeleteJobItem,
+        )
+    ]
+    return erasure.vacuum_full_postgresql(alias, tables, lock_ms=busy_ms, max_bytes=max_bytes)
 
 
 def finish(request: ErasureRequest, receipt: dict) -> None:
     ErasureRequest.objects.filter(pk=request.pk).update(
         state=ErasureRequest.DONE,
         subject="",
-        receipt=receipt,
+        receipt=signed(receipt),
         finished_at=timezone.now(),
         lease_expires_at=None,
     )
@@ -319,3 +784,17 @@ def fail(request: ErasureRequest, error: str) -> None:
     ErasureRequest.objects.filter(pk=request.pk).update(
         state=ErasureRequest.FAILED, error=error[:2000], lease_expires_at=None
     )
+
+
+def refuse_held(full: FullPlan) -> None:
+    """``SessionsHeld`` (naming each hold) if a standing hold covers anything the erasure
+    would change: the subject's sessions, the sessions holding their moved messages, the
+    targets of the merges it closes, their trashed sessions."""
+    held = holds.holds_on(full.store.held_scope)
+    if full.trash.held:
+        trashed = set(dict(full.trash.held))
+        for entry in TrashEntry.objects.filter(sessions__session_id__in=list(trashed)).distinct():
+            rows = decode_trash_rows(entry.payload.get("sessions", []))
+            held.update(holds.held_among_rows([r for r in rows if r.get("id") in trashed]))
+    if held:
+        raise holds.SessionsHeld(held)

@@ -9,7 +9,17 @@ transaction), marking items as it goes. A process that dies mid-job leaves
 its lease to expire; the next worker resumes from the first pending item,
 and an item whose session is already gone is skipped, so nothing is deleted
 twice. Every batch's trash entry belongs to the job's trash operation
-(``trash.job_operation``): the whole job is restored as one unit.
+(``trash.job_operation``): the whole job is restored as one unit. A session a legal
+hold covers is skipped, and each batch that skipped some writes an audit entry
+(``HELD_SKIP_ACTION``) naming them with their holds, which the job's progress reads.
+
+A job deletes exactly the set it was confirmed with (``expected_ids``: the preview's), and
+each conversation whole: its items are ordered one conversation after another, and each
+batch, before and again under the store's lock (``deletion.kept_whole``), keeps every
+session of a conversation that gained a session the job does not take (a continuation,
+compression segment or delegate the runtime started meanwhile, or one kept live or held)
+or that a merge made meanwhile needs; each such batch writes an audit entry
+(``KEPT_WHOLE_ACTION``) naming every session kept and why, which the progress reads too.
 """
 
 from __future__ import annotations
@@ -23,19 +33,56 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import connections, transaction
+from django.db import connections, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from sessions_admin.core import being_deleted, db, deletion, faults, holds
+from sessions_admin.core import being_deleted, db, deletion, faults, holds, lineage
 from sessions_admin.core.errors import InvalidInput, StoreBusy
-from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
+from sessions_admin.ledger.models import (
+    AuditEntry,
+    AuditSession,
+    DeleteJob,
+    DeleteJobItem,
+    TrashEntry,
+)
 from sessions_admin.ledger.trash import LEDGER_TRASH, job_operation, stale_pending_trash
 from sessions_admin.ledger.wake import announce_job
 from sessions_admin.store import cached
 
 logger = logging.getLogger(__name__)
 LEASE_SECONDS = 30
+
+
+# The audit entry a job writes for each batch in which it left sessions out under a legal hold:
+# the job's page and result name every such session with its hold from these.
+HELD_SKIP_ACTION = "bulk_delete_held"
+HELD_SKIPS_NAMED = 20  # held sessions a job's progress names (the audit entries keep them all)
+# The audit entry of a batch that kept conversations whole, each session with why.
+KEPT_WHOLE_ACTION = "bulk_delete_kept_whole"
+
+
+@dataclass(frozen=True)
+class KeptSkip:
+    """A session a job left out to keep its conversation whole."""
+
+    session_id: str
+    why: str  # "its conversation continued in s-9", "target of merge #5, which can ..."
+
+    def describe(self) -> str:
+        return f"kept: {self.session_id}, {self.why}"
+
+
+@dataclass(frozen=True)
+class HeldSkip:
+    """A session a job left out because a legal hold covers it."""
+
+    session_id: str
+    hold_id: int
+    hold: str  # the hold in words, as it stood when the job skipped the session
+
+    def describe(self) -> str:
+        return f"{self.session_id}, hold #{self.hold_id}"
 
 
 @dataclass(frozen=True)
@@ -49,10 +96,33 @@ class JobProgress:
     deleted_messages: int
     sessions_per_second: float | None
     error: str
+    # Skipped under a legal hold: how many, and the first HELD_SKIPS_NAMED of them.
+    held_skipped: int = 0
+    held: tuple[HeldSkip, ...] = ()
+    # Kept to keep a conversation whole: how many, and the first HELD_SKIPS_NAMED of them.
+    kept_skipped: int = 0
+    kept: tuple[KeptSkip, ...] = ()
 
     @property
     def percent(self) -> int:
         return 100 if self.total == 0 else int(100 * self.processed / self.total)
+
+    @property
+    def skipped_text(self) -> str:
+        """ "3 skipped: s-1, hold #3; kept: s-2, its conversation continued in s-9; 1 gone or
+        live again" (empty when none was skipped)."""
+        if not self.skipped:
+            return ""
+        parts = [held.describe() for held in self.held]
+        if self.held_skipped > len(self.held):
+            parts.append(f"{self.held_skipped - len(self.held):,} more under legal hold")
+        parts += [kept.describe() for kept in self.kept]
+        if self.kept_skipped > len(self.kept):
+            parts.append(f"{self.kept_skipped - len(self.kept):,} more kept whole")
+        other = self.skipped - self.held_skipped - self.kept_skipped
+        if other > 0:
+            parts.append(f"{other:,} gone or live again")
+        return f"{self.skipped:,} skipped: " + "; ".join(parts)
 
 
 def create_bulk_delete_job(
@@ -64,25 +134,41 @@ def create_bulk_delete_job(
     description: str = "",
     purge: bool = False,
     policy_id: int | None = None,
+    expected_ids: Sequence[str] | None = None,
 ) -> int:
     """Snapshot the set into a job; returns its id. The worker does the deleting.
 
     ``purge``: the job keeps no trash copy (nothing it deletes can be restored);
-    ``policy_id``: the retention policy whose run this is.
+    ``policy_id``: the retention policy whose run this is; ``expected_ids``: the set the
+    operator (or the policy) confirmed, its preview's: the job takes no other session.
+    A continuation or delegate the runtime linked to one of them since the preview is left
+    out, and its conversation stays whole: the job's batches keep it and name it.
     """
     if not reason or not reason.strip():
         raise InvalidInput("A reason is required for a bulk delete.")
     preview = deletion.preview_bulk_delete(session_ids=session_ids, include_live=include_live)
-    if not preview.session_ids:
+    chosen = list(preview.session_ids)
+    left_out: list[str] = []
+    if expected_ids is not None:
+        expected = list(dict.fromkeys(expected_ids))
+        wanted = set(expected)
+        # Not previewed, never taken: its conversation is what a batch then keeps whole.
+        chosen = [sid for sid in chosen if sid in wanted]
+        # Previewed, but no longer to go (held, live, or its conversation kept whole since):
+        # skipped items of the job, each named.
+        taken = set(chosen)
+        left_out = [sid for sid in expected if sid not in taken]
+    if not chosen:
         raise InvalidInput("Nothing to delete: no session matches (live sessions are kept).")
-    ordered = deletion.ordered_children_first(list(preview.session_ids))
+    ordered = deletion.ordered_by_conversation(chosen)
     with transaction.atomic(using="default"):
         job = DeleteJob.objects.create(
             created_by=actor,
             reason=reason.strip(),
             description=description[:2000],
             include_live=include_live,
-            total=len(ordered),
+            total=len(ordered) + len(left_out),
+            skipped=len(left_out),
             purge=purge,
             policy_id=policy_id,
         )
@@ -92,12 +178,38 @@ def create_bulk_delete_job(
             c.executemany(
                 f"INSERT INTO {DeleteJobItem._meta.db_table} (job_id, position, session_id, state) "
                 "VALUES (%s, %s, %s, %s)",
-                [(job.pk, n, sid, DeleteJobItem.PENDING) for n, sid in enumerate(ordered)],
+                [(job.pk, n, sid, DeleteJobItem.PENDING) for n, sid in enumerate(ordered)]
+                + [
+                    (job.pk, len(ordered) + n, sid, DeleteJobItem.SKIPPED)
+                    for n, sid in enumerate(left_out)
+                ],
             )
+        if left_out:
+            _record_left_out(job, left_out, preview)
         # Waiting workers (this process's, other processes', other hosts' on PostgreSQL)
         # look for jobs as soon as this commits, not at their next poll.
         announce_job()
     return job.pk
+
+
+def _record_left_out(
+    job: DeleteJob, left_out: list[str], preview: deletion.BulkDeletePreview
+) -> None:
+    """Name the previewed sessions a job was created without: under a hold (with the hold),
+    or kept with their conversation (why); gone or live again ones are counted only."""
+    held = holds.holds_on(left_out)
+    if held:
+        _record_held_skips(job, held)
+    why = dict(preview.merge_kept) | dict(preview.conversation_kept)
+    present = lineage.existing_session_ids(left_out)
+    live = deletion.live_session_ids(left_out)
+    kept = {
+        sid: why.get(sid, "no longer in the dry run's set: kept with its conversation")
+        for sid in left_out
+        if sid in present and sid not in held and sid not in live
+    }
+    if kept:
+        _record_kept_whole(job, kept)
 
 
 def worker_name() -> str:
@@ -167,6 +279,14 @@ def run_job(
     logger.info("delete job %s: worked on by %s", job_id, worker)
     _settle_committed_batches(job_id)
     job = DeleteJob.objects.get(pk=job_id)
+    # What the job still deletes: a batch keeps a conversation with a session outside it whole.
+    remaining = set(
+        DeleteJobItem.objects.filter(job_id=job_id, state=DeleteJobItem.PENDING).values_list(
+            "session_id", flat=True
+        )
+    )
+    every_link = job.policy_id is not None  # a retention run's conversations hold every link
+    left_out: set[str] = set()  # sessions of the job it kept live or held: they continue
     batches = 0
     try:
         while max_batches is None or batches < max_batches:
@@ -190,25 +310,42 @@ def run_job(
                 break
             ids = [session_id for _, session_id in items]
             item_pks = {session_id: pk for pk, session_id in items}
-            sizes = dict(
-                db.fetchall(
-                    f"SELECT id, message_count FROM sessions WHERE id IN ({db.placeholders(ids)})",
-                    ids,
-                )
+            remaining.update(ids)
+            batch, sizes = _next_batch(
+                job_id,
+                ids,
+                item_pks,
+                remaining,
+                every_link=every_link,
+                batch_sessions=batch_sessions,
+                batch_messages=batch_messages,
             )
-            live = set() if job.include_live else deletion.live_session_ids(ids)
-            batch: list[str] = []
-            weight = 0
-            for sid in ids:
-                size = int(sizes.get(sid) or 0)
-                if batch and weight + size > batch_messages:
-                    break
-                batch.append(sid)
-                weight += size
-            # A hold placed after the job was confirmed keeps its sessions (skipped, not failed).
+            live = set() if job.include_live else deletion.live_session_ids(batch)
+            # A hold placed after the job was confirmed keeps its sessions (skipped, not failed),
+            # each named with its hold in an audit entry of its own.
             held = holds.holds_on([sid for sid in batch if sid in sizes])
             gone_or_live = [sid for sid in batch if sid not in sizes or sid in live or sid in held]
-            to_delete = [sid for sid in batch if sid not in gone_or_live]
+            remaining.difference_update(gone_or_live)
+            left_out.update(sid for sid in gone_or_live if sid in sizes)
+            # A conversation that gained a session the job does not take since its preview (or
+            # one kept live or held above), or that a merge made meanwhile needs, stays whole:
+            # every session of it the job still holds, in this batch or a later one.
+            whole = deletion.WholeConversations(
+                remaining=remaining, every_link=every_link, left_out=left_out
+            )
+            candidates = [sid for sid in batch if sid not in gone_or_live]
+            kept = deletion.kept_whole(candidates, whole) if candidates else {}
+            to_delete = [sid for sid in candidates if sid not in kept]
+            gone_or_live += [sid for sid in batch if sid in kept]
+            later_kept = sorted(set(kept) - set(batch))
+            if later_kept:
+                item_pks.update(
+                    DeleteJobItem.objects.filter(
+                        job_id=job_id, state=DeleteJobItem.PENDING, session_id__in=later_kept
+                    ).values_list("session_id", "pk")
+                )
+                gone_or_live += [sid for sid in later_kept if sid in item_pks]
+            remaining.difference_update(kept)
             if gone_or_live and being_deleted.marks_on(gone_or_live):
                 # Started in parts by this job's last run, then held or reopened: kept whole.
                 deletion.stop_deleting(session_ids=gone_or_live, trash=LEDGER_TRASH)
@@ -226,14 +363,23 @@ def run_job(
                         # A session larger than a batch goes in parts of a batch each.
                         part_messages=batch_messages,
                         between_parts=lambda: _renew_lease(job_id),
+                        whole=whole,
                     )
                 except StoreBusy:
                     time.sleep(0.5)  # the runtime is busy: try this batch again shortly
                     _claim(job_id, worker)
                     continue
-                except (holds.SessionsHeld, deletion.SessionsWentLive, deletion.DeleteGivenBack):
-                    # A hold landed, or a session went live, between the check and the lock:
-                    # skipped next round. (A session given back by a restore is taken again.)
+                except (
+                    holds.SessionsHeld,
+                    deletion.SessionsWentLive,
+                    deletion.DeleteGivenBack,
+                    deletion.ConversationsKept,
+                ):
+                    # A hold landed, a session went live, or a conversation continued between
+                    # the check and the lock: skipped next round. (A session given back by a
+                    # restore is taken again.)
+                    remaining.update(candidates)
+                    remaining.update(kept)
                     continue
                 faults.checkpoint("job.after_batch_commit")
             with transaction.atomic(using="default"):
@@ -254,6 +400,11 @@ def run_job(
                     deleted_messages=job.deleted_messages,
                     lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS),
                 )
+            remaining.difference_update(to_delete)
+            if held:
+                _record_held_skips(job, held)
+            if kept:
+                _record_kept_whole(job, kept)
             batches += 1
     except Exception as error:
         DeleteJob.objects.filter(pk=job_id).update(
@@ -268,10 +419,171 @@ def run_job(
     return job_progress(job_id=job_id)
 
 
+def _next_batch(
+    job_id: int,
+    ids: list[str],
+    item_pks: dict[str, int],
+    remaining: set[str],
+    *,
+    every_link: bool,
+    batch_sessions: int,
+    batch_messages: int,
+) -> tuple[list[str], dict[str, int]]:
+    """The next batch from the first pending items ``ids``: whole conversations (as
+    ``deletion.conversation_groups`` finds them among ``remaining``), so each is deleted, and
+    checked under the lock, in one store transaction. The first conversation is taken whole
+    even past ``batch_sessions`` (its other pending items are looked up), unless its messages
+    are more than a batch's: then its sessions go a batch at a time, children first, each
+    batch checking the whole conversation. Returns the batch and the sessions' message counts
+    (a session missing from them is gone)."""
+    groups = deletion.conversation_groups(ids, remaining, every_link=every_link)
+    beyond = [sid for sid in groups[0] if sid not in item_pks]
+    if beyond:
+        item_pks.update(
+            DeleteJobItem.objects.filter(
+                job_id=job_id, state=DeleteJobItem.PENDING, session_id__in=beyond
+            ).values_list("session_id", "pk")
+        )
+    wanted = [sid for group in groups for sid in group if sid in item_pks]
+    sizes: dict[str, int] = {}
+    for start in range(0, len(wanted), deletion.CHUNK):
+        chunk = wanted[start : start + deletion.CHUNK]
+        sizes.update(
+            (sid, int(count or 0))
+            for sid, count in db.fetchall(
+                f"SELECT id, message_count FROM sessions WHERE id IN ({db.placeholders(chunk)})",
+                chunk,
+            )
+        )
+    batch: list[str] = []
+    weight = 0
+    for group in groups:
+        members = sorted((sid for sid in group if sid in item_pks), key=item_pks.__getitem__)
+        size = sum(sizes.get(sid, 0) for sid in members)
+        whole = all(sid in item_pks for sid in group)
+        if batch and (
+            not whole
+            or len(batch) + len(members) > batch_sessions
+            or weight + size > batch_messages
+        ):
+            break
+        if not batch and size > batch_messages and len(members) > 1:
+            # A conversation larger than a batch: children first, a batch's worth at a time.
+            for sid in members:
+                if batch and weight + sizes.get(sid, 0) > batch_messages:
+                    break
+                batch.append(sid)
+                weight += sizes.get(sid, 0)
+            break
+        batch += members
+        weight += size
+    return batch, sizes
+
+
+def _record_kept_whole(job: DeleteJob, kept: dict[str, str]) -> None:
+    """The audit entry of a batch's sessions kept to keep their conversations whole, with why."""
+    ordered = sorted(kept.items())
+    with transaction.atomic(using=router.db_for_write(AuditEntry)):
+        entry = AuditEntry.objects.create(
+            actor_name=(job.created_by or "system")[:150],
+            action=KEPT_WHOLE_ACTION,
+            session_ids=[sid for sid, _ in ordered],
+            before={
+                "job": job.pk,
+                **({"retention_policy": job.policy_id} if job.policy_id else {}),
+            },
+            after={
+                "skipped": len(ordered),
+                "kept": [{"session": sid, "why": why} for sid, why in ordered],
+            },
+            reason=job.reason,
+            detail="Kept whole: " + "; ".join(f"{sid}, {why}" for sid, why in ordered[:50]),
+            completed_at=timezone.now(),
+        )
+        AuditSession.objects.bulk_create(
+            AuditSession(entry=entry, session_id=sid) for sid, _ in ordered
+        )
+
+
+def kept_skips(*, job_id: int, named: int = HELD_SKIPS_NAMED) -> tuple[int, tuple[KeptSkip, ...]]:
+    """How many sessions the job kept to keep conversations whole, and the first ``named``."""
+    count = 0
+    found: list[KeptSkip] = []
+    for after in (
+        AuditEntry.objects.filter(action=KEPT_WHOLE_ACTION, before__job=job_id)
+        .order_by("pk")
+        .values_list("after", flat=True)
+        .iterator()
+    ):
+        rows = after.get("kept", []) if isinstance(after, dict) else []
+        count += len(rows)
+        for row in rows:
+            if len(found) < named and isinstance(row, dict):
+                found.append(KeptSkip(str(row.get("session")), str(row.get("why", ""))))
+    return count, tuple(found)
+
+
+def _record_held_skips(job: DeleteJob, held: dict[str, holds.Hold]) -> None:
+    """The audit entry of a batch's sessions left out under a legal hold, each with its hold.
+
+    Written here, as the job writes its items (``ledger.actions`` imports this module):
+    finished (``ok``), by the job's creator, with the job's reason.
+    """
+    ordered = sorted(held.items())
+    with transaction.atomic(using=router.db_for_write(AuditEntry)):
+        entry = AuditEntry.objects.create(
+            actor_name=(job.created_by or "system")[:150],
+            action=HELD_SKIP_ACTION,
+            session_ids=[sid for sid, _ in ordered],
+            before={
+                "job": job.pk,
+                **({"retention_policy": job.policy_id} if job.policy_id else {}),
+            },
+            after={
+                "skipped": len(ordered),
+                "held": [
+                    {"session": sid, "hold": hold.id, "words": hold.describe()}
+                    for sid, hold in ordered
+                ],
+            },
+            reason=job.reason,
+            detail="Left out under legal hold: "
+            + "; ".join(f"{sid}, hold #{hold.id}" for sid, hold in ordered[:50]),
+            completed_at=timezone.now(),
+        )
+        AuditSession.objects.bulk_create(
+            AuditSession(entry=entry, session_id=sid) for sid, _ in ordered
+        )
+
+
+def held_skips(*, job_id: int, named: int = HELD_SKIPS_NAMED) -> tuple[int, tuple[HeldSkip, ...]]:
+    """How many sessions the job left out under a legal hold, and the first ``named`` of them."""
+    count = 0
+    found: list[HeldSkip] = []
+    for after in (
+        AuditEntry.objects.filter(action=HELD_SKIP_ACTION, before__job=job_id)
+        .order_by("pk")
+        .values_list("after", flat=True)
+        .iterator()
+    ):
+        rows = after.get("held", []) if isinstance(after, dict) else []
+        count += len(rows)
+        for row in rows:
+            if len(found) < named and isinstance(row, dict):
+                found.append(
+                    HeldSkip(
+                        str(row.get("session")), int(row.get("hold") or 0), row.get("words", "")
+                    )
+                )
+    return count, tuple(found)
+
+
 def job_progress(*, job_id: int) -> JobProgress:
     job = DeleteJob.objects.filter(pk=job_id).first()
     if job is None:
         raise InvalidInput(f"No job {job_id}.")
+    held_count, held = held_skips(job_id=job_id) if job.skipped else (0, ())
+    kept_count, kept = kept_skips(job_id=job_id) if job.skipped else (0, ())
     rate = None
     if job.started_at and job.done:
         elapsed = ((job.finished_at or timezone.now()) - job.started_at).total_seconds()
@@ -286,6 +598,10 @@ def job_progress(*, job_id: int) -> JobProgress:
         deleted_messages=job.deleted_messages,
         sessions_per_second=rate,
         error=job.error,
+        held_skipped=held_count,
+        held=held,
+        kept_skipped=kept_count,
+        kept=kept,
     )
 
 

@@ -195,7 +195,8 @@ class ErasureRequest(models.Model):
     """ "Delete everything about this person": a subject, a reference, and its receipt.
 
     The subject (user id, chat ids, key fragments) is kept in plain text only while the
-    erasure is pending or running (``subject``); afterwards only its salted hash stays.
+    erasure is pending or running (``subject``); afterwards only its keyed hash stays
+    (``ledger.erasure.hash_of``: HMAC with the server's key over ``salt`` and the value).
     """
 
     PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"

@@ -6,30 +6,44 @@ dashboard process's scheduler thread, ``manage.py run_jobs --schedule``,
 ``manage.py apply_retention``) claims it by moving ``next_run_at`` on in one
 conditional UPDATE, so several processes or hosts never start the same run twice. A
 run is an ordinary bulk delete job (trash first, short batches, resumable, progress on
-its page), purged instead of trashed when the policy says so; the audited door is
-``ledger.actions.run_retention_policy``.
+its page) of exactly the sessions its selection listed (``expected_ids``), each
+conversation kept whole if it went on meanwhile (``core.deletion.kept_whole``), purged
+instead of trashed when the policy says so; the audited door is
+``ledger.actions.run_retention_policy``. A stored policy whose values the rules refuse
+(``check``: a row written before them, or by hand) never runs: every door checks it
+first and says why.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from sessions_admin.core import deletion
+from sessions_admin.core import db, deletion
 from sessions_admin.core.errors import InvalidInput
-from sessions_admin.core.retention import RetentionRule, select_sessions
+from sessions_admin.core.retention import (
+    HeldSkip,
+    RetentionPlan,
+    RetentionRule,
+    number_problem,
+    plan_retention,
+)
 from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import RetentionPolicy
 
 MIN_EVERY_HOURS = 0.25
 MAX_EVERY_HOURS = 24 * 366
+CHUNK = 500
+ROWS_SHOWN = 200  # sessions a preview lists (the count says how many more)
 
 
 def rule_of(policy: RetentionPolicy) -> RetentionRule:
+    """The policy's rule, its values as stored (``RetentionRule.check`` judges them)."""
     return RetentionRule(
-        older_than_days=float(policy.older_than_days),
+        older_than_days=policy.older_than_days,
         source=policy.source,
         status=policy.status,
         end_reason=policy.end_reason,
@@ -39,27 +53,108 @@ def rule_of(policy: RetentionPolicy) -> RetentionRule:
 
 def check(policy: RetentionPolicy) -> None:
     """Refuse a policy that cannot run, in words (the form and the command show them)."""
-    if not policy.name.strip():
+    if not isinstance(policy.name, str) or not policy.name.strip():
         raise InvalidInput("Give the policy a name.")
     rule_of(policy).check()
     if policy.mode not in (RetentionPolicy.TRASH, RetentionPolicy.PURGE):
         raise InvalidInput("A policy either moves sessions to the trash or purges them.")
-    if not (MIN_EVERY_HOURS <= float(policy.every_hours) <= MAX_EVERY_HOURS):
-        raise InvalidInput(f"Run every {MIN_EVERY_HOURS:g} to {MAX_EVERY_HOURS:g} hours.")
+    if problem := number_problem(policy.every_hours, low=MIN_EVERY_HOURS, high=MAX_EVERY_HOURS):
+        raise InvalidInput(
+            f"Run every {MIN_EVERY_HOURS:g} to {MAX_EVERY_HOURS:g} hours ({problem})."
+        )
+
+
+def problem_of(policy: RetentionPolicy) -> str | None:
+    """Why a stored policy cannot run (None: it can)."""
+    try:
+        check(policy)
+    except InvalidInput as problem:
+        return (
+            f"Retention policy #{policy.pk} cannot run: {problem} Nothing was deleted; "
+            "delete the policy and create it again with valid values."
+        )
+    return None
+
+
+def check_stored(policy: RetentionPolicy) -> None:
+    if problem := problem_of(policy):
+        raise InvalidInput(problem)
+
+
+def actor_of(policy: RetentionPolicy) -> str:
+    """Who a run nobody started by hand is audited as: the policy itself."""
+    return f"retention policy #{policy.pk} {policy.name}"[:150]
+
+
+@dataclass(frozen=True)
+class RetentionPreview:
+    """What a run of a policy would delete now: the plan, its messages and the first rows."""
+
+    plan: RetentionPlan
+    message_count: int
+    rows: tuple[dict, ...]  # the first ``ROWS_SHOWN`` sessions, oldest first
+
+    @property
+    def session_ids(self) -> tuple[str, ...]:
+        return self.plan.session_ids
+
+    @property
+    def count(self) -> int:
+        return len(self.plan.session_ids)
+
+    @property
+    def more(self) -> int:
+        return max(0, self.count - len(self.rows))
+
+    @property
+    def held(self) -> tuple[HeldSkip, ...]:
+        return self.plan.held
+
+    @property
+    def held_excluded(self) -> int:
+        return len(self.plan.held)
+
+    @property
+    def fingerprint(self) -> str:
+        return self.plan.fingerprint
 
 
 def selected_ids(policy: RetentionPolicy) -> list[str]:
-    """What a run of the policy would delete now (live and held sessions left out)."""
-    ids = select_sessions(rule_of(policy))
-    return list(deletion.preview_bulk_delete(session_ids=ids).session_ids) if ids else []
+    """What a run of the policy would delete now (live and held conversations left out)."""
+    check_stored(policy)
+    return list(plan_retention(rule_of(policy)).session_ids)
 
 
-def dry_run(policy: RetentionPolicy) -> deletion.BulkDeletePreview:
-    return deletion.preview_bulk_delete(session_ids=select_sessions(rule_of(policy)))
+def dry_run(policy: RetentionPolicy, *, rows: int = ROWS_SHOWN) -> RetentionPreview:
+    check_stored(policy)
+    plan = plan_retention(rule_of(policy))
+    shown = list(plan.session_ids[:rows])
+    found = {}
+    for start in range(0, len(shown), CHUNK):
+        chunk = shown[start : start + CHUNK]
+        for row in db.fetchdicts(
+            "SELECT id, source, title, started_at, ended_at, end_reason, message_count "
+            f"FROM sessions WHERE id IN ({db.placeholders(chunk)})",
+            chunk,
+        ):
+            found[row["id"]] = row
+    return RetentionPreview(
+        plan=plan,
+        message_count=deletion.count_messages(plan.session_ids) if plan.session_ids else 0,
+        rows=tuple(found[sid] for sid in shown if sid in found),
+    )
 
 
 def describe(policy: RetentionPolicy) -> str:
-    mode = "purged" if policy.mode == RetentionPolicy.PURGE else "moved to the trash"
+    try:
+        check(policy)
+    except InvalidInput as problem:
+        return f"cannot run: {problem}"
+    mode = (
+        "purged (cannot be restored)"
+        if policy.mode == RetentionPolicy.PURGE
+        else "moved to the trash"
+    )
     return f"{rule_of(policy).describe()}; {mode}"
 
 
@@ -78,13 +173,24 @@ def claim_due(policy_id: int, now: datetime | None = None) -> bool:
     policy = RetentionPolicy.objects.filter(pk=policy_id, enabled=True).first()
     if policy is None or policy.next_run_at is None or policy.next_run_at > now:
         return False
+    if problem_of(policy):
+        # It cannot run (nor say when next): disabled by whoever claims it, so its refusal
+        # is audited once, not at every check.
+        return (
+            RetentionPolicy.objects.filter(
+                pk=policy_id, enabled=True, next_run_at=policy.next_run_at
+            ).update(enabled=False, next_run_at=None)
+            == 1
+        )
     claimed = RetentionPolicy.objects.filter(
         pk=policy_id, enabled=True, next_run_at=policy.next_run_at
     ).update(next_run_at=now + timedelta(hours=policy.every_hours), last_run_at=now)
     return claimed == 1
 
 
-def start_run(policy: RetentionPolicy, *, ids: Sequence[str], actor: str) -> int | None:
+def start_run(
+    policy: RetentionPolicy, *, ids: Sequence[str], actor: str, reason: str
+) -> int | None:
     """A bulk delete job for the run (None when nothing matches now)."""
     RetentionPolicy.objects.filter(pk=policy.pk).update(last_run_at=timezone.now())
     if not ids:
@@ -94,10 +200,11 @@ def start_run(policy: RetentionPolicy, *, ids: Sequence[str], actor: str) -> int
             session_ids=ids,
             include_live=False,
             actor=actor,
-            reason=f"retention policy #{policy.pk} {policy.name!r}: {describe(policy)}",
+            reason=f"{reason} (retention policy #{policy.pk} {policy.name!r}: {describe(policy)})",
             description=f"Retention: {policy.name}"[:2000],
             purge=policy.mode == RetentionPolicy.PURGE,
             policy_id=policy.pk,
+            expected_ids=ids,  # exactly the run's selection, nothing linked to it since
         )
     except InvalidInput:
         return None  # everything it picked went (or went live) since the selection

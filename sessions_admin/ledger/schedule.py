@@ -42,7 +42,9 @@ def run_schedule(*, interval: float, stop: threading.Event) -> None:
 
     Every ``SESSIONS_ADMIN_ERASURE_INDEX_RETRY_SECONDS`` (default 600) it also retries the
     search index merge of erasures a busy runtime kept from finishing it (each try takes up
-    to 30 s an index, in short steps that never hold the runtime's writers for long).
+    to 30 s an index, in short steps that never hold the runtime's writers for long), then
+    their file rewrite (SQLite: a VACUUM started only after a quiet second, waiting at most
+    250 ms for the write lock; PostgreSQL: only with ``SESSIONS_ADMIN_ERASURE_REWRITE_AUTO``).
     """
     next_index_merge = 0.0
     try:
@@ -59,6 +61,13 @@ def run_schedule(*, interval: float, stop: threading.Event) -> None:
                     actions.finish_erasure_index_merges()
                 except Exception:
                     logger.exception("an erasure's search index merge failed")
+                finally:
+                    connections.close_all()
+                try:
+                    if actions.rewrites_automatically():
+                        actions.finish_erasure_rewrites(automatic=True)
+                except Exception:
+                    logger.exception("an erasure's file rewrite failed")
                 finally:
                     connections.close_all()
             stop.wait(interval)

@@ -9,7 +9,13 @@ a restore reads the rows back. The entries of one operator action share an
 restore puts the whole operation back and a purge drops whole operations, so the
 trash never holds half of an action. ``LedgerConfig.ready`` makes it the core's
 default trash, so every delete in a dashboard process (views, commands, jobs,
-tests) keeps what it removes here.
+tests) keeps what it removes here. A delete in parts that stops before its last step (a
+hold landed, the session went live, its job was cancelled) gives the parts back to the store
+and drops their entries (``give_back``): the trash holds only what the store lost.
+
+A purge keeps every operation holding a session a legal hold covers (``held_trash``); the
+core's holds see the lineage links of the sessions kept here (``trashed_lineage``), so a hold
+covers a conversation's segments in the trash as in the store.
 
 The entry's payload is JSON (a JSONField: SQLite text or PostgreSQL jsonb); this
 module owns how a store value is written there (``encode_trash_value``) and read
@@ -20,7 +26,9 @@ from __future__ import annotations
 
 import base64
 import math
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import Count, Max, Q
@@ -28,7 +36,9 @@ from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.deletion import TrashContents
-from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.errors import InvalidInput, StoreBusy
+from sessions_admin.core.merge import undoable_merges_of
+from sessions_admin.core.rows import parse_model_config
 from sessions_admin.ledger.models import TrashEntry, TrashSession
 
 # A store row holds SQLite values JSON cannot carry or jsonb would change: BLOBs (schema 30's
@@ -220,6 +230,11 @@ class LedgerTrash:
             state=TrashEntry.RESTORED, restored_at=timezone.now(), restored_by=actor
         )
 
+    def give_back(self, entry_id: int) -> None:
+        # Only a part (session_count 0): an entry holding a session row is never given back.
+        # Its TrashSession row goes with it, so the trash search no longer finds the session.
+        TrashEntry.objects.filter(pk=entry_id, session_count=0).delete()
+
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         parts = TrashEntry.objects.filter(
             operation=operation, session_count=0, sessions__session_id=session_id
@@ -238,13 +253,21 @@ def job_operation(job_id: int) -> str:
     return f"job-{job_id}"
 
 
-def purgeable_operations(*, older_than_days: float | None = None) -> list[str]:
+def purgeable_operations(
+    *, older_than_days: float | None = None, held: dict | None = None
+) -> list[str]:
     """The operations a purge drops: all, or those whose newest entry is older than the days.
 
     An operation with a pending entry is never purged: that batch may still be
     committing, and its trash copy is then the only copy. An operation goes whole
     (its last batch decides its age), never leaving part of an action restorable.
+    An operation holding a session a legal hold covers is kept (``held_trash``; ``held``:
+    its answer, already read).
     """
+    return _purgeable(older_than_days, held_trash() if held is None else held)
+
+
+def _purgeable(older_than_days: float | None, held: dict) -> list[str]:
     if older_than_days is not None and older_than_days < 0:
         raise InvalidInput("older_than_days must be zero or more.")
     operations = TrashEntry.objects.values("operation").annotate(
@@ -256,51 +279,235 @@ def purgeable_operations(*, older_than_days: float | None = None) -> list[str]:
         operations = operations.filter(
             newest__lt=timezone.now() - timezone.timedelta(days=older_than_days)
         )
-    held = held_trash_operations()
     return [
         row["operation"] for row in operations.order_by("operation") if row["operation"] not in held
     ]
 
 
-def held_trash_operations() -> dict[str, str]:
-    """Trash operations holding a session a legal hold covers, each with the hold in words.
+# --- legal holds and the trash --------------------------------------------------------------
+# The trash keeps the lineage links of the sessions it holds (their parent, the session a reset
+# started from, and the parent a kept child lost): ``trashed_lineage`` gives them to the core's
+# holds (``holds.set_lineage_elsewhere``, set by ``LedgerConfig.ready``), so a hold covers a
+# conversation whether its segments are in the store or here. An entry's rows never change, so
+# each entry's links are read once per process.
 
-    In the trash a session is matched by its own id (a session hold's subject) or its
-    user (a user hold): its lineage is no longer in the store to walk. A purge keeps
-    these operations. Without a standing hold this is one read of the holds table.
+_links_lock = threading.Lock()
+# Per entry (pk, created_at): its rows' links, its kept children's lost links, its users.
+_links_seen: dict[tuple[int, str], tuple[tuple, tuple, tuple]] = {}
+# The last answer and the entries it was built from: a bulk job adds an entry per batch, and
+# each batch asks again under the store's lock, so an answer grows instead of being rebuilt.
+_assembled: list = [frozenset(), holds.NOWHERE]
+
+
+def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple, tuple]:
+    """(rows' (child, parent) links, kept children's (child, lost parent) links,
+    (session, user) pairs) of one entry's payload."""
+    rows: list[tuple[str, str]] = []
+    lost: list[tuple[str, str]] = []
+    users: list[tuple[str, str | None]] = []
+    for row in sessions if isinstance(sessions, list) else []:
+        if not isinstance(row, dict):
+            continue
+        row = decode_trash_rows([row])[0]
+        session_id = row.get("id")
+        if not isinstance(session_id, str):
+            continue
+        user_id = row.get("user_id")
+        users.append((session_id, user_id if isinstance(user_id, str) else None))
+        parent = row.get("parent_session_id") or parse_model_config(row.get("model_config")).get(
+            "_reset_from"
+        )
+        if isinstance(parent, str) and parent:
+            rows.append((session_id, parent))
+    for pair in kept if isinstance(kept, list) else []:
+        if (
+            isinstance(pair, list | tuple)
+            and len(pair) == 2
+            and all(isinstance(p, str) for p in pair)
+        ):
+            lost.append((pair[0], pair[1]))
+    return tuple(rows), tuple(lost), tuple(users)
+
+
+def _add_links(up: dict, users: dict, entries: list[tuple[tuple, tuple, tuple]]) -> None:
+    # A session's own row's link first; a kept child's lost parent where it has none.
+    for rows, _lost, owners in entries:
+        users.update(owners)
+        up.update(rows)
+    for _rows, lost, _owners in entries:
+        for child, parent in lost:
+            up.setdefault(child, parent)
+
+
+def trashed_lineage() -> holds.Elsewhere:
+    """The lineage links and users of every session the trash holds (not restored)."""
+    current = frozenset(
+        (pk, str(created))
+        for pk, created in TrashEntry.objects.exclude(state=TrashEntry.RESTORED)
+        .filter(session_count__gt=0)
+        .values_list("pk", "created_at")
+    )
+    with _links_lock:
+        built_from, answer = _assembled
+        if current == built_from:
+            return answer
+        missing = [key for key in current if key not in _links_seen]
+    for start in range(0, len(missing), 200):
+        chunk = dict(missing[start : start + 200])
+        read = TrashEntry.objects.filter(pk__in=list(chunk)).values_list(
+            "pk", "created_at", "payload__sessions", "payload__kept_children"
+        )
+        found = {
+            (pk, str(created)): _entry_links(sessions, kept) for pk, created, sessions, kept in read
+        }
+        with _links_lock:
+            _links_seen.update(found)
+    with _links_lock:
+        for key in [key for key in _links_seen if key not in current]:
+            del _links_seen[key]
+        built_from, answer = _assembled
+        if built_from <= current:
+            # Only added entries: the last answer's links (copied: a caller may still read
+            # them) plus the new ones.
+            up, users = dict(answer.up), dict(answer.users)
+            added = sorted(current - built_from)
+        else:
+            up, users = {}, {}
+            added = sorted(current)
+        _add_links(up, users, [_links_seen[key] for key in added if key in _links_seen])
+        answer = holds.Elsewhere(up=up, users=users)
+        _assembled[:] = [current, answer]
+    return answer
+
+
+@dataclass(frozen=True)
+class HeldTrash:
+    """A trash operation a purge keeps: one of its sessions and the hold covering it."""
+
+    operation: str
+    entry_id: int  # the operation's first entry, as the trash page lists it
+    session_id: str
+    hold: holds.Hold
+
+    def describe(self) -> str:
+        return f"trash entry #{self.entry_id} (session {self.session_id}), hold #{self.hold.id}"
+
+
+def held_trash() -> dict[str, HeldTrash]:
+    """Trash operations holding a session a legal hold covers, each with that session and hold.
+
+    A session in the trash is covered as in the store: by its lineage (walked through the
+    trash and the store alike) or its user. Without a standing hold this is one read of the
+    holds table.
     """
-    standing = holds.active_holds()
-    if not standing:
+    if not holds.active_holds():
         return {}
-    held: dict[str, str] = {}
+    held: dict[str, HeldTrash] = {}
+    ids_of: dict[str, list[str]] = {}
+    first_entry: dict[str, int] = {}
+    for pk, operation, session_ids in (
+        TrashEntry.objects.exclude(state=TrashEntry.RESTORED)
+        .order_by("pk")
+        .values_list("pk", "operation", "session_ids")
+    ):
+        first_entry.setdefault(operation, pk)
+        ids_of.setdefault(operation, []).extend(s for s in session_ids or [] if isinstance(s, str))
     # A session a delete left half done (killed between parts) is still in the store: its
     # parts' operation is kept while a hold covers the session.
     marks = being_deleted.all_marks()
-    for session_id, hold in holds.holds_on([mark.session_id for mark in marks]).items():
-        for mark in marks:
-            if mark.session_id == session_id:
-                held.setdefault(mark.operation, hold.describe())
-    by_session = {hold.subject: hold for hold in standing if hold.kind == holds.SESSION}
-    if by_session:
-        for operation, session_id in (
-            TrashSession.objects.filter(session_id__in=list(by_session))
-            .exclude(entry__state=TrashEntry.RESTORED)
-            .values_list("entry__operation", "session_id")
-        ):
-            held.setdefault(operation, by_session[session_id].describe())
-    if any(hold.kind == holds.USER for hold in standing):
-        entries = (
-            TrashEntry.objects.exclude(state=TrashEntry.RESTORED)
-            .exclude(operation__in=list(held))
-            .values_list("operation", "payload")
-        )
-        for operation, payload in entries.iterator():
-            if operation in held or not isinstance(payload, dict):
-                continue
-            found = holds.held_among_rows(decode_trash_rows(payload.get("sessions", [])))
-            if found:
-                held[operation] = next(iter(found.values())).describe()
+    for mark in marks:
+        ids_of.setdefault(mark.operation, []).append(mark.session_id)
+    covering = holds.holds_on([sid for ids in ids_of.values() for sid in ids])
+    for operation, ids in ids_of.items():
+        for session_id in ids:
+            hold = covering.get(session_id)
+            if hold is not None:
+                entry = first_entry.get(operation)
+                if entry is None:
+                    continue  # a mark whose parts are not (or no longer) in the trash
+                held[operation] = HeldTrash(operation, entry, session_id, hold)
+                break
     return held
+
+
+def merges_waiting_on(operations: Sequence[str]) -> dict[str, tuple[tuple[int, str, str], ...]]:
+    """For each of these trash operations, the merges that can be undone again only once it is
+    restored: (merge id, "target" or "absorbed", session) for each of its sessions (not
+    restored) that a merge not undone needs (``merge.undoable_merges_of``). A cascade
+    delete that lost a merge's undo, confirmed by the operator, links to the merge this way.
+    """
+    in_trash: dict[str, set[str]] = {}
+    for operation, session_id in (
+        TrashSession.objects.filter(
+            entry__operation__in=list(operations), entry__session_count__gt=0
+        )
+        .exclude(entry__state=TrashEntry.RESTORED)
+        .values_list("entry__operation", "session_id")
+    ):
+        in_trash.setdefault(session_id, set()).add(operation)
+    if not in_trash:
+        return {}
+    waiting: dict[str, list[tuple[int, str, str]]] = {}
+    for session_id, merge in undoable_merges_of(in_trash).items():
+        for operation in in_trash[session_id]:
+            waiting.setdefault(operation, []).append((merge.merge_id, merge.role, session_id))
+    return {operation: tuple(sorted(found)) for operation, found in waiting.items()}
+
+
+def held_trash_operations() -> dict[str, str]:
+    """Trash operations holding a session a legal hold covers, each with the hold in words
+    (``held_trash``). A purge keeps these operations."""
+    return {operation: found.hold.describe() for operation, found in held_trash().items()}
+
+
+@dataclass(frozen=True)
+class PurgeReport:
+    purged: int  # operations dropped (what the trash page lists as entries)
+    kept: tuple[HeldTrash, ...]  # operations it would have dropped, kept under a legal hold
+
+    def kept_text(self) -> str:
+        """ "Kept 1 trash entry under legal hold: trash entry #4 (session s-1), hold #3" """
+        if not self.kept:
+            return ""
+        count = len(self.kept)
+        named = "; ".join(found.describe() for found in self.kept[:20])
+        more = f"; and {count - 20} more" if count > 20 else ""
+        which = "1 trash entry" if count == 1 else f"{count} trash entries"
+        return f"Kept {which} under legal hold: {named}{more}."
+
+
+class _HoldsChanged(Exception):
+    """A hold was placed or released while a purge chose what to drop: it chooses again."""
+
+
+PURGE_ATTEMPTS = 5
+
+
+def purge_trash_report(*, older_than_days: float | None = None) -> PurgeReport:
+    """Drop whole trash operations (``purgeable_operations``); say which a hold kept.
+
+    In one transaction of the dashboard's database, which commits only if the standing
+    holds are still those the choice was made with (a hold placed meanwhile makes it
+    choose again), so a hold placed before the purge's end is never purged past.
+    """
+    for _ in range(PURGE_ATTEMPTS):
+        try:
+            with transaction.atomic(using="default"):
+                standing = [hold.id for hold in holds.active_holds()]
+                held = held_trash()
+                operations = _purgeable(older_than_days, held)
+                for start in range(0, len(operations), 500):
+                    TrashEntry.objects.filter(
+                        operation__in=operations[start : start + 500]
+                    ).exclude(state=TrashEntry.PENDING).delete()
+                if [hold.id for hold in holds.active_holds()] != standing:
+                    raise _HoldsChanged
+        except _HoldsChanged:
+            continue
+        due = set(_purgeable(older_than_days, {}))
+        kept = tuple(found for operation, found in sorted(held.items()) if operation in due)
+        return PurgeReport(purged=len(operations), kept=kept)
+    raise StoreBusy("purging the trash while legal holds change", PURGE_ATTEMPTS)
 
 
 def purge_trash(*, older_than_days: float | None = None) -> int:
@@ -308,12 +515,7 @@ def purge_trash(*, older_than_days: float | None = None) -> int:
 
     Returns how many operations (what the trash page lists as entries) were dropped.
     """
-    operations = purgeable_operations(older_than_days=older_than_days)
-    for start in range(0, len(operations), 500):
-        TrashEntry.objects.filter(operation__in=operations[start : start + 500]).exclude(
-            state=TrashEntry.PENDING
-        ).delete()
-    return len(operations)
+    return purge_trash_report(older_than_days=older_than_days).purged
 
 
 def stale_pending_trash(*, operation: str | None = None) -> list[int]:

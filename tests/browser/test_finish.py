@@ -11,6 +11,7 @@ from django.core.cache import cache
 from playwright.sync_api import expect
 
 from sessions_admin import core
+from sessions_admin.core import db
 from sessions_admin.ledger import worker
 from sessions_admin.signin.roles import assign_role
 from tests.browser.conftest import PASSWORD
@@ -135,7 +136,14 @@ def test_exports_download_from_the_session_page_and_the_list(signed_in_page):
     with page.expect_download() as listed:
         page.locator(".exports").get_by_role("link", name="JSONL").click()
     records = [json.loads(line) for line in open(listed.value.path(), encoding="utf-8")]
-    assert {r["session"]["id"] for r in records if r["type"] == "session"} == set(ids.values())
+    # Whole conversations (issue 25, item 14): the root's delegate (source tool) goes with them.
+    delegate = db.fetchone(
+        "SELECT id FROM sessions WHERE parent_session_id = %s AND source = 'tool'", [ids["root"]]
+    )[0]
+    assert {r["session"]["id"] for r in records if r["type"] == "session"} == {
+        *ids.values(),
+        delegate,
+    }
     assert page.script_errors == []
 
 

@@ -10,8 +10,10 @@ import pytest
 from django.urls import reverse
 
 from sessions_admin import core
+from sessions_admin.core import db
 from sessions_admin.ledger import actions, erasure
 from sessions_admin.ledger.models import AuditEntry, ErasureRequest
+from tests.builders import store_snapshot
 
 USER = "u-views-5821"
 
@@ -91,10 +93,10 @@ def test_the_request_page_says_while_the_search_index_is_not_merged(signed_in, m
 
     client = signed_in("admin")
     _their_sessions()
-    plan = erasure_core.plan_erasure(subject=erasure_core.Subject(user_id=USER))
+    plan = erasure.plan(erasure_core.Subject(user_id=USER))
     queued = actions.request_erasure(
         actor=None,
-        subject=plan.subject,
+        subject=plan.store.subject,
         reference="DSR-8",
         expected_fingerprint=plan.fingerprint,
     )
@@ -111,3 +113,72 @@ def test_the_request_page_says_while_the_search_index_is_not_merged(signed_in, m
     assert 'id="index-merged"' in page and 'id="index-merge-pending"' not in page
     queued.refresh_from_db()
     assert queued.receipt["search_index"]["merged"] is True
+
+
+def _their_session_with(text: str, user_id: str = USER) -> str:
+    sid = core.create_session(source="telegram", user_id=user_id).session_id
+    core.append_message(session_id=sid, role="user", content=text)
+    core.end_session(session_id=sid, end_reason="user_exit")
+    return sid
+
+
+def test_a_padded_id_is_refused_and_a_key_prefix_finds_nothing(signed_in):
+    client = signed_in("admin")
+    core.create_session(source="telegram", user_id=USER, session_key="agent:main:telegram:dm:58")
+    before = store_snapshot()
+    padded = client.post(reverse("erasure_preview"), {"user_id": f"{USER} ", "reference": "D"})
+    assert padded.status_code == 400 and "spaces" in padded.content.decode()
+    page = client.post(
+        reverse("erasure_preview"),
+        {"user_id": "u-nobody-58", "session_keys": "agent:main:", "reference": "D"},
+    ).content.decode()
+    assert re.search(r'data-count="sessions">0<', page)
+    assert store_snapshot() == before
+    assert not ErasureRequest.objects.exists()
+
+
+def test_the_preview_says_other_peoples_mentions_are_kept_and_they_are(signed_in):
+    client = signed_in("admin")
+    _their_sessions()
+    colleague = _their_session_with(f"ticket about {USER}", user_id="u-colleague-58")
+    page = client.post(
+        reverse("erasure_preview"), {"user_id": USER, "reference": "DSR-7"}
+    ).content.decode()
+    assert "data-kept" in page and colleague in page
+    fingerprint = re.search(r'name="fingerprint" value="([^"]+)"', page).group(1)
+    client.post(
+        reverse("erasure_confirm"),
+        {"user_id": USER, "fingerprint": fingerprint, "reference": "DSR-7"},
+    )
+    actions.run_erasure(request_id=ErasureRequest.objects.get().pk)
+    assert db.fetchall("SELECT content FROM messages WHERE session_id = %s", [colleague]) == [
+        (f"ticket about {USER}",)
+    ]
+    assert not db.fetchall("SELECT id FROM sessions WHERE user_id = %s", [USER])
+
+
+def test_a_merge_an_erasure_closed_says_so_and_its_undo_changes_nothing(signed_in):
+    client = signed_in("admin")
+    api = core.create_session(source="api_server").session_id
+    core.append_message(session_id=api, role="user", content="api side")
+    mine = _their_session_with("moved words")
+    merged = core.merge_sessions(session_ids=[api, mine], target_id=api)
+    plan = erasure.plan(core.erasure.Subject(user_id=USER))
+    queued = actions.request_erasure(
+        actor=None,
+        subject=plan.store.subject,
+        reference="DSR-9",
+        expected_fingerprint=plan.fingerprint,
+    )
+    actions.run_erasure(request_id=queued.pk)
+    before = store_snapshot("sessions", "messages", "merges")
+
+    history = client.get(reverse("audit_log"), {"session": api}).content.decode()
+    assert "data-merge-closed" in history
+    assert f'action="{reverse("merge_undo", args=[merged.merge_id])}"' not in history
+    client.post(reverse("merge_undo", args=[merged.merge_id]), {"reason": "try"})
+
+    assert store_snapshot("sessions", "messages", "merges") == before
+    assert db.fetchall("SELECT content FROM messages WHERE session_id = %s", [api]) == [
+        ("api side",)
+    ]

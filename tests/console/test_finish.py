@@ -10,6 +10,7 @@ import re
 from django.urls import reverse
 
 from sessions_admin import core
+from sessions_admin.core import db
 from tests.builders import refund_lineage
 
 
@@ -115,6 +116,12 @@ def test_the_session_page_links_its_exports_and_they_download(signed_in):
     assert all(session_id in text for session_id in (ids["root"], ids["tip"], ids["branch"]))
 
 
+def _delegate_of(session_id: str) -> str:
+    return db.fetchone(
+        "SELECT id FROM sessions WHERE parent_session_id = %s AND source = 'tool'", [session_id]
+    )[0]
+
+
 def test_the_session_list_exports_what_its_filters_match(signed_in):
     ids = refund_lineage()
     other = core.create_session(source="cli", title="Someone else").session_id
@@ -134,8 +141,10 @@ def test_the_session_list_exports_what_its_filters_match(signed_in):
         for record in map(json.loads, _streamed(response).splitlines())
         if record["type"] == "session"
     }
-    # Every telegram session the list shows; not the root's delegate (source tool), nor the cli one.
+    # Every segment of each conversation the list shows (issue 25, item 14): the telegram
+    # sessions and the root's delegate (source tool) with them; never the cli one.
     listed = set(re.findall(r'href="/sessions/([^/"]+)/"', body))
-    assert exported == {ids["root"], ids["tip"], ids["branch"]}
-    assert exported <= listed
+    delegate = _delegate_of(ids["root"])
+    assert exported == {ids["root"], ids["tip"], ids["branch"], delegate}
+    assert exported - {delegate} <= listed
     assert other not in exported

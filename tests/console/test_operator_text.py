@@ -21,6 +21,7 @@ from sessions_admin import core
 from sessions_admin.ledger.models import AuditEntry
 from tests.console import urlmap
 from tests.console.test_fuzz import POST_FIELDS
+from tests.store.test_retention import old_session
 
 pytestmark = pytest.mark.usefixtures("no_worker")
 
@@ -125,7 +126,7 @@ def _pages(seeded: urlmap.Seeded, name: str) -> list[tuple[str, str, dict | None
         "hold_release": [("get", reverse("holds"), None)],
         "retention_create": [("get", reverse("retention"), None)],
         "retention_switch": [("get", reverse("retention"), None)],
-        "retention_run": [("get", reverse("retention"), None)],
+        "retention_run": [("get", reverse("retention_preview", args=[seeded.policy_id]), None)],
         "retention_delete": [("get", reverse("retention"), None)],
     }[name]
 
@@ -164,6 +165,9 @@ def _prepare(seeded: urlmap.Seeded, name: str) -> None:
         )
     if name == "session_redo":
         core.undo_last_turn(session_id=seeded.branch)
+    if name == "retention_run":
+        # Something for the seeded policy (3650 quiet days) to delete: its preview offers a run.
+        old_session(days=4000)
 
 
 def _open_form(client, seeded, name: str) -> tuple[str, list[list[str]]]:
@@ -237,4 +241,5 @@ def _reason_required(name: str) -> bool:
         "trash_purge",
         "hold_place",
         "hold_release",
+        "retention_run",
     }

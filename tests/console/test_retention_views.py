@@ -43,7 +43,13 @@ def test_an_admin_creates_checks_enables_and_runs_a_policy(signed_in):
     assert policy.enabled and policy.next_run_at is not None
     assert "Next run" in client.get(reverse("retention")).content.decode()
 
-    response = client.post(reverse("retention_run", args=[policy.pk]), {})
+    page = client.get(reverse("retention_preview", args=[policy.pk])).content.decode()
+    for sid in doomed:
+        assert sid in page  # the preview lists the sessions, not only their number
+    digest = re.search(r'name="digest" value="([^"]+)"', page).group(1)
+    response = client.post(
+        reverse("retention_run", args=[policy.pk]), {"digest": digest, "reason": "quarterly"}
+    )
     job = DeleteJob.objects.get(policy=policy)
     assert response.status_code == 302 and response.url == reverse("job_detail", args=[job.pk])
     assert job.total == len(doomed)
@@ -68,7 +74,7 @@ def test_an_admin_creates_checks_enables_and_runs_a_policy(signed_in):
 @pytest.mark.parametrize(
     ("change", "words"),
     [
-        ({"older_than_days": "-5"}, "between 0 and"),
+        ({"older_than_days": "-5"}, "between 1 and"),
         ({"older_than_days": "nan"}, "number of days"),
         ({"every_hours": "0"}, "Run every"),
         ({"status": "live"}, "Status is ended or empty"),

@@ -95,8 +95,12 @@ def test_every_console_write_keeps_both_indexes_for_hermes(hermes, attach, tmp_p
     )
     call_command("import_sessions", str(export), reason="back")  # new message ids
     plan = core.plan_cascade_delete(session_ids=[a])
-    deleted = core.execute_cascade_delete(
-        session_ids=[a], expected_fingerprint=plan.fingerprint, actor="t", reason="r"
+    deleted = core.execute_cascade_delete(  # a is merge's target: its undo waits on the trash
+        session_ids=[a],
+        expected_fingerprint=plan.fingerprint,
+        actor="t",
+        reason="r",
+        lose_undo=True,
     )
     core.restore_trash_entry(entry_id=deleted.trash_entry_ids[0], actor="t")
 

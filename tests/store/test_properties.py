@@ -139,6 +139,7 @@ def _rows() -> dict[str, dict]:
             "parent": parent,
             "delegate": bool(markers.get("_delegate_from")),
             "branch": bool(markers.get("_branched_from")),
+            "continued": bool(markers.get("_continued_from")),
             "end_reason": end_reason,
             "live": ended_at is None,
         }
@@ -173,6 +174,29 @@ def _goes_with(rows: dict[str, dict], starts, followed: set[str]) -> set[str]:
                 found.add(child)
                 stack.append(child)
     return found
+
+
+def _kept_whole(rows: dict[str, dict], going: set[str]) -> set[str]:
+    """``going`` less every conversation of it (sessions linked within it by a compression,
+    delegate or slug-continuation link) that goes on in a session not in it: a bulk delete
+    never splits one."""
+
+    def together(child: str) -> bool:
+        kind = _kind(rows, child)
+        return kind in ("compression", "delegate") or (kind == "child" and rows[child]["continued"])
+
+    links = [
+        (sid, row["parent"]) for sid, row in rows.items() if row["parent"] in rows and together(sid)
+    ]
+    stays = {parent for child, parent in links if parent in going and child not in going}
+    grown = True
+    while grown:
+        grown = False
+        for child, parent in links:
+            if child in going and parent in going and (child in stays) != (parent in stays):
+                stays |= {child, parent}
+                grown = True
+    return going - stays
 
 
 def expected_cascade(pick: str, include_branches: bool) -> set[str]:
@@ -368,7 +392,7 @@ def test_it_bulk_deletes_exactly_the_matching_set(operations, preset, include_li
     rows = _rows()
     going = _goes_with(rows, matching, {"compression", "delegate"})
     if not include_live:
-        going = {sid for sid in going if not rows[sid]["live"]}
+        going = _kept_whole(rows, {sid for sid in going if not rows[sid]["live"]})
     everything = _ids()
     survivors = _kept_rows(going)
     selected = core.preset_session_ids(

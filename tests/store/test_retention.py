@@ -115,13 +115,13 @@ def test_conversations_go_whole_or_not_at_all():
     lonely = old_session(
         parent=recent_parent, source="tool", model_config={"_delegate_from": recent_parent}
     )
-    # An old branch of a recent conversation is a conversation of its own.
+    # An old branch of a recent conversation stays with it (every link kind holds it).
     branch = old_session(parent=recent_parent, model_config={"_branched_from": recent_parent})
 
     chosen = set(select_sessions(RetentionRule(older_than_days=30)))
 
-    assert chosen == {done_root, delegate, branch}
-    assert not chosen & {root, tip, lonely, recent_parent}
+    assert chosen == {done_root, delegate}
+    assert not chosen & {root, tip, lonely, recent_parent, branch}
 
 
 def test_a_policy_never_selects_held_sessions_or_what_an_unmerge_needs():
@@ -149,7 +149,7 @@ def test_a_run_deletes_exactly_the_selection_through_the_trash_or_not(mode):
     policy = RetentionPolicy.objects.create(
         name="old chats", older_than_days=30, mode=mode, created_by="t"
     )
-    job_id = actions.run_retention_policy(actor=None, policy_id=policy.pk)
+    job_id = actions.run_retention_policy(actor=None, policy_id=policy.pk, reason="cleanup")
     progress = jobs.run_job(job_id=job_id)
     assert progress.state == "done" and progress.deleted == 3
     assert _ids() == set(kept)
@@ -161,7 +161,7 @@ def test_a_run_deletes_exactly_the_selection_through_the_trash_or_not(mode):
     assert entry.outcome == "ok" and set(entry.session_ids) == set(gone)
     assert entry.after == {"job": job_id}
     # Nothing left to do: the next run starts no job.
-    assert actions.run_retention_policy(actor=None, policy_id=policy.pk) is None
+    assert actions.run_retention_policy(actor=None, policy_id=policy.pk, reason="cleanup") is None
 
 
 def test_a_due_run_is_started_once_however_many_schedulers_look():
@@ -187,7 +187,7 @@ def test_a_due_run_is_started_once_however_many_schedulers_look():
 
 
 def test_a_new_policy_is_disabled_and_checked():
-    with pytest.raises(core.InvalidInput, match="between 0 and"):
+    with pytest.raises(core.InvalidInput, match="between 1 and"):
         actions.create_retention_policy(
             actor=None, name="bad", older_than_days=-3, every_hours=24, mode="trash"
         )

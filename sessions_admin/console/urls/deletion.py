@@ -31,6 +31,11 @@ urlpatterns = [
     path(
         "retention/<rowid:policy_id>/switch/", retention.retention_switch, name="retention_switch"
     ),
+    path(
+        "retention/<rowid:policy_id>/run/preview/",
+        retention.retention_preview,
+        name="retention_preview",
+    ),
     path("retention/<rowid:policy_id>/run/", retention.retention_run, name="retention_run"),
     path(
         "retention/<rowid:policy_id>/delete/", retention.retention_delete, name="retention_delete"
@@ -38,6 +43,8 @@ urlpatterns = [
     path("erasure/", erasure.erasure_list, name="erasure"),
     path("erasure/preview/", erasure.erasure_preview, name="erasure_preview"),
     path("erasure/confirm/", erasure.erasure_confirm, name="erasure_confirm"),
+    path("erasure/verify/", erasure.erasure_verify, name="erasure_verify"),
+    path("erasure/<rowid:request_id>/rewrite/", erasure.erasure_rewrite, name="erasure_rewrite"),
     path("erasure/<rowid:request_id>/", erasure.erasure_detail, name="erasure_detail"),
     path(
         "erasure/<rowid:request_id>/receipt.json",

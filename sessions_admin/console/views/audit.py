@@ -66,7 +66,12 @@ def _merge_state(merge_id) -> dict | None:
         record = core.merge_record(merge_id=int(merge_id))
     except (core.MergeNotFound, TypeError, ValueError):
         return None
-    return {"id": record.merge_id, "undone": record.undone_at is not None}
+    return {
+        "id": record.merge_id,
+        "undone": record.undone_at is not None,
+        "lost": record.undo_lost,
+        "closed": record.closed_by_erasure,
+    }
 
 
 # --- an entry in words ------------------------------------------------------------------------
@@ -431,6 +436,7 @@ def _merge_rows(session_id: str) -> list[dict]:
             "target_url": session_url(record.target_id),
             "absorbed": [{"id": sid, "url": session_url(sid)} for sid in record.absorbed_ids],
             "undone": record.undone_at is not None,
+            "closed": record.closed_by_erasure,
         }
         for record in core.merges_of_session(session_id=session_id)
     ]

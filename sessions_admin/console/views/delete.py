@@ -211,6 +211,7 @@ def _cascade_context(
         "kept": kept,
         "live": live,
         "held_holds": sorted({words for _, words in plan.held}),
+        "lost_undo": core.lost_undo_words(plan) if plan.merges else "",
         "live_count": len(plan.live_session_ids),
         "more_live": max(0, len(plan.live_session_ids) - LIVE_LISTED),
         "session_count": len(plan.session_ids),
@@ -247,8 +248,15 @@ def _confirmation_problems(form: CascadeConfirmForm, plan: core.DeletePlan) -> l
             "or the plan was not shown at all. Nothing was deleted: review the plan below "
             "and confirm again."
         )
-    elif problem := typed_count_problem(form, asked):
-        problems.append(problem)
+    else:
+        if problem := typed_count_problem(form, asked):
+            problems.append(problem)
+        if plan.merges and not form.cleaned_data.get("lose_undo"):
+            problems.append(
+                "Tick the box to confirm that "
+                + ", ".join(f"merge #{merge_id}" for merge_id in plan.lost_undos)
+                + " can no longer be undone, or undo the merge first. Nothing was deleted."
+            )
     return problems
 
 
@@ -288,6 +296,7 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
             include_branches=include_branches,
             expected_fingerprint=form.cleaned_data["fingerprint"],
             reason=reason,
+            lose_undo=form.cleaned_data["lose_undo"],
         )
     except core.PlanChanged as changed:
         actions.record_refusal(
@@ -306,7 +315,14 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
     messages.success(
         request,
         f"Deleted {plural(result.deleted_sessions, 'session')} and "
-        f"{plural(result.deleted_messages, 'message')}; restorable from the trash.",
+        f"{plural(result.deleted_messages, 'message')}; restorable from the trash."
+        + (
+            " "
+            + ", ".join(f"Merge #{merge_id}" for merge_id in result.lost_undos)
+            + " can be undone again only once the trash entry is restored."
+            if result.lost_undos
+            else ""
+        ),
     )
     return redirect("trash")
 
@@ -467,6 +483,7 @@ def _digest(ids) -> str:
 @dataclass(frozen=True)
 class DryRun:
     selected_ids: list[str]
+    session_ids: tuple[str, ...]  # what it deletes: the job takes exactly these
     count: int
     live_excluded: int
     live_included: int
@@ -475,6 +492,11 @@ class DryRun:
     message_count: int
     sample: list[dict]
     digest: str
+    # (session, why) left out for a merge that can still be undone, and how many more with them.
+    merge_kept: tuple[tuple[str, str], ...] = ()
+    merge_kept_with: int = 0
+    # (session, why) left out because its conversation goes on in a session not deleted.
+    conversation_kept: tuple[tuple[str, str], ...] = ()
 
     @property
     def typed_confirmation(self) -> TypedConfirmation | None:
@@ -498,6 +520,7 @@ def _dry_run(selection: Selection, include_live: bool) -> tuple[DryRun | None, l
     sample = sorted(preview.sample, key=lambda row: (row.get("started_at") or 0, row["id"]))
     return DryRun(
         selected_ids=ids,
+        session_ids=preview.session_ids,
         count=len(preview.session_ids),
         live_excluded=preview.live_excluded,
         held_excluded=preview.held_excluded,
@@ -506,6 +529,9 @@ def _dry_run(selection: Selection, include_live: bool) -> tuple[DryRun | None, l
         message_count=preview.message_count,
         sample=sample,
         digest=_digest(preview.session_ids),
+        merge_kept=preview.merge_kept,
+        merge_kept_with=preview.merge_kept_with,
+        conversation_kept=preview.conversation_kept,
     ), []
 
 
@@ -663,6 +689,7 @@ def bulk_delete_start(request: HtmxHttpRequest) -> HttpResponse:
             include_live=include_live,
             reason=reason,
             description=description,
+            expected_ids=dry_run.session_ids,
         )
     except core.StoreError as error:
         actions.record_refusal(

@@ -1,14 +1,13 @@
 """Erasure requests (admins): "delete everything about this person", previewed, run, receipted.
 
 The subject travels in POST bodies only (never in a URL, the access log or the history).
-The preview lists every session, message elsewhere, slug and stored response the erasure
-removes; confirming queues the request (``ledger.actions.request_erasure``), which a
+The preview lists every session, moved message, slug, stored response and trash entry the
+erasure removes, and what it keeps (other people's sessions mentioning the subject, held
+rows of other people); confirming queues the request (``ledger.actions.request_erasure``), which a
 background thread runs; its page shows the state and offers the receipt (JSON).
 """
 
 from __future__ import annotations
-
-import json
 
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -19,7 +18,7 @@ from sessions_admin.console.forms import ErasureForm
 from sessions_admin.console.http import HtmxHttpRequest, require_perm
 from sessions_admin.console.views.delete import typed_confirmation, typed_count_problem
 from sessions_admin.core import holds
-from sessions_admin.core.erasure import Subject, plan_erasure
+from sessions_admin.core.erasure import Subject
 from sessions_admin.ledger import actions, erasure
 from sessions_admin.ledger.models import ErasureRequest
 from sessions_admin.signin.roles import DELETE
@@ -35,25 +34,29 @@ def _subject(form: ErasureForm) -> Subject:
     return Subject(
         user_id=form.cleaned_data["user_id"],
         chat_ids=form.cleaned_data["chat_ids"],
-        key_fragments=form.cleaned_data["key_fragments"],
+        session_keys=form.cleaned_data["session_keys"],
     )
 
 
 def _values(form: ErasureForm) -> dict:
     return {
-        name: form.shown_back(name)
-        for name in ("user_id", "chat_ids", "key_fragments", "reference")
+        name: form.shown_back(name) for name in ("user_id", "chat_ids", "session_keys", "reference")
     }
 
 
-def _render(request, *, values=None, plan=None, problems=(), status: int = 200) -> HttpResponse:
+def _render(
+    request, *, values=None, plan=None, problems=(), status: int = 200, verdict=None
+) -> HttpResponse:
     context = {
         "values": values or {},
         "plan": plan,
         "problems": list(problems),
         "requests": ErasureRequest.objects.order_by("-pk")[:50],
+        "verdict": verdict,
     }
     if plan is not None:
+        full, plan = plan, plan.store
+        context["plan"] = plan
         ids = list(plan.session_ids[:LISTED])
         rows = {s.id: s for s in Session.objects.filter(id__in=ids)}
         context.update(
@@ -61,11 +64,17 @@ def _render(request, *, values=None, plan=None, problems=(), status: int = 200) 
                 "sessions": [(sid, rows.get(sid)) for sid in ids],
                 "more_sessions": max(0, len(plan.session_ids) - LISTED),
                 "other_sessions": sorted({sid for _, sid in plan.other_messages}),
-                "trash_operations": len(erasure.trash_to_purge(plan.subject, plan.session_ids)),
+                "trash_operations": len(full.trash.operations),
+                "trash_purged": len(full.trash.purge),
+                "trash_pruned": len(full.trash.prune),
+                "trash_kept": sorted({words for _, words in full.trash.kept}),
+                "fingerprint": full.fingerprint,
                 "typed_confirmation": typed_confirmation(
                     sessions=len(plan.session_ids), messages=plan.message_count
                 ),
-                "held_holds": sorted({words for _, words in plan.held}),
+                "held_holds": sorted({words for _, words in full.held}),
+                "plan_held": bool(full.held),
+                "plan_empty": full.empty,
             }
         )
     return render(request, TEMPLATE, context, status=status)
@@ -85,7 +94,7 @@ def erasure_preview(request: HtmxHttpRequest) -> HttpResponse:
         actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
         return _render(request, values=_values(form), problems=[form.problem()], status=400)
     try:
-        plan = plan_erasure(subject=_subject(form))
+        plan = erasure.plan(_subject(form))
     except core.StoreError as error:
         actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
         return _render(request, values=_values(form), problems=[str(error)], status=400)
@@ -102,14 +111,16 @@ def erasure_confirm(request: HtmxHttpRequest) -> HttpResponse:
         return _render(request, values=values, problems=[form.problem()], status=400)
     subject = _subject(form)
     try:
-        plan = plan_erasure(subject=subject)
+        plan = erasure.plan(subject)
     except core.StoreError as error:
         actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
         return _render(request, values=values, problems=[str(error)], status=400)
     problems = []
     if not form.cleaned_data["reference"]:
         problems.append("Give the request's reference (a ticket number, not the person's name).")
-    asked = typed_confirmation(sessions=len(plan.session_ids), messages=plan.message_count)
+    asked = typed_confirmation(
+        sessions=len(plan.store.session_ids), messages=plan.store.message_count
+    )
     if problem := typed_count_problem(form, asked):
         problems.append(problem.replace("Nothing was deleted.", "Nothing was erased."))
     if plan.empty:
@@ -147,14 +158,55 @@ def erasure_detail(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
     return render(request, "console/erasure_request.html", {"queued": queued})
 
 
+@require_POST
+@require_perm(DELETE)
+def erasure_rewrite(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
+    """Rewrite the database files now (VACUUM; PostgreSQL: VACUUM FULL of the touched
+    tables), for every erasure awaiting it: the operator's step on PostgreSQL."""
+    request.POST  # noqa: B018 - parsed first: an oversized body is refused (400) before any work
+    queued = ErasureRequest.objects.filter(pk=request_id, state=ErasureRequest.DONE).first()
+    if queued is None:
+        raise Http404("No finished erasure request with this number")
+    actions.finish_erasure_index_merges()
+    done = actions.finish_erasure_rewrites(actor=request.user)
+    queued.refresh_from_db()
+    problem = None
+    if queued.pk not in done and (queued.receipt.get("file_rewrite") or {}).get("state") != "done":
+        problem = (
+            "The files were not rewritten: the runtime was writing or held a lock (or the "
+            "search index merge has not finished). Nothing changed; try again at a quieter moment."
+        )
+    return render(
+        request,
+        "console/erasure_request.html",
+        {"queued": queued, "rewrite_problem": problem},
+        status=409 if problem else 200,
+    )
+
+
 @require_GET
 @require_perm(DELETE)
 def erasure_receipt(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
     queued = ErasureRequest.objects.filter(pk=request_id, state=ErasureRequest.DONE).first()
     if queued is None:
         raise Http404("No finished erasure request with this number")
-    response = HttpResponse(
-        json.dumps(queued.receipt, indent=2, sort_keys=True), content_type="application/json"
-    )
+    response = HttpResponse(erasure.receipt_text(queued.receipt), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="erasure-receipt-{queued.pk}.json"'
     return response
+
+
+@require_POST
+@require_perm(DELETE)
+def erasure_verify(request: HtmxHttpRequest) -> HttpResponse:
+    """Verify a receipt pasted or uploaded (reads only): valid, or why not."""
+    upload = request.FILES.get("receipt_file")
+    if upload is not None:
+        data = upload.read(erasure.MAX_RECEIPT_BYTES + 1)
+    else:
+        # A browser sends a textarea's line ends as CRLF; the receipt was issued with LF.
+        data = request.POST.get("receipt_text", "").replace("\r\n", "\n").encode("utf-8", "replace")
+    if not data.strip():
+        verdict = erasure.ReceiptCheck(False, "Paste a receipt or choose its file.")
+    else:
+        verdict = erasure.verify_receipt(data)
+    return _render(request, verdict=verdict, status=200 if verdict.valid else 400)

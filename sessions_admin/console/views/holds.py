@@ -7,6 +7,8 @@ refuses held sessions by itself (core/holds.py); this page only manages the hold
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
@@ -16,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from sessions_admin import core
 from sessions_admin.console.forms import HoldForm, HoldReleaseForm, form_problems
 from sessions_admin.console.http import HtmxHttpRequest, require_perm
-from sessions_admin.core import holds
+from sessions_admin.core import holds, lineage
 from sessions_admin.core.ids import addressable
 from sessions_admin.ledger import actions
 from sessions_admin.signin.roles import OPERATE
@@ -25,7 +27,16 @@ TEMPLATE = "console/holds.html"
 
 
 def _session_link(hold: holds.Hold) -> str | None:
-    if hold.kind == holds.SESSION and addressable(hold.subject):
+    if hold.kind != holds.SESSION:
+        return None
+    if (
+        hold.active
+        and lineage.session_row(hold.subject) is None
+        and holds.in_lineage_elsewhere(hold.subject)
+    ):
+        # Held while only in the trash: its entry is where to find it.
+        return reverse("trash") + "?" + urlencode({"q": hold.subject})
+    if addressable(hold.subject):
         return reverse("session_detail", args=[hold.subject])
     return None
 

@@ -109,7 +109,12 @@ def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         messages.success(
             request,
             f"Job #{job.pk} cancelled after {progress.processed:,} of {progress.total:,} "
-            "sessions; what it deleted is restorable from the trash.",
+            "sessions; "
+            + (
+                "what it purged is gone for good."
+                if job.purge
+                else "what it deleted is restorable from the trash."
+            ),
         )
     else:
         messages.info(request, f"Job #{job.pk} finished ({progress.state}) before it could stop.")

@@ -478,6 +478,12 @@ def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
     if record.undone_at is not None:
         messages.info(request, f"Merge #{merge_id} was already undone; nothing changed.")
         return redirect_to(request, back)
+    if record.undo_lost:
+        actions.record_refusal(
+            request=request, action="unmerge", why=record.undo_lost, before={"merge_id": merge_id}
+        )
+        messages.info(request, f"{record.undo_lost} Nothing changed.")
+        return redirect_to(request, back)
 
     def not_undone(problem: str | core.StoreError) -> HttpResponse:
         actions.record_refusal(

@@ -1,7 +1,7 @@
 """Streamed exports: one session, its lineage, a set of ids or the session list's filters.
 
 ``GET /export/?session=ID`` (or ``lineage=ID``, ``ids=A&ids=B``, or the
-session list's filter parameters) with ``format=jsonl`` (default) or
+session list's filter parameters: every segment of each conversation the list shows) with ``format=jsonl`` (default) or
 ``format=markdown``; ``/sessions/<id>/export/`` is the same for one session
 (``scope=lineage`` for its lineage). VIEW permission: exports only read, so
 they work in read-only mode too. The body is a generator
@@ -42,7 +42,9 @@ def _filename(stem: str, extension: str) -> str:
 
 
 def _ids_from_list_filters(request: HtmxHttpRequest) -> list[str] | None:
-    """The sessions the session list shows for the request's filters (None: no filters given)."""
+    """Every session of the rows the session list shows for the request's filters (None: no
+    filters given): the same rows as its count, each a whole conversation with every segment
+    (``listing.conversation_session_ids``), whatever user or source the segments carry."""
     params = {k: v for k, v in request.GET.lists() if k not in FILTER_PARAMS}
     if not params:
         return None
@@ -58,7 +60,7 @@ def _ids_from_list_filters(request: HtmxHttpRequest) -> list[str] | None:
         )
     if not ids:
         raise InvalidInput("No session matches these filters.")
-    return ids
+    return listing.conversation_session_ids(ids)
 
 
 def _stream(request: HtmxHttpRequest, *, session=None, lineage_of=None, ids=None, stem: str):

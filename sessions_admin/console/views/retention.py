@@ -3,6 +3,13 @@
 A policy is created disabled and listed with what a run would delete now (the same
 selection a run makes: ``ledger/retention.py``), when it runs next and its last runs
 (bulk delete jobs, linked). Every change goes through ``ledger.actions`` (audited).
+
+"Run now" is a delete and asks what a bulk delete asks: its preview
+(``retention_preview``) lists the sessions it deletes and those a legal hold keeps
+(with the hold), and the confirm step needs a reason, the number of sessions typed
+from 20 sessions or 1,000 messages (``core.deletion.needs_typed_confirmation``, the
+bulk delete's prompt and refusal), a tick for a policy that purges, and the preview's
+fingerprint: the run deletes exactly the sessions shown or refuses.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib import messages
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -18,16 +25,19 @@ from sessions_admin import core
 from sessions_admin.console.forms import (
     OptionalReasonForm,
     RetentionPolicyForm,
+    RetentionRunForm,
     RetentionSwitchForm,
     form_problems,
 )
 from sessions_admin.console.http import HtmxHttpRequest, plural, require_perm
+from sessions_admin.console.views.delete import typed_confirmation, typed_count_problem
 from sessions_admin.core.retention import STATUSES, TITLES
 from sessions_admin.ledger import actions, retention
 from sessions_admin.ledger.models import DeleteJob, RetentionPolicy
 from sessions_admin.signin.roles import DELETE
 
 TEMPLATE = "console/retention.html"
+RUN_TEMPLATE = "console/retention_run.html"
 RUNS_SHOWN = 5
 FORM_DEFAULTS = {
     "status": "ended",
@@ -46,20 +56,26 @@ class PolicyRow:
     would_delete_messages: int
     held_left_out: int
     runs: list[DeleteJob]
+    problem: str = ""  # a stored policy the rules refuse: it cannot run
 
 
 def _rows() -> list[PolicyRow]:
     rows = []
     for policy in RetentionPolicy.objects.order_by("name", "pk"):
-        preview = retention.dry_run(policy)
+        runs = list(policy.runs.order_by("-pk")[:RUNS_SHOWN])
+        problem = retention.problem_of(policy)
+        if problem:
+            rows.append(PolicyRow(policy, retention.describe(policy), 0, 0, 0, runs, problem))
+            continue
+        preview = retention.dry_run(policy, rows=0)
         rows.append(
             PolicyRow(
                 policy=policy,
                 description=retention.describe(policy),
-                would_delete=len(preview.session_ids),
+                would_delete=preview.count,
                 would_delete_messages=preview.message_count,
                 held_left_out=preview.held_excluded,
-                runs=list(policy.runs.order_by("-pk")[:RUNS_SHOWN]),
+                runs=runs,
             )
         )
     return rows
@@ -116,6 +132,15 @@ def retention_switch(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
         messages.error(request, f"Policy #{policy_id} is unchanged: {form.problem()}")
         return redirect("retention")
     enable = form.cleaned_data["enable"]
+    purges = RetentionPolicy.objects.filter(pk=policy_id, mode=RetentionPolicy.PURGE).exists()
+    if enable and purges and not form.cleaned_data["confirm_purge"]:
+        problem = (
+            "This policy purges: every run deletes its sessions permanently, with no copy in "
+            "the trash. Tick the box to confirm that, then enable it."
+        )
+        actions.record_refusal(request=request, action="retention_policy_enable", why=problem)
+        messages.error(request, f"Policy #{policy_id} is unchanged: {problem}")
+        return redirect("retention")
     try:
         policy = actions.set_retention_policy_enabled(
             actor=request.user,
@@ -138,27 +163,112 @@ def retention_switch(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
     return redirect("retention")
 
 
+def _policy_or_404(policy_id: int) -> RetentionPolicy:
+    policy = RetentionPolicy.objects.filter(pk=policy_id).first()
+    if policy is None:
+        raise Http404("No such retention policy")
+    return policy
+
+
+def _render_run(
+    request: HtmxHttpRequest,
+    policy: RetentionPolicy,
+    *,
+    problems=(),
+    reason: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    problem = retention.problem_of(policy)
+    preview = None if problem else retention.dry_run(policy)
+    context = {
+        "policy": policy,
+        "description": retention.describe(policy),
+        "purge": policy.mode == RetentionPolicy.PURGE,
+        "policy_problem": problem,
+        "preview": preview,
+        "typed_confirmation": preview
+        and typed_confirmation(sessions=preview.count, messages=preview.message_count),
+        "problems": list(problems),
+        "reason": reason,
+    }
+    return render(request, RUN_TEMPLATE, context, status=status)
+
+
+@require_GET
+@require_perm(DELETE)
+def retention_preview(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
+    """What "Run now" would delete: every session (listed up to a cap, counted), the held."""
+    return _render_run(request, _policy_or_404(policy_id))
+
+
+def _run_problems(
+    form: RetentionRunForm, policy: RetentionPolicy, preview: retention.RetentionPreview
+) -> list[str]:
+    """Why running ``preview`` with this form deletes nothing (none: go ahead)."""
+    problems = [str(error) for error in form.errors.get("reason", [])]
+    if form.cleaned_data.get("digest") != preview.fingerprint:
+        problems.append(
+            "What the policy selects changed since its preview was shown (or no preview "
+            f"was shown): it now deletes {plural(preview.count, 'session')}. Nothing was "
+            "deleted: review the list below and confirm again."
+        )
+    elif preview.count == 0:
+        problems.append("Nothing to delete: no whole conversation matches the policy now.")
+    else:
+        asked = typed_confirmation(sessions=preview.count, messages=preview.message_count)
+        if problem := typed_count_problem(form, asked):
+            problems.append(problem)
+        if policy.mode == RetentionPolicy.PURGE and not form.cleaned_data["confirm_purge"]:
+            problems.append(
+                f"This policy purges: the {plural(preview.count, 'session')} are deleted "
+                "permanently and cannot be restored. Tick the box to confirm. Nothing was "
+                "deleted."
+            )
+    return problems
+
+
 @require_POST
 @require_perm(DELETE)
 def retention_run(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
-    form = OptionalReasonForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, f"Policy #{policy_id} did not run: {form.problem()}")
-        return redirect("retention")
+    """Run the policy now: exactly the preview that was shown, confirmed like a bulk delete."""
+    policy = _policy_or_404(policy_id)
+    form = RetentionRunForm(request.POST)
+    form.is_valid()
+    reason = form.cleaned_data.get("reason", form.shown_back("reason"))
+    if problem := retention.problem_of(policy):
+        actions.record_refusal(request=request, action="retention_run", why=problem)
+        return _render_run(request, policy, reason=reason, status=400)
+    preview = retention.dry_run(policy, rows=0)
+    problems = _run_problems(form, policy, preview)
+    if problems:
+        actions.record_refusal(
+            request=request,
+            action="retention_run",
+            why=" ".join(problems),
+            session_ids=preview.session_ids,
+            before={"policy": policy.pk, "digest": form.shown_back("digest")[:200]},
+        )
+        return _render_run(request, policy, problems=problems, reason=reason, status=400)
     try:
         job_id = actions.run_retention_policy(
-            actor=request.user, policy_id=policy_id, reason=form.cleaned_data["reason"]
+            actor=request.user,
+            policy_id=policy.pk,
+            reason=reason,
+            expected_fingerprint=preview.fingerprint,
         )
     except core.StoreError as error:
         actions.record_refusal(request=request, action="retention_run", why=error)
-        messages.error(request, f"Policy #{policy_id} did not run: {error}")
-        return redirect("retention")
+        return _render_run(
+            request, policy, problems=[f"Nothing was deleted: {error}"], reason=reason, status=400
+        )
     if job_id is None:
         messages.info(request, f"Policy #{policy_id}: nothing matches now; nothing was deleted.")
         return redirect("retention")
     job = DeleteJob.objects.get(pk=job_id)
+    how = "purges" if job.purge else "moves to the trash"
     messages.success(
-        request, f"Policy #{policy_id} runs as job #{job_id}: {plural(job.total, 'session')}."
+        request,
+        f"Policy #{policy_id} runs as job #{job_id}: it {how} {plural(job.total, 'session')}.",
     )
     return redirect("job_detail", job_id)
 

@@ -35,7 +35,7 @@ from sessions_admin.console.http import HtmxHttpRequest, fragment, plural, requi
 from sessions_admin.console.views.delete import plural_days
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import DeleteJob, TrashEntry, TrashSession
-from sessions_admin.ledger.trash import held_trash_operations, purgeable_operations
+from sessions_admin.ledger.trash import held_trash, merges_waiting_on, purgeable_operations
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
 
@@ -59,9 +59,13 @@ class TrashRow:
     expired: bool
     job_running: bool = False  # its bulk delete job still deletes: restorable once it stops
     hold: str = ""  # the legal hold (in words) that keeps it from a purge
+    hold_id: int | None = None
+    held_session: str = ""  # a session of it the hold covers
     # Sessions only some of whose messages are here (deleted in parts, the delete unfinished
     # or stopped): their rows are still in the store.
     part_sessions: tuple[str, ...] = ()
+    # (merge id, role, session): merges that can be undone again only once this is restored.
+    merges: tuple[tuple[int, str, str], ...] = ()
 
     @property
     def state(self) -> str:
@@ -143,7 +147,8 @@ def _render_trash(
             state__in=[DeleteJob.PENDING, DeleteJob.RUNNING],
         ).values_list("pk", flat=True)
     )
-    held = held_trash_operations()
+    held = held_trash()
+    waiting = merges_waiting_on(list(newest))
     rows = []
     for operation in newest:
         batches = entries.get(operation, [])
@@ -182,8 +187,11 @@ def _render_trash(
                 expires_at=expires_at,
                 expired=not restored and expires_at <= now,
                 job_running=batches[0].job_id in running_jobs,
-                hold=held.get(operation, ""),
+                hold=held[operation].hold.describe() if operation in held else "",
+                hold_id=held[operation].hold.id if operation in held else None,
+                held_session=held[operation].session_id if operation in held else "",
                 part_sessions=parts,
+                merges=waiting.get(operation, ()),
             )
         )
     context = {
@@ -195,8 +203,8 @@ def _render_trash(
         "purge_reason": purge_reason,
         "purge_scope": purge_scope,
         # What each choice of the purge form drops (whole operations, as listed here).
-        "purgeable_count": len(purgeable_operations()),
-        "expired_count": len(purgeable_operations(older_than_days=days)),
+        "purgeable_count": len(purgeable_operations(held=held)),
+        "expired_count": len(purgeable_operations(older_than_days=days, held=held)),
         # Operations a legal hold keeps: no purge drops them.
         "held_count": len(held),
         "prev_url": _trash_url(q, str(page.previous_page_number()))
@@ -278,7 +286,7 @@ def trash_purge(request: HtmxHttpRequest) -> HttpResponse:
         )
     days = configured_days() if scope == "expired" else None
     try:
-        expected = actions.purge(actor=request.user, older_than_days=days, reason=reason)
+        report = actions.purge(actor=request.user, older_than_days=days, reason=reason)
     except core.StoreError as error:
         actions.record_refusal(request=request, action="purge_trash", why=error)
         return _render_trash(
@@ -290,15 +298,10 @@ def trash_purge(request: HtmxHttpRequest) -> HttpResponse:
         )
     messages.success(
         request,
-        f"Purged {plural(expected, 'trash entry', 'trash entries')}"
+        f"Purged {plural(report.purged, 'trash entry', 'trash entries')}"
         + (f" older than {plural_days(days)}" if days is not None else "")
         + "; they can no longer be restored.",
     )
-    held = held_trash_operations()
-    if held:
-        messages.warning(
-            request,
-            f"Kept {plural(len(held), 'trash entry', 'trash entries')} under legal hold: "
-            + "; ".join(sorted(set(held.values()))[:5]),
-        )
+    if report.kept:
+        messages.warning(request, report.kept_text())
     return redirect("trash")

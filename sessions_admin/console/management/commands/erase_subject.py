@@ -1,57 +1,70 @@
-"""``manage.py erase_subject --user ID [--chat ID ...] [--key FRAGMENT ...] --reference REF``
+"""``manage.py erase_subject --user ID [--chat ID ...] [--key SESSION_KEY ...] --reference REF``
 
-Shows what the erasure removes; with ``--yes`` runs it here, through the same audited
-doors as the page (``ledger.actions.request_erasure`` then ``run_erasure``), and prints
-the receipt (JSON). Without ``--yes`` nothing changes.
+Shows what the erasure removes and what it keeps; with ``--yes`` runs it here, through the
+same audited doors as the page (``ledger.actions.request_erasure`` then ``run_erasure``),
+and prints the receipt (JSON). Without ``--yes`` nothing changes. Every value is compared
+whole and exactly: ``--key`` is a full session key, never a prefix.
 """
 
 from __future__ import annotations
 
-import json
-
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_admin.core import holds
-from sessions_admin.core.erasure import Subject, plan_erasure
+from sessions_admin.core.erasure import Subject
 from sessions_admin.core.errors import StoreError
-from sessions_admin.ledger import actions
+from sessions_admin.ledger import actions, erasure
 
 
 class Command(BaseCommand):
-    help = "Erase everything about one person (a user id, chat ids, session key fragments)."
+    help = "Erase everything about one person (a user id, chat ids, whole session keys)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--user", required=True, help="the person's user id")
-        parser.add_argument("--chat", action="append", default=[], help="a chat id (repeatable)")
+        parser.add_argument("--user", required=True, help="the person's user id (exact)")
         parser.add_argument(
-            "--key", action="append", default=[], help="a session key fragment (repeatable)"
+            "--chat", action="append", default=[], help="a chat id, exact (repeatable)"
+        )
+        parser.add_argument(
+            "--key",
+            action="append",
+            default=[],
+            help="a whole session key, exact; a part of a key matches nothing (repeatable)",
         )
         parser.add_argument("--reference", default="", help="the request's reference (a ticket)")
         parser.add_argument("--yes", action="store_true", help="erase (otherwise: preview only)")
 
     def handle(self, *args, **options):
         subject = Subject(
-            user_id=options["user"].strip(),
+            user_id=options["user"],
             chat_ids=tuple(options["chat"]),
-            key_fragments=tuple(options["key"]),
+            session_keys=tuple(options["key"]),
         )
         try:
-            plan = plan_erasure(subject=subject)
+            full = erasure.plan(subject)
         except StoreError as problem:
             raise CommandError(str(problem)) from problem
+        plan = full.store
         self.stdout.write(
             f"{len(plan.session_ids)} sessions ({plan.message_count} messages), "
-            f"{len(plan.other_messages)} messages in other sessions, "
-            f"{len(plan.conversation_names)} slugs, {len(plan.response_ids)} stored responses."
+            f"{len(plan.other_messages)} of their messages a merge moved into other sessions, "
+            f"{len(plan.conversation_names)} slugs, {len(plan.response_ids)} stored responses, "
+            f"{len(full.trash.operations)} trash entries."
         )
-        if plan.held:
+        if plan.mentions:
+            self.stdout.write(
+                f"Kept: {len(plan.mentions)} other people's sessions mention them: "
+                + ", ".join(plan.mentions)
+            )
+        for _operation, words in full.trash.kept:
+            self.stdout.write(f"Kept: other people's held rows in a shared trash entry ({words}).")
+        if full.held:
             raise CommandError(
-                "Under legal hold, nothing erased: " + "; ".join(sorted({w for _, w in plan.held}))
+                "Under legal hold, nothing erased: " + "; ".join(sorted({w for _, w in full.held}))
             )
         if not options["yes"]:
             self.stdout.write("Nothing was erased (preview). Add --yes and --reference to erase.")
             return
-        if plan.empty:
+        if full.empty:
             self.stdout.write("Nothing names this subject: nothing to erase.")
             return
         try:
@@ -59,10 +72,17 @@ class Command(BaseCommand):
                 actor=None,
                 subject=subject,
                 reference=options["reference"],
-                expected_fingerprint=plan.fingerprint,
+                expected_fingerprint=full.fingerprint,
                 start=False,
             )
             receipt = actions.run_erasure(request_id=queued.pk)
         except (StoreError, holds.SessionsHeld) as problem:
             raise CommandError(str(problem)) from problem
-        self.stdout.write(json.dumps(receipt, indent=2, sort_keys=True))
+        # Byte for byte the receipt as issued: ``verify_receipt`` checks a saved copy.
+        self.stdout.write(erasure.receipt_text(receipt), ending="")
+        if (receipt.get("file_rewrite") or {}).get("state") != erasure.REWRITE_DONE:
+            self.stderr.write(
+                "The database files are not rewritten yet: freed space may still hold the "
+                "person's bytes. Run manage.py erasure_rewrite at a quiet hour (the receipt "
+                "then says file_rewrite: done)."
+            )

@@ -2,7 +2,8 @@
 
 What it exports is chosen as the export page chooses: one session, a lineage, a set of
 ids (``core.portability.export_session_ids``), or a source through the session list's
-filters (``store.listing``), so the command and the page select the same sessions.
+filters (``store.listing``): the conversations the list shows for ``?source=...``, each
+with every segment, so the command and the page select the same sessions.
 """
 
 from __future__ import annotations
@@ -17,21 +18,21 @@ from sessions_admin.core.errors import StoreError
 from sessions_admin.store import listing
 
 
-def _ids_of_source(source: str) -> list[str]:
-    """Every session of ``source`` (every segment, oldest first), chosen as the export page
-    chooses by the session list's filters (``?source=...&scope=all``)."""
-    parsed = listing.parse({"source": source, "scope": "all"})
+def _conversations_of_source(source: str) -> tuple[int, list[str]]:
+    """The conversations the session list shows for ``?source=...`` (how many) and every
+    session of them (every segment, whatever its own source), as the export page chooses."""
+    parsed = listing.parse({"source": source})
     if parsed.problems:
         raise CommandError(" ".join(parsed.problems))
     # Beyond the maximum, export_session_ids refuses the export and names the maximum.
-    ids = (
+    rows = (
         listing.matching_session_ids(parsed.filters, limit=portability.MAX_EXPORT_SESSIONS)
         if parsed.filters.source
         else []
     )
-    if not ids:
+    if not rows:
         raise CommandError(f"No session has source {source!r}.")
-    return ids
+    return len(rows), listing.conversation_session_ids(rows)
 
 
 class Command(BaseCommand):
@@ -46,7 +47,10 @@ class Command(BaseCommand):
         scope.add_argument("--lineage", metavar="ID", help="every session of ID's lineage")
         scope.add_argument("--ids", metavar="ID", nargs="+", help="these sessions")
         scope.add_argument("--ids-file", metavar="FILE", help="session ids, one a line")
-        scope.add_argument("--source", help="every session of this source (cli, telegram...)")
+        scope.add_argument(
+            "--source",
+            help="the conversations of this source (cli, telegram...), every segment of each",
+        )
         parser.add_argument("--format", choices=["jsonl", "markdown"], default="jsonl")
         parser.add_argument(
             "--output", "-o", default="-", help="file to write (default: standard output)"
@@ -60,8 +64,9 @@ class Command(BaseCommand):
             except OSError as error:
                 raise CommandError(f"Cannot read {options['ids_file']}: {error}") from error
             ids = [line.strip() for line in text.splitlines() if line.strip()]
+        conversations = None
         if options["source"]:
-            ids = _ids_of_source(options["source"])
+            conversations, ids = _conversations_of_source(options["source"])
         try:
             session_ids = portability.export_session_ids(
                 session_id=options["session"], lineage_of=options["lineage"], ids=ids
@@ -85,4 +90,5 @@ class Command(BaseCommand):
                     handle.write(chunk)
         except OSError as error:
             raise CommandError(f"Cannot write {output}: {error}") from error
-        self.stderr.write(f"Exported {len(session_ids)} session(s) to {output}.")
+        of = f" of {conversations} conversation(s)" if conversations is not None else ""
+        self.stderr.write(f"Exported {len(session_ids)} session(s){of} to {output}.")

@@ -1,7 +1,8 @@
 """``manage.py purge_trash [--days N]``: drop trash entries older than the retention.
 
 The retention is checked by ``ledger.trash_retention`` (the trash page uses the same
-check) and the purge is ``ledger.actions.purge``, audited like the page's.
+check) and the purge is ``ledger.actions.purge``, audited like the page's. Entries a legal
+hold keeps are named, each with a session it holds and the hold's number.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ class Command(BaseCommand):
                 if options["days"] is None
                 else trash_retention.retention_days(options["days"])
             )
-            purged = actions.purge(
+            report = actions.purge(
                 actor=None, older_than_days=days, reason=f"retention: older than {days:g} days"
             )
         except StoreError as problem:
             raise CommandError(str(problem)) from problem
-        self.stdout.write(f"Purged {purged} trash entries older than {days:g} days.")
+        self.stdout.write(f"Purged {report.purged} trash entries older than {days:g} days.")
+        if report.kept:
+            # Each one with the session that made it held and the hold's number.
+            self.stdout.write(report.kept_text())
