@@ -464,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         args.result.write_text(json.dumps(result))
         return 0
 
+    from bench import stores
     from bench.stores import parse_size, size_label
 
     size = parse_size(args.size)
@@ -491,7 +492,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             results[case] = json.loads(out.read_text())
             print(case, json.dumps(results[case], default=str))
-            print(case, json.dumps(results[case], default=str)[:4000])
+    # The raw results, kept beside the seeded stores (the section shows only some of them).
+    raw = stores.STORES_DIR / f"retention-{size_label(size)}-{args.db}.json"
+    raw.write_text(json.dumps(results, indent=1, default=str))
     if not args.no_report:
         command = "python bench/retention.py " + " ".join(sys.argv[1:] if argv is None else argv)
         _report(args.output, size_label(size), args.db, results, command)
