@@ -421,6 +421,15 @@ def _linked(ids: Sequence[str], *, every_link: bool) -> list[tuple[str, str]]:
             f"WHERE (c.parent_session_id IN ({marks}) OR c.id IN ({marks})) AND {together}",
             [*chunk, *chunk],
         )
+        if every_link:
+            # A continuation the runtime marked ``_continued_from`` without a parent link.
+            continued = lineage.marker("_continued_from", "c")
+            pairs += db.fetchall(
+                f"SELECT c.id, p.id FROM sessions c JOIN sessions p ON p.id = {continued} "
+                "WHERE c.parent_session_id IS NULL AND c.model_config LIKE '%%_continued_from%%' "
+                f"AND ({continued} IN ({marks}) OR c.id IN ({marks}))",
+                [*chunk, *chunk],
+            )
     return pairs
 
 
