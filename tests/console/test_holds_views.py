@@ -103,7 +103,9 @@ def test_the_trash_page_marks_held_entries_and_a_purge_keeps_them(signed_in):
     page = client.get(reverse("trash")).content.decode()
     assert "on legal hold: not purged" in page
     response = client.post(
-        reverse("trash_purge"), {"scope": "all", "reason": "spring cleaning"}, follow=True
+        reverse("trash_purge"),
+        {"scope": "all", "reason": "spring cleaning", "confirm_purge": "1"},
+        follow=True,
     )
     assert "under legal hold" in response.content.decode()
     assert TrashEntry.objects.count() == 1
