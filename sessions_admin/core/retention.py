@@ -16,9 +16,10 @@ sessions one ``/v1/responses`` conversation names without a parent link
 under ``response``). A reset is the one link that starts a new conversation (that is
 what a reset is for), so it does not join the two. A conversation goes only when every
 session of it matches the rule; one session that is live, was active within the days,
-matches no filter, is under a legal hold (``core.holds``) or is the husk or the target of a merge that can still be undone (an
-unmerge needs both) keeps all of it. The sessions a hold keeps are named with the hold
-(``RetentionPlan.held``), so a dry run and a run say which hold kept what.
+matches no filter, is under a legal hold (``core.holds``) or is the husk or the target
+of a merge that can still be undone (an unmerge needs both) keeps all of it. The
+sessions a hold keeps are named with the hold (``RetentionPlan.held``), so a dry run and
+a run say which hold kept what.
 
 The dashboard's retention policies (``ledger/retention.py``) run this selection as a
 bulk delete job; a runtime can call it too.

@@ -400,3 +400,29 @@ def test_a_bulk_job_keeps_a_session_an_outside_session_was_merged_into_while_it_
     ) == (None,)
     core.unmerge(merge_id=merged.merge_id)
     assert _messages(outside) == 2
+
+
+def test_a_retention_run_keeps_a_session_written_to_while_it_runs():
+    """The runtime writes a message into an ended session the run still has to delete (the
+    attack's late write): it is no longer quiet, so it stays with its conversation."""
+    first = old_session(days=100)
+    written = old_session(days=90)
+    delegate = old_session(days=90, parent=written, model_config={"_delegate_from": written})
+    policy = _policy(days=30)
+    job_id = _confirmed_run(policy)
+    jobs.run_job(job_id=job_id, batch_sessions=1, max_batches=1)
+    assert first not in _ids()
+    db.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES (%s, 'user', %s, %s)",
+        [written, "late write", time.time()],
+    )
+
+    progress = jobs.run_job(job_id=job_id, batch_sessions=1)
+
+    assert progress.state == "done"
+    assert {written, delegate} <= _ids() and _parent(delegate) == written
+    assert _messages(written) == 3
+    assert f"kept: {written}, active again since the run's preview" in progress.skipped_text
+    assert DeleteJobItem.objects.get(job_id=job_id, session_id=delegate).state == (
+        DeleteJobItem.SKIPPED
+    )
