@@ -467,6 +467,15 @@ def _linked(ids: Sequence[str], *, every_link: bool) -> list[tuple[str, str]]:
             f"WHERE (c.parent_session_id IN ({marks}) OR c.id IN ({marks})) AND {together}",
             [*chunk, *chunk],
         )
+        if every_link:
+            # A continuation the runtime marked ``_continued_from`` without a parent link.
+            continued = lineage.marker("_continued_from", "c")
+            pairs += db.fetchall(
+                f"SELECT c.id, p.id FROM sessions c JOIN sessions p ON p.id = {continued} "
+                "WHERE c.parent_session_id IS NULL AND c.model_config LIKE '%%_continued_from%%' "
+                f"AND ({continued} IN ({marks}) OR c.id IN ({marks}))",
+                [*chunk, *chunk],
+            )
     return pairs
 
 
@@ -551,6 +560,9 @@ class WholeConversations:
     # Sessions of the plan the delete left out when their turn came (live again, held): a
     # session continuing one of them stays too.
     left_out: Container[str] = frozenset()
+    # A retention run's cutoff (a Unix time): a session of these conversations written to,
+    # started or ended since is no longer quiet, and keeps its conversation.
+    quiet_before: float | None = None
 
 
 def kept_whole(
@@ -592,6 +604,9 @@ def kept_whole(
     for sid, merge in sorted(undoable_merges_of(members).items()):
         if merge.merge_id not in plan.lose_undo_of:
             why.setdefault(sid, merge.describe())
+    if plan.quiet_before is not None:
+        for sid in sorted(active_since(sorted(members), plan.quiet_before)):
+            why.setdefault(sid, "active again since the run's preview")
     for flagged in sorted(why):
         for other in sorted(
             conversation_within([flagged], plan.remaining, every_link=plan.every_link)
@@ -604,6 +619,22 @@ def kept_whole(
                     else f"with {flagged}, {why[flagged]}"
                 )
     return why
+
+
+def active_since(ids: Sequence[str], since: float) -> set[str]:
+    """Which of ``ids`` started, ended or had a message stamped at or after ``since``."""
+    active: set[str] = set()
+    for chunk in _chunks(list(ids)):
+        active.update(
+            r[0]
+            for r in db.fetchall(
+                f"SELECT s.id FROM sessions s WHERE s.id IN ({db.placeholders(chunk)}) AND "
+                "(s.started_at >= %s OR s.ended_at >= %s OR EXISTS (SELECT 1 FROM messages m "
+                "WHERE m.session_id = s.id AND m.timestamp >= %s))",
+                [*chunk, since, since, since],
+            )
+        )
+    return active
 
 
 class ConversationsKept(StoreError):

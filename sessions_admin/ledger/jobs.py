@@ -268,6 +268,17 @@ def _settle_committed_batches(job_id: int) -> None:
                 )
 
 
+def _quiet_before(job: DeleteJob) -> float | None:
+    """A retention run's cutoff now: a session of it active since then is no longer quiet."""
+    policy = job.policy if job.policy_id is not None else None
+    if policy is None:
+        return None
+    try:
+        return time.time() - float(policy.older_than_days) * 86400
+    except (TypeError, ValueError, OverflowError):
+        return time.time()  # a policy whose days became unreadable: nothing is quiet
+
+
 def run_job(
     *,
     job_id: int,
@@ -335,7 +346,10 @@ def run_job(
             # one kept live or held above), or that a merge made meanwhile needs, stays whole:
             # every session of it the job still holds, in this batch or a later one.
             whole = deletion.WholeConversations(
-                remaining=remaining, every_link=every_link, left_out=left_out
+                remaining=remaining,
+                every_link=every_link,
+                left_out=left_out,
+                quiet_before=_quiet_before(job),
             )
             candidates = [sid for sid in batch if sid not in gone_or_live]
             kept = deletion.kept_whole(candidates, whole) if candidates else {}
