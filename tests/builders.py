@@ -9,8 +9,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import pytest
+
 from sessions_admin import core
-from sessions_admin.core import db
+from sessions_admin.core import db, faults
+from sessions_admin.ledger.models import TrashEntry
 from sessions_admin.routers import responses_alias
 
 # What a snapshot can hold, by name: the query and the database it runs on.
@@ -177,3 +180,71 @@ def foreign_keys_off() -> Iterator[None]:
             yield
         finally:
             db.execute("SET session_replication_role = DEFAULT")
+
+
+class DiskFull(Exception):
+    """The store's disk filled between two batches of a cascade."""
+
+
+def linked_conversation() -> dict[str, str]:
+    """A compression chain root -> tip, a delegate with its own delegate, a branch and a child of
+    the tip, the child compressed once more with a delegate of its own: eight linked sessions."""
+    root, delegate, grand, tip, branch, child, _other = cascade_lineage()
+    core.append_message(session_id=child, role="user", content="more")
+    last = core.rotate_for_compression(session_id=child, summary="again").new_session_id
+    late_delegate = core.create_session(
+        source="tool", parent_session_id=last, model_config={"_delegate_from": last}
+    ).session_id
+    return {
+        "root": root,
+        "delegate": delegate,
+        "grand": grand,
+        "tip": tip,
+        "branch": branch,
+        "child": child,
+        "last": last,
+        "late_delegate": late_delegate,
+    }
+
+
+def cascade_split_by_a_fault(monkeypatch, start: str) -> tuple[str, str]:
+    """A cascade of ``start``'s conversation the store's disk stopped after its first batch,
+    then run again to the end: its two trash operations' first entries (older, newer)."""
+    real_checkpoint = faults.checkpoint
+    hits = []
+
+    def disk_fills(name: str) -> None:
+        real_checkpoint(name)
+        if name == "cascade.between_batches":
+            hits.append(name)
+            if len(hits) == 1:
+                raise DiskFull("database or disk is full")
+
+    monkeypatch.setattr(faults, "checkpoint", disk_fills)
+    plan = core.plan_cascade_delete(session_ids=[start], include_branches=True)
+    with pytest.raises(DiskFull):
+        core.execute_cascade_delete(
+            session_ids=[start],
+            include_branches=True,
+            expected_fingerprint=plan.fingerprint,
+            actor="ada",
+            reason="customer asked",
+        )
+    monkeypatch.setattr(faults, "checkpoint", real_checkpoint)
+    assert db.fetchone("SELECT 1 FROM sessions WHERE id = %s", [start])  # children go first
+    again = core.plan_cascade_delete(session_ids=[start], include_branches=True)
+    core.execute_cascade_delete(
+        session_ids=[start],
+        include_branches=True,
+        expected_fingerprint=again.fingerprint,
+        actor="ada",
+        reason="customer asked, again",
+    )
+    operations = list(
+        dict.fromkeys(TrashEntry.objects.order_by("pk").values_list("operation", flat=True))
+    )
+    assert len(operations) == 2
+    older, newer = (
+        TrashEntry.objects.filter(operation=o).order_by("pk").first().pk for o in operations
+    )
+    return older, newer

@@ -5,8 +5,10 @@ deleted in one store transaction: that would hold the store's write lock for
 as long as deleting all of its messages takes (seconds for a 20,000-message
 session), and every runtime append waits for it. It is deleted in parts
 instead (``deletion._delete_in_parts``): its oldest messages a batch at a
-time, each part copied to the trash first and deleted in a short transaction
-of its own, then the session row with what is left.
+time, each part copied to the trash first (a purge, which has no trash: into
+``sessions_admin_deletion_parts`` in the store, in the part's transaction) and
+deleted in a short transaction of its own, then the session row with what is
+left (and a purge's copies of its parts).
 
 Between those transactions the session is in this state: a row in
 ``sessions_admin_deletions`` (in the store, so every process sees it) names
@@ -18,7 +20,8 @@ own SQL (Hermes) is not stopped: the next part copies what it wrote to the
 trash with the rest. The row goes in the transaction that deletes the session
 row, or when the delete gives the session back (it went live under a delete
 that keeps live sessions, a hold landed, its job was cancelled): then the
-parts are put back from the trash in that same transaction. A delete killed
+parts are put back from the trash (a purge's: from the store's copy) in that
+same transaction. The delete's last step goes only while the row stands. A delete killed
 between parts leaves the state standing: the job resumes and finishes it, or
 restoring the operation from the trash puts the parts back.
 """
@@ -33,7 +36,7 @@ from django.db import connections
 
 from sessions_admin.core import db
 from sessions_admin.core.errors import SessionBeingDeleted
-from sessions_admin.core.schema import DELETIONS_SQL, existing_tables
+from sessions_admin.core.schema import DELETIONS_SQL, existing_columns, existing_tables
 from sessions_admin.routers import store_alias
 
 TABLE = "sessions_admin_deletions"
@@ -138,3 +141,100 @@ def all_marks() -> list[DeletionMark]:
             "FROM sessions_admin_deletions ORDER BY started_at, session_id"
         )
     ]
+
+
+# --- a purge's parts: kept in the store until the session is gone -------------------------
+# A purge (``deletion.NO_TRASH``) keeps no trash copy, yet a session it deletes in parts must
+# come back whole as in any other delete (a hold landed, it went live, its job was cancelled).
+# Each part's messages are copied, in the part's own transaction, into this table, which has
+# the messages table's columns (SQLite: untyped, so every value is kept exactly as stored;
+# PostgreSQL: the same types). The copies go in the transaction that deletes the session row
+# (the purge is then complete) or that puts them back (``put_back_parts``). They stay in the
+# store: nothing of a purge, or of an erasure, is ever written to the dashboard's database.
+PARTS_TABLE = "sessions_admin_deletion_parts"
+
+
+def _message_columns() -> list[tuple[str, str]]:
+    """(column, type) of the messages table, in order; the type is empty on SQLite."""
+    if db.vendor() == "postgresql":
+        return [
+            (name, kind)
+            for name, kind in db.fetchall(
+                "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                "WHERE attrelid = 'messages'::regclass AND attnum > 0 AND NOT attisdropped "
+                "ORDER BY attnum"
+            )
+        ]
+    return [(row[1], "") for row in db.fetchall("PRAGMA table_info(messages)")]
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def parts_table_present() -> bool:
+    return PARTS_TABLE in existing_tables(store_alias())
+
+
+def ensure_parts_table() -> None:
+    """The table a purge keeps its parts in, with every column the messages table has now
+    (a runtime's migration may have added one since it was created)."""
+    columns = _message_columns()
+    if not parts_table_present():
+        body = ", ".join(f"{_quoted(name)} {kind}".strip() for name, kind in columns)
+        db.execute(f"CREATE TABLE {PARTS_TABLE} ({body})")
+        db.execute(f"CREATE INDEX {PARTS_TABLE}_session ON {PARTS_TABLE} (session_id, id)")
+        return
+    present = existing_columns(store_alias(), PARTS_TABLE)
+    for name, kind in columns:
+        if name not in present:
+            db.execute(f"ALTER TABLE {PARTS_TABLE} ADD COLUMN {_quoted(name)} {kind}".strip())
+
+
+def _common_columns() -> str:
+    kept = existing_columns(store_alias(), PARTS_TABLE)
+    return ", ".join(_quoted(name) for name, _ in _message_columns() if name in kept)
+
+
+def keep_part(session_id: str, message_ids: Sequence[int]) -> None:
+    """In the part's transaction, before its delete: copy these messages of the session."""
+    columns = _common_columns()
+    db.execute(
+        f"INSERT INTO {PARTS_TABLE} ({columns}) SELECT {columns} FROM messages "
+        f"WHERE id IN ({db.placeholders(message_ids)}) AND session_id = %s",
+        [*message_ids, session_id],
+    )
+
+
+def put_back_parts(session_id: str) -> int:
+    """In the caller's transaction: the purge's parts of the session back into messages, and
+    their copies dropped. How many messages came back."""
+    if not parts_table_present():
+        return 0
+    columns = _common_columns()
+    back = db.execute(
+        f"INSERT INTO messages ({columns}) SELECT {columns} FROM {PARTS_TABLE} "
+        "WHERE session_id = %s ORDER BY id",
+        [session_id],
+    )
+    db.execute(f"DELETE FROM {PARTS_TABLE} WHERE session_id = %s", [session_id])
+    return back
+
+
+def drop_parts(session_ids: Sequence[str]) -> int:
+    """In the transaction that deletes these sessions' rows: their parts' copies go too."""
+    ids = list(session_ids)
+    if not ids or not parts_table_present():
+        return 0
+    return db.execute(
+        f"DELETE FROM {PARTS_TABLE} WHERE session_id IN ({db.placeholders(ids)})", ids
+    )
+
+
+def kept_part_messages(session_id: str) -> int:
+    """How many messages of the session a purge's parts keep (none outside a purge)."""
+    if not parts_table_present():
+        return 0
+    return int(
+        db.fetchone(f"SELECT COUNT(*) FROM {PARTS_TABLE} WHERE session_id = %s", [session_id])[0]
+    )

@@ -23,7 +23,6 @@ preview, or a merge made meanwhile, keeps it instead of being cut off.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import pickle
@@ -121,6 +120,34 @@ class DeleteResult:
 
 
 @dataclass(frozen=True)
+class WaitingLink:
+    """A restored session whose parent is in another trash operation: back without its parent
+    link, which that operation's restore puts back (``Trash.keep_waiting_link``)."""
+
+    session_id: str
+    parent_id: str
+    entry_id: int  # the first entry of the operation holding the parent: restore it too
+
+    def describe(self) -> str:
+        return (
+            f"session {self.session_id} waits for its parent {self.parent_id} "
+            f"(restore trash entry #{self.entry_id} to link it again)"
+        )
+
+
+@dataclass(frozen=True)
+class LostLink:
+    """A restored session whose parent is neither in the store nor in the trash (purged, or
+    erased): its link could not be put back."""
+
+    session_id: str
+    parent_id: str
+
+    def describe(self) -> str:
+        return f"session {self.session_id} lost its parent {self.parent_id} (no longer anywhere)"
+
+
+@dataclass(frozen=True)
 class RestoreResult:
     trash_entry_id: int  # the entry asked for
     restored_sessions: tuple[str, ...]
@@ -128,6 +155,10 @@ class RestoreResult:
     skipped_conversations: tuple[str, ...]
     # Every entry put back: the asked one and the rest of its operation's batches.
     trash_entry_ids: tuple[int, ...] = ()
+    # Links this restore could not put back yet (their parent is in another trash operation)
+    # or at all (their parent is gone): every link is one of restored, waiting or lost.
+    waiting_links: tuple[WaitingLink, ...] = ()
+    lost_links: tuple[LostLink, ...] = ()
 
 
 class SessionsWentLive(StoreError):
@@ -237,6 +268,18 @@ class Trash(Protocol):
         drops the entry (an operator restored nothing, and the trash must not show it)."""
         ...
 
+    def keep_waiting_link(self, *, child: str, parent: str) -> int | None:
+        """``child`` is being restored while ``parent`` is in neither the store nor its
+        operation: if an entry not restored holds ``parent``'s row, record (child, parent)
+        among that entry's kept children, so restoring its operation links ``child`` again
+        (as it does a child the delete left in the store), and answer the operation's first
+        entry. None: the trash holds no row of ``parent`` (purged), the link is lost.
+
+        Called before the restore's store transaction commits, and committed on its own: a
+        restore that then fails leaves a pair naming a child not in the store, which links
+        nothing (the restore sets a kept child's parent only where the child has none)."""
+        ...
+
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         """The entries of ``operation`` holding a part of ``session_id`` (some of its messages,
         ``rows["part_of"]``) whose rows are only in the trash: complete, not restored (a part
@@ -274,6 +317,9 @@ class NoTrash:
 
     def give_back(self, entry_id: int) -> None:
         pass
+
+    def keep_waiting_link(self, *, child: str, parent: str) -> int | None:
+        return None
 
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         return ()
@@ -421,6 +467,15 @@ def _linked(ids: Sequence[str], *, every_link: bool) -> list[tuple[str, str]]:
             f"WHERE (c.parent_session_id IN ({marks}) OR c.id IN ({marks})) AND {together}",
             [*chunk, *chunk],
         )
+        if every_link:
+            # A continuation the runtime marked ``_continued_from`` without a parent link.
+            continued = lineage.marker("_continued_from", "c")
+            pairs += db.fetchall(
+                f"SELECT c.id, p.id FROM sessions c JOIN sessions p ON p.id = {continued} "
+                "WHERE c.parent_session_id IS NULL AND c.model_config LIKE '%%_continued_from%%' "
+                f"AND ({continued} IN ({marks}) OR c.id IN ({marks}))",
+                [*chunk, *chunk],
+            )
     return pairs
 
 
@@ -505,6 +560,9 @@ class WholeConversations:
     # Sessions of the plan the delete left out when their turn came (live again, held): a
     # session continuing one of them stays too.
     left_out: Container[str] = frozenset()
+    # A retention run's cutoff (a Unix time): a session of these conversations written to,
+    # started or ended since is no longer quiet, and keeps its conversation.
+    quiet_before: float | None = None
 
 
 def kept_whole(
@@ -546,6 +604,9 @@ def kept_whole(
     for sid, merge in sorted(undoable_merges_of(members).items()):
         if merge.merge_id not in plan.lose_undo_of:
             why.setdefault(sid, merge.describe())
+    if plan.quiet_before is not None:
+        for sid in sorted(active_since(sorted(members), plan.quiet_before)):
+            why.setdefault(sid, "active again since the run's preview")
     for flagged in sorted(why):
         for other in sorted(
             conversation_within([flagged], plan.remaining, every_link=plan.every_link)
@@ -558,6 +619,22 @@ def kept_whole(
                     else f"with {flagged}, {why[flagged]}"
                 )
     return why
+
+
+def active_since(ids: Sequence[str], since: float) -> set[str]:
+    """Which of ``ids`` started, ended or had a message stamped at or after ``since``."""
+    active: set[str] = set()
+    for chunk in _chunks(list(ids)):
+        active.update(
+            r[0]
+            for r in db.fetchall(
+                f"SELECT s.id FROM sessions s WHERE s.id IN ({db.placeholders(chunk)}) AND "
+                "(s.started_at >= %s OR s.ended_at >= %s OR EXISTS (SELECT 1 FROM messages m "
+                "WHERE m.session_id = s.id AND m.timestamp >= %s))",
+                [*chunk, since, since, since],
+            )
+        )
+    return active
 
 
 class ConversationsKept(StoreError):
@@ -1079,6 +1156,7 @@ def _locked_delete(
     copied: tuple[int, bytes, dict] | None,
     committed: list,
     how: _Deleting,
+    in_parts: bool = False,
 ) -> tuple[int, int, int] | _Kept | None:
     """Under the store's write lock: delete the batch's rows, their trash copy committed first.
 
@@ -1090,11 +1168,15 @@ def _locked_delete(
     A held session (or, with ``keep_live``, a live one, or with ``how.whole`` one of a
     conversation to keep whole) stops the batch: nothing of it is deleted, and such a
     session a delete had started in parts gets its parts back (``_give_back_parts``), in
-    this transaction; ``_Kept`` says which.
+    this transaction; ``_Kept`` says which. ``in_parts``: the last step of a delete in parts,
+    which goes only while its session is still marked (a cancel, or another delete keeping
+    it, gave it back meanwhile: ``DeleteGivenBack``, nothing deleted).
     """
     batch, payload = snapshot_rows(batch, lock=True)
     # Under the lock: a hold placed after the preview, or while a job runs, still stops it.
     marked = being_deleted.marks_on(batch)
+    if in_parts and batch and not marked:
+        return _Kept(given_back=batch[0])
     held = holds.holds_on(batch)
     if held:
         _give_back_parts([sid for sid in batch if sid in marked and sid in held], trash=how.trash)
@@ -1155,6 +1237,7 @@ def _locked_delete(
         db.execute(f"DELETE FROM sessions WHERE id IN ({marks})", batch)
         if marked:  # the last step of a delete in parts: the session is gone, so is its state
             db.execute(f"DELETE FROM sessions_admin_deletions WHERE session_id IN ({marks})", batch)
+            being_deleted.drop_parts(batch)  # a purge's copies of its parts: no longer needed
     except Exception:
         how.trash.discard(entry_id)
         raise
@@ -1201,7 +1284,7 @@ def delete_batch(
     operation: str | None = None,
     keep_live: bool = False,
     part_messages: int | None = None,
-    between_parts: Callable[[], None] | None = None,
+    between_parts: Callable[[], bool | None] | None = None,
     whole: WholeConversations | None = None,
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
@@ -1217,7 +1300,8 @@ def delete_batch(
 
     A batch of one session with more than ``part_messages`` messages (default
     ``BATCH_MESSAGES``) is deleted in parts (``_delete_in_parts``), calling
-    ``between_parts`` after each. ``keep_live``: a session found live under the
+    ``between_parts`` after each (False from it stops the delete and gives the session back:
+    ``DeleteGivenBack``). ``keep_live``: a session found live under the
     lock is kept (``SessionsWentLive``); a held one raises ``SessionsHeld``;
     with ``whole`` (a delete of a previewed set), a session whose conversation must stay
     whole (``kept_whole``) raises ``ConversationsKept``. Either way nothing of the batch
@@ -1240,8 +1324,11 @@ def delete_batch(
     return _delete_whole(batch, how)
 
 
-def _delete_whole(batch: list[str], how: _Deleting) -> tuple[int, int, int]:
-    """``delete_batch`` for whole sessions: each of them, with all its rows, in one transaction."""
+def _delete_whole(
+    batch: list[str], how: _Deleting, *, in_parts: bool = False
+) -> tuple[int, int, int]:
+    """``delete_batch`` for whole sessions: each of them, with all its rows, in one transaction.
+    ``in_parts``: the last step of ``_delete_in_parts`` (see ``_locked_delete``)."""
     for _ in range(COPY_ATTEMPTS):
         present, payload = snapshot_rows(batch, lock=False)
         if not present:
@@ -1250,13 +1337,13 @@ def _delete_whole(batch: list[str], how: _Deleting) -> tuple[int, int, int]:
             present,
             payload,
             lambda copied, committed, present=present: _locked_delete(
-                present, copied=copied, committed=committed, how=how
+                present, copied=copied, committed=committed, how=how, in_parts=in_parts
             ),
             how,
         )
         if done is not None:
             return done
-    done = _locked_delete(batch, copied=None, committed=[], how=how)
+    done = _locked_delete(batch, copied=None, committed=[], how=how, in_parts=in_parts)
     if isinstance(done, _Kept):
         raise done.error()
     return done
@@ -1295,7 +1382,7 @@ def _delete_in_parts(
     session_id: str,
     how: _Deleting,
     part_messages: int,
-    between_parts: Callable[[], None] | None,
+    between_parts: Callable[[], bool | None] | None,
 ) -> tuple[int, int, int]:
     """Delete one large session in several short store transactions (``core.being_deleted``).
 
@@ -1305,13 +1392,18 @@ def _delete_in_parts(
     session row with what is left, its mark cleared in that transaction. Every
     part is an entry of the delete's operation: restoring any of them restores the lot.
 
-    A purge (``NO_TRASH``) that has started a session finishes it, live or not:
-    it kept nothing to give back.
+    A purge (``NO_TRASH``) keeps its parts in the store instead (``being_deleted.keep_part``),
+    dropped with the session row: a purge stopped before its last step gives the session back
+    whole exactly as a delete into the trash does (``_give_back_parts``), so a hold placed, or
+    the session going live, midway keeps it whole in either mode.
+
+    ``between_parts`` returning False (its job was cancelled) stops the delete: the session is
+    given back and ``DeleteGivenBack`` raised.
     """
-    if how.trash is NO_TRASH and how.keep_live:
-        how = dataclasses.replace(how, keep_live=False)
     if not being_deleted.table_present():
         _create_deletions_table()
+    if isinstance(how.trash, NoTrash):
+        _create_parts_table()
     kept = _mark_being_deleted(session_id, how)
     if kept is not None:
         raise kept.error()
@@ -1328,9 +1420,10 @@ def _delete_in_parts(
             break
         removed += _delete_part(session_id, ids[:part_messages], how)
         faults.checkpoint("delete.between_parts")
-        if between_parts is not None:
-            between_parts()
-    sessions, messages, entry_id = _delete_whole([session_id], how)
+        if between_parts is not None and between_parts() is False:
+            stop_deleting(session_ids=[session_id], trash=how.trash)
+            raise DeleteGivenBack(session_id)
+    sessions, messages, entry_id = _delete_whole([session_id], how, in_parts=True)
     return sessions, removed + messages, entry_id
 
 
@@ -1338,6 +1431,12 @@ def _delete_in_parts(
 def _create_deletions_table() -> None:
     """On a store an older version attached: committed on its own, before anything is marked."""
     being_deleted.ensure_table()
+
+
+@store_operation
+def _create_parts_table() -> None:
+    """Before a purge in parts marks its session: where its parts are kept (committed apart)."""
+    being_deleted.ensure_parts_table()
 
 
 def _kept_whole(session_id: str, ended_at: float | None, how: _Deleting) -> _Kept | None:
@@ -1452,6 +1551,10 @@ def _locked_delete_part(
     # Under the lock, as for a whole batch: a pending part of a process that died before its
     # commit is dropped (its rows are all here), one that died after it is settled.
     how.trash.discard_unfinished([session_id], keep=entry_id)
+    if isinstance(how.trash, NoTrash):
+        # A purge keeps no trash copy: the part is kept in the store, in this transaction,
+        # until the session row goes, so a stop before then can still give it back.
+        being_deleted.keep_part(session_id, message_ids)
     faults.checkpoint("delete.after_trash_copy")
     db.execute(f"DELETE FROM messages WHERE id IN ({db.placeholders(message_ids)})", message_ids)
     faults.checkpoint("delete.before_commit")
@@ -1487,7 +1590,9 @@ def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list
     must keep a session it had started in parts (a hold landed, it went live
     under a delete that keeps live sessions, or its job was cancelled) leaves it
     exactly as it was. The parts' trash entries go once the store commits
-    (``Trash.give_back``): the trash then shows only what the store lost.
+    (``Trash.give_back``): the trash then shows only what the store lost. A purge's parts
+    come back from the store's own copy (``being_deleted.put_back_parts``), whatever trash is
+    passed: a purge is given back like any other delete.
     """
     marks = being_deleted.marks_on(session_ids)
     if not marks:
@@ -1501,6 +1606,7 @@ def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list
                 continue
             _insert_rows("messages", contents.rows["messages"])
             restored.append(entry)
+        being_deleted.put_back_parts(session_id)  # a purge's parts, kept in the store
         db.execute("DELETE FROM sessions_admin_deletions WHERE session_id = %s", [session_id])
     _advance_message_sequence()
 
@@ -1651,6 +1757,9 @@ def _merged_rows(entries: Sequence[TrashContents]) -> dict:
     return merged
 
 
+RESTORE_LOCK = "trash:restore"
+
+
 @store_operation
 def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None) -> RestoreResult:
     """Put a trash entry's rows back: sessions, messages (same ids), lineage, slugs, responses.
@@ -1658,7 +1767,15 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     The entry comes back with the rest of its operation (every batch of the one
     operator action that made it) in this one store transaction: all of it, or,
     on a conflict, nothing.
+
+    Every parent link of a restored session is put back, waits (its parent is in another
+    trash operation, whose restore links it: ``waiting_links``) or is named lost (its parent
+    is gone for good: ``lost_links``); none is dropped without a word.
     """
+    # One restore at a time: one bringing a session back before its parent links it (the
+    # parent is in the store) or leaves the link waiting in the parent's operation (it is in
+    # the trash); a restore of that operation running meanwhile would see neither.
+    db.lock_names(RESTORE_LOCK)
     trash = _trash_or_default(trash)
     asked = trash.contents(entry_id)
     if asked is None:
@@ -1718,14 +1835,26 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     keys = {s["session_key"] for s in sessions if s.get("session_key")}
     db.lock_names(*(db.key_lock_name(k) for k in keys))
     live_now = [lineage.live_session_for_key(k) for k in sorted(keys)]
-    # Parents first: insert without links, then put the links back.
+    # Parents first: insert without links, then put the links back. A parent that is neither
+    # here nor in the store (the store's foreign key refuses a link to it) is in another trash
+    # operation, whose restore links the session again, or gone for good: either is said.
     parents = {s["id"]: s.get("parent_session_id") for s in sessions}
     _insert_rows("sessions", [{**s, "parent_session_id": None} for s in sessions])
     for key in sorted(keys):
         keep_one_live(key, prefer=live_now)
+    waiting: list[WaitingLink] = []
+    lost: list[LostLink] = []
     for sid, parent in parents.items():
-        if parent and (parent in parents or lineage.session_row(parent) is not None):
+        if not parent:
+            continue
+        if parent in parents or lineage.session_row(parent) is not None:
             db.execute("UPDATE sessions SET parent_session_id = %s WHERE id = %s", [parent, sid])
+            continue
+        held_in = trash.keep_waiting_link(child=sid, parent=parent)
+        if held_in is None:
+            lost.append(LostLink(sid, parent))
+        else:
+            waiting.append(WaitingLink(sid, parent, held_in))
     _insert_rows("messages", payload["messages"])
     if part_sessions:
         db.execute(
@@ -1756,6 +1885,8 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
                 alias=responses_alias(),
             ):
                 _insert_rows("responses", [row], alias=responses_alias())
+    # Children the delete left in the store, and children an earlier restore brought back
+    # before this operation (``keep_waiting_link``): their parent is back.
     for child, parent in payload["kept_children"]:
         db.execute(
             "UPDATE sessions SET parent_session_id = %s WHERE id = %s AND parent_session_id IS NULL",
@@ -1773,4 +1904,12 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     # own), a store transaction that then failed or died would leave the entry "restored",
     # purgeable and not restorable again, while its rows are nowhere.
     transaction.on_commit(mark_restored, using="store")
-    return RestoreResult(asked.entry_id, tuple(ids), len(message_ids), tuple(skipped), restored_ids)
+    return RestoreResult(
+        asked.entry_id,
+        tuple(ids),
+        len(message_ids),
+        tuple(skipped),
+        restored_ids,
+        waiting_links=tuple(waiting),
+        lost_links=tuple(lost),
+    )

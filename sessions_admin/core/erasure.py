@@ -47,7 +47,6 @@ import hashlib
 import json
 import re
 import time
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +69,7 @@ from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.merge import CLOSED_BY_ERASURE
 from sessions_admin.core.rows import recompute_counters
 from sessions_admin.core.schema import existing_tables
+from sessions_admin.core.text import exact_id_problem
 from sessions_admin.routers import responses_alias, store_alias
 
 # Values shorter than this are not looked for in other people's text (listed as mentions):
@@ -81,25 +81,6 @@ CHECKPOINT_SECONDS = 30.0
 PASSIVE_ROUNDS = 5
 # The other people's sessions listed as mentioning the subject (kept, for review) at most.
 MENTIONS_LISTED = 200
-# Characters that make a LIKE or glob pattern: a value made only of them is a wildcard
-# someone hoped would work, never an id (ids are compared whole, so it would match nothing).
-WILDCARD_CHARACTERS = frozenset("%_*?")
-
-
-def _identifier_problem(value: object, what: str) -> str | None:
-    """Why ``value`` cannot be matched exactly as a ``what`` (None: it can)."""
-    if not isinstance(value, str) or not value.strip():
-        return f"Give the {what}: a blank one names nobody."
-    if value != value.strip():
-        return f"The {what} {value.strip()[:40]!r} has spaces before or after it; ids are compared exactly."
-    if any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in value):
-        return f"The {what} {value[:40]!r} holds an invisible or control character."
-    if set(value) <= WILDCARD_CHARACTERS:
-        return (
-            f"The {what} {value!r} is a wildcard: ids are compared whole and exactly, "
-            "so give the id itself."
-        )
-    return None
 
 
 @dataclass(frozen=True)
@@ -115,13 +96,13 @@ class Subject:
     session_keys: tuple[str, ...] = ()
 
     def check(self) -> None:
-        if problem := _identifier_problem(self.user_id, "user id"):
+        if problem := exact_id_problem(self.user_id, "user id"):
             raise InvalidInput(problem)
         if len(self.chat_ids) + len(self.session_keys) > MAX_VALUES:
             raise InvalidInput(f"Give at most {MAX_VALUES} chat ids and session keys.")
         for values, what in ((self.chat_ids, "chat id"), (self.session_keys, "session key")):
             for value in values:
-                if problem := _identifier_problem(value, what):
+                if problem := exact_id_problem(value, what):
                     raise InvalidInput(problem)
 
     @property

@@ -660,6 +660,21 @@ def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
             "restored_messages": r.restored_messages,
             "skipped_conversations": list(r.skipped_conversations),
             "trash_entries": list(r.trash_entry_ids),
+            # Links not put back with it: waiting for another trash entry's restore, or lost.
+            **(
+                {
+                    "waiting_links": [
+                        [w.session_id, w.parent_id, w.entry_id] for w in r.waiting_links
+                    ]
+                }
+                if r.waiting_links
+                else {}
+            ),
+            **(
+                {"lost_links": [[x.session_id, x.parent_id] for x in r.lost_links]}
+                if r.lost_links
+                else {}
+            ),
         },
     )
 

@@ -232,10 +232,14 @@ def _claim(job_id: int, worker: str) -> bool:
     return bool(claimed)
 
 
-def _renew_lease(job_id: int) -> None:
-    """Between the parts of a large session: the job is still being worked on."""
-    DeleteJob.objects.filter(pk=job_id, state=DeleteJob.RUNNING).update(
-        lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS)
+def _renew_lease(job_id: int) -> bool:
+    """Between the parts of a large session: the job is still being worked on. False once it
+    was cancelled: the delete then stops and gives the session back (``deletion.delete_batch``),
+    even if the cancel's own give-back ran before this session was started."""
+    return bool(
+        DeleteJob.objects.filter(pk=job_id, state=DeleteJob.RUNNING).update(
+            lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS)
+        )
     )
 
 
@@ -262,6 +266,17 @@ def _settle_committed_batches(job_id: int) -> None:
                     done=F("done") + settled,
                     deleted_messages=F("deleted_messages") + entry.message_count,
                 )
+
+
+def _quiet_before(job: DeleteJob) -> float | None:
+    """A retention run's cutoff now: a session of it active since then is no longer quiet."""
+    policy = job.policy if job.policy_id is not None else None
+    if policy is None:
+        return None
+    try:
+        return time.time() - float(policy.older_than_days) * 86400
+    except (TypeError, ValueError, OverflowError):
+        return time.time()  # a policy whose days became unreadable: nothing is quiet
 
 
 def run_job(
@@ -331,7 +346,10 @@ def run_job(
             # one kept live or held above), or that a merge made meanwhile needs, stays whole:
             # every session of it the job still holds, in this batch or a later one.
             whole = deletion.WholeConversations(
-                remaining=remaining, every_link=every_link, left_out=left_out
+                remaining=remaining,
+                every_link=every_link,
+                left_out=left_out,
+                quiet_before=_quiet_before(job),
             )
             candidates = [sid for sid in batch if sid not in gone_or_live]
             kept = deletion.kept_whole(candidates, whole) if candidates else {}

@@ -13,6 +13,12 @@ tests) keeps what it removes here. A delete in parts that stops before its last 
 hold landed, the session went live, its job was cancelled) gives the parts back to the store
 and drops their entries (``give_back``): the trash holds only what the store lost.
 
+When one delete ended up as several operations (a fault stopped a cascade and it was run again,
+two jobs took a conversation's segments), a restore may bring sessions back before their
+parent: each such link is recorded among the kept children of the entry holding the parent
+(``keep_waiting_link``), so restoring that operation links them again, as it does the children
+its delete left in the store; ``parents_elsewhere`` names the operation to restore first.
+
 A purge keeps every operation holding a session a legal hold covers (``held_trash``); the
 core's holds see the lineage links of the sessions kept here (``trashed_lineage``), so a hold
 covers a conversation's segments in the trash as in the store.
@@ -31,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, holds
@@ -235,6 +241,29 @@ class LedgerTrash:
         # Its TrashSession row goes with it, so the trash search no longer finds the session.
         TrashEntry.objects.filter(pk=entry_id, session_count=0).delete()
 
+    def keep_waiting_link(self, *, child: str, parent: str) -> int | None:
+        with transaction.atomic(using="default"):
+            holder = (
+                TrashEntry.objects.select_for_update()
+                .filter(session_count__gt=0, sessions__session_id=parent)
+                .exclude(state=TrashEntry.RESTORED)
+                .order_by("-pk")
+                .first()
+            )
+            if holder is None:
+                return None
+            kept = holder.payload.get("kept_children") or []
+            if [child, parent] not in kept:
+                holder.payload = {**holder.payload, "kept_children": [*kept, [child, parent]]}
+                holder.save(update_fields=["payload"])
+            first = (
+                TrashEntry.objects.filter(operation=holder.operation)
+                .order_by("pk")
+                .values_list("pk", flat=True)
+                .first()
+            )
+        return first
+
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         parts = TrashEntry.objects.filter(
             operation=operation, session_count=0, sessions__session_id=session_id
@@ -289,20 +318,27 @@ def _purgeable(older_than_days: float | None, held: dict) -> list[str]:
 # started from, and the parent a kept child lost): ``trashed_lineage`` gives them to the core's
 # holds (``holds.set_lineage_elsewhere``, set by ``LedgerConfig.ready``), so a hold covers a
 # conversation whether its segments are in the store or here. An entry's rows never change, so
-# each entry's links are read once per process.
+# each entry's links are read once per process. Its kept children grow only when a restore
+# leaves a child waiting for a parent the entry holds (``keep_waiting_link``, written before
+# that restore's entries are marked restored): once a process sees a restore it had not seen,
+# it reads every entry's links again, so the waiting child stays covered with its parent.
 
 _links_lock = threading.Lock()
-# Per entry (pk, created_at): its rows' links, its kept children's lost links, its users.
-_links_seen: dict[tuple[int, str], tuple[tuple, tuple, tuple]] = {}
+# Per entry (pk, created_at): its rows' links, its kept children's lost links, its users, its
+# rows' parent_session_id links (a session a reset started from is no parent a restore links).
+_links_seen: dict[tuple[int, str], tuple[tuple, tuple, tuple, tuple]] = {}
 # The last answer and the entries it was built from: a bulk job adds an entry per batch, and
 # each batch asks again under the store's lock, so an answer grows instead of being rebuilt.
 _assembled: list = [frozenset(), holds.NOWHERE]
+# (how many, the newest) restored entries when ``_links_seen`` was read.
+_restores_read: list = [None]
 
 
-def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple, tuple]:
+def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple, tuple, tuple]:
     """(rows' (child, parent) links, kept children's (child, lost parent) links,
-    (session, user) pairs) of one entry's payload."""
+    (session, user) pairs, rows' (child, parent_session_id) links) of one entry's payload."""
     rows: list[tuple[str, str]] = []
+    parents: list[tuple[str, str]] = []
     lost: list[tuple[str, str]] = []
     users: list[tuple[str, str | None]] = []
     for row in sessions if isinstance(sessions, list) else []:
@@ -314,9 +350,10 @@ def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple, tuple]:
             continue
         user_id = row.get("user_id")
         users.append((session_id, user_id if isinstance(user_id, str) else None))
-        parent = row.get("parent_session_id") or parse_model_config(row.get("model_config")).get(
-            "_reset_from"
-        )
+        linked = row.get("parent_session_id")
+        if isinstance(linked, str) and linked:
+            parents.append((session_id, linked))
+        parent = linked or parse_model_config(row.get("model_config")).get("_reset_from")
         if isinstance(parent, str) and parent:
             rows.append((session_id, parent))
     for pair in kept if isinstance(kept, list) else []:
@@ -326,15 +363,15 @@ def _entry_links(sessions: object, kept: object) -> tuple[tuple, tuple, tuple]:
             and all(isinstance(p, str) for p in pair)
         ):
             lost.append((pair[0], pair[1]))
-    return tuple(rows), tuple(lost), tuple(users)
+    return tuple(rows), tuple(lost), tuple(users), tuple(parents)
 
 
-def _add_links(up: dict, users: dict, entries: list[tuple[tuple, tuple, tuple]]) -> None:
+def _add_links(up: dict, users: dict, entries: list[tuple[tuple, tuple, tuple, tuple]]) -> None:
     # A session's own row's link first; a kept child's lost parent where it has none.
-    for rows, _lost, owners in entries:
+    for rows, _lost, owners, _parents in entries:
         users.update(owners)
         up.update(rows)
-    for _rows, lost, _owners in entries:
+    for _rows, lost, _owners, _parents in entries:
         for child, parent in lost:
             up.setdefault(child, parent)
 
@@ -347,7 +384,16 @@ def trashed_lineage() -> holds.Elsewhere:
         .filter(session_count__gt=0)
         .values_list("pk", "created_at")
     )
+    restores = TrashEntry.objects.filter(state=TrashEntry.RESTORED).aggregate(
+        count=Count("pk"), newest=Max("restored_at")
+    )
+    restores_now = (restores["count"], str(restores["newest"]))
     with _links_lock:
+        if _restores_read[0] != restores_now:
+            # A restore may have left children waiting in entries read before it.
+            _links_seen.clear()
+            _assembled[:] = [frozenset(), holds.NOWHERE]
+            _restores_read[0] = restores_now
         built_from, answer = _assembled
         if current == built_from:
             return answer
@@ -590,3 +636,64 @@ def _settle_pending_parts(*, session_ids: set[str], keep: int | None, among=None
             TrashEntry.objects.filter(pk=pk, state=TrashEntry.PENDING).delete()
         elif state == "committed":
             TrashEntry.objects.filter(pk=pk).update(state=TrashEntry.COMPLETE)
+
+
+@dataclass(frozen=True)
+class ParentsElsewhere:
+    """Another trash operation holding the parents of some sessions of one operation."""
+
+    entry_id: int  # that operation's first entry, as the trash page lists it
+    sessions: int  # how many sessions of this operation have their parent there
+
+
+def parents_elsewhere(operations: Sequence[str]) -> dict[str, tuple[ParentsElsewhere, ...]]:
+    """For each of these trash operations (what of it is not restored), the other operations
+    not restored that hold the parents of its sessions, oldest first.
+
+    Restoring such an operation first brings those sessions back without their parent link;
+    the link waits in the parent's operation and comes back with it
+    (``LedgerTrash.keep_waiting_link``). The trash page names the operation to restore first.
+    Read from the links ``trashed_lineage`` keeps (each entry's payload read once per process).
+    """
+    trashed_lineage()
+    entries = (
+        TrashEntry.objects.filter(operation__in=list(operations), session_count__gt=0)
+        .exclude(state=TrashEntry.RESTORED)
+        .values_list("pk", "created_at", "operation")
+    )
+    parent_of: dict[str, dict[str, str]] = {}
+    with _links_lock:
+        for pk, created, operation in entries:
+            links = _links_seen.get((pk, str(created)))
+            if links is not None:
+                parent_of.setdefault(operation, {}).update(links[3])
+    wanted = {p for links in parent_of.values() for p in links.values()}
+    if not wanted:
+        return {}
+    holder: dict[str, str] = dict(
+        TrashSession.objects.filter(session_id__in=list(wanted), entry__session_count__gt=0)
+        .exclude(entry__state=TrashEntry.RESTORED)
+        .order_by("entry_id")
+        .values_list("session_id", "entry__operation")
+    )
+    firsts = dict(
+        TrashEntry.objects.filter(operation__in=set(holder.values()))
+        .values("operation")
+        .annotate(first=Min("pk"))
+        .values_list("operation", "first")
+    )
+    answer: dict[str, tuple[ParentsElsewhere, ...]] = {}
+    for operation, links in parent_of.items():
+        counts: dict[str, int] = {}
+        for parent in links.values():
+            where = holder.get(parent)
+            if where is not None and where != operation:
+                counts[where] = counts.get(where, 0) + 1
+        if counts:
+            answer[operation] = tuple(
+                sorted(
+                    (ParentsElsewhere(firsts[o], n) for o, n in counts.items() if o in firsts),
+                    key=lambda found: found.entry_id,
+                )
+            )
+    return answer

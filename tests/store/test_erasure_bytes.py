@@ -136,7 +136,7 @@ def subject_with_freed_bytes() -> dict[str, str]:
 
 
 def _erase(subject: Subject) -> ErasureRequest:
-    plan = plan_erasure(subject=subject)
+    plan = erasure.plan(subject)
     request = actions.request_erasure(
         actor=None, subject=subject, reference="DSR-B-1", expected_fingerprint=plan.fingerprint
     )

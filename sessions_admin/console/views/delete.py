@@ -47,6 +47,7 @@ from sessions_admin.console.http import (
     require_perm,
 )
 from sessions_admin.core.deletion import needs_typed_confirmation
+from sessions_admin.core.errors import InvalidInput
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
@@ -608,7 +609,13 @@ def bulk_delete_preview(request: HtmxHttpRequest) -> HttpResponse:
     if form.cleaned_data["all_matching"]:
         # "All N matching this filter": the session list's filters, resolved to exact ids now.
         parsed = listing.parse(QueryDict(form.cleaned_data["filter"] or ""))
-        ids = listing.matching_session_ids(parsed.filters, limit=SELECTION_MAX)
+        try:
+            if parsed.problems:  # a filter left out would widen the selection
+                raise InvalidInput(" ".join(parsed.problems) + " Nothing was selected.")
+            ids = listing.matching_session_ids(parsed.filters, limit=SELECTION_MAX)
+        except InvalidInput as problem:
+            messages.error(request, str(problem))
+            return redirect_to(request, reverse("bulk_delete"))
     if not ids:
         messages.error(request, "Select at least one session to delete.")
         url = reverse("bulk_delete")

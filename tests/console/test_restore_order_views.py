@@ -1,0 +1,78 @@
+"""The trash page names the operation to restore first when a delete ended up as two, and a
+restore in the other order says which links wait for which entry (issue 26, item 1)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from sessions_admin.core import db, deletion
+from sessions_admin.ledger.models import AuditEntry, TrashEntry
+from tests.builders import cascade_split_by_a_fault, linked_conversation, store_snapshot
+
+
+@pytest.fixture
+def small_batches(monkeypatch):
+    monkeypatch.setattr(deletion, "BATCH_SESSIONS", 2)
+
+
+@pytest.fixture
+def admin(signed_in):
+    return signed_in("admin")
+
+
+def flashed(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]] if response.context else []
+
+
+def _links() -> dict[str, str | None]:
+    return dict(db.fetchall("SELECT id, parent_session_id FROM sessions ORDER BY id"))
+
+
+def _row(body: str, entry_id: int) -> str:
+    start = body.index(f'id="trash-{entry_id}"')
+    end = body.find('<li class="entry ', start + 1)
+    return body[start : end if end != -1 else len(body)]
+
+
+def test_the_trash_page_names_the_operation_to_restore_first(admin, monkeypatch, small_batches):
+    ids = linked_conversation()
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
+    older, newer = cascade_split_by_a_fault(monkeypatch, ids["tip"])
+
+    body = admin.get(reverse("trash")).content.decode()
+    assert re.search(rf"Restore <a href=\"#trash-{newer}\">#{newer}</a> first", _row(body, older))
+    assert "first:" not in _row(body, newer)  # its sessions' parents are all in it or the store
+
+    # Following the page: the named entry first, then the other; every link is back.
+    admin.post(reverse("trash_restore", args=[newer]))
+    body = admin.get(reverse("trash")).content.decode()
+    assert "first:" not in _row(body, older)
+    admin.post(reverse("trash_restore", args=[older]))
+    assert store_snapshot("sessions", "messages", "conversations", "responses") == before
+
+
+def test_a_restore_before_the_parents_says_which_entry_gives_the_links_back(
+    admin, monkeypatch, small_batches
+):
+    ids = linked_conversation()
+    links_before = _links()
+    older, newer = cascade_split_by_a_fault(monkeypatch, ids["tip"])
+    restored = set(TrashEntry.objects.get(pk=older).session_ids)
+
+    response = admin.post(reverse("trash_restore", args=[older]), follow=True)
+    waiting = [m for m in flashed(response) if "without" in m]
+    assert len(waiting) == 1 and f"restore #{newer} to link them again" in waiting[0]
+    unlinked = {
+        sid
+        for sid, parent in _links().items()
+        if sid in restored and parent is None and links_before[sid]
+    }
+    assert unlinked and all(sid in waiting[0] for sid in unlinked)
+    assert AuditEntry.objects.get(action="restore").after["waiting_links"]
+
+    admin.post(reverse("trash_restore", args=[newer]))
+    assert _links() == links_before
+    assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.RESTORED}
