@@ -1082,6 +1082,22 @@ STRAY_MOVE = "move_stray_messages"
 STRAY_RETURN = "return_stray_messages"
 
 
+def resume_bulk_delete(*, actor, job_id: int, reason: str = "") -> None:
+    """Finish a failed job (a database that could not be written stopped it): it takes up its
+    pending items again; what it deleted before stays in its trash operation."""
+    reason = operator_text(reason, field="reason")
+    _audited(
+        actor=actor,
+        action="resume_bulk_delete",
+        session_ids=[],
+        reason=reason,
+        before={"job": job_id},
+        run=lambda: jobs.resume_failed_job(job_id=job_id),
+        after=lambda _: {"job": job_id},
+    )
+    worker.ensure_worker_running()
+
+
 def move_stray_messages(
     *, actor, session_id: str, expected_fingerprint: str, reason: str = ""
 ) -> stray.StrayMoveResult:
