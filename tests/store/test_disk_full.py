@@ -17,19 +17,24 @@ or the whole undone, and what the operator reads says which database failed.
 from __future__ import annotations
 
 import json
+import resource
+import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
-from django.db import connections
+from django.db import OperationalError, connections
 
 from sessions_admin import core
-from sessions_admin.core import db
+from sessions_admin.core import db, deletion, faults
 from sessions_admin.demo.consistency import check_store
-from sessions_admin.ledger import actions, trash
-from sessions_admin.ledger.models import AuditEntry, TrashEntry, TrashSession
+from sessions_admin.ledger import actions, jobs, trash, worker
+from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
+from sessions_admin.ledger.trash import job_operation
 from tests.builders import cascade_lineage
 from tests.helpers import child_env
+from tests.store.crash_child import fill
 from tests.store.test_crash import (
     CHILD_TIMEOUT,
     REPO,
@@ -94,6 +99,34 @@ def lineage_with_messages():
         db.execute("DROP TRIGGER IF EXISTS test_disk_full ON messages")
 
 
+@contextmanager
+def store_full_from_batch(plan: core.DeletePlan, batch: int):
+    """In this process: a cascade in one-session batches finds the store full at ``batch``.
+
+    SQLite: the file-size limit from ``batch``'s start (lifted on the way out); PostgreSQL:
+    the disk_full trigger on that batch's session.
+    """
+    kwdefaults = deletion.delete_in_batches.__kwdefaults__
+    saved = kwdefaults["batch_sessions"]
+    kwdefaults["batch_sessions"] = 1
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.getsignal(signal.SIGXFSZ)
+    if db.vendor() == "sqlite":
+        faults.run_at("cascade.between_batches", lambda: fill("store"), nth=batch - 1)
+    else:
+        fail_store_delete_of(plan.session_ids[batch - 1])
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, handler)
+        faults._actions.clear()
+        faults._hits.clear()
+        kwdefaults["batch_sessions"] = saved
+        if db.vendor() == "postgresql":
+            db.execute("DROP TRIGGER IF EXISTS test_disk_full ON messages")
+
+
 def cascade_with_full_store(root: str, plan: core.DeletePlan) -> str:
     """Run the cascade of ``root`` with the store full from its third batch on; the error's words."""
     arguments = {
@@ -103,25 +136,18 @@ def cascade_with_full_store(root: str, plan: core.DeletePlan) -> str:
         "expected_fingerprint": plan.fingerprint,
         "reason": "disk full test",
     }
-    if db.vendor() == "sqlite":
+    if db.vendor() == "sqlite":  # in a process of its own, as the dashboard's would be
         child = run_full_child(
             arguments, database="store", at=f"cascade.between_batches@{FAILING_BATCH - 1}"
         )
         assert child.returncode == 1, (child.returncode, child.stdout, child.stderr)
         assert "DeletePartlyApplied" in child.stderr, child.stderr
         return child.stderr.strip().splitlines()[-1]
-    fail_store_delete_of(plan.session_ids[FAILING_BATCH - 1])
-    import sessions_admin.core.deletion as deletion
-
-    kwdefaults = deletion.delete_in_batches.__kwdefaults__
-    saved = kwdefaults["batch_sessions"]
-    kwdefaults["batch_sessions"] = 1
-    try:
-        with pytest.raises(core.DeletePartlyApplied) as raised:
-            actions.cascade_delete(**arguments)
-    finally:
-        kwdefaults["batch_sessions"] = saved
-    db.execute("DROP TRIGGER test_disk_full ON messages")
+    with (
+        store_full_from_batch(plan, FAILING_BATCH),
+        pytest.raises(core.DeletePartlyApplied) as raised,
+    ):
+        actions.cascade_delete(**arguments)
     return str(raised.value)
 
 
@@ -244,3 +270,56 @@ def test_a_dashboard_database_that_cannot_be_written_changes_nothing(lineage_wit
     assert store_state() == before
     assert not TrashEntry.objects.exists()
     assert not AuditEntry.objects.exists()
+
+
+# --- bulk-delete job ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dashboard_fails_after_second_batch():
+    """The dashboard's database refuses a write right after the job's second store commit, as
+    a full disk or a PostgreSQL restart does (the write that marks the batch's items)."""
+
+    def refuse() -> None:
+        raise OperationalError("database or disk is full")
+
+    faults.run_at("job.after_batch_commit", refuse, nth=2)
+    yield
+    faults._actions.clear()
+    faults._hits.clear()
+
+
+def test_a_job_stopped_after_a_store_commit_counts_what_the_trash_holds_and_can_be_finished(
+    dashboard_fails_after_second_batch, monkeypatch
+):
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)  # run_job runs it here
+    from tests.store.test_crash import _old_sessions
+
+    selected = _old_sessions(9)
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=selected, include_live=False, actor="ada", reason="retention"
+    )
+    before = store_state()
+
+    with pytest.raises(OperationalError):
+        jobs.run_job(job_id=job_id, worker="w", batch_sessions=3)
+
+    job = DeleteJob.objects.get(pk=job_id)
+    trashed = TrashSession.objects.filter(entry__operation=job_operation(job_id))
+    assert trashed.count() == 6  # two batches committed in the store
+    assert job.state == DeleteJob.FAILED
+    assert job.done == trashed.count()
+    assert job.deleted_messages == sum(
+        e.message_count for e in TrashEntry.objects.filter(operation=job_operation(job_id))
+    )
+    assert "dashboard database could not be written" in job.error
+    assert_each_session_in_store_or_trash(before, selected)
+
+    # Finish it: the job takes up its pending items; each session is deleted once.
+    actions.resume_bulk_delete(actor="ada", job_id=job_id)
+    assert jobs.run_job(job_id=job_id, worker="w2", batch_sessions=3).state == DeleteJob.DONE
+    job = DeleteJob.objects.get(pk=job_id)
+    assert sorted(trashed.values_list("session_id", flat=True)) == sorted(selected)
+    assert (job.done, job.skipped) == (len(selected), 0)
+    assert_each_session_in_store_or_trash(before, selected)
+    assert check_store() == []
