@@ -7,7 +7,10 @@ first copies its rows into the trash (the dashboard's own database) and then
 deletes them from the store in one short store transaction, children before
 parents: nothing is lost silently, no message is left without its session,
 no conversation points at a deleted session, and the FTS triggers keep the
-search index in step.
+search index in step. A delete that fails after some batches committed (a full
+disk, a database restart) raises ``DeletePartlyApplied`` with exactly what committed
+and its trash operation, never the bare error of the batch that failed: those
+batches stay deleted, restorable as one operation, and the rest stays in the store.
 
 The trash is not the core's: a delete writes it through ``Trash``, which the
 caller passes, else the process's default (``set_default_trash``; a dashboard

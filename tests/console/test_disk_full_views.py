@@ -8,13 +8,15 @@ the health panel lists a session a fault left being deleted.
 from __future__ import annotations
 
 import html
+import resource
+import signal
 
 import pytest
 from django.db import OperationalError
 from django.urls import reverse
 
 from sessions_admin import core
-from sessions_admin.core import faults
+from sessions_admin.core import db, faults
 from sessions_admin.ledger import jobs, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
 from sessions_admin.ledger.trash import job_operation
@@ -22,6 +24,7 @@ from sessions_admin.store import health
 from tests.builders import cascade_lineage
 from tests.console.test_being_deleted_views import half_deleted
 from tests.console.test_deletion_views import confirm_url, form
+from tests.store.crash_child import fill
 from tests.store.test_crash import _old_sessions
 from tests.store.test_disk_full import FAILING_BATCH, store_full_from_batch
 
@@ -111,3 +114,47 @@ def test_the_health_panel_lists_a_session_a_fault_left_being_deleted(admin):
     entry = TrashEntry.objects.filter(state=TrashEntry.COMPLETE).first()
     core.restore_trash_entry(entry_id=entry.pk, actor="ada")
     assert health.count("being_deleted") == 0
+
+
+def test_a_database_error_no_view_words_is_a_clear_page_not_a_500(admin):
+    """A restore whose store cannot be written: the page says so (503), and nothing changed."""
+    root = cascade_lineage()[0]
+    plan = core.plan_cascade_delete(session_ids=[root])
+    result = core.execute_cascade_delete(
+        session_ids=[root], expected_fingerprint=plan.fingerprint, actor="ada", reason="r"
+    )
+    admin.get(reverse("trash"))  # signed in and every connection open before the limit
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.getsignal(signal.SIGXFSZ)
+    if db.vendor() == "sqlite":
+        fill("store")
+    else:
+        db.execute(
+            "CREATE OR REPLACE FUNCTION test_disk_full() RETURNS trigger AS $$ BEGIN "
+            "RAISE EXCEPTION 'could not extend file: No space left on device' "
+            "USING ERRCODE = 'disk_full'; END $$ LANGUAGE plpgsql"
+        )
+        db.execute(
+            "CREATE TRIGGER test_disk_full BEFORE INSERT ON sessions "
+            "FOR EACH ROW EXECUTE FUNCTION test_disk_full()"
+        )
+    try:
+        response = admin.post(
+            reverse("trash_restore", args=[result.trash_entry_ids[0]]), {"reason": "back"}
+        )
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, handler)
+        if db.vendor() == "postgresql":
+            db.execute("DROP TRIGGER IF EXISTS test_disk_full ON sessions")
+
+    assert response.status_code == 503
+    text = html.unescape(response.content.decode())
+    assert "A database could not be written" in text and "Unexpected error" not in text
+    assert not db.fetchall(
+        f"SELECT id FROM sessions WHERE id IN ({db.placeholders(plan.session_ids)})",
+        list(plan.session_ids),
+    )
+    assert TrashEntry.objects.filter(state=TrashEntry.COMPLETE).count() == len(
+        result.trash_entry_ids
+    )
