@@ -446,8 +446,9 @@ def _failure_words(error: BaseException) -> str:
     if storage is None:
         return str(error)
     where = deletion.TRASH_DATABASE if getattr(error, "database", None) else "store"
+    words = deletion.database_words(where, storage)
     return (
-        f"{deletion.database_words(where, storage)} ({error}). What the job deleted before "
+        f"{words[:1].upper()}{words[1:]} ({error}). What the job deleted before "
         "stays in the trash; finish the job once the database can be written again, or "
         "restore its trash entry to undo it."
     )

@@ -312,7 +312,7 @@ def test_a_job_stopped_after_a_store_commit_counts_what_the_trash_holds_and_can_
     assert job.deleted_messages == sum(
         e.message_count for e in TrashEntry.objects.filter(operation=job_operation(job_id))
     )
-    assert "dashboard database could not be written" in job.error
+    assert job.error.startswith("The dashboard database could not be written")
     assert_each_session_in_store_or_trash(before, selected)
 
     # Finish it: the job takes up its pending items; each session is deleted once.
@@ -322,4 +322,50 @@ def test_a_job_stopped_after_a_store_commit_counts_what_the_trash_holds_and_can_
     assert sorted(trashed.values_list("session_id", flat=True)) == sorted(selected)
     assert (job.done, job.skipped) == (len(selected), 0)
     assert_each_session_in_store_or_trash(before, selected)
+    assert check_store() == []
+
+
+def test_a_job_stopped_by_a_full_store_counts_its_trash_and_finishes(monkeypatch):
+    if db.vendor() != "sqlite":
+        pytest.skip("a file-size limit needs SQLite files")
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
+    from tests.store.test_crash import _old_sessions
+
+    selected = _old_sessions(9)
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=selected, include_live=False, actor="ada", reason="retention"
+    )
+    before = store_state()
+    env = child_env()
+    env["CRASH_CHILD_FULL_AT"] = "job.after_batch_commit@2"
+    env["CRASH_CHILD_FULL_DATABASE"] = "store"
+    connections.close_all()
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.store.crash_child",
+            "run_job",
+            json.dumps({"job_id": job_id, "worker": "w", "batch_sessions": 3}),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT,
+    )
+
+    assert child.returncode == 1, (child.stdout, child.stderr)
+    job = DeleteJob.objects.get(pk=job_id)
+    trashed = TrashSession.objects.filter(entry__operation=job_operation(job_id))
+    assert job.state == DeleteJob.FAILED
+    assert trashed.count() == job.done == 6
+    assert job.error.startswith("The store could not be written")
+    assert_each_session_in_store_or_trash(before, selected)
+    assert check_store() == []
+
+    actions.resume_bulk_delete(actor="ada", job_id=job_id)
+    assert jobs.run_job(job_id=job_id, worker="w2", batch_sessions=3).state == DeleteJob.DONE
+    assert sorted(trashed.values_list("session_id", flat=True)) == sorted(selected)
+    assert DeleteJob.objects.get(pk=job_id).done == len(selected)
     assert check_store() == []
