@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 
 from sessions_admin import core
-from sessions_admin.console.forms import JobCancelForm
+from sessions_admin.console.forms import JobCancelForm, JobResumeForm
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
 from sessions_admin.ledger import actions, worker
 from sessions_admin.ledger.jobs import job_progress
@@ -126,8 +126,16 @@ def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
 def job_resume(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     """Finish a failed job from its first pending item (what it deleted stays in the trash)."""
     job = _job_or_404(job_id)
+    form = JobResumeForm(request.POST)
+    if not form.is_valid():
+        problem = form.problem()
+        actions.record_refusal(request=request, action="resume_bulk_delete", why=problem)
+        messages.error(request, f"Job #{job.pk} was not resumed: {problem}")
+        return redirect("job_detail", job_id=job.pk)
     try:
-        actions.resume_bulk_delete(actor=request.user, job_id=job.pk)
+        actions.resume_bulk_delete(
+            actor=request.user, job_id=job.pk, reason=form.cleaned_data["reason"]
+        )
     except core.StoreError as error:
         actions.record_refusal(request=request, action="resume_bulk_delete", why=error)
         messages.error(request, f"Job #{job.pk} was not resumed: {error}")
