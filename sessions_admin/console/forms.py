@@ -271,6 +271,10 @@ class JobCancelForm(OptionalReasonForm):
     """Stopping a bulk delete job after its current batch, with an optional reason."""
 
 
+class JobResumeForm(OptionalReasonForm):
+    """Finishing a failed bulk delete job from where it stopped, with an optional reason."""
+
+
 class TrashRestoreForm(ConsoleForm):
     """Restoring a trash entry; the search to show again afterwards."""
 

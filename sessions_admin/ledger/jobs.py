@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -399,8 +400,9 @@ def run_job(
                     remaining.update(candidates)
                     remaining.update(kept)
                     continue
-                faults.checkpoint("job.after_batch_commit")
-            with transaction.atomic(using="default"):
+                with _dashboard_write():
+                    faults.checkpoint("job.after_batch_commit")
+            with _dashboard_write(), transaction.atomic(using="default"):
                 # By primary key: the items table has no index on session_id, and a
                 # 100,000-item job would be scanned whole for every batch.
                 DeleteJobItem.objects.filter(pk__in=[item_pks[s] for s in to_delete]).update(
@@ -425,8 +427,17 @@ def run_job(
                 _record_kept_whole(job, kept)
             batches += 1
     except Exception as error:
+        try:
+            # A batch the store committed before the failure (its trash entry or its items not
+            # yet marked: the dashboard's database failed) counts as deleted, as the trash says.
+            _settle_committed_batches(job_id)
+        except Exception:
+            logger.exception("delete job %s: its committed batches could not be settled", job_id)
         DeleteJob.objects.filter(pk=job_id).update(
-            state=DeleteJob.FAILED, error=str(error)[:2000], lease_owner="", lease_expires_at=None
+            state=DeleteJob.FAILED,
+            error=_failure_words(error)[:2000],
+            lease_owner="",
+            lease_expires_at=None,
         )
         raise
     finally:
@@ -435,6 +446,41 @@ def run_job(
             # other action (once per run: each batch would make every read recompute).
             cached.forget_all()
     return job_progress(job_id=job_id)
+
+
+@contextmanager
+def _dashboard_write():
+    """A failure here is the dashboard's database (the job's records), not the store's."""
+    try:
+        yield
+    except Exception as error:
+        error.database = deletion.TRASH_DATABASE
+        raise
+
+
+def _failure_words(error: BaseException) -> str:
+    """What the job's page says stopped it: a database that could not be written, in words."""
+    storage = db.storage_failure(error)
+    if storage is None:
+        return str(error)
+    where = deletion.TRASH_DATABASE if getattr(error, "database", None) else "store"
+    words = deletion.database_words(where, storage)
+    return (
+        f"{words[:1].upper()}{words[1:]} ({error}). What the job deleted before "
+        "stays in the trash; finish the job once the database can be written again, or "
+        "restore its trash entry to undo it."
+    )
+
+
+def resume_failed_job(*, job_id: int) -> None:
+    """A failed job is taken up again from its first pending item (finish what it started)."""
+    resumed = DeleteJob.objects.filter(pk=job_id, state=DeleteJob.FAILED).update(
+        state=DeleteJob.PENDING, error="", lease_owner="", lease_expires_at=None, finished_at=None
+    )
+    if not resumed:
+        state = DeleteJob.objects.filter(pk=job_id).values_list("state", flat=True).first()
+        raise InvalidInput(f"Job #{job_id} is {state or 'missing'}, not failed: nothing to resume.")
+    announce_job()
 
 
 def _next_batch(

@@ -284,7 +284,8 @@ def test_a_cascade_stops_before_a_batch_whose_conversation_gained_a_delegate(mon
         checkpoint(point)
 
     monkeypatch.setattr(core.deletion.faults, "checkpoint", runtime_spawns_a_delegate)
-    with pytest.raises(core.ConversationsKept) as raised:
+    # Its first batch committed: the error says what it deleted (issue 26), and why it stopped.
+    with pytest.raises(core.DeletePartlyApplied) as raised:
         core.execute_cascade_delete(
             session_ids=[root],
             expected_fingerprint=plan.fingerprint,
@@ -292,6 +293,8 @@ def test_a_cascade_stops_before_a_batch_whose_conversation_gained_a_delegate(mon
             reason="cleanup",
             trash=jobs.LEDGER_TRASH,
         )
+    assert isinstance(raised.value.error, core.ConversationsKept)
+    assert raised.value.result.deleted_sessions == 1
     assert f"{root}, its conversation continued in {made['delegate']}" in str(raised.value)
     assert root in _ids() and _parent(made["delegate"]) == root and _messages(root) == 1
 

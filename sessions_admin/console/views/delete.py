@@ -192,7 +192,7 @@ def _relation_groups(plan: core.DeletePlan, rows: dict[str, Session]) -> list[Re
 
 
 def _cascade_context(
-    session_id: str, plan: core.DeletePlan, *, reason: str = "", problems=()
+    session_id: str, plan: core.DeletePlan, *, reason: str = "", problems=(), partly=None
 ) -> dict:
     kept_ids = [child for child, _ in plan.kept_children]
     rows = _session_rows([*plan.session_ids, *kept_ids])
@@ -224,6 +224,10 @@ def _cascade_context(
         "reason": reason,
         "problems": list(problems),
         "trash_days": configured_days(),
+        # A delete that failed after some batches committed: undo it (restore) or finish it
+        # (this plan is what is left).
+        "partly": partly,
+        "partly_entry": partly.result.trash_entry_ids[0] if partly else None,
     }
 
 
@@ -234,8 +238,9 @@ def _render_cascade(
     *,
     reason: str = "",
     problems=(),
+    partly: core.DeletePartlyApplied | None = None,
 ) -> HttpResponse:
-    context = _cascade_context(session_id, plan, reason=reason, problems=problems)
+    context = _cascade_context(session_id, plan, reason=reason, problems=problems, partly=partly)
     return render(request, fragment(request, CASCADE_TEMPLATE, "plan"), context)
 
 
@@ -305,6 +310,16 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
         )
         plan = _plan_or_404(session_id, include_branches)
         return _render_cascade(request, session_id, plan, reason=reason, problems=[str(changed)])
+    except core.DeletePartlyApplied as partly:
+        # Its first batches stay deleted (audited as partial): the page says exactly what went,
+        # where it is in the trash, and shows the plan of what is left to finish it.
+        if not Session.objects.filter(id=session_id).exists():
+            messages.error(request, str(partly))
+            return redirect("trash")
+        plan = _plan_or_404(session_id, include_branches)
+        return _render_cascade(
+            request, session_id, plan, reason=reason, problems=[str(partly)], partly=partly
+        )
     except core.StoreError as error:
         actions.record_refusal(
             request=request, action="cascade_delete", why=error, session_ids=[session_id]
