@@ -544,102 +544,84 @@ def _next_batch(
     return batch, sizes
 
 
-def _record_kept_whole(job: DeleteJob, kept: dict[str, str]) -> None:
-    """The audit entry of a batch's sessions kept to keep their conversations whole, with why."""
-    ordered = sorted(kept.items())
+def _record_skips(job: DeleteJob, *, action: str, key: str, rows: list[dict], detail: str) -> None:
+    """The audit entry of a batch's sessions the job left out (``rows``, one per session,
+    under ``after[key]``). Written here, as the job writes its items (``ledger.actions``
+    imports this module): finished (``ok``), by the job's creator, with the job's reason."""
+    session_ids = [row["session"] for row in rows]
     with transaction.atomic(using=router.db_for_write(AuditEntry)):
         entry = AuditEntry.objects.create(
             actor_name=(job.created_by or "system")[:150],
-            action=KEPT_WHOLE_ACTION,
-            session_ids=[sid for sid, _ in ordered],
+            action=action,
+            session_ids=session_ids,
             before={
                 "job": job.pk,
                 **({"retention_policy": job.policy_id} if job.policy_id else {}),
             },
-            after={
-                "skipped": len(ordered),
-                "kept": [{"session": sid, "why": why} for sid, why in ordered],
-            },
+            after={"skipped": len(rows), key: rows},
             reason=job.reason,
-            detail="Kept whole: " + "; ".join(f"{sid}, {why}" for sid, why in ordered[:50]),
+            detail=detail,
             completed_at=timezone.now(),
         )
         AuditSession.objects.bulk_create(
-            AuditSession(entry=entry, session_id=sid) for sid, _ in ordered
+            AuditSession(entry=entry, session_id=sid) for sid in session_ids
         )
+
+
+def _recorded_skips(job_id: int, *, action: str, key: str, named: int) -> tuple[int, list[dict]]:
+    """How many sessions the job's ``action`` entries left out, and the first ``named`` rows."""
+    count = 0
+    found: list[dict] = []
+    for after in (
+        AuditEntry.objects.filter(action=action, before__job=job_id)
+        .order_by("pk")
+        .values_list("after", flat=True)
+        .iterator()
+    ):
+        rows = after.get(key, []) if isinstance(after, dict) else []
+        count += len(rows)
+        found += [row for row in rows if isinstance(row, dict)][: named - len(found)]
+    return count, found
+
+
+def _record_kept_whole(job: DeleteJob, kept: dict[str, str]) -> None:
+    """The audit entry of a batch's sessions kept to keep their conversations whole, with why."""
+    ordered = sorted(kept.items())
+    _record_skips(
+        job,
+        action=KEPT_WHOLE_ACTION,
+        key="kept",
+        rows=[{"session": sid, "why": why} for sid, why in ordered],
+        detail="Kept whole: " + "; ".join(f"{sid}, {why}" for sid, why in ordered[:50]),
+    )
 
 
 def kept_skips(*, job_id: int, named: int = HELD_SKIPS_NAMED) -> tuple[int, tuple[KeptSkip, ...]]:
     """How many sessions the job kept to keep conversations whole, and the first ``named``."""
-    count = 0
-    found: list[KeptSkip] = []
-    for after in (
-        AuditEntry.objects.filter(action=KEPT_WHOLE_ACTION, before__job=job_id)
-        .order_by("pk")
-        .values_list("after", flat=True)
-        .iterator()
-    ):
-        rows = after.get("kept", []) if isinstance(after, dict) else []
-        count += len(rows)
-        for row in rows:
-            if len(found) < named and isinstance(row, dict):
-                found.append(KeptSkip(str(row.get("session")), str(row.get("why", ""))))
-    return count, tuple(found)
+    count, rows = _recorded_skips(job_id, action=KEPT_WHOLE_ACTION, key="kept", named=named)
+    return count, tuple(KeptSkip(str(row.get("session")), str(row.get("why", ""))) for row in rows)
 
 
 def _record_held_skips(job: DeleteJob, held: dict[str, holds.Hold]) -> None:
-    """The audit entry of a batch's sessions left out under a legal hold, each with its hold.
-
-    Written here, as the job writes its items (``ledger.actions`` imports this module):
-    finished (``ok``), by the job's creator, with the job's reason.
-    """
+    """The audit entry of a batch's sessions left out under a legal hold, each with its hold."""
     ordered = sorted(held.items())
-    with transaction.atomic(using=router.db_for_write(AuditEntry)):
-        entry = AuditEntry.objects.create(
-            actor_name=(job.created_by or "system")[:150],
-            action=HELD_SKIP_ACTION,
-            session_ids=[sid for sid, _ in ordered],
-            before={
-                "job": job.pk,
-                **({"retention_policy": job.policy_id} if job.policy_id else {}),
-            },
-            after={
-                "skipped": len(ordered),
-                "held": [
-                    {"session": sid, "hold": hold.id, "words": hold.describe()}
-                    for sid, hold in ordered
-                ],
-            },
-            reason=job.reason,
-            detail="Left out under legal hold: "
-            + "; ".join(f"{sid}, hold #{hold.id}" for sid, hold in ordered[:50]),
-            completed_at=timezone.now(),
-        )
-        AuditSession.objects.bulk_create(
-            AuditSession(entry=entry, session_id=sid) for sid, _ in ordered
-        )
+    _record_skips(
+        job,
+        action=HELD_SKIP_ACTION,
+        key="held",
+        rows=[{"session": sid, "hold": hold.id, "words": hold.describe()} for sid, hold in ordered],
+        detail="Left out under legal hold: "
+        + "; ".join(f"{sid}, hold #{hold.id}" for sid, hold in ordered[:50]),
+    )
 
 
 def held_skips(*, job_id: int, named: int = HELD_SKIPS_NAMED) -> tuple[int, tuple[HeldSkip, ...]]:
     """How many sessions the job left out under a legal hold, and the first ``named`` of them."""
-    count = 0
-    found: list[HeldSkip] = []
-    for after in (
-        AuditEntry.objects.filter(action=HELD_SKIP_ACTION, before__job=job_id)
-        .order_by("pk")
-        .values_list("after", flat=True)
-        .iterator()
-    ):
-        rows = after.get("held", []) if isinstance(after, dict) else []
-        count += len(rows)
-        for row in rows:
-            if len(found) < named and isinstance(row, dict):
-                found.append(
-                    HeldSkip(
-                        str(row.get("session")), int(row.get("hold") or 0), row.get("words", "")
-                    )
-                )
-    return count, tuple(found)
+    count, rows = _recorded_skips(job_id, action=HELD_SKIP_ACTION, key="held", named=named)
+    return count, tuple(
+        HeldSkip(str(row.get("session")), int(row.get("hold") or 0), row.get("words", ""))
+        for row in rows
+    )
 
 
 def job_progress(*, job_id: int) -> JobProgress:
