@@ -8,19 +8,31 @@ bench/writes.py), in a child process, while another process appends messages to 
 sessions at a steady rate (bench/writes.py's appender) and records each append's latency:
 
 - erasure: one subject with 1,000 sessions of 10 messages each is added to the store;
-  the preview (``plan_erasure``) and the whole request (``request_erasure`` +
+  the preview (``ledger.erasure.plan``) and the whole request (``request_erasure`` +
   ``run_erasure``: the store's purge, the dashboard's side, the WAL truncation) are timed;
+  then the file rewrite that follows it (``finish_erasure_rewrites``, what
+  ``manage.py erasure_rewrite`` and the scheduler run): its time, the longest lock it
+  reports holding, and the appends' latency while it runs. SQLite rewrites only in a quiet
+  moment: a first try is made while the appender writes (it must step back without
+  holding anyone), then the appender pauses, as a runtime going quiet, and comes back as
+  soon as the rewrite started, so its waits are the lock time the runtime sees.
+  PostgreSQL's VACUUM FULL is the operator's step: it runs while the appender writes;
+- rewrite: the file rewrite alone on the seeded copy, forced (no quiet window, waiting up
+  to 60 s for the lock) while the appender writes: the cost of a rewrite started at the
+  worst moment;
 - policy: a retention policy over every ended session quiet for a day (``older_than_days=1``:
   on a seeded store, most of it) is dry-run (``selected_ids``), then run as its job.
 
-Results replace this size and backend's rows in the "Retention and erasure" section of
-docs/benchmarks.md. Figures are machine-dependent; the section states the machine and load.
+Results replace the rows of the cases run, for this size and backend, in the "Retention and
+erasure" section of docs/benchmarks.md. Figures are machine-dependent; the section states the machine and load.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import logging
 import os
 import platform
 import re
@@ -37,6 +49,9 @@ from bench import writes  # noqa: E402 - after the path set-up above
 SUBJECT_SESSIONS = 1_000
 SUBJECT_MESSAGES = 10
 SECTION = "## Retention and erasure (issue 17)"
+# How long the benchmark lets the search index merges go on after an erasure before it
+# gives up on the file rewrite (which waits for them).
+INDEX_MERGE_SECONDS = 900
 
 
 def _live_sessions() -> list[str]:
@@ -50,8 +65,7 @@ def _live_sessions() -> list[str]:
 
 def child_erasure(workdir: Path) -> dict:
     from sessions_admin import core
-    from sessions_admin.core import erasure as erasure_core
-    from sessions_admin.core.erasure import Subject, plan_erasure
+    from sessions_admin.core.erasure import Subject
     from sessions_admin.ledger import actions
     from sessions_admin.ledger import erasure as ledger_erasure
 
@@ -76,38 +90,28 @@ def child_erasure(workdir: Path) -> dict:
     subject = Subject(user_id="bench-subject-4242")
     start_wall = time.time()
     start = time.perf_counter()
-    plan = plan_erasure(subject=subject)
+    # The preview the request page shows: the store's plan and the dashboard's trash, under
+    # the one fingerprint the request checks.
+    fingerprint = ledger_erasure.plan(subject).fingerprint
     planned = time.perf_counter()
     request = actions.request_erasure(
         actor=None,
         subject=subject,
         reference="bench",
-        expected_fingerprint=plan.fingerprint,
+        expected_fingerprint=fingerprint,
         start=False,
     )
     receipt = actions.run_erasure(request_id=request.pk)
     finished = time.perf_counter()
     end_wall = time.time()
-    time.sleep(1)
-    # The file rewrite with the runtime still writing: the erasure's own try (after a quiet
-    # second) is expected to give way; then it is forced, to measure what it costs the
-    # runtime's appends: SQLite's VACUUM holds the write lock for its length, PostgreSQL's
-    # VACUUM FULL an ACCESS EXCLUSIVE lock on each table in turn.
-    rewrite_wall = time.time()
-    rewrite_start = time.perf_counter()
-    forced = erasure_core.rewrite_store_files(quiet_seconds=0.0, busy_ms=2_000)
-    dashboard = ledger_erasure.rewrite_dashboard_file(quiet_seconds=0.0, busy_ms=2_000)
-    rewrite_seconds = time.perf_counter() - rewrite_start
-    rewrite_end_wall = time.time()
+    rewrite = _rewrite_after(appender, request.pk)
     time.sleep(1)
     records = appender.stop()
+    for name, (start_at, end_at) in rewrite.pop("windows").items():
+        rewrite[f"appends_{name}"] = writes.window(records, start_at, end_at) | {
+            "stall_seconds": longest_stall(records, start_at, end_at)
+        }
     return {
-        "rewrite_at_erasure": receipt["file_rewrite"]["state"],
-        "rewrite_done": forced.done and dashboard[0],
-        "rewrite_seconds": rewrite_seconds,
-        "rewrite_lock_seconds": max(forced.longest_lock_seconds, dashboard[2]),
-        "rewrite_notes": [*forced.notes, dashboard[1]],
-        "appends_during_rewrite": writes.window(records, rewrite_wall, rewrite_end_wall),
         "build_seconds": built,
         "sessions": receipt["erased"]["sessions"],
         "messages": receipt["erased"]["messages"],
@@ -115,9 +119,134 @@ def child_erasure(workdir: Path) -> dict:
         "erase_seconds": finished - planned,
         "rate": receipt["erased"]["sessions"] / (finished - planned),
         "storage": receipt["storage"],
-        "appends_during": writes.window(records, start_wall, end_wall),
+        "search_index": receipt.get("search_index"),
+        "file_rewrite": receipt.get("file_rewrite"),
+        "appends_during": writes.window(records, start_wall, end_wall)
+        | {"stall_seconds": longest_stall(records, start_wall, end_wall)},
         "appends_baseline": writes.window(records, appender.started + 2, start_wall),
+        "rewrite": rewrite,
     }
+
+
+def longest_stall(records, start: float, end: float) -> float | None:
+    """The longest time in [start, end] in which no append succeeded: how long the runtime
+    could not write, whatever its appends did meanwhile (the appender is one writer in
+    sequence: an append held back delays the next ones, which then run in a burst, so the
+    latencies' p99 hides the wait; one that gives up is an error, not a latency).
+
+    ``records`` are the appender's (wall clock at start, latency ms, error). None when the
+    window is empty.
+    """
+    if end <= start:
+        return None
+    ends = sorted(wall + ms / 1000 for wall, ms, error in records if not error)
+    marks = [start, *(t for t in ends if start < t < end), end]
+    return max(b - a for a, b in itertools.pairwise(marks))
+
+
+def _store_bytes() -> int:
+    """The store's size on disk: its files (SQLite, the WAL included) or its database."""
+    from django.db import connections
+
+    from sessions_admin.core import db
+    from sessions_admin.routers import store_alias
+
+    connection = connections[store_alias()]
+    if connection.vendor == "postgresql":
+        return int(db.fetchone("SELECT pg_database_size(current_database())")[0])
+    path = Path(str(connection.settings_dict["NAME"]))
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def _finish_index_merge(request_id: int) -> dict:
+    """Merge the search indexes until the erasure's receipt says merged, as the scheduler's
+    tries would (each stops after its budget, the next goes on from there)."""
+    from sessions_admin.ledger import actions
+    from sessions_admin.ledger import erasure as ledger_erasure
+
+    started = time.perf_counter()
+    tries = 0
+    while request_id in ledger_erasure.requests_awaiting_index_merge():
+        if time.perf_counter() - started > INDEX_MERGE_SECONDS:
+            break
+        actions.finish_erasure_index_merges()
+        tries += 1
+    return {
+        "tries": tries,
+        "seconds": time.perf_counter() - started,
+        "merged": request_id not in ledger_erasure.requests_awaiting_index_merge(),
+    }
+
+
+def _rewrite_after(appender: writes.Appender, request_id: int) -> dict:
+    """The file rewrite after the erasure: timed, with the windows of the appends it held."""
+    import threading
+
+    from django.db import connections
+
+    from sessions_admin.core import erasure as erasure_core
+    from sessions_admin.ledger import actions
+    from sessions_admin.ledger.models import AuditEntry, ErasureRequest
+    from sessions_admin.routers import store_alias
+
+    sqlite = connections[store_alias()].vendor == "sqlite"
+    result: dict = {"bytes_before": _store_bytes(), "windows": {}}
+    if sqlite:
+        # What the scheduler does while the runtime writes: it must give up, holding no one.
+        busy_from = time.time()
+        started = time.perf_counter()
+        busy = erasure_core.rewrite_store_files()
+        result["busy_try"] = {
+            "seconds": time.perf_counter() - started,
+            "done": busy.done,
+            "notes": list(busy.notes),
+        }
+        result["windows"]["busy_try"] = (busy_from, time.time())
+        # The runtime goes quiet: what the erasure left of the index merge finishes first
+        # (the rewrite waits for it), then the rewrite; the runtime comes back right after
+        # the rewrite's quiet check passed and waits for as long as the VACUUM holds it.
+        quiet_from = appender.pause()
+        result["index_merge"] = _finish_index_merge(request_id)
+        resume = threading.Timer(erasure_core.REWRITE_QUIET_SECONDS + 0.3, appender.resume)
+    else:
+        result["index_merge"] = _finish_index_merge(request_id)
+        resume = None
+    # A rewrite the runtime kept from running only logs why; the log goes into the result.
+    unfinished: list[str] = []
+    handler = logging.Handler(level=logging.INFO)
+    handler.emit = lambda record: unfinished.append(record.getMessage())
+    logging.getLogger(actions.__name__).addHandler(handler)
+    logging.getLogger(actions.__name__).setLevel(logging.INFO)
+    rewrite_from = time.time()
+    started = time.perf_counter()
+    if resume:
+        resume.start()
+    try:
+        done = actions.finish_erasure_rewrites()
+    finally:
+        logging.getLogger(actions.__name__).removeHandler(handler)
+    result["log"] = unfinished
+    result["rewrite_seconds"] = time.perf_counter() - started
+    rewrite_to = time.time()
+    if resume:
+        resume.join()
+        result["resumed_after_seconds"] = erasure_core.REWRITE_QUIET_SECONDS + 0.3
+        appender.resume()
+    # The runtime's side of the lock: appends started from when it wrote again to the end.
+    runtime_from = rewrite_from + (result.get("resumed_after_seconds") or 0)
+    result["windows"]["rewrite"] = (runtime_from, rewrite_to)
+    if sqlite:
+        result["runtime_quiet_seconds"] = runtime_from - quiet_from
+    result["rewritten"] = request_id in done
+    receipt = ErasureRequest.objects.get(pk=request_id).receipt
+    result["file_rewrite"] = receipt.get("file_rewrite")
+    result["notes"] = [n for n in receipt.get("storage", []) if "VACUUM" in n or "rewr" in n]
+    entry = AuditEntry.objects.filter(action="erasure_files_rewritten").order_by("-pk").first()
+    result["longest_lock_seconds"] = (
+        entry.after.get("longest_lock_seconds") if entry is not None else None
+    )
+    result["bytes_after"] = _store_bytes()
+    return result
 
 
 def child_rewrite(workdir: Path) -> dict:
@@ -142,7 +271,8 @@ def child_rewrite(workdir: Path) -> dict:
         "notes": list(rewrite.notes),
         "seconds": finished - start,
         "lock_seconds": rewrite.longest_lock_seconds,
-        "appends_during": writes.window(records, start_wall, end_wall),
+        "appends_during": writes.window(records, start_wall, end_wall)
+        | {"stall_seconds": longest_stall(records, start_wall, end_wall)},
         "appends_baseline": writes.window(records, appender.started + 2, start_wall),
     }
 
@@ -188,8 +318,93 @@ def _ms(value) -> str:
     return "-" if value is None else f"{value:.0f} ms"
 
 
-def _report(output: Path, label: str, backend: str, results: dict, command: str) -> None:
-    text = output.read_text() if output.exists() else ""
+def _appends(window: dict) -> str:
+    stall = window.get("stall_seconds")
+    return (
+        f"{_ms(window.get('p50'))} / {_ms(window.get('p99'))} / {_ms(window.get('max'))} "
+        f"({window.get('errors', 0)} errors"
+        + (f"; no append for {stall:.1f} s" if stall is not None else "")
+        + ")"
+    )
+
+
+def _size(count: int | None) -> str:
+    return "?" if count is None else f"{count / 1e9:.2f} GB"
+
+
+def _rewrite_row(erasure: dict, backend: str) -> tuple[str, str]:
+    """The file rewrite's "what" and "time" cells."""
+    rewrite = erasure["rewrite"]
+    sizes = f"store {_size(rewrite.get('bytes_before'))} -> {_size(rewrite.get('bytes_after'))}"
+    lock = rewrite.get("longest_lock_seconds")
+    held = f"longest lock it reports {lock:.2f} s" if lock is not None else "no lock reported"
+    merge = rewrite.get("index_merge") or {}
+    if merge.get("tries"):
+        sizes += (
+            f"; the search index merge it waits for took {merge['tries']} more tries, "
+            f"{merge['seconds']:.0f} s{', runtime quiet' if backend == 'sqlite' else ''}"
+            f"{'' if merge.get('merged') else ', unfinished'}"
+        )
+    if backend == "sqlite":
+        busy = rewrite.get("busy_try") or {}
+        what = (
+            f"VACUUM of the store and dashboard.db in a quiet moment ({sizes}; {held}); "
+            f"tried first while the runtime wrote: "
+            f"{'rewrote' if busy.get('done') else 'stepped back'} in "
+            f"{busy.get('seconds', 0):.2f} s, appends {_appends(rewrite.get('appends_busy_try', {}))}"
+        )
+    else:
+        what = f"VACUUM FULL of the touched tables while the runtime wrote ({sizes}; {held})"
+    if not rewrite.get("rewritten"):
+        what += f"; NOT done, receipt still {(rewrite.get('file_rewrite') or {}).get('state')}"
+    return what, f"{rewrite['rewrite_seconds']:.2f} s"
+
+
+def report_rows(label: str, backend: str, results: dict) -> dict[str, str]:
+    """Table rows of one run, by case name (the second cell)."""
+    rows = {}
+    erasure = results.get("erasure")
+    if erasure:
+        during, base = erasure["appends_during"], erasure["appends_baseline"]
+        rows["erasure"] = (
+            f"| {label} {backend} | erasure | {erasure['sessions']:,} sessions, "
+            f"{erasure['messages']:,} messages of one subject (preview {erasure['plan_seconds']:.2f} s) "
+            f"| {erasure['erase_seconds']:.2f} s | {erasure['rate']:,.0f} sessions/s "
+            f"| {_appends(during)} | {_ms(base.get('p99'))} |"
+        )
+        if erasure.get("rewrite"):
+            what, took = _rewrite_row(erasure, backend)
+            rows["file rewrite"] = (
+                f"| {label} {backend} | file rewrite | {what} | {took} | - "
+                f"| {_appends(erasure['rewrite'].get('appends_rewrite', {}))} "
+                f"| {_ms(base.get('p99'))} |"
+            )
+    forced = results.get("rewrite")
+    if forced:
+        lock = forced.get("lock_seconds")
+        rows["forced rewrite"] = (
+            f"| {label} {backend} | forced rewrite | the file rewrite alone, no quiet window, "
+            f"while the runtime wrote (longest lock {lock or 0:.2f} s"
+            f"{'' if forced.get('done') else '; NOT done'}) | {forced['seconds']:.2f} s | - "
+            f"| {_appends(forced['appends_during'])} "
+            f"| {_ms(forced['appends_baseline'].get('p99'))} |"
+        )
+    policy = results.get("policy")
+    if policy:
+        during, base = policy["appends_during"], policy["appends_baseline"]
+        rate = f"{policy['rate']:,.0f} sessions/s" if policy["rate"] else "-"
+        rows["policy run"] = (
+            f"| {label} {backend} | policy run | {policy['deleted']:,} of {policy['selected']:,} "
+            f"selected sessions, {policy['deleted_messages']:,} messages (dry run "
+            f"{policy['dry_run_seconds']:.2f} s) | {policy['run_seconds']:.2f} s | {rate} "
+            f"| {_appends(during)} | {_ms(base.get('p99'))} |"
+        )
+    return rows
+
+
+def replace_rows(text: str, label: str, backend: str, rows: dict[str, str], note: str) -> str:
+    """The section with this run's rows and note in place of the same cases' older ones;
+    the rows and notes of cases not run this time are kept."""
     if SECTION not in text:
         text = text.rstrip() + (
             f"\n\n{SECTION}\n\n"
@@ -200,41 +415,35 @@ def _report(output: Path, label: str, backend: str, results: dict, command: str)
             "| store | case | what | time | rate | appends during: p50 / p99 / max | baseline p99 |\n"
             "| --- | --- | --- | --- | --- | --- | --- |\n"
         )
-    rows = []
-    erasure = results.get("erasure")
-    if erasure:
-        during, base = erasure["appends_during"], erasure["appends_baseline"]
-        rows.append(
-            f"| {label} {backend} | erasure | {erasure['sessions']:,} sessions, "
-            f"{erasure['messages']:,} messages of one subject (preview {erasure['plan_seconds']:.2f} s) "
-            f"| {erasure['erase_seconds']:.2f} s | {erasure['rate']:,.0f} sessions/s "
-            f"| {_ms(during.get('p50'))} / {_ms(during.get('p99'))} / {_ms(during.get('max'))} "
-            f"({during.get('errors', 0)} errors) | {_ms(base.get('p99'))} |"
-        )
-    policy = results.get("policy")
-    if policy:
-        during, base = policy["appends_during"], policy["appends_baseline"]
-        rate = f"{policy['rate']:,.0f} sessions/s" if policy["rate"] else "-"
-        rows.append(
-            f"| {label} {backend} | policy run | {policy['deleted']:,} of {policy['selected']:,} "
-            f"selected sessions, {policy['deleted_messages']:,} messages (dry run "
-            f"{policy['dry_run_seconds']:.2f} s) | {policy['run_seconds']:.2f} s | {rate} "
-            f"| {_ms(during.get('p50'))} / {_ms(during.get('p99'))} / {_ms(during.get('max'))} "
-            f"({during.get('errors', 0)} errors) | {_ms(base.get('p99'))} |"
-        )
     head, _, tail = text.partition(SECTION)
-    lines = tail.split("\n")
-    kept = [line for line in lines if not line.startswith(f"| {label} {backend} |")]
-    # New rows after the table header (the line starting "| --- ").
-    at = next((i for i, line in enumerate(kept) if line.startswith("| --- ")), len(kept) - 1)
-    kept[at + 1 : at + 1] = rows
+    section, marker, rest = tail.partition("\n## ")
+    lines = section.split("\n")
+    replaced = {f"| {label} {backend} | {case} |" for case in rows}
+    kept = [line for line in lines if not any(line.startswith(r) for r in replaced)]
+    # This run's rows after the last row of the table (or its header, "| --- ").
+    table = [i for i, line in enumerate(kept) if line.startswith("| ")]
+    at = table[-1] + 1 if table else len(kept)
+    kept[at:at] = list(rows.values())
+    key = f"({label} {backend}: {', '.join(rows)})"
+    kept = [line for line in kept if not (line.startswith("Measured") and line.endswith(key))]
+    # The notes go after the table, before any commentary under it.
+    after_table = at + len(rows)
+    while after_table < len(kept) and kept[after_table].startswith("Measured"):
+        after_table += 1
+    kept[after_table:after_table] = ["", f"{note} {key}"]
+    body = re.sub(r"\n{3,}", "\n\n", "\n".join(kept).rstrip() + "\n")
+    return head + SECTION + body + (marker + rest if marker else "")
+
+
+def _report(output: Path, label: str, backend: str, results: dict, command: str) -> None:
+    text = output.read_text() if output.exists() else ""
     note = (
         f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()} "
-        f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f}): `{command}`."
+        f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f} at the end): `{command}`."
     )
-    kept = [line for line in kept if not line.startswith("Measured") or label not in line]
-    text = head + SECTION + "\n".join(kept).rstrip() + f"\n\n{note} ({label} {backend})\n"
-    output.write_text(re.sub(r"\n{3,}", "\n\n", text))
+    output.write_text(
+        replace_rows(text, label, backend, report_rows(label, backend, results), note)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         args.result.write_text(json.dumps(result))
         return 0
 
+    from bench import stores
     from bench.stores import parse_size, size_label
 
     size = parse_size(args.size)
@@ -281,7 +491,10 @@ def main(argv: list[str] | None = None) -> int:
                 check=True,
             )
             results[case] = json.loads(out.read_text())
-            print(case, json.dumps(results[case], default=str)[:4000])
+            print(case, json.dumps(results[case], default=str))
+    # The raw results, kept beside the seeded stores (the section shows only some of them).
+    raw = stores.STORES_DIR / f"retention-{size_label(size)}-{args.db}.json"
+    raw.write_text(json.dumps(results, indent=1, default=str))
     if not args.no_report:
         command = "python bench/retention.py " + " ".join(sys.argv[1:] if argv is None else argv)
         _report(args.output, size_label(size), args.db, results, command)

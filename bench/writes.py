@@ -104,12 +104,24 @@ def latency_summary(latencies: list[float], errors: int) -> dict:
 # Appenders: separate processes writing at a steady rate, one latency per append
 
 
+def _pause_files(stop_file: Path) -> tuple[Path, Path]:
+    """The file that pauses an appender (a runtime gone quiet) and the one it answers with."""
+    return stop_file.with_suffix(".pause"), stop_file.with_suffix(".paused")
+
+
 def _append_loop(append, session_ids: list[str], stop_file: Path, out_file: Path, rate: float):
     records = []  # (wall clock at start, latency ms, error text or "")
     interval = 1.0 / rate
     next_at = time.monotonic()
     n = 0
+    pause_file, paused_file = _pause_files(stop_file)
     while not stop_file.exists():
+        if pause_file.exists():
+            paused_file.touch()
+            time.sleep(interval / 4)
+            next_at = time.monotonic()  # no catching up on the appends a quiet runtime skipped
+            continue
+        paused_file.unlink(missing_ok=True)
         now = time.monotonic()
         if now < next_at:
             time.sleep(next_at - now)
@@ -158,8 +170,8 @@ class Appender:
     def __init__(self, command: list[str], env: dict, workdir: Path, session_ids: list[str]):
         self.stop_file = workdir / "appender.stop"
         self.out_file = workdir / "appender.json"
-        self.stop_file.unlink(missing_ok=True)
-        self.out_file.unlink(missing_ok=True)
+        for stale in (self.stop_file, self.out_file, *_pause_files(self.stop_file)):
+            stale.unlink(missing_ok=True)
         self.process = subprocess.Popen(
             [
                 *command,
@@ -184,7 +196,26 @@ class Appender:
         if self.process.poll() is None:
             self.process.kill()
 
+    def pause(self, timeout: float = 60.0) -> float:
+        """Stop appending (the runtime goes quiet) once the append in flight is done; the wall
+        clock from which no append runs."""
+        pause_file, paused_file = _pause_files(self.stop_file)
+        paused_file.unlink(missing_ok=True)
+        pause_file.touch()
+        deadline = time.monotonic() + timeout
+        while not paused_file.exists():
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError("the appender did not pause")
+            time.sleep(0.01)
+        return time.time()
+
+    def resume(self) -> float:
+        """Append again at the steady rate; the wall clock it was told to."""
+        _pause_files(self.stop_file)[0].unlink(missing_ok=True)
+        return time.time()
+
     def stop(self) -> list[tuple[float, float, str]]:
+        self.resume()
         self.stop_file.touch()
         try:
             self.process.wait(timeout=120)

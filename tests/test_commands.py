@@ -577,3 +577,40 @@ def test_purge_trash_reads_the_setting_as_the_trash_page_does(settings, setting,
 @pytest.mark.parametrize("value", [0, "0", 2.5, "365000"])
 def test_a_retention_is_a_finite_number_of_days_from_zero(value):
     assert trash_retention.retention_days(value) == float(value)
+
+
+def _trashed_sessions(count: int, *, age_days: float) -> int:
+    entry = TrashEntry.objects.create(
+        actor_name="t",
+        session_ids=[f"gone-{n}" for n in range(count)],
+        session_count=count,
+        message_count=2 * count,
+        payload={},
+        state=TrashEntry.COMPLETE,
+    )
+    TrashEntry.objects.filter(pk=entry.pk).update(
+        created_at=timezone.now() - timedelta(days=age_days)
+    )
+    return entry.pk
+
+
+def test_purge_trash_needs_the_number_of_sessions_to_drop_unexpired_entries_in_bulk(settings):
+    """``--days 0`` drops what the retention still keeps restorable: from 20 sessions it
+    needs their number, as the page does; the scheduled purge of expired entries does not."""
+    settings.SESSIONS_ADMIN_TRASH_DAYS = 30
+    recent = _trashed_sessions(25, age_days=1)
+    expired = _trashed_sessions(25, age_days=40)
+    assert "Would purge 2 trash entries (50 sessions, 100 messages)" in _purge(
+        "--days", "0", "--dry-run"
+    )
+    for wrong in ([], ["--sessions", "49"]):
+        with pytest.raises(CommandError, match="pass --sessions 50"):
+            _purge("--days", "0", *wrong)
+    assert set(TrashEntry.objects.values_list("pk", flat=True)) == {recent, expired}
+    assert not AuditEntry.objects.filter(action="purge_trash").exists()
+
+    out = _purge()  # the scheduled purge: expired entries only, no number asked
+    assert "Purging 1 trash entries (25 sessions, 50 messages) older than 30 days." in out
+    assert list(TrashEntry.objects.values_list("pk", flat=True)) == [recent]
+    _purge("--days", "0", "--sessions", "25")
+    assert not TrashEntry.objects.exists()

@@ -13,6 +13,7 @@ form.problem()``; then call ``ledger.actions`` with ``form.cleaned_data``.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from django import forms
@@ -99,9 +100,15 @@ class FlagField(forms.Field):
         return isinstance(value, str) and value.strip().lower() in TRUE_WORDS
 
 
+# A whole number as typed: plain digits, or grouped by thousands with commas or spaces as the
+# page prints it ("1,234", "1 234"); "2,1" or "1,2,3" is no number (it would read as 21 or 123).
+TYPED_COUNT = re.compile(r"[0-9]{1,12}|[0-9]{1,3}(?:,[0-9]{3}){1,3}|[0-9]{1,3}(?: [0-9]{3}){1,3}")
+
+
 class TypedCountField(forms.Field):
-    """A number the operator typed to confirm ("1,234" and "1 234" read as 1234); None if
-    nothing or something else was typed (the view says what to type)."""
+    """A number the operator typed to confirm ("1,234" and "1 234" read as 1234, spaces
+    around it ignored); None if nothing or anything else was typed (the view says what to
+    type)."""
 
     def __init__(self, **kw):
         super().__init__(required=False, **kw)
@@ -109,10 +116,10 @@ class TypedCountField(forms.Field):
     def clean(self, value: Any) -> int | None:
         if not isinstance(value, str):
             return None
-        digits = "".join(value.split()).replace(",", "")
-        if not digits.isascii() or not digits.isdigit() or len(digits) > 12:
+        value = value.strip(" \t")
+        if not TYPED_COUNT.fullmatch(value):
             return None
-        return int(digits)
+        return int(value.replace(",", "").replace(" ", ""))
 
 
 class PicksField(forms.Field):
@@ -174,6 +181,9 @@ def form_problems(form: forms.Form) -> list[str]:
     return [str(error) for errors in form.errors.values() for error in errors]
 
 
+DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 class NumberField(forms.Field):
     """A decimal number given in a form (an age in days, a dry run's cutoff instant); None if
     nothing, something else or no finite number was given (the view says what to give)."""
@@ -183,7 +193,9 @@ class NumberField(forms.Field):
 
     def clean(self, value: Any) -> float | None:
         text = value.strip() if isinstance(value, str) else ""
-        if not text or len(text) > 32:
+        # Python's float() also reads "1_0" as 10 and non-ASCII digits: a form takes a plain
+        # decimal number only.
+        if not text or len(text) > 32 or not DECIMAL.fullmatch(text):
             return None
         try:
             number = float(text)
@@ -259,6 +271,10 @@ class JobCancelForm(OptionalReasonForm):
     """Stopping a bulk delete job after its current batch, with an optional reason."""
 
 
+class JobResumeForm(OptionalReasonForm):
+    """Finishing a failed bulk delete job from where it stopped, with an optional reason."""
+
+
 class TrashRestoreForm(ConsoleForm):
     """Restoring a trash entry; the search to show again afterwards."""
 
@@ -269,12 +285,15 @@ PURGE_SCOPE_PROBLEM = "Choose what to purge: expired entries only, or everything
 
 
 class TrashPurgeForm(ConsoleForm):
-    """Purging the trash for good (the expired entries, or all of them), with a reason."""
+    """Purging the trash for good (the expired entries, or all of them), with a reason; all
+    of them needs ``confirm_purge`` ticked, and a large purge its number of sessions typed."""
 
     scope = forms.ChoiceField(
         choices=[("expired", "expired entries"), ("all", "everything")],
         error_messages={"required": PURGE_SCOPE_PROBLEM, "invalid_choice": PURGE_SCOPE_PROBLEM},
     )
+    typed_count = TypedCountField()
+    confirm_purge = FlagField()
     reason = ReasonField()
     q = SearchTermField()
 

@@ -13,7 +13,7 @@ from django.views.csrf import csrf_failure as django_csrf_failure
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
-from sessions_admin.core.db import is_busy_error, read_only
+from sessions_admin.core.db import is_busy_error, read_only, storage_failure
 from sessions_admin.core.errors import StoreBusy
 from sessions_admin.ledger.actions import record_refusal
 from sessions_admin.store.attach import OPERATE_PERMISSIONS
@@ -128,7 +128,8 @@ BUSY_RETRY_AFTER_SECONDS = 5
 
 
 class StoreBusyMiddleware:
-    """A busy store a view did not turn into a message itself: a 503 saying so, never a 500.
+    """A busy store, or a database that cannot be written (a full disk, a read-only file), that
+    a view did not turn into a message itself: a 503 saying so, never a 500.
 
     Views catch ``StoreError`` around their actions and show it inline; this is
     the net under them. ``StoreBusy`` comes from the core after its bounded
@@ -154,6 +155,29 @@ class StoreBusyMiddleware:
                 "A database was busy (another process holds its lock) and this request could "
                 "not finish. Reload to see the current state before trying again."
             )
+        elif isinstance(exception, DatabaseError) and (storage := storage_failure(exception)):
+            # A view that did not turn it into its own words: say what is known, not "error 500".
+            why = (
+                "its disk is full"
+                if storage == "full"
+                else f"{exception}: a full disk or a read-only file"
+            )
+            message = (
+                f"A database could not be written ({why}), so this request did not finish. "
+                "Free space on its disk (or make it writable), then reload to see the current "
+                "state before trying again: what a delete finished before it is in the trash."
+            )
+            logger.error(
+                "database not writable on %s %s: %s", request.method, request.path, exception
+            )
+            context = {
+                "message": message,
+                "title": "Not written",
+                "heading": "A database could not be written",
+            }
+            response = render(request, "503.html", context, status=503)
+            response["Retry-After"] = str(BUSY_RETRY_AFTER_SECONDS)
+            return response
         else:
             return None
         logger.warning("store busy on %s %s: %s", request.method, request.path, exception)

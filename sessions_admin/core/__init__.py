@@ -18,7 +18,9 @@ from sessions_admin.core.conversations import (
 from sessions_admin.core.deletion import (
     BulkDeletePreview,
     ConversationsKept,
+    DatabaseNotWritten,
     DeleteGivenBack,
+    DeletePartlyApplied,
     DeletePlan,
     DeleteResult,
     RestoreConflict,

@@ -51,6 +51,36 @@ def is_busy_error(error: BaseException) -> bool:
     return getattr(cause, "sqlstate", None) in {"40001", "40P01", "55P03"}
 
 
+# SQLite's words for a file that cannot grow or be written (a full disk, a file-size limit,
+# a read-only file or mount), and PostgreSQL's classes: insufficient_resources (53: disk_full
+# 53100, out of memory), read_only_sql_transaction (25006), and I/O errors (58030).
+_FULL_WORDS = ("database or disk is full", "no space left on device", "could not extend file")
+_UNWRITABLE_WORDS = (
+    "disk i/o error",
+    "attempt to write a readonly database",
+    "read-only file system",
+    "unable to open database file",
+)
+
+
+def storage_failure(error: BaseException) -> str | None:
+    """``"full"`` or ``"unwritable"`` when ``error`` is a database that could not be written.
+
+    Not a bug and not "busy": retrying does not help until an operator frees space or
+    makes the file writable again, and the edges say so in those words.
+    """
+    cause = error.__cause__ or error
+    text = str(cause).lower()
+    sqlstate = getattr(cause, "sqlstate", None) or ""
+    if any(words in text for words in _FULL_WORDS) or sqlstate == "53100":
+        return "full"
+    if any(words in text for words in _UNWRITABLE_WORDS) or sqlstate in {"25006", "58030"}:
+        return "unwritable"
+    if sqlstate.startswith("53"):
+        return "full"
+    return None
+
+
 def read_only() -> bool:
     """The dashboard is attached read-only: no operation may write to the store."""
     return bool(getattr(settings, "SESSIONS_ADMIN_READ_ONLY", False))

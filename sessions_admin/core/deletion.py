@@ -7,7 +7,10 @@ first copies its rows into the trash (the dashboard's own database) and then
 deletes them from the store in one short store transaction, children before
 parents: nothing is lost silently, no message is left without its session,
 no conversation points at a deleted session, and the FTS triggers keep the
-search index in step.
+search index in step. A delete that fails after some batches committed (a full
+disk, a database restart) raises ``DeletePartlyApplied`` with exactly what committed
+and its trash operation, never the bare error of the batch that failed: those
+batches stay deleted, restorable as one operation, and the rest stays in the store.
 
 The trash is not the core's: a delete writes it through ``Trash``, which the
 caller passes, else the process's default (``set_default_trash``; a dashboard
@@ -467,6 +470,15 @@ def _linked(ids: Sequence[str], *, every_link: bool) -> list[tuple[str, str]]:
             f"WHERE (c.parent_session_id IN ({marks}) OR c.id IN ({marks})) AND {together}",
             [*chunk, *chunk],
         )
+        if every_link:
+            # A continuation the runtime marked ``_continued_from`` without a parent link.
+            continued = lineage.marker("_continued_from", "c")
+            pairs += db.fetchall(
+                f"SELECT c.id, p.id FROM sessions c JOIN sessions p ON p.id = {continued} "
+                "WHERE c.parent_session_id IS NULL AND c.model_config LIKE '%%_continued_from%%' "
+                f"AND ({continued} IN ({marks}) OR c.id IN ({marks}))",
+                [*chunk, *chunk],
+            )
     return pairs
 
 
@@ -551,6 +563,9 @@ class WholeConversations:
     # Sessions of the plan the delete left out when their turn came (live again, held): a
     # session continuing one of them stays too.
     left_out: Container[str] = frozenset()
+    # A retention run's cutoff (a Unix time): a session of these conversations written to,
+    # started or ended since is no longer quiet, and keeps its conversation.
+    quiet_before: float | None = None
 
 
 def kept_whole(
@@ -592,6 +607,9 @@ def kept_whole(
     for sid, merge in sorted(undoable_merges_of(members).items()):
         if merge.merge_id not in plan.lose_undo_of:
             why.setdefault(sid, merge.describe())
+    if plan.quiet_before is not None:
+        for sid in sorted(active_since(sorted(members), plan.quiet_before)):
+            why.setdefault(sid, "active again since the run's preview")
     for flagged in sorted(why):
         for other in sorted(
             conversation_within([flagged], plan.remaining, every_link=plan.every_link)
@@ -604,6 +622,22 @@ def kept_whole(
                     else f"with {flagged}, {why[flagged]}"
                 )
     return why
+
+
+def active_since(ids: Sequence[str], since: float) -> set[str]:
+    """Which of ``ids`` started, ended or had a message stamped at or after ``since``."""
+    active: set[str] = set()
+    for chunk in _chunks(list(ids)):
+        active.update(
+            r[0]
+            for r in db.fetchall(
+                f"SELECT s.id FROM sessions s WHERE s.id IN ({db.placeholders(chunk)}) AND "
+                "(s.started_at >= %s OR s.ended_at >= %s OR EXISTS (SELECT 1 FROM messages m "
+                "WHERE m.session_id = s.id AND m.timestamp >= %s))",
+                [*chunk, since, since, since],
+            )
+        )
+    return active
 
 
 class ConversationsKept(StoreError):
@@ -1106,16 +1140,23 @@ class _Deleting:
     keep_live: bool
     # A delete of a previewed set: the conversations it must keep whole (``kept_whole``).
     whole: WholeConversations | None = None
+    # Where each store commit is recorded as it happens, (trash entry, sessions, messages):
+    # what a delete that fails later knows it committed (``DeletePartlyApplied``).
+    committed: list | None = None
 
     def open_entry(self, session_ids: Sequence[str], rows: dict) -> int:
-        return self.trash.open_entry(
-            session_ids=session_ids,
-            rows=rows,
-            actor=self.actor,
-            reason=self.reason,
-            job_id=self.job_id,
-            operation=self.operation,
-        )
+        try:
+            return self.trash.open_entry(
+                session_ids=session_ids,
+                rows=rows,
+                actor=self.actor,
+                reason=self.reason,
+                job_id=self.job_id,
+                operation=self.operation,
+            )
+        except Exception as error:
+            error.database = TRASH_DATABASE  # not the store: said so (``DeletePartlyApplied``)
+            raise
 
 
 @store_operation
@@ -1211,17 +1252,31 @@ def _locked_delete(
         how.trash.discard(entry_id)
         raise
     faults.checkpoint("delete.before_commit")
-    _complete_on_commit(entry_id, committed, how)
+    _complete_on_commit(
+        entry_id,
+        committed,
+        how,
+        sessions=len(payload["sessions"]),
+        messages=len(payload["messages"]),
+    )
     return len(payload["sessions"]), len(payload["messages"]), entry_id
 
 
-def _complete_on_commit(entry_id: int, committed: list, how: _Deleting) -> None:
+def _complete_on_commit(
+    entry_id: int, committed: list, how: _Deleting, *, sessions: int, messages: int
+) -> None:
     """Once the store commits the delete, its trash entry is complete (its rows only there)."""
 
     def mark_complete() -> None:
         committed.append(entry_id)
+        if how.committed is not None:
+            how.committed.append((entry_id, sessions, messages))
         faults.checkpoint("delete.after_commit")
-        how.trash.mark_complete(entry_id)
+        try:
+            how.trash.mark_complete(entry_id)
+        except Exception as error:
+            error.database = TRASH_DATABASE
+            raise
 
     transaction.on_commit(mark_complete, using="store")
 
@@ -1255,6 +1310,7 @@ def delete_batch(
     part_messages: int | None = None,
     between_parts: Callable[[], bool | None] | None = None,
     whole: WholeConversations | None = None,
+    committed: list | None = None,
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
 
@@ -1274,7 +1330,8 @@ def delete_batch(
     lock is kept (``SessionsWentLive``); a held one raises ``SessionsHeld``;
     with ``whole`` (a delete of a previewed set), a session whose conversation must stay
     whole (``kept_whole``) raises ``ConversationsKept``. Either way nothing of the batch
-    is deleted.
+    is deleted. ``committed``: a list each store commit is appended to as it happens
+    (trash entry, sessions, messages), kept whatever the batch raises afterwards.
     """
     how = _Deleting(
         actor=actor,
@@ -1284,6 +1341,7 @@ def delete_batch(
         operation=operation or new_operation_id(),
         keep_live=keep_live,
         whole=whole,
+        committed=committed,
     )
     part_messages = part_messages or BATCH_MESSAGES
     if len(batch) == 1:
@@ -1527,7 +1585,7 @@ def _locked_delete_part(
     faults.checkpoint("delete.after_trash_copy")
     db.execute(f"DELETE FROM messages WHERE id IN ({db.placeholders(message_ids)})", message_ids)
     faults.checkpoint("delete.before_commit")
-    _complete_on_commit(entry_id, committed, how)
+    _complete_on_commit(entry_id, committed, how, sessions=0, messages=len(message_ids))
     return len(message_ids)
 
 
@@ -1609,6 +1667,7 @@ def delete_in_batches(
     trash: Trash | None = None,
     operation: str | None = None,
     whole: WholeConversations | None = None,
+    committed: list | None = None,
 ) -> Iterable[tuple[list[str], int, int, int]]:
     """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id).
 
@@ -1641,6 +1700,7 @@ def delete_in_batches(
             operation=operation,
             part_messages=batch_messages,
             whole=whole,
+            committed=committed,
         )
         yield batch, deleted, messages, trash_id
 
@@ -1672,8 +1732,6 @@ def execute_cascade_delete(
     holds.refuse_held(plan.session_ids)
     if plan.merges and not lose_undo:
         raise InvalidInput(lost_undo_words(plan) + " Confirm that, or undo the merge first.")
-    sessions = messages = 0
-    trash_ids: list[int] = []
     operation = new_operation_id()
     # Between its batches, a session the runtime links to one still to go (a delegate, a
     # continuation) or a merge made meanwhile stops the cascade before that batch.
@@ -1682,20 +1740,117 @@ def execute_cascade_delete(
         cut=frozenset(child for child, _ in plan.kept_children),
         lose_undo_of=frozenset(plan.lost_undos),
     )
-    for _, deleted, removed, trash_id in delete_in_batches(
-        plan.session_ids,
-        actor=actor,
-        reason=reason,
-        trash=trash,
+    committed: list[tuple[int, int, int]] = []
+    try:
+        for _batch in delete_in_batches(
+            plan.session_ids,
+            actor=actor,
+            reason=reason,
+            trash=trash,
+            operation=operation,
+            whole=whole,
+            committed=committed,
+        ):
+            faults.checkpoint("cascade.between_batches")
+    except Exception as error:
+        if not committed:
+            if where := db.storage_failure(error):
+                raise DatabaseNotWritten(_failed_database(error), where) from error
+            raise
+        raise DeletePartlyApplied(
+            result=_committed_result(committed, operation, plan),
+            planned_sessions=len(plan.session_ids),
+            planned_messages=plan.message_count,
+            error=error,
+        ) from error
+    return _committed_result(committed, operation, plan)
+
+
+def _committed_result(
+    committed: Sequence[tuple[int, int, int]], operation: str, plan: DeletePlan
+) -> DeleteResult:
+    """What the store committed, commit by commit (a session's parts count its messages)."""
+    return DeleteResult(
+        deleted_sessions=sum(sessions for _entry, sessions, _messages in committed),
+        deleted_messages=sum(messages for _entry, _sessions, messages in committed),
+        trash_entry_ids=tuple(entry for entry, _sessions, _messages in committed),
         operation=operation,
-        whole=whole,
+        lost_undos=plan.lost_undos,
+    )
+
+
+TRASH_DATABASE = "trash"  # ``error.database`` of a failure writing the trash (not the store)
+
+
+def _failed_database(error: BaseException) -> str:
+    """Which database refused the write: the trash's (tagged where it is written) or the store."""
+    return getattr(error, "database", None) or "store"
+
+
+class DeletePartlyApplied(Exception):
+    """A delete failed after some of its batches committed: those stay deleted, in the trash.
+
+    Not a ``StoreError`` (those mean nothing changed). ``result`` is exactly what
+    committed, batch by batch, with the trash operation restoring it (undo) and
+    the rest of the plan still in the store (planning the delete again finishes it).
+    ``error`` is what stopped it; ``database``/``storage`` say whether a database
+    could not be written (``db.storage_failure``), and which.
+    """
+
+    def __init__(
+        self,
+        *,
+        result: DeleteResult,
+        planned_sessions: int,
+        planned_messages: int,
+        error: BaseException,
     ):
-        sessions += deleted
-        messages += removed
-        if trash_id:
-            trash_ids.append(trash_id)
-        faults.checkpoint("cascade.between_batches")
-    return DeleteResult(sessions, messages, tuple(trash_ids), operation, plan.lost_undos)
+        self.result = result
+        self.planned_sessions = planned_sessions
+        self.planned_messages = planned_messages
+        self.error = error
+        self.storage = db.storage_failure(error)
+        self.database = _failed_database(error) if self.storage else None
+        batches = len(result.trash_entry_ids)
+        if self.storage:
+            why = f"{database_words(self.database, self.storage)}: "
+        else:
+            why = f"the delete stopped ({error}): "
+        super().__init__(
+            _sentence(why)
+            + f"{batches} {'batch was' if batches == 1 else 'batches were'} deleted before it "
+            f"({result.deleted_sessions} of {planned_sessions} sessions, "
+            f"{result.deleted_messages} of {planned_messages} messages), restorable from the "
+            f"trash as one operation (entry #{result.trash_entry_ids[0]}). The rest is still in "
+            "the store: delete it again to finish, or restore the trash entry to undo."
+        )
+
+
+def database_words(database: str, storage: str) -> str:
+    """ "the store's disk is full" / "the dashboard database could not be written (...)"."""
+    why = (
+        "its disk is full"
+        if storage == "full"
+        else "a disk I/O error: a full disk or a read-only file"
+    )
+    if database == TRASH_DATABASE:
+        return f"the dashboard database could not be written ({why})"
+    if storage == "full":
+        return "the store's disk is full"
+    return f"the store could not be written ({why})"
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+class DatabaseNotWritten(StoreError):
+    """A delete stopped because a database could not be written, before anything committed."""
+
+    def __init__(self, database: str, storage: str):
+        self.database = database
+        self.storage = storage
+        super().__init__(_sentence(f"{database_words(database, storage)}: nothing was changed."))
 
 
 def _insert_rows(table: str, rows: list[dict], *, alias: str | None = None) -> None:

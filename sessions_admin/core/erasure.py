@@ -48,7 +48,6 @@ import hashlib
 import json
 import re
 import time
-import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -71,6 +70,7 @@ from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.merge import CLOSED_BY_ERASURE
 from sessions_admin.core.rows import recompute_counters
 from sessions_admin.core.schema import existing_tables
+from sessions_admin.core.text import exact_id_problem
 from sessions_admin.routers import responses_alias, store_alias
 
 # Values shorter than this are not looked for in other people's text (listed as mentions):
@@ -82,25 +82,6 @@ CHECKPOINT_SECONDS = 30.0
 PASSIVE_ROUNDS = 5
 # The other people's sessions listed as mentioning the subject (kept, for review) at most.
 MENTIONS_LISTED = 200
-# Characters that make a LIKE or glob pattern: a value made only of them is a wildcard
-# someone hoped would work, never an id (ids are compared whole, so it would match nothing).
-WILDCARD_CHARACTERS = frozenset("%_*?")
-
-
-def _identifier_problem(value: object, what: str) -> str | None:
-    """Why ``value`` cannot be matched exactly as a ``what`` (None: it can)."""
-    if not isinstance(value, str) or not value.strip():
-        return f"Give the {what}: a blank one names nobody."
-    if value != value.strip():
-        return f"The {what} {value.strip()[:40]!r} has spaces before or after it; ids are compared exactly."
-    if any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in value):
-        return f"The {what} {value[:40]!r} holds an invisible or control character."
-    if set(value) <= WILDCARD_CHARACTERS:
-        return (
-            f"The {what} {value!r} is a wildcard: ids are compared whole and exactly, "
-            "so give the id itself."
-        )
-    return None
 
 
 @dataclass(frozen=True)
@@ -116,13 +97,13 @@ class Subject:
     session_keys: tuple[str, ...] = ()
 
     def check(self) -> None:
-        if problem := _identifier_problem(self.user_id, "user id"):
+        if problem := exact_id_problem(self.user_id, "user id"):
             raise InvalidInput(problem)
         if len(self.chat_ids) + len(self.session_keys) > MAX_VALUES:
             raise InvalidInput(f"Give at most {MAX_VALUES} chat ids and session keys.")
         for values, what in ((self.chat_ids, "chat id"), (self.session_keys, "session key")):
             for value in values:
-                if problem := _identifier_problem(value, what):
+                if problem := exact_id_problem(value, what):
                     raise InvalidInput(problem)
 
     @property
@@ -1122,10 +1103,20 @@ def vacuum_sqlite(
             return False, f"{name}: not rewritten, the write lock was taken; tried again later", 0.0
         finally:
             cursor.execute(f"PRAGMA busy_timeout = {previous}")
+    # The VACUUM wrote the whole file into the WAL; the TRUNCATE checkpoint that copies it
+    # back holds the writers too, so the lock reported counts it (an upper bound: its
+    # PASSIVE rounds do not block them).
+    started = time.monotonic()
     truncated, note = checkpoint_wal(alias)
+    took += time.monotonic() - started
     if not truncated:
         return False, f"{name}: rewritten (VACUUM, {took:.2f} s) but {note}", took
-    return True, f"{name}: rewritten (VACUUM, writers held {took:.2f} s); WAL truncated", took
+    return (
+        True,
+        f"{name}: rewritten (VACUUM and WAL checkpoint, writers held up to {took:.2f} s); "
+        "WAL truncated",
+        took,
+    )
 
 
 def vacuum_full_postgresql(

@@ -90,7 +90,8 @@ class ConversationNotFound(StoreError):
 class StoreBusy(StoreError):
     def __init__(self, operation: str, attempts: int):
         super().__init__(
-            f"The store is busy (the runtime holds its write lock); {operation} was not applied "
+            f"The store is busy (another writer holds its write lock: the runtime, or a file rewrite "
+            f"after an erasure); {operation} was not applied "
             f"after {attempts} attempts. Nothing changed: try again."
         )
 

@@ -15,6 +15,10 @@ instead, its transaction still open, until a test lets it go: it creates
 ``<SESSIONS_ADMIN_PAUSE_DIR>/<point>.reached`` and waits (at most a minute) for
 ``<point>.release`` there. Race tests use it to hold one process at the
 dangerous moment while another runs (tests/store/test_races.py).
+
+``run_at(name, action, nth=1)`` runs ``action`` at a point's Nth hit instead: a test's
+child process uses it to make a database unable to grow from that point on (a file-size
+limit: the disk-full tests, tests/store/test_disk_full.py).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 CRASH_AT_VARIABLE = "SESSIONS_ADMIN_CRASH_AT"
@@ -96,13 +101,25 @@ def _points_from_environment(variable: str = CRASH_AT_VARIABLE) -> dict[str, int
 _armed = _points_from_environment()
 _paused = _points_from_environment(PAUSE_AT_VARIABLE)
 _hits: dict[str, int] = {}
+_actions: dict[str, tuple[int, Callable[[], None]]] = {}
+
+
+def run_at(name: str, action: Callable[[], None], *, nth: int = 1) -> None:
+    """Run ``action`` when ``name`` is reached for the ``nth`` time (in this process)."""
+    if name not in POINTS:
+        raise ValueError(f"unknown point {name!r}; known: {', '.join(sorted(POINTS))}.")
+    _actions[name] = (nth, action)
 
 
 def checkpoint(name: str) -> None:
     """Die here (SIGKILL), or wait for a test's release, if the environment asked for ``name``."""
-    if not (_armed or _paused) or (name not in _armed and name not in _paused):
+    if not (_armed or _paused or _actions) or (
+        name not in _armed and name not in _paused and name not in _actions
+    ):
         return
     _hits[name] = _hits.get(name, 0) + 1
+    if name in _actions and _actions[name][0] == _hits[name]:
+        _actions[name][1]()
     if _armed.get(name) == _hits[name]:
         os.kill(os.getpid(), signal.SIGKILL)
     if _paused.get(name) == _hits[name]:

@@ -48,10 +48,18 @@ def _responses_by_id() -> dict[str, tuple[str | None, str | None, str | None]]:
     alias = responses_alias()
     session = db.json_field("data", "session_id", alias=alias)
     slug = db.json_field("data", "conversation", alias=alias)
+    # Hermes nests the response under ``response``; a flat response (the demo's seeder, other
+    # runtimes) has ``previous_response_id`` at the top: either names the previous turn.
     if db.vendor(alias) == "postgresql":
-        previous = "(CASE WHEN data LIKE '{%%' THEN data::jsonb -> 'response' ->> 'previous_response_id' END)"
+        previous = (
+            "(CASE WHEN data LIKE '{%%' THEN COALESCE(data::jsonb -> 'response' ->> "
+            "'previous_response_id', data::jsonb ->> 'previous_response_id') END)"
+        )
     else:
-        previous = "json_extract(CASE WHEN json_valid(data) THEN data END, '$.response.previous_response_id')"
+        previous = (
+            "(CASE WHEN json_valid(data) THEN COALESCE(json_extract(data, "
+            "'$.response.previous_response_id'), json_extract(data, '$.previous_response_id')) END)"
+        )
     return {
         r[0]: (r[1], r[2], r[3])
         for r in db.fetchall(

@@ -35,6 +35,7 @@ from sessions_admin.core import db, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
 from sessions_admin.core.rows import parse_model_config
+from sessions_admin.core.text import exact_id_problem
 
 SESSION = "session"
 USER = "user"
@@ -422,7 +423,10 @@ def place_hold(*, kind: str, subject: str, reason: str, actor: str) -> Hold:
     """Put a session (its whole lineage) or a user under a legal hold."""
     if kind not in KINDS:
         raise InvalidInput(f"A hold is on a session or a user, not {kind!r}.")
-    subject = _clean(subject, "session id" if kind == SESSION else "user id")
+    # Taken as given: a subject with spaces around it or an invisible character looks like
+    # the id but covers nothing, so it is refused (the rule erasure's subjects follow).
+    if problem := exact_id_problem(subject, "session id" if kind == SESSION else "user id"):
+        raise InvalidInput(f"{problem} Nothing was placed on hold.")
     reason = _clean(reason, "reason for the hold")
     if (
         kind == SESSION

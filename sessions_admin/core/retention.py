@@ -8,15 +8,18 @@ end or start within ``older_than_days`` (a number of days from ``MIN_DAYS`` to
 
 A run deletes whole conversations only. A conversation is every session connected to
 another by any link: a parent link of any kind (compression continuation, delegate,
-branch, an API slug's continuation ``_continued_from``), a merge (``_merged_into`` and
-the merge records), and the sessions one ``/v1/responses`` conversation names without
-a parent link (``forks.api_conversations``). A reset is the one link that starts a new
-conversation (that is what a reset is for), so it does not join the two. A
-conversation goes only when every session of it matches the rule; one session that is
-live, was active within the days, matches no filter, is under a legal hold
-(``core.holds``) or is the husk or the target of a merge that can still be undone (an
-unmerge needs both) keeps all of it. The sessions a hold keeps are named with the hold
-(``RetentionPlan.held``), so a dry run and a run say which hold kept what.
+branch, an API slug's continuation), ``_continued_from`` even where the runtime left
+the parent link empty, a merge (``_merged_into`` and the merge records), and the
+sessions one ``/v1/responses`` conversation names without a parent link
+(``forks.api_conversations``: its slug, or a stored response whose
+``previous_response_id`` names another session's response, at the top of its data or
+under ``response``). A reset is the one link that starts a new conversation (that is
+what a reset is for), so it does not join the two. A conversation goes only when every
+session of it matches the rule; one session that is live, was active within the days,
+matches no filter, is under a legal hold (``core.holds``) or is the husk or the target
+of a merge that can still be undone (an unmerge needs both) keeps all of it. The
+sessions a hold keeps are named with the hold (``RetentionPlan.held``), so a dry run and
+a run say which hold kept what.
 
 The dashboard's retention policies (``ledger/retention.py``) run this selection as a
 bulk delete job; a runtime can call it too.
@@ -249,6 +252,12 @@ class _Components:
                 f"SELECT id, parent_session_id FROM sessions WHERE parent_session_id IN ({marks})",
                 chunk,
             )
+        # A continuation names the session it went on from even where the runtime left
+        # ``parent_session_id`` empty.
+        continued_from = lineage.marker("_continued_from")
+        pairs += db.fetchall(
+            f"SELECT id, {continued_from} FROM sessions WHERE {continued_from} IS NOT NULL"
+        )
         merged_into = lineage.marker("_merged_into")
         pairs += db.fetchall(
             f"SELECT id, {merged_into} FROM sessions WHERE {merged_into} IS NOT NULL"

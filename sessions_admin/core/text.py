@@ -12,12 +12,17 @@ change would have no audit entry.
 ``operator_text`` is for free text (stripped, bounded, possibly required);
 ``operator_identifier`` for what names a thing (a session id or key, a merge
 fingerprint), taken as given apart from the same storability checks.
+``exact_id_problem`` is the stricter rule for an id that something is matched against
+whole and exactly for good (a legal hold's subject, an erasure's subject): a value
+that only looks like an id (padded, with an invisible character, a bare wildcard)
+would match nothing and protect or erase nothing, so it is refused.
 ``sessions_admin.ledger.actions`` applies both to every argument of every
 action; views may call them earlier to show the message next to the form.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,6 +33,13 @@ SUMMARY_MAX = 20_000  # a reset summary (the new session's first message)
 DESCRIPTION_MAX = 4000  # a bulk delete's description of its selection
 REFERENCE_MAX = 500  # a resume reference: an id, a title or an id prefix
 IDENTIFIER_MAX = 4000  # a session id or key to look up (stored ids may be long)
+# Characters that make a LIKE or glob pattern: a value made only of them is a wildcard
+# someone hoped would work, never an id (ids are compared whole, so it would match nothing).
+WILDCARD_CHARACTERS = frozenset("%_*?")
+# Unicode categories no id is written with and no one can see: controls, format characters
+# (zero-width space and joiners, the byte order mark, bidi controls: Cf), line and paragraph
+# separators.
+INVISIBLE_CATEGORIES = ("Cc", "Cf", "Zl", "Zp")
 
 
 def storability_problem(value: str) -> str | None:
@@ -103,3 +115,30 @@ def operator_identifiers(values: Iterable[Any], *, field: str = "session id") ->
     if isinstance(values, str | bytes):
         raise InvalidInput(f"Give a list of {field}s, not a single string.")
     return [operator_identifier(v, field=field) for v in values]
+
+
+def exact_id_problem(value: object, what: str) -> str | None:
+    """Why ``value`` cannot be matched whole and exactly as a ``what`` (None: it can).
+
+    Blank, padded with spaces, holding an invisible or control character (``"alice\u200b"``
+    reads as ``alice`` and names nobody) or made only of wildcard characters.
+    """
+    if not isinstance(value, str) or not value.strip():
+        return f"Give the {what}: a blank one names nobody."
+    if value != value.strip():
+        return (
+            f"The {what} {value.strip()[:40]!r} has spaces before or after it; "
+            "ids are compared exactly."
+        )
+    hidden = [ch for ch in value if unicodedata.category(ch) in INVISIBLE_CATEGORIES]
+    if hidden:
+        return (
+            f"The {what} {value[:40]!r} holds an invisible or control character "
+            f"(U+{ord(hidden[0]):04X}); type the id itself."
+        )
+    if set(value) <= WILDCARD_CHARACTERS:
+        return (
+            f"The {what} {value!r} is a wildcard: ids are compared whole and exactly, "
+            "so give the id itself."
+        )
+    return None

@@ -12,7 +12,12 @@ No store change may lack its audit entry, so an action runs in four steps:
 2. the intent is recorded and committed: an entry with outcome ``pending``
    holding the actor, the action, the sessions, ``before`` and the reason;
 3. the core operation runs (its own store transaction);
-4. the entry is completed: ``ok`` with ``after``, or ``failed`` with the error.
+4. the entry is completed: ``ok`` with ``after``, or ``failed`` with the error, or
+   ``partial`` when the operation failed after committing part of itself (a delete's
+   first batches): ``after`` is exactly what committed, with its trash operation.
+
+If the dashboard database cannot record step 2 (a full disk, a read-only file), the
+action does not run and the edge says so (``DashboardNotWritten``: nothing was changed).
 
 Every entry names the request's client (address, user agent) when written
 during a request (``sessions_admin.ledger.context``). Attempts refused before
@@ -40,6 +45,7 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from sessions_admin import core
+from sessions_admin.core import db as core_db
 from sessions_admin.core import erasure as erasure_core
 from sessions_admin.core import faults, holds, portability, stray
 from sessions_admin.core.errors import InvalidInput, StoreError
@@ -200,12 +206,32 @@ def _complete(
         _link_sessions(entry, more, already=linked)
 
 
+class DashboardNotWritten(StoreError):
+    """The action's intent could not be recorded (the dashboard database refused the write),
+    so it did not run: nothing was changed, in the store or in the audit log."""
+
+    def __init__(self, action: str, storage: str, error: BaseException):
+        self.action = action
+        why = "its disk is full" if storage == "full" else f"{type(error).__name__}: {error}"
+        super().__init__(
+            f"The dashboard database could not be written ({why}): nothing was changed. "
+            f"The {action} did not run; free space on its disk, or make it writable, then retry."
+        )
+
+
 def _failure_detail(error: Exception) -> str:
-    """What a failed action's entry says: the refusal, or that a bug escaped the core."""
+    """What a failed action's entry says: the refusal, a database that could not be written,
+    or that a bug escaped the core."""
     # A StoreError is the core's "refused, nothing changed"; anything else
     # escaped the core's transaction, which rolled back.
     if isinstance(error, StoreError):
         return str(error)
+    if storage := core_db.storage_failure(error):
+        why = "its disk is full" if storage == "full" else "a disk I/O error or a read-only file"
+        return (
+            f"A database could not be written ({why}): the operation rolled back. "
+            f"({type(error).__name__}: {error})"
+        )
     return f"Unexpected error ({type(error).__name__}): {error}"
 
 
@@ -220,12 +246,16 @@ def _audited(
     after: Callable[[T], dict],
     result_ids: Callable[[T], Sequence[str | None]] = lambda _: (),
     failed_ids: Callable[[Exception], Sequence[str]] = lambda _: (),
+    partly: Callable[[Exception], T | None] = lambda _: None,
 ) -> T:
     """Record the intent (committed), run the store operation, then record its outcome.
 
     ``reason`` and every other operator text must already be through ``core.text``.
     ``failed_ids``: the sessions a failed operation still wrote (an interrupted import
-    keeps the batches it committed), linked to the failed entry.
+    keeps the batches it committed), linked to the failed entry. ``partly``: what a
+    failed operation committed all the same (a delete's first batches), or None; the
+    entry is then ``partial``, its ``after`` that result (the trash operation with it)
+    and its detail what stopped the rest.
     """
     audit = _caller_transaction()
     if audit:
@@ -236,28 +266,46 @@ def _audited(
             "the audit entry has to be committed before the store changes."
         )
     linked = [_storable(str(sid)) for sid in dict.fromkeys(session_ids)]
-    entry = record(
-        actor=actor,
-        action=action,
-        session_ids=linked,
-        before=before,
-        reason=reason,
-        outcome=AuditEntry.PENDING,
-    )
+    try:
+        entry = record(
+            actor=actor,
+            action=action,
+            session_ids=linked,
+            before=before,
+            reason=reason,
+            outcome=AuditEntry.PENDING,
+        )
+    except Exception as error:
+        if storage := core_db.storage_failure(error):
+            raise DashboardNotWritten(action.replace("_", " "), storage, error) from error
+        raise
     try:
         result = run()
     except Exception as error:
         # Recorded here: the edge's record_refusal must not record it again.
         error.audited_entry = entry.pk
         detail = _failure_detail(error)
+        committed = partly(error)
+        if committed is not None:
+            cached.forget_all()  # what did commit shows at once, as after an ok action
         try:
-            _complete(
-                entry,
-                outcome=AuditEntry.FAILED,
-                linked=linked,
-                more_ids=failed_ids(error),
-                detail=detail,
-            )
+            if committed is not None:
+                _complete(
+                    entry,
+                    outcome=AuditEntry.PARTIAL,
+                    linked=linked,
+                    more_ids=failed_ids(error),
+                    after=after(committed),
+                    detail=str(error),
+                )
+            else:
+                _complete(
+                    entry,
+                    outcome=AuditEntry.FAILED,
+                    linked=linked,
+                    more_ids=failed_ids(error),
+                    detail=detail,
+                )
         except Exception:
             # The store did not change; the operator still needs the refusal itself.
             logger.exception(
@@ -584,6 +632,8 @@ def cascade_delete(
             "trash_operation": r.operation,
             **({"lost_undo_of_merges": list(r.lost_undos)} if r.lost_undos else {}),
         },
+        # Batches committed before a later one failed stay deleted: said so, with their trash.
+        partly=lambda error: error.result if isinstance(error, core.DeletePartlyApplied) else None,
     )
 
 
@@ -1135,6 +1185,22 @@ def cancel_bulk_delete(*, actor, job_id: int, reason: str = "") -> None:
 
 STRAY_MOVE = "move_stray_messages"
 STRAY_RETURN = "return_stray_messages"
+
+
+def resume_bulk_delete(*, actor, job_id: int, reason: str = "") -> None:
+    """Finish a failed job (a database that could not be written stopped it): it takes up its
+    pending items again; what it deleted before stays in its trash operation."""
+    reason = operator_text(reason, field="reason")
+    _audited(
+        actor=actor,
+        action="resume_bulk_delete",
+        session_ids=[],
+        reason=reason,
+        before={"job": job_id},
+        run=lambda: jobs.resume_failed_job(job_id=job_id),
+        after=lambda _: {"job": job_id},
+    )
+    worker.ensure_worker_running()
 
 
 def move_stray_messages(

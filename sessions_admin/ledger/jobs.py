@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -268,6 +269,17 @@ def _settle_committed_batches(job_id: int) -> None:
                 )
 
 
+def _quiet_before(job: DeleteJob) -> float | None:
+    """A retention run's cutoff now: a session of it active since then is no longer quiet."""
+    policy = job.policy if job.policy_id is not None else None
+    if policy is None:
+        return None
+    try:
+        return time.time() - float(policy.older_than_days) * 86400
+    except (TypeError, ValueError, OverflowError):
+        return time.time()  # a policy whose days became unreadable: nothing is quiet
+
+
 def run_job(
     *,
     job_id: int,
@@ -335,7 +347,10 @@ def run_job(
             # one kept live or held above), or that a merge made meanwhile needs, stays whole:
             # every session of it the job still holds, in this batch or a later one.
             whole = deletion.WholeConversations(
-                remaining=remaining, every_link=every_link, left_out=left_out
+                remaining=remaining,
+                every_link=every_link,
+                left_out=left_out,
+                quiet_before=_quiet_before(job),
             )
             candidates = [sid for sid in batch if sid not in gone_or_live]
             kept = deletion.kept_whole(candidates, whole) if candidates else {}
@@ -385,8 +400,9 @@ def run_job(
                     remaining.update(candidates)
                     remaining.update(kept)
                     continue
-                faults.checkpoint("job.after_batch_commit")
-            with transaction.atomic(using="default"):
+                with _dashboard_write():
+                    faults.checkpoint("job.after_batch_commit")
+            with _dashboard_write(), transaction.atomic(using="default"):
                 # By primary key: the items table has no index on session_id, and a
                 # 100,000-item job would be scanned whole for every batch.
                 DeleteJobItem.objects.filter(pk__in=[item_pks[s] for s in to_delete]).update(
@@ -411,8 +427,17 @@ def run_job(
                 _record_kept_whole(job, kept)
             batches += 1
     except Exception as error:
+        try:
+            # A batch the store committed before the failure (its trash entry or its items not
+            # yet marked: the dashboard's database failed) counts as deleted, as the trash says.
+            _settle_committed_batches(job_id)
+        except Exception:
+            logger.exception("delete job %s: its committed batches could not be settled", job_id)
         DeleteJob.objects.filter(pk=job_id).update(
-            state=DeleteJob.FAILED, error=str(error)[:2000], lease_owner="", lease_expires_at=None
+            state=DeleteJob.FAILED,
+            error=_failure_words(error)[:2000],
+            lease_owner="",
+            lease_expires_at=None,
         )
         raise
     finally:
@@ -421,6 +446,41 @@ def run_job(
             # other action (once per run: each batch would make every read recompute).
             cached.forget_all()
     return job_progress(job_id=job_id)
+
+
+@contextmanager
+def _dashboard_write():
+    """A failure here is the dashboard's database (the job's records), not the store's."""
+    try:
+        yield
+    except Exception as error:
+        error.database = deletion.TRASH_DATABASE
+        raise
+
+
+def _failure_words(error: BaseException) -> str:
+    """What the job's page says stopped it: a database that could not be written, in words."""
+    storage = db.storage_failure(error)
+    if storage is None:
+        return str(error)
+    where = deletion.TRASH_DATABASE if getattr(error, "database", None) else "store"
+    words = deletion.database_words(where, storage)
+    return (
+        f"{words[:1].upper()}{words[1:]} ({error}). What the job deleted before "
+        "stays in the trash; finish the job once the database can be written again, or "
+        "restore its trash entry to undo it."
+    )
+
+
+def resume_failed_job(*, job_id: int) -> None:
+    """A failed job is taken up again from its first pending item (finish what it started)."""
+    resumed = DeleteJob.objects.filter(pk=job_id, state=DeleteJob.FAILED).update(
+        state=DeleteJob.PENDING, error="", lease_owner="", lease_expires_at=None, finished_at=None
+    )
+    if not resumed:
+        state = DeleteJob.objects.filter(pk=job_id).values_list("state", flat=True).first()
+        raise InvalidInput(f"Job #{job_id} is {state or 'missing'}, not failed: nothing to resume.")
+    announce_job()
 
 
 def _next_batch(
@@ -484,102 +544,84 @@ def _next_batch(
     return batch, sizes
 
 
-def _record_kept_whole(job: DeleteJob, kept: dict[str, str]) -> None:
-    """The audit entry of a batch's sessions kept to keep their conversations whole, with why."""
-    ordered = sorted(kept.items())
+def _record_skips(job: DeleteJob, *, action: str, key: str, rows: list[dict], detail: str) -> None:
+    """The audit entry of a batch's sessions the job left out (``rows``, one per session,
+    under ``after[key]``). Written here, as the job writes its items (``ledger.actions``
+    imports this module): finished (``ok``), by the job's creator, with the job's reason."""
+    session_ids = [row["session"] for row in rows]
     with transaction.atomic(using=router.db_for_write(AuditEntry)):
         entry = AuditEntry.objects.create(
             actor_name=(job.created_by or "system")[:150],
-            action=KEPT_WHOLE_ACTION,
-            session_ids=[sid for sid, _ in ordered],
+            action=action,
+            session_ids=session_ids,
             before={
                 "job": job.pk,
                 **({"retention_policy": job.policy_id} if job.policy_id else {}),
             },
-            after={
-                "skipped": len(ordered),
-                "kept": [{"session": sid, "why": why} for sid, why in ordered],
-            },
+            after={"skipped": len(rows), key: rows},
             reason=job.reason,
-            detail="Kept whole: " + "; ".join(f"{sid}, {why}" for sid, why in ordered[:50]),
+            detail=detail,
             completed_at=timezone.now(),
         )
         AuditSession.objects.bulk_create(
-            AuditSession(entry=entry, session_id=sid) for sid, _ in ordered
+            AuditSession(entry=entry, session_id=sid) for sid in session_ids
         )
+
+
+def _recorded_skips(job_id: int, *, action: str, key: str, named: int) -> tuple[int, list[dict]]:
+    """How many sessions the job's ``action`` entries left out, and the first ``named`` rows."""
+    count = 0
+    found: list[dict] = []
+    for after in (
+        AuditEntry.objects.filter(action=action, before__job=job_id)
+        .order_by("pk")
+        .values_list("after", flat=True)
+        .iterator()
+    ):
+        rows = after.get(key, []) if isinstance(after, dict) else []
+        count += len(rows)
+        found += [row for row in rows if isinstance(row, dict)][: named - len(found)]
+    return count, found
+
+
+def _record_kept_whole(job: DeleteJob, kept: dict[str, str]) -> None:
+    """The audit entry of a batch's sessions kept to keep their conversations whole, with why."""
+    ordered = sorted(kept.items())
+    _record_skips(
+        job,
+        action=KEPT_WHOLE_ACTION,
+        key="kept",
+        rows=[{"session": sid, "why": why} for sid, why in ordered],
+        detail="Kept whole: " + "; ".join(f"{sid}, {why}" for sid, why in ordered[:50]),
+    )
 
 
 def kept_skips(*, job_id: int, named: int = HELD_SKIPS_NAMED) -> tuple[int, tuple[KeptSkip, ...]]:
     """How many sessions the job kept to keep conversations whole, and the first ``named``."""
-    count = 0
-    found: list[KeptSkip] = []
-    for after in (
-        AuditEntry.objects.filter(action=KEPT_WHOLE_ACTION, before__job=job_id)
-        .order_by("pk")
-        .values_list("after", flat=True)
-        .iterator()
-    ):
-        rows = after.get("kept", []) if isinstance(after, dict) else []
-        count += len(rows)
-        for row in rows:
-            if len(found) < named and isinstance(row, dict):
-                found.append(KeptSkip(str(row.get("session")), str(row.get("why", ""))))
-    return count, tuple(found)
+    count, rows = _recorded_skips(job_id, action=KEPT_WHOLE_ACTION, key="kept", named=named)
+    return count, tuple(KeptSkip(str(row.get("session")), str(row.get("why", ""))) for row in rows)
 
 
 def _record_held_skips(job: DeleteJob, held: dict[str, holds.Hold]) -> None:
-    """The audit entry of a batch's sessions left out under a legal hold, each with its hold.
-
-    Written here, as the job writes its items (``ledger.actions`` imports this module):
-    finished (``ok``), by the job's creator, with the job's reason.
-    """
+    """The audit entry of a batch's sessions left out under a legal hold, each with its hold."""
     ordered = sorted(held.items())
-    with transaction.atomic(using=router.db_for_write(AuditEntry)):
-        entry = AuditEntry.objects.create(
-            actor_name=(job.created_by or "system")[:150],
-            action=HELD_SKIP_ACTION,
-            session_ids=[sid for sid, _ in ordered],
-            before={
-                "job": job.pk,
-                **({"retention_policy": job.policy_id} if job.policy_id else {}),
-            },
-            after={
-                "skipped": len(ordered),
-                "held": [
-                    {"session": sid, "hold": hold.id, "words": hold.describe()}
-                    for sid, hold in ordered
-                ],
-            },
-            reason=job.reason,
-            detail="Left out under legal hold: "
-            + "; ".join(f"{sid}, hold #{hold.id}" for sid, hold in ordered[:50]),
-            completed_at=timezone.now(),
-        )
-        AuditSession.objects.bulk_create(
-            AuditSession(entry=entry, session_id=sid) for sid, _ in ordered
-        )
+    _record_skips(
+        job,
+        action=HELD_SKIP_ACTION,
+        key="held",
+        rows=[{"session": sid, "hold": hold.id, "words": hold.describe()} for sid, hold in ordered],
+        detail="Left out under legal hold: "
+        + "; ".join(f"{sid}, hold #{hold.id}" for sid, hold in ordered[:50]),
+    )
 
 
 def held_skips(*, job_id: int, named: int = HELD_SKIPS_NAMED) -> tuple[int, tuple[HeldSkip, ...]]:
     """How many sessions the job left out under a legal hold, and the first ``named`` of them."""
-    count = 0
-    found: list[HeldSkip] = []
-    for after in (
-        AuditEntry.objects.filter(action=HELD_SKIP_ACTION, before__job=job_id)
-        .order_by("pk")
-        .values_list("after", flat=True)
-        .iterator()
-    ):
-        rows = after.get("held", []) if isinstance(after, dict) else []
-        count += len(rows)
-        for row in rows:
-            if len(found) < named and isinstance(row, dict):
-                found.append(
-                    HeldSkip(
-                        str(row.get("session")), int(row.get("hold") or 0), row.get("words", "")
-                    )
-                )
-    return count, tuple(found)
+    count, rows = _recorded_skips(job_id, action=HELD_SKIP_ACTION, key="held", named=named)
+    return count, tuple(
+        HeldSkip(str(row.get("session")), int(row.get("hold") or 0), row.get("words", ""))
+        for row in rows
+    )
 
 
 def job_progress(*, job_id: int) -> JobProgress:

@@ -26,9 +26,13 @@ class AuditEntry(models.Model):
     """
 
     OK, FAILED, PENDING, REFUSED = "ok", "failed", "pending", "refused"
+    # Failed after part of it committed (a delete's first batches): ``after`` says exactly what
+    # committed and names its trash operation, ``detail`` what stopped it.
+    PARTIAL = "partial"
     OUTCOMES = [
         (OK, "ok"),
         (FAILED, "failed"),
+        (PARTIAL, "partly applied"),
         (PENDING, "pending (outcome unknown)"),
         (REFUSED, "refused before it ran"),
     ]

@@ -6,6 +6,9 @@ rather than a single predicate, so it is given as a set of ids; so is the
 stranded-conversation check, whose slugs may live in another database
 (``response_store.db``), where no join can reach them.
 
+One finds what a fault leaves: a session a delete in parts stopped partway
+(``core.being_deleted``), with the way out.
+
 Three checks find what only a runtime writing past the core can leave behind
 (the core refuses each): several live sessions for one session_key, messages
 written into a session after it ended (a stale session id), and conversation
@@ -69,6 +72,14 @@ CHECKS = (
         "A conversation slug names a session that a rotation (reset, switch, new, branch, "
         "compression, merge) ended, and no live session continues it.",
     ),
+    HealthCheck(
+        "being_deleted",
+        "Left being deleted",
+        "A delete in parts stopped partway (a fault: a full disk, a killed process): part of "
+        "each one's messages is in the trash and writes to it are refused. Finish it (resume "
+        "its job, or delete the session again) or undo it (restore its entry from the trash). "
+        "A delete running right now shows here until it finishes.",
+    ),
 )
 KINDS = {check.kind for check in CHECKS}
 
@@ -108,6 +119,10 @@ def predicate(kind: str, alias: str = "s") -> tuple[str, list]:
         )
     if kind == "written_after_end":
         return _written_after_end(alias), []
+    if kind == "being_deleted":
+        if not being_deleted.table_present():
+            return "1 = 0", []
+        return f"{alias}.id IN (SELECT d.session_id FROM sessions_admin_deletions d)", []
     if kind == "missing_parent":
         return (
             f"{alias}.parent_session_id IS NOT NULL AND NOT EXISTS "

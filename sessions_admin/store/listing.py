@@ -40,6 +40,7 @@ from urllib.parse import urlencode
 from django.db import connections, transaction
 
 from sessions_admin.core import db, forks, lineage
+from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.schema import FTS_DOCUMENT_SQL
 from sessions_admin.routers import store_alias
 from sessions_admin.store import cached, health
@@ -1979,11 +1980,21 @@ def choices() -> Choices:
     return NO_CHOICES if entry is None else entry[1]
 
 
-def matching_session_ids(filters: Filters, *, limit: int) -> list[str]:
-    """The ids of every session these filters list (search words aside), oldest first.
+SEARCH_SELECTS_NOTHING = (
+    "A full-text search (q) is not a set of sessions to export or delete: clear the search and "
+    "use the list's filters, or pick the sessions from its results. Nothing was selected."
+)
 
-    Returns at most ``limit + 1`` ids, so a caller can tell "more than limit".
+
+def matching_session_ids(filters: Filters, *, limit: int) -> list[str]:
+    """The ids of every session these filters list, oldest first.
+
+    Returns at most ``limit + 1`` ids, so a caller can tell "more than limit". Filters
+    with search words are refused (``InvalidInput``): the set would otherwise be every
+    session the other filters list, far more than the search shows.
     """
+    if filters.q:
+        raise InvalidInput(SEARCH_SELECTS_NOTHING)
     where, params = where_sql(filters.filters_only())
     return [
         r[0]

@@ -56,6 +56,7 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "job_list": (ADMIN, None),
     "job_detail": (ADMIN, None),
     "job_cancel": (None, ADMIN),
+    "job_resume": (None, ADMIN),
     "trash": (ADMIN, None),
     "trash_restore": (None, ADMIN),
     "trash_purge": (None, ADMIN),

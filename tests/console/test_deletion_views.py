@@ -449,7 +449,9 @@ def test_one_typed_confirmation_rule_for_cascade_and_bulk_delete(admin, sessions
     assert typed_prompt(bulk) == expected
 
 
-@pytest.mark.parametrize("typed", [None, "", "20", "abc", "210"])
+@pytest.mark.parametrize(
+    "typed", [None, "", "20", "abc", "210", "2,1", "2 1", "21.0", "+21", "２１"]
+)
 def test_large_bulk_deletes_need_the_number_typed(admin, typed):
     ended_sessions(21)
     page = admin.get(reverse("bulk_delete"), {"preset": "ended_older_than", "days": "30"})
@@ -918,11 +920,44 @@ def test_purging_expired_entries_or_everything(admin, settings):
         response
     )
     assert list(TrashEntry.objects.values_list("pk", flat=True)) == [new]
-    response = admin.post(reverse("trash_purge"), {"scope": "all", "reason": "all"}, follow=True)
+    response = admin.post(
+        reverse("trash_purge"), {"scope": "all", "reason": "all", "confirm_purge": "1"}, follow=True
+    )
     assert "Purged 1 trash entry; they can no longer be restored." in flashed(response)
     assert TrashEntry.objects.count() == 0
     audits = AuditEntry.objects.filter(action="purge_trash").order_by("id")
     assert [a.before["older_than_days"] for a in audits] == [10, None]
+
+
+@pytest.mark.parametrize("scope", ["all", "expired"])
+def test_a_large_purge_needs_its_number_typed_and_everything_the_permanently_tick(
+    admin, settings, scope
+):
+    """One POST with only a reason never purges 25 sessions for good: the delete's rule (the
+    number typed from 20 sessions or 1,000 messages) holds, and purging everything needs
+    the "permanently" tick."""
+    settings.SESSIONS_ADMIN_TRASH_DAYS = 10
+    sids = ended_sessions(25)
+    plan = core.plan_cascade_delete(session_ids=sids)
+    core.execute_cascade_delete(
+        session_ids=sids, expected_fingerprint=plan.fingerprint, actor="ada", reason="bulk"
+    )
+    TrashEntry.objects.update(created_at=timezone.now() - timedelta(days=11))
+    entries = TrashEntry.objects.count()
+    tick = {"confirm_purge": "1"} if scope == "all" else {}
+    for data in (
+        {"scope": scope, "reason": "x"},
+        {"scope": scope, "reason": "x", "typed_count": "24", **tick},
+        {"scope": scope, "reason": "x", "typed_count": "2,5", **tick},
+        *([{"scope": scope, "reason": "x", "typed_count": "25"}] if scope == "all" else []),
+    ):
+        response = admin.post(reverse("trash_purge"), data)
+        assert response.status_code == 200 and problems(response.content.decode())
+        assert TrashEntry.objects.count() == entries
+    assert not AuditEntry.objects.filter(action="purge_trash").exclude(outcome="refused").exists()
+
+    admin.post(reverse("trash_purge"), {"scope": scope, "reason": "x", "typed_count": "25", **tick})
+    assert TrashEntry.objects.count() == 0
 
 
 # ---------------------------------------------------------------------------

@@ -115,6 +115,7 @@ POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
         {"preset": "empty", **REASON},
     ),
     "job_cancel": (["reason"], {}),
+    "job_resume": (["reason"], {}),
     "trash_restore": (["q"], {}),
     "trash_purge": (["scope", "reason", "q"], {"scope": "expired", **REASON}),
     "hold_place": (["kind", "subject", "reason"], {"kind": "user", "subject": "u-1", **REASON}),

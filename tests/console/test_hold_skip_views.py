@@ -30,7 +30,9 @@ def test_the_trash_purge_names_the_entry_session_and_hold_it_kept(signed_in):
     page = html.unescape(client.get(reverse("trash")).content.decode())
     assert f"hold #{hold.id}" in page and branch in page
     response = client.post(
-        reverse("trash_purge"), {"scope": "all", "reason": "spring cleaning"}, follow=True
+        reverse("trash_purge"),
+        {"scope": "all", "reason": "spring cleaning", "confirm_purge": "1"},
+        follow=True,
     )
     kept = TrashEntry.objects.get()
     assert kept.session_ids == [branch]
@@ -93,5 +95,5 @@ def test_a_session_only_in_the_trash_is_held_from_the_holds_page(signed_in):
     assert (hold.kind, hold.subject) == ("session", branch)
     page = client.get(reverse("holds")).content.decode()
     assert f"?q={branch}" in page  # found in the trash, not in the store
-    client.post(reverse("trash_purge"), {"scope": "all", "reason": "cleanup"})
+    client.post(reverse("trash_purge"), {"scope": "all", "reason": "cleanup", "confirm_purge": "1"})
     assert TrashEntry.objects.get().session_ids == [branch]

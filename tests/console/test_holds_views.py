@@ -49,13 +49,15 @@ def test_a_bad_hold_is_a_message_and_changes_nothing(signed_in):
         ({"kind": "planet", "subject": "x", "reason": "r"}, "on a session or on a user"),
         ({"kind": "user", "subject": "u-1", "reason": ""}, "Give a reason"),
         ({"kind": "user", "subject": "", "reason": "r"}, "session or user id"),
+        # Looks like "b7alice" on the page and would cover nobody.
+        ({"kind": "user", "subject": "b7alice\u200b", "reason": "r"}, "invisible"),
     ]:
         response = client.post(reverse("hold_place"), data)
         assert response.status_code == 400
         assert words in response.content.decode()
     assert holds.recent_holds() == []
     # Each attempt is on record (refused at the form, or failed in the core), none as done.
-    assert AuditEntry.objects.filter(action="place_hold").count() == 4
+    assert AuditEntry.objects.filter(action="place_hold").count() == 5
     assert not AuditEntry.objects.filter(outcome="ok").exists()
 
 
@@ -103,7 +105,9 @@ def test_the_trash_page_marks_held_entries_and_a_purge_keeps_them(signed_in):
     page = client.get(reverse("trash")).content.decode()
     assert "on legal hold: not purged" in page
     response = client.post(
-        reverse("trash_purge"), {"scope": "all", "reason": "spring cleaning"}, follow=True
+        reverse("trash_purge"),
+        {"scope": "all", "reason": "spring cleaning", "confirm_purge": "1"},
+        follow=True,
     )
     assert "under legal hold" in response.content.decode()
     assert TrashEntry.objects.count() == 1

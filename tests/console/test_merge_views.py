@@ -396,6 +396,23 @@ def test_a_merge_through_the_views_moves_the_rows_and_is_audited(signed_in):
     assert set(AuditSession.objects.values_list("session_id", flat=True)) == set(ids)
 
 
+def test_a_merge_into_a_held_target_says_its_undo_waits_for_the_hold(signed_in):
+    """The undo would move the merged messages out of the held target, which the hold
+    refuses: the note says so instead of "undo available"."""
+    ids = forked_conversation()
+    hold = core.holds.place_hold(kind="session", subject=ids[0], reason="litigation", actor="t")
+    response = merge_via_views(signed_in("support"), ids, reason="one conversation")
+    merge_id = db.fetchone("SELECT id FROM sessions_admin_merges")[0]
+    assert flash(response) == [
+        f"Merged 2 sessions into {ids[0]} (merge #{merge_id}; no undo while hold #{hold.id} "
+        f"on {ids[0]} stands: release it to undo the merge): 4 messages moved."
+    ]
+    with pytest.raises(core.holds.HeldMessagesWouldLeave):
+        core.unmerge(merge_id=merge_id)
+    assert db.fetchone("SELECT undone_at FROM sessions_admin_merges")[0] is None
+    assert len(messages(ids[0])) == 6
+
+
 def test_a_merge_into_a_chosen_target(signed_in):
     ids = forked_conversation()
     client = signed_in("admin")

@@ -76,6 +76,8 @@ def test_an_admin_creates_checks_enables_and_runs_a_policy(signed_in):
     [
         ({"older_than_days": "-5"}, "between 1 and"),
         ({"older_than_days": "nan"}, "number of days"),
+        ({"older_than_days": "1_0"}, "number of days"),  # float() reads it as 10
+        ({"older_than_days": "١٠"}, "number of days"),  # Arabic-Indic digits: 10 to float()
         ({"every_hours": "0"}, "Run every"),
         ({"status": "live"}, "Status is ended or empty"),
         ({"mode": "shred"}, "trash or purges"),

@@ -15,7 +15,7 @@ import sys
 
 def main(operation: str, arguments: dict) -> object:
     from sessions_admin import core
-    from sessions_admin.core import deletion
+    from sessions_admin.core import deletion, faults
     from sessions_admin.ledger import jobs
 
     if os.environ.get("CRASH_CHILD_BATCH_SESSIONS"):
@@ -28,10 +28,21 @@ def main(operation: str, arguments: dict) -> object:
         deletion.delete_in_batches.__kwdefaults__["batch_messages"] = int(
             os.environ["CRASH_CHILD_BATCH_MESSAGES"]
         )
+    if os.environ.get("CRASH_CHILD_FULL_AT"):
+        point, _, nth = os.environ["CRASH_CHILD_FULL_AT"].partition("@")
+        database = os.environ["CRASH_CHILD_FULL_DATABASE"]
+        if point == "start":  # full before the operation begins
+            fill(database)
+        else:
+            faults.run_at(point, lambda: fill(database), nth=int(nth or 1))
     if operation == "merge":
         return core.merge_sessions(**arguments)
     if operation == "cascade_delete":
         return core.execute_cascade_delete(**arguments)
+    if operation == "audited_cascade_delete":  # as the cascade page runs it: with its audit entry
+        from sessions_admin.ledger import actions
+
+        return actions.cascade_delete(**arguments)
     if operation == "restore":
         return core.restore_trash_entry(**arguments)
     if operation == "run_job":
@@ -46,6 +57,37 @@ def main(operation: str, arguments: dict) -> object:
 
         return actions.run_erasure(**arguments)
     raise SystemExit(f"unknown operation {operation!r}")
+
+
+def fill(database: str) -> None:
+    """From here on ``database`` ("store" or "default", SQLite) cannot grow: a full disk.
+
+    A file-size limit (RLIMIT_FSIZE) on this process makes every write past it fail with
+    EFBIG (SIGXFSZ ignored), which SQLite reports as "disk I/O error"/"database or disk is
+    full". The limit is where the database's write-ahead log ends: its log is emptied
+    (a checkpoint) and then filled with commits that change nothing (``user_version`` set
+    to itself), so its next commit starts past the limit; every other database's log is
+    emptied, so its writes stay far below the limit and succeed. Called where no
+    transaction is open (between batches).
+    """
+    import resource
+    import signal
+
+    from django.db import connections
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    sqlite = [alias for alias in connections if connections[alias].vendor == "sqlite"]
+    for alias in sqlite:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with connections[database].cursor() as cursor:
+        cursor.execute("PRAGMA user_version")
+        version = cursor.fetchone()[0]
+        for _ in range(100):  # ~400 KB of log, under the 1,000 pages that checkpoint it
+            cursor.execute(f"PRAGMA user_version = {int(version)}")
+    log = f"{connections[database].settings_dict['NAME']}-wal"
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(log), hard))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from django.db.backends.signals import connection_created
 
 from sessions_admin import core
 from sessions_admin.core import db
-from sessions_admin.core.erasure import Subject, plan_erasure
+from sessions_admin.core.erasure import Subject
 from sessions_admin.ledger import actions, erasure, schedule
 from sessions_admin.ledger.models import AuditEntry, ErasureRequest
 from sessions_admin.routers import responses_alias, store_alias

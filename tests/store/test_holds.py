@@ -190,3 +190,40 @@ def test_the_holds_command_places_lists_and_releases_through_the_audited_doors()
     assert list(
         AuditEntry.objects.filter(outcome="ok").order_by("pk").values_list("action", flat=True)
     ) == ["place_hold", "place_hold", "release_hold"]
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "alice\u200b",  # zero-width space: reads as "alice"
+        "\ufeffalice",  # byte order mark
+        "al\u200dice",  # zero-width joiner
+        "alice\u202e",  # right-to-left override
+        "alice\u2028",  # line separator
+        " alice",
+        "alice ",
+        "%",
+    ],
+    ids=[
+        "zwsp",
+        "bom",
+        "zwj",
+        "bidi",
+        "line-separator",
+        "leading-space",
+        "trailing-space",
+        "wildcard",
+    ],
+)
+@pytest.mark.parametrize("kind", [holds.USER, holds.SESSION])
+def test_a_hold_subject_that_only_looks_like_an_id_is_refused(subject, kind):
+    """A subject with an invisible character or padding would look like the real id and
+    cover nothing: it is refused, naming why, and no hold is stored (erasure's rule)."""
+    sid = _ended(user_id="alice")
+    if kind == holds.SESSION:
+        subject = subject.replace("alice", sid)
+    with pytest.raises(core.InvalidInput, match="invisible|spaces before or after|wildcard"):
+        actions.place_hold(actor="ada", kind=kind, subject=subject, reason="litigation")
+    assert db.fetchall("SELECT subject FROM sessions_admin_holds") == []
+    assert holds.holds_on([sid]) == {}
+    assert not AuditEntry.objects.filter(action="place_hold", outcome="ok").exists()

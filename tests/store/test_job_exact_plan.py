@@ -284,7 +284,8 @@ def test_a_cascade_stops_before_a_batch_whose_conversation_gained_a_delegate(mon
         checkpoint(point)
 
     monkeypatch.setattr(core.deletion.faults, "checkpoint", runtime_spawns_a_delegate)
-    with pytest.raises(core.ConversationsKept) as raised:
+    # Its first batch committed: the error says what it deleted (issue 26), and why it stopped.
+    with pytest.raises(core.DeletePartlyApplied) as raised:
         core.execute_cascade_delete(
             session_ids=[root],
             expected_fingerprint=plan.fingerprint,
@@ -292,6 +293,8 @@ def test_a_cascade_stops_before_a_batch_whose_conversation_gained_a_delegate(mon
             reason="cleanup",
             trash=jobs.LEDGER_TRASH,
         )
+    assert isinstance(raised.value.error, core.ConversationsKept)
+    assert raised.value.result.deleted_sessions == 1
     assert f"{root}, its conversation continued in {made['delegate']}" in str(raised.value)
     assert root in _ids() and _parent(made["delegate"]) == root and _messages(root) == 1
 
@@ -364,3 +367,65 @@ def test_apply_retention_names_a_conversation_its_run_kept_whole(monkeypatch):
 
     assert {old, made["tip"]} <= _ids() and lonely not in _ids()
     assert f"kept: {old}, its conversation continued in {made['tip']}" in out.getvalue()
+
+
+def test_a_retention_batch_rechecks_a_continuation_marked_only_by_continued_from():
+    """A retention run's conversations hold ``_continued_from`` even without a parent link:
+    a continuation the runtime marked that way after the preview stops the batch under the
+    lock, and nothing of it is deleted."""
+    old = old_session(days=10)
+    plan = core.deletion.WholeConversations(remaining={old}, every_link=True)
+    tip = core.create_session(source="api_server", model_config={"_continued_from": old})
+    with pytest.raises(core.ConversationsKept, match=f"continued in {tip.session_id}"):
+        core.deletion.delete_batch(
+            [old], actor="t", reason="r", job_id=None, trash=jobs.LEDGER_TRASH, whole=plan
+        )
+    assert {old, tip.session_id} <= _ids()
+
+
+def test_a_bulk_job_keeps_a_session_an_outside_session_was_merged_into_while_it_runs():
+    """Another operator merges a session the job does not hold into one it still has to
+    delete: the target stays, with its merge still undoable."""
+    first, target = old_session(days=10), old_session(days=9)
+    outside = old_session(days=8, source="cli")
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=[first, target], include_live=False, actor="ada", reason="cleanup"
+    )
+    jobs.run_job(job_id=job_id, batch_sessions=1, max_batches=1)
+    merged = core.merge_sessions(session_ids=[target, outside], target_id=target)
+
+    progress = jobs.run_job(job_id=job_id)
+
+    assert progress.state == "done" and first not in _ids()
+    assert {target, outside} <= _ids()
+    assert db.fetchone(
+        "SELECT undone_at FROM sessions_admin_merges WHERE id = %s", [merged.merge_id]
+    ) == (None,)
+    core.unmerge(merge_id=merged.merge_id)
+    assert _messages(outside) == 2
+
+
+def test_a_retention_run_keeps_a_session_written_to_while_it_runs():
+    """The runtime writes a message into an ended session the run still has to delete (the
+    attack's late write): it is no longer quiet, so it stays with its conversation."""
+    first = old_session(days=100)
+    written = old_session(days=90)
+    delegate = old_session(days=90, parent=written, model_config={"_delegate_from": written})
+    policy = _policy(days=30)
+    job_id = _confirmed_run(policy)
+    jobs.run_job(job_id=job_id, batch_sessions=1, max_batches=1)
+    assert first not in _ids()
+    db.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES (%s, 'user', %s, %s)",
+        [written, "late write", time.time()],
+    )
+
+    progress = jobs.run_job(job_id=job_id, batch_sessions=1)
+
+    assert progress.state == "done"
+    assert {written, delegate} <= _ids() and _parent(delegate) == written
+    assert _messages(written) == 3
+    assert f"kept: {written}, active again since the run's preview" in progress.skipped_text
+    assert DeleteJobItem.objects.get(job_id=job_id, session_id=delegate).state == (
+        DeleteJobItem.SKIPPED
+    )

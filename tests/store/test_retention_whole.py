@@ -7,6 +7,7 @@ scheduled run is audited as the policy. Both backends; every check reads the dat
 from __future__ import annotations
 
 import io
+import json
 import math
 import time
 from datetime import timedelta
@@ -334,3 +335,43 @@ def test_a_run_needs_a_reason():
         with pytest.raises(core.InvalidInput):
             actions.run_retention_policy(actor=None, policy_id=policy.pk, reason=reason)
     assert not DeleteJob.objects.exists() and old in _ids()
+
+
+@pytest.mark.parametrize("shape", ["flat", "wrapped"])
+def test_an_api_conversation_chained_only_by_previous_response_id_is_kept_whole(shape):
+    """No slug, no parent link: the live session's stored response names the old session's
+    response as its ``previous_response_id``, at the top of the data (a flat response, as
+    the demo's seeder and other runtimes store it) or under ``response`` (Hermes's)."""
+    old = old_session(days=100, source="b1src")
+    live = old_session(days=1, source="b1src", end=None)
+
+    def data(session_id: str, previous: str | None) -> str:
+        body = {"object": "response", "previous_response_id": previous, "conversation": None}
+        payload = {"response": body} if shape == "wrapped" else body
+        return json.dumps({**payload, "session_id": session_id})
+
+    for response_id, session_id, previous in (("resp-a", old, None), ("resp-b", live, "resp-a")):
+        db.execute(
+            "INSERT INTO responses (response_id, data, accessed_at) VALUES (%s, %s, 1)",
+            [response_id, data(session_id, previous)],
+        )
+    lonely = old_session(days=100, source="b1src")
+    policy = _policy(days=1, source="b1src")
+
+    assert retention.selected_ids(policy) == [lonely]
+    _run_all(policy)
+    assert {old, live} <= _ids() and lonely not in _ids()
+
+
+def test_a_continuation_marked_only_by_continued_from_keeps_its_conversation_whole():
+    """``_continued_from`` names the session a conversation went on from, even where the
+    runtime left ``parent_session_id`` empty: the two are one conversation."""
+    old = old_session(days=100)
+    live = old_session(days=1, end=None, model_config={"_continued_from": old})
+    assert _parent(live) is None
+    lonely = old_session(days=100)
+    policy = _policy(days=1)
+
+    assert retention.selected_ids(policy) == [lonely]
+    _run_all(policy)
+    assert {old, live} <= _ids() and lonely not in _ids()

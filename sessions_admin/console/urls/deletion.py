@@ -20,6 +20,7 @@ urlpatterns = [
     path("jobs/", jobs.job_list, name="job_list"),
     path("jobs/<rowid:job_id>/", jobs.job_detail, name="job_detail"),
     path("jobs/<rowid:job_id>/cancel/", jobs.job_cancel, name="job_cancel"),
+    path("jobs/<rowid:job_id>/resume/", jobs.job_resume, name="job_resume"),
     path("trash/", trash.trash, name="trash"),
     path("trash/<rowid:entry_id>/restore/", trash.trash_restore, name="trash_restore"),
     path("trash/purge/", trash.trash_purge, name="trash_purge"),

@@ -47,6 +47,7 @@ from sessions_admin.console.http import (
     require_perm,
 )
 from sessions_admin.core.deletion import needs_typed_confirmation
+from sessions_admin.core.errors import InvalidInput
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
@@ -191,7 +192,7 @@ def _relation_groups(plan: core.DeletePlan, rows: dict[str, Session]) -> list[Re
 
 
 def _cascade_context(
-    session_id: str, plan: core.DeletePlan, *, reason: str = "", problems=()
+    session_id: str, plan: core.DeletePlan, *, reason: str = "", problems=(), partly=None
 ) -> dict:
     kept_ids = [child for child, _ in plan.kept_children]
     rows = _session_rows([*plan.session_ids, *kept_ids])
@@ -223,6 +224,10 @@ def _cascade_context(
         "reason": reason,
         "problems": list(problems),
         "trash_days": configured_days(),
+        # A delete that failed after some batches committed: undo it (restore) or finish it
+        # (this plan is what is left).
+        "partly": partly,
+        "partly_entry": partly.result.trash_entry_ids[0] if partly else None,
     }
 
 
@@ -233,8 +238,9 @@ def _render_cascade(
     *,
     reason: str = "",
     problems=(),
+    partly: core.DeletePartlyApplied | None = None,
 ) -> HttpResponse:
-    context = _cascade_context(session_id, plan, reason=reason, problems=problems)
+    context = _cascade_context(session_id, plan, reason=reason, problems=problems, partly=partly)
     return render(request, fragment(request, CASCADE_TEMPLATE, "plan"), context)
 
 
@@ -304,6 +310,16 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
         )
         plan = _plan_or_404(session_id, include_branches)
         return _render_cascade(request, session_id, plan, reason=reason, problems=[str(changed)])
+    except core.DeletePartlyApplied as partly:
+        # Its first batches stay deleted (audited as partial): the page says exactly what went,
+        # where it is in the trash, and shows the plan of what is left to finish it.
+        if not Session.objects.filter(id=session_id).exists():
+            messages.error(request, str(partly))
+            return redirect("trash")
+        plan = _plan_or_404(session_id, include_branches)
+        return _render_cascade(
+            request, session_id, plan, reason=reason, problems=[str(partly)], partly=partly
+        )
     except core.StoreError as error:
         actions.record_refusal(
             request=request, action="cascade_delete", why=error, session_ids=[session_id]
@@ -608,7 +624,13 @@ def bulk_delete_preview(request: HtmxHttpRequest) -> HttpResponse:
     if form.cleaned_data["all_matching"]:
         # "All N matching this filter": the session list's filters, resolved to exact ids now.
         parsed = listing.parse(QueryDict(form.cleaned_data["filter"] or ""))
-        ids = listing.matching_session_ids(parsed.filters, limit=SELECTION_MAX)
+        try:
+            if parsed.problems:  # a filter left out would widen the selection
+                raise InvalidInput(" ".join(parsed.problems) + " Nothing was selected.")
+            ids = listing.matching_session_ids(parsed.filters, limit=SELECTION_MAX)
+        except InvalidInput as problem:
+            messages.error(request, str(problem))
+            return redirect_to(request, reverse("bulk_delete"))
     if not ids:
         messages.error(request, "Select at least one session to delete.")
         url = reverse("bulk_delete")

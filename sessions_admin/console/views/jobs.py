@@ -1,4 +1,4 @@
-"""Bulk delete jobs: their list, one job's progress, and cancelling one (admin only).
+"""Bulk delete jobs: their list, one job's progress, cancelling one and finishing a failed one.
 
 A job deletes in batches in the worker (``ledger.worker``); these pages poll its
 progress and wake the worker when a job is waiting. Cancelling goes through
@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 
 from sessions_admin import core
-from sessions_admin.console.forms import JobCancelForm
+from sessions_admin.console.forms import JobCancelForm, JobResumeForm
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
 from sessions_admin.ledger import actions, worker
 from sessions_admin.ledger.jobs import job_progress
@@ -118,4 +118,27 @@ def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         )
     else:
         messages.info(request, f"Job #{job.pk} finished ({progress.state}) before it could stop.")
+    return redirect("job_detail", job_id=job.pk)
+
+
+@require_POST
+@require_perm(DELETE)
+def job_resume(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    """Finish a failed job from its first pending item (what it deleted stays in the trash)."""
+    job = _job_or_404(job_id)
+    form = JobResumeForm(request.POST)
+    if not form.is_valid():
+        problem = form.problem()
+        actions.record_refusal(request=request, action="resume_bulk_delete", why=problem)
+        messages.error(request, f"Job #{job.pk} was not resumed: {problem}")
+        return redirect("job_detail", job_id=job.pk)
+    try:
+        actions.resume_bulk_delete(
+            actor=request.user, job_id=job.pk, reason=form.cleaned_data["reason"]
+        )
+    except core.StoreError as error:
+        actions.record_refusal(request=request, action="resume_bulk_delete", why=error)
+        messages.error(request, f"Job #{job.pk} was not resumed: {error}")
+        return redirect("job_detail", job_id=job.pk)
+    messages.success(request, f"Job #{job.pk} takes up where it stopped.")
     return redirect("job_detail", job_id=job.pk)

@@ -372,6 +372,20 @@ def merge_preview(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, fragment(request, PREVIEW_TEMPLATE, "merge-preview"), context)
 
 
+def _undo_words(target: str, absorbed: Sequence[str]) -> str:
+    """Whether the merge just made can be undone now: an undo moves the messages back out of
+    the target, which a legal hold on the target (and not on where they go) refuses."""
+    refused = core.holds.held_moves(
+        moves=[(target, sid) for sid in absorbed], action="undo of the merge"
+    )
+    if not refused:
+        return "undo available"
+    named = " and ".join(
+        dict.fromkeys(f"hold #{hold.id}" for refusal in refused for hold in refusal.holds)
+    )
+    return f"no undo while {named} on {target} stands: release it to undo the merge"
+
+
 @require_POST
 @require_perm(OPERATE)
 def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
@@ -445,7 +459,7 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
     messages.success(
         request,
         f"Merged {plural(len(result.absorbed_ids), 'session')} into {result.target_id} "
-        f"(merge #{result.merge_id}; undo available): "
+        f"(merge #{result.merge_id}; {_undo_words(result.target_id, result.absorbed_ids)}): "
         f"{plural(result.moved_messages, 'message')} moved"
         + (
             f"; the next API turn continues with the merged transcript "

@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Max
+from django.db.models import Max, Sum
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -32,7 +32,12 @@ from sessions_admin.console.forms import (
     form_problems,
 )
 from sessions_admin.console.http import HtmxHttpRequest, fragment, plural, require_perm
-from sessions_admin.console.views.delete import plural_days
+from sessions_admin.console.views.delete import (
+    TypedConfirmation,
+    plural_days,
+    typed_confirmation,
+    typed_count_problem,
+)
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import DeleteJob, TrashEntry, TrashSession
 from sessions_admin.ledger.trash import (
@@ -213,9 +218,9 @@ def _render_trash(
         "trash_days": days,
         "purge_reason": purge_reason,
         "purge_scope": purge_scope,
-        # What each choice of the purge form drops (whole operations, as listed here).
-        "purgeable_count": len(purgeable_operations(held=held)),
-        "expired_count": len(purgeable_operations(older_than_days=days, held=held)),
+        # What each choice of the purge form drops (whole operations, as listed here), and
+        # how large it is: a large purge asks its number of sessions typed, as a delete does.
+        **_purge_choices(days, held),
         # Operations a legal hold keeps: no purge drops them.
         "held_count": len(held),
         "prev_url": _trash_url(q, str(page.previous_page_number()))
@@ -298,6 +303,56 @@ def trash_restore(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
     return redirect(back)
 
 
+@dataclass(frozen=True)
+class PurgeSize:
+    """What one choice of the purge form drops: whole operations, their sessions and messages."""
+
+    operations: int
+    sessions: int
+    messages: int
+
+    @property
+    def asked(self) -> TypedConfirmation | None:
+        return typed_confirmation(sessions=self.sessions, messages=self.messages)
+
+
+def purge_size(days: float | None, held: dict | None = None) -> PurgeSize:
+    """The size of a purge of the expired operations (``days``) or of all (None), now."""
+    operations = purgeable_operations(older_than_days=days, held=held)
+    totals = (
+        TrashEntry.objects.filter(operation__in=operations)
+        .exclude(state=TrashEntry.RESTORED)
+        .aggregate(sessions=Sum("session_count"), messages=Sum("message_count"))
+    )
+    return PurgeSize(len(operations), totals["sessions"] or 0, totals["messages"] or 0)
+
+
+def _purge_choices(days: float, held: dict) -> dict:
+    everything, expired = purge_size(None, held), purge_size(days, held)
+    return {
+        "purgeable_count": everything.operations,
+        "expired_count": expired.operations,
+        "purge_all": everything,
+        "purge_expired": expired,
+    }
+
+
+def _purge_confirmation_problem(form: TrashPurgeForm, scope: str, size: PurgeSize) -> str | None:
+    """Why the form does not confirm this purge (None: it does). Every purge of everything
+    needs the "permanently" tick; one of 20 sessions or 1,000 messages (the delete's rule)
+    needs its number of sessions typed."""
+    if scope == "all" and not form.cleaned_data.get("confirm_purge"):
+        return (
+            "Tick the box saying the whole trash is purged permanently: its entries can "
+            "no longer be restored. Nothing was purged."
+        )
+    if problem := typed_count_problem(form, size.asked):
+        return problem.replace("this deletes", "this purge drops").replace(
+            "Nothing was deleted.", "Nothing was purged."
+        )
+    return None
+
+
 @require_POST
 @require_perm(DELETE)
 def trash_purge(request: HtmxHttpRequest) -> HttpResponse:
@@ -314,6 +369,11 @@ def trash_purge(request: HtmxHttpRequest) -> HttpResponse:
             request, q=q, problems=problems, purge_reason=reason, purge_scope=scope
         )
     days = configured_days() if scope == "expired" else None
+    if problem := _purge_confirmation_problem(form, scope, purge_size(days)):
+        actions.record_refusal(request=request, action="purge_trash", why=problem)
+        return _render_trash(
+            request, q=q, problems=[problem], purge_reason=reason, purge_scope=scope
+        )
     try:
         report = actions.purge(actor=request.user, older_than_days=days, reason=reason)
     except core.StoreError as error:
