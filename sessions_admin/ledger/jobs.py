@@ -473,9 +473,16 @@ def _dashboard_write():
 def _failure_words(error: BaseException) -> str:
     """What the job's page says stopped it: a database that could not be written, in words."""
     storage = db.storage_failure(error)
+    where = deletion.TRASH_DATABASE if getattr(error, "database", None) else "store"
+    if storage is None and db.connection_lost(error):
+        server = "The dashboard database's" if where == deletion.TRASH_DATABASE else "The store's"
+        return (
+            f"{server} server closed the connection: it restarted or stopped ({error}). "
+            "What the job deleted before stays in the trash; finish the job once the "
+            "server is back, or restore its trash entry to undo it."
+        )
     if storage is None:
         return str(error)
-    where = deletion.TRASH_DATABASE if getattr(error, "database", None) else "store"
     words = deletion.database_words(where, storage)
     return (
         f"{words[:1].upper()}{words[1:]} ({error}). What the job deleted before "

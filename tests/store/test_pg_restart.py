@@ -137,6 +137,8 @@ def test_a_job_cut_by_a_postgres_restart_fails_counted_and_finishes(point, tmp_p
     assert job.state == DeleteJob.FAILED, job.error
     assert (job.lease_owner, job.lease_expires_at) == ("", None)
     assert len(trashed_ids) == job.done == committed
+    server = "The store's" if point.startswith("delete.") else "The dashboard database's"
+    assert job.error.startswith(f"{server} server closed the connection: it restarted"), job.error
     assert job.deleted_messages == sum(entry.message_count for entry in trashed)
     assert not set(trashed_ids) & {r[0] for r in db.fetchall("SELECT id FROM sessions")}
     assert_each_message_once(before)
@@ -159,4 +161,31 @@ def test_a_job_cut_by_a_postgres_restart_fails_counted_and_finishes(point, tmp_p
     actions.restore(actor="ada", entry_id=trashed.order_by("pk").first().pk)
     assert store_state() == before
     assert not TrashEntry.objects.exclude(state=TrashEntry.RESTORED).filter(operation=operation)
+    assert check_store() == []
+
+
+def test_the_worker_goes_on_to_its_next_job_after_a_postgres_restart(tmp_path, monkeypatch):
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)  # the child is the worker
+    first = _old_sessions(3)
+    second = _old_sessions(3)
+    cut = actions.start_bulk_delete(actor="ada", session_ids=first, include_live=False, reason="r")
+    after = actions.start_bulk_delete(
+        actor="ada", session_ids=second, include_live=False, reason="r"
+    )
+    before = store_state()
+    point = "delete.before_commit@1"
+    child = job_paused_at(point, {"idle_exit": 1.0}, tmp_path, operation="run_jobs")
+    restart_postgres()
+    code, err = release(child, tmp_path, point)
+    connections.close_all()
+
+    assert code == 0, err
+    assert DeleteJob.objects.get(pk=cut).state == DeleteJob.FAILED
+    assert DeleteJob.objects.get(pk=after).state == DeleteJob.DONE
+    assert sorted(r[0] for r in db.fetchall("SELECT id FROM sessions")) == sorted(first)
+    assert_each_message_once(before)
+    actions.resume_bulk_delete(actor="ada", job_id=cut)
+    assert jobs.run_job(job_id=cut, worker="w2").state == DeleteJob.DONE
+    assert db.fetchall("SELECT id FROM sessions") == []
+    assert_each_message_once(before)
     assert check_store() == []
