@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import connections, router, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, deletion, faults, holds, lineage
@@ -267,6 +267,16 @@ def _settle_committed_batches(job_id: int) -> None:
                     done=F("done") + settled,
                     deleted_messages=F("deleted_messages") + entry.message_count,
                 )
+    # The parts of a large session a stopped run committed are messages the job deleted, though
+    # that run never counted them (its batch failed or died before the session's last step):
+    # the job counts at least what its trash holds.
+    in_trash = TrashEntry.objects.filter(job_id=job_id, state=TrashEntry.COMPLETE).aggregate(
+        messages=Sum("message_count")
+    )["messages"]
+    if in_trash:
+        DeleteJob.objects.filter(pk=job_id, deleted_messages__lt=in_trash).update(
+            deleted_messages=in_trash
+        )
 
 
 def _quiet_before(job: DeleteJob) -> float | None:

@@ -167,3 +167,46 @@ def test_a_merge_on_a_full_store_is_not_applied_at_all_and_goes_through_after():
     result = actions.merge(**arguments)
     assert result.moved_messages == plan.moved_messages
     assert check_store() == []
+
+
+def test_a_job_deleting_a_session_in_parts_on_a_full_store_finishes_it_in_its_operation(
+    monkeypatch,
+):
+    from sessions_admin.ledger import jobs, worker
+    from sessions_admin.ledger.models import DeleteJob
+    from sessions_admin.ledger.trash import job_operation
+
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
+    sid = big_session(1200)
+    small = big_session(3)
+    job_id = actions.start_bulk_delete(
+        actor="ada", session_ids=[sid, small], include_live=False, reason="retention"
+    )
+    before = store_state()
+
+    child = run_with_full_store(
+        "run_job", {"job_id": job_id, "worker": "w"}, at="delete.between_parts@1"
+    )
+
+    assert child.returncode == 1, (child.stdout, child.stderr)
+    job = DeleteJob.objects.get(pk=job_id)
+    assert job.state == DeleteJob.FAILED
+    assert job.error.startswith("The store"), job.error
+    assert_each_message_once(before)
+    assert sid in being_deleted.marks_on([sid])
+    assert health.count("being_deleted") == 1
+    assert check_store() == []
+
+    actions.resume_bulk_delete(actor="ada", job_id=job_id)
+    assert jobs.run_job(job_id=job_id, worker="w2").state == DeleteJob.DONE
+    job = DeleteJob.objects.get(pk=job_id)
+    entries = TrashEntry.objects.filter(operation=job_operation(job_id))
+    assert (job.done, job.skipped) == (2, 0)
+    assert job.deleted_messages == sum(e.message_count for e in entries) == 1203
+    assert db.fetchall("SELECT id FROM sessions") == []
+    assert_each_message_once(before)
+    assert health.count("being_deleted") == 0
+    # One operation: its restore gives the store back row for row.
+    actions.restore(actor="ada", entry_id=entries.order_by("pk").first().pk)
+    assert store_state() == before
+    assert check_store() == []
