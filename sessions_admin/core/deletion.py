@@ -1722,6 +1722,7 @@ def execute_cascade_delete(
     reason: str,
     trash: Trash | None = None,
     lose_undo: bool = False,
+    operation: str | None = None,
 ) -> DeleteResult:
     """Delete exactly the previewed plan (refused if the store changed since).
 
@@ -1740,7 +1741,9 @@ def execute_cascade_delete(
     holds.refuse_held(plan.session_ids)
     if plan.merges and not lose_undo:
         raise InvalidInput(lost_undo_words(plan) + " Confirm that, or undo the merge first.")
-    operation = new_operation_id()
+    # The caller's id, when it records it before the delete runs (its audit entry): what
+    # committed can then be read from the trash even if the caller never learns the result.
+    operation = operation or new_operation_id()
     # Between its batches, a session the runtime links to one still to go (a delegate, a
     # continuation) or a merge made meanwhile stops the cascade before that batch.
     whole = WholeConversations(
