@@ -86,6 +86,17 @@ def connection_lost(error: BaseException) -> bool:
     return any(words in text for words in _CONNECTION_LOST_WORDS)
 
 
+def close_broken_connections() -> None:
+    """Close this thread's connections a lost server broke, so the next statement reconnects
+    (Django would otherwise keep using a closed one until the request ends). Not one inside
+    a transaction: whoever opened it rolls it back."""
+    for connection in connections.all(initialized_only=True):
+        if connection.in_atomic_block or connection.connection is None:
+            continue
+        if not connection.is_usable():
+            connection.close()
+
+
 def storage_failure(error: BaseException) -> str | None:
     """``"full"`` or ``"unwritable"`` when ``error`` is a database that could not be written.
 

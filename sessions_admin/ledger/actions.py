@@ -297,6 +297,8 @@ def _audited(
         committed = partly(error)
         if committed is not None:
             cached.forget_all()  # what did commit shows at once, as after an ok action
+        if core_db.connection_lost(getattr(error, "error", None) or error):
+            core_db.close_broken_connections()  # a restarted server: record it on a new one
         try:
             if committed is not None:
                 _complete(

@@ -437,7 +437,9 @@ def run_job(
                 _record_kept_whole(job, kept)
             batches += 1
     except Exception as error:
-        _drop_broken_connections()
+        # A connection a restarted server cut is reopened: the failure is recorded at once
+        # instead of the job staying running until its lease ends.
+        db.close_broken_connections()
         try:
             # A batch the store committed before the failure (its trash entry or its items not
             # yet marked: the dashboard's database failed) counts as deleted, as the trash says.
@@ -457,17 +459,6 @@ def run_job(
             # other action (once per run: each batch would make every read recompute).
             cached.forget_all()
     return job_progress(job_id=job_id)
-
-
-def _drop_broken_connections() -> None:
-    """A connection the failure broke (a restarted server cut it) is closed, so the job's
-    next statement reconnects: its failure is recorded at once instead of the job staying
-    running until its lease ends, and a worker goes on to its next job."""
-    for connection in connections.all(initialized_only=True):
-        if connection.in_atomic_block:
-            continue  # the caller's transaction: its owner rolls it back
-        if connection.connection is not None and not connection.is_usable():
-            connection.close()
 
 
 @contextmanager

@@ -64,13 +64,21 @@ def restart_postgres() -> None:
     )
 
 
-def job_paused_at(point: str, arguments: dict, folder: Path, *, operation: str = "run_job"):
+def job_paused_at(
+    point: str,
+    arguments: dict,
+    folder: Path,
+    *,
+    operation: str = "run_job",
+    env: dict | None = None,
+):
     """A child working on a job, stopped at ``point`` (``name@N``) with its transaction open."""
     name = point.partition("@")[0]
     environment = {
         **child_env(),
         "SESSIONS_ADMIN_PAUSE_AT": point,
         "SESSIONS_ADMIN_PAUSE_DIR": str(folder),
+        **(env or {}),
     }
     environment.pop("SESSIONS_ADMIN_CRASH_AT", None)
     connections.close_all()
@@ -189,3 +197,39 @@ def test_the_worker_goes_on_to_its_next_job_after_a_postgres_restart(tmp_path, m
     assert db.fetchall("SELECT id FROM sessions") == []
     assert_each_message_once(before)
     assert check_store() == []
+
+
+def test_a_cascade_cut_by_a_postgres_restart_is_audited_with_what_committed(tmp_path):
+    from sessions_admin import core
+    from tests.builders import cascade_lineage
+
+    root = cascade_lineage()[0]
+    plan = core.plan_cascade_delete(session_ids=[root])
+    before = store_state()
+    point = "cascade.between_batches@1"
+    arguments = {
+        "actor": "ada",
+        "session_ids": [root],
+        "include_branches": False,
+        "expected_fingerprint": plan.fingerprint,
+        "reason": "restart test",
+    }
+    env_batches = {"CRASH_CHILD_BATCH_SESSIONS": "1"}
+    child = job_paused_at(
+        point, arguments, tmp_path, operation="audited_cascade_delete", env=env_batches
+    )
+    restart_postgres()
+    code, err = release(child, tmp_path, point)
+    connections.close_all()
+
+    assert code == 1, err
+    trashed = TrashEntry.objects.filter(state=TrashEntry.COMPLETE)
+    assert trashed.count() == 1  # the first batch committed before the restart
+    audit = AuditEntry.objects.get(action="cascade_delete")
+    assert audit.outcome == AuditEntry.PARTIAL, (audit.outcome, audit.detail)
+    assert audit.after["deleted_sessions"] == 1
+    assert audit.after["trash_entries"] == [trashed.get().pk]
+    assert_each_message_once(before)
+    assert check_store() == []
+    actions.restore(actor="ada", entry_id=trashed.get().pk)
+    assert store_state() == before
