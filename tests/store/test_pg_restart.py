@@ -233,3 +233,43 @@ def test_a_cascade_cut_by_a_postgres_restart_is_audited_with_what_committed(tmp_
     assert check_store() == []
     actions.restore(actor="ada", entry_id=trashed.get().pk)
     assert store_state() == before
+
+
+def test_a_job_cut_by_a_postgres_restart_between_a_sessions_parts_finishes_it(
+    tmp_path, monkeypatch
+):
+    from sessions_admin.core import being_deleted
+    from sessions_admin.store import health
+    from tests.store.test_delete_in_parts import big_session
+
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
+    sid = big_session(1200)
+    job_id = actions.start_bulk_delete(
+        actor="ada", session_ids=[sid], include_live=False, reason="retention"
+    )
+    before = store_state()
+    point = "delete.between_parts@1"
+    child = job_paused_at(point, {"job_id": job_id, "worker": "w"}, tmp_path)
+    restart_postgres()
+    code, err = release(child, tmp_path, point)
+    connections.close_all()
+
+    assert code == 1, err
+    job = DeleteJob.objects.get(pk=job_id)
+    entries = TrashEntry.objects.filter(operation=job_operation(job_id), state=TrashEntry.COMPLETE)
+    assert job.state == DeleteJob.FAILED, job.error
+    assert job.deleted_messages == sum(e.message_count for e in entries) == 500
+    assert sid in being_deleted.marks_on([sid])
+    assert health.count("being_deleted") == 1
+    assert_each_message_once(before)
+    assert check_store() == []
+
+    actions.resume_bulk_delete(actor="ada", job_id=job_id)
+    assert jobs.run_job(job_id=job_id, worker="w2").state == DeleteJob.DONE
+    job = DeleteJob.objects.get(pk=job_id)
+    assert (job.done, job.deleted_messages) == (1, 1200)
+    assert health.count("being_deleted") == 0
+    assert_each_message_once(before)
+    actions.restore(actor="ada", entry_id=entries.order_by("pk").first().pk)
+    assert store_state() == before
+    assert check_store() == []
