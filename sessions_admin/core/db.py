@@ -63,6 +63,40 @@ _UNWRITABLE_WORDS = (
 )
 
 
+# PostgreSQL's server went away under a connection: a restart, a crash, a stop. Classes
+# connection_exception (08) and operator_intervention (57P01-57P03), or the client's words
+# when the server died before it could say anything.
+_CONNECTION_LOST_WORDS = (
+    "server closed the connection",
+    "terminating connection",
+    "connection is closed",
+    "connection already closed",
+    "the database system is",
+)
+
+
+def connection_lost(error: BaseException) -> bool:
+    """``error`` is a database server that closed the connection (it restarted or stopped):
+    nothing the statement did committed, and the next connection works once it is back."""
+    cause = error.__cause__ or error
+    sqlstate = getattr(cause, "sqlstate", None) or ""
+    if sqlstate.startswith("08") or sqlstate in {"57P01", "57P02", "57P03"}:
+        return True
+    text = str(cause).lower()
+    return any(words in text for words in _CONNECTION_LOST_WORDS)
+
+
+def close_broken_connections() -> None:
+    """Close this thread's connections a lost server broke, so the next statement reconnects
+    (Django would otherwise keep using a closed one until the request ends). Not one inside
+    a transaction: whoever opened it rolls it back."""
+    for connection in connections.all(initialized_only=True):
+        if connection.in_atomic_block or connection.connection is None:
+            continue
+        if not connection.is_usable():
+            connection.close()
+
+
 def storage_failure(error: BaseException) -> str | None:
     """``"full"`` or ``"unwritable"`` when ``error`` is a database that could not be written.
 

@@ -283,6 +283,11 @@ class Trash(Protocol):
         nothing (the restore sets a kept child's parent only where the child has none)."""
         ...
 
+    def holder_of(self, session_id: str) -> int | None:
+        """The first entry of the operation (not restored) whose entries hold ``session_id``'s
+        row, or None: where a restore that needs that row sends the operator first."""
+        ...
+
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         """The entries of ``operation`` holding a part of ``session_id`` (some of its messages,
         ``rows["part_of"]``) whose rows are only in the trash: complete, not restored (a part
@@ -322,6 +327,9 @@ class NoTrash:
         pass
 
     def keep_waiting_link(self, *, child: str, parent: str) -> int | None:
+        return None
+
+    def holder_of(self, session_id: str) -> int | None:
         return None
 
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
@@ -1714,6 +1722,7 @@ def execute_cascade_delete(
     reason: str,
     trash: Trash | None = None,
     lose_undo: bool = False,
+    operation: str | None = None,
 ) -> DeleteResult:
     """Delete exactly the previewed plan (refused if the store changed since).
 
@@ -1732,7 +1741,9 @@ def execute_cascade_delete(
     holds.refuse_held(plan.session_ids)
     if plan.merges and not lose_undo:
         raise InvalidInput(lost_undo_words(plan) + " Confirm that, or undo the merge first.")
-    operation = new_operation_id()
+    # The caller's id, when it records it before the delete runs (its audit entry): what
+    # committed can then be read from the trash even if the caller never learns the result.
+    operation = operation or new_operation_id()
     # Between its batches, a session the runtime links to one still to go (a delegate, a
     # continuation) or a merge made meanwhile stops the cascade before that batch.
     whole = WholeConversations(
@@ -1942,10 +1953,16 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
         still_here = lineage.existing_session_ids(part_sessions)
         missing = [sid for sid in part_sessions if sid not in still_here]
         if missing:
+            holder = trash.holder_of(missing[0])
+            first = (
+                f"restore trash entry #{holder} first"
+                if holder is not None
+                else "no trash entry holds it any more"
+            )
             raise RestoreConflict(
                 f"Cannot restore: messages of session {missing[0]} are in this trash entry, but "
                 "the session is neither in the store nor in the entry (another delete took its "
-                "row: restore that one first)."
+                f"row: {first})."
             )
     message_ids = [m["id"] for m in payload["messages"]]
     for chunk in _chunks(message_ids):

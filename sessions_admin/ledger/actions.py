@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import IO, Any, TypeVar
 
 from django.conf import settings
@@ -48,6 +49,7 @@ from sessions_admin import core
 from sessions_admin.core import db as core_db
 from sessions_admin.core import erasure as erasure_core
 from sessions_admin.core import faults, holds, portability, stray
+from sessions_admin.core.deletion import new_operation_id
 from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.core.lifecycle import recoverable_siblings
 from sessions_admin.core.text import (
@@ -68,7 +70,12 @@ from sessions_admin.ledger.models import (
     RetentionPolicy,
     TrashEntry,
 )
-from sessions_admin.ledger.trash import LEDGER_TRASH, PurgeReport, purge_trash_report
+from sessions_admin.ledger.trash import (
+    LEDGER_TRASH,
+    PurgeReport,
+    purge_trash_report,
+    stale_pending_trash,
+)
 from sessions_admin.routers import store_alias
 from sessions_admin.store import cached
 from sessions_admin.store.models import Session
@@ -77,6 +84,8 @@ T = TypeVar("T")
 MAX_AUDIT_SESSIONS = 10_000
 ENTRY_SESSION_IDS = 1000  # ids kept on the entry itself; AuditSession rows hold up to the max
 DETAIL_MAX = 4000
+# A cascade's entry still pending after this long is not running any more (a job's lease, too).
+STALE_PENDING_SECONDS = 600
 MAX_HELD_NAMED = 1000  # held sessions a retention run's entry names one by one
 
 logger = logging.getLogger(__name__)
@@ -288,6 +297,8 @@ def _audited(
         committed = partly(error)
         if committed is not None:
             cached.forget_all()  # what did commit shows at once, as after an ok action
+        if core_db.connection_lost(getattr(error, "error", None) or error):
+            core_db.close_broken_connections()  # a restarted server: record it on a new one
         try:
             if committed is not None:
                 _complete(
@@ -610,12 +621,16 @@ def cascade_delete(
     ids = operator_identifiers(session_ids)
     _check_fingerprint(expected_fingerprint)
     reason = operator_text(reason, field="reason", required=True)
+    complete_stale_deletes()
+    # Recorded with the intent: an entry whose outcome could not be written is completed
+    # later from what this operation's trash holds (complete_stale_deletes).
+    operation = new_operation_id()
     return _audited(
         actor=actor,
         action="cascade_delete",
         session_ids=ids,
         reason=reason,
-        before=_counts(ids),
+        before={**_counts(ids), "trash_operation": operation},
         run=lambda: core.execute_cascade_delete(
             session_ids=ids,
             include_branches=include_branches,
@@ -624,6 +639,7 @@ def cascade_delete(
             reason=reason,
             trash=LEDGER_TRASH,
             lose_undo=lose_undo,
+            operation=operation,
         ),
         after=lambda r: {
             "deleted_sessions": r.deleted_sessions,
@@ -635,6 +651,68 @@ def cascade_delete(
         # Batches committed before a later one failed stay deleted: said so, with their trash.
         partly=lambda error: error.result if isinstance(error, core.DeletePartlyApplied) else None,
     )
+
+
+def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS) -> list[int]:
+    """Complete cascade deletes' entries left ``pending`` (the dashboard database could not
+    record their outcome, or the process died) from what their trash operation holds.
+
+    A delete copies each batch into the trash before the store deletes it, so the trash says
+    what committed: nothing (``failed``), every batch down to the sessions asked for
+    (``ok``), or the first batches only (``partial``). Only entries older than
+    ``older_than_seconds``: a younger one may be a delete still running. Returns their ids.
+    """
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    completed = []
+    stale = AuditEntry.objects.using(_audit_alias()).filter(
+        action="cascade_delete", outcome=AuditEntry.PENDING, created_at__lt=cutoff
+    )
+    for entry in stale:
+        operation = (entry.before or {}).get("trash_operation")
+        if not operation:
+            continue  # recorded before entries named their operation: nothing to read
+        stale_pending_trash(operation=operation)  # batches that did commit
+        entries = list(
+            TrashEntry.objects.filter(operation=operation)
+            .exclude(state=TrashEntry.PENDING)
+            .order_by("pk")
+        )
+        left = (
+            core_db.fetchall(
+                f"SELECT id FROM sessions WHERE id IN ({core_db.placeholders(entry.session_ids)})",
+                list(entry.session_ids),
+            )
+            if entry.session_ids
+            else []
+        )
+        after = {
+            "deleted_sessions": sum(e.session_count for e in entries),
+            "deleted_messages": sum(e.message_count for e in entries),
+            "trash_entries": [e.pk for e in entries],
+            "trash_operation": operation,
+        }
+        if not entries:
+            outcome, after = AuditEntry.FAILED, {}
+            detail = "Completed later: its trash holds nothing, so no batch was deleted."
+        elif left:
+            outcome = AuditEntry.PARTIAL
+            detail = (
+                f"Completed later from its trash: {after['deleted_sessions']} sessions and "
+                f"{after['deleted_messages']} messages were deleted, restorable from trash "
+                f"entry #{entries[0].pk}; the rest is still in the store (delete it again to "
+                "finish, or restore the entry to undo)."
+            )
+        else:
+            outcome = AuditEntry.OK
+            detail = "Completed later from its trash (its outcome could not be recorded then)."
+        try:
+            _complete(
+                entry, outcome=outcome, linked=list(entry.session_ids), after=after, detail=detail
+            )
+        except RuntimeError:
+            continue  # completed meanwhile by its own process
+        completed.append(entry.pk)
+    return completed
 
 
 def start_bulk_delete(

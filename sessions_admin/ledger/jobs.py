@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import connections, router, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, deletion, faults, holds, lineage
@@ -267,6 +267,16 @@ def _settle_committed_batches(job_id: int) -> None:
                     done=F("done") + settled,
                     deleted_messages=F("deleted_messages") + entry.message_count,
                 )
+    # The parts of a large session a stopped run committed are messages the job deleted, though
+    # that run never counted them (its batch failed or died before the session's last step):
+    # the job counts at least what its trash holds.
+    in_trash = TrashEntry.objects.filter(job_id=job_id, state=TrashEntry.COMPLETE).aggregate(
+        messages=Sum("message_count")
+    )["messages"]
+    if in_trash:
+        DeleteJob.objects.filter(pk=job_id, deleted_messages__lt=in_trash).update(
+            deleted_messages=in_trash
+        )
 
 
 def _quiet_before(job: DeleteJob) -> float | None:
@@ -427,6 +437,9 @@ def run_job(
                 _record_kept_whole(job, kept)
             batches += 1
     except Exception as error:
+        # A connection a restarted server cut is reopened: the failure is recorded at once
+        # instead of the job staying running until its lease ends.
+        db.close_broken_connections()
         try:
             # A batch the store committed before the failure (its trash entry or its items not
             # yet marked: the dashboard's database failed) counts as deleted, as the trash says.
@@ -461,9 +474,16 @@ def _dashboard_write():
 def _failure_words(error: BaseException) -> str:
     """What the job's page says stopped it: a database that could not be written, in words."""
     storage = db.storage_failure(error)
+    where = deletion.TRASH_DATABASE if getattr(error, "database", None) else "store"
+    if storage is None and db.connection_lost(error):
+        server = "The dashboard database's" if where == deletion.TRASH_DATABASE else "The store's"
+        return (
+            f"{server} server closed the connection: it restarted or stopped ({error}). "
+            "What the job deleted before stays in the trash; finish the job once the "
+            "server is back, or restore its trash entry to undo it."
+        )
     if storage is None:
         return str(error)
-    where = deletion.TRASH_DATABASE if getattr(error, "database", None) else "store"
     words = deletion.database_words(where, storage)
     return (
         f"{words[:1].upper()}{words[1:]} ({error}). What the job deleted before "

@@ -264,6 +264,24 @@ class LedgerTrash:
             )
         return first
 
+    def holder_of(self, session_id: str) -> int | None:
+        holder = (
+            TrashEntry.objects.filter(session_count__gt=0, sessions__session_id=session_id)
+            .exclude(state=TrashEntry.RESTORED)
+            .order_by("-pk")
+            .values_list("operation", flat=True)
+            .first()
+        )
+        if holder is None:
+            return None
+        return (
+            TrashEntry.objects.filter(operation=holder)
+            .exclude(state=TrashEntry.RESTORED)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+            .first()
+        )
+
     def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
         parts = TrashEntry.objects.filter(
             operation=operation, session_count=0, sessions__session_id=session_id

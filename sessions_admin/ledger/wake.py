@@ -81,6 +81,7 @@ class JobWaiter:
 
     def __init__(self) -> None:
         self._listener = None  # a psycopg connection of its own, in autocommit
+        self._listens = False  # on PostgreSQL: a cut listener is opened again
         self._socket: socket.socket | None = None
         self._path: Path | None = None
         self.channel = "poll only"
@@ -101,9 +102,19 @@ class JobWaiter:
         params = dict(connections["default"].get_connection_params())
         for django_only in ("cursor_factory", "context", "prepare_threshold"):
             params.pop(django_only, None)
+        self._listens = True
         self._listener = psycopg.connect(autocommit=True, **params)
         self._listener.execute(f"LISTEN {CHANNEL}")
         self.channel = f"PostgreSQL LISTEN {CHANNEL}"
+
+    def _listen_again(self) -> bool:
+        try:
+            self._listen()
+        except Exception as error:
+            self._listener = None
+            logger.warning("delete-job worker: cannot listen yet (%s), polling meanwhile", error)
+            return False
+        return True
 
     def _bind(self) -> None:
         directory = socket_dir()
@@ -117,9 +128,23 @@ class JobWaiter:
 
     def wait(self, timeout: float) -> bool:
         """Block until a wake arrives or ``timeout`` seconds pass; True when woken."""
+        if self._listens and self._listener is None and not self._listen_again():
+            threading.Event().wait(min(timeout, UNWOKEN_POLL_SECONDS))
+            return True  # the server is back or not: a look for jobs tells
         if self._listener is not None:
-            # Notices arriving together come out together; a later one only costs one more look.
-            return any(True for _ in self._listener.notifies(timeout=timeout, stop_after=1))
+            try:
+                # Notices arriving together come out together; a later one only costs one
+                # more look.
+                return any(True for _ in self._listener.notifies(timeout=timeout, stop_after=1))
+            except Exception:
+                # The server closed the connection (a restart): a wake sent meanwhile is
+                # lost, so this counts as one, and the worker listens again on a new one.
+                logger.warning("delete-job worker: its wake channel was cut, listening again")
+                with contextlib.suppress(Exception):
+                    self._listener.close()
+                self._listener = None
+                self._listen_again()
+                return True
         if self._socket is not None:
             readable, _, _ = select.select([self._socket], [], [], timeout)
             if not readable:

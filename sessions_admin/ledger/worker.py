@@ -54,13 +54,20 @@ def work_until_idle(
     idle_since = time.monotonic()
     try:
         while True:
-            runnable = jobs.runnable_job_ids()
+            try:
+                runnable = jobs.runnable_job_ids()
+            except Exception:
+                # The dashboard's database went away (a restart): look again once it is back.
+                logger.exception("delete-job worker: cannot look for jobs")
+                connections.close_all()
+                runnable = []
             if runnable:
                 for job_id in runnable:
                     try:
                         jobs.run_job(job_id=job_id)
                     except Exception:
                         logger.exception("delete job %s failed", job_id)
+                        connections.close_all()  # one a restart cut: the next job reconnects
                 idle_since = time.monotonic()
                 continue
             idle_left = idle_exit_seconds - (time.monotonic() - idle_since)

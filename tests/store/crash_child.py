@@ -37,6 +37,10 @@ def main(operation: str, arguments: dict) -> object:
             faults.run_at(point, lambda: fill(database), nth=int(nth or 1))
     if operation == "merge":
         return core.merge_sessions(**arguments)
+    if operation == "audited_merge":  # as the merge page runs it: with its audit entry
+        from sessions_admin.ledger import actions
+
+        return actions.merge(**arguments)
     if operation == "cascade_delete":
         return core.execute_cascade_delete(**arguments)
     if operation == "audited_cascade_delete":  # as the cascade page runs it: with its audit entry

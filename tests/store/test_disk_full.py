@@ -369,3 +369,50 @@ def test_a_job_stopped_by_a_full_store_counts_its_trash_and_finishes(monkeypatch
     assert sorted(trashed.values_list("session_id", flat=True)) == sorted(selected)
     assert DeleteJob.objects.get(pk=job_id).done == len(selected)
     assert check_store() == []
+
+
+def test_a_cascade_entry_left_pending_by_a_full_dashboard_database_is_completed_from_its_trash(
+    lineage_with_messages,
+):
+    if db.vendor() != "sqlite":
+        pytest.skip("a file-size limit needs SQLite files")
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    root = lineage_with_messages[0]
+    plan = core.plan_cascade_delete(session_ids=[root])
+    arguments = {
+        "actor": "ada",
+        "session_ids": [root],
+        "include_branches": False,
+        "expected_fingerprint": plan.fingerprint,
+        "reason": "disk full test",
+    }
+    child = run_full_child(
+        arguments, database="default", at=f"cascade.between_batches@{FAILING_BATCH - 1}"
+    )
+    assert child.returncode == 1, (child.stdout, child.stderr)
+    stuck = AuditEntry.objects.get(action="cascade_delete")
+    assert stuck.outcome == AuditEntry.PENDING  # its outcome could not be written
+    assert actions.complete_stale_deletes() == []  # young: it may still be running
+
+    # Later, the operator retries the delete: the stuck entry is completed from the trash.
+    AuditEntry.objects.filter(pk=stuck.pk).update(created_at=timezone.now() - timedelta(hours=1))
+    again = core.plan_cascade_delete(session_ids=[root])
+    actions.cascade_delete(**{**arguments, "expected_fingerprint": again.fingerprint})
+
+    stuck.refresh_from_db()
+    operation = stuck.before["trash_operation"]
+    trashed = TrashEntry.objects.filter(operation=operation)
+    assert stuck.outcome == AuditEntry.PARTIAL, stuck.detail
+    assert stuck.after["trash_operation"] == operation
+    assert sorted(stuck.after["trash_entries"]) == sorted(e.pk for e in trashed)
+    assert stuck.after["deleted_sessions"] == FAILING_BATCH - 1 == trashed.count()
+    assert stuck.after["deleted_messages"] == sum(e.message_count for e in trashed)
+    assert f"#{min(e.pk for e in trashed)}" in stuck.detail
+    assert not AuditEntry.objects.filter(outcome=AuditEntry.PENDING).exists()
+    assert sorted(TrashSession.objects.values_list("session_id", flat=True)) == sorted(
+        plan.session_ids
+    )
+    assert check_store() == []
