@@ -3,8 +3,10 @@
 A subject is a user id, optionally with chat ids and whole session keys; each is compared
 as a whole value with its case (``=``/``IN``, never ``LIKE`` or a substring), and a blank,
 padded, invisible or wildcard-only value is refused. Its plan (``plan_erasure``) is every
-session of that user, chat or key, with everything that goes with it (compression
-continuations, delegates and branches, which copy the conversation); the subject's
+session of that user, chat or key, with every session below it by ``parent_session_id``
+(compression continuations, delegates, branches, children, API continuations, with no
+user id or theirs; another user's refuses); a merge target with no user id
+that a chat id or key reaches only through the merge is kept (``kept_targets``); the subject's
 messages a standing merge moved into a session that stays (by the message ids the merge
 recorded); the slugs and stored responses of those sessions; and the rows of
 sessions_admin's own tables about them. A plan reaching a session of another user id
@@ -13,7 +15,8 @@ sessions naming the subject as a whole word (``mentions``) are listed and kept: 
 is someone else's. ``erase`` deletes exactly that, without a trash copy: it re-plans and
 refuses if the fingerprint changed, or carries out a plan recorded earlier (``plan_record``:
 a resumed erasure, whose killed run already deleted some of it; every step is idempotent). Merge records that moved the subject's rows into a
-session that stays are emptied of them and marked as no longer undoable; the subject's
+session that stays are emptied of them and marked as no longer undoable (a key they copied
+from an erased session onto the target is taken back); the subject's
 switch events become tombstones (``core.events``); hold reasons naming them are redacted.
 Then it removes what deleted rows leave behind:
 
@@ -324,7 +327,7 @@ def _subject_sessions(subject: Subject) -> tuple[list[str], list[str]]:
     """The sessions whose user id, chat id or session key is one of the subject's, each
     compared whole, and everything below them by ``parent_session_id`` (continuations,
     delegates, branches, children); and the sessions kept although a chat id or key of the
-    subject's reaches them: targets of a merge with no user id or another one, which held
+    subject's reaches them: targets of a merge with no user id, which held
     rows of their own (only the subject's moved rows go, see ``_moved_messages``)."""
     by_user = {
         r[0] for r in db.fetchall("SELECT id FROM sessions WHERE user_id = %s", [subject.user_id])
@@ -343,7 +346,17 @@ def _subject_sessions(subject: Subject) -> tuple[list[str], list[str]]:
         if where
         else set()
     )
-    kept = sorted(_merge_targets(sorted(by_value)))
+    # Another user's session stays among the roots: ``_refuse_other_users`` refuses it.
+    no_user = {
+        r[0]
+        for chunk in _chunks(sorted(by_value))
+        for r in db.fetchall(
+            f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)}) "
+            "AND (user_id IS NULL OR user_id = '')",
+            list(chunk),
+        )
+    }
+    kept = sorted(_merge_targets(sorted(no_user)))
     roots = sorted(by_user | (by_value - set(kept)))
     if not roots:
         return [], kept
