@@ -385,8 +385,10 @@ def _refuse_other_users(subject: Subject, ids: Sequence[str], merged_in: Sequenc
         total = len(users | {subject.user_id})
         raise InvalidInput(
             f"This subject would touch sessions of {total} users ({len(others)} besides the "
-            "user id given): the chat ids and session keys must be this person's alone, and "
-            "a session another user's session was merged into must be unmerged first. "
+            "user id given): the chat ids and session keys must be this person's alone, "
+            "a session another user's session was merged into must be unmerged first, and a "
+            "session below theirs (parent_session_id) with another user id is not erased "
+            "with them: review it first. "
             "Nothing was erased."
         )
 
