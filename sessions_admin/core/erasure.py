@@ -3,8 +3,10 @@
 A subject is a user id, optionally with chat ids and whole session keys; each is compared
 as a whole value with its case (``=``/``IN``, never ``LIKE`` or a substring), and a blank,
 padded, invisible or wildcard-only value is refused. Its plan (``plan_erasure``) is every
-session of that user, chat or key, with everything that goes with it (compression
-continuations, delegates and branches, which copy the conversation); the subject's
+session of that user, chat or key, with every session below it by ``parent_session_id``
+(compression continuations, delegates, branches, children, API continuations, with no
+user id or theirs; another user's refuses); a merge target with no user id
+that a chat id or key reaches only through the merge is kept (``kept_targets``); the subject's
 messages a standing merge moved into a session that stays (by the message ids the merge
 recorded); the slugs and stored responses of those sessions; and the rows of
 sessions_admin's own tables about them. A plan reaching a session of another user id
@@ -13,7 +15,8 @@ sessions naming the subject as a whole word (``mentions``) are listed and kept: 
 is someone else's. ``erase`` deletes exactly that, without a trash copy: it re-plans and
 refuses if the fingerprint changed, or carries out a plan recorded earlier (``plan_record``:
 a resumed erasure, whose killed run already deleted some of it; every step is idempotent). Merge records that moved the subject's rows into a
-session that stays are emptied of them and marked as no longer undoable; the subject's
+session that stays are emptied of them and marked as no longer undoable (a key they copied
+from an erased session onto the target is taken back); the subject's
 switch events become tombstones (``core.events``); hold reasons naming them are redacted.
 Then it removes what deleted rows leave behind:
 
@@ -54,7 +57,7 @@ from pathlib import Path
 
 from django.db import OperationalError, connections
 
-from sessions_admin.core import being_deleted, db, events, faults, holds
+from sessions_admin.core import being_deleted, db, events, faults, holds, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.deletion import (
     NO_TRASH,
@@ -167,6 +170,25 @@ class ErasurePlan:
     # Other holds whose reason or release reason names the subject (as a whole token): the
     # hold stays, those words become ``[erased]``.
     redacted_holds: tuple[int, ...] = ()
+    # Sessions a chat id or key of the subject's reaches that are kept: the target of a
+    # merge, holding rows that are not the subject's; only the subject's moved rows go.
+    kept_targets: tuple[str, ...] = ()
+    # The chat ids and session keys of the sessions that go (not only the values given):
+    # redacted from operator text like the subject's own (``redaction_subject``).
+    erased_chat_ids: tuple[str, ...] = ()
+    erased_session_keys: tuple[str, ...] = ()
+
+    @property
+    def redaction_subject(self) -> Subject:
+        """The subject with every chat id and key of the erased sessions: what is looked
+        for in operator free text (audit, bulk delete, trash and hold reasons)."""
+        return Subject(
+            user_id=self.subject.user_id,
+            chat_ids=tuple(dict.fromkeys([*self.subject.chat_ids, *self.erased_chat_ids])),
+            session_keys=tuple(
+                dict.fromkeys([*self.subject.session_keys, *self.erased_session_keys])
+            ),
+        )
 
     @property
     def held_scope(self) -> tuple[str, ...]:
@@ -200,6 +222,9 @@ def plan_record(plan: ErasurePlan) -> dict:
         "mentions": list(plan.mentions),
         "touched_session_ids": list(plan.touched_session_ids),
         "redacted_holds": list(plan.redacted_holds),
+        "kept_targets": list(plan.kept_targets),
+        "erased_chat_ids": list(plan.erased_chat_ids),
+        "erased_session_keys": list(plan.erased_session_keys),
     }
 
 
@@ -226,6 +251,9 @@ def plan_from_record(record: dict) -> ErasurePlan:
         mentions=tuple(record["mentions"]),
         touched_session_ids=tuple(record["touched_session_ids"]),
         redacted_holds=tuple(int(h) for h in record["redacted_holds"]),
+        kept_targets=tuple(record.get("kept_targets", ())),
+        erased_chat_ids=tuple(record.get("erased_chat_ids", ())),
+        erased_session_keys=tuple(record.get("erased_session_keys", ())),
     )
 
 
@@ -255,21 +283,85 @@ def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
         yield items[start : start + size]
 
 
-def _subject_sessions(subject: Subject) -> list[str]:
+def _merge_targets(ids: Sequence[str]) -> set[str]:
+    """Those of ``ids`` that a merge (not undone) moved other sessions into."""
+    found: set[str] = set()
+    for chunk in _chunks(list(ids)):
+        found |= {
+            r[0]
+            for r in db.fetchall(
+                "SELECT target_session_id FROM sessions_admin_merges WHERE undone_at IS NULL "
+                f"AND target_session_id IN ({db.placeholders(chunk)})",
+                list(chunk),
+            )
+        }
+    return found
+
+
+def _descendants(ids: Sequence[str]) -> set[str]:
+    """Every session below ``ids`` by ``parent_session_id``, whatever the link's kind: a
+    child, a branch or an API continuation the runtime left without a user id is the
+    subject's conversation going on (another user's is refused by ``_refuse_other_users``)."""
+    found: set[str] = set()
+    for chunk in _chunks(list(ids)):
+        found |= {
+            r[0]
+            for r in db.fetchall(
+                f"""
+                WITH RECURSIVE below(id, depth) AS (
+                    SELECT id, 0 FROM sessions WHERE id IN ({db.placeholders(chunk)})
+                    UNION
+                    SELECT c.id, below.depth + 1 FROM below
+                    JOIN sessions c ON c.parent_session_id = below.id
+                    WHERE below.depth < %s
+                )
+                SELECT id FROM below
+                """,
+                [*chunk, lineage.MAX_DEPTH],
+            )
+        }
+    return found
+
+
+def _subject_sessions(subject: Subject) -> tuple[list[str], list[str]]:
     """The sessions whose user id, chat id or session key is one of the subject's, each
-    compared whole, and everything that goes with them (continuations, delegates, branches)."""
-    where = ["user_id = %s"]
-    params: list = [subject.user_id]
+    compared whole, and everything below them by ``parent_session_id`` (continuations,
+    delegates, branches, children); and the sessions kept although a chat id or key of the
+    subject's reaches them: targets of a merge with no user id, which held
+    rows of their own (only the subject's moved rows go, see ``_moved_messages``)."""
+    by_user = {
+        r[0] for r in db.fetchall("SELECT id FROM sessions WHERE user_id = %s", [subject.user_id])
+    }
+    where: list[str] = []
+    params: list = []
     if subject.chat_ids:
         where.append(f"chat_id IN ({db.placeholders(subject.chat_ids)})")
         params += list(subject.chat_ids)
     if subject.session_keys:
         where.append(f"session_key IN ({db.placeholders(subject.session_keys)})")
         params += list(subject.session_keys)
-    roots = [
-        r[0] for r in db.fetchall(f"SELECT id FROM sessions WHERE {' OR '.join(where)}", params)
-    ]
-    return list(lineage_closure(roots, include_branches=True)) if roots else []
+    by_value = (
+        {r[0] for r in db.fetchall(f"SELECT id FROM sessions WHERE {' OR '.join(where)}", params)}
+        - by_user
+        if where
+        else set()
+    )
+    # Another user's session stays among the roots: ``_refuse_other_users`` refuses it.
+    no_user = {
+        r[0]
+        for chunk in _chunks(sorted(by_value))
+        for r in db.fetchall(
+            f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)}) "
+            "AND (user_id IS NULL OR user_id = '')",
+            list(chunk),
+        )
+    }
+    kept = sorted(_merge_targets(sorted(no_user)))
+    roots = sorted(by_user | (by_value - set(kept)))
+    if not roots:
+        return [], kept
+    found = set(lineage_closure(roots, include_branches=True)) | _descendants(roots)
+    return sorted(found - set(kept)), kept
 
 
 def _user_ids_of(ids: Sequence[str]) -> set[str]:
@@ -293,8 +385,10 @@ def _refuse_other_users(subject: Subject, ids: Sequence[str], merged_in: Sequenc
         total = len(users | {subject.user_id})
         raise InvalidInput(
             f"This subject would touch sessions of {total} users ({len(others)} besides the "
-            "user id given): the chat ids and session keys must be this person's alone, and "
-            "a session another user's session was merged into must be unmerged first. "
+            "user id given): the chat ids and session keys must be this person's alone, "
+            "a session another user's session was merged into must be unmerged first, and a "
+            "session below theirs (parent_session_id) with another user id is not erased "
+            "with them: review it first. "
             "Nothing was erased."
         )
 
@@ -484,6 +578,22 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str], merge
     return found
 
 
+def _identifiers_of(ids: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The distinct chat ids and session keys of these sessions."""
+    chats: set[str] = set()
+    keys: set[str] = set()
+    for chunk in _chunks(list(ids)):
+        for chat_id, key in db.fetchall(
+            f"SELECT chat_id, session_key FROM sessions WHERE id IN ({db.placeholders(chunk)})",
+            list(chunk),
+        ):
+            if chat_id:
+                chats.add(str(chat_id))
+            if key:
+                keys.add(str(key))
+    return tuple(sorted(chats)), tuple(sorted(keys))
+
+
 def plan_erasure(*, subject: Subject) -> ErasurePlan:
     """Everything ``erase`` would remove for ``subject`` (nothing changes).
 
@@ -491,7 +601,8 @@ def plan_erasure(*, subject: Subject) -> ErasurePlan:
     sessions found belong to more than one user id.
     """
     subject.check()
-    ids = ordered_children_first(_subject_sessions(subject))
+    found, kept = _subject_sessions(subject)
+    ids = ordered_children_first(found)
     id_set = set(ids)
     merges = _merges_touching(id_set)
     # Sessions merged into one of the subject's: their messages are in the subject's now.
@@ -528,6 +639,12 @@ def plan_erasure(*, subject: Subject) -> ErasurePlan:
         ({sid for _mid, sid in moved} | {t for m, t, *_ in merges if m in closed}) - id_set
     )
     held_map = holds.holds_on([*ids, *touched])
+    erased_chat_ids, erased_keys = _identifiers_of(ids)
+    redaction = Subject(
+        user_id=subject.user_id,
+        chat_ids=tuple(dict.fromkeys([*subject.chat_ids, *erased_chat_ids])),
+        session_keys=tuple(dict.fromkeys([*subject.session_keys, *erased_keys])),
+    )
     side = _side_rows(subject, ids, sorted(names), merges)
     messages = count_messages(ids) if ids else 0
     mentions = _mentions(subject, id_set)
@@ -537,7 +654,7 @@ def plan_erasure(*, subject: Subject) -> ErasurePlan:
         int(r[0])
         for r in db.fetchall("SELECT id, reason, release_reason FROM sessions_admin_holds")
         if r[0] not in gone_holds
-        and (names_subject(r[1], subject) or names_subject(r[2] or "", subject))
+        and (names_subject(r[1], redaction) or names_subject(r[2] or "", redaction))
     )
     fingerprint = hashlib.sha256(
         json.dumps(
@@ -552,6 +669,7 @@ def plan_erasure(*, subject: Subject) -> ErasurePlan:
                 side_rows,
                 closed,
                 redacted_holds,
+                kept,
             ],
             default=str,
             sort_keys=True,
@@ -572,6 +690,9 @@ def plan_erasure(*, subject: Subject) -> ErasurePlan:
         mentions=tuple(mentions[:MENTIONS_LISTED]),
         touched_session_ids=tuple(touched),
         redacted_holds=tuple(redacted_holds),
+        kept_targets=tuple(kept),
+        erased_chat_ids=erased_chat_ids,
+        erased_session_keys=erased_keys,
     )
 
 
@@ -688,16 +809,32 @@ def _redact_holds(hold_ids: Sequence[int], subject: Subject) -> int:
 def _close_merges(merge_ids: Sequence[int], erased: Sequence[str]) -> int:
     """Merge records that moved the subject's rows into a session that stays: their saved
     prior state (the subject's rows) goes, the erased sessions leave the absorbed list, and
-    the record says it can no longer be undone (``core.merge.unmerge`` refuses it)."""
+    the record says it can no longer be undone (``core.merge.unmerge`` refuses it). A key
+    the merge copied from an erased session onto the target (it had none) is taken back:
+    the target gets its own prior value again, while it still holds the copied one."""
     erased_set = set(erased)
     closed = 0
     for merge_id in merge_ids:
         row = db.fetchone(
-            "SELECT absorbed_session_ids FROM sessions_admin_merges WHERE id = %s", [merge_id]
+            "SELECT target_session_id, absorbed_session_ids, prior_state "
+            "FROM sessions_admin_merges WHERE id = %s",
+            [merge_id],
         )
         if row is None:
             continue
-        kept = [sid for sid in json.loads(row[0] or "[]") if sid not in erased_set]
+        target, absorbed, prior = row[0], json.loads(row[1] or "[]"), json.loads(row[2] or "{}")
+        saved = prior.get("sessions") or {}
+        own = (saved.get(target) or {}).get("session_key")
+        copied = (prior.get("target_after") or {}).get("session_key")
+        erased_keys = {
+            (saved.get(sid) or {}).get("session_key") for sid in absorbed if sid in erased_set
+        }
+        if copied and copied != own and copied in erased_keys:
+            db.execute(
+                "UPDATE sessions SET session_key = %s WHERE id = %s AND session_key = %s",
+                [own, target, copied],
+            )
+        kept = [sid for sid in absorbed if sid not in erased_set]
         closed += db.execute(
             "UPDATE sessions_admin_merges SET absorbed_session_ids = %s, prior_state = %s "
             "WHERE id = %s",
@@ -980,7 +1117,7 @@ def erase(
         if plan.closed_merges:
             _close_merges(plan.closed_merges, plan.session_ids)
         if plan.redacted_holds:
-            _redact_holds(plan.redacted_holds, subject)
+            _redact_holds(plan.redacted_holds, plan.redaction_subject)
         after = rows_present(plan=plan)
         index_merged, storage = _purge_leftovers()
     finally:

@@ -781,8 +781,13 @@ def complete(
                 "trash_operations": len(operations),
                 "trash_entries": trash_entries,
                 "job_items": items,
-                "audit_entries_redacted": redact_audit(subject, session_ids, request.salt),
-                "operator_texts_redacted": redact_operator_text(subject, request.salt),
+                # The erased sessions' own chat ids and keys too, not only the values given.
+                "audit_entries_redacted": redact_audit(
+                    plan.redaction_subject, session_ids, request.salt
+                ),
+                "operator_texts_redacted": redact_operator_text(
+                    plan.redaction_subject, request.salt
+                ),
             }
             if sqlite:
                 storage = [
