@@ -76,8 +76,12 @@ class Command(BaseCommand):
             self.stdout.write("Nothing was erased (preview). Add --yes and --reference to erase.")
             return
         if full.empty:
-            self.stdout.write("Nothing names this subject: nothing to erase.")
-            return
+            # Still a request, a receipt and the file rewrite: space freed before (the
+            # runtime's own deletes, merges) may keep their bytes until the files are rewritten.
+            self.stdout.write(
+                "Nothing in the store or the trash names this subject now; the database files "
+                "are still rewritten, so no byte freed before is left."
+            )
         try:
             queued = actions.request_erasure(
                 actor=None,
