@@ -120,11 +120,18 @@ def operator_identifiers(values: Iterable[Any], *, field: str = "session id") ->
 def exact_id_problem(value: object, what: str) -> str | None:
     """Why ``value`` cannot be matched whole and exactly as a ``what`` (None: it can).
 
-    Blank, padded with spaces, holding an invisible or control character (``"alice\u200b"``
+    Blank, not storable (NUL, a lone surrogate), longer than ``IDENTIFIER_MAX``, padded
+    with spaces, holding an invisible or control character (``"alice\u200b"``
     reads as ``alice`` and names nobody) or made only of wildcard characters.
     """
     if not isinstance(value, str) or not value.strip():
         return f"Give the {what}: a blank one names nobody."
+    # Checked before anything looks the value up: a lone surrogate cannot be sent to either
+    # database, and an id longer than any stored one would only make the lookups fail.
+    if problem := storability_problem(value):
+        return f"The {what} {shown_back(value, max_length=40)!r} {problem}."
+    if len(value) > IDENTIFIER_MAX:
+        return f"The {what} is longer than {IDENTIFIER_MAX:,} characters; no id is that long."
     if value != value.strip():
         return (
             f"The {what} {value.strip()[:40]!r} has spaces before or after it; "

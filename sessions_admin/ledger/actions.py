@@ -1044,6 +1044,12 @@ def request_erasure(
     or a hold covers any of it). The audit entry names the subject by its keyed hash only."""
     reference = operator_text(reference, field="request reference", required=True, max_length=200)
     _check_fingerprint(expected_fingerprint)
+    if (earlier := erasure.open_request_for(subject)) is not None:
+        raise InvalidInput(
+            f"Erasure request #{earlier.pk} for this subject has not finished ({earlier.state}): "
+            "its page follows it, and opening it (or erase_subject --yes) finishes it. "
+            "Nothing new was queued."
+        )
     full = erasure.plan(subject)
     plan = full.store
     if full.fingerprint != expected_fingerprint:
@@ -1228,6 +1234,20 @@ def finish_erasure_rewrites(
 
 
 _erasure_lock = threading.Lock()
+
+
+def resume_interrupted_erasures() -> list[int]:
+    """Run, here and now, the erasure requests whose worker died (killed mid-erasure, a
+    restart) and the queued ones nobody started; the scheduler calls it. Returns the
+    requests it finished."""
+    finished = []
+    for request_id in erasure.interrupted_request_ids():
+        try:
+            if run_erasure(request_id=request_id) is not None:
+                finished.append(request_id)
+        except Exception:
+            logger.exception("erasure request %s failed", request_id)
+    return finished
 
 
 def start_erasures() -> None:

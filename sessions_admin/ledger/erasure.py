@@ -385,6 +385,34 @@ def unfinished_request_for(subject: Subject) -> ErasureRequest | None:
     return None
 
 
+def open_request_for(subject: Subject) -> ErasureRequest | None:
+    """A request for the same subject that is queued, running, or began erasing and did not
+    finish: a second one is refused and points to it (two runs of one subject would each
+    count and hash what the other deleted)."""
+    for request in ErasureRequest.objects.filter(
+        state__in=[ErasureRequest.PENDING, ErasureRequest.RUNNING]
+    ).order_by("pk"):
+        if subject_from_json(request.subject) == subject:
+            return request
+    return unfinished_request_for(subject)
+
+
+def interrupted_request_ids() -> list[int]:
+    """Running requests whose worker is gone (its process died, or its lease ran out) and
+    queued ones nobody started: the scheduler runs them (``ledger/schedule.py``). Failed
+    ones wait for the operator (opening the page, or ``erase_subject``), who sees why."""
+    now = timezone.now()
+    return sorted(
+        request.pk
+        for request in ErasureRequest.objects.filter(
+            state__in=[ErasureRequest.PENDING, ErasureRequest.RUNNING]
+        )
+        if request.state == ErasureRequest.PENDING
+        or (request.lease_expires_at is not None and request.lease_expires_at < now)
+        or owner_dead(request)
+    )
+
+
 def resumable_request_ids() -> list[int]:
     now = timezone.now()
     # One refused because the store changed after the confirmation is not retried: it would
@@ -418,6 +446,9 @@ class TrashPlan:
     session_ids: tuple[str, ...] = ()  # the subject's sessions found in the trash
     # (operation, hold in words): another person's held rows beside the subject's, kept.
     kept: tuple[tuple[str, str], ...] = ()
+    # The numbers of those holds: all the receipt names of them. A hold's words carry its
+    # reason and its subject (another person, or this one), which a receipt must not.
+    kept_holds: tuple[int, ...] = ()
     held: tuple[tuple[str, str], ...] = ()  # the subject's own trashed rows under a hold
     # The switch events naming those trashed sessions (by ``seq``): tombstoned as the store's.
     switch_events: tuple[int, ...] = ()
@@ -438,6 +469,7 @@ class TrashPlan:
             "prune": [[pk, list(ids)] for pk, ids in self.prune],
             "session_ids": list(self.session_ids),
             "kept": [list(pair) for pair in self.kept],
+            "kept_holds": list(self.kept_holds),
             "held": [list(pair) for pair in self.held],
             "switch_events": list(self.switch_events),
         }
@@ -449,6 +481,7 @@ class TrashPlan:
             prune=tuple((int(pk), tuple(ids)) for pk, ids in record["prune"]),
             session_ids=tuple(record["session_ids"]),
             kept=tuple((op, words) for op, words in record["kept"]),
+            kept_holds=tuple(int(pk) for pk in record.get("kept_holds", ())),
             held=tuple((sid, words) for sid, words in record["held"]),
             switch_events=tuple(int(seq) for seq in record.get("switch_events", ())),
         )
@@ -476,6 +509,7 @@ def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
         rows = decode_trash_rows(payload.get("sessions", []))
         operations.setdefault(operation, []).append((pk, payload, rows))
     purge, prune, found, kept, held, other_users = [], [], set(), [], {}, set()
+    kept_holds: set[int] = set()
     for operation, entries in operations.items():
         rows = {str(row.get("id")): row for _pk, _payload, rs in entries for row in rs}
         theirs = {sid for sid, row in rows.items() if _is_subjects(row, subject, store_ids)}
@@ -513,6 +547,7 @@ def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
         others = [row for sid, row in rows.items() if sid not in theirs]
         for hold in {h.id: h for h in holds.held_among_rows(others).values()}.values():
             kept.append((operation, hold.describe()))
+            kept_holds.add(hold.id)
     if other_users:
         raise InvalidInput(
             f"This subject would touch trashed sessions of {len(other_users) + 1} users "
@@ -524,6 +559,7 @@ def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
         prune=tuple(sorted(prune)),
         session_ids=tuple(sorted(found)),
         kept=tuple(sorted(set(kept))),
+        kept_holds=tuple(sorted(kept_holds)),
         held=tuple(sorted((sid, hold.describe()) for sid, hold in held.items())),
         switch_events=erasure.switch_events_of(session_ids=sorted(found - store_ids)),
     )
@@ -737,10 +773,13 @@ def erase_trash(trash: TrashPlan) -> tuple[list[str], int]:
 
 
 def kept_in_receipt(plan: ErasurePlan, trash: TrashPlan) -> dict:
-    """What the erasure left, and why: the receipt says it in counts and hold numbers."""
+    """What the erasure left, and why: the receipt says it in counts and hold numbers only
+    (never a hold's reason or subject: another person's, or this person's own id)."""
     return {
         "other_peoples_sessions_mentioning_subject": len(plan.mentions),
-        "held_rows_of_other_people_in_shared_trash": [words for _op, words in trash.kept],
+        "held_rows_of_other_people_in_shared_trash": [
+            f"legal hold #{pk}" for pk in trash.kept_holds
+        ],
     }
 
 
@@ -795,7 +834,9 @@ def complete(
                 ]
             else:
                 storage = ["dashboard: VACUUM of the erasure, trash, audit and job item tables"]
-            receipt = receipt_of(request, plan, result, dashboard, storage)
+            receipt = receipt_of(
+                request, plan, result, dashboard, storage, trashed_ids=trash.session_ids
+            )
             receipt["kept"] = kept_in_receipt(plan, trash)
             receipt = signed(receipt)
             finish(request, receipt)
@@ -826,8 +867,12 @@ def receipt_of(
     result: erasure.ErasureResult,
     dashboard: dict,
     storage: list[str],
+    *,
+    trashed_ids: Sequence[str] = (),
 ) -> dict:
     salt = request.salt
+    # Every session the erasure removed: the store's and those it purged from the trash.
+    erased_ids = {*plan.session_ids, *trashed_ids}
     return {
         "erasure_request": request.pk,
         "reference": request.reference,
@@ -848,7 +893,7 @@ def receipt_of(
             "job_items": dashboard["job_items"],
             "audit_entries_redacted": dashboard["audit_entries_redacted"],
         },
-        "session_ids_sha256": sorted(hash_of(salt, sid) for sid in plan.session_ids),
+        "session_ids_sha256": sorted(hash_of(salt, sid) for sid in erased_ids),
         "conversation_slugs_sha256": sorted(hash_of(salt, n) for n in plan.conversation_names),
         "response_ids_sha256": sorted(hash_of(salt, r) for r in plan.response_ids),
         "storage": [*result.storage, *storage],

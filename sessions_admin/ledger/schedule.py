@@ -38,7 +38,8 @@ def index_merge_interval() -> float:
 
 
 def run_schedule(*, interval: float, stop: threading.Event) -> None:
-    """Start due retention runs every ``interval`` seconds until ``stop`` is set.
+    """Start due retention runs every ``interval`` seconds until ``stop`` is set, and finish
+    erasure requests whose worker died mid-erasure (a kill, a restart) or that nobody started.
 
     Every ``SESSIONS_ADMIN_ERASURE_INDEX_RETRY_SECONDS`` (default 600) it also retries the
     search index merge of erasures a busy runtime kept from finishing it (each try takes up
@@ -53,6 +54,12 @@ def run_schedule(*, interval: float, stop: threading.Event) -> None:
                 actions.start_due_policies()
             except Exception:
                 logger.exception("retention schedule check failed")
+            finally:
+                connections.close_all()
+            try:
+                actions.resume_interrupted_erasures()
+            except Exception:
+                logger.exception("resuming interrupted erasures failed")
             finally:
                 connections.close_all()
             if time.monotonic() >= next_index_merge:

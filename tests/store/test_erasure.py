@@ -130,13 +130,16 @@ def test_the_preview_lists_what_the_receipt_erases_and_nothing_else_goes():
     untouched_other = [
         r for r in db.fetchall("SELECT * FROM messages WHERE session_id = %s", [ids["other"]])
     ]
+    trashed = erasure.plan(subject).trash.session_ids
+    assert len(trashed) == 1
 
     request = _erase(subject)
 
     assert request.state == ErasureRequest.DONE and request.subject == ""
     receipt = request.receipt
+    # Every erased session: the store's and the one already in the trash.
     assert receipt["session_ids_sha256"] == sorted(
-        erasure.hash_of(request.salt, sid) for sid in plan.session_ids
+        erasure.hash_of(request.salt, sid) for sid in {*plan.session_ids, *trashed}
     )
     assert receipt["erased"]["sessions"] == 3
     assert receipt["erased"]["messages_in_other_sessions"] == 0

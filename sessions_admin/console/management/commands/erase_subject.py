@@ -6,7 +6,10 @@ and prints the receipt (JSON). Without ``--yes`` nothing changes. Every value is
 whole and exactly: ``--key`` is a full session key, never a prefix. A request for the same
 subject that began erasing and did not finish (its process was killed, or it failed) is
 finished instead of starting another: it carries out the plan it recorded, so what its
-first run already deleted is not looked up again.
+first run already deleted is not looked up again. A subject with nothing left in the store
+is still erased with ``--yes`` (a request, a receipt of 0, the file rewrite: freed space may
+hold their bytes). Values are checked by the rule the page's form uses
+(``core.text.exact_id_problem``): a bad one is a ``CommandError`` and nothing changes.
 """
 
 from __future__ import annotations
@@ -76,8 +79,12 @@ class Command(BaseCommand):
             self.stdout.write("Nothing was erased (preview). Add --yes and --reference to erase.")
             return
         if full.empty:
-            self.stdout.write("Nothing names this subject: nothing to erase.")
-            return
+            # Still a request, a receipt and the file rewrite: space freed before (the
+            # runtime's own deletes, merges) may keep their bytes until the files are rewritten.
+            self.stdout.write(
+                "Nothing in the store or the trash names this subject now; the database files "
+                "are still rewritten, so no byte freed before is left."
+            )
         try:
             queued = actions.request_erasure(
                 actor=None,
