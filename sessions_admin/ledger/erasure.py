@@ -508,22 +508,35 @@ def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
             continue
         rows = decode_trash_rows(payload.get("sessions", []))
         operations.setdefault(operation, []).append((pk, payload, rows))
+    # Children of the subject's sessions go with them, wherever each one is: in the same
+    # trash operation, in another one, or trashed while their parent is still in the store.
+    every_row = {
+        str(row.get("id")): row
+        for entries in operations.values()
+        for _pk, _payload, rs in entries
+        for row in rs
+    }
+    subjects = {sid for sid, row in every_row.items() if _is_subjects(row, subject, store_ids)}
+    grew = True
+    while grew:
+        more = {
+            sid
+            for sid, row in every_row.items()
+            if sid not in subjects
+            and (
+                row.get("parent_session_id") in subjects
+                or row.get("parent_session_id") in store_ids
+            )
+        }
+        subjects |= more
+        grew = bool(more)
     purge, prune, found, kept, held, other_users = [], [], set(), [], {}, set()
     kept_holds: set[int] = set()
     for operation, entries in operations.items():
         rows = {str(row.get("id")): row for _pk, _payload, rs in entries for row in rs}
-        theirs = {sid for sid, row in rows.items() if _is_subjects(row, subject, store_ids)}
+        theirs = {sid for sid in rows if sid in subjects}
         parts = {pk: payload.get("part_of") for pk, payload, _rs in entries}
         theirs |= {sid for sid in parts.values() if sid in store_ids}
-        grew = True
-        while grew:  # children of the subject's trashed sessions go with them
-            more = {
-                sid
-                for sid, row in rows.items()
-                if sid not in theirs and row.get("parent_session_id") in theirs
-            }
-            theirs |= more
-            grew = bool(more)
         if not theirs:
             continue
         other_users |= {

@@ -14,7 +14,7 @@ from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.core.erasure import Subject, plan_erasure
 from sessions_admin.ledger import actions, erasure
-from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.ledger.models import AuditEntry, TrashEntry, TrashSession
 from sessions_admin.routers import responses_alias
 from tests.helpers import conversation, messages, session
 
@@ -202,3 +202,31 @@ def test_the_erased_sessions_chat_id_is_redacted_from_operator_text():
     assert not [
         e.reason for e in AuditEntry.objects.exclude(action="erasure") if "chat-zed-4040" in str(e)
     ]
+
+
+def test_a_child_without_a_user_id_trashed_alone_goes_with_the_subjects_session():
+    """A child of the subject's session that was deleted to the trash on its own (its own
+    trash operation, its parent still in the store, no user id) is the subject's too: the
+    erasure purges its trash rows, not only the children trashed with a parent of theirs."""
+    now = time.time()
+    _session_row("S_dan", user_id="dan-7071", started=now - 3600, ended=now - 100)
+    _message("S_dan", "DANROOT secret")
+    _session_row("S_dchild", user_id=None, parent="S_dan", started=now - 3000, ended=now - 60)
+    _message("S_dchild", "DANCHILD words of dan-7071")
+    _session_row("S_bystander", user_id="erin-2", started=now - 10)
+    _message("S_bystander", "unrelated")
+    plan = core.plan_cascade_delete(session_ids=["S_dchild"])
+    actions.cascade_delete(
+        actor=None,
+        session_ids=["S_dchild"],
+        include_branches=False,
+        expected_fingerprint=plan.fingerprint,
+        reason="tidy up",
+    )
+    assert TrashSession.objects.filter(session_id="S_dchild").exists()
+
+    _erase(Subject(user_id="dan-7071"))
+
+    assert not TrashSession.objects.filter(session_id="S_dchild").exists()
+    assert not any("DANCHILD" in str(entry.payload) for entry in TrashEntry.objects.all())
+    assert db.fetchone("SELECT COUNT(*) FROM sessions WHERE id = 'S_bystander'")[0] == 1
