@@ -651,6 +651,9 @@ def _prune_entry(entry_id: int, session_ids: Sequence[str]) -> int:
     payload["kept_children"] = [
         pair for pair in payload.get("kept_children", []) if not set(map(str, pair)) & ids
     ]
+    if payload.get("part_of") in ids:
+        # A part of one of their sessions (a delete in parts): its id must not outlive them.
+        payload["part_of"] = None
     remaining = [s for s in entry.session_ids if s not in ids]
     TrashEntry.objects.filter(pk=entry_id).update(
         payload=payload,

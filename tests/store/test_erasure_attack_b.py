@@ -23,7 +23,7 @@ from sessions_admin import core
 from sessions_admin.core import db, holds
 from sessions_admin.core.erasure import Subject
 from sessions_admin.ledger import actions, erasure, schedule
-from sessions_admin.ledger.models import ErasureRequest
+from sessions_admin.ledger.models import ErasureRequest, TrashEntry, TrashSession
 from sessions_admin.routers import responses_alias, store_alias
 from tests.builders import store_snapshot
 from tests.store.test_erasure_resume import run_child
@@ -292,3 +292,40 @@ def test_erase_subject_refuses_an_unusable_value_with_a_message_and_changes_noth
 
     assert store_snapshot() == before
     assert not ErasureRequest.objects.exists()
+
+
+def test_a_restored_shared_entry_keeps_no_erased_session_id_as_a_part():
+    """Attack on issue 26 (B6): a delete in parts of the subject's large session, shared with
+    someone else's session in one trash operation, restored, then the subject erased: no
+    trash entry keeps the erased session's id (``part_of``) in the dashboard's database."""
+    big = core.create_session(source="telegram", user_id="vic-3003").session_id
+    core.append_messages(
+        session_id=big,
+        messages=[{"role": "user", "content": f"line {n}"} for n in range(1_200)],
+    )
+    core.end_session(session_id=big, end_reason="user_exit")
+    other = core.create_session(source="telegram", user_id="olga-4004").session_id
+    core.append_message(session_id=other, role="user", content="mine")
+    core.end_session(session_id=other, end_reason="user_exit")
+    plan = core.plan_cascade_delete(session_ids=[big, other])
+    actions.cascade_delete(
+        actor=None,
+        session_ids=[big, other],
+        include_branches=False,
+        expected_fingerprint=plan.fingerprint,
+        reason="tidy up",
+    )
+    entry = TrashEntry.objects.filter(payload__part_of=big).first()
+    assert entry is not None, "the large session was deleted in parts"
+    actions.restore(actor=None, entry_id=entry.pk, reason="mistake")
+    assert db.fetchone("SELECT COUNT(*) FROM sessions WHERE id = %s", [big])[0] == 1
+
+    subject = Subject(user_id="vic-3003")
+    plan = erasure.plan(subject)
+    request = actions.request_erasure(
+        actor=None, subject=subject, reference="DSR-parts", expected_fingerprint=plan.fingerprint
+    )
+    assert actions.run_erasure(request_id=request.pk) is not None
+
+    assert not [e.pk for e in TrashEntry.objects.all() if big in json.dumps(e.payload)]
+    assert not TrashSession.objects.filter(session_id=big).exists()
