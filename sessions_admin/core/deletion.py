@@ -261,8 +261,22 @@ class Trash(Protocol):
         """The entry's rows and whether it was restored (None: no such entry)."""
         ...
 
-    def mark_restored(self, entry_id: int, *, actor: str) -> None:
-        """The entry's rows are back in the store (called once the store committed)."""
+    def begin_restore(self, entry_ids: Sequence[int], *, actor: str) -> None:
+        """A restore of these entries is about to write the store: recorded, committed on its
+        own, before the store transaction (under the restore lock). A restore that then dies,
+        or whose ``mark_restored`` is refused, is settled from it (``settle``)."""
+        ...
+
+    def mark_restored(self, entry_ids: Sequence[int], *, actor: str) -> None:
+        """These entries' rows are back in the store (called once the store committed)."""
+        ...
+
+    def settle(self) -> None:
+        """Under the restore lock (in the store transaction of ``settle_in_store`` or of a
+        restore): mark what dead or refused writes left unmarked, reading the store to tell
+        whether each committed. A restore intent whose rows are back is restored, one whose
+        rows are not is cleared; a pending delete batch whose rows left the store is complete,
+        one of a dead process whose rows are all still there is dropped."""
         ...
 
     def give_back(self, entry_id: int) -> None:
@@ -288,10 +302,11 @@ class Trash(Protocol):
         row, or None: where a restore that needs that row sends the operator first."""
         ...
 
-    def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
-        """The entries of ``operation`` holding a part of ``session_id`` (some of its messages,
-        ``rows["part_of"]``) whose rows are only in the trash: complete, not restored (a part
-        committed but not yet marked is settled first). Oldest first."""
+    def part_entries(self, session_ids: Sequence[str]) -> tuple[int, ...]:
+        """The entries holding a part of one of ``session_ids`` (some of its messages,
+        ``rows["part_of"]``), whatever operation took it (a delete killed between parts, then
+        run again, leaves parts in two), whose rows are only in the trash: complete, not
+        restored (a part committed but not yet marked is settled first). Oldest first."""
         ...
 
 
@@ -320,8 +335,14 @@ class NoTrash:
     def contents(self, entry_id: int) -> TrashContents | None:
         return None
 
-    def mark_restored(self, entry_id: int, *, actor: str) -> None:
+    def begin_restore(self, entry_ids: Sequence[int], *, actor: str) -> None:
         raise InvalidInput("A purge keeps nothing to restore.")
+
+    def mark_restored(self, entry_ids: Sequence[int], *, actor: str) -> None:
+        raise InvalidInput("A purge keeps nothing to restore.")
+
+    def settle(self) -> None:
+        pass
 
     def give_back(self, entry_id: int) -> None:
         pass
@@ -332,7 +353,7 @@ class NoTrash:
     def holder_of(self, session_id: str) -> int | None:
         return None
 
-    def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
+    def part_entries(self, session_ids: Sequence[str]) -> tuple[int, ...]:
         return ()
 
 
@@ -1197,20 +1218,18 @@ def _locked_delete(
         return _Kept(given_back=batch[0])
     held = holds.holds_on(batch)
     if held:
-        _give_back_parts([sid for sid in batch if sid in marked and sid in held], trash=how.trash)
+        _give_back([sid for sid in batch if sid in marked and sid in held], how)
         return _Kept(held=held)
     if how.whole is not None and batch:
         # A conversation continued, or merged, after the preview stays whole.
         kept = kept_whole(batch, how.whole, lock=True)
         if kept:
-            _give_back_parts(
-                [sid for sid in batch if sid in marked and sid in kept], trash=how.trash
-            )
+            _give_back([sid for sid in batch if sid in marked and sid in kept], how)
             return _Kept(whole=kept)
     if how.keep_live:
         live = [s["id"] for s in payload["sessions"] if s.get("ended_at") is None]
         if live:
-            _give_back_parts([sid for sid in live if sid in marked], trash=how.trash)
+            _give_back([sid for sid in live if sid in marked], how)
             return _Kept(live=tuple(live))
     if copied is not None:
         entry_id, copied_key, copied_payload = copied
@@ -1480,12 +1499,12 @@ def _kept_whole(session_id: str, ended_at: float | None, how: _Deleting) -> _Kep
     back (``_give_back_parts``)."""
     held = holds.holds_on([session_id])
     if held or (how.keep_live and ended_at is None):
-        _give_back_parts([session_id], trash=how.trash)
+        _give_back([session_id], how)
         return _Kept(held=held) if held else _Kept(live=(session_id,))
     if how.whole is not None:
         kept = kept_whole([session_id], how.whole, lock=True)
         if kept:
-            _give_back_parts([session_id], trash=how.trash)
+            _give_back([session_id], how)
             return _Kept(whole=kept)
     return None
 
@@ -1618,6 +1637,14 @@ def stop_deleting(*, session_ids: Sequence[str], trash: Trash | None = None) -> 
     return tuple(marked)
 
 
+def _give_back(session_ids: Sequence[str], how: _Deleting) -> None:
+    """``_give_back_parts`` inside a delete: the parts it gives back are no longer what the
+    delete committed (``DeletePartlyApplied`` counts only what stays in the trash)."""
+    given = set(_give_back_parts(session_ids, trash=how.trash))
+    if given and how.committed is not None:
+        how.committed[:] = [done for done in how.committed if done[0] not in given]
+
+
 def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list[int]:
     """Put back the parts already deleted of these sessions and clear their being-deleted state.
 
@@ -1634,8 +1661,8 @@ def _give_back_parts(session_ids: Sequence[str], *, trash: Trash | None) -> list
         return []
     trash = _trash_or_default(trash)
     restored: list[int] = []
-    for session_id, mark in marks.items():
-        for entry in trash.part_entries(mark.operation, session_id):
+    for session_id in marks:
+        for entry in trash.part_entries([session_id]):
             contents = trash.contents(entry)
             if contents is None or contents.restored or contents.rows.get("part_of") != session_id:
                 continue
@@ -1896,6 +1923,14 @@ RESTORE_LOCK = "trash:restore"
 
 
 @store_operation
+def settle_in_store(*, trash: Trash | None = None) -> None:
+    """Let the trash settle what dead or refused writes left unmarked (``Trash.settle``),
+    under the restore lock, in a store transaction of its own."""
+    db.lock_names(RESTORE_LOCK)
+    _trash_or_default(trash).settle()
+
+
+@store_operation
 def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None) -> RestoreResult:
     """Put a trash entry's rows back: sessions, messages (same ids), lineage, slugs, responses.
 
@@ -1912,6 +1947,9 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     # the trash); a restore of that operation running meanwhile would see neither.
     db.lock_names(RESTORE_LOCK)
     trash = _trash_or_default(trash)
+    # An earlier restore that died after its store commit, or whose marks the dashboard
+    # refused, is marked now: its entries are not offered (or taken) a second time.
+    trash.settle()
     asked = trash.contents(entry_id)
     if asked is None:
         raise InvalidInput(f"No trash entry {entry_id}.")
@@ -1923,6 +1961,16 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
             other = trash.contents(other_id)
             if other is not None and not other.restored:
                 entries.append(other)
+    # A session comes back whole: parts of it another operation took (a delete killed between
+    # its parts, then run again) come back with its row, never left behind in the trash.
+    taken = {e.entry_id for e in entries}
+    row_ids = [s["id"] for e in entries for s in e.rows.get("sessions", [])]
+    for part_id in trash.part_entries(row_ids) if row_ids else ():
+        if part_id not in taken:
+            part = trash.contents(part_id)
+            if part is not None and not part.restored:
+                entries.append(part)
+                taken.add(part_id)
     entries.sort(key=lambda e: e.entry_id)
     payload = _merged_rows(entries)
     sessions = payload["sessions"]
@@ -1976,6 +2024,13 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     keys = {s["session_key"] for s in sessions if s.get("session_key")}
     db.lock_names(*(db.key_lock_name(k) for k in keys))
     live_now = [lineage.live_session_for_key(k) for k in sorted(keys)]
+    restored_ids = tuple(e.entry_id for e in entries)
+    try:
+        trash.begin_restore(restored_ids, actor=actor)
+    except Exception as error:
+        if storage := db.storage_failure(error):
+            raise DatabaseNotWritten(TRASH_DATABASE, storage) from error
+        raise
     # Parents first: insert without links, then put the links back. A parent that is neither
     # here nor in the store (the store's foreign key refuses a link to it) is in another trash
     # operation, whose restore links the session again, or gone for good: either is said.
@@ -2035,16 +2090,16 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
         )
     faults.checkpoint("restore.before_commit")
 
-    restored_ids = tuple(e.entry_id for e in entries)
-
     def mark_restored() -> None:
-        for restored_id in restored_ids:
-            trash.mark_restored(restored_id, actor=actor)
+        faults.checkpoint("restore.after_commit")
+        trash.mark_restored(restored_ids, actor=actor)
 
     # Only once the rows are back: marked earlier (the dashboard's database commits on its
     # own), a store transaction that then failed or died would leave the entry "restored",
-    # purgeable and not restorable again, while its rows are nowhere.
-    transaction.on_commit(mark_restored, using="store")
+    # purgeable and not restorable again, while its rows are nowhere. A mark the dashboard
+    # refuses (its disk is full) does not undo the restore: the intent recorded above stays,
+    # and ``settle`` marks the entries from the store later.
+    transaction.on_commit(mark_restored, using="store", robust=True)
     return RestoreResult(
         asked.entry_id,
         tuple(ids),

@@ -53,6 +53,8 @@ POINTS = frozenset(
         "cascade.between_batches",
         # Trash restore: every row back in the store, the transaction not yet committed.
         "restore.before_commit",
+        # Trash restore: the store committed, its trash entries not yet marked restored.
+        "restore.after_commit",
         # Bulk-delete job: a batch committed in the store, its job items not yet marked done.
         "job.after_batch_commit",
         # Bulk-delete job: every item processed, the job not yet marked done.

@@ -20,7 +20,10 @@
 - no message stamped later than its session's end (``written_after_end``: a
   runtime wrote with a stale session id);
 - no conversation slug stranded on a session a rotation ended, with nothing
-  live continuing it (``stranded_conversation``).
+  live continuing it (``stranded_conversation``);
+- nothing is both in the store and in a trash entry not restored (a restore whose mark
+  was lost, a delete batch that never committed still listed): ``check_trash``, which a
+  command runs after ``ledger.actions.settle_deletes_and_restores``.
 
 The last three are states only a runtime writing past the core can produce;
 the core refuses each.
@@ -68,6 +71,34 @@ def check_store() -> list[str]:
     problems += _check_live_per_key()
     problems += _check_written_after_end()
     problems += _check_stranded_conversations()
+    return problems
+
+
+def check_trash() -> list[str]:
+    """Trash entries (complete, not restored) whose rows are in the store all the same: the
+    sessions of an entry holding session rows, the messages of an entry holding a part."""
+    problems = []
+    doubled: dict[int, list[str]] = {}
+    entries = TrashEntry.objects.filter(state=TrashEntry.COMPLETE)
+    for pk, ids in entries.filter(session_count__gt=0).values_list("pk", "session_ids"):
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            doubled.setdefault(pk, []).extend(lineage.existing_session_ids(chunk))
+    for pk, payload in entries.filter(session_count=0).values_list("pk", "payload"):
+        message_ids = [int(m["id"]) for m in decode_trash_rows(payload.get("messages", []))]
+        for start in range(0, len(message_ids), 500):
+            chunk = message_ids[start : start + 500]
+            doubled.setdefault(pk, []).extend(
+                f"message {row[0]}"
+                for row in db.fetchall(
+                    f"SELECT id FROM messages WHERE id IN ({db.placeholders(chunk)})", chunk
+                )
+            )
+    for pk, found in sorted(doubled.items()):
+        if found:
+            problems.append(
+                f"Trash entry #{pk} holds rows that are in the store too: {_named(found)}."
+            )
     return problems
 
 

@@ -61,7 +61,7 @@ from sessions_admin.core.text import (
     operator_text,
 )
 from sessions_admin.ledger import erasure, jobs, retention, worker
-from sessions_admin.ledger.context import current_client
+from sessions_admin.ledger.context import current_client, running_audit_entry
 from sessions_admin.ledger.models import (
     AuditEntry,
     AuditSession,
@@ -70,10 +70,12 @@ from sessions_admin.ledger.models import (
     RetentionPolicy,
     TrashEntry,
 )
+from sessions_admin.ledger.processes import process_dead
 from sessions_admin.ledger.trash import (
     LEDGER_TRASH,
     PurgeReport,
     purge_trash_report,
+    settle_trash,
     stale_pending_trash,
 )
 from sessions_admin.routers import store_alias
@@ -289,7 +291,8 @@ def _audited(
             raise DashboardNotWritten(action.replace("_", " "), storage, error) from error
         raise
     try:
-        result = run()
+        with running_audit_entry(entry.pk):
+            result = run()
     except Exception as error:
         # Recorded here: the edge's record_refusal must not record it again.
         error.audited_entry = entry.pk
@@ -621,7 +624,7 @@ def cascade_delete(
     ids = operator_identifiers(session_ids)
     _check_fingerprint(expected_fingerprint)
     reason = operator_text(reason, field="reason", required=True)
-    complete_stale_deletes()
+    settle_deletes_and_restores()
     # Recorded with the intent: an entry whose outcome could not be written is completed
     # later from what this operation's trash holds (complete_stale_deletes).
     operation = new_operation_id()
@@ -715,6 +718,66 @@ def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS)
     return completed
 
 
+def complete_stale_restores(*, older_than_seconds: float = STALE_PENDING_SECONDS) -> list[int]:
+    """Complete restores' entries left ``pending`` (their process died after the store
+    commit, or the dashboard database refused the outcome) from the trash entries they
+    restored: ``ok`` if the store has them back, ``failed`` if nothing was restored.
+
+    Taken at once when the restoring process is known dead (``owner`` of its trash entries),
+    otherwise only once older than ``older_than_seconds``. Returns their ids.
+    """
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    completed = []
+    for entry in AuditEntry.objects.using(_audit_alias()).filter(
+        action="restore", outcome=AuditEntry.PENDING
+    ):
+        touched = list(TrashEntry.objects.defer("payload").filter(restore_audit=entry.pk))
+        if any(e.restoring_since is not None for e in touched):
+            continue  # not settled yet (``settle_trash`` first)
+        owner_dead = bool(touched) and all(process_dead(e.owner) for e in touched)
+        if not owner_dead and entry.created_at >= cutoff:
+            continue
+        restored = [e for e in touched if e.state == TrashEntry.RESTORED]
+        if restored:
+            outcome = AuditEntry.OK
+            after = {
+                "restored_sessions": sum(e.session_count for e in restored),
+                "restored_messages": sum(e.message_count for e in restored),
+                "trash_entries": [e.pk for e in restored],
+            }
+            detail = (
+                "Completed later: the restore committed in the store, but its outcome could "
+                "not be recorded then (its process died, or the dashboard database refused it)."
+            )
+        else:
+            outcome, after = AuditEntry.FAILED, {}
+            detail = "Completed later: nothing was restored (the restore did not commit)."
+        try:
+            _complete(
+                entry,
+                outcome=outcome,
+                linked=list(entry.session_ids),
+                after=after,
+                detail=detail,
+            )
+        except RuntimeError:
+            continue  # completed meanwhile by its own process
+        completed.append(entry.pk)
+    return completed
+
+
+def settle_deletes_and_restores() -> None:
+    """What dead processes and refused dashboard writes left unmarked, marked from the store:
+    the trash (``settle_trash``), then the audit entries of cascades and restores. Cheap when
+    there is nothing to settle; run before the trash is shown, restored, purged or added to."""
+    try:
+        settle_trash()
+        complete_stale_deletes()
+        complete_stale_restores()
+    except Exception:  # a database that cannot be written now: settled by a later call
+        logger.warning("Could not settle the trash and its audit entries", exc_info=True)
+
+
 def start_bulk_delete(
     *,
     actor,
@@ -753,6 +816,7 @@ def start_bulk_delete(
 def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
     """Restore a trash entry with the rest of its operation: one audited action."""
     reason = operator_text(reason, field="reason")
+    settle_deletes_and_restores()
     entry = TrashEntry.objects.defer("payload").filter(pk=entry_id).first()
     ids: list[str] = []
     operation = ""
@@ -811,6 +875,7 @@ def purge(*, actor, older_than_days: float | None, reason: str) -> PurgeReport:
     """Drop trash operations for good: audited, naming each one a legal hold kept (its
     first entry, one held session and the hold)."""
     reason = operator_text(reason, field="reason", required=True)
+    settle_deletes_and_restores()  # an operation a dead restore put back is not purged
     return _audited(
         actor=actor,
         action="purge_trash",

@@ -82,3 +82,22 @@ class RequestClientMiddleware:
     def __call__(self, request):
         with client_context(client_of(request)):
             return self.get_response(request)
+
+
+# The audit entry of the action running in this context (``actions._audited`` sets it around
+# the store operation): work the action records on its own (a restore's intent on its trash
+# entries) names it, so a later process can complete the entry when this one died.
+_audit_entry: ContextVar[int | None] = ContextVar("sessions_admin_audit_entry", default=None)
+
+
+@contextmanager
+def running_audit_entry(entry_id: int) -> Iterator[None]:
+    token = _audit_entry.set(entry_id)
+    try:
+        yield
+    finally:
+        _audit_entry.reset(token)
+
+
+def current_audit_entry() -> int | None:
+    return _audit_entry.get()

@@ -47,7 +47,12 @@ from sessions_admin.ledger.models import (
     DeleteJobItem,
     TrashEntry,
 )
-from sessions_admin.ledger.trash import LEDGER_TRASH, job_operation, stale_pending_trash
+from sessions_admin.ledger.trash import (
+    LEDGER_TRASH,
+    job_operation,
+    settle_trash,
+    stale_pending_trash,
+)
 from sessions_admin.ledger.wake import announce_job
 from sessions_admin.store import cached
 
@@ -252,6 +257,7 @@ def _settle_committed_batches(job_id: int) -> None:
     sessions are gone (and their trash entry holds them). Counting them as
     deleted here keeps the job's totals exact instead of calling them skipped.
     """
+    settle_trash()  # a batch (or a restore) whose process died is marked from the store
     stale_pending_trash()  # a batch killed right after its commit is complete
     # Not the parts of a large session (session_count 0): its session is still in the store
     # until its last step, whose entry holds the session row.

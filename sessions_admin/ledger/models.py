@@ -98,6 +98,15 @@ class TrashEntry(models.Model):
     payload = models.JSONField(default=dict)
     restored_at = models.DateTimeField(null=True, blank=True)
     restored_by = models.CharField(max_length=150, blank=True)
+    # The process writing the entry (its delete batch pending, or its restore under way):
+    # ``ledger.processes.this_process``. One found dead leaves work ``settle_trash`` finishes.
+    owner = models.JSONField(default=dict, blank=True)
+    # A restore's intent, recorded before its store transaction: the store may then commit
+    # while the entry is not yet marked restored (the process died, the dashboard's disk
+    # filled). ``settle_trash`` reads the store to tell which it was.
+    restoring_since = models.DateTimeField(null=True, blank=True)
+    restoring_by = models.CharField(max_length=150, blank=True)
+    restore_audit = models.IntegerField(null=True, blank=True)  # the restore's audit entry
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -57,6 +57,10 @@ def run_schedule(*, interval: float, stop: threading.Event) -> None:
             finally:
                 connections.close_all()
             try:
+                actions.settle_deletes_and_restores()
+            finally:
+                connections.close_all()
+            try:
                 actions.resume_interrupted_erasures()
             except Exception:
                 logger.exception("resuming interrupted erasures failed")

@@ -35,17 +35,20 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, holds
-from sessions_admin.core.deletion import TrashContents
-from sessions_admin.core.errors import InvalidInput, StoreBusy
+from sessions_admin.core.deletion import TrashContents, settle_in_store
+from sessions_admin.core.errors import InvalidInput, StoreBusy, StoreError
 from sessions_admin.core.merge import undoable_merges_of
 from sessions_admin.core.rows import parse_model_config
+from sessions_admin.ledger.context import current_audit_entry
 from sessions_admin.ledger.models import TrashEntry, TrashSession
+from sessions_admin.ledger.processes import process_dead, this_process
 
 # A store row holds SQLite values JSON cannot carry or jsonb would change: BLOBs (schema 30's
 # ``display_identity`` is a sha256 digest), integers beyond 2**53 (exact in Python's JSON, not
@@ -170,6 +173,7 @@ class LedgerTrash:
                 session_count=len(rows["sessions"]),
                 message_count=len(rows["messages"]),
                 payload=encode_payload(rows),
+                owner=this_process(),
             )
             TrashSession.objects.bulk_create(
                 TrashSession(
@@ -231,10 +235,26 @@ class LedgerTrash:
             rows=decode_payload(entry.payload),
         )
 
-    def mark_restored(self, entry_id: int, *, actor: str) -> None:
-        TrashEntry.objects.filter(pk=entry_id).update(
-            state=TrashEntry.RESTORED, restored_at=timezone.now(), restored_by=actor
+    def begin_restore(self, entry_ids: Sequence[int], *, actor: str) -> None:
+        TrashEntry.objects.filter(pk__in=list(entry_ids)).update(
+            restoring_since=timezone.now(),
+            restoring_by=actor,
+            owner=this_process(),
+            restore_audit=current_audit_entry(),
         )
+
+    def mark_restored(self, entry_ids: Sequence[int], *, actor: str) -> None:
+        with transaction.atomic(using="default"):
+            TrashEntry.objects.filter(pk__in=list(entry_ids)).update(
+                state=TrashEntry.RESTORED,
+                restored_at=timezone.now(),
+                restored_by=actor,
+                restoring_since=None,
+            )
+
+    def settle(self) -> None:
+        _settle_restores()
+        _settle_pending()
 
     def give_back(self, entry_id: int) -> None:
         # Only a part (session_count 0): an entry holding a session row is never given back.
@@ -282,11 +302,11 @@ class LedgerTrash:
             .first()
         )
 
-    def part_entries(self, operation: str, session_id: str) -> tuple[int, ...]:
+    def part_entries(self, session_ids: Sequence[str]) -> tuple[int, ...]:
         parts = TrashEntry.objects.filter(
-            operation=operation, session_count=0, sessions__session_id=session_id
-        )
-        _settle_pending_parts(session_ids={session_id}, keep=None, among=parts)
+            session_count=0, sessions__session_id__in=list(session_ids)
+        ).distinct()
+        _settle_pending_parts(session_ids=set(session_ids), keep=None, among=parts)
         return tuple(
             parts.filter(state=TrashEntry.COMPLETE).order_by("pk").values_list("pk", flat=True)
         )
@@ -616,6 +636,91 @@ def stale_pending_trash(*, operation: str | None = None) -> list[int]:
     return stale
 
 
+# --- settling: work a process left unfinished when it died or a database refused a write ---
+# Each store transaction of a delete or a restore is recorded here before it runs (a pending
+# entry, a restore's intent) and marked after it commits; a process that dies, or a dashboard
+# database that refuses the mark, leaves the record unmarked. ``settle_trash`` reads the store,
+# under the locks those transactions hold, to tell whether each one committed, and marks it so.
+# A restore's intent is settled at once (its restore held the lock to its end); a pending
+# delete batch whose rows are all still in the store only once its process is dead or its
+# entry is old (a live batch between its copy and its lock is not disturbed).
+STALE_OWNER = timedelta(minutes=10)
+
+
+def _owner_gone(entry: TrashEntry) -> bool:
+    return process_dead(entry.owner) or entry.created_at < timezone.now() - STALE_OWNER
+
+
+def _rows_in_store(entry: TrashEntry) -> str:
+    """ "all", "none" or "some" of the entry's rows are in the store (its sessions' rows; a
+    part's messages). Under the caller's lock on them."""
+    if _part_of(entry.payload):
+        state = _part_state(entry.payload, lock=True)
+        return {"uncommitted": "all", "committed": "none"}.get(state, "some")
+    ids = list(entry.session_ids)
+    if not ids:
+        return "none"
+    present = len(
+        db.fetchall(
+            f"SELECT id FROM sessions WHERE id IN ({db.placeholders(ids)})" + db.for_update(), ids
+        )
+    )
+    return "all" if present == len(ids) else "none" if present == 0 else "some"
+
+
+def _settle_restores() -> None:
+    """Under the restore lock: each restore intent left behind is either done (its rows are in
+    the store: marked restored, as its process would have) or undone (none are: cleared)."""
+    for entry in TrashEntry.objects.filter(restoring_since__isnull=False).exclude(
+        state=TrashEntry.RESTORED
+    ):
+        back = _rows_in_store(entry)
+        if back == "all":
+            TrashEntry.objects.filter(pk=entry.pk).update(
+                state=TrashEntry.RESTORED,
+                restored_at=entry.restoring_since,
+                restored_by=entry.restoring_by,
+                restoring_since=None,
+            )
+        elif back == "none":
+            TrashEntry.objects.filter(pk=entry.pk).update(restoring_since=None)
+    TrashEntry.objects.filter(state=TrashEntry.RESTORED, restoring_since__isnull=False).update(
+        restoring_since=None
+    )
+
+
+def _settle_pending() -> None:
+    """Pending entries of dead (or long silent) batches: complete if their delete committed
+    (their rows left the store), dropped if it did not (every row is still there)."""
+    for entry in TrashEntry.objects.filter(state=TrashEntry.PENDING):
+        back = _rows_in_store(entry)
+        if back == "none":
+            TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).update(
+                state=TrashEntry.COMPLETE
+            )
+        elif back == "all" and _owner_gone(entry):
+            TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).delete()
+
+
+def needs_settling() -> bool:
+    """Whether ``settle_trash`` has anything to look at (read from the dashboard only)."""
+    if TrashEntry.objects.filter(restoring_since__isnull=False).exists():
+        return True
+    return TrashEntry.objects.filter(state=TrashEntry.PENDING).exists()
+
+
+def settle_trash() -> bool:
+    """Settle what dead or refused writes left in the trash (see above); False when the store
+    cannot be written now (read-only, busy): nothing was settled, a later call does it."""
+    if not needs_settling():
+        return True
+    try:
+        settle_in_store(trash=LEDGER_TRASH)
+    except StoreError:
+        return False
+    return True
+
+
 # --- parts: some messages of a session deleted in parts (core.being_deleted) ---------------
 # A part's entry names its session, but the session is still in the store after the part
 # committed: whether it committed is read from its messages instead (a part's delete is one
@@ -626,15 +731,19 @@ def _part_of(payload: object) -> str | None:
     return payload.get("part_of") if isinstance(payload, dict) else None
 
 
-def _part_state(payload: dict) -> str:
+def _part_state(payload: dict, *, lock: bool = False) -> str:
     """ "uncommitted" (every message still in the store), "committed" (none) or "mixed"."""
     ids = [decode_trash_value(m.get("id")) for m in payload.get("messages", [])]
     present = 0
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        present += db.fetchone(
-            f"SELECT COUNT(*) FROM messages WHERE id IN ({db.placeholders(chunk)})", chunk
-        )[0]
+        present += len(
+            db.fetchall(
+                f"SELECT id FROM messages WHERE id IN ({db.placeholders(chunk)})"
+                + (db.for_update() if lock else ""),
+                chunk,
+            )
+        )
     if present == len(ids):
         return "uncommitted"
     return "committed" if present == 0 else "mixed"
@@ -654,6 +763,52 @@ def _settle_pending_parts(*, session_ids: set[str], keep: int | None, among=None
             TrashEntry.objects.filter(pk=pk, state=TrashEntry.PENDING).delete()
         elif state == "committed":
             TrashEntry.objects.filter(pk=pk).update(state=TrashEntry.COMPLETE)
+
+
+def part_rows_elsewhere(operations: Sequence[str]) -> dict[str, tuple[tuple[str, int], ...]]:
+    """For each of these operations holding parts of sessions (some of their messages) whose
+    row is not in the store but in another operation of the trash: (session, that operation's
+    first entry). Restoring that operation brings the parts back with the row; this one alone
+    is refused (``restore_trash_entry``), so the trash page says to restore that one."""
+    parts = list(
+        TrashSession.objects.filter(entry__operation__in=list(operations), entry__session_count=0)
+        .exclude(entry__state=TrashEntry.RESTORED)
+        .values_list("entry__operation", "session_id")
+        .distinct()
+    )
+    if not parts:
+        return {}
+    wanted = sorted({sid for _op, sid in parts})
+    in_store = set()
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        in_store.update(
+            r[0]
+            for r in db.fetchall(
+                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)})", chunk
+            )
+        )
+    holder = dict(
+        TrashSession.objects.filter(
+            session_id__in=[s for s in wanted if s not in in_store], entry__session_count__gt=0
+        )
+        .exclude(entry__state=TrashEntry.RESTORED)
+        .order_by("entry_id")
+        .values_list("session_id", "entry__operation")
+    )
+    firsts = dict(
+        TrashEntry.objects.filter(operation__in=set(holder.values()))
+        .exclude(state=TrashEntry.RESTORED)
+        .values("operation")
+        .annotate(first=Min("pk"))
+        .values_list("operation", "first")
+    )
+    answer: dict[str, list[tuple[str, int]]] = {}
+    for operation, sid in parts:
+        where = holder.get(sid)
+        if where is not None and where != operation and where in firsts:
+            answer.setdefault(operation, []).append((sid, firsts[where]))
+    return {operation: tuple(sorted(found)) for operation, found in answer.items()}
 
 
 @dataclass(frozen=True)

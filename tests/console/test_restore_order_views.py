@@ -4,13 +4,21 @@ restore in the other order says which links wait for which entry (issue 26, item
 from __future__ import annotations
 
 import re
+import signal
 
 import pytest
 from django.urls import reverse
 
+from sessions_admin import core
 from sessions_admin.core import db, deletion
+from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from tests.builders import cascade_split_by_a_fault, linked_conversation, store_snapshot
+from tests.store.test_delete_in_parts import (
+    big_session,
+    cascade_killed_after_first_part,
+    run_crash_child,
+)
 
 
 @pytest.fixture
@@ -76,3 +84,48 @@ def test_a_restore_before_the_parents_says_which_entry_gives_the_links_back(
     admin.post(reverse("trash_restore", args=[newer]))
     assert _links() == links_before
     assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.RESTORED}
+
+
+def test_the_trash_page_settles_a_restore_killed_after_its_store_commit(admin):
+    ids = linked_conversation()
+    before = store_snapshot("sessions", "messages", "conversations", "responses")
+    plan = core.plan_cascade_delete(session_ids=[ids["tip"]], include_branches=True)
+    deleted = actions.cascade_delete(
+        actor="ada",
+        session_ids=[ids["tip"]],
+        include_branches=True,
+        expected_fingerprint=plan.fingerprint,
+        reason="cleanup",
+    )
+    first = deleted.trash_entry_ids[0]
+    child = run_crash_child(
+        "audited_restore", {"actor": "ada", "entry_id": first}, crash_at="restore.after_commit"
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+
+    body = admin.get(reverse("trash")).content.decode()
+
+    # The rows are back in the store: the page offers no restore of them, and says restored.
+    assert reverse("trash_restore", args=[first]) not in _row(body, first)
+    assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.RESTORED}
+    assert AuditEntry.objects.get(action="restore").outcome == AuditEntry.OK
+    assert store_snapshot("sessions", "messages", "conversations", "responses") == before
+
+
+def test_the_trash_page_sends_a_sessions_parts_to_the_entry_holding_its_row(admin):
+    sid = big_session(300)
+    assert cascade_killed_after_first_part(sid).returncode == -signal.SIGKILL
+    stopped = TrashEntry.objects.get().pk
+    again = core.plan_cascade_delete(session_ids=[sid])
+    finished = core.execute_cascade_delete(
+        session_ids=[sid], expected_fingerprint=again.fingerprint, actor="a", reason="again"
+    ).trash_entry_ids[0]
+
+    body = admin.get(reverse("trash")).content.decode()
+
+    assert re.search(
+        rf"Restore <a href=\"#trash-{finished}\">#{finished}</a> instead", _row(body, stopped)
+    )
+    assert "still in the store" not in _row(body, stopped)
+    admin.post(reverse("trash_restore", args=[finished]))
+    assert db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = %s", [sid])[0] == 300

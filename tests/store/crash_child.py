@@ -49,6 +49,10 @@ def main(operation: str, arguments: dict) -> object:
         return actions.cascade_delete(**arguments)
     if operation == "restore":
         return core.restore_trash_entry(**arguments)
+    if operation == "audited_restore":  # as the trash page runs it: with its audit entry
+        from sessions_admin.ledger import actions
+
+        return actions.restore(**arguments)
     if operation == "run_job":
         return jobs.run_job(**arguments)
     if operation == "run_jobs":  # the command an operator runs to resume interrupted jobs

@@ -364,14 +364,13 @@ def test_a_cascade_run_again_after_a_crash_between_parts_finishes_the_session():
     assert result.deleted_sessions == 1
     assert session_rows(sid) == {"session": [], "messages": []}
     assert being_deleted.marks_on([sid]) == {}
-    # The first run's part stays in its own operation; restoring the second alone cannot
-    # leave the session without those messages silently: it brings back what it holds, and the
-    # first part's restore then fits into the restored session.
-    core.restore_trash_entry(entry_id=result.trash_entry_ids[0], actor="a")
-    core.restore_trash_entry(
-        entry_id=TrashEntry.objects.filter(operation=first).first().pk, actor="a"
-    )
+    # The first run's part stays in its own operation; restoring the second brings it back
+    # with the session's row: the session is never back with part of its messages missing.
+    restored = core.restore_trash_entry(entry_id=result.trash_entry_ids[0], actor="a")
     assert session_rows(sid) == before
+    first_part = TrashEntry.objects.filter(operation=first).first()
+    assert first_part.pk in restored.trash_entry_ids
+    assert TrashEntry.objects.get(pk=first_part.pk).state == TrashEntry.RESTORED
 
 
 def test_restoring_parts_whose_session_row_went_with_another_delete_is_refused():

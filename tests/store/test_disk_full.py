@@ -46,8 +46,11 @@ from tests.store.test_crash import (
 FAILING_BATCH = 3
 
 
-def run_full_child(arguments: dict, *, database: str, at: str):
-    """``actions.cascade_delete`` in a child whose ``database`` cannot grow from ``at`` on."""
+def run_full_child(
+    arguments: dict, *, database: str, at: str, operation: str = "audited_cascade_delete"
+):
+    """``actions.cascade_delete`` (or another of crash_child's operations) in a child whose
+    ``database`` cannot grow from ``at`` on."""
     env = child_env()
     env.pop("SESSIONS_ADMIN_CRASH_AT", None)
     env["CRASH_CHILD_BATCH_SESSIONS"] = "1"
@@ -59,7 +62,7 @@ def run_full_child(arguments: dict, *, database: str, at: str):
             sys.executable,
             "-m",
             "tests.store.crash_child",
-            "audited_cascade_delete",
+            operation,
             json.dumps(arguments),
         ],
         cwd=REPO,

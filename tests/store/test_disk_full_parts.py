@@ -133,9 +133,12 @@ def test_a_session_deleted_in_parts_on_a_full_store_is_finished_by_deleting_it_a
         actions.restore(actor="ada", entry_id=stopped)
     assert db.fetchall("SELECT id FROM sessions WHERE id = %s", [sid]) == []
     assert_each_message_once(before)
-    actions.restore(actor="ada", entry_id=finished)
-    actions.restore(actor="ada", entry_id=stopped)
+    # The session's row brings back every part of it, whichever operation took it: the
+    # session comes back whole, never half of it in the store and the rest in the trash.
+    result = actions.restore(actor="ada", entry_id=finished)
+    assert stopped in result.trash_entry_ids
     assert store_state() == before
+    assert TrashEntry.objects.get(pk=stopped).state == TrashEntry.RESTORED
     assert not being_deleted.marks_on([sid])
     assert check_store() == []
 

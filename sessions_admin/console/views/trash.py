@@ -45,6 +45,7 @@ from sessions_admin.ledger.trash import (
     held_trash,
     merges_waiting_on,
     parents_elsewhere,
+    part_rows_elsewhere,
     purgeable_operations,
 )
 from sessions_admin.ledger.trash_retention import configured_days
@@ -80,6 +81,9 @@ class TrashRow:
     # Other operations holding the parents of some of its sessions: restore them first (restored
     # after, they give those sessions their parent link back then).
     parents_in: tuple[ParentsElsewhere, ...] = ()
+    # (session, entry) for part sessions whose row another operation holds: restoring that
+    # entry brings these parts back with the row; this operation alone cannot go back first.
+    rows_in: tuple[tuple[str, int], ...] = ()
 
     @property
     def state(self) -> str:
@@ -99,6 +103,10 @@ class TrashRow:
     @property
     def message_count(self) -> int:
         return sum(e.message_count for e in self.entries if e.state != TrashEntry.RESTORED)
+
+    @property
+    def rows_in_sessions(self) -> set[str]:
+        return {session_id for session_id, _entry in self.rows_in}
 
     @property
     def last_entry_id(self) -> int:
@@ -137,6 +145,9 @@ def _render_trash(
     purge_reason: str = "",
     purge_scope: str = "expired",
 ) -> HttpResponse:
+    # What a dead delete or restore left unmarked is marked first: the page never offers a
+    # restore of rows already back in the store, nor counts a batch that never committed.
+    actions.settle_deletes_and_restores()
     days = configured_days()
     now = timezone.now()
     retention = timedelta(days=days)
@@ -164,6 +175,7 @@ def _render_trash(
     held = held_trash()
     waiting = merges_waiting_on(list(newest))
     parents = parents_elsewhere(list(newest))
+    part_rows = part_rows_elsewhere(list(newest))
     rows = []
     for operation in newest:
         batches = entries.get(operation, [])
@@ -208,6 +220,7 @@ def _render_trash(
                 part_sessions=parts,
                 merges=waiting.get(operation, ()),
                 parents_in=parents.get(operation, ()),
+                rows_in=part_rows.get(operation, ()),
             )
         )
     context = {

@@ -1,9 +1,11 @@
-"""``manage.py check_consistency [--ledger PATH ...]``: the store's invariants, checked (reads only).
+"""``manage.py check_consistency [--ledger PATH ...]``: the store's invariants, checked.
 
 Prints each violation (counters, search index, links, conversations, the
-switch-event log; see ``sessions_admin.demo.consistency``) and exits 1 if
-there is any. With ``--ledger``, also checks simulator ledgers against the
-store and the trash.
+switch-event log, the trash against the store; see ``sessions_admin.demo.consistency``)
+and exits 1 if there is any. With ``--ledger``, also checks simulator ledgers against the
+store and the trash. Its one write comes first: what a dead delete or restore left unmarked
+in the trash is marked from the store (``actions.settle_deletes_and_restores``), as the
+trash page does.
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions_admin.demo.consistency import check_ledger, check_store
+from sessions_admin.demo.consistency import check_ledger, check_store, check_trash
+from sessions_admin.ledger import actions
 
 
 class Command(BaseCommand):
-    help = "Check the store's invariants (and simulator ledgers); reads only."
+    help = (
+        "Check the store's invariants, the trash against the store (and simulator ledgers). "
+        "First marks what a dead delete or restore left unmarked in the trash."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -31,7 +37,8 @@ class Command(BaseCommand):
         missing = [str(p) for p in options["ledger"] if not p.is_file()]
         if missing:
             raise CommandError(f"No such ledger file: {', '.join(missing)}")
-        problems = check_store()
+        actions.settle_deletes_and_restores()
+        problems = check_store() + check_trash()
         if options["ledger"]:
             problems += check_ledger(options["ledger"])
         if problems:

@@ -1,0 +1,300 @@
+"""What a killed process or a refused dashboard write leaves in the trash is settled from the
+store (issue 26, the attack's breaks 1-4).
+
+The store and the dashboard's database commit apart: a restore commits the store, then marks
+its trash entries restored; a delete batch writes its entry pending, then deletes, then marks
+it complete. A process killed between the two, or a dashboard whose disk is full at the
+second, used to leave entries listed as restorable while their rows were back in the store
+(a retry refused, a later delete trashing the sessions twice), a batch that never committed
+listed as pending for good, and a restore audit entry pending forever. A restore also came
+back with half a session when a delete killed between a session's parts was run again.
+
+Each fault is real (SIGKILL at a crash point, a file-size limit); afterwards the trash is
+settled (``actions.settle_deletes_and_restores``, run by the trash page, every restore, purge
+and delete, ``check_consistency`` and the schedule) and then: every message is in the store or
+the trash exactly once, restoring gives the store back row for row, the audit says what
+committed, and ``check_store``/``check_trash`` are clean.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from django.db import OperationalError
+
+from sessions_admin import core
+from sessions_admin.core import being_deleted, db, deletion, faults, holds
+from sessions_admin.core.errors import InvalidInput
+from sessions_admin.demo.consistency import check_store, check_trash
+from sessions_admin.ledger import actions, trash
+from sessions_admin.ledger.models import AuditEntry, TrashEntry, TrashSession
+from tests.builders import linked_conversation
+from tests.store.test_crash import store_state
+from tests.store.test_delete_in_parts import (
+    big_session,
+    cascade_killed_after_first_part,
+    run_crash_child,
+    session_rows,
+)
+from tests.store.test_disk_full import run_full_child
+
+
+def _cascade(start: str, reason: str = "cleanup") -> core.DeleteResult:
+    plan = core.plan_cascade_delete(session_ids=[start], include_branches=True)
+    return actions.cascade_delete(
+        actor="ada",
+        session_ids=[start],
+        include_branches=True,
+        expected_fingerprint=plan.fingerprint,
+        reason=reason,
+    )
+
+
+def _trashed_once(session_ids) -> None:
+    """Each session is held by exactly one trash entry not restored."""
+    held = list(
+        TrashSession.objects.filter(session_id__in=list(session_ids), entry__session_count__gt=0)
+        .exclude(entry__state=TrashEntry.RESTORED)
+        .values_list("session_id", flat=True)
+    )
+    assert sorted(held) == sorted(session_ids)
+
+
+@pytest.fixture
+def refused_marks():
+    """The dashboard's database refuses the write that marks a restore's entries, right after
+    the store committed (a full disk, a PostgreSQL restart)."""
+
+    def refuse() -> None:
+        raise OperationalError("database or disk is full")
+
+    faults.run_at("restore.after_commit", refuse)
+    yield
+    faults._actions.clear()
+    faults._hits.clear()
+
+
+@pytest.mark.parametrize("crash_at", ["restore.after_commit", "audit.after_store_commit"])
+def test_a_restore_killed_after_its_store_commit_is_settled_restored_and_audited(crash_at):
+    ids = linked_conversation()
+    before = store_state()
+    deleted = _cascade(ids["tip"])
+    first = deleted.trash_entry_ids[0]
+
+    child = run_crash_child(
+        "audited_restore", {"actor": "ada", "entry_id": first}, crash_at=crash_at
+    )
+
+    assert child.returncode == -signal.SIGKILL, (child.returncode, child.stderr)
+    assert store_state() == before  # the store committed: every row is back
+    audit = AuditEntry.objects.get(action="restore")
+    assert audit.outcome == AuditEntry.PENDING
+    if crash_at == "restore.after_commit":  # the state the page used to offer a restore of
+        assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.COMPLETE}
+        assert check_trash()  # rows in the store and in the trash at once: said
+
+    actions.settle_deletes_and_restores()
+
+    assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.RESTORED}
+    audit.refresh_from_db()
+    # Its process is dead: completed at once, from what the store has back.
+    assert audit.outcome == AuditEntry.OK
+    assert audit.after["restored_sessions"] == deleted.deleted_sessions
+    with pytest.raises(InvalidInput, match="already restored"):
+        actions.restore(actor="ada", entry_id=first)
+    assert check_store() == [] and check_trash() == []
+    # Deleted again, each session is in the trash once.
+    again = _cascade(ids["tip"], "again")
+    _trashed_once([row[0] for row in before["sessions"] if row[0] in again_ids(again)])
+
+
+def again_ids(result: core.DeleteResult) -> set[str]:
+    ids: set[str] = set()
+    for entry in TrashEntry.objects.filter(operation=result.operation):
+        ids.update(entry.session_ids)
+    return ids
+
+
+def test_a_restore_whose_marks_the_dashboard_refuses_is_not_offered_again(refused_marks):
+    ids = linked_conversation()
+    before = store_state()
+    deleted = _cascade(ids["tip"])
+    first = deleted.trash_entry_ids[0]
+
+    result = actions.restore(actor="ada", entry_id=first)  # the store committed: said so
+
+    assert store_state() == before
+    assert set(result.trash_entry_ids) == set(deleted.trash_entry_ids)
+    # Not marked, but its intent is recorded; the next restore settles it before anything.
+    assert TrashEntry.objects.filter(restoring_since__isnull=False).count() == len(
+        deleted.trash_entry_ids
+    )
+    faults._actions.clear()
+    with pytest.raises(InvalidInput, match="already restored"):
+        core.restore_trash_entry(entry_id=first, actor="ada", trash=trash.LEDGER_TRASH)
+    assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.RESTORED}
+    assert not TrashEntry.objects.filter(restoring_since__isnull=False).exists()
+    assert store_state() == before
+    assert check_store() == [] and check_trash() == []
+
+
+def test_a_restore_on_a_full_dashboard_disk_is_settled_from_the_store():
+    if db.vendor() != "sqlite":
+        pytest.skip("a file-size limit needs SQLite files")
+    ids = linked_conversation()
+    before = store_state()
+    deleted = _cascade(ids["tip"])
+
+    child = run_full_child(
+        {"actor": "ada", "entry_id": deleted.trash_entry_ids[0]},
+        database="default",
+        at="restore.after_commit",
+        operation="audited_restore",
+    )
+
+    # The marks and the audit outcome could not be written: the command fails loudly...
+    assert child.returncode == 1, (child.stdout, child.stderr)
+    assert "applied to the store" in child.stderr.strip().splitlines()[-1]
+    # ...but the store has every row back, and nothing is half marked for good.
+    assert store_state() == before
+    actions.settle_deletes_and_restores()
+    assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.RESTORED}
+    audit = AuditEntry.objects.get(action="restore")
+    assert audit.outcome == AuditEntry.OK, audit.detail
+    assert check_store() == [] and check_trash() == []
+
+
+def test_a_restore_whose_intent_the_full_dashboard_refuses_changes_nothing():
+    if db.vendor() != "sqlite":
+        pytest.skip("a file-size limit needs SQLite files")
+    ids = linked_conversation()
+    deleted = _cascade(ids["tip"])
+    after_delete = store_state()
+
+    child = run_full_child(
+        {"actor": "ada", "entry_id": deleted.trash_entry_ids[0]},
+        database="default",
+        at="start",
+        operation="audited_restore",
+    )
+
+    assert child.returncode == 1, (child.stdout, child.stderr)
+    assert "dashboard database could not be written" in child.stderr.strip().splitlines()[-1]
+    assert store_state() == after_delete
+    assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.COMPLETE}
+    assert check_trash() == []
+
+
+def test_a_killed_cascades_uncommitted_batch_leaves_the_trash_and_the_rest_restores():
+    ids = linked_conversation()
+    before = store_state()
+    plan = core.plan_cascade_delete(session_ids=[ids["tip"]], include_branches=True)
+
+    child = run_crash_child(
+        "cascade_delete",
+        {
+            "session_ids": [ids["tip"]],
+            "include_branches": True,
+            "expected_fingerprint": plan.fingerprint,
+            "actor": "ada",
+            "reason": "killed",
+        },
+        crash_at="delete.after_trash_copy@2",
+        env={"CRASH_CHILD_BATCH_SESSIONS": "2"},
+    )
+
+    assert child.returncode == -signal.SIGKILL, (child.returncode, child.stderr)
+    pending = TrashEntry.objects.get(state=TrashEntry.PENDING)
+    assert db.fetchall(  # its rows are still in the store: the delete never ran
+        f"SELECT id FROM sessions WHERE id IN ({db.placeholders(pending.session_ids)})",
+        pending.session_ids,
+    )
+
+    actions.settle_deletes_and_restores()
+
+    # Its process is dead and its rows are all in the store: the entry goes.
+    assert not TrashEntry.objects.filter(pk=pending.pk).exists()
+    assert trash.purgeable_operations(older_than_days=None)  # no pending entry blocks a purge
+    first = TrashEntry.objects.order_by("pk").first()
+    result = actions.restore(actor="ada", entry_id=first.pk)
+    assert result.trash_entry_ids == (first.pk,)
+    assert store_state() == before
+    assert check_store() == [] and check_trash() == []
+
+
+def test_a_live_batchs_pending_entry_is_left_alone():
+    # A pending entry of a process that is alive (this one) and young is a batch between its
+    # copy and its lock: settling must not drop it.
+    ids = linked_conversation()
+    payload = {"sessions": [{"id": ids["tip"]}], "messages": []}
+    entry_id = trash.LEDGER_TRASH.open_entry(
+        session_ids=[ids["tip"]],
+        rows={**payload, "conversations": [], "responses": [], "kept_children": []},
+        actor="ada",
+        reason="running",
+        job_id=None,
+        operation="live-op",
+    )
+    actions.settle_deletes_and_restores()
+    assert TrashEntry.objects.get(pk=entry_id).state == TrashEntry.PENDING
+
+
+def test_a_session_split_between_two_operations_comes_back_whole():
+    sid = big_session(300)
+    before = session_rows(sid)
+    child = cascade_killed_after_first_part(sid)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    stopped = TrashEntry.objects.get().operation
+    again = core.plan_cascade_delete(session_ids=[sid])
+    finished = actions.cascade_delete(
+        actor="ada",
+        session_ids=[sid],
+        include_branches=False,
+        expected_fingerprint=again.fingerprint,
+        reason="again",
+    )
+    first_stopped = TrashEntry.objects.filter(operation=stopped).order_by("pk").first().pk
+    first_finished = finished.trash_entry_ids[0]
+
+    # The trash page's order: the part's operation names the one holding the session's row.
+    assert trash.part_rows_elsewhere([stopped, finished.operation]) == {
+        stopped: ((sid, first_finished),)
+    }
+    with pytest.raises(core.RestoreConflict, match=f"restore trash entry #{first_finished}"):
+        actions.restore(actor="ada", entry_id=first_stopped)
+    actions.restore(actor="ada", entry_id=first_finished)
+
+    assert session_rows(sid) == before  # every message, the row's message_count matching
+    assert being_deleted.marks_on([sid]) == {}
+    assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.RESTORED}
+    assert check_store() == [] and check_trash() == []
+
+
+def test_a_delete_that_carried_on_a_killed_ones_parts_gives_them_all_back_when_stopped(
+    monkeypatch,
+):
+    sid = big_session(400, key="agent:main:telegram:dm:9")
+    before = session_rows(sid)
+    assert cascade_killed_after_first_part(sid).returncode == -signal.SIGKILL
+    # A second delete carries the session on, then a hold lands between its parts.
+    faults.run_at(
+        "delete.between_parts",
+        lambda: holds.place_hold(kind="session", subject=sid, reason="legal", actor="ada"),
+    )
+    monkeypatch.setitem(deletion.delete_in_batches.__kwdefaults__, "batch_messages", 100)
+    again = core.plan_cascade_delete(session_ids=[sid])
+    try:
+        with pytest.raises(holds.SessionsHeld):
+            core.execute_cascade_delete(
+                session_ids=[sid], expected_fingerprint=again.fingerprint, actor="a", reason="r"
+            )
+    finally:
+        faults._actions.clear()
+        faults._hits.clear()
+
+    # Given back whole: the first delete's part as well as the second's.
+    assert session_rows(sid) == before
+    assert being_deleted.marks_on([sid]) == {}
+    assert not TrashEntry.objects.exclude(state=TrashEntry.RESTORED).exists()
+    assert check_store() == [] and check_trash() == []
