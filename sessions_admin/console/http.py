@@ -14,6 +14,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from sessions_admin.core.db import is_busy_error, read_only, storage_failure
+from sessions_admin.core.deletion import TRASH_DATABASE
 from sessions_admin.core.errors import StoreBusy
 from sessions_admin.ledger.actions import record_refusal
 from sessions_admin.store.attach import OPERATE_PERMISSIONS
@@ -127,6 +128,17 @@ class VaryOnHtmxMiddleware:
 BUSY_RETRY_AFTER_SECONDS = 5
 
 
+def _which_database(error: BaseException) -> str:
+    """The database whose write failed, in words, as the core tagged it (``error.database``:
+    "store", or the trash's in the dashboard database), else "A database"."""
+    database = getattr(error, "database", None)
+    if database == "store":
+        return "The store"
+    if database == TRASH_DATABASE:
+        return "The dashboard database"
+    return "A database"
+
+
 class StoreBusyMiddleware:
     """A busy store, or a database that cannot be written (a full disk, a read-only file), that
     a view did not turn into a message itself: a 503 saying so, never a 500.
@@ -163,7 +175,8 @@ class StoreBusyMiddleware:
                 else f"{exception}: a full disk or a read-only file"
             )
             message = (
-                f"A database could not be written ({why}), so this request did not finish. "
+                f"{_which_database(exception)} could not be written ({why}), so this request did not "
+                "finish. "
                 "Free space on its disk (or make it writable), then reload to see the current "
                 "state before trying again: what a delete finished before it is in the trash."
             )

@@ -204,6 +204,10 @@ def _run_store_operation(func: Callable[..., T], args: tuple, kwargs: dict) -> T
                         c.execute(f"SET LOCAL lock_timeout = {int(PG_LOCK_TIMEOUT_MS)}")
                 return func(*args, **kwargs)
         except (OperationalError, DatabaseError) as error:
+            if storage_failure(error) and not getattr(error, "database", None):
+                # A write the operation tagged as not the store's (the trash, in the
+                # dashboard's database) keeps its tag; any other failed in the store.
+                error.database = "store"
             if not is_busy_error(error) or time.monotonic() >= deadline:
                 if is_busy_error(error):
                     raise StoreBusy(func.__name__, attempt) from error

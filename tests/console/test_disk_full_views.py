@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from sessions_admin import core
 from sessions_admin.core import db, faults
-from sessions_admin.ledger import jobs, worker
+from sessions_admin.ledger import actions, jobs, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
 from sessions_admin.ledger.trash import job_operation
 from sessions_admin.store import health
@@ -150,11 +150,17 @@ def test_a_database_error_no_view_words_is_a_clear_page_not_a_500(admin):
 
     assert response.status_code == 503
     text = html.unescape(response.content.decode())
-    assert "A database could not be written" in text and "Unexpected error" not in text
+    assert "The store could not be written" in text and "Unexpected error" not in text
     assert not db.fetchall(
         f"SELECT id FROM sessions WHERE id IN ({db.placeholders(plan.session_ids)})",
         list(plan.session_ids),
     )
+    assert TrashEntry.objects.filter(state=TrashEntry.COMPLETE).count() == len(
+        result.trash_entry_ids
+    )
+    # The restore's intent, recorded before its store transaction, is cleared: nothing came back.
+    actions.settle_deletes_and_restores()
+    assert not TrashEntry.objects.filter(restoring_since__isnull=False).exists()
     assert TrashEntry.objects.filter(state=TrashEntry.COMPLETE).count() == len(
         result.trash_entry_ids
     )
