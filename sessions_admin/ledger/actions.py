@@ -35,6 +35,7 @@ swallowed; the pending entry stays.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -766,6 +767,49 @@ def complete_stale_restores(*, older_than_seconds: float = STALE_PENDING_SECONDS
     return completed
 
 
+def complete_stale_merges(*, older_than_seconds: float = STALE_PENDING_SECONDS) -> list[int]:
+    """Complete merges' entries left ``pending`` (the process died after the store commit, or
+    the dashboard database refused the outcome) from the store's merge records: ``ok`` naming
+    the merge if one of exactly these sessions was recorded after the entry, else ``failed``.
+
+    Only entries older than ``older_than_seconds`` (a younger one may be a merge still
+    running). Returns their ids.
+    """
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    completed = []
+    for entry in AuditEntry.objects.using(_audit_alias()).filter(
+        action="merge", outcome=AuditEntry.PENDING, created_at__lt=cutoff
+    ):
+        asked = set(entry.session_ids)
+        made = None
+        for merge_id, target, absorbed in core_db.fetchall(
+            "SELECT id, target_session_id, absorbed_session_ids FROM sessions_admin_merges "
+            "WHERE created_at >= %s ORDER BY id",
+            [entry.created_at.timestamp() - 1],
+        ):
+            # The target is one of them, or (none named) a session the merge made.
+            if set(json.loads(absorbed or "[]")) | ({target} & asked) == asked:
+                made = (merge_id, target)
+                break
+        if made is not None:
+            outcome, after = AuditEntry.OK, {"merge_id": made[0], "target": made[1]}
+            detail = (
+                "Completed later: the merge committed in the store (merge "
+                f"#{made[0]}), but its outcome could not be recorded then."
+            )
+        else:
+            outcome, after = AuditEntry.FAILED, {}
+            detail = "Completed later: the store records no such merge, so nothing was merged."
+        try:
+            _complete(
+                entry, outcome=outcome, linked=list(entry.session_ids), after=after, detail=detail
+            )
+        except RuntimeError:
+            continue
+        completed.append(entry.pk)
+    return completed
+
+
 def settle_deletes_and_restores() -> None:
     """What dead processes and refused dashboard writes left unmarked, marked from the store:
     the trash (``settle_trash``), then the audit entries of cascades and restores. Cheap when
@@ -774,6 +818,7 @@ def settle_deletes_and_restores() -> None:
         settle_trash()
         complete_stale_deletes()
         complete_stale_restores()
+        complete_stale_merges()
     except Exception:  # a database that cannot be written now: settled by a later call
         logger.warning("Could not settle the trash and its audit entries", exc_info=True)
 

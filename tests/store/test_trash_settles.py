@@ -29,7 +29,7 @@ from sessions_admin.core.errors import InvalidInput
 from sessions_admin.demo.consistency import check_store, check_trash
 from sessions_admin.ledger import actions, trash
 from sessions_admin.ledger.models import AuditEntry, TrashEntry, TrashSession
-from tests.builders import linked_conversation
+from tests.builders import linked_conversation, store_forked_conversation
 from tests.store.test_crash import store_state
 from tests.store.test_delete_in_parts import (
     big_session,
@@ -298,3 +298,71 @@ def test_a_delete_that_carried_on_a_killed_ones_parts_gives_them_all_back_when_s
     assert being_deleted.marks_on([sid]) == {}
     assert not TrashEntry.objects.exclude(state=TrashEntry.RESTORED).exists()
     assert check_store() == [] and check_trash() == []
+
+
+# --- a merge whose outcome could not be recorded ----------------------------------------------
+
+
+def _merge_arguments() -> tuple[dict, core.MergePlan]:
+    ids = store_forked_conversation()
+    plan = core.plan_merge(session_ids=ids)
+    return {
+        "actor": "ada",
+        "session_ids": ids,
+        "target_id": None,
+        "expected_fingerprint": plan.fingerprint,
+        "reason": "forks",
+    }, plan
+
+
+def _complete_merges_now() -> None:
+    actions.complete_stale_merges(older_than_seconds=0)
+
+
+def test_a_merge_killed_after_its_store_commit_is_audited_from_the_store():
+    arguments, plan = _merge_arguments()
+
+    child = run_crash_child("audited_merge", arguments, crash_at="audit.after_store_commit")
+
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    audit = AuditEntry.objects.get(action="merge")
+    assert audit.outcome == AuditEntry.PENDING
+    merge_id = db.fetchone("SELECT MAX(id) FROM sessions_admin_merges")[0]
+    _complete_merges_now()
+    audit.refresh_from_db()
+    assert audit.outcome == AuditEntry.OK and audit.after["merge_id"] == merge_id
+    assert check_store() == []
+
+
+def test_a_merge_killed_before_its_store_commit_is_audited_as_failed():
+    arguments, plan = _merge_arguments()
+    before = store_state()
+
+    child = run_crash_child("audited_merge", arguments, crash_at="merge.before_commit")
+
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert store_state() == before
+    _complete_merges_now()
+    audit = AuditEntry.objects.get(action="merge")
+    assert audit.outcome == AuditEntry.FAILED and "nothing was merged" in audit.detail
+    # The same confirmed plan still goes through, and is audited on its own.
+    actions.merge(**arguments)
+    assert AuditEntry.objects.filter(action="merge", outcome=AuditEntry.OK).count() == 1
+
+
+def test_a_merge_whose_dashboard_fills_after_the_store_commit_is_audited_from_the_store():
+    if db.vendor() != "sqlite":
+        pytest.skip("a file-size limit needs SQLite files")
+    arguments, plan = _merge_arguments()
+
+    child = run_full_child(
+        arguments, database="default", at="audit.after_store_commit", operation="audited_merge"
+    )
+
+    assert child.returncode == 1, (child.stdout, child.stderr)
+    assert "applied to the store" in child.stderr.strip().splitlines()[-1]
+    _complete_merges_now()
+    audit = AuditEntry.objects.get(action="merge")
+    assert audit.outcome == AuditEntry.OK
+    assert db.fetchone("SELECT COUNT(*) FROM sessions_admin_merges")[0] == 1
+    assert check_store() == []
