@@ -22,13 +22,14 @@ import signal
 
 import pytest
 from django.db import OperationalError
+from django.utils import timezone
 
 from sessions_admin import core
 from sessions_admin.core import being_deleted, db, deletion, faults, holds
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.demo.consistency import check_store, check_trash
-from sessions_admin.ledger import actions, trash
-from sessions_admin.ledger.models import AuditEntry, TrashEntry, TrashSession
+from sessions_admin.ledger import actions, jobs, trash, worker
+from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
 from tests.builders import linked_conversation, store_forked_conversation
 from tests.store.test_crash import store_state
 from tests.store.test_delete_in_parts import (
@@ -366,3 +367,60 @@ def test_a_merge_whose_dashboard_fills_after_the_store_commit_is_audited_from_th
     assert audit.outcome == AuditEntry.OK
     assert db.fetchone("SELECT COUNT(*) FROM sessions_admin_merges")[0] == 1
     assert check_store() == []
+
+
+# --- a bulk delete job whose dashboard database fills -----------------------------------------
+
+
+def test_a_job_whose_dashboard_fills_after_a_batch_commit_counts_what_committed_and_finishes(
+    monkeypatch,
+):
+    if db.vendor() != "sqlite":
+        pytest.skip("a file-size limit needs SQLite files")
+    from tests.store.test_crash import _old_sessions
+
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
+    selected = _old_sessions(9)
+    before = store_state()
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=selected, include_live=False, actor="ada", reason="retention"
+    )
+
+    # The dashboard cannot grow from right after the second batch's store commit: the write
+    # marking that batch's items, and every later one, fails.
+    child = run_full_child(
+        {"job_id": job_id, "worker": "w", "batch_sessions": 3},
+        database="default",
+        at="job.after_batch_commit@2",
+        operation="run_job",
+    )
+    assert child.returncode != 0, (child.stdout, child.stderr)
+
+    actions.settle_deletes_and_restores()
+    trashed = TrashSession.objects.filter(
+        entry__operation=trash.job_operation(job_id), entry__state=TrashEntry.COMPLETE
+    )
+    # Exactly the two committed batches are in the trash, each session once; the rest is in
+    # the store untouched.
+    assert trashed.count() == 6
+    assert sorted(
+        db.fetchall(f"SELECT id FROM sessions WHERE id IN ({db.placeholders(selected)})", selected)
+    ) == sorted(
+        (sid,) for sid in selected if sid not in set(trashed.values_list("session_id", flat=True))
+    )
+    assert check_store() == [] and check_trash() == []
+
+    # Finished: resumed (its worker is dead), every selected session deleted once, counts exact.
+    job = DeleteJob.objects.get(pk=job_id)
+    if job.state in (DeleteJob.RUNNING, DeleteJob.PENDING):
+        DeleteJob.objects.filter(pk=job_id).update(lease_expires_at=timezone.now())
+    else:
+        actions.resume_bulk_delete(actor="ada", job_id=job_id)
+    assert jobs.run_job(job_id=job_id, worker="w2", batch_sessions=3).state == DeleteJob.DONE
+    job = DeleteJob.objects.get(pk=job_id)
+    assert job.done == len(selected)
+    _trashed_once(selected)
+    assert check_store() == [] and check_trash() == []
+    # And undone: restoring the job's operation gives the store back row for row.
+    actions.restore(actor="ada", entry_id=trashed.first().entry_id)
+    assert store_state() == before
