@@ -424,3 +424,26 @@ def test_a_job_whose_dashboard_fills_after_a_batch_commit_counts_what_committed_
     # And undone: restoring the job's operation gives the store back row for row.
     actions.restore(actor="ada", entry_id=trashed.first().entry_id)
     assert store_state() == before
+
+
+def test_a_restore_killed_before_its_store_commit_is_audited_failed_and_can_run_again():
+    ids = linked_conversation()
+    before = store_state()
+    deleted = _cascade(ids["tip"])
+    after_delete = store_state()
+    first = deleted.trash_entry_ids[0]
+
+    child = run_crash_child(
+        "audited_restore", {"actor": "ada", "entry_id": first}, crash_at="restore.before_commit"
+    )
+
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert store_state() == after_delete  # rolled back with its process
+    actions.settle_deletes_and_restores()
+    assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.COMPLETE}
+    assert not TrashEntry.objects.filter(restoring_since__isnull=False).exists()
+    killed = AuditEntry.objects.get(action="restore")
+    assert killed.outcome == AuditEntry.FAILED and "nothing was restored" in killed.detail
+    actions.restore(actor="ada", entry_id=first)
+    assert store_state() == before
+    assert check_store() == [] and check_trash() == []
