@@ -480,7 +480,7 @@ def _dashboard_write():
 def _failure_words(error: BaseException) -> str:
     """What the job's page says stopped it: a database that could not be written, in words."""
     storage = db.storage_failure(error)
-    where = deletion.TRASH_DATABASE if getattr(error, "database", None) else "store"
+    where = getattr(error, "database", None) or "store"
     if storage is None and db.connection_lost(error):
         server = "The dashboard database's" if where == deletion.TRASH_DATABASE else "The store's"
         return (
