@@ -37,7 +37,10 @@ Then it removes what deleted rows leave behind:
   (docs/retention.md).
 
 Counts in the result are what the databases lost (``rows_present`` before the first run
-minus after this one), not what each statement reported.
+minus after this one), not what each statement reported. A database that cannot be
+written (a full disk, a read-only file) stops ``erase`` with ``ErasureStopped``: which
+database, and what of the plan is gone so far across every run; what went stays gone and
+running the plan again finishes it.
 
 Held sessions (``core.holds``) are never erased or changed: the plan lists a hold on any
 session it would change (``held_scope``: the subject's, and those holding their moved

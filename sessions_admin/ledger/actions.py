@@ -659,8 +659,10 @@ def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS)
 
     A delete copies each batch into the trash before the store deletes it, so the trash says
     what committed: nothing (``failed``), every batch down to the sessions asked for
-    (``ok``), or the first batches only (``partial``). Only entries older than
-    ``older_than_seconds``: a younger one may be a delete still running. Returns their ids.
+    (``ok``), or the first batches only (``partial``); when an erasure took that trash
+    meanwhile, what it held then (``ledger.erasure.note_pending_deletes``). Only entries
+    older than ``older_than_seconds``: a younger one may be a delete still running. Returns
+    their ids.
     """
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     completed = []

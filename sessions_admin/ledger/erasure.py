@@ -24,7 +24,11 @@ plan of what a killed run left. ``finish`` replaces the record with the receipt.
   and descriptions, trash entry reasons and the request's own reference are redacted the
   same way;
 - bulk delete job items naming an erased session are dropped (the trash, job items, audit
-  redaction and the receipt in one transaction: a run killed there left none of them);
+  redaction and the receipt in one transaction: a run killed there left none of them, and
+  one the dashboard's database refused rolled back whole: ``ErasureStopped``);
+- a cascade delete whose audit entry is still pending and whose trash operation goes keeps
+  on that entry what the trash held (``note_pending_deletes``: counts and numbers), so its
+  completion later does not read "nothing was deleted" from the emptied trash;
 - SQLite: the rewrites run with ``secure_delete`` on and the dashboard's WAL is
   checkpointed and truncated; PostgreSQL: the touched tables are vacuumed.
 

@@ -201,9 +201,7 @@ def test_an_erasure_stopped_by_a_full_store_says_what_it_erased_and_a_rerun_fini
 
 
 @pytest.mark.parametrize("at", ["erasure.between_batches@2", "erasure.after_store"])
-def test_an_erasure_stopped_by_a_full_dashboard_database_names_it_and_a_rerun_finishes(
-    history, at
-):
+def test_an_erasure_stopped_by_a_full_dashboard_database_names_it_and_a_rerun_finishes(history, at):
     pg_dashboard = connections["default"].vendor == "postgresql"
     if at == "erasure.between_batches@2" and pg_dashboard:
         pytest.skip("a full dashboard between the store's batches needs a file-size limit")
@@ -326,9 +324,7 @@ def test_a_pending_cascade_whose_trash_an_erasure_took_is_not_completed_as_faile
     # What the cascade committed: its sessions are gone from the store, each in its trash.
     deleted = [sid for sid in plan.session_ids if not present([sid])]
     assert deleted and sorted(
-        TrashSession.objects.filter(entry__operation=operation).values_list(
-            "session_id", flat=True
-        )
+        TrashSession.objects.filter(entry__operation=operation).values_list("session_id", flat=True)
     ) == sorted(deleted)
     deleted_messages = plan.message_count - int(
         db.fetchone(
