@@ -83,30 +83,38 @@ def erase_subject_in_child(*, full: str | None = None, database: str = "store"):
     )
 
 
-def disk_full_trigger(table: str, condition: str, *, alias: str = "store") -> None:
-    """PostgreSQL: deleting a row of ``table`` matching ``condition`` fails as a full disk does."""
+def disk_full_trigger(
+    table: str, condition: str, *, alias: str = "store", event: str = "DELETE"
+) -> None:
+    """PostgreSQL: a write (``event``) of a row of ``table`` matching ``condition`` fails as a
+    full disk does."""
     db.execute(
         "CREATE OR REPLACE FUNCTION test_disk_full() RETURNS trigger AS $$ BEGIN "
         f"IF {condition} THEN "
         "RAISE EXCEPTION 'could not extend file: No space left on device' "
-        "USING ERRCODE = 'disk_full'; END IF; RETURN OLD; END $$ LANGUAGE plpgsql",
+        "USING ERRCODE = 'disk_full'; END IF; "
+        "IF TG_OP = 'DELETE' THEN RETURN OLD; END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
         alias=alias,
     )
     db.execute(
-        f"CREATE TRIGGER test_disk_full BEFORE DELETE ON {table} "
+        f"CREATE TRIGGER test_disk_full BEFORE {event} ON {table} "
         "FOR EACH ROW EXECUTE FUNCTION test_disk_full()",
         alias=alias,
     )
+
+
+def drop_disk_full_triggers() -> None:
+    for alias in ("store", "default"):
+        if connections[alias].vendor == "postgresql":
+            for table in ("messages", "ledger_trashentry", "ledger_erasurerequest"):
+                db.execute(f"DROP TRIGGER IF EXISTS test_disk_full ON {table}", alias=alias)
 
 
 @pytest.fixture
 def history():
     ids = subject_with_history()
     yield ids
-    for alias in ("store", "default"):
-        if connections[alias].vendor == "postgresql":
-            for table in ("messages", "ledger_trashentry"):
-                db.execute(f"DROP TRIGGER IF EXISTS test_disk_full ON {table}", alias=alias)
+    drop_disk_full_triggers()
 
 
 def present(session_ids) -> int:
@@ -194,8 +202,7 @@ def test_an_erasure_stopped_by_a_full_store_says_what_it_erased_and_a_rerun_fini
     )
     assert audit_entries_naming([USER, CHAT, KEY, *erased_ids]) >= audit_named
     assert check_store() == []
-    if db.vendor() == "postgresql":
-        db.execute("DROP TRIGGER IF EXISTS test_disk_full ON messages")
+    drop_disk_full_triggers()
 
     finish_and_check_receipt(before, values, erased_ids, audit_named)
 
@@ -203,8 +210,6 @@ def test_an_erasure_stopped_by_a_full_store_says_what_it_erased_and_a_rerun_fini
 @pytest.mark.parametrize("at", ["erasure.between_batches@2", "erasure.after_store"])
 def test_an_erasure_stopped_by_a_full_dashboard_database_names_it_and_a_rerun_finishes(history, at):
     pg_dashboard = connections["default"].vendor == "postgresql"
-    if at == "erasure.between_batches@2" and pg_dashboard:
-        pytest.skip("a full dashboard between the store's batches needs a file-size limit")
     full = erasure.plan(SUBJECT)
     planned = list(full.store.session_ids)
     erased_ids = [*planned, *full.trash.session_ids]
@@ -212,8 +217,17 @@ def test_an_erasure_stopped_by_a_full_dashboard_database_names_it_and_a_rerun_fi
     audit_named = audit_entries_naming([USER, CHAT, KEY, *erased_ids])
     trash_before = sorted(TrashEntry.objects.values_list("pk", "session_count", "message_count"))
     before = database_counts()
-    if pg_dashboard:  # the dashboard's side cannot delete the person's trash
+    if pg_dashboard and at == "erasure.after_store":  # its side cannot delete the trash
         disk_full_trigger("ledger_trashentry", "TRUE", alias="default")
+        child = erase_subject_in_child()
+    elif pg_dashboard:  # the lease renewed after the first delete batch cannot be written
+        disk_full_trigger(
+            "ledger_erasurerequest",
+            "OLD.state = 'running' AND NEW.state = 'running' "
+            "AND NEW.lease_expires_at > OLD.lease_expires_at",
+            alias="default",
+            event="UPDATE",
+        )
         child = erase_subject_in_child()
     else:
         child = erase_subject_in_child(full=at, database="default")
@@ -235,17 +249,38 @@ def test_an_erasure_stopped_by_a_full_dashboard_database_names_it_and_a_rerun_fi
     )
     assert audit_entries_naming([USER, CHAT, KEY, *erased_ids]) >= audit_named
     request = ErasureRequest.objects.get()
-    if pg_dashboard:  # only the trash could not be written: the request says why
+    if pg_dashboard:  # only one table refused: the request and its audit entry say why
         assert request.state == ErasureRequest.FAILED
         assert request.error == words.removeprefix("CommandError: ")
-        assert AuditEntry.objects.get(action="erasure").outcome == AuditEntry.PARTIAL
-        db.execute("DROP TRIGGER IF EXISTS test_disk_full ON ledger_trashentry", alias="default")
+        entry = AuditEntry.objects.get(action="erasure")
+        assert (entry.outcome, entry.detail) == (AuditEntry.PARTIAL, request.error)
     else:  # nothing could be recorded: its process is gone, the retry takes it over at once
         assert request.state == ErasureRequest.RUNNING
         assert request.pk in erasure.resumable_request_ids()
     assert check_store() == []
+    drop_disk_full_triggers()
 
     finish_and_check_receipt(before, values, erased_ids, audit_named)
+
+
+def test_an_erasure_the_dashboard_database_cannot_record_changes_nothing_and_says_so(history):
+    if connections["default"].vendor != "sqlite":
+        pytest.skip("a file-size limit needs SQLite files")
+    full = erasure.plan(SUBJECT)
+    before = database_counts()
+    audit_before = AuditEntry.objects.count()
+
+    child = erase_subject_in_child(full="start", database="default")
+
+    assert child.returncode == 1, (child.returncode, child.stdout, child.stderr)
+    assert "Traceback" not in child.stderr, child.stderr
+    words = child.stderr.strip().splitlines()[-1]
+    assert words.startswith("CommandError: The dashboard database could not be written"), words
+    assert "nothing was changed" in words
+    assert database_counts() == before
+    assert present(full.store.session_ids) == len(full.store.session_ids)
+    assert not ErasureRequest.objects.exists()
+    assert AuditEntry.objects.count() == audit_before
 
 
 # --- a pending cascade whose trash an erasure took ---------------------------------------
