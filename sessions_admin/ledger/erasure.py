@@ -835,13 +835,15 @@ def complete(
         if trash is None:
             trash = plan_trash(subject, session_ids)
         # One transaction: a run killed here changed nothing of the dashboard's, and the next
-        # one does all of it (from the recorded plan), so its counts are the whole of it.
+        # one does all of it (from the recorded plan), so its counts are the whole of it. One
+        # the dashboard's database refused rolled back the same way: said so, with the store's
+        # side it finished.
         try:
             receipt = _complete_dashboard(request, plan, result, trash, session_ids, sqlite)
         except Exception as error:
             if not db.storage_failure(error):
                 raise
-            error.database = TRASH_DATABASE
+            error.database = TRASH_DATABASE  # the dashboard's, not the store
             raise ErasureStopped(
                 error=error, erased=RowsPresent(**_counts_of(result)), store_done=True
             ) from error
@@ -903,6 +905,8 @@ def note_pending_deletes(request: ErasureRequest, trash: TrashPlan) -> int:
     exactly when the trash is gone. Returns how many entries were noted."""
     noted = 0
     for entry, operation in _pending_cascades(trash.operations):
+        if ERASED_TRASH in (entry.after or {}):
+            continue  # an earlier erasure saw that trash fuller (a shared one it cut)
         entries = list(
             TrashEntry.objects.filter(operation=operation)
             .exclude(state=TrashEntry.PENDING)
