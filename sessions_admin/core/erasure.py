@@ -37,7 +37,10 @@ Then it removes what deleted rows leave behind:
   (docs/retention.md).
 
 Counts in the result are what the databases lost (``rows_present`` before the first run
-minus after this one), not what each statement reported.
+minus after this one), not what each statement reported. A database that cannot be
+written (a full disk, a read-only file) stops ``erase`` with ``ErasureStopped``: which
+database, and what of the plan is gone so far across every run; what went stays gone and
+running the plan again finishes it.
 
 Held sessions (``core.holds``) are never erased or changed: the plan lists a hold on any
 session it would change (``held_scope``: the subject's, and those holding their moved
@@ -62,8 +65,11 @@ from sessions_admin.core.db import store_operation
 from sessions_admin.core.deletion import (
     NO_TRASH,
     PlanChanged,
+    _failed_database,
+    _sentence,
     conversation_names_of,
     count_messages,
+    database_words,
     delete_in_batches,
     lineage_closure,
     ordered_children_first,
@@ -1069,6 +1075,79 @@ def _purge_leftovers() -> tuple[bool, list[str]]:
     return merge.finished, done
 
 
+def _erased_so_far(plan: ErasurePlan, before: RowsPresent) -> RowsPresent | None:
+    """The plan's rows gone since ``before`` (every run's), or None if the store cannot be read."""
+    try:
+        now = rows_present(plan=plan)
+    except Exception:
+        return None
+    return RowsPresent(
+        **{
+            name: getattr(before, name) - getattr(now, name)
+            for name in RowsPresent.__dataclass_fields__
+        }
+    )
+
+
+class ErasureStopped(Exception):
+    """An erasure stopped because a database could not be written (a full disk, a read-only
+    file): the store (``database`` "store") or the dashboard's (``deletion.TRASH_DATABASE``,
+    tagged on the error where the dashboard writes: the lease renewed between batches, its
+    side of the erasure).
+
+    Not a ``StoreError`` (those mean nothing changed): what it erased before stays erased
+    (nothing of an erasure is restorable), and running the request again finishes it from
+    the plan it recorded. ``erased``: the plan's rows gone so far, across every run (None
+    when they could not be counted), of ``planned`` (counted before the first run);
+    ``store_done``: the store's side was finished and the dashboard's rolled back.
+    """
+
+    def __init__(
+        self,
+        *,
+        error: BaseException,
+        erased: RowsPresent | None,
+        planned: RowsPresent | None = None,
+        store_done: bool = False,
+    ):
+        self.error = error
+        self.storage = db.storage_failure(error) or "unwritable"
+        self.database = _failed_database(error)
+        self.erased = erased
+        self.planned = planned
+        self.store_done = store_done
+        if erased is None:
+            what = "what it erased before it stopped could not be counted"
+        elif store_done:
+            what = (
+                f"the store's side is erased ({erased.sessions} sessions, {erased.messages} "
+                "messages); the dashboard's side (its trash, the audit log's redaction, the "
+                "receipt) rolled back, nothing of it changed"
+            )
+        else:
+            of = planned or erased
+            what = (
+                f"{erased.sessions} of {of.sessions} sessions ({erased.messages} of "
+                f"{of.messages} messages) were erased before it stopped; the trash, the audit "
+                "log and the receipt are not changed yet"
+            )
+        space = "free space on its disk" + (
+            "" if self.storage == "full" else " or make it writable"
+        )
+        super().__init__(
+            _sentence(f"{database_words(self.database, self.storage)}: {what}. ")
+            + _sentence(
+                f"{space}, then run the erasure again (its page, or manage.py erase_subject "
+                "--yes): it finishes from where it stopped."
+            )
+        )
+
+    @property
+    def erased_any(self) -> bool:
+        """Whether anything of the plan is gone (this run's or an earlier one's)."""
+        return self.erased is None or self.store_done or any(asdict(self.erased).values())
+
+
 def erase(
     *,
     subject: Subject,
@@ -1120,6 +1199,12 @@ def erase(
             _redact_holds(plan.redacted_holds, plan.redaction_subject)
         after = rows_present(plan=plan)
         index_merged, storage = _purge_leftovers()
+    except Exception as error:
+        if db.storage_failure(error):
+            raise ErasureStopped(
+                error=error, planned=before, erased=_erased_so_far(plan, before)
+            ) from error
+        raise
     finally:
         _secure_delete(False)
     return ErasureResult(

@@ -236,7 +236,7 @@ def _failure_detail(error: Exception) -> str:
     or that a bug escaped the core."""
     # A StoreError is the core's "refused, nothing changed"; anything else
     # escaped the core's transaction, which rolled back.
-    if isinstance(error, StoreError):
+    if isinstance(error, StoreError | erasure_core.ErasureStopped):
         return str(error)
     if storage := core_db.storage_failure(error):
         why = "its disk is full" if storage == "full" else "a disk I/O error or a read-only file"
@@ -663,8 +663,10 @@ def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS)
 
     A delete copies each batch into the trash before the store deletes it, so the trash says
     what committed: nothing (``failed``), every batch down to the sessions asked for
-    (``ok``), or the first batches only (``partial``). Only entries older than
-    ``older_than_seconds``: a younger one may be a delete still running. Returns their ids.
+    (``ok``), or the first batches only (``partial``); when an erasure took that trash
+    meanwhile, what it held then (``ledger.erasure.note_pending_deletes``). Only entries
+    older than ``older_than_seconds``: a younger one may be a delete still running. Returns
+    their ids.
     """
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     completed = []
@@ -695,7 +697,10 @@ def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS)
             "trash_entries": [e.pk for e in entries],
             "trash_operation": operation,
         }
-        if not entries:
+        erased_by = (entry.after or {}).get(erasure.ERASED_TRASH)
+        if isinstance(erased_by, dict):
+            outcome, after, detail = _completed_from_erased_trash(entry.after, erased_by, entries)
+        elif not entries:
             outcome, after = AuditEntry.FAILED, {}
             detail = "Completed later: its trash holds nothing, so no batch was deleted."
         elif left:
@@ -717,6 +722,36 @@ def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS)
             continue  # completed meanwhile by its own process
         completed.append(entry.pk)
     return completed
+
+
+def _completed_from_erased_trash(
+    noted: dict, erased_by: dict, left_in_trash: Sequence[TrashEntry]
+) -> tuple[str, dict, str]:
+    """A pending cascade whose trash an erasure took: its outcome from what that trash held
+    when the erasure noted it (``ledger.erasure.note_pending_deletes``), not from what is
+    left of it (nothing, or other people's rows)."""
+    request = erased_by.get("erasure_request")
+    sessions, messages = noted.get("deleted_sessions", 0), noted.get("deleted_messages", 0)
+    if not (sessions or messages):
+        return (
+            AuditEntry.FAILED,
+            noted,
+            f"Completed later: its trash held nothing when erasure request #{request} took it, "
+            "so no batch was deleted.",
+        )
+    whole = bool(erased_by.get("every_session_deleted"))
+    detail = (
+        f"Completed later from what its trash held when erasure request #{request} erased "
+        f"the person's rows from it: {sessions} sessions and {messages} messages were deleted"
+        + ("" if whole else " (its first batches only; the rest was not deleted by it)")
+        + "; those rows were erased with the rest of the person's data and cannot be restored."
+    )
+    if left_in_trash:
+        detail += (
+            f" Other people's rows it deleted are still in the trash (entry "
+            f"#{left_in_trash[0].pk})."
+        )
+    return (AuditEntry.OK if whole else AuditEntry.PARTIAL), noted, detail
 
 
 def complete_stale_restores(*, older_than_seconds: float = STALE_PENDING_SECONDS) -> list[int]:
@@ -1165,22 +1200,32 @@ def request_erasure(
     if full.fingerprint != expected_fingerprint:
         raise core.PlanChanged("erasure")
     erasure.refuse_held(full)
-    request = erasure.create_request(
-        subject=subject, reference=reference, actor=_name(actor), fingerprint=full.fingerprint
-    )
-    record(
-        actor=actor,
-        action="erasure_request",
-        session_ids=[],
-        before={"erasure_request": request.pk, "subject_sha256": request.subject_hash},
-        after={
-            "sessions": len(plan.session_ids),
-            "messages": plan.message_count + len(plan.other_messages),
-            "conversation_slugs": len(plan.conversation_names),
-            "stored_responses": len(plan.response_ids),
-        },
-        reason=reference,
-    )
+    try:
+        # The request and its audit entry together, or neither (a full dashboard database).
+        with transaction.atomic(using=_audit_alias()):
+            request = erasure.create_request(
+                subject=subject,
+                reference=reference,
+                actor=_name(actor),
+                fingerprint=full.fingerprint,
+            )
+            record(
+                actor=actor,
+                action="erasure_request",
+                session_ids=[],
+                before={"erasure_request": request.pk, "subject_sha256": request.subject_hash},
+                after={
+                    "sessions": len(plan.session_ids),
+                    "messages": plan.message_count + len(plan.other_messages),
+                    "conversation_slugs": len(plan.conversation_names),
+                    "stored_responses": len(plan.response_ids),
+                },
+                reason=reference,
+            )
+    except Exception as error:
+        if storage := core_db.storage_failure(error):
+            raise DashboardNotWritten("erasure request", storage, error) from error
+        raise
     if start:
         start_erasures()
     return request
@@ -1190,7 +1235,10 @@ def run_erasure(*, request_id: int) -> dict | None:
     """Carry out a queued (or interrupted) erasure request: audited; returns its receipt.
 
     None when another worker holds it. The audit entry keeps the subject's keyed hash,
-    the counts and the hashed ids, never the subject itself.
+    the counts and the hashed ids, never the subject itself. A database that cannot be
+    written stops it with those words, naming which one and what was erased before
+    (``DashboardNotWritten`` before anything was erased, ``core.erasure.ErasureStopped``
+    after): the request keeps them as its error, and running it again finishes it.
     """
     # The first run executes exactly the plan that was confirmed and records it on the
     # request; a resumed one (after a failure, or taking over from a dead worker) carries
@@ -1199,11 +1247,21 @@ def run_erasure(*, request_id: int) -> dict | None:
     failed_before = ErasureRequest.objects.filter(
         pk=request_id, state=ErasureRequest.FAILED
     ).exists()
-    request = erasure.claim(request_id)
-    if request is None:
-        return None
-    subject = erasure.subject_from_json(request.subject)
-    erasure.redact_reference(request, subject)
+    request = None
+    try:
+        request = erasure.claim(request_id)
+        if request is None:
+            return None
+        subject = erasure.subject_from_json(request.subject)
+        erasure.redact_reference(request, subject)
+    except Exception as error:
+        storage = core_db.storage_failure(error)
+        failure = DashboardNotWritten("erasure", storage, error) if storage else error
+        if request is not None:
+            _fail_erasure(request, failure)
+        if storage:
+            raise failure from error
+        raise
 
     def run() -> dict:
         recorded = erasure.recorded_run(request)
@@ -1217,7 +1275,14 @@ def run_erasure(*, request_id: int) -> dict | None:
                 raise core.PlanChanged("erasure")
             erasure.refuse_held(full)
             before = erasure_core.rows_present(plan=full.store)
-            erasure.record_run(request, full, before)
+            try:
+                # While the store still shows what they committed (nothing is erased yet).
+                erasure.settle_pending_deletes(full.trash)
+                erasure.record_run(request, full, before)
+            except Exception as error:
+                if storage := core_db.storage_failure(error):
+                    raise DashboardNotWritten("erasure", storage, error) from error
+                raise
             faults.checkpoint("erasure.after_plan_recorded")
         else:
             full, before = recorded
@@ -1240,15 +1305,17 @@ def run_erasure(*, request_id: int) -> dict | None:
             reason=request.reference,
             before={"erasure_request": request.pk, "subject_sha256": request.subject_hash},
             run=run,
-            after=lambda receipt: {
-                "erasure_request": request.pk,
-                "erased": receipt["erased"],
-                "session_ids_sha256": receipt["session_ids_sha256"][:ENTRY_SESSION_IDS],
-            },
+            after=lambda outcome: _erasure_after(request, outcome),
+            # Erased before a database refused a write: stays erased, said so (``partial``).
+            partly=lambda error: (
+                error
+                if isinstance(error, erasure_core.ErasureStopped) and error.erased_any
+                else None
+            ),
         )
     except Exception as error:
         # Kept (the subject too) so it can be run again; the audit entry says it failed.
-        erasure.fail(request, f"{type(error).__name__}: {error}")
+        _fail_erasure(request, error)
         raise
     if rewrites_automatically():
         # A small or idle store is rewritten at once; a busy one at a later quiet moment.
@@ -1258,6 +1325,38 @@ def run_erasure(*, request_id: int) -> dict | None:
             logger.exception("erasure request %s: the file rewrite failed", request.pk)
         receipt = ErasureRequest.objects.get(pk=request.pk).receipt
     return receipt
+
+
+def _erasure_after(request: ErasureRequest, outcome: dict | erasure_core.ErasureStopped) -> dict:
+    """An erasure's ``after``: its receipt's counts and hashes, or, stopped by a database that
+    could not be written, what was erased so far (counts only)."""
+    if isinstance(outcome, erasure_core.ErasureStopped):
+        return {
+            "erasure_request": request.pk,
+            "erased_so_far": outcome.erased.as_record() if outcome.erased else None,
+            "planned": outcome.planned.as_record() if outcome.planned else None,
+            "store_side_done": outcome.store_done,
+        }
+    return {
+        "erasure_request": request.pk,
+        "erased": outcome["erased"],
+        "session_ids_sha256": outcome["session_ids_sha256"][:ENTRY_SESSION_IDS],
+    }
+
+
+def _fail_erasure(request: ErasureRequest, error: Exception) -> None:
+    """The request failed, with the error's words (a database that could not be written says
+    which and what was erased; others keep their type, ``PlanChanged`` is looked for). A
+    dashboard database that refuses this write too leaves the request running: its process
+    gone, a retry takes it over at once."""
+    if isinstance(error, DashboardNotWritten | erasure_core.ErasureStopped):
+        words = str(error)
+    else:
+        words = f"{type(error).__name__}: {error}"
+    try:
+        erasure.fail(request, words)
+    except Exception:
+        logger.exception("erasure request %s: its failure could not be recorded", request.pk)
 
 
 def finish_erasure_index_merges() -> list[int]:

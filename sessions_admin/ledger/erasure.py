@@ -24,7 +24,11 @@ plan of what a killed run left. ``finish`` replaces the record with the receipt.
   and descriptions, trash entry reasons and the request's own reference are redacted the
   same way;
 - bulk delete job items naming an erased session are dropped (the trash, job items, audit
-  redaction and the receipt in one transaction: a run killed there left none of them);
+  redaction and the receipt in one transaction: a run killed there left none of them, and
+  one the dashboard's database refused rolled back whole: ``ErasureStopped``);
+- a cascade delete whose audit entry is still pending and whose trash operation goes keeps
+  on that entry what the trash held (``note_pending_deletes``: counts and numbers), so its
+  completion later does not read "nothing was deleted" from the emptied trash;
 - SQLite: the rewrites run with ``secure_delete`` on and the dashboard's WAL is
   checkpointed and truncated; PostgreSQL: the touched tables are vacuumed.
 
@@ -54,7 +58,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from sessions_admin.core import db, erasure, faults, holds
-from sessions_admin.core.erasure import ErasurePlan, RowsPresent, Subject
+from sessions_admin.core.deletion import TRASH_DATABASE
+from sessions_admin.core.erasure import ErasurePlan, ErasureStopped, RowsPresent, Subject
 from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.ledger.models import (
     AuditEntry,
@@ -65,7 +70,11 @@ from sessions_admin.ledger.models import (
     TrashEntry,
     TrashSession,
 )
-from sessions_admin.ledger.trash import decode_trash_rows, decode_trash_value
+from sessions_admin.ledger.trash import (
+    decode_trash_rows,
+    decode_trash_value,
+    stale_pending_trash,
+)
 
 LEASE_SECONDS = 600
 REWRITE_PENDING, REWRITE_DONE = "pending", "done"
@@ -334,9 +343,13 @@ def claim(request_id: int) -> ErasureRequest | None:
 def renew(request: ErasureRequest) -> None:
     """Extend this run's lease (between delete batches); ``ErasureTakenOver`` if another
     worker took the request meanwhile, so two never go on side by side."""
-    renewed = ErasureRequest.objects.filter(
-        pk=request.pk, state=ErasureRequest.RUNNING, started_at=request.started_at
-    ).update(lease_expires_at=timezone.now() + timezone.timedelta(seconds=LEASE_SECONDS))
+    try:
+        renewed = ErasureRequest.objects.filter(
+            pk=request.pk, state=ErasureRequest.RUNNING, started_at=request.started_at
+        ).update(lease_expires_at=timezone.now() + timezone.timedelta(seconds=LEASE_SECONDS))
+    except Exception as error:
+        error.database = TRASH_DATABASE  # the dashboard's, not the store (``ErasureStopped``)
+        raise
     if not renewed:
         raise ErasureTakenOver(request.pk)
 
@@ -822,40 +835,18 @@ def complete(
         if trash is None:
             trash = plan_trash(subject, session_ids)
         # One transaction: a run killed here changed nothing of the dashboard's, and the next
-        # one does all of it (from the recorded plan), so its counts are the whole of it.
-        with transaction.atomic(using=alias):
-            operations, trash_entries = erase_trash(trash)
-            session_ids = [*session_ids, *trash.session_ids]
-            items = 0
-            for start in range(0, len(session_ids), 500):
-                items += DeleteJobItem.objects.filter(
-                    session_id__in=session_ids[start : start + 500]
-                ).delete()[0]
-            faults.checkpoint("erasure.during_dashboard")
-            dashboard = {
-                "trash_operations": len(operations),
-                "trash_entries": trash_entries,
-                "job_items": items,
-                # The erased sessions' own chat ids and keys too, not only the values given.
-                "audit_entries_redacted": redact_audit(
-                    plan.redaction_subject, session_ids, request.salt
-                ),
-                "operator_texts_redacted": redact_operator_text(
-                    plan.redaction_subject, request.salt
-                ),
-            }
-            if sqlite:
-                storage = [
-                    "dashboard: secure_delete during the rewrite; WAL checkpointed and truncated"
-                ]
-            else:
-                storage = ["dashboard: VACUUM of the erasure, trash, audit and job item tables"]
-            receipt = receipt_of(
-                request, plan, result, dashboard, storage, trashed_ids=trash.session_ids
-            )
-            receipt["kept"] = kept_in_receipt(plan, trash)
-            receipt = signed(receipt)
-            finish(request, receipt)
+        # one does all of it (from the recorded plan), so its counts are the whole of it. One
+        # the dashboard's database refused rolled back the same way: said so, with the store's
+        # side it finished.
+        try:
+            receipt = _complete_dashboard(request, plan, result, trash, session_ids, sqlite)
+        except Exception as error:
+            if not db.storage_failure(error):
+                raise
+            error.database = TRASH_DATABASE  # the dashboard's, not the store
+            raise ErasureStopped(
+                error=error, erased=RowsPresent(**_counts_of(result)), store_done=True
+            ) from error
         if sqlite:
             with connection.cursor() as cursor:
                 cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -874,6 +865,118 @@ def complete(
         if sqlite:
             with connection.cursor() as cursor:
                 cursor.execute("PRAGMA secure_delete = OFF")
+    return receipt
+
+
+# A pending cascade entry whose trash an erasure took keeps, in ``after`` under this key, the
+# request that took it: ``ledger.actions.complete_stale_deletes`` completes it from what that
+# trash held then (``note_pending_deletes``), not from the emptied trash.
+ERASED_TRASH = "trash_erased_by"
+
+
+def _pending_cascades(operations: Sequence[str]) -> list[tuple[AuditEntry, str]]:
+    """Cascade deletes whose audit entry is still pending (their process died, or the dashboard
+    could not record their outcome) and whose trash operation is one of ``operations``."""
+    wanted = set(operations)
+    if not wanted:
+        return []
+    pending = AuditEntry.objects.filter(action="cascade_delete", outcome=AuditEntry.PENDING)
+    return [
+        (entry, operation)
+        for entry in pending.order_by("pk")
+        if (operation := (entry.before or {}).get("trash_operation")) in wanted
+    ]
+
+
+def settle_pending_deletes(trash: TrashPlan) -> None:
+    """Before the store is erased: the pending trash entries of a pending cascade whose trash
+    the erasure takes are settled from the store (``stale_pending_trash``: a batch that
+    committed is marked complete), so ``note_pending_deletes`` counts every committed batch.
+    Only while the store still shows what the cascade left (an erasure's first run)."""
+    for _entry, operation in _pending_cascades(trash.operations):
+        stale_pending_trash(operation=operation)
+
+
+def note_pending_deletes(request: ErasureRequest, trash: TrashPlan) -> int:
+    """Keep on each pending cascade entry whose trash operation this erasure drops or cuts
+    what that trash held before (``ERASED_TRASH``): the sessions and messages its committed
+    batches deleted, their entries, whether every session asked for went. Counts and numbers
+    only, nothing naming the person; in the erasure's transaction, so the note is there
+    exactly when the trash is gone. Returns how many entries were noted."""
+    noted = 0
+    for entry, operation in _pending_cascades(trash.operations):
+        if ERASED_TRASH in (entry.after or {}):
+            continue  # an earlier erasure saw that trash fuller (a shared one it cut)
+        entries = list(
+            TrashEntry.objects.filter(operation=operation)
+            .exclude(state=TrashEntry.PENDING)
+            .order_by("pk")
+        )
+        trashed = set(
+            TrashSession.objects.filter(entry__in=entries).values_list("session_id", flat=True)
+        )
+        after = {
+            "deleted_sessions": sum(e.session_count for e in entries),
+            "deleted_messages": sum(e.message_count for e in entries),
+            "trash_entries": [e.pk for e in entries],
+            "trash_operation": operation,
+            ERASED_TRASH: {
+                "erasure_request": request.pk,
+                "every_session_deleted": bool(entry.session_ids)
+                and set(entry.session_ids) <= trashed,
+            },
+        }
+        noted += AuditEntry.objects.filter(pk=entry.pk, outcome=AuditEntry.PENDING).update(
+            after=after
+        )
+    return noted
+
+
+def _counts_of(result: erasure.ErasureResult) -> dict:
+    return {name: getattr(result, name) for name in RowsPresent.__dataclass_fields__}
+
+
+def _complete_dashboard(
+    request: ErasureRequest,
+    plan: ErasurePlan,
+    result: erasure.ErasureResult,
+    trash: TrashPlan,
+    session_ids: list[str],
+    sqlite: bool,
+) -> dict:
+    """The dashboard's side of ``complete`` in one transaction; returns the receipt."""
+    with transaction.atomic(using=router.db_for_write(TrashEntry)):
+        note_pending_deletes(request, trash)
+        operations, trash_entries = erase_trash(trash)
+        session_ids = [*session_ids, *trash.session_ids]
+        items = 0
+        for start in range(0, len(session_ids), 500):
+            items += DeleteJobItem.objects.filter(
+                session_id__in=session_ids[start : start + 500]
+            ).delete()[0]
+        faults.checkpoint("erasure.during_dashboard")
+        dashboard = {
+            "trash_operations": len(operations),
+            "trash_entries": trash_entries,
+            "job_items": items,
+            # The erased sessions' own chat ids and keys too, not only the values given.
+            "audit_entries_redacted": redact_audit(
+                plan.redaction_subject, session_ids, request.salt
+            ),
+            "operator_texts_redacted": redact_operator_text(plan.redaction_subject, request.salt),
+        }
+        if sqlite:
+            storage = [
+                "dashboard: secure_delete during the rewrite; WAL checkpointed and truncated"
+            ]
+        else:
+            storage = ["dashboard: VACUUM of the erasure, trash, audit and job item tables"]
+        receipt = receipt_of(
+            request, plan, result, dashboard, storage, trashed_ids=trash.session_ids
+        )
+        receipt["kept"] = kept_in_receipt(plan, trash)
+        receipt = signed(receipt)
+        finish(request, receipt)
     return receipt
 
 

@@ -60,6 +60,11 @@ def main(operation: str, arguments: dict) -> object:
 
         call_command("run_jobs", **arguments)
         return None
+    if operation == "command":  # as an operator runs it: its words and exit status, no catch
+        from django.core.management import execute_from_command_line
+
+        execute_from_command_line(["manage.py", *arguments["argv"]])
+        return None
     if operation == "run_erasure":
         from sessions_admin.ledger import actions
 

@@ -9,7 +9,9 @@ finished instead of starting another: it carries out the plan it recorded, so wh
 first run already deleted is not looked up again. A subject with nothing left in the store
 is still erased with ``--yes`` (a request, a receipt of 0, the file rewrite: freed space may
 hold their bytes). Values are checked by the rule the page's form uses
-(``core.text.exact_id_problem``): a bad one is a ``CommandError`` and nothing changes.
+(``core.text.exact_id_problem``): a bad one is a ``CommandError`` and nothing changes. A
+database that cannot be written (a full disk, a read-only file) stops it with a message
+naming which one and what was erased before, and exit status 1; running it again finishes.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_admin.core import holds
-from sessions_admin.core.erasure import Subject
+from sessions_admin.core.erasure import ErasureStopped, Subject
 from sessions_admin.core.errors import StoreError
 from sessions_admin.ledger import actions, erasure
+
+# Refused (nothing changed), or stopped by a database that could not be written (what was
+# erased stays so; running the command again finishes it): said in words, exit status 1.
+STOPPED = (StoreError, holds.SessionsHeld, ErasureStopped, actions.AuditIncomplete)
 
 
 class Command(BaseCommand):
@@ -94,7 +100,7 @@ class Command(BaseCommand):
                 start=False,
             )
             receipt = actions.run_erasure(request_id=queued.pk)
-        except (StoreError, holds.SessionsHeld) as problem:
+        except STOPPED as problem:
             raise CommandError(str(problem)) from problem
         self._print_receipt(receipt)
 
@@ -107,7 +113,7 @@ class Command(BaseCommand):
             return
         try:
             receipt = actions.run_erasure(request_id=request.pk)
-        except (StoreError, holds.SessionsHeld) as problem:
+        except STOPPED as problem:
             raise CommandError(str(problem)) from problem
         if receipt is None:
             raise CommandError(
