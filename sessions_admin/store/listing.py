@@ -438,11 +438,11 @@ def _day_start(day: dt.date) -> float:
 FORKS_CACHE_SECONDS = 30
 
 
-def _fork_id_set() -> frozenset[str]:
+def fork_id_set() -> frozenset[str]:
     return frozenset(forks.fork_session_ids())
 
 
-class _Forks:
+class ForkIds:
     """fork_session_ids(), computed at most once per request and cached briefly.
 
     Fork detection reads every keyed session and every response (about half a
@@ -467,7 +467,7 @@ class _Forks:
         if self._ids is None:
             self._ids = frozenset(
                 cached.cached_figure(
-                    "listing:forks", _fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS
+                    "listing:forks", fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS
                 )
             )
         return self._ids
@@ -476,7 +476,7 @@ class _Forks:
         if self._ids is None:
             try:
                 entry = cached.ready_figure_at(
-                    "listing:forks", _fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS
+                    "listing:forks", fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS
                 )
             except cached.FigureFailed as failure:
                 self.failure = failure.reason
@@ -487,7 +487,7 @@ class _Forks:
         return self._ids
 
 
-cached.register("listing:forks", _fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS)
+cached.register("listing:forks", fork_id_set, fresh_seconds=FORKS_CACHE_SECONDS)
 
 
 def fork_marks_ready() -> bool:
@@ -495,7 +495,7 @@ def fork_marks_ready() -> bool:
 
     Raises ``cached.FigureFailed`` when their computation failed a moment ago.
     """
-    forks = _Forks()
+    forks = ForkIds()
     if forks.shown() is not None:
         return True
     if forks.failure is not None:
@@ -508,10 +508,10 @@ def _store_name() -> str:
 
 
 def where_sql(
-    filters: Filters, *, fork_ids: _Forks | None = None, scope: bool = True
+    filters: Filters, *, fork_ids: ForkIds | None = None, scope: bool = True
 ) -> tuple[str, list]:
     """The WHERE over ``sessions s`` for ``filters`` (search text and sort excluded)."""
-    fork_ids = fork_ids or _Forks()
+    fork_ids = fork_ids or ForkIds()
     clauses: list[str] = []
     params: list[Any] = []
     for column, value in (
@@ -722,7 +722,7 @@ def list_sessions(
 
 
 def _list_sessions(filters: Filters, cursor: Cursor | None, with_choices: bool) -> SessionPage:
-    fork_ids = _Forks()
+    fork_ids = ForkIds()
     where, params = where_sql(filters, fork_ids=fork_ids)
     limit = filters.per_page
     desc = filters.direction == "desc"
@@ -1168,7 +1168,7 @@ def _enrich(
     ids: Sequence[str],
     *,
     roots: bool,
-    fork_ids: _Forks,
+    fork_ids: ForkIds,
     reasons: dict[str, str | None] | None = None,
 ) -> list[SessionRow]:
     """The page's rows with their figures, in at most three batches of statements (each
@@ -1398,8 +1398,8 @@ def _search(filters: Filters, cursor: Cursor | None) -> SearchPage:
     groups: dict[str, list[tuple[int, str]]] = {}
     earlier: dict[str, bool] = {}
     # A word PostgreSQL's statistics know, unfiltered, first page: the first read takes the
-    # count's COUNT_CAP + 1 matches too, in the one walk (_PgSearch.common_word) or bitmap
-    # read (_PgSearch.first_window), not in a second that reads the word's list again.
+    # count's COUNT_CAP + 1 matches too, in the one walk (PgSearch.common_word) or bitmap
+    # read (PgSearch.first_window), not in a second that reads the word's list again.
     counted_here = (
         backend is _PG and cursor is None and where == "1 = 1" and _PG.word_share(query) is not None
     )
@@ -1567,7 +1567,7 @@ def _session_info(ids: Sequence[str]) -> dict[str, dict]:
     return {r[0]: dict(zip(keys, r[1:], strict=True)) for r in rows}
 
 
-class _SqliteSearch:
+class SqliteSearch:
     """SQLite: the FTS5 index hands matches out in rowid order, so a scan is a LIMITed
     read of the index, and only those candidates are joined to their sessions."""
 
@@ -1653,7 +1653,7 @@ class _SqliteSearch:
         )
 
 
-class _PgSearch:
+class PgSearch:
     """PostgreSQL: matching messages in id windows from the cursor, then headlines.
 
     Left to itself the planner walks the primary key and computes to_tsvector for
@@ -1671,7 +1671,7 @@ class _PgSearch:
         for the index name it (its most common words); None otherwise."""
         if len(query.include) != 1 or query.exclude or " " in query.include[0]:
             return None
-        return _word_shares().get(query.include[0].lower())
+        return word_shares().get(query.include[0].lower())
 
     @classmethod
     def first_window(cls, query: Query, take: int) -> int:
@@ -1836,17 +1836,17 @@ def _bitmap_scans_only(wanted: bool = True) -> Iterator[None]:
         yield
 
 
-_SQLITE = _SqliteSearch()
-_PG = _PgSearch()
+_SQLITE = SqliteSearch()
+_PG = PgSearch()
 
-# At this share of messages or more, a word is read in id order (_PgSearch.common_word):
+# At this share of messages or more, a word is read in id order (PgSearch.common_word):
 # a match every five messages or closer; below it the GIN index's list is cheaper.
 COMMON_WORD_SHARE = 0.2
 WORD_SHARES_SECONDS = 600
 _word_share_cache: dict[str, tuple[float, dict[str, float]]] = {}
 
 
-def _word_shares() -> dict[str, float]:
+def word_shares() -> dict[str, float]:
     """Share of messages holding each of the search index's most common words (pg_stats),
     read once per WORD_SHARES_SECONDS per process."""
     name = _store_name()
@@ -1871,7 +1871,7 @@ def _word_shares() -> dict[str, float]:
 
 NAME_MATCHES = 8
 _NAME_COLUMNS = (("user_id", "user"), ("chat_id", "chat"), ("display_name", "name"))
-_NAME_INDEXES = (
+NAME_INDEXES = (
     "idx_sa_sessions_user_lower",
     "idx_sa_sessions_chat_lower",
     "idx_sa_sessions_name_lower",
@@ -1881,13 +1881,13 @@ _NAME_INDEXES = (
 NAME_SCAN_WITHOUT_INDEX = 5000
 
 
-def _name_indexes_present() -> bool:
-    names = ", ".join(f"'{name}'" for name in _NAME_INDEXES)  # constants above
+def name_indexes_present() -> bool:
+    names = ", ".join(f"'{name}'" for name in NAME_INDEXES)  # constants above
     if db.vendor() == "postgresql":
         sql = f"SELECT COUNT(*) FROM pg_indexes WHERE indexname IN ({names})"
     else:
         sql = f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN ({names})"
-    return db.fetchone(sql)[0] == len(_NAME_INDEXES)
+    return db.fetchone(sql)[0] == len(NAME_INDEXES)
 
 
 def search_names(q: str) -> list[NameMatch]:
@@ -1900,7 +1900,7 @@ def search_names(q: str) -> list[NameMatch]:
     text = q.strip().lower()
     if not text or len(text) > MAX_TEXT:
         return []
-    if _name_indexes_present():
+    if name_indexes_present():
         # One probe per index, then the few matches sorted. As ``a = x OR b = y OR ...``
         # with ORDER BY ... LIMIT, SQLite walks the whole store in started_at order
         # instead (1.1 s at a million sessions for a word that names nobody).
@@ -1913,7 +1913,7 @@ def search_names(q: str) -> list[NameMatch]:
             + " UNION ALL ".join(
                 f"SELECT id FROM sessions {f'INDEXED BY {index} ' if sqlite else ''}"
                 f"WHERE lower({column}) = %s"
-                for (column, _), index in zip(_NAME_COLUMNS, _NAME_INDEXES, strict=True)
+                for (column, _), index in zip(_NAME_COLUMNS, NAME_INDEXES, strict=True)
             )
             + ")"
         )
@@ -1960,7 +1960,7 @@ def _distinct_statements() -> list[tuple[str, list]]:
     ]
 
 
-def _choices() -> Choices:
+def read_choices() -> Choices:
     sources, models, end_reasons = (
         tuple(r[0] for r in rows) for rows in db.fetch_batch(_distinct_statements())
     )
@@ -1968,7 +1968,7 @@ def _choices() -> Choices:
 
 
 NO_CHOICES = Choices(sources=(), models=(), end_reasons=())
-cached.register("listing:choices", _choices, fresh_seconds=CHOICES_CACHE_SECONDS)
+cached.register("listing:choices", read_choices, fresh_seconds=CHOICES_CACHE_SECONDS)
 
 
 def choices() -> Choices:
@@ -1976,7 +1976,9 @@ def choices() -> Choices:
     figure (three scans, 20-40 ms at 10k sessions). On a cold cache, none (the fields
     work without them, and the status menu keeps a chosen reason) while they are
     computed in the background for the next page."""
-    entry = cached.ready_figure_at("listing:choices", _choices, fresh_seconds=CHOICES_CACHE_SECONDS)
+    entry = cached.ready_figure_at(
+        "listing:choices", read_choices, fresh_seconds=CHOICES_CACHE_SECONDS
+    )
     return NO_CHOICES if entry is None else entry[1]
 
 

@@ -59,7 +59,7 @@ def computations(settings, monkeypatch):
     for name in ("store_totals", "sessions_per_day", "health_counts"):
         monkeypatch.setattr(store_overview, name, seen.wrap(name, getattr(store_overview, name)))
     # The filters' suggestions: three DISTINCT scans of the sessions table.
-    monkeypatch.setattr(listing, "_choices", seen.wrap("choices", listing._choices))
+    monkeypatch.setattr(listing, "read_choices", seen.wrap("choices", listing.read_choices))
     yield seen
     _wait_for_background()
     cache.clear()
@@ -234,7 +234,7 @@ def test_a_figure_that_fails_in_the_background_is_shown_as_failed_not_polled_for
     forked_conversation()
     monkeypatch.setattr(figures, "find_fork_groups", _broken)
     monkeypatch.setattr(store_overview, "store_totals", _broken)
-    monkeypatch.setattr(listing, "_fork_id_set", _broken)
+    monkeypatch.setattr(listing, "fork_id_set", _broken)
     # First asks start the computations (placeholders that ask again) ...
     assert "Searching the store for forks" in client.get(reverse("fork_list")).content.decode()
     assert "Counting the store" in client.get(reverse("home")).content.decode()

@@ -694,14 +694,14 @@ def test_names_are_found_without_the_lower_indexes_among_the_newest_sessions(mon
     _new("cli", day="2024-03-01")
     assert [m.session_id for m in listing.search_names("BOB")] == [new, old]
     try:
-        for name in listing._NAME_INDEXES:
+        for name in listing.NAME_INDEXES:
             db.execute(f"DROP INDEX IF EXISTS {name}")
-        assert not listing._name_indexes_present()
+        assert not listing.name_indexes_present()
         assert [m.session_id for m in listing.search_names("BOB")] == [new]
     finally:
         for _column, statement in core.schema.LOWER_INDEX_SQL:
             db.execute(statement)
-    assert listing._name_indexes_present()
+    assert listing.name_indexes_present()
 
 
 @pytest.mark.skipif(
@@ -711,7 +711,7 @@ def test_names_are_found_without_the_lower_indexes_among_the_newest_sessions(mon
     "q", ["ÉCOLE", "école", "the", "THE", "x2", "2026", "example", "com", "can't", "the_x", "naïve"]
 )
 def test_the_plain_word_prefilter_never_drops_a_full_text_match(q):
-    """A one-token word is first looked for in the lower-cased text (_PgSearch.matches): the
+    """A one-token word is first looked for in the lower-cased text (PgSearch.matches): the
     hits are exactly the messages the full-text test alone finds."""
     sid = _new("cli")
     texts = [
@@ -723,7 +723,7 @@ def test_the_plain_word_prefilter_never_drops_a_full_text_match(q):
         "X2 and x2 twice",
     ]
     ids = _say(sid, *texts)
-    document = listing._PgSearch.document.replace("m.", "")
+    document = listing.PgSearch.document.replace("m.", "")
     expected = {
         r[0]
         for r in db.fetchall(
