@@ -16,6 +16,7 @@ from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.routers import store_alias
 from sessions_admin.store import cached, listing
+from sessions_admin.store.listing import fulltext_postgresql
 
 URL = "/sessions/"
 
@@ -531,10 +532,12 @@ def test_a_word_the_statistics_know_is_read_through_the_index_once(signed_in, mo
         sid = _new(started_at=1_700_000_000.0 + n)
         _say(sid, f"parcel number {n}", "nothing here", f"another parcel {n}")
     client = signed_in("viewer")
-    monkeypatch.setattr(listing, "SEARCH_WINDOW", 16)  # the first window covers a few ids
+    monkeypatch.setattr(
+        fulltext_postgresql, "SEARCH_WINDOW", 16
+    )  # the first window covers a few ids
     unknown = listing.search(listing.parse({"q": "parcel", "per": "25"}).filters)
     through_index = _body(client.get(URL, {"q": "parcel", "per": "25"}))
-    monkeypatch.setattr(listing, "word_shares", lambda: {"parcel": 0.05})
+    monkeypatch.setattr(fulltext_postgresql, "word_shares", lambda: {"parcel": 0.05})
     with CaptureQueriesContext(connections[store_alias()]) as queries:
         known = listing.search(listing.parse({"q": "parcel", "per": "25"}).filters)
     reads = [q["sql"] for q in queries.captured_queries if "@@" in q["sql"] and "JOIN" in q["sql"]]
@@ -560,7 +563,7 @@ def test_a_common_word_read_in_id_order_finds_the_same_page_and_count(signed_in,
         _say(sid, f"parcel number {n}", "nothing here", f"another parcel {n}")
     client = signed_in("viewer")
     through_index = _body(client.get(URL, {"q": "parcel", "per": "25"}))
-    monkeypatch.setattr(listing, "word_shares", lambda: {"parcel": 0.6})
+    monkeypatch.setattr(fulltext_postgresql, "word_shares", lambda: {"parcel": 0.6})
     page = listing.search(listing.parse({"q": "parcel", "per": "25"}).filters)
     assert (page.count, page.count_capped) == (140, False)
     walked = _body(client.get(URL, {"q": "parcel", "per": "25"}))
