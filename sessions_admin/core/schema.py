@@ -288,7 +288,7 @@ INDEX_SQL = [
     "CREATE INDEX IF NOT EXISTS idx_sa_messages_session_id ON messages(session_id, id)",
     "CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique "
     "ON sessions(title) WHERE title IS NOT NULL",
-    # Session list (store/listing.py): source filter in started order, and the sort keys
+    # Session list (store/listing/page.py): source filter in started order, and the sort keys
     # (the expressions must match listing.SORT_SQL for SQLite to use them).
     "CREATE INDEX IF NOT EXISTS idx_sa_sessions_source_started ON sessions(source, started_at)",
     "CREATE INDEX IF NOT EXISTS idx_sa_sessions_message_count "
@@ -304,7 +304,7 @@ INDEX_SQL = [
     "WHERE end_reason = 'merged'",
 ]
 # The search box finds sessions by user, chat or display name, ignoring case
-# (store/listing.search_names: the expressions must match). By column: an upgraded older
+# (store/listing/name_search.py: the expressions must match). By column: an upgraded older
 # store may lack one of them (only the required columns are added to it).
 LOWER_INDEX_SQL = [
     (
@@ -570,7 +570,7 @@ def _ensure_runtime_tables(alias: str, before: set[str]) -> list[str]:
     return added
 
 
-# The session list's "title contains" filter (store/listing.py: title ILIKE '%...%') reads
+# The session list's "title contains" filter (store/listing/conditions.py: title ILIKE '%...%') reads
 # this index instead of every session's title (447 ms at a million sessions, 0.3 ms with
 # it). It needs the pg_trgm extension, which ships with PostgreSQL's contrib and which a
 # database owner may create (it is trusted); where it cannot be had, the filter scans.

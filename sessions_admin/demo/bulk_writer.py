@@ -2,7 +2,7 @@
 
 From ``seeder.BULK_MIN_SESSIONS`` sessions on (or ``seed_demo --bulk on``) the
 plain chats of a seed (``plans.is_plain``) go through ``BulkWriter``, which
-hands them to ``core.bulk.insert_sessions`` (``executemany``), one transaction
+hands them to ``core.bulk_insert.insert_sessions`` (``executemany``), one transaction
 per batch, instead of one core call each. Every lineage case, rewrite and API
 conversation still goes through the core.
 """
@@ -14,8 +14,7 @@ import time
 import uuid
 from typing import Any, Protocol
 
-from sessions_admin.core import bulk as core_bulk
-from sessions_admin.core import db
+from sessions_admin.core import bulk_insert, db
 from sessions_admin.demo.catalogue import GATEWAY_SOURCES, ModelInfo
 from sessions_admin.demo.plans import Plan, Stats, Thread, usage_figures
 
@@ -74,7 +73,7 @@ class BulkWriter:
     def write_batch(self, plans: list[Plan]) -> None:
         seeder = self.seeder
         sessions = [self._session_rows(plan) for plan in plans]
-        core_bulk.insert_sessions(sessions=sessions)
+        bulk_insert.insert_sessions(sessions=sessions)
         seeder.stats.sessions += len(sessions)
         seeder.stats.bulk_sessions += len(sessions)
         seeder.stats.messages += sum(len(s["messages"]) for s in sessions)

@@ -23,7 +23,7 @@ relative to now differ.
 
 Plain single-session chats (no lineage, no rewrites) are the bulk of a large
 seed. From ``BULK_MIN_SESSIONS`` on (or with ``bulk="on"``) they go through
-``bulk_writer.BulkWriter``, which hands them to ``core.bulk.insert_sessions``
+``bulk_writer.BulkWriter``, which hands them to ``core.bulk_insert.insert_sessions``
 (the rows the core would write, with ``executemany``), one transaction per
 batch: counters equal the active rows, each root session gets its ``new``
 switch event, and full-text search follows by the store's own means (SQLite

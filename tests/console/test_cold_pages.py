@@ -18,8 +18,9 @@ from django.urls import reverse
 
 from sessions_admin.console import figures
 from sessions_admin.core import forks as core_forks
-from sessions_admin.store import cached, listing
+from sessions_admin.store import cached
 from sessions_admin.store import overview as store_overview
+from sessions_admin.store.listing import conditions, filter_choices
 from tests.builders import forked_conversation
 from tests.console.test_merge_views import merge_via_views
 
@@ -59,7 +60,9 @@ def computations(settings, monkeypatch):
     for name in ("store_totals", "sessions_per_day", "health_counts"):
         monkeypatch.setattr(store_overview, name, seen.wrap(name, getattr(store_overview, name)))
     # The filters' suggestions: three DISTINCT scans of the sessions table.
-    monkeypatch.setattr(listing, "_choices", seen.wrap("choices", listing._choices))
+    monkeypatch.setattr(
+        filter_choices, "read_choices", seen.wrap("choices", filter_choices.read_choices)
+    )
     yield seen
     _wait_for_background()
     cache.clear()
@@ -234,7 +237,7 @@ def test_a_figure_that_fails_in_the_background_is_shown_as_failed_not_polled_for
     forked_conversation()
     monkeypatch.setattr(figures, "find_fork_groups", _broken)
     monkeypatch.setattr(store_overview, "store_totals", _broken)
-    monkeypatch.setattr(listing, "_fork_id_set", _broken)
+    monkeypatch.setattr(conditions, "fork_id_set", _broken)
     # First asks start the computations (placeholders that ask again) ...
     assert "Searching the store for forks" in client.get(reverse("fork_list")).content.decode()
     assert "Counting the store" in client.get(reverse("home")).content.decode()

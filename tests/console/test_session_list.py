@@ -15,7 +15,8 @@ from django.urls import reverse
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.routers import store_alias
-from sessions_admin.store import listing
+from sessions_admin.store import cached, listing
+from sessions_admin.store.listing import fulltext_postgresql
 
 URL = "/sessions/"
 
@@ -493,7 +494,7 @@ def test_a_list_page_on_postgresql_is_at_most_three_round_trips_to_the_store(
     # The choices gone from the cache, as a dashboard runs: they are computed in the
     # background (issue 16), never among the page's round trips.
     settings.SESSIONS_ADMIN_COLD_FIGURES_INLINE = False
-    cache.delete(f"sessions_admin:listing:choices:{listing._store_name()}")
+    cache.delete(cached.store_key("listing:choices"))
     trips = _RoundTrips(store_alias(), monkeypatch)
     headers = {"HX-Request": "true"} if htmx else {}
     with connections[store_alias()].execute_wrapper(trips):
@@ -531,10 +532,12 @@ def test_a_word_the_statistics_know_is_read_through_the_index_once(signed_in, mo
         sid = _new(started_at=1_700_000_000.0 + n)
         _say(sid, f"parcel number {n}", "nothing here", f"another parcel {n}")
     client = signed_in("viewer")
-    monkeypatch.setattr(listing, "SEARCH_WINDOW", 16)  # the first window covers a few ids
+    monkeypatch.setattr(
+        fulltext_postgresql, "SEARCH_WINDOW", 16
+    )  # the first window covers a few ids
     unknown = listing.search(listing.parse({"q": "parcel", "per": "25"}).filters)
     through_index = _body(client.get(URL, {"q": "parcel", "per": "25"}))
-    monkeypatch.setattr(listing, "_word_shares", lambda: {"parcel": 0.05})
+    monkeypatch.setattr(fulltext_postgresql, "word_shares", lambda: {"parcel": 0.05})
     with CaptureQueriesContext(connections[store_alias()]) as queries:
         known = listing.search(listing.parse({"q": "parcel", "per": "25"}).filters)
     reads = [q["sql"] for q in queries.captured_queries if "@@" in q["sql"] and "JOIN" in q["sql"]]
@@ -560,7 +563,7 @@ def test_a_common_word_read_in_id_order_finds_the_same_page_and_count(signed_in,
         _say(sid, f"parcel number {n}", "nothing here", f"another parcel {n}")
     client = signed_in("viewer")
     through_index = _body(client.get(URL, {"q": "parcel", "per": "25"}))
-    monkeypatch.setattr(listing, "_word_shares", lambda: {"parcel": 0.6})
+    monkeypatch.setattr(fulltext_postgresql, "word_shares", lambda: {"parcel": 0.6})
     page = listing.search(listing.parse({"q": "parcel", "per": "25"}).filters)
     assert (page.count, page.count_capped) == (140, False)
     walked = _body(client.get(URL, {"q": "parcel", "per": "25"}))

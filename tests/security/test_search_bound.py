@@ -16,13 +16,14 @@ from django.test import Client
 from sessions_admin import core
 from sessions_admin.signin.roles import assign_role
 from sessions_admin.store import listing
+from sessions_admin.store.listing import fulltext
 
 CAP = 40
 
 
 @pytest.fixture
 def common_word_store(monkeypatch):
-    monkeypatch.setattr(listing, "SEARCH_CANDIDATES", CAP)
+    monkeypatch.setattr(fulltext, "SEARCH_CANDIDATES", CAP)
     rare = core.create_session(source="rare", started_at=1000.0).session_id
     core.append_message(session_id=rare, role="user", content="the common word, rare source")
     busy = core.create_session(source="busy", started_at=2000.0).session_id

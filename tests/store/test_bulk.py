@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sessions_admin import core
-from sessions_admin.core import bulk, db
+from sessions_admin.core import bulk_insert, db
 from tests.helpers import count, counter_mismatches, session
 
 CALL = [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]
@@ -36,7 +36,7 @@ def _session(sid: str, **extra) -> dict:
 
 
 def test_it_writes_rows_counters_events_and_search():
-    assert bulk.insert_sessions(sessions=[_session("b1"), _session("b2", title="T")]) == 2
+    assert bulk_insert.insert_sessions(sessions=[_session("b1"), _session("b2", title="T")]) == 2
     row = session("b1")
     assert (row["message_count"], row["tool_call_count"], row["input_tokens"]) == (3, 1, 7)
     assert (row["ended_at"], row["end_reason"]) == (20.0, "user_exit")
@@ -53,9 +53,9 @@ def test_it_writes_rows_counters_events_and_search():
 def test_a_taken_id_or_a_bad_message_refuses_the_whole_batch():
     core.create_session(source="cli", session_id="taken")
     with pytest.raises(core.InvalidInput):
-        bulk.insert_sessions(sessions=[_session("fresh"), _session("taken")])
+        bulk_insert.insert_sessions(sessions=[_session("fresh"), _session("taken")])
     bad = _session("nul")
     bad["messages"][0]["content"] = "a\x00b"
     with pytest.raises(core.InvalidInput):
-        bulk.insert_sessions(sessions=[_session("fresh2"), bad])
+        bulk_insert.insert_sessions(sessions=[_session("fresh2"), bad])
     assert count("sessions") == 1 and count("messages") == 0

@@ -23,7 +23,7 @@ import pytest
 from django.db import connections
 
 from sessions_admin import core
-from sessions_admin.core import bulk, events
+from sessions_admin.core import bulk_insert, events
 from sessions_admin.core.schema import ensure_store_schema, existing_columns
 from sessions_admin.store.attach import inspect_alias
 from tests.helpers import child_env
@@ -397,7 +397,7 @@ def test_a_follower_tells_each_switch_of_other_processes_once_in_order_across_re
 
 def test_a_follower_told_to_start_at_zero_tells_the_whole_log_but_not_loaded_history(tmp_path):
     first = core.create_session(source="telegram", session_key="tg:1").session_id
-    bulk.insert_sessions(sessions=[{"id": "loaded", "source": "cli", "started_at": 1.0}])
+    bulk_insert.insert_sessions(sessions=[{"id": "loaded", "source": "cli", "started_at": 1.0}])
     core.reset_session_key(session_key="tg:1")
     core.resume_session(ref=first)
     runtime = Runtime("replayer", tmp_path / "heard.jsonl", tmp_path / "stderr.txt", from_seq=0)

@@ -15,7 +15,14 @@ from sessions_admin.console.html import highlight
 from sessions_admin.core import db
 from sessions_admin.routers import store_alias
 from sessions_admin.store import listing
-from sessions_admin.store.listing import Filters
+from sessions_admin.store.listing import (
+    Filters,
+    activity,
+    conditions,
+    fulltext,
+    fulltext_postgresql,
+    name_search,
+)
 from tests import helpers
 
 
@@ -254,11 +261,11 @@ ACTIVITY_PATHS = ["by-sessions", "walk", "walk-over-budget"]
 def activity_path(request, monkeypatch):
     """Run the activity sort through each of its strategies."""
     if request.param != "by-sessions":
-        monkeypatch.setattr(listing, "COUNT_CAP", 2)  # a "big" result: the walk
-        monkeypatch.setattr(listing, "WALK_WINDOW", 3)
-        monkeypatch.setattr(listing, "WALK_MAX_WINDOW", 8)
+        monkeypatch.setattr(conditions, "COUNT_CAP", 2)  # a "big" result: the walk
+        monkeypatch.setattr(activity, "WALK_WINDOW", 3)
+        monkeypatch.setattr(activity, "WALK_MAX_WINDOW", 8)
     if request.param == "walk-over-budget":
-        monkeypatch.setattr(listing, "WALK_BUDGET", 5)
+        monkeypatch.setattr(activity, "WALK_BUDGET", 5)
     return request.param
 
 
@@ -351,7 +358,7 @@ def test_keyset_pages_stay_exact_while_sessions_are_inserted(activity_path):
 
 
 def test_the_count_is_exact_up_to_the_cap(monkeypatch):
-    monkeypatch.setattr(listing, "COUNT_CAP", 3)
+    monkeypatch.setattr(conditions, "COUNT_CAP", 3)
     for n in range(3):
         _new("cli", hour=n)
     page = listing.list_sessions(Filters())
@@ -627,7 +634,7 @@ def test_search_pages_list_each_session_once(direction):
 
 
 def test_search_pages_stay_exact_when_the_scan_is_capped(monkeypatch):
-    monkeypatch.setattr(listing, "SEARCH_CANDIDATES", 4)
+    monkeypatch.setattr(fulltext, "SEARCH_CANDIDATES", 4)
     busy = _new("cli")
     quiet = _new("cli")
     _say(quiet, "needle once")
@@ -688,20 +695,20 @@ def test_search_finds_sessions_by_user_chat_or_display_name():
 def test_names_are_found_without_the_lower_indexes_among_the_newest_sessions(monkeypatch):
     """A store attached without upgrade_runtime_tables lacks the lower() indexes: the
     lookup then reads only the newest NAME_SCAN_WITHOUT_INDEX sessions."""
-    monkeypatch.setattr(listing, "NAME_SCAN_WITHOUT_INDEX", 2)
+    monkeypatch.setattr(name_search, "NAME_SCAN_WITHOUT_INDEX", 2)
     old = _new("cli", user_id="Bob", day="2024-01-01")
     new = _new("cli", user_id="bob", day="2024-02-01")
     _new("cli", day="2024-03-01")
     assert [m.session_id for m in listing.search_names("BOB")] == [new, old]
     try:
-        for name in listing._NAME_INDEXES:
+        for name in name_search.NAME_INDEXES:
             db.execute(f"DROP INDEX IF EXISTS {name}")
-        assert not listing._name_indexes_present()
+        assert not name_search.name_indexes_present()
         assert [m.session_id for m in listing.search_names("BOB")] == [new]
     finally:
         for _column, statement in core.schema.LOWER_INDEX_SQL:
             db.execute(statement)
-    assert listing._name_indexes_present()
+    assert name_search.name_indexes_present()
 
 
 @pytest.mark.skipif(
@@ -711,7 +718,7 @@ def test_names_are_found_without_the_lower_indexes_among_the_newest_sessions(mon
     "q", ["ÉCOLE", "école", "the", "THE", "x2", "2026", "example", "com", "can't", "the_x", "naïve"]
 )
 def test_the_plain_word_prefilter_never_drops_a_full_text_match(q):
-    """A one-token word is first looked for in the lower-cased text (_PgSearch.matches): the
+    """A one-token word is first looked for in the lower-cased text (PgSearch.matches): the
     hits are exactly the messages the full-text test alone finds."""
     sid = _new("cli")
     texts = [
@@ -723,7 +730,7 @@ def test_the_plain_word_prefilter_never_drops_a_full_text_match(q):
         "X2 and x2 twice",
     ]
     ids = _say(sid, *texts)
-    document = listing._PgSearch.document.replace("m.", "")
+    document = fulltext_postgresql.PgSearch.document.replace("m.", "")
     expected = {
         r[0]
         for r in db.fetchall(

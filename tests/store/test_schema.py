@@ -8,7 +8,7 @@ import pytest
 from django.db import connections, transaction
 
 from sessions_admin import core
-from sessions_admin.core import bulk, db, schema
+from sessions_admin.core import bulk_insert, db, schema
 from sessions_admin.core.schema import ensure_store_schema, existing_columns, existing_tables
 from sessions_admin.routers import responses_alias, store_alias
 
@@ -309,7 +309,7 @@ def test_the_title_filter_reads_the_title_trigram_index_on_postgresql():
     assert db.fetchone(
         "SELECT COUNT(*) FROM pg_indexes WHERE indexname = 'idx_sa_sessions_title_trgm'"
     ) == (1,)
-    bulk.insert_sessions(
+    bulk_insert.insert_sessions(
         sessions=[
             {"id": f"t-{n}", "source": "cli", "started_at": 1.0 + n, "title": f"weekly sync {n}"}
             for n in range(3000)
@@ -339,6 +339,8 @@ def test_without_pg_trgm_the_schema_is_still_made_and_the_filter_scans(monkeypat
     assert schema._ensure_title_trigram_index(store_alias()) is False
     report = ensure_store_schema()
     assert report.problems == ()
-    bulk.insert_sessions(sessions=[{"id": "t-1", "source": "cli", "started_at": 1.0, "title": "x"}])
+    bulk_insert.insert_sessions(
+        sessions=[{"id": "t-1", "source": "cli", "started_at": 1.0, "title": "x"}]
+    )
     page = listing.list_sessions(listing.Filters(title="x", scope="all"))
     assert [row.id for row in page.rows] == ["t-1"]

@@ -91,7 +91,6 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
         "empty_choices": listing.EMPTY,
         "health_checks": health.CHECKS,
         "page_sizes": listing.PAGE_SIZES,
-        "search_candidates": listing.SEARCH_CANDIDATES,
         # Fork detection still running in the background: the rows reload once it is done.
         "fork_marks_pending": bool(page and page.fork_marks_pending),
         "fork_marks_failure": page.fork_marks_failure if page else None,
