@@ -74,6 +74,7 @@ from sessions_admin.ledger.models import (
 from sessions_admin.ledger.processes import process_dead
 from sessions_admin.ledger.trash import (
     LEDGER_TRASH,
+    PURGED_TRASH,
     PurgeReport,
     purge_trash_report,
     settle_trash,
@@ -698,8 +699,11 @@ def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS)
             "trash_operation": operation,
         }
         erased_by = (entry.after or {}).get(erasure.ERASED_TRASH)
+        purged = (entry.after or {}).get(PURGED_TRASH)
         if isinstance(erased_by, dict):
             outcome, after, detail = _completed_from_erased_trash(entry.after, erased_by, entries)
+        elif isinstance(purged, dict):
+            outcome, after, detail = _completed_from_purged_trash(entry.after, purged)
         elif not entries:
             outcome, after = AuditEntry.FAILED, {}
             detail = "Completed later: its trash holds nothing, so no batch was deleted."
@@ -722,6 +726,22 @@ def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS)
             continue  # completed meanwhile by its own process
         completed.append(entry.pk)
     return completed
+
+
+def _completed_from_purged_trash(noted: dict, purged: dict) -> tuple[str, dict, str]:
+    """A pending cascade whose trash a purge dropped: its outcome from what the trash held when
+    the purge noted it (``ledger.trash.note_pending_cascades``)."""
+    sessions, messages = noted.get("deleted_sessions", 0), noted.get("deleted_messages", 0)
+    if not (sessions or messages):
+        return AuditEntry.FAILED, noted, "Completed later: no batch was deleted."
+    whole = bool(purged.get("every_session_deleted"))
+    detail = (
+        f"Completed later from what its trash held when the trash was purged: {sessions} "
+        f"sessions and {messages} messages were deleted"
+        + ("" if whole else " (its first batches only; the rest was not deleted by it)")
+        + "; the purge dropped them for good."
+    )
+    return (AuditEntry.OK if whole else AuditEntry.PARTIAL), noted, detail
 
 
 def _completed_from_erased_trash(

@@ -45,9 +45,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import secrets
-import socket
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -70,9 +68,13 @@ from sessions_admin.ledger.models import (
     TrashEntry,
     TrashSession,
 )
+from sessions_admin.ledger.processes import process_dead, this_process
 from sessions_admin.ledger.trash import (
+    ERASED_TRASH,
     decode_trash_rows,
     decode_trash_value,
+    note_pending_cascades,
+    pending_cascades,
     stale_pending_trash,
 )
 
@@ -271,42 +273,11 @@ class ErasureTakenOver(StoreError):
         )
 
 
-def _boot_id() -> str:
-    try:
-        return open("/proc/sys/kernel/random/boot_id").read().strip()  # noqa: SIM115
-    except OSError:
-        return ""
-
-
-def _this_process() -> dict:
-    return {"host": socket.gethostname(), "boot": _boot_id(), "pid": os.getpid()}
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a killed child its parent has not reaped yet is dead too
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def owner_dead(request: ErasureRequest) -> bool:
     """Whether the process running ``request`` is known to be gone: it ran on this machine,
     since this boot, and its pid is no longer alive (or the machine rebooted since). A
     worker on another machine is only thought dead when its lease runs out."""
-    owner = (request.receipt or {}).get(RUN, {}).get("owner")
-    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname():
-        return False
-    if owner.get("boot") != _boot_id():
-        return True
-    pid = owner.get("pid")
-    return isinstance(pid, int) and pid != os.getpid() and not _pid_alive(pid)
+    return process_dead((request.receipt or {}).get(RUN, {}).get("owner"))
 
 
 def _record(request: ErasureRequest, **fields) -> dict:
@@ -324,7 +295,7 @@ def claim(request_id: int) -> ErasureRequest | None:
     request = ErasureRequest.objects.filter(pk=request_id).first()
     if request is None or request.state == ErasureRequest.DONE:
         return None
-    record = _record(request, owner=_this_process())
+    record = _record(request, owner=this_process())
     if request.state == ErasureRequest.RUNNING:
         expired = request.lease_expires_at is not None and request.lease_expires_at < now
         if not (expired or owner_dead(request)):
@@ -871,21 +842,6 @@ def complete(
 # A pending cascade entry whose trash an erasure took keeps, in ``after`` under this key, the
 # request that took it: ``ledger.actions.complete_stale_deletes`` completes it from what that
 # trash held then (``note_pending_deletes``), not from the emptied trash.
-ERASED_TRASH = "trash_erased_by"
-
-
-def _pending_cascades(operations: Sequence[str]) -> list[tuple[AuditEntry, str]]:
-    """Cascade deletes whose audit entry is still pending (their process died, or the dashboard
-    could not record their outcome) and whose trash operation is one of ``operations``."""
-    wanted = set(operations)
-    if not wanted:
-        return []
-    pending = AuditEntry.objects.filter(action="cascade_delete", outcome=AuditEntry.PENDING)
-    return [
-        (entry, operation)
-        for entry in pending.order_by("pk")
-        if (operation := (entry.before or {}).get("trash_operation")) in wanted
-    ]
 
 
 def settle_pending_deletes(trash: TrashPlan) -> None:
@@ -893,43 +849,17 @@ def settle_pending_deletes(trash: TrashPlan) -> None:
     the erasure takes are settled from the store (``stale_pending_trash``: a batch that
     committed is marked complete), so ``note_pending_deletes`` counts every committed batch.
     Only while the store still shows what the cascade left (an erasure's first run)."""
-    for _entry, operation in _pending_cascades(trash.operations):
+    for _entry, operation in pending_cascades(trash.operations):
         stale_pending_trash(operation=operation)
 
 
 def note_pending_deletes(request: ErasureRequest, trash: TrashPlan) -> int:
     """Keep on each pending cascade entry whose trash operation this erasure drops or cuts
-    what that trash held before (``ERASED_TRASH``): the sessions and messages its committed
-    batches deleted, their entries, whether every session asked for went. Counts and numbers
-    only, nothing naming the person; in the erasure's transaction, so the note is there
-    exactly when the trash is gone. Returns how many entries were noted."""
-    noted = 0
-    for entry, operation in _pending_cascades(trash.operations):
-        if ERASED_TRASH in (entry.after or {}):
-            continue  # an earlier erasure saw that trash fuller (a shared one it cut)
-        entries = list(
-            TrashEntry.objects.filter(operation=operation)
-            .exclude(state=TrashEntry.PENDING)
-            .order_by("pk")
-        )
-        trashed = set(
-            TrashSession.objects.filter(entry__in=entries).values_list("session_id", flat=True)
-        )
-        after = {
-            "deleted_sessions": sum(e.session_count for e in entries),
-            "deleted_messages": sum(e.message_count for e in entries),
-            "trash_entries": [e.pk for e in entries],
-            "trash_operation": operation,
-            ERASED_TRASH: {
-                "erasure_request": request.pk,
-                "every_session_deleted": bool(entry.session_ids)
-                and set(entry.session_ids) <= trashed,
-            },
-        }
-        noted += AuditEntry.objects.filter(pk=entry.pk, outcome=AuditEntry.PENDING).update(
-            after=after
-        )
-    return noted
+    what that trash held before (``ERASED_TRASH``, ``ledger.trash.note_pending_cascades``);
+    in the erasure's transaction, so the note is there exactly when the trash is gone."""
+    return note_pending_cascades(
+        trash.operations, key=ERASED_TRASH, cause={"erasure_request": request.pk}
+    )
 
 
 def _counts_of(result: erasure.ErasureResult) -> dict:

@@ -47,7 +47,7 @@ from sessions_admin.core.errors import InvalidInput, StoreBusy, StoreError
 from sessions_admin.core.merge import undoable_merges_of
 from sessions_admin.core.rows import parse_model_config
 from sessions_admin.ledger.context import current_audit_entry
-from sessions_admin.ledger.models import TrashEntry, TrashSession
+from sessions_admin.ledger.models import AuditEntry, TrashEntry, TrashSession
 from sessions_admin.ledger.processes import process_dead, this_process
 
 # A store row holds SQLite values JSON cannot carry or jsonb would change: BLOBs (schema 30's
@@ -567,6 +567,62 @@ class _HoldsChanged(Exception):
 PURGE_ATTEMPTS = 5
 
 
+# A cascade's audit entry left pending (its process died, the dashboard refused its outcome)
+# is completed later from what its trash operation holds (``actions.complete_stale_deletes``).
+# What takes that trash away first (a purge, an erasure) notes on the entry what it held, so
+# the entry is not completed as "nothing was deleted".
+PURGED_TRASH = "trash_purged"
+ERASED_TRASH = "trash_erased_by"
+
+
+def pending_cascades(operations: Sequence[str]) -> list[tuple[AuditEntry, str]]:
+    """Cascade deletes whose audit entry is still pending and whose trash operation is one of
+    ``operations``."""
+    wanted = set(operations)
+    if not wanted:
+        return []
+    pending = AuditEntry.objects.filter(action="cascade_delete", outcome=AuditEntry.PENDING)
+    return [
+        (entry, operation)
+        for entry in pending.order_by("pk")
+        if (operation := (entry.before or {}).get("trash_operation")) in wanted
+    ]
+
+
+def note_pending_cascades(operations: Sequence[str], *, key: str, cause: dict) -> int:
+    """On each pending cascade entry whose trash operation is one of ``operations``, about to
+    be taken away: what that trash held (counts and entry numbers only, nothing naming a
+    person) and whether every session asked for went, under ``key`` with ``cause``. A note an
+    earlier taker left stays (it saw the fuller trash). Returns how many entries were noted."""
+    noted = 0
+    for entry, operation in pending_cascades(operations):
+        if any(k in (entry.after or {}) for k in (PURGED_TRASH, ERASED_TRASH)):
+            continue
+        entries = list(
+            TrashEntry.objects.filter(operation=operation)
+            .exclude(state=TrashEntry.PENDING)
+            .order_by("pk")
+        )
+        trashed = set(
+            TrashSession.objects.filter(entry__in=entries).values_list("session_id", flat=True)
+        )
+        after = {
+            "deleted_sessions": sum(e.session_count for e in entries),
+            "deleted_messages": sum(e.message_count for e in entries),
+            "trash_entries": [e.pk for e in entries],
+            "trash_operation": operation,
+            key: {
+                **cause,
+                "every_session_deleted": bool(entry.session_ids)
+                and set(entry.session_ids) <= trashed,
+            },
+        }
+        noted += AuditEntry.objects.filter(pk=entry.pk, outcome=AuditEntry.PENDING).update(
+            after=after
+        )
+    return noted
+
+
 def purge_trash_report(*, older_than_days: float | None = None) -> PurgeReport:
     """Drop whole trash operations (``purgeable_operations``); say which a hold kept.
 
@@ -580,6 +636,7 @@ def purge_trash_report(*, older_than_days: float | None = None) -> PurgeReport:
                 standing = [hold.id for hold in holds.active_holds()]
                 held = held_trash()
                 operations = _purgeable(older_than_days, held)
+                note_pending_cascades(operations, key=PURGED_TRASH, cause={"purged": True})
                 for start in range(0, len(operations), 500):
                     TrashEntry.objects.filter(
                         operation__in=operations[start : start + 500]

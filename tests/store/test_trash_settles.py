@@ -447,3 +447,38 @@ def test_a_restore_killed_before_its_store_commit_is_audited_failed_and_can_run_
     actions.restore(actor="ada", entry_id=first)
     assert store_state() == before
     assert check_store() == [] and check_trash() == []
+
+
+@pytest.mark.parametrize(
+    "crash_at,outcome",
+    [("audit.after_store_commit", AuditEntry.OK), ("cascade.between_batches@1", "partial")],
+)
+def test_a_pending_cascade_whose_trash_is_purged_is_completed_from_what_it_held(crash_at, outcome):
+    ids = linked_conversation()
+    plan = core.plan_cascade_delete(session_ids=[ids["tip"]], include_branches=True)
+    child = run_crash_child(
+        "audited_cascade_delete",
+        {
+            "actor": "ada",
+            "session_ids": [ids["tip"]],
+            "include_branches": True,
+            "expected_fingerprint": plan.fingerprint,
+            "reason": "killed",
+        },
+        crash_at=crash_at,
+        env={"CRASH_CHILD_BATCH_SESSIONS": "2"},
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    actions.settle_deletes_and_restores()
+    held = TrashEntry.objects.filter(state=TrashEntry.COMPLETE)
+    sessions = sum(held.values_list("session_count", flat=True))
+    messages = sum(held.values_list("message_count", flat=True))
+
+    actions.purge(actor="ada", older_than_days=None, reason="disk space")
+    actions.complete_stale_deletes(older_than_seconds=0)
+
+    audit = AuditEntry.objects.get(action="cascade_delete")
+    assert audit.outcome == outcome, audit.detail
+    assert audit.after["deleted_sessions"] == sessions and sessions > 0
+    assert audit.after["deleted_messages"] == messages
+    assert "purged" in audit.detail
