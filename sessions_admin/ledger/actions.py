@@ -1274,6 +1274,7 @@ def run_erasure(*, request_id: int) -> dict | None:
             return None
         subject = erasure.subject_from_json(request.subject)
         erasure.redact_reference(request, subject)
+        _complete_stopped_erasure_runs(request)
     except Exception as error:
         storage = core_db.storage_failure(error)
         failure = DashboardNotWritten("erasure", storage, error) if storage else error
@@ -1345,6 +1346,30 @@ def run_erasure(*, request_id: int) -> dict | None:
             logger.exception("erasure request %s: the file rewrite failed", request.pk)
         receipt = ErasureRequest.objects.get(pk=request.pk).receipt
     return receipt
+
+
+def _complete_stopped_erasure_runs(request: ErasureRequest) -> None:
+    """Earlier runs of this request whose audit entry is still pending died (this run could
+    claim the request only because they did): each is completed, pointing at the receipt,
+    which counts what every run erased."""
+    stopped = AuditEntry.objects.using(_audit_alias()).filter(
+        action="erasure", outcome=AuditEntry.PENDING, before__erasure_request=request.pk
+    )
+    for entry in stopped:
+        try:
+            _complete(
+                entry,
+                outcome=AuditEntry.PARTIAL,
+                linked=[],
+                after={"erasure_request": request.pk, "taken_over": True},
+                detail=(
+                    f"This run of erasure request #{request.pk} stopped (its process died); a "
+                    "later run took the request over and finished it. The request's receipt "
+                    "counts what every run erased."
+                ),
+            )
+        except RuntimeError:
+            continue
 
 
 def _erasure_after(request: ErasureRequest, outcome: dict | erasure_core.ErasureStopped) -> dict:

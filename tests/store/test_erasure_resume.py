@@ -300,6 +300,12 @@ def test_a_killed_erasure_retried_leaves_no_trace_and_a_receipt_of_everything(
     )
     assert erasure.verify_receipt(erasure.receipt_text(request.receipt).encode()).valid
     assert check_store() == []
+    # Each killed run's audit entry is completed, pointing at the run that took it over.
+    runs = AuditEntry.objects.filter(action="erasure")
+    assert not runs.filter(outcome=AuditEntry.PENDING).exists()
+    assert runs.filter(
+        outcome=AuditEntry.PARTIAL, detail__contains="took the request over"
+    ).count() == len(crash_at.split("+"))
 
 
 def test_a_request_a_living_worker_runs_is_not_taken_over_until_it_dies():
