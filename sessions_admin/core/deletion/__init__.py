@@ -66,9 +66,9 @@ from sessions_admin.core.deletion.trash import (
     NoTrash,
     Trash,
     TrashContents,
-    _same_rows,
     new_operation_id,
     rows_key,
+    same_rows,
     set_default_trash,
     snapshot_rows,
 )

@@ -19,7 +19,7 @@ from sessions_admin.core.deletion.plan import (
     lost_undo_words,
     plan_cascade_delete,
 )
-from sessions_admin.core.deletion.steps import _delete_whole, _Deleting
+from sessions_admin.core.deletion.steps import DeleteRun, _delete_whole
 from sessions_admin.core.deletion.trash import (
     TRASH_DATABASE,
     Trash,
@@ -76,7 +76,7 @@ def delete_batch(
     is deleted. ``committed``: a list each store commit is appended to as it happens
     (trash entry, sessions, messages), kept whatever the batch raises afterwards.
     """
-    how = _Deleting(
+    run = DeleteRun(
         actor=actor,
         reason=reason,
         job_id=job_id,
@@ -90,8 +90,8 @@ def delete_batch(
     if len(batch) == 1:
         row = db.fetchone("SELECT message_count FROM sessions WHERE id = %s", [batch[0]])
         if row is not None and (int(row[0] or 0) > part_messages or being_deleted.marks_on(batch)):
-            return _delete_in_parts(batch[0], how, part_messages, between_parts)
-    return _delete_whole(batch, how)
+            return _delete_in_parts(batch[0], run, part_messages, between_parts)
+    return _delete_whole(batch, run)
 
 
 def delete_in_batches(

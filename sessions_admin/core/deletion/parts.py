@@ -1,6 +1,9 @@
 """Deleting one session larger than a batch in parts, each part a step of its own.
 
-The being-deleted mark it sets, and a purge's kept parts, live in ``core.being_deleted``.
+In one store transaction, deleting all of its messages would hold the store's write lock for
+seconds (a 20,000-message session), and every runtime append would wait for it. Between
+parts the session is marked being deleted (``core.being_deleted``, which the core's writers
+check; a purge's parts are kept there too).
 """
 
 from __future__ import annotations
@@ -15,20 +18,20 @@ from sessions_admin.core.deletion.plan import kept_whole
 from sessions_admin.core.deletion.steps import (
     COPY_ATTEMPTS,
     DeleteGivenBack,
+    DeleteRun,
+    KeptFromDelete,
     _complete_on_commit,
     _copy_then_delete,
     _delete_whole,
-    _Deleting,
     _give_back,
-    _Kept,
 )
-from sessions_admin.core.deletion.trash import NoTrash, _all_columns, _same_rows
+from sessions_admin.core.deletion.trash import NoTrash, _all_columns, same_rows
 from sessions_admin.core.errors import StoreBusy
 
 
 def _delete_in_parts(
     session_id: str,
-    how: _Deleting,
+    run: DeleteRun,
     part_messages: int,
     between_parts: Callable[[], bool | None] | None,
 ) -> tuple[int, int, int]:
@@ -50,9 +53,9 @@ def _delete_in_parts(
     """
     if not being_deleted.table_present():
         _create_deletions_table()
-    if isinstance(how.trash, NoTrash):
+    if isinstance(run.trash, NoTrash):
         _create_parts_table()
-    kept = _mark_being_deleted(session_id, how)
+    kept = _mark_being_deleted(session_id, run)
     if kept is not None:
         raise kept.error()
     removed = 0
@@ -66,12 +69,12 @@ def _delete_in_parts(
         ]
         if len(ids) <= part_messages:
             break
-        removed += _delete_part(session_id, ids[:part_messages], how)
+        removed += _delete_part(session_id, ids[:part_messages], run)
         faults.checkpoint("delete.between_parts")
         if between_parts is not None and between_parts() is False:
-            stop_deleting(session_ids=[session_id], trash=how.trash)
+            stop_deleting(session_ids=[session_id], trash=run.trash)
             raise DeleteGivenBack(session_id)
-    sessions, messages, entry_id = _delete_whole([session_id], how, in_parts=True)
+    sessions, messages, entry_id = _delete_whole([session_id], run, in_parts=True)
     return sessions, removed + messages, entry_id
 
 
@@ -87,31 +90,31 @@ def _create_parts_table() -> None:
     being_deleted.ensure_parts_table()
 
 
-def _kept_whole(session_id: str, ended_at: float | None, how: _Deleting) -> _Kept | None:
+def _kept_whole(session_id: str, ended_at: float | None, run: DeleteRun) -> KeptFromDelete | None:
     """Under the session's row lock: a hold on it, (``keep_live``) its being live, or (``whole``)
     its conversation to keep whole keeps it whole: what a delete in parts took of it comes
     back (``_give_back_parts``)."""
     held = holds.holds_on([session_id])
-    if held or (how.keep_live and ended_at is None):
-        _give_back([session_id], how)
-        return _Kept(held=held) if held else _Kept(live=(session_id,))
-    if how.whole is not None:
-        kept = kept_whole([session_id], how.whole, lock=True)
+    if held or (run.keep_live and ended_at is None):
+        _give_back([session_id], run)
+        return KeptFromDelete(held=held) if held else KeptFromDelete(live=(session_id,))
+    if run.whole is not None:
+        kept = kept_whole([session_id], run.whole, lock=True)
         if kept:
-            _give_back([session_id], how)
-            return _Kept(whole=kept)
+            _give_back([session_id], run)
+            return KeptFromDelete(whole=kept)
     return None
 
 
 @store_operation
-def _mark_being_deleted(session_id: str, how: _Deleting) -> _Kept | None:
+def _mark_being_deleted(session_id: str, run: DeleteRun) -> KeptFromDelete | None:
     """Put the session in the being-deleted state, under its row lock (refused: what stops it)."""
     row = db.fetchone(
         "SELECT id, ended_at FROM sessions WHERE id = %s" + db.for_update(), [session_id]
     )
     if row is None:
         return None  # gone meanwhile: the whole-session step finds nothing to do
-    kept = _kept_whole(session_id, row[1], how)
+    kept = _kept_whole(session_id, row[1], run)
     if kept is not None:
         return kept
     if being_deleted.marks_on([session_id]):
@@ -119,13 +122,13 @@ def _mark_being_deleted(session_id: str, how: _Deleting) -> _Kept | None:
         db.execute(
             "UPDATE sessions_admin_deletions SET operation = %s, actor = %s, keep_live = %s "
             "WHERE session_id = %s",
-            [how.operation, how.actor, int(how.keep_live), session_id],
+            [run.operation, run.actor, int(run.keep_live), session_id],
         )
     else:
         db.execute(
             "INSERT INTO sessions_admin_deletions (session_id, operation, actor, started_at, "
             "keep_live) VALUES (%s, %s, %s, %s, %s)",
-            [session_id, how.operation, how.actor, time.time(), int(how.keep_live)],
+            [session_id, run.operation, run.actor, time.time(), int(run.keep_live)],
         )
     return None
 
@@ -151,7 +154,7 @@ def _part_payload(session_id: str, message_ids: Sequence[int], *, lock: bool = F
     }
 
 
-def _delete_part(session_id: str, message_ids: list[int], how: _Deleting) -> int:
+def _delete_part(session_id: str, message_ids: list[int], run: DeleteRun) -> int:
     """One part of ``_delete_in_parts``: trash then delete these messages; how many went."""
     for _ in range(COPY_ATTEMPTS + 1):
         payload = _part_payload(session_id, message_ids)
@@ -161,9 +164,9 @@ def _delete_part(session_id: str, message_ids: list[int], how: _Deleting) -> int
             [session_id],
             payload,
             lambda copied, committed: _locked_delete_part(
-                session_id, copied=copied, committed=committed, how=how
+                session_id, copied=copied, committed=committed, run=run
             ),
-            how,
+            run,
         )
         if done is not None:
             return done
@@ -178,8 +181,8 @@ def _locked_delete_part(
     *,
     copied: tuple[int, bytes, dict],
     committed: list,
-    how: _Deleting,
-) -> int | _Kept | None:
+    run: DeleteRun,
+) -> int | KeptFromDelete | None:
     """Under the store's write lock: delete one part's messages if they are still as copied."""
     row = db.fetchone(
         "SELECT id, ended_at FROM sessions WHERE id = %s" + db.for_update(), [session_id]
@@ -188,23 +191,23 @@ def _locked_delete_part(
     if row is None:
         return 0  # another delete finished it meanwhile
     if not being_deleted.marks_on([session_id]):
-        return _Kept(given_back=session_id)  # a restore or another delete gave it back
-    kept = _kept_whole(session_id, row[1], how)
+        return KeptFromDelete(given_back=session_id)  # a restore or another delete gave it back
+    kept = _kept_whole(session_id, row[1], run)
     if kept is not None:
         return kept
     message_ids = [m["id"] for m in copied_payload["messages"]]
     now = _part_payload(session_id, message_ids, lock=True)
-    if not _same_rows(now, copied_key, copied_payload) or not how.trash.is_pending(entry_id):
+    if not same_rows(now, copied_key, copied_payload) or not run.trash.is_pending(entry_id):
         return None
     # Under the lock, as for a whole batch: a pending part of a process that died before its
     # commit is dropped (its rows are all here), one that died after it is settled.
-    how.trash.discard_unfinished([session_id], keep=entry_id)
-    if isinstance(how.trash, NoTrash):
+    run.trash.discard_unfinished([session_id], keep=entry_id)
+    if isinstance(run.trash, NoTrash):
         # A purge keeps no trash copy: the part is kept in the store, in this transaction,
         # until the session row goes, so a stop before then can still give it back.
         being_deleted.keep_part(session_id, message_ids)
     faults.checkpoint("delete.after_trash_copy")
     db.execute(f"DELETE FROM messages WHERE id IN ({db.placeholders(message_ids)})", message_ids)
     faults.checkpoint("delete.before_commit")
-    _complete_on_commit(entry_id, committed, how, sessions=0, messages=len(message_ids))
+    _complete_on_commit(entry_id, committed, run, sessions=0, messages=len(message_ids))
     return len(message_ids)

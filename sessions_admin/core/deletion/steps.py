@@ -20,8 +20,8 @@ from sessions_admin.core.deletion.plan import ConversationsKept, WholeConversati
 from sessions_admin.core.deletion.trash import (
     TRASH_DATABASE,
     Trash,
-    _same_rows,
     rows_key,
+    same_rows,
     snapshot_rows,
 )
 from sessions_admin.core.errors import StoreError
@@ -59,8 +59,8 @@ class DeleteGivenBack(StoreError):
 
 
 @dataclass(frozen=True)
-class _Deleting:
-    """What every step of one delete passes on: who and why, the trash and operation its
+class DeleteRun:
+    """One delete, as each of its steps sees it: who and why, the trash and operation its
     entries go to, and whether a session found live under the lock is kept."""
 
     actor: str
@@ -91,8 +91,9 @@ class _Deleting:
 
 
 @dataclass(frozen=True)
-class _Kept:
-    """What stopped a batch under the lock: held sessions, or live ones a delete keeps."""
+class KeptFromDelete:
+    """Why a step under the lock deleted nothing: sessions this delete must keep (held, live
+    again, of a conversation kept whole), or one given back meanwhile. ``error`` says it."""
 
     held: dict | None = None
     live: tuple[str, ...] = ()
@@ -113,9 +114,9 @@ def _locked_delete(
     *,
     copied: tuple[int, bytes, dict] | None,
     committed: list,
-    how: _Deleting,
+    run: DeleteRun,
     in_parts: bool = False,
-) -> tuple[int, int, int] | _Kept | None:
+) -> tuple[int, int, int] | KeptFromDelete | None:
     """Under the store's write lock: delete the batch's rows, their trash copy committed first.
 
     With ``copied`` (a pending trash entry and the rows it holds, copied before
@@ -123,47 +124,47 @@ def _locked_delete(
     still pending; otherwise nothing changes and None says to copy again.
     Without it the rows are copied here, under the lock.
 
-    A held session (or, with ``keep_live``, a live one, or with ``how.whole`` one of a
+    A held session (or, with ``keep_live``, a live one, or with ``run.whole`` one of a
     conversation to keep whole) stops the batch: nothing of it is deleted, and such a
     session a delete had started in parts gets its parts back (``_give_back_parts``), in
-    this transaction; ``_Kept`` says which. ``in_parts``: the last step of a delete in parts,
-    which goes only while its session is still marked (a cancel, or another delete keeping
-    it, gave it back meanwhile: ``DeleteGivenBack``, nothing deleted).
+    this transaction; ``KeptFromDelete`` says which. ``in_parts``: the last step of a delete
+    in parts, which goes only while its session is still marked (a cancel, or another delete
+    keeping it, gave it back meanwhile: ``DeleteGivenBack``, nothing deleted).
     """
     batch, payload = snapshot_rows(batch, lock=True)
     # Under the lock: a hold placed after the preview, or while a job runs, still stops it.
     marked = being_deleted.marks_on(batch)
     if in_parts and batch and not marked:
-        return _Kept(given_back=batch[0])
+        return KeptFromDelete(given_back=batch[0])
     held = holds.holds_on(batch)
     if held:
-        _give_back([sid for sid in batch if sid in marked and sid in held], how)
-        return _Kept(held=held)
-    if how.whole is not None and batch:
+        _give_back([sid for sid in batch if sid in marked and sid in held], run)
+        return KeptFromDelete(held=held)
+    if run.whole is not None and batch:
         # A conversation continued, or merged, after the preview stays whole.
-        kept = kept_whole(batch, how.whole, lock=True)
+        kept = kept_whole(batch, run.whole, lock=True)
         if kept:
-            _give_back([sid for sid in batch if sid in marked and sid in kept], how)
-            return _Kept(whole=kept)
-    if how.keep_live:
+            _give_back([sid for sid in batch if sid in marked and sid in kept], run)
+            return KeptFromDelete(whole=kept)
+    if run.keep_live:
         live = [s["id"] for s in payload["sessions"] if s.get("ended_at") is None]
         if live:
-            _give_back([sid for sid in live if sid in marked], how)
-            return _Kept(live=tuple(live))
+            _give_back([sid for sid in live if sid in marked], run)
+            return KeptFromDelete(live=tuple(live))
     if copied is not None:
         entry_id, copied_key, copied_payload = copied
         if (
             not batch
-            or not _same_rows(payload, copied_key, copied_payload)
-            or not how.trash.is_pending(entry_id)
+            or not same_rows(payload, copied_key, copied_payload)
+            or not run.trash.is_pending(entry_id)
         ):
             return None
-        how.trash.discard_unfinished(batch, keep=entry_id)
+        run.trash.discard_unfinished(batch, keep=entry_id)
     elif not batch:
         return 0, 0, 0
     else:
-        how.trash.discard_unfinished(batch)
-        entry_id = how.open_entry(batch, payload)
+        run.trash.discard_unfinished(batch)
+        entry_id = run.open_entry(batch, payload)
     faults.checkpoint("delete.after_trash_copy")
     marks = db.placeholders(batch)
     names = [row["name"] for row in payload["conversations"]]
@@ -195,13 +196,13 @@ def _locked_delete(
             db.execute(f"DELETE FROM sessions_admin_deletions WHERE session_id IN ({marks})", batch)
             being_deleted.drop_parts(batch)  # a purge's copies of its parts: no longer needed
     except Exception:
-        how.trash.discard(entry_id)
+        run.trash.discard(entry_id)
         raise
     faults.checkpoint("delete.before_commit")
     _complete_on_commit(
         entry_id,
         committed,
-        how,
+        run,
         sessions=len(payload["sessions"]),
         messages=len(payload["messages"]),
     )
@@ -209,17 +210,17 @@ def _locked_delete(
 
 
 def _complete_on_commit(
-    entry_id: int, committed: list, how: _Deleting, *, sessions: int, messages: int
+    entry_id: int, committed: list, run: DeleteRun, *, sessions: int, messages: int
 ) -> None:
     """Once the store commits the delete, its trash entry is complete (its rows only there)."""
 
     def mark_complete() -> None:
         committed.append(entry_id)
-        if how.committed is not None:
-            how.committed.append((entry_id, sessions, messages))
+        if run.committed is not None:
+            run.committed.append((entry_id, sessions, messages))
         faults.checkpoint("delete.after_commit")
         try:
-            how.trash.mark_complete(entry_id)
+            run.trash.mark_complete(entry_id)
         except Exception as error:
             error.database = TRASH_DATABASE
             raise
@@ -228,7 +229,7 @@ def _complete_on_commit(
 
 
 def _delete_whole(
-    batch: list[str], how: _Deleting, *, in_parts: bool = False
+    batch: list[str], run: DeleteRun, *, in_parts: bool = False
 ) -> tuple[int, int, int]:
     """``delete_batch`` for whole sessions: each of them, with all its rows, in one transaction.
     ``in_parts``: the last step of ``_delete_in_parts`` (see ``_locked_delete``)."""
@@ -240,14 +241,14 @@ def _delete_whole(
             present,
             payload,
             lambda copied, committed, present=present: _locked_delete(
-                present, copied=copied, committed=committed, how=how, in_parts=in_parts
+                present, copied=copied, committed=committed, run=run, in_parts=in_parts
             ),
-            how,
+            run,
         )
         if done is not None:
             return done
-    done = _locked_delete(batch, copied=None, committed=[], how=how, in_parts=in_parts)
-    if isinstance(done, _Kept):
+    done = _locked_delete(batch, copied=None, committed=[], run=run, in_parts=in_parts)
+    if isinstance(done, KeptFromDelete):
         raise done.error()
     return done
 
@@ -256,34 +257,34 @@ def _copy_then_delete(
     session_ids: list[str],
     payload: dict,
     locked: Callable[[tuple[int, bytes, dict], list], object],
-    how: _Deleting,
+    run: DeleteRun,
 ):
     """Commit ``payload``'s trash copy (a pending entry), then run ``locked(copied, committed)``
     (the delete under the store's lock, given the entry and the rows' key).
 
     Returns what ``locked`` returned; None (the rows changed: copy again) with the entry
-    dropped. A ``_Kept`` answer drops the entry and raises its error; so does a failure
+    dropped. A ``KeptFromDelete`` answer drops the entry and raises its error; so does a failure
     before the store committed.
     """
-    entry_id = how.open_entry(session_ids, payload)
+    entry_id = run.open_entry(session_ids, payload)
     committed: list = []
     try:
         # Keyed here, before the lock: the runtime waits only for the re-read's key.
         done = locked((entry_id, rows_key(payload), payload), committed)
     except Exception:
         if not committed:  # the store delete never committed: the copy is not needed
-            how.trash.discard(entry_id)
+            run.trash.discard(entry_id)
         raise
-    if done is None or isinstance(done, _Kept):
-        how.trash.discard(entry_id)
-    if isinstance(done, _Kept):
+    if done is None or isinstance(done, KeptFromDelete):
+        run.trash.discard(entry_id)
+    if isinstance(done, KeptFromDelete):
         raise done.error()
     return done
 
 
-def _give_back(session_ids: Sequence[str], how: _Deleting) -> None:
+def _give_back(session_ids: Sequence[str], run: DeleteRun) -> None:
     """``_give_back_parts`` inside a delete: the parts it gives back are no longer what the
     delete committed (``DeletePartlyApplied`` counts only what stays in the trash)."""
-    given = set(_give_back_parts(session_ids, trash=how.trash))
-    if given and how.committed is not None:
-        how.committed[:] = [done for done in how.committed if done[0] not in given]
+    given = set(_give_back_parts(session_ids, trash=run.trash))
+    if given and run.committed is not None:
+        run.committed[:] = [done for done in run.committed if done[0] not in given]

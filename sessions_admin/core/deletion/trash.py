@@ -245,7 +245,7 @@ def rows_key(payload: object) -> bytes:
         return pickle.dumps(_exact(payload), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _same_rows(first: object, second_key: bytes, second: object) -> bool:
+def same_rows(first: object, second_key: bytes, second: object) -> bool:
     """Whether ``first`` holds exactly the rows of ``second`` (whose ``rows_key`` is given).
 
     Equal keys mean equal rows. Different keys may still be equal rows (pickle shares a
