@@ -120,6 +120,41 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     # An earlier restore that died after its store commit, or whose marks the dashboard
     # refused, is marked now: its entries are not offered (or taken) a second time.
     trash.settle()
+    asked, entries = _entries_to_restore(entry_id, trash)
+    payload = _merged_rows(entries)
+    sessions = payload["sessions"]
+    ids = [s["id"] for s in sessions]
+    # Parts of a session deleted in parts whose last step is not in this operation (it was
+    # killed, or stopped, between parts): the session is still in the store, marked being
+    # deleted, and its parts go back into it.
+    part_sessions = sorted({m["session_id"] for m in payload["messages"]} - set(ids))
+    _refuse_conflicts(payload, part_sessions, trash)
+    # The key may have moved on while these sessions were in the trash: its live
+    # session now stays live, and a restored one that was live ends (one live per key).
+    keys = {s["session_key"] for s in sessions if s.get("session_key")}
+    db.lock_names(*(db.key_lock_name(k) for k in keys))
+    live_now = [lineage.live_session_for_key(k) for k in sorted(keys)]
+    restored_ids = tuple(e.entry_id for e in entries)
+    _begin_restore(restored_ids, actor, trash)
+    waiting, lost = _insert_sessions(sessions, keys, live_now, trash)
+    _insert_messages(payload, part_sessions)
+    skipped = _restore_conversations(payload)
+    _link_kept_children(payload["kept_children"])
+    faults.checkpoint("restore.before_commit")
+    _mark_restored_on_commit(restored_ids, actor, trash)
+    return RestoreResult(
+        asked.entry_id,
+        tuple(ids),
+        len(payload["messages"]),
+        tuple(skipped),
+        restored_ids,
+        waiting_links=tuple(waiting),
+        lost_links=tuple(lost),
+    )
+
+
+def _entries_to_restore(entry_id: int, trash: Trash) -> tuple[TrashContents, list[TrashContents]]:
+    """The entry asked for, and every entry that comes back with it, oldest first."""
     asked = trash.contents(entry_id)
     if asked is None:
         raise InvalidInput(f"No trash entry {entry_id}.")
@@ -142,7 +177,12 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
                 entries.append(part)
                 taken.add(part_id)
     entries.sort(key=lambda e: e.entry_id)
-    payload = _merged_rows(entries)
+    return asked, entries
+
+
+def _refuse_conflicts(payload: dict, part_sessions: list[str], trash: Trash) -> None:
+    """``RestoreConflict`` if a row cannot come back as it was: its session id, title or
+    message id is in use again, or a part's session is neither in the store nor restored."""
     sessions = payload["sessions"]
     ids = [s["id"] for s in sessions]
     found = lineage.existing_session_ids(ids)
@@ -163,10 +203,6 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
                 f"Cannot restore: the title {taken[0]!r} is now used by session {taken[1]}. "
                 "Rename that session first."
             )
-    # Parts of a session deleted in parts whose last step is not in this operation (it was
-    # killed, or stopped, between parts): the session is still in the store, marked being
-    # deleted, and its parts go back into it.
-    part_sessions = sorted({m["session_id"] for m in payload["messages"]} - set(ids))
     if part_sessions:
         still_here = lineage.existing_session_ids(part_sessions)
         missing = [sid for sid in part_sessions if sid not in still_here]
@@ -189,18 +225,22 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
         )
         if clash:
             raise RestoreConflict(f"Cannot restore: message id {clash[0]} is in use again.")
-    # The key may have moved on while these sessions were in the trash: its live
-    # session now stays live, and a restored one that was live ends (one live per key).
-    keys = {s["session_key"] for s in sessions if s.get("session_key")}
-    db.lock_names(*(db.key_lock_name(k) for k in keys))
-    live_now = [lineage.live_session_for_key(k) for k in sorted(keys)]
-    restored_ids = tuple(e.entry_id for e in entries)
+
+
+def _begin_restore(restored_ids: tuple[int, ...], actor: str, trash: Trash) -> None:
+    """The restore's intent, committed in the trash before the store is written."""
     try:
         trash.begin_restore(restored_ids, actor=actor)
     except Exception as error:
         if storage := db.storage_failure(error):
             raise DatabaseNotWritten(TRASH_DATABASE, storage) from error
         raise
+
+
+def _insert_sessions(
+    sessions: list[dict], keys: set[str], live_now: list, trash: Trash
+) -> tuple[list[WaitingLink], list[LostLink]]:
+    """The session rows, then their parent links: the links that wait, and those lost."""
     # Parents first: insert without links, then put the links back. A parent that is neither
     # here nor in the store (the store's foreign key refuses a link to it) is in another trash
     # operation, whose restore links the session again, or gone for good: either is said.
@@ -221,6 +261,12 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
             lost.append(LostLink(sid, parent))
         else:
             waiting.append(WaitingLink(sid, parent, held_in))
+    return waiting, lost
+
+
+def _insert_messages(payload: dict, part_sessions: list[str]) -> None:
+    """The messages (same ids) and the runtime's dependent rows; a part's session is no longer
+    being deleted."""
     _insert_rows("messages", payload["messages"])
     if part_sessions:
         db.execute(
@@ -230,8 +276,12 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
         )
     for table, rows in payload.get("dependents", {}).items():
         _insert_rows(table, rows)
-    if message_ids:
+    if payload["messages"]:
         _advance_message_sequence()
+
+
+def _restore_conversations(payload: dict) -> list[str]:
+    """The slugs and responses, in the responses database; the slugs skipped (in use again)."""
     skipped: list[str] = []
     with transaction.atomic(using=responses_alias()):
         for row in payload["conversations"]:
@@ -251,14 +301,21 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
                 alias=responses_alias(),
             ):
                 _insert_rows("responses", [row], alias=responses_alias())
+    return skipped
+
+
+def _link_kept_children(kept_children: list) -> None:
     # Children the delete left in the store, and children an earlier restore brought back
     # before this operation (``keep_waiting_link``): their parent is back.
-    for child, parent in payload["kept_children"]:
+    for child, parent in kept_children:
         db.execute(
             "UPDATE sessions SET parent_session_id = %s WHERE id = %s AND parent_session_id IS NULL",
             [parent, child],
         )
-    faults.checkpoint("restore.before_commit")
+
+
+def _mark_restored_on_commit(restored_ids: tuple[int, ...], actor: str, trash: Trash) -> None:
+    """The entries are marked restored once the store commits."""
 
     def mark_restored() -> None:
         faults.checkpoint("restore.after_commit")
@@ -267,15 +324,6 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     # Only once the rows are back: marked earlier (the dashboard's database commits on its
     # own), a store transaction that then failed or died would leave the entry "restored",
     # purgeable and not restorable again, while its rows are nowhere. A mark the dashboard
-    # refuses (its disk is full) does not undo the restore: the intent recorded above stays,
-    # and ``settle`` marks the entries from the store later.
+    # refuses (its disk is full) does not undo the restore: the intent ``_begin_restore``
+    # recorded stays, and ``settle`` marks the entries from the store later.
     transaction.on_commit(mark_restored, using="store", robust=True)
-    return RestoreResult(
-        asked.entry_id,
-        tuple(ids),
-        len(message_ids),
-        tuple(skipped),
-        restored_ids,
-        waiting_links=tuple(waiting),
-        lost_links=tuple(lost),
-    )
