@@ -18,7 +18,7 @@ template), never on the seeded store itself. Cases:
   messages to live sessions through ``core.append_message`` at a steady rate
   and records each append's latency;
 - large: the store's largest session (20,000 messages in the seeded stores)
-  deleted while appends run, in parts (``core.deletion._delete_in_parts``,
+  deleted while appends run, in parts (``core.deletion.parts``,
   the default) and, for the comparison, in one transaction as before parts
   existed; each run on a fresh copy;
 - hermes: hermes-agent's own ``SessionDB.delete_sessions`` of the same

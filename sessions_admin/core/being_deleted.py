@@ -1,14 +1,10 @@
 """Sessions a delete is removing in parts: the state the core and a runtime respect.
 
-A session larger than one delete batch (``deletion.BATCH_MESSAGES``) is not
-deleted in one store transaction: that would hold the store's write lock for
-as long as deleting all of its messages takes (seconds for a 20,000-message
-session), and every runtime append waits for it. It is deleted in parts
-instead (``deletion._delete_in_parts``): its oldest messages a batch at a
-time, each part copied to the trash first (a purge, which has no trash: into
-``sessions_admin_deletion_parts`` in the store, in the part's transaction) and
-deleted in a short transaction of its own, then the session row with what is
-left (and a purge's copies of its parts).
+A session larger than one delete batch (``deletion.BATCH_MESSAGES``) is deleted in parts
+(``core.deletion.parts``), each in a short store transaction of its own, then the session row
+with what is left (and a purge's copies of its parts). The mark lives here, not in that
+package: the core's writers (lifecycle, merge, stray, erasure) check it, and
+``core.deletion`` imports them.
 
 Between those transactions the session is in this state: a row in
 ``sessions_admin_deletions`` (in the store, so every process sees it) names

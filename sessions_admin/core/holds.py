@@ -17,7 +17,7 @@ What a hold covers (``holds_covering``; ``holds_on`` names one hold per session)
 
 Holds live in the store (``sessions_admin_holds``), beside the sessions they protect, so
 every process that deletes reads the same holds, and the delete itself checks them under
-the store's write lock (``deletion._locked_delete``): a hold placed after a preview was
+the store's write lock (``deletion.steps``): a hold placed after a preview was
 shown, or while a bulk job runs, still stops the delete. Merges, their undo and the moves
 of stray messages call ``refuse_moving_out`` under their locks: messages never move from a
 held session into one the same hold does not cover on its own. Placing and releasing a

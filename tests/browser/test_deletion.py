@@ -155,7 +155,7 @@ def test_a_cascade_delete_and_its_restore_from_the_trash(signed_in_page):
 
 def test_a_long_cascade_is_one_trash_entry_restored_whole(signed_in_page, monkeypatch):
     """A 25-segment chain deleted in 5 batches: one row in the trash, one click restores it all."""
-    monkeypatch.setattr(deletion, "BATCH_SESSIONS", 5)
+    monkeypatch.setattr(deletion.batches, "BATCH_SESSIONS", 5)
     root = core.create_session(source="telegram", session_key="tg:7", title="refund").session_id
     chain = [root]
     for n in range(24):

@@ -815,7 +815,7 @@ def test_restoring_from_the_trash_gives_back_the_exact_rows(admin):
 
 
 def test_a_cascade_in_many_batches_is_one_trash_row_restored_whole(admin, monkeypatch):
-    monkeypatch.setattr(deletion, "BATCH_SESSIONS", 3)
+    monkeypatch.setattr(deletion.batches, "BATCH_SESSIONS", 3)
     root = core.create_session(source="cli", session_key="cli:long").session_id
     current = root
     for n in range(9):

@@ -23,7 +23,7 @@ from tests.store.test_delete_in_parts import (
 
 @pytest.fixture
 def small_batches(monkeypatch):
-    monkeypatch.setattr(deletion, "BATCH_SESSIONS", 2)
+    monkeypatch.setattr(deletion.batches, "BATCH_SESSIONS", 2)
 
 
 @pytest.fixture

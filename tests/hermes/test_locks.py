@@ -74,7 +74,7 @@ def test_hermes_keeps_writing_while_a_big_delete_runs(hermes, attach, monkeypatc
         finally:
             held.append(time.monotonic() - started)
 
-    monkeypatch.setattr(deletion, "delete_batch", timed)
+    monkeypatch.setattr(deletion.batches, "delete_batch", timed)
     appended: list = []
     runtime = threading.Thread(
         target=lambda: appended.extend(

@@ -31,7 +31,7 @@ def test_rows_that_compare_equal_loosely_are_not_the_same_rows(first, second):
     row = {"id": "s", "value": first}
     other = {"id": "s", "value": second}
     assert deletion.rows_key({"sessions": [row]}) != deletion.rows_key({"sessions": [other]})
-    assert not deletion._same_rows(row, deletion.rows_key(other), other)
+    assert not deletion.same_rows(row, deletion.rows_key(other), other)
 
 
 def test_two_reads_of_the_same_rows_are_the_same_rows():
@@ -42,7 +42,7 @@ def test_two_reads_of_the_same_rows_are_the_same_rows():
         }
 
     first, second = read(), read()
-    assert deletion._same_rows(first, deletion.rows_key(second), second)
+    assert deletion.same_rows(first, deletion.rows_key(second), second)
     # A NaN is the same value as itself (PostgreSQL's double precision holds one).
     assert math.isnan(first["sessions"][0]["value"])
 
@@ -51,8 +51,8 @@ def test_a_memoryview_is_compared_by_its_bytes():
     first = {"rows": [{"blob": memoryview(b"abc")}]}
     second = {"rows": [{"blob": memoryview(b"abc")}]}
     changed = {"rows": [{"blob": memoryview(b"abd")}]}
-    assert deletion._same_rows(first, deletion.rows_key(second), second)
-    assert not deletion._same_rows(first, deletion.rows_key(changed), changed)
+    assert deletion.same_rows(first, deletion.rows_key(second), second)
+    assert not deletion.same_rows(first, deletion.rows_key(changed), changed)
 
 
 @pytest.mark.skipif(

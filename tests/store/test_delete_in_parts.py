@@ -2,7 +2,7 @@
 
 Deleting a 20,000-message session in one store transaction held the write lock for seconds
 while every runtime append waited. Such a session is now deleted a batch of messages at a time
-(``core.deletion._delete_in_parts``), each part copied to the trash and deleted in a short
+(``core.deletion.parts``), each part copied to the trash and deleted in a short
 transaction of its own, and between those transactions it is marked being deleted
 (``core.being_deleted``): the core refuses writes to it, a restore puts the parts back, a job
 killed midway finishes it, and a delete that must keep it (it went live, a hold landed, the

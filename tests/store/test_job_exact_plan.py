@@ -15,7 +15,7 @@ import pytest
 from django.core.management import call_command
 
 from sessions_admin import core
-from sessions_admin.core import db
+from sessions_admin.core import db, faults
 from sessions_admin.ledger import actions, jobs, retention
 from sessions_admin.ledger.models import AuditEntry, DeleteJobItem, RetentionPolicy
 from tests.store.test_retention import DAY, old_session
@@ -272,9 +272,9 @@ def test_a_cascade_stops_before_a_batch_whose_conversation_gained_a_delegate(mon
     core.end_session(session_id=tip, end_reason="user_exit")
     plan = core.plan_cascade_delete(session_ids=[root])
     assert plan.session_ids == (tip, root)
-    monkeypatch.setattr(core.deletion, "BATCH_SESSIONS", 1)
+    monkeypatch.setattr(core.deletion.batches, "BATCH_SESSIONS", 1)
     made = {}
-    checkpoint = core.deletion.faults.checkpoint
+    checkpoint = faults.checkpoint
 
     def runtime_spawns_a_delegate(point):
         if point == "cascade.between_batches" and not made:
@@ -283,7 +283,7 @@ def test_a_cascade_stops_before_a_batch_whose_conversation_gained_a_delegate(mon
             ).session_id
         checkpoint(point)
 
-    monkeypatch.setattr(core.deletion.faults, "checkpoint", runtime_spawns_a_delegate)
+    monkeypatch.setattr(faults, "checkpoint", runtime_spawns_a_delegate)
     # Its first batch committed: the error says what it deleted (issue 26), and why it stopped.
     with pytest.raises(core.DeletePartlyApplied) as raised:
         core.execute_cascade_delete(

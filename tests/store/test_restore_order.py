@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def small_batches(monkeypatch):
-    monkeypatch.setattr(deletion, "BATCH_SESSIONS", 2)
+    monkeypatch.setattr(deletion.batches, "BATCH_SESSIONS", 2)
 
 
 def _links() -> dict[str, str | None]:

@@ -25,8 +25,8 @@ SEGMENTS = 50
 @pytest.fixture
 def small_batches(monkeypatch):
     """A cascade of a few dozen sessions takes several batches (the default is 200)."""
-    monkeypatch.setattr(deletion, "BATCH_SESSIONS", 7)
-    monkeypatch.setattr(deletion, "BATCH_MESSAGES", 30)
+    monkeypatch.setattr(deletion.batches, "BATCH_SESSIONS", 7)
+    monkeypatch.setattr(deletion.batches, "BATCH_MESSAGES", 30)
 
 
 def long_chain(segments: int = SEGMENTS) -> list[str]:

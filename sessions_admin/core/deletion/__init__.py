@@ -1,0 +1,75 @@
+"""Cascade delete, bulk delete and the trash; import what a caller needs from here.
+
+``plan`` computes what a delete takes (the cascade plan, its closure, the conversations kept
+whole) and ``selection`` what a bulk delete preset selects and its dry run. ``trash`` is the
+protocol of where deleted rows are kept and the row snapshots put there. ``steps`` is one step
+of a delete under the store's lock (trash copy first, then one short transaction), shared by
+``batches`` (whole sessions, a cascade, a job's batch) and ``parts`` (one large session in
+several transactions; its mark lives in ``core.being_deleted``), and ``give_back`` returns the
+parts of a session such a delete must keep. ``restore`` puts a trash operation back. Names
+with a leading underscore are shared between these modules only.
+"""
+
+from sessions_admin.core.deletion.batches import (
+    BATCH_MESSAGES,
+    BATCH_SESSIONS,
+    DatabaseNotWritten,
+    DeletePartlyApplied,
+    database_words,
+    delete_batch,
+    delete_in_batches,
+    execute_cascade_delete,
+)
+from sessions_admin.core.deletion.give_back import stop_deleting
+from sessions_admin.core.deletion.plan import (
+    CHUNK,
+    TYPED_CONFIRMATION_MESSAGES,
+    TYPED_CONFIRMATION_SESSIONS,
+    ConversationsKept,
+    DeletePlan,
+    DeleteResult,
+    WholeConversations,
+    active_since,
+    conversation_groups,
+    conversation_names_of,
+    conversation_within,
+    count_messages,
+    kept_whole,
+    lineage_closure,
+    lost_undo_words,
+    needs_typed_confirmation,
+    ordered_by_conversation,
+    ordered_children_first,
+    plan_cascade_delete,
+    response_ids_of,
+)
+from sessions_admin.core.deletion.restore import (
+    RESTORE_LOCK,
+    LostLink,
+    RestoreConflict,
+    RestoreResult,
+    WaitingLink,
+    restore_trash_entry,
+    settle_in_store,
+)
+from sessions_admin.core.deletion.selection import (
+    SAMPLE_SIZE,
+    BulkDeletePreview,
+    live_session_ids,
+    preset_session_ids,
+    preview_bulk_delete,
+)
+from sessions_admin.core.deletion.steps import COPY_ATTEMPTS, DeleteGivenBack, SessionsWentLive
+from sessions_admin.core.deletion.trash import (
+    NO_TRASH,
+    TRASH_DATABASE,
+    NoTrash,
+    Trash,
+    TrashContents,
+    new_operation_id,
+    rows_key,
+    same_rows,
+    set_default_trash,
+    snapshot_rows,
+)
+from sessions_admin.core.merge import PlanChanged

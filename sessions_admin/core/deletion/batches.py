@@ -1,0 +1,291 @@
+"""Deleting in batches: a cascade's plan, a job's batch, one restorable trash operation.
+
+A delete that fails after some batches committed (a full disk, a database restart) raises
+``DeletePartlyApplied`` with exactly what committed and its trash operation, never the bare
+error of the batch that failed: those batches stay deleted, restorable as one operation, and
+the rest stays in the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from sessions_admin.core import being_deleted, db, faults, holds
+from sessions_admin.core.deletion.parts import _delete_in_parts
+from sessions_admin.core.deletion.plan import (
+    DeletePlan,
+    DeleteResult,
+    WholeConversations,
+    lost_undo_words,
+    plan_cascade_delete,
+)
+from sessions_admin.core.deletion.steps import DeleteRun, _delete_whole
+from sessions_admin.core.deletion.trash import (
+    TRASH_DATABASE,
+    Trash,
+    _trash_or_default,
+    new_operation_id,
+)
+from sessions_admin.core.errors import InvalidInput, StoreError
+from sessions_admin.core.merge import PlanChanged
+
+# One store transaction deletes at most this many sessions / messages, so a
+# runtime writer waits on us for tens of milliseconds, not seconds (a session
+# larger than that goes in a batch of its own). Deleting a message costs its
+# full-text index entry too: about 0.1 ms a message on a 2-core machine, so
+# 2,000 held the write lock for over 250 ms where 500 hold it under 100 ms
+# (bench/writes.py).
+BATCH_SESSIONS = 200
+
+
+BATCH_MESSAGES = 500
+
+
+def delete_batch(
+    batch: list[str],
+    *,
+    actor: str,
+    reason: str,
+    job_id: int | None,
+    trash: Trash | None = None,
+    operation: str | None = None,
+    keep_live: bool = False,
+    part_messages: int | None = None,
+    between_parts: Callable[[], bool | None] | None = None,
+    whole: WholeConversations | None = None,
+    committed: list | None = None,
+) -> tuple[int, int, int]:
+    """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
+
+    ``operation``: the operator action the batch belongs to (its trash entry is
+    restored with the action's other batches); a batch of its own without it.
+
+    The rows are read and their trash copy committed before the store's write
+    lock is taken, so the runtime's writers wait only for the delete itself;
+    under the lock the rows are read again and deleted only if unchanged (a
+    runtime that wrote to them meanwhile gets them copied again). After
+    ``COPY_ATTEMPTS`` changed copies the copy is taken under the lock.
+
+    A batch of one session with more than ``part_messages`` messages (default
+    ``BATCH_MESSAGES``) is deleted in parts (``_delete_in_parts``), calling
+    ``between_parts`` after each (False from it stops the delete and gives the session back:
+    ``DeleteGivenBack``). ``keep_live``: a session found live under the
+    lock is kept (``SessionsWentLive``); a held one raises ``SessionsHeld``;
+    with ``whole`` (a delete of a previewed set), a session whose conversation must stay
+    whole (``kept_whole``) raises ``ConversationsKept``. Either way nothing of the batch
+    is deleted. ``committed``: a list each store commit is appended to as it happens
+    (trash entry, sessions, messages), kept whatever the batch raises afterwards.
+    """
+    run = DeleteRun(
+        actor=actor,
+        reason=reason,
+        job_id=job_id,
+        trash=_trash_or_default(trash),
+        operation=operation or new_operation_id(),
+        keep_live=keep_live,
+        whole=whole,
+        committed=committed,
+    )
+    part_messages = part_messages or BATCH_MESSAGES
+    if len(batch) == 1:
+        row = db.fetchone("SELECT message_count FROM sessions WHERE id = %s", [batch[0]])
+        if row is not None and (int(row[0] or 0) > part_messages or being_deleted.marks_on(batch)):
+            return _delete_in_parts(batch[0], run, part_messages, between_parts)
+    return _delete_whole(batch, run)
+
+
+def delete_in_batches(
+    session_ids: Sequence[str],
+    *,
+    actor: str,
+    reason: str,
+    job_id: int | None = None,
+    batch_sessions: int | None = None,
+    batch_messages: int | None = None,
+    trash: Trash | None = None,
+    operation: str | None = None,
+    whole: WholeConversations | None = None,
+    committed: list | None = None,
+) -> Iterable[tuple[list[str], int, int, int]]:
+    """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id).
+
+    Every batch's trash entry belongs to ``operation`` (a new one if not given):
+    one call is one restorable unit, however many batches it takes. ``whole``: each
+    batch keeps the conversations it must (``kept_whole``), raising ``ConversationsKept``.
+    """
+    operation = operation or new_operation_id()
+    # Read when called (not bound as defaults), so a test can lower them for a whole cascade.
+    batch_sessions = batch_sessions or BATCH_SESSIONS
+    batch_messages = batch_messages or BATCH_MESSAGES
+    pending = list(session_ids)
+    while pending:
+        batch: list[str] = []
+        weight = 0
+        while pending and len(batch) < batch_sessions:
+            candidate = pending[0]
+            row = db.fetchone("SELECT message_count FROM sessions WHERE id = %s", [candidate])
+            size = int(row[0] or 0) if row else 0
+            if batch and weight + size > batch_messages:
+                break
+            batch.append(pending.pop(0))
+            weight += size
+        deleted, messages, trash_id = delete_batch(
+            batch,
+            actor=actor,
+            reason=reason,
+            job_id=job_id,
+            trash=trash,
+            operation=operation,
+            part_messages=batch_messages,
+            whole=whole,
+            committed=committed,
+        )
+        yield batch, deleted, messages, trash_id
+
+
+def execute_cascade_delete(
+    *,
+    session_ids: Sequence[str],
+    include_branches: bool = False,
+    expected_fingerprint: str,
+    actor: str,
+    reason: str,
+    trash: Trash | None = None,
+    lose_undo: bool = False,
+    operation: str | None = None,
+) -> DeleteResult:
+    """Delete exactly the previewed plan (refused if the store changed since).
+
+    However many batches it takes, the delete is one trash operation: restoring
+    any of its entries restores them all.
+
+    A plan holding a session a merge that can still be undone needs (``plan.merges``)
+    runs only with ``lose_undo``: the operator confirmed that the merge can no longer be
+    undone (until the trash entry is restored; the trash page names the merge).
+    """
+    if not reason or not reason.strip():
+        raise InvalidInput("A reason is required for a delete.")
+    plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
+    if plan.fingerprint != expected_fingerprint:
+        raise PlanChanged("delete")
+    holds.refuse_held(plan.session_ids)
+    if plan.merges and not lose_undo:
+        raise InvalidInput(lost_undo_words(plan) + " Confirm that, or undo the merge first.")
+    # The caller's id, when it records it before the delete runs (its audit entry): what
+    # committed can then be read from the trash even if the caller never learns the result.
+    operation = operation or new_operation_id()
+    # Between its batches, a session the runtime links to one still to go (a delegate, a
+    # continuation) or a merge made meanwhile stops the cascade before that batch.
+    whole = WholeConversations(
+        remaining=set(plan.session_ids),
+        cut=frozenset(child for child, _ in plan.kept_children),
+        lose_undo_of=frozenset(plan.lost_undos),
+    )
+    committed: list[tuple[int, int, int]] = []
+    try:
+        for _batch in delete_in_batches(
+            plan.session_ids,
+            actor=actor,
+            reason=reason,
+            trash=trash,
+            operation=operation,
+            whole=whole,
+            committed=committed,
+        ):
+            faults.checkpoint("cascade.between_batches")
+    except Exception as error:
+        if not committed:
+            if where := db.storage_failure(error):
+                raise DatabaseNotWritten(_failed_database(error), where) from error
+            raise
+        raise DeletePartlyApplied(
+            result=_committed_result(committed, operation, plan),
+            planned_sessions=len(plan.session_ids),
+            planned_messages=plan.message_count,
+            error=error,
+        ) from error
+    return _committed_result(committed, operation, plan)
+
+
+def _committed_result(
+    committed: Sequence[tuple[int, int, int]], operation: str, plan: DeletePlan
+) -> DeleteResult:
+    """What the store committed, commit by commit (a session's parts count its messages)."""
+    return DeleteResult(
+        deleted_sessions=sum(sessions for _entry, sessions, _messages in committed),
+        deleted_messages=sum(messages for _entry, _sessions, messages in committed),
+        trash_entry_ids=tuple(entry for entry, _sessions, _messages in committed),
+        operation=operation,
+        lost_undos=plan.lost_undos,
+    )
+
+
+def _failed_database(error: BaseException) -> str:
+    """Which database refused the write: the trash's (tagged where it is written) or the store."""
+    return getattr(error, "database", None) or "store"
+
+
+class DeletePartlyApplied(Exception):
+    """A delete failed after some of its batches committed: those stay deleted, in the trash.
+
+    Not a ``StoreError`` (those mean nothing changed). ``result`` is exactly what
+    committed, batch by batch, with the trash operation restoring it (undo) and
+    the rest of the plan still in the store (planning the delete again finishes it).
+    ``error`` is what stopped it; ``database``/``storage`` say whether a database
+    could not be written (``db.storage_failure``), and which.
+    """
+
+    def __init__(
+        self,
+        *,
+        result: DeleteResult,
+        planned_sessions: int,
+        planned_messages: int,
+        error: BaseException,
+    ):
+        self.result = result
+        self.planned_sessions = planned_sessions
+        self.planned_messages = planned_messages
+        self.error = error
+        self.storage = db.storage_failure(error)
+        self.database = _failed_database(error) if self.storage else None
+        batches = len(result.trash_entry_ids)
+        if self.storage:
+            why = f"{database_words(self.database, self.storage)}: "
+        else:
+            why = f"the delete stopped ({error}): "
+        super().__init__(
+            _sentence(why)
+            + f"{batches} {'batch was' if batches == 1 else 'batches were'} deleted before it "
+            f"({result.deleted_sessions} of {planned_sessions} sessions, "
+            f"{result.deleted_messages} of {planned_messages} messages), restorable from the "
+            f"trash as one operation (entry #{result.trash_entry_ids[0]}). The rest is still in "
+            "the store: delete it again to finish, or restore the trash entry to undo."
+        )
+
+
+def database_words(database: str, storage: str) -> str:
+    """ "the store's disk is full" / "the dashboard database could not be written (...)"."""
+    why = (
+        "its disk is full"
+        if storage == "full"
+        else "a disk I/O error: a full disk or a read-only file"
+    )
+    if database == TRASH_DATABASE:
+        return f"the dashboard database could not be written ({why})"
+    if storage == "full":
+        return "the store's disk is full"
+    return f"the store could not be written ({why})"
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+class DatabaseNotWritten(StoreError):
+    """A delete stopped because a database could not be written, before anything committed."""
+
+    def __init__(self, database: str, storage: str):
+        self.database = database
+        self.storage = storage
+        super().__init__(_sentence(f"{database_words(database, storage)}: nothing was changed."))

@@ -1,0 +1,179 @@
+"""A bulk delete's selection: what a preset selects, and the dry run of deleting it.
+
+The job that works through it in the background is the ledger's (``sessions_admin.ledger.jobs``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sessions_admin.core import db, holds, lineage
+from sessions_admin.core.deletion.plan import (
+    WholeConversations,
+    _chunks,
+    count_messages,
+    kept_whole,
+    lineage_closure,
+)
+from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.merge import undoable_merges_of
+
+# Sessions a dry run shows as a sample of what goes.
+SAMPLE_SIZE = 10
+
+
+@dataclass(frozen=True)
+class BulkDeletePreview:
+    session_ids: tuple[str, ...]  # what would go (live ones excluded unless asked)
+    live_excluded: int
+    message_count: int
+    sample: tuple[dict, ...]
+    # Sessions left out because a legal hold covers them, and the holds in words.
+    held_excluded: int = 0
+    holds: tuple[str, ...] = ()
+    # Sessions left out because a merge that can still be undone needs them, each with why
+    # ("kept: target of merge #5, which can still be undone"), and how many more sessions of
+    # their conversations stay with them (a conversation is never split).
+    merge_kept: tuple[tuple[str, str], ...] = ()
+    merge_kept_with: int = 0
+    # Sessions left out because their conversation goes on in a session this delete does not
+    # take (a live continuation, one not picked), each with why (``kept_whole``).
+    conversation_kept: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def merge_excluded(self) -> int:
+        return len(self.merge_kept) + self.merge_kept_with
+
+
+def preset_session_ids(
+    *, preset: str, days: float | None = None, source: str | None = None
+) -> list[str]:
+    """Sessions matching one of the bulk-delete presets, oldest first.
+
+    "empty" never selects a live session (an empty live session is a chat's
+    current one, often what a reset started a moment ago): a live session is
+    deleted only by picking it. The dry run (``preview_bulk_delete``) then
+    leaves out what a merge that can still be undone needs, saying why.
+    """
+    if preset == "ended_older_than":
+        if days is None or days < 0 or days > 36500:
+            raise InvalidInput("Give a number of days between 0 and 36500.")
+        cutoff = time.time() - float(days) * 86400
+        sql, params = "ended_at IS NOT NULL AND ended_at < %s", [cutoff]
+    elif preset == "empty":
+        sql, params = (
+            "ended_at IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id)",
+            [],
+        )
+    elif preset == "by_source":
+        if not source:
+            raise InvalidInput("Pick a source.")
+        sql, params = "source = %s", [source]
+    else:
+        raise InvalidInput(f"Unknown preset {preset!r}.")
+    return [
+        r[0]
+        for r in db.fetchall(f"SELECT id FROM sessions WHERE {sql} ORDER BY started_at, id", params)
+    ]
+
+
+def _with_downstream(ids: list[str]) -> list[str]:
+    """The ids plus what always goes with them in a delete: compression continuations and
+    delegates, recursively (a conversation's later segments never outlive its start)."""
+    found = list(dict.fromkeys(ids))
+    picked = set(found)
+    closure = lineage_closure(found, include_branches=False)
+    return found + [sid for sid in closure if sid not in picked]
+
+
+def live_session_ids(ids: Sequence[str]) -> set[str]:
+    """Those of the sessions that are live (not ended)."""
+    live: set[str] = set()
+    for chunk in _chunks(list(ids)):
+        live |= {
+            r[0]
+            for r in db.fetchall(
+                f"SELECT id FROM sessions WHERE ended_at IS NULL AND id IN ({db.placeholders(chunk)})",
+                list(chunk),
+            )
+        }
+    return live
+
+
+def _conversations_around(ids: Sequence[str], members: Iterable[str]) -> set[str]:
+    """``members`` and every session of ``ids`` linked to one of them by a compression or
+    delegate link (either way, within ``ids``): what stays so that none of those
+    conversations loses its start, middle or end."""
+    linked: dict[str, set[str]] = {}
+    kind = lineage.link_kind_sql("c", "p")
+    for chunk in _chunks(list(ids)):
+        for child, parent, link in db.fetchall(
+            f"SELECT c.id, p.id, {kind} FROM sessions c JOIN sessions p "
+            f"ON p.id = c.parent_session_id WHERE c.id IN ({db.placeholders(chunk)})",
+            list(chunk),
+        ):
+            if link in ("compression", "delegate"):
+                linked.setdefault(child, set()).add(parent)
+                linked.setdefault(parent, set()).add(child)
+    wanted = set(ids)
+    found = set(members)
+    pending = list(found)
+    while pending:
+        for other in linked.get(pending.pop(), ()):
+            if other in wanted and other not in found:
+                found.add(other)
+                pending.append(other)
+    return found
+
+
+def preview_bulk_delete(
+    *, session_ids: Sequence[str], include_live: bool = False
+) -> BulkDeletePreview:
+    """The dry run: the exact set, its size, how many live sessions were left out, a sample.
+
+    Left out, each with why: live sessions (unless ``include_live``), held ones, and the
+    sessions a merge that can still be undone needs (``merge.undoable_merges_of``) with the
+    rest of their conversations: deleting them would lose the undo silently (a cascade
+    delete of the conversation says so and asks). So is a conversation that goes on in a
+    session the delete does not take (``kept_whole``: a live continuation, say): the job
+    checks the same again under the lock, batch by batch.
+    """
+    ids = _with_downstream([s for s in session_ids if s])
+    live = live_session_ids(ids)
+    held = holds.holds_on(ids)
+    merges = undoable_merges_of(ids)
+    for_merges = _conversations_around(ids, merges) if merges else set()
+    kept = [
+        sid
+        for sid in ids
+        if (include_live or sid not in live) and sid not in held and sid not in for_merges
+    ]
+    found = lineage.existing_session_ids(kept)
+    existing = [sid for sid in kept if sid in found]
+    whole = kept_whole(existing, WholeConversations(remaining=set(existing))) if existing else {}
+    existing = [sid for sid in existing if sid not in whole]
+    sample = (
+        tuple(
+            db.fetchdicts(
+                "SELECT id, source, title, started_at, ended_at, end_reason, message_count "
+                f"FROM sessions WHERE id IN ({db.placeholders(existing[:SAMPLE_SIZE])})",
+                existing[:SAMPLE_SIZE],
+            )
+        )
+        if existing
+        else ()
+    )
+    return BulkDeletePreview(
+        session_ids=tuple(existing),
+        live_excluded=0 if include_live else len([s for s in ids if s in live]),
+        message_count=count_messages(existing) if existing else 0,
+        sample=sample,
+        held_excluded=len(held),
+        holds=tuple(sorted({hold.describe() for hold in held.values()})),
+        merge_kept=tuple((sid, merges[sid].describe()) for sid in ids if sid in merges),
+        merge_kept_with=len(for_merges - set(merges)),
+        conversation_kept=tuple((sid, whole[sid]) for sid in ids if sid in whole),
+    )
