@@ -65,12 +65,12 @@ from sessions_admin.core.db import store_operation
 from sessions_admin.core.deletion import (
     NO_TRASH,
     PlanChanged,
-    _failed_database,
-    _sentence,
+    as_sentence,
     conversation_names_of,
     count_messages,
     database_words,
     delete_in_batches,
+    failed_database,
     lineage_closure,
     ordered_children_first,
     response_ids_of,
@@ -1112,7 +1112,7 @@ class ErasureStopped(Exception):
     ):
         self.error = error
         self.storage = db.storage_failure(error) or "unwritable"
-        self.database = _failed_database(error)
+        self.database = failed_database(error)
         self.erased = erased
         self.planned = planned
         self.store_done = store_done
@@ -1135,8 +1135,8 @@ class ErasureStopped(Exception):
             "" if self.storage == "full" else " or make it writable"
         )
         super().__init__(
-            _sentence(f"{database_words(self.database, self.storage)}: {what}. ")
-            + _sentence(
+            as_sentence(f"{database_words(self.database, self.storage)}: {what}. ")
+            + as_sentence(
                 f"{space}, then run the erasure again (its page, or manage.py erase_subject "
                 "--yes): it finishes from where it stopped."
             )

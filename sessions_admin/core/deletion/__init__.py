@@ -15,10 +15,12 @@ from sessions_admin.core.deletion.batches import (
     BATCH_SESSIONS,
     DatabaseNotWritten,
     DeletePartlyApplied,
+    as_sentence,
     database_words,
     delete_batch,
     delete_in_batches,
     execute_cascade_delete,
+    failed_database,
 )
 from sessions_admin.core.deletion.give_back import stop_deleting
 from sessions_admin.core.deletion.plan import (

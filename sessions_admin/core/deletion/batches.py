@@ -196,7 +196,7 @@ def execute_cascade_delete(
     except Exception as error:
         if not committed:
             if where := db.storage_failure(error):
-                raise DatabaseNotWritten(_failed_database(error), where) from error
+                raise DatabaseNotWritten(failed_database(error), where) from error
             raise
         raise DeletePartlyApplied(
             result=_committed_result(committed, operation, plan),
@@ -220,7 +220,7 @@ def _committed_result(
     )
 
 
-def _failed_database(error: BaseException) -> str:
+def failed_database(error: BaseException) -> str:
     """Which database refused the write: the trash's (tagged where it is written) or the store."""
     return getattr(error, "database", None) or "store"
 
@@ -248,14 +248,14 @@ class DeletePartlyApplied(Exception):
         self.planned_messages = planned_messages
         self.error = error
         self.storage = db.storage_failure(error)
-        self.database = _failed_database(error) if self.storage else None
+        self.database = failed_database(error) if self.storage else None
         batches = len(result.trash_entry_ids)
         if self.storage:
             why = f"{database_words(self.database, self.storage)}: "
         else:
             why = f"the delete stopped ({error}): "
         super().__init__(
-            _sentence(why)
+            as_sentence(why)
             + f"{batches} {'batch was' if batches == 1 else 'batches were'} deleted before it "
             f"({result.deleted_sessions} of {planned_sessions} sessions, "
             f"{result.deleted_messages} of {planned_messages} messages), restorable from the "
@@ -278,7 +278,7 @@ def database_words(database: str, storage: str) -> str:
     return f"the store could not be written ({why})"
 
 
-def _sentence(text: str) -> str:
+def as_sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
@@ -288,4 +288,4 @@ class DatabaseNotWritten(StoreError):
     def __init__(self, database: str, storage: str):
         self.database = database
         self.storage = storage
-        super().__init__(_sentence(f"{database_words(database, storage)}: nothing was changed."))
+        super().__init__(as_sentence(f"{database_words(database, storage)}: nothing was changed."))
