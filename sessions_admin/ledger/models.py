@@ -11,6 +11,43 @@ from django.conf import settings
 from django.db import models
 
 
+class AuditAction(models.TextChoices):
+    """Every action name the audit log records, defined once. A refused request to a URL no
+    action covers (a permission or CSRF denial) is recorded under the URL's name instead."""
+
+    APPEND = "append"
+    BULK_DELETE = "bulk_delete"
+    BULK_DELETE_HELD = "bulk_delete_held", "bulk delete: held sessions left out"
+    BULK_DELETE_KEPT_WHOLE = "bulk_delete_kept_whole", "bulk delete: conversations kept whole"
+    CANCEL_BULK_DELETE = "cancel_bulk_delete"
+    CASCADE_DELETE = "cascade_delete"
+    ERASURE = "erasure"
+    ERASURE_FILES_REWRITTEN = "erasure_files_rewritten"
+    ERASURE_INDEX_MERGED = "erasure_index_merged"
+    ERASURE_REQUEST = "erasure_request"
+    IMPORT_SESSIONS = "import_sessions"
+    MERGE = "merge"
+    MOVE_STRAY_MESSAGES = "move_stray_messages"
+    PLACE_HOLD = "place_hold"
+    PURGE_TRASH = "purge_trash"
+    REDO = "redo"
+    RELEASE_HOLD = "release_hold"
+    RESET = "reset"
+    RESTORE = "restore"
+    RESUME = "resume"
+    RESUME_BULK_DELETE = "resume_bulk_delete"
+    RETENTION_POLICY_CREATE = "retention_policy_create"
+    RETENTION_POLICY_DELETE = "retention_policy_delete"
+    RETENTION_POLICY_DISABLE = "retention_policy_disable"
+    RETENTION_POLICY_ENABLE = "retention_policy_enable"
+    RETENTION_RUN = "retention_run"
+    RETRY = "retry"
+    RETURN_STRAY_MESSAGES = "return_stray_messages"
+    SIGN_IN = "sign_in"
+    UNDO = "undo"
+    UNMERGE = "unmerge"
+
+
 class AuditEntry(models.Model):
     """One operator action: written ``pending`` before the store is touched, completed after.
 

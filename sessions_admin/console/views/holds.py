@@ -15,12 +15,13 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from sessions_admin import core
-from sessions_admin.console.forms import HoldForm, HoldReleaseForm, form_problems
+from sessions_admin.console.forms import HoldForm, HoldReleaseForm
 from sessions_admin.console.http import HtmxHttpRequest, require_perm
+from sessions_admin.console.refusals import Refused, attempt, refuse, refuse_form
 from sessions_admin.core import holds, lineage
 from sessions_admin.core.ids import addressable
 from sessions_admin.ledger import actions
+from sessions_admin.ledger.models import AuditAction
 from sessions_admin.signin.roles import OPERATE
 
 TEMPLATE = "console/holds.html"
@@ -74,20 +75,20 @@ def hold_place(request: HtmxHttpRequest) -> HttpResponse:
         "subject": form.shown_back("subject"),
         "reason": form.shown_back("reason"),
     }
-    if not form.is_valid():
-        problems = form_problems(form)
-        actions.record_refusal(request=request, action="place_hold", why=" ".join(problems))
-        return _render(request, form_values=values, problems=problems, status=400)
-    try:
-        hold = actions.place_hold(
+    if refused := refuse_form(request, AuditAction.PLACE_HOLD, form):
+        return _render(request, form_values=values, problems=refused.problems, status=400)
+    hold = attempt(
+        request,
+        AuditAction.PLACE_HOLD,
+        lambda: actions.place_hold(
             actor=request.user,
             kind=form.cleaned_data["kind"],
             subject=form.cleaned_data["subject"],
             reason=form.cleaned_data["reason"],
-        )
-    except core.StoreError as error:
-        actions.record_refusal(request=request, action="place_hold", why=error)
-        problems = [f"No hold was placed: {error}"]
+        ),
+    )
+    if isinstance(hold, Refused):
+        problems = hold.said("No hold was placed: ")
         return _render(request, form_values=values, problems=problems, status=400)
     messages.success(request, f"Placed {hold.describe()}: no delete can remove it now.")
     return redirect("holds")
@@ -97,18 +98,19 @@ def hold_place(request: HtmxHttpRequest) -> HttpResponse:
 @require_perm(OPERATE)
 def hold_release(request: HtmxHttpRequest, hold_id: int) -> HttpResponse:
     form = HoldReleaseForm(request.POST)
-    if not form.is_valid():
-        problem = form.problem()
-        actions.record_refusal(request=request, action="release_hold", why=problem)
-        messages.error(request, f"Hold #{hold_id} stays: {problem}")
+    stays = f"Hold #{hold_id} stays: "
+    if form.problem() is not None:
+        refuse(request, AuditAction.RELEASE_HOLD, form.problem(), message=stays)
         return redirect("holds")
-    try:
-        hold = actions.release_hold(
+    hold = attempt(
+        request,
+        AuditAction.RELEASE_HOLD,
+        lambda: actions.release_hold(
             actor=request.user, hold_id=hold_id, reason=form.cleaned_data["reason"]
-        )
-    except core.StoreError as error:
-        actions.record_refusal(request=request, action="release_hold", why=error)
-        messages.error(request, f"Hold #{hold_id} stays: {error}")
+        ),
+        message=stays,
+    )
+    if isinstance(hold, Refused):
         return redirect("holds")
     messages.success(request, f"Released legal hold #{hold.id}; its sessions can be deleted again.")
     return redirect("holds")

@@ -14,12 +14,12 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 
-from sessions_admin import core
 from sessions_admin.console.forms import JobCancelForm, JobResumeForm
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
+from sessions_admin.console.refusals import Refused, attempt, refuse
 from sessions_admin.ledger import actions, worker
 from sessions_admin.ledger.jobs import job_progress
-from sessions_admin.ledger.models import DeleteJob
+from sessions_admin.ledger.models import AuditAction, DeleteJob
 from sessions_admin.signin.roles import DELETE
 
 JOB_TEMPLATE = "console/job.html"
@@ -91,18 +91,19 @@ def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         messages.info(request, f"Job #{job.pk} is already {job.state}; nothing to cancel.")
         return redirect("job_detail", job_id=job.pk)
     form = JobCancelForm(request.POST)
-    if not form.is_valid():
-        problem = form.problem()
-        actions.record_refusal(request=request, action="cancel_bulk_delete", why=problem)
-        messages.error(request, f"Job #{job.pk} was not cancelled: {problem}")
+    not_done = f"Job #{job.pk} was not cancelled: "
+    if form.problem() is not None:
+        refuse(request, AuditAction.CANCEL_BULK_DELETE, form.problem(), message=not_done)
         return redirect("job_detail", job_id=job.pk)
-    try:
-        actions.cancel_bulk_delete(
+    done = attempt(
+        request,
+        AuditAction.CANCEL_BULK_DELETE,
+        lambda: actions.cancel_bulk_delete(
             actor=request.user, job_id=job.pk, reason=form.cleaned_data["reason"]
-        )
-    except core.StoreError as error:
-        actions.record_refusal(request=request, action="cancel_bulk_delete", why=error)
-        messages.error(request, f"Job #{job.pk} was not cancelled: {error}")
+        ),
+        message=not_done,
+    )
+    if isinstance(done, Refused):
         return redirect("job_detail", job_id=job.pk)
     progress = job_progress(job_id=job.pk)
     if progress.state == DeleteJob.CANCELLED:
@@ -127,18 +128,19 @@ def job_resume(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     """Finish a failed job from its first pending item (what it deleted stays in the trash)."""
     job = _job_or_404(job_id)
     form = JobResumeForm(request.POST)
-    if not form.is_valid():
-        problem = form.problem()
-        actions.record_refusal(request=request, action="resume_bulk_delete", why=problem)
-        messages.error(request, f"Job #{job.pk} was not resumed: {problem}")
+    not_done = f"Job #{job.pk} was not resumed: "
+    if form.problem() is not None:
+        refuse(request, AuditAction.RESUME_BULK_DELETE, form.problem(), message=not_done)
         return redirect("job_detail", job_id=job.pk)
-    try:
-        actions.resume_bulk_delete(
+    done = attempt(
+        request,
+        AuditAction.RESUME_BULK_DELETE,
+        lambda: actions.resume_bulk_delete(
             actor=request.user, job_id=job.pk, reason=form.cleaned_data["reason"]
-        )
-    except core.StoreError as error:
-        actions.record_refusal(request=request, action="resume_bulk_delete", why=error)
-        messages.error(request, f"Job #{job.pk} was not resumed: {error}")
+        ),
+        message=not_done,
+    )
+    if isinstance(done, Refused):
         return redirect("job_detail", job_id=job.pk)
     messages.success(request, f"Job #{job.pk} takes up where it stopped.")
     return redirect("job_detail", job_id=job.pk)

@@ -24,14 +24,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from sessions_admin import core
 from sessions_admin.console.forms import (
     SearchTermField,
     TrashPurgeForm,
     TrashRestoreForm,
-    form_problems,
 )
 from sessions_admin.console.http import HtmxHttpRequest, fragment, plural, require_perm
+from sessions_admin.console.refusals import Refused, attempt, refuse, refuse_form
 from sessions_admin.console.views.delete import (
     TypedConfirmation,
     plural_days,
@@ -39,7 +38,7 @@ from sessions_admin.console.views.delete import (
     typed_count_problem,
 )
 from sessions_admin.ledger import actions
-from sessions_admin.ledger.models import DeleteJob, TrashEntry, TrashSession
+from sessions_admin.ledger.models import AuditAction, DeleteJob, TrashEntry, TrashSession
 from sessions_admin.ledger.trash import (
     ParentsElsewhere,
     held_trash,
@@ -262,10 +261,10 @@ def trash(request: HtmxHttpRequest) -> HttpResponse:
 def trash_restore(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
     entry = TrashEntry.objects.defer("payload").filter(pk=entry_id).first()
     if entry is None:
-        actions.record_refusal(
-            request=request,
-            action="restore",
-            why=f"no trash entry #{entry_id}",
+        refuse(
+            request,
+            AuditAction.RESTORE,
+            f"no trash entry #{entry_id}",
             before={"trash_entry": entry_id},
         )
         raise Http404("No such trash entry")
@@ -276,11 +275,13 @@ def trash_restore(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
         messages.info(request, f"Trash entry #{entry.pk} was already restored.")
         return redirect(back)
     first = TrashEntry.objects.filter(operation=entry.operation).order_by("pk").first() or entry
-    try:
-        result = actions.restore(actor=request.user, entry_id=entry.pk)
-    except core.StoreError as error:
-        actions.record_refusal(request=request, action="restore", why=error)
-        messages.error(request, f"Nothing was restored: {error}")
+    result = attempt(
+        request,
+        AuditAction.RESTORE,
+        lambda: actions.restore(actor=request.user, entry_id=entry.pk),
+        message="Nothing was restored: ",
+    )
+    if isinstance(result, Refused):
         return redirect(back)
     batches = len(result.trash_entry_ids)
     messages.success(
@@ -371,32 +372,23 @@ def _purge_confirmation_problem(form: TrashPurgeForm, scope: str, size: PurgeSiz
 def trash_purge(request: HtmxHttpRequest) -> HttpResponse:
     """Drop trash entries for good: the expired ones, or everything."""
     form = TrashPurgeForm(request.POST)
-    valid = form.is_valid()
+    form.is_valid()  # what is valid is in cleaned_data; refuse_form says the rest
     q = form.cleaned_data["q"]
     scope = form.cleaned_data.get("scope") or "expired"
     reason = form.cleaned_data.get("reason", form.shown_back("reason"))
-    if not valid:
-        problems = form_problems(form)
-        actions.record_refusal(request=request, action="purge_trash", why=" ".join(problems))
+    days = configured_days() if scope == "expired" else None
+    refused = refuse_form(request, AuditAction.PURGE_TRASH, form)
+    if refused is None and (problem := _purge_confirmation_problem(form, scope, purge_size(days))):
+        refused = refuse(request, AuditAction.PURGE_TRASH, problem)
+    report = refused or attempt(
+        request,
+        AuditAction.PURGE_TRASH,
+        lambda: actions.purge(actor=request.user, older_than_days=days, reason=reason),
+    )
+    if isinstance(report, Refused):
+        problems = report.said("Nothing was purged: ")
         return _render_trash(
             request, q=q, problems=problems, purge_reason=reason, purge_scope=scope
-        )
-    days = configured_days() if scope == "expired" else None
-    if problem := _purge_confirmation_problem(form, scope, purge_size(days)):
-        actions.record_refusal(request=request, action="purge_trash", why=problem)
-        return _render_trash(
-            request, q=q, problems=[problem], purge_reason=reason, purge_scope=scope
-        )
-    try:
-        report = actions.purge(actor=request.user, older_than_days=days, reason=reason)
-    except core.StoreError as error:
-        actions.record_refusal(request=request, action="purge_trash", why=error)
-        return _render_trash(
-            request,
-            q=q,
-            problems=[f"Nothing was purged: {error}"],
-            purge_reason=reason,
-            purge_scope=scope,
         )
     messages.success(
         request,
