@@ -21,19 +21,18 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from sessions_admin import core
 from sessions_admin.console.forms import (
     OptionalReasonForm,
     RetentionPolicyForm,
     RetentionRunForm,
     RetentionSwitchForm,
-    form_problems,
 )
 from sessions_admin.console.http import HtmxHttpRequest, plural, require_perm
+from sessions_admin.console.refusals import Refused, attempt, refuse, refuse_form
 from sessions_admin.console.views.delete import typed_confirmation, typed_count_problem
 from sessions_admin.core.retention import STATUSES, TITLES
 from sessions_admin.ledger import actions, retention
-from sessions_admin.ledger.models import DeleteJob, RetentionPolicy
+from sessions_admin.ledger.models import AuditAction, DeleteJob, RetentionPolicy
 from sessions_admin.signin.roles import DELETE
 
 TEMPLATE = "console/retention.html"
@@ -103,19 +102,17 @@ def retention_list(request: HtmxHttpRequest) -> HttpResponse:
 def retention_create(request: HtmxHttpRequest) -> HttpResponse:
     form = RetentionPolicyForm(request.POST)
     values = {name: form.shown_back(name) for name in form.fields}
-    if not form.is_valid():
-        problems = form_problems(form)
-        actions.record_refusal(
-            request=request, action="retention_policy_create", why=" ".join(problems)
-        )
-        return _render(request, values=values, problems=problems, status=400)
+    if refused := refuse_form(request, AuditAction.RETENTION_POLICY_CREATE, form):
+        return _render(request, values=values, problems=refused.problems, status=400)
     data = dict(form.cleaned_data)
     reason = data.pop("reason")
-    try:
-        policy = actions.create_retention_policy(actor=request.user, reason=reason, **data)
-    except core.StoreError as error:
-        actions.record_refusal(request=request, action="retention_policy_create", why=error)
-        return _render(request, values=values, problems=[str(error)], status=400)
+    policy = attempt(
+        request,
+        AuditAction.RETENTION_POLICY_CREATE,
+        lambda: actions.create_retention_policy(actor=request.user, reason=reason, **data),
+    )
+    if isinstance(policy, Refused):
+        return _render(request, values=values, problems=policy.said(""), status=400)
     messages.success(
         request,
         f"Created retention policy #{policy.pk} {policy.name!r}, disabled: check what it would "
@@ -128,8 +125,9 @@ def retention_create(request: HtmxHttpRequest) -> HttpResponse:
 @require_perm(DELETE)
 def retention_switch(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
     form = RetentionSwitchForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, f"Policy #{policy_id} is unchanged: {form.problem()}")
+    unchanged = f"Policy #{policy_id} is unchanged: "
+    if form.problem() is not None:
+        refuse(request, AuditAction.RETENTION_POLICY_ENABLE, form.problem(), message=unchanged)
         return redirect("retention")
     enable = form.cleaned_data["enable"]
     purges = RetentionPolicy.objects.filter(pk=policy_id, mode=RetentionPolicy.PURGE).exists()
@@ -138,19 +136,20 @@ def retention_switch(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
             "This policy purges: every run deletes its sessions permanently, with no copy in "
             "the trash. Tick the box to confirm that, then enable it."
         )
-        actions.record_refusal(request=request, action="retention_policy_enable", why=problem)
-        messages.error(request, f"Policy #{policy_id} is unchanged: {problem}")
+        refuse(request, AuditAction.RETENTION_POLICY_ENABLE, problem, message=unchanged)
         return redirect("retention")
-    try:
-        policy = actions.set_retention_policy_enabled(
+    policy = attempt(
+        request,
+        AuditAction.RETENTION_POLICY_ENABLE,
+        lambda: actions.set_retention_policy_enabled(
             actor=request.user,
             policy_id=policy_id,
             enabled=enable,
             reason=form.cleaned_data["reason"],
-        )
-    except core.StoreError as error:
-        actions.record_refusal(request=request, action="retention_policy_enable", why=error)
-        messages.error(request, f"Policy #{policy_id} is unchanged: {error}")
+        ),
+        message=unchanged,
+    )
+    if isinstance(policy, Refused):
         return redirect("retention")
     if enable:
         messages.success(
@@ -236,31 +235,32 @@ def retention_run(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
     form.is_valid()
     reason = form.cleaned_data.get("reason", form.shown_back("reason"))
     if problem := retention.problem_of(policy):
-        actions.record_refusal(request=request, action="retention_run", why=problem)
+        refuse(request, AuditAction.RETENTION_RUN, problem)
         return _render_run(request, policy, reason=reason, status=400)
     preview = retention.dry_run(policy, rows=0)
     problems = _run_problems(form, policy, preview)
     if problems:
-        actions.record_refusal(
-            request=request,
-            action="retention_run",
-            why=" ".join(problems),
+        refuse(
+            request,
+            AuditAction.RETENTION_RUN,
+            " ".join(problems),
             session_ids=preview.session_ids,
             before={"policy": policy.pk, "digest": form.shown_back("digest")[:200]},
         )
         return _render_run(request, policy, problems=problems, reason=reason, status=400)
-    try:
-        job_id = actions.run_retention_policy(
+    job_id = attempt(
+        request,
+        AuditAction.RETENTION_RUN,
+        lambda: actions.run_retention_policy(
             actor=request.user,
             policy_id=policy.pk,
             reason=reason,
             expected_fingerprint=preview.fingerprint,
-        )
-    except core.StoreError as error:
-        actions.record_refusal(request=request, action="retention_run", why=error)
-        return _render_run(
-            request, policy, problems=[f"Nothing was deleted: {error}"], reason=reason, status=400
-        )
+        ),
+    )
+    if isinstance(job_id, Refused):
+        problems = job_id.said("Nothing was deleted: ")
+        return _render_run(request, policy, problems=problems, reason=reason, status=400)
     if job_id is None:
         messages.info(request, f"Policy #{policy_id}: nothing matches now; nothing was deleted.")
         return redirect("retention")
@@ -277,16 +277,19 @@ def retention_run(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
 @require_perm(DELETE)
 def retention_delete(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
     form = OptionalReasonForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, f"Policy #{policy_id} stays: {form.problem()}")
+    stays = f"Policy #{policy_id} stays: "
+    if form.problem() is not None:
+        refuse(request, AuditAction.RETENTION_POLICY_DELETE, form.problem(), message=stays)
         return redirect("retention")
-    try:
-        actions.delete_retention_policy(
+    deleted = attempt(
+        request,
+        AuditAction.RETENTION_POLICY_DELETE,
+        lambda: actions.delete_retention_policy(
             actor=request.user, policy_id=policy_id, reason=form.cleaned_data["reason"]
-        )
-    except core.StoreError as error:
-        actions.record_refusal(request=request, action="retention_policy_delete", why=error)
-        messages.error(request, f"Policy #{policy_id} stays: {error}")
+        ),
+        message=stays,
+    )
+    if isinstance(deleted, Refused):
         return redirect("retention")
     messages.success(request, f"Deleted retention policy #{policy_id} (its past runs stay).")
     return redirect("retention")
