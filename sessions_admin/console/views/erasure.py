@@ -16,11 +16,11 @@ from django.views.decorators.http import require_GET, require_POST
 from sessions_admin import core
 from sessions_admin.console.forms import ErasureForm
 from sessions_admin.console.http import HtmxHttpRequest, require_perm
+from sessions_admin.console.refusals import Refused, refuse
 from sessions_admin.console.views.delete import typed_confirmation, typed_count_problem
-from sessions_admin.core import holds
 from sessions_admin.core.erasure import Subject
 from sessions_admin.ledger import actions, erasure
-from sessions_admin.ledger.models import ErasureRequest
+from sessions_admin.ledger.models import AuditAction, ErasureRequest
 from sessions_admin.signin.roles import DELETE
 from sessions_admin.store.models import Session
 
@@ -80,6 +80,16 @@ def _render(
     return render(request, TEMPLATE, context, status=status)
 
 
+def _plan_or_refused(request: HtmxHttpRequest, subject: Subject) -> erasure.FullPlan | Refused:
+    """The erasure's plan, or its refusal recorded without the error's words (they may name
+    the person)."""
+    try:
+        return erasure.plan(subject)
+    except core.StoreError as error:
+        refuse(request, AuditAction.ERASURE_REQUEST, REFUSED)
+        return Refused((str(error),), error)
+
+
 @require_GET
 @require_perm(DELETE)
 def erasure_list(request: HtmxHttpRequest) -> HttpResponse:
@@ -91,13 +101,11 @@ def erasure_list(request: HtmxHttpRequest) -> HttpResponse:
 def erasure_preview(request: HtmxHttpRequest) -> HttpResponse:
     form = ErasureForm(request.POST)
     if not form.is_valid():
-        actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
+        refuse(request, AuditAction.ERASURE_REQUEST, REFUSED)
         return _render(request, values=_values(form), problems=[form.problem()], status=400)
-    try:
-        plan = erasure.plan(_subject(form))
-    except core.StoreError as error:
-        actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
-        return _render(request, values=_values(form), problems=[str(error)], status=400)
+    plan = _plan_or_refused(request, _subject(form))
+    if isinstance(plan, Refused):
+        return _render(request, values=_values(form), problems=[str(plan.error)], status=400)
     return _render(request, values=_values(form), plan=plan)
 
 
@@ -107,14 +115,12 @@ def erasure_confirm(request: HtmxHttpRequest) -> HttpResponse:
     form = ErasureForm(request.POST)
     values = _values(form)
     if not form.is_valid():
-        actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
+        refuse(request, AuditAction.ERASURE_REQUEST, REFUSED)
         return _render(request, values=values, problems=[form.problem()], status=400)
     subject = _subject(form)
-    try:
-        plan = erasure.plan(subject)
-    except core.StoreError as error:
-        actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
-        return _render(request, values=values, problems=[str(error)], status=400)
+    plan = _plan_or_refused(request, subject)
+    if isinstance(plan, Refused):
+        return _render(request, values=values, problems=[str(plan.error)], status=400)
     problems = []
     if not form.cleaned_data["reference"]:
         problems.append("Give the request's reference (a ticket number, not the person's name).")
@@ -127,7 +133,7 @@ def erasure_confirm(request: HtmxHttpRequest) -> HttpResponse:
     # deletes with secure_delete off, merges) may hold the person's bytes until the files are
     # rewritten, which the request's receipt (counts 0) then says.
     if problems:
-        actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
+        refuse(request, AuditAction.ERASURE_REQUEST, REFUSED)
         return _render(request, values=values, plan=plan, problems=problems, status=400)
     try:
         queued = actions.request_erasure(
@@ -136,8 +142,9 @@ def erasure_confirm(request: HtmxHttpRequest) -> HttpResponse:
             reference=form.cleaned_data["reference"],
             expected_fingerprint=form.cleaned_data["fingerprint"] or "",
         )
-    except (core.StoreError, holds.SessionsHeld) as error:
-        actions.record_refusal(request=request, action="erasure_request", why=REFUSED)
+    except core.StoreError as error:
+        # Recorded without the error's words: they may name the person.
+        refuse(request, AuditAction.ERASURE_REQUEST, REFUSED)
         message = (
             "The store changed since the preview (the runtime may still be writing): review "
             "the new preview and confirm again. Nothing was erased."
