@@ -46,9 +46,11 @@ from sessions_admin.console.http import (
     redirect_to,
     require_perm,
 )
+from sessions_admin.console.refusals import Refused, attempt, refuse
 from sessions_admin.core.deletion import needs_typed_confirmation
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.ledger import actions
+from sessions_admin.ledger.models import AuditAction
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
 from sessions_admin.store import listing
@@ -287,29 +289,28 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
     plan = _plan_or_404(session_id, include_branches)
     problems = _confirmation_problems(form, plan)
     if problems:
-        actions.record_refusal(
-            request=request,
-            action="cascade_delete",
-            why=" ".join(problems),
+        refuse(
+            request,
+            AuditAction.CASCADE_DELETE,
+            " ".join(problems),
             session_ids=[session_id],
             before={"fingerprint": form.shown_back("fingerprint")[:200]},
         )
         return _render_cascade(request, session_id, plan, reason=reason, problems=problems)
     try:
-        result = actions.cascade_delete(
-            actor=request.user,
+        result = attempt(
+            request,
+            AuditAction.CASCADE_DELETE,
+            lambda: actions.cascade_delete(
+                actor=request.user,
+                session_ids=[session_id],
+                include_branches=include_branches,
+                expected_fingerprint=form.cleaned_data["fingerprint"],
+                reason=reason,
+                lose_undo=form.cleaned_data["lose_undo"],
+            ),
             session_ids=[session_id],
-            include_branches=include_branches,
-            expected_fingerprint=form.cleaned_data["fingerprint"],
-            reason=reason,
-            lose_undo=form.cleaned_data["lose_undo"],
         )
-    except core.PlanChanged as changed:
-        actions.record_refusal(
-            request=request, action="cascade_delete", why=changed, session_ids=[session_id]
-        )
-        plan = _plan_or_404(session_id, include_branches)
-        return _render_cascade(request, session_id, plan, reason=reason, problems=[str(changed)])
     except core.DeletePartlyApplied as partly:
         # Its first batches stay deleted (audited as partial): the page says exactly what went,
         # where it is in the trash, and shows the plan of what is left to finish it.
@@ -320,14 +321,11 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
         return _render_cascade(
             request, session_id, plan, reason=reason, problems=[str(partly)], partly=partly
         )
-    except core.StoreError as error:
-        actions.record_refusal(
-            request=request, action="cascade_delete", why=error, session_ids=[session_id]
-        )
+    if isinstance(result, Refused):
         plan = _plan_or_404(session_id, include_branches)
-        return _render_cascade(
-            request, session_id, plan, reason=reason, problems=[f"Nothing was deleted: {error}"]
-        )
+        # A changed plan is shown again as it is now; any other refusal changed nothing.
+        said = "" if isinstance(result.error, core.PlanChanged) else "Nothing was deleted: "
+        return _render_cascade(request, session_id, plan, reason=reason, problems=result.said(said))
     messages.success(
         request,
         f"Deleted {plural(result.deleted_sessions, 'session')} and "
@@ -688,10 +686,10 @@ def bulk_delete_start(request: HtmxHttpRequest) -> HttpResponse:
     if dry_run is not None and not problems:
         problems = _start_problems(form, dry_run, include_live)
     if problems:
-        actions.record_refusal(
-            request=request,
-            action="bulk_delete",
-            why=" ".join(problems),
+        refuse(
+            request,
+            AuditAction.BULK_DELETE,
+            " ".join(problems),
             session_ids=dry_run.selected_ids if dry_run else (),
             before={"digest": form.shown_back("digest")[:200]},
         )
@@ -704,25 +702,26 @@ def bulk_delete_start(request: HtmxHttpRequest) -> HttpResponse:
             reason=reason,
         )
     description = selection.describe() + (" (live sessions included)" if include_live else "")
-    try:
-        job_id = actions.start_bulk_delete(
+    job_id = attempt(
+        request,
+        AuditAction.BULK_DELETE,
+        lambda: actions.start_bulk_delete(
             actor=request.user,
             session_ids=dry_run.selected_ids,
             include_live=include_live,
             reason=reason,
             description=description,
             expected_ids=dry_run.session_ids,
-        )
-    except core.StoreError as error:
-        actions.record_refusal(
-            request=request, action="bulk_delete", why=error, session_ids=dry_run.selected_ids
-        )
+        ),
+        session_ids=dry_run.selected_ids,
+    )
+    if isinstance(job_id, Refused):
         return _render_bulk(
             request,
             selection=selection,
             include_live=include_live,
             dry_run=dry_run,
-            problems=[f"Nothing was deleted: {error}"],
+            problems=job_id.said("Nothing was deleted: "),
             reason=reason,
         )
     if selection.kind == "ids":
