@@ -31,6 +31,7 @@ from sessions_admin.console.http import (
     require_perm,
     session_url,
 )
+from sessions_admin.console.refusals import Refused, attempt, refuse
 from sessions_admin.core.merge import (
     MAX_MERGE_SESSIONS,
     MergeDifference,
@@ -39,6 +40,7 @@ from sessions_admin.core.merge import (
     session_differences,
 )
 from sessions_admin.ledger import actions
+from sessions_admin.ledger.models import AuditAction
 from sessions_admin.signin.roles import OPERATE, VIEW
 from sessions_admin.store.models import Session
 
@@ -399,10 +401,10 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
     continue_history = data.get("continue_history", False)
 
     def again(error: str | core.StoreError, **refused: object) -> HttpResponse:
-        actions.record_refusal(
-            request=request,
-            action="merge",
-            why=error,
+        refuse(
+            request,
+            AuditAction.MERGE,
+            error,
             session_ids=picks,
             before={"target": target, "fingerprint": fingerprint[:200], **refused},
         )
@@ -480,9 +482,7 @@ def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
     try:
         record = core.merge_record(merge_id=merge_id)
     except core.MergeNotFound as missing:
-        actions.record_refusal(
-            request=request, action="unmerge", why=missing, before={"merge_id": merge_id}
-        )
+        refuse(request, AuditAction.UNMERGE, missing, before={"merge_id": merge_id})
         raise Http404(f"No merge {merge_id}.") from missing
     back = (
         _safe_next(request, form.cleaned_data.get("next", ""))
@@ -493,27 +493,30 @@ def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
         messages.info(request, f"Merge #{merge_id} was already undone; nothing changed.")
         return redirect_to(request, back)
     if record.undo_lost:
-        actions.record_refusal(
-            request=request, action="unmerge", why=record.undo_lost, before={"merge_id": merge_id}
-        )
+        refuse(request, AuditAction.UNMERGE, record.undo_lost, before={"merge_id": merge_id})
         messages.info(request, f"{record.undo_lost} Nothing changed.")
         return redirect_to(request, back)
-
-    def not_undone(problem: str | core.StoreError) -> HttpResponse:
-        actions.record_refusal(
-            request=request, action="unmerge", why=problem, before={"merge_id": merge_id}
-        )
-        messages.error(request, f"Merge #{merge_id} was not undone: {problem}")
-        return redirect_to(request, back)
-
+    not_undone = f"Merge #{merge_id} was not undone: "
     if not valid:
-        return not_undone(form.problem())
-    try:
-        result = actions.unmerge(
-            actor=request.user, merge_id=merge_id, reason=form.cleaned_data["reason"]
+        refuse(
+            request,
+            AuditAction.UNMERGE,
+            form.problem(),
+            before={"merge_id": merge_id},
+            message=not_undone,
         )
-    except core.StoreError as problem:
-        return not_undone(problem)
+        return redirect_to(request, back)
+    result = attempt(
+        request,
+        AuditAction.UNMERGE,
+        lambda: actions.unmerge(
+            actor=request.user, merge_id=merge_id, reason=form.cleaned_data["reason"]
+        ),
+        before={"merge_id": merge_id},
+        message=not_undone,
+    )
+    if isinstance(result, Refused):
+        return redirect_to(request, back)
     messages.success(
         request,
         f"Undid merge #{merge_id}: {plural(result.returned_messages, 'message')} went back to "
