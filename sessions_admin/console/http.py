@@ -13,10 +13,10 @@ from django.views.csrf import csrf_failure as django_csrf_failure
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
+from sessions_admin.console.refusals import refuse
 from sessions_admin.core.db import is_busy_error, read_only, storage_failure
 from sessions_admin.core.deletion import TRASH_DATABASE
 from sessions_admin.core.errors import StoreBusy
-from sessions_admin.ledger.actions import record_refusal
 from sessions_admin.store.attach import OPERATE_PERMISSIONS
 from sessions_admin.store.models import Session
 
@@ -57,10 +57,10 @@ def _refused(request, view, why: str) -> PermissionDenied:
     """The 403 for ``view``, recorded in the audit log first (who, what, from where, why)."""
 
     match = getattr(request, "resolver_match", None)
-    record_refusal(
-        request=request,
-        action=(match.url_name if match and match.url_name else view.__name__),
-        why=why,
+    refuse(
+        request,
+        match.url_name if match and match.url_name else view.__name__,
+        why,
         session_ids=[v for k, v in (match.kwargs if match else {}).items() if k == "session_id"],
     )
     return PermissionDenied(why)
@@ -70,10 +70,10 @@ def csrf_failure(request, reason: str = ""):
     """Django's CSRF refusal page, after recording the attempt (a forged or stale form)."""
 
     match = getattr(request, "resolver_match", None)
-    record_refusal(
-        request=request,
-        action=match.url_name if match and match.url_name else "csrf",
-        why=f"CSRF verification failed ({reason or 'no reason given'})",
+    refuse(
+        request,
+        match.url_name if match and match.url_name else "csrf",
+        f"CSRF verification failed ({reason or 'no reason given'})",
     )
     return django_csrf_failure(request, reason=reason)
 

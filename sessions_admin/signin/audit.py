@@ -15,7 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from sessions_admin.ledger.actions import record_refusal
-from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.ledger.models import AuditAction, AuditEntry
 from sessions_admin.signin.lockout import client_address, cooloff_minutes
 
 USERNAME_MAX = 150
@@ -30,7 +30,7 @@ def _lockout_already_recorded(request: Any, tried: str) -> bool:
     """
 
     return AuditEntry.objects.filter(
-        action="sign_in",
+        action=AuditAction.SIGN_IN,
         outcome=AuditEntry.REFUSED,
         detail=LOCKED_OUT,
         client_address=client_address(request) if request is not None else None,
@@ -50,7 +50,7 @@ def record_failed_sign_in(sender: Any, credentials: dict, request: Any = None, *
     record_refusal(
         request=request,
         actor="anonymous",
-        action="sign_in",
+        action=AuditAction.SIGN_IN,
         why="wrong user name or password",
         before={"username": tried},
     )
@@ -69,7 +69,7 @@ def record_locked_out_sign_in(request: Any, tried: str | None) -> None:
     record_refusal(
         request=request,
         actor="anonymous",
-        action="sign_in",
+        action=AuditAction.SIGN_IN,
         why=LOCKED_OUT,
         before={"username": tried},
     )

@@ -43,11 +43,13 @@ from sessions_admin.console.http import (
     session_or_404,
     wants_fragment,
 )
+from sessions_admin.console.refusals import Refused, attempt, refuse
 from sessions_admin.core import lineage, stray
 from sessions_admin.core.lifecycle import ResumePlan, plan_resume, where_it_continues
 from sessions_admin.core.text import REFERENCE_MAX, operator_identifier, shown_back
 from sessions_admin.core.transcript import RewritePlan, RewritePlanChanged, plan_rewrite
 from sessions_admin.ledger import actions
+from sessions_admin.ledger.models import AuditAction
 from sessions_admin.signin.roles import DELETE, OPERATE, VIEW
 from sessions_admin.store.models import Message, Session
 
@@ -216,9 +218,7 @@ def _rewrite(request: HtmxHttpRequest, session_id: str, action: str) -> HttpResp
     result = None
 
     def failed(problem: str | core.StoreError) -> Notice:
-        actions.record_refusal(
-            request=request, action=action, why=problem, session_ids=[session.id]
-        )
+        refuse(request, action, problem, session_ids=[session.id])
         return Notice("error", f"{REWRITE_WORDS[action]} failed, nothing changed: {problem}")
 
     if not form.is_valid():
@@ -314,9 +314,7 @@ def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         return redirect_to(request, back)
     form = ResetForm(request.POST)
     if not form.is_valid():
-        actions.record_refusal(
-            request=request, action="reset", why=form.problem(), session_ids=[session.id]
-        )
+        refuse(request, AuditAction.RESET, form.problem(), session_ids=[session.id])
         messages.error(request, f"{form.problem()} Nothing changed.")
         return redirect_to(request, back)
     summary = form.cleaned_data["summary"]
@@ -324,10 +322,10 @@ def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     # The live session the page showed ("" for none); a form without it resets what is live.
     if "live" in form.data and (form.cleaned_data["live"] or "") != (live or ""):
         now = f"now {live}" if live else "now none"
-        actions.record_refusal(
-            request=request,
-            action="reset",
-            why=f"the live session of key {key} changed since the page was shown ({now})",
+        refuse(
+            request,
+            AuditAction.RESET,
+            f"the live session of key {key} changed since the page was shown ({now})",
             session_ids=[session.id],
         )
         messages.error(
@@ -336,18 +334,19 @@ def session_reset(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
             "Nothing was reset: check the page and reset again.",
         )
         return redirect_to(request, back)
-    try:
-        result = actions.reset(
+    result = attempt(
+        request,
+        AuditAction.RESET,
+        lambda: actions.reset(
             actor=request.user,
             session_key=key,
             summary=summary or None,
             reason=form.cleaned_data["reason"],
-        )
-    except core.StoreError as problem:
-        actions.record_refusal(
-            request=request, action="reset", why=problem, session_ids=[session.id]
-        )
-        messages.error(request, f"Reset failed, nothing changed: {problem}")
+        ),
+        session_ids=[session.id],
+        message="Reset failed, nothing changed: ",
+    )
+    if isinstance(result, Refused):
         return redirect_to(request, back)
     if result.left_to_gateway:
         ended = result.ended_session_id or ", ".join(s for s, _ in result.closed_recoverable)
@@ -486,7 +485,7 @@ def _resume_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     form = ResumeForm(request.POST)
 
     def refused(why: str | core.StoreError, error: str) -> HttpResponse:
-        actions.record_refusal(request=request, action="resume", why=why, session_ids=[session.id])
+        refuse(request, AuditAction.RESUME, why, session_ids=[session.id])
         return _preflight(request, session, form=form, error=error)
 
     if not form.is_valid():

@@ -17,7 +17,6 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from sessions_admin import core
 from sessions_admin.console.forms import OptionalReasonForm, StrayMoveForm
 from sessions_admin.console.http import (
     HtmxHttpRequest,
@@ -28,9 +27,10 @@ from sessions_admin.console.http import (
     session_or_404,
     session_url,
 )
+from sessions_admin.console.refusals import Refused, attempt, refuse
 from sessions_admin.core import db, stray
 from sessions_admin.ledger import actions
-from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.ledger.models import AuditAction, AuditEntry
 from sessions_admin.signin.roles import OPERATE, VIEW
 from sessions_admin.store.models import Session
 
@@ -107,18 +107,25 @@ def stray_move_execute(request: HtmxHttpRequest, session_id: str) -> HttpRespons
     """Execute exactly the previewed plan (its fingerprint), or show the new preview."""
     session = session_or_404(session_id)
     form = StrayMoveForm(request.POST)
-    if not form.is_valid():
-        return _page(request, session, error=f"Nothing was moved: {form.problem()}")
-    try:
-        result = actions.move_stray_messages(
+    if form.problem() is not None:
+        refused = refuse(
+            request, AuditAction.MOVE_STRAY_MESSAGES, form.problem(), session_ids=[session.id]
+        )
+        return _page(request, session, error=f"Nothing was moved: {refused.why}")
+    result = attempt(
+        request,
+        AuditAction.MOVE_STRAY_MESSAGES,
+        lambda: actions.move_stray_messages(
             actor=request.user,
             session_id=session.id,
             # No fingerprint is one that matches no plan: refused (and audited) as stale.
             expected_fingerprint=form.cleaned_data["fingerprint"] or "",
             reason=form.cleaned_data["reason"],
-        )
-    except core.StoreError as problem:
-        return _page(request, session, error=f"Nothing was moved: {problem}")
+        ),
+        session_ids=[session.id],
+    )
+    if isinstance(result, Refused):
+        return _page(request, session, error=f"Nothing was moved: {result.why}")
     messages.success(
         request,
         f"Moved {plural(len(result.message_ids), 'message')} written after {session.id} ended "
@@ -136,10 +143,10 @@ def stray_move_undo(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
         pk=entry_id, action=actions.STRAY_MOVE, outcome=AuditEntry.OK
     ).first()
     if entry is None:
-        actions.record_refusal(
-            request=request,
-            action="return_stray_messages",
-            why=f"no completed move of stray messages #{entry_id}",
+        refuse(
+            request,
+            AuditAction.RETURN_STRAY_MESSAGES,
+            f"no completed move of stray messages #{entry_id}",
             before={"entry": entry_id},
         )
         raise Http404(f"No completed move of stray messages #{entry_id}.")
@@ -147,15 +154,26 @@ def stray_move_undo(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
     back = (_preview_url(source) if source and session_url(source) else None) or reverse(
         "audit_log"
     )
-    if not form.is_valid():
-        messages.error(request, f"The move was not undone: {form.problem()}")
-        return redirect_to(request, back)
-    try:
-        result = actions.undo_stray_move(
-            actor=request.user, entry_id=entry_id, reason=form.cleaned_data["reason"]
+    not_undone = "The move was not undone: "
+    if form.problem() is not None:
+        refuse(
+            request,
+            AuditAction.RETURN_STRAY_MESSAGES,
+            form.problem(),
+            before={"entry": entry_id},
+            message=not_undone,
         )
-    except core.StoreError as problem:
-        messages.error(request, f"The move was not undone: {problem}")
+        return redirect_to(request, back)
+    result = attempt(
+        request,
+        AuditAction.RETURN_STRAY_MESSAGES,
+        lambda: actions.undo_stray_move(
+            actor=request.user, entry_id=entry_id, reason=form.cleaned_data["reason"]
+        ),
+        before={"entry": entry_id},
+        message=not_undone,
+    )
+    if isinstance(result, Refused):
         return redirect_to(request, back)
     messages.success(
         request,
