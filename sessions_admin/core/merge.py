@@ -248,6 +248,30 @@ def _rows(ids: Sequence[str], *, lock: bool = False) -> dict[str, dict]:
     return {row["id"]: row for row in rows}
 
 
+def differing_words(labels: Sequence[str]) -> str:
+    """ "users", "users and sources", "users, sources and session keys"."""
+    words = [label + "s" for label in labels]
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
+
+
+def confirmation_problem(plan: MergePlan, *, typed_count: int | None, reason: str) -> str | None:
+    """Why a merge of sessions that differ (``plan.differences``) is not confirmed yet; None
+    when it is, or when nothing differs. The rule the preview states: the number of sessions
+    merged into the target typed, and a reason given."""
+    if not plan.differs:
+        return None
+    count = len(plan.absorbed_ids)
+    differing = differing_words([d.label for d in plan.differences])
+    if typed_count != count:
+        return (
+            f"These sessions' {differing} differ: type {count} (the number of sessions merged "
+            "into the target) to confirm the merge."
+        )
+    if not (reason or "").strip():
+        return f"These sessions' {differing} differ: give a reason for merging them."
+    return None
+
+
 def session_differences(rows: Sequence[dict]) -> tuple[MergeDifference, ...]:
     """Which identity columns (user, source, session key) are not the same for all ``rows``.
 

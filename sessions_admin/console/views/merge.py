@@ -35,7 +35,8 @@ from sessions_admin.console.refusals import Refused, attempt, refuse
 from sessions_admin.core.merge import (
     MAX_MERGE_SESSIONS,
     MergeDifference,
-    MergePlan,
+    confirmation_problem,
+    differing_words,
     first_user_messages,
     session_differences,
 )
@@ -131,39 +132,13 @@ def _malformed(ids: Iterable[str]) -> list[str]:
     return [i for i in ids if len(i) > MAX_ID_LENGTH or "\x00" in i]
 
 
-def _differing_words(labels: Sequence[str]) -> str:
-    """ "users", "users and sources", "users, sources and session keys"."""
-    words = [label + "s" for label in labels]
-    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
-
-
 def _differences(differences: Sequence[MergeDifference]) -> dict:
     """What the warning block and the ``who`` rows need of what differs."""
     return {
         "differences": differences,
         "differing": {d.column for d in differences},
-        "differing_words": _differing_words([d.label for d in differences]),
+        "differing_words": differing_words([d.label for d in differences]),
     }
-
-
-def _confirmation_problem(plan: MergePlan, typed_count: int | None, reason: str) -> str | None:
-    """Why a merge of sessions that differ is not confirmed yet (None: it is).
-
-    The rule the preview states: type the number of sessions merged into the target,
-    and give a reason.
-    """
-    if not plan.differs:
-        return None
-    count = len(plan.absorbed_ids)
-    differing = _differing_words([d.label for d in plan.differences])
-    if typed_count != count:
-        return (
-            f"These sessions' {differing} differ: type {count} (the number of sessions merged "
-            "into the target) to confirm the merge."
-        )
-    if not reason.strip():
-        return f"These sessions' {differing} differ: give a reason for merging them."
-    return None
 
 
 # --- fork groups ------------------------------------------------------------------------------
@@ -436,7 +411,9 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
     if plan is not None:
         # The plan as it is now (its fingerprint is checked again under lock): sessions
         # that differ are merged only with the typed count and a reason.
-        unconfirmed = _confirmation_problem(plan, data.get("typed_count"), data["reason"])
+        unconfirmed = confirmation_problem(
+            plan, typed_count=data.get("typed_count"), reason=data["reason"]
+        )
         if unconfirmed:
             return again(
                 unconfirmed,
