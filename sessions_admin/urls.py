@@ -20,6 +20,7 @@ urlpatterns = [
     path("", include("sessions_admin.console.urls.merge")),
     path("", include("sessions_admin.console.urls.audit")),
     path("", include("sessions_admin.console.urls.deletion")),
+    path("", include("sessions_admin.console.urls.governance")),
     path("", include("sessions_admin.console.urls.portability")),
     path("", include("sessions_admin.signin.urls")),
     path("", include("sessions_admin.console.urls.stray")),
