@@ -28,7 +28,7 @@
 The last three are states only a runtime writing past the core can produce;
 the core refuses each.
 
-``check_ledger(paths)`` checks a simulator's ledger (``sessions_admin.demo.simulator``)
+``check_acks(paths)`` checks a simulator's acknowledgement log (``sessions_admin.demo.simulator``)
 against the store and the trash: every acknowledged message exists exactly
 once, in a session that still exists or in a trash entry not restored, with
 the content that was acknowledged.
@@ -335,7 +335,7 @@ def _check_stranded_conversations() -> list[str]:
 # --------------------------------------------------------------------------- ledger
 
 
-def read_ledger(paths: Iterable[Path]) -> tuple[dict[int, dict], list[dict], list[dict]]:
+def read_acks(paths: Iterable[Path]) -> tuple[dict[int, dict], list[dict], list[dict]]:
     """(acknowledged message id -> record, refusals, unexpected errors) from simulator ledgers."""
     acked: dict[int, dict] = {}
     refused: list[dict] = []
@@ -360,10 +360,10 @@ def _row_hash(row: dict) -> str:
     return message_hash(row["role"], row["content"], row["tool_call_id"], row["tool_calls"])
 
 
-def check_ledger(paths: Iterable[Path]) -> list[str]:
+def check_acks(paths: Iterable[Path]) -> list[str]:
     """Every acknowledged message exists exactly once (store or unrestored trash), unchanged."""
 
-    acked, _refused, errors = read_ledger(paths)
+    acked, _refused, errors = read_acks(paths)
     problems = [
         f"The simulator hit an unexpected error: {e.get('error')}: {e.get('detail')}"
         for e in errors[:SHOWN]

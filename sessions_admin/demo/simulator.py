@@ -44,10 +44,10 @@ It also plays a hostile runtime (``stale_rate``, the share of chances taken):
   switch, the first included): a memory provider that hangs past the listener
   time limit. Listeners run off the caller's path, so throughput holds.
 
-The optional ledger is append-only JSONL: one ``ack`` line per message the
+The optional acknowledgement log (``--acks``) is append-only JSONL: one ``ack`` line per message the
 store acknowledged (session, message id, content hash) and one ``refused`` line
 per append that was refused (the error). ``sessions_admin.demo.consistency.
-check_ledger`` checks every acknowledged message exists exactly once.
+check_acks`` checks every acknowledged message exists exactly once.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class SimulatorOptions:
     duration: float = 10.0  # seconds; 0 runs until stopped
     seed: int | None = None
     think_time: float = 0.2  # mean seconds between two actions of one chat
-    ledger_path: Path | None = None
+    acks_path: Path | None = None
     label: str = ""  # keeps keys and slugs of concurrent simulators apart; default: the pid
     cold_start_rate: float = 0.05  # share of API turns that mint an unlinked session
     evict_keep: int = 500  # responses the LRU keeps; 0 never evicts
@@ -158,7 +158,7 @@ class Chat:
         return self.source == API_SOURCE
 
 
-class Ledger:
+class AckLog:
     """Append-only JSONL; one line per acknowledged or refused append, flushed at once."""
 
     def __init__(self, path: Path | None) -> None:
@@ -231,7 +231,7 @@ class RuntimeSimulator:
         self.hostile_rng = random.Random(None if options.seed is None else options.seed + 7919)
         self.label = options.label or f"p{os.getpid()}"
         self.counts: Counter = Counter()
-        self.ledger = Ledger(options.ledger_path)
+        self.acks = AckLog(options.acks_path)
         self.listener = _SwitchListener(self.counts)
         self.slow_listener = (
             _SlowListener(options.slow_listener, options.slow_listener_every)
@@ -309,7 +309,7 @@ class RuntimeSimulator:
                 core.unregister_listener(self.slow_listener)
                 self.counts["slow_listener_calls"] = self.slow_listener.calls
                 self.counts["slow_listener_hangs"] = self.slow_listener.hangs
-            self.ledger.close()
+            self.acks.close()
             connections.close_all()
         return self.counts
 
@@ -326,7 +326,7 @@ class RuntimeSimulator:
         except Exception as error:  # noqa: BLE001 - counted and logged, the run goes on
             self.counts["unexpected_errors"] += 1
             self.log(f"unexpected error in chat {chat.index}: {type(error).__name__}: {error}")
-            self.ledger.write(
+            self.acks.write(
                 {
                     "kind": "error",
                     "chat": chat.index,
@@ -434,7 +434,7 @@ class RuntimeSimulator:
             self.counts["appends"] += 1
             self._remember(chat, result.session_id, message, result.message_ids)
             for message_id in result.message_ids:
-                self.ledger.write(
+                self.acks.write(
                     {
                         "kind": "ack",
                         "chat": chat.index,
@@ -460,7 +460,7 @@ class RuntimeSimulator:
         operation: str = "append_messages",
     ) -> None:
         self.counts["append_refusals" if operation == "append_messages" else "other_refusals"] += 1
-        self.ledger.write(
+        self.acks.write(
             {
                 "kind": "refused",
                 "chat": chat.index,

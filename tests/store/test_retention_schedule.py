@@ -22,7 +22,7 @@ from django.utils import timezone
 from sessions_admin import core
 from sessions_admin.core import db, holds
 from sessions_admin.core.clock import use_clock
-from sessions_admin.demo.consistency import check_ledger, check_store
+from sessions_admin.demo.consistency import check_acks, check_store
 from sessions_admin.ledger.models import DeleteJob, RetentionPolicy
 from tests.helpers import child_env, start_simulator
 from tests.store.test_retention import DAY, old_session
@@ -111,5 +111,5 @@ def test_a_scheduled_policy_runs_in_the_worker_while_runtimes_write(tmp_path):
     for process, (out, err) in zip(runtimes, outputs, strict=True):
         assert process.returncode == 0, f"simulator failed:\n{out}\n{err}"
         assert "0 unexpected errors" in out, out
-    assert check_ledger(ledgers) == []
+    assert check_acks(ledgers) == []
     assert check_store() == []

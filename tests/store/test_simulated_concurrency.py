@@ -17,7 +17,7 @@ from django.conf import settings
 
 from sessions_admin import core
 from sessions_admin.core import db
-from sessions_admin.demo.consistency import check_ledger, check_store, read_ledger
+from sessions_admin.demo.consistency import check_acks, check_store, read_acks
 from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger.models import TrashEntry
 from tests.helpers import child_env, start_simulator
@@ -189,8 +189,8 @@ def test_runtimes_and_operators_together_lose_and_double_nothing(tmp_path):
     assert operator.done.get("cascade_delete", 0) > 0, operator.done
     assert operator.done.get("bulk_delete", 0) > 0, operator.done
     assert sum(operator.done.values()) >= 10, (operator.done, operator.refused)
-    acked, _refused, _errors = read_ledger(ledgers)
+    acked, _refused, _errors = read_acks(ledgers)
     assert len(acked) > 200
 
-    assert check_ledger(ledgers) == []
+    assert check_acks(ledgers) == []
     assert check_store() == []

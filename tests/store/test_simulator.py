@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 
 from sessions_admin import core
 from sessions_admin.core import db
-from sessions_admin.demo.consistency import check_ledger, check_store, read_ledger
+from sessions_admin.demo.consistency import check_acks, check_store, read_acks
 from sessions_admin.demo.simulator import RuntimeSimulator, SimulatorOptions
 from sessions_admin.ledger.models import TrashEntry
 from tests.builders import foreign_keys_off
@@ -25,7 +25,7 @@ def _run(tmp_path, **options) -> RuntimeSimulator:
             duration=60,
             seed=options.pop("seed", 3),
             think_time=0,
-            ledger_path=tmp_path / "ledger.jsonl",
+            acks_path=tmp_path / "ledger.jsonl",
             label="t",
             max_actions=options.pop("max_actions", 300),
             api_share=options.pop("api_share", 0.4),
@@ -48,8 +48,8 @@ def test_a_run_leaves_a_consistent_store_and_a_ledger_that_matches_it(tmp_path):
         assert counts[kind] > 0, kind
     assert counts["listener_compression"] == counts["compressions"]
     assert check_store() == []
-    assert check_ledger([tmp_path / "ledger.jsonl"]) == []
-    acked, refused, errors = read_ledger([tmp_path / "ledger.jsonl"])
+    assert check_acks([tmp_path / "ledger.jsonl"]) == []
+    acked, refused, errors = read_acks([tmp_path / "ledger.jsonl"])
     assert errors == []
     assert len(acked) == counts["appends"] > 0
     # Every acknowledged message is in the store, in the session the ledger names.
@@ -64,7 +64,7 @@ def test_a_run_leaves_a_consistent_store_and_a_ledger_that_matches_it(tmp_path):
 def test_the_ledger_check_counts_the_trash_and_flags_lost_or_changed_messages(tmp_path):
     _run(tmp_path, max_actions=80)
     ledger = tmp_path / "ledger.jsonl"
-    acked, _, _ = read_ledger([ledger])
+    acked, _, _ = read_acks([ledger])
     victim = next(iter(acked.values()))["session_id"]
     plan = core.plan_cascade_delete(session_ids=[victim])
     core.execute_cascade_delete(
@@ -72,20 +72,20 @@ def test_the_ledger_check_counts_the_trash_and_flags_lost_or_changed_messages(tm
     )
     assert one("SELECT 1 FROM sessions WHERE id = %s", [victim]) is None
     # Deleted messages are in the trash: still accounted for exactly once.
-    assert check_ledger([ledger]) == []
+    assert check_acks([ledger]) == []
     assert check_store() == []
 
     # A trash entry purged: its acknowledged messages are reported lost.
     TrashEntry.objects.all().delete()
-    assert "neither in the store nor in the trash" in " ".join(check_ledger([ledger]))
+    assert "neither in the store nor in the trash" in " ".join(check_acks([ledger]))
 
 
 def test_the_ledger_check_flags_a_message_whose_content_changed(tmp_path):
     _run(tmp_path, max_actions=60)
     ledger = tmp_path / "ledger.jsonl"
-    message_id = next(iter(read_ledger([ledger])[0]))
+    message_id = next(iter(read_acks([ledger])[0]))
     db.execute("UPDATE messages SET content = 'tampered' WHERE id = %s", [message_id])
-    assert any("differs from what was acked" in p for p in check_ledger([ledger]))
+    assert any("differs from what was acked" in p for p in check_acks([ledger]))
 
 
 def test_the_store_check_names_each_broken_invariant(tmp_path):
@@ -149,7 +149,7 @@ def test_the_command_runs_briefly_and_prints_a_summary(tmp_path, capsys):
     lines = [json.loads(line) for line in ledger.read_text().splitlines()]
     assert {line["kind"] for line in lines} <= {"ack", "refused"}
     assert check_store() == []
-    assert check_ledger([ledger]) == []
+    assert check_acks([ledger]) == []
 
 
 @pytest.mark.parametrize(
@@ -180,12 +180,12 @@ def test_a_run_without_pauses_still_ends_when_its_duration_is_over():
 def test_the_check_command_reports_a_consistent_store_then_a_broken_one(tmp_path, capsys):
     _run(tmp_path, max_actions=40)
     call_command("check_consistency", "--ledger", str(tmp_path / "ledger.jsonl"))
-    assert "consistent with the ledgers" in capsys.readouterr().out
+    assert "consistent with the acks" in capsys.readouterr().out
     db.execute("UPDATE sessions SET message_count = 999")
     with pytest.raises(CommandError, match="consistency problem"):
         call_command("check_consistency")
     assert "message_count differs" in capsys.readouterr().out
-    with pytest.raises(CommandError, match="No such ledger"):
+    with pytest.raises(CommandError, match="No such acks file"):
         call_command("check_consistency", "--ledger", str(tmp_path / "nope.jsonl"))
 
 
@@ -199,7 +199,7 @@ def test_a_stale_runtime_is_refused_follows_the_live_session_and_resurrects_noth
     # It kept rotated ids and wrote with them: refused, then it followed the live session.
     assert counts["stale_ids_kept"] > 0
     assert counts["followed_session_ended"] > 0
-    acked, refused, errors = read_ledger([tmp_path / "ledger.jsonl"])
+    acked, refused, errors = read_acks([tmp_path / "ledger.jsonl"])
     assert errors == []
     stale_refusals = [r for r in refused if r["error"] == "SessionEnded"]
     assert stale_refusals
@@ -223,7 +223,7 @@ def test_a_stale_runtime_is_refused_follows_the_live_session_and_resurrects_noth
     assert counts["undone_rows_active_after_save"] == 0
     assert len(acked) == counts["appends"]
     assert check_store() == []
-    assert check_ledger([tmp_path / "ledger.jsonl"]) == []
+    assert check_acks([tmp_path / "ledger.jsonl"]) == []
 
 
 def test_a_listener_that_hangs_does_not_hold_the_runtime_up(tmp_path):
@@ -241,7 +241,7 @@ def test_a_listener_that_hangs_does_not_hold_the_runtime_up(tmp_path):
     # Every switch was still told to the well-behaved listener, in spite of the hung one.
     assert counts["listener_compression"] == counts["compressions"] > 0
     assert check_store() == []
-    assert check_ledger([tmp_path / "ledger.jsonl"]) == []
+    assert check_acks([tmp_path / "ledger.jsonl"]) == []
 
 
 def test_a_hung_listener_costs_the_runtime_little_throughput(tmp_path):
@@ -269,7 +269,7 @@ def test_the_command_takes_the_hostile_options_and_refuses_bad_ones(tmp_path, ca
         *("--seed", "2", "--stale-rate", "0.5", "--slow-listener", "3", "--ledger", str(ledger)),
     )
     assert "slow_listener_hangs" in capsys.readouterr().out
-    assert check_ledger([ledger]) == []
+    assert check_acks([ledger]) == []
     for args in (["--stale-rate", "1.5"], ["--stale-rate", "nan"], ["--slow-listener", "-1"]):
         with pytest.raises(CommandError):
             call_command("simulate_runtime", *args)

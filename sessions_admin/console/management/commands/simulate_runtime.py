@@ -39,7 +39,14 @@ class Command(BaseCommand):
             default=None,
             help="target actions per second over all chats (sets the think time)",
         )
-        parser.add_argument("--ledger", type=Path, default=None, help="append-only JSONL ledger")
+        parser.add_argument(
+            "--acks",
+            "--ledger",  # its older name
+            dest="acks",
+            type=Path,
+            default=None,
+            help="append-only JSONL log of every acknowledged or refused append",
+        )
         parser.add_argument(
             "--label", default="", help="tag for keys and slugs (default: the process id)"
         )
@@ -97,7 +104,7 @@ class Command(BaseCommand):
                 duration=options["duration"],
                 seed=options["seed"],
                 think_time=think,
-                ledger_path=options["ledger"],
+                acks_path=options["acks"],
                 label=options["label"],
                 cold_start_rate=options["cold_start_rate"],
                 evict_keep=options["evict_keep"],
