@@ -79,6 +79,7 @@ from sessions_admin.ledger.trash import (
     purge_trash_report,
     settle_trash,
     stale_pending_trash,
+    still_deleting,
 )
 from sessions_admin.routers import store_alias
 from sessions_admin.store import cached
@@ -930,6 +931,11 @@ def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
             raise InvalidInput(
                 f"Bulk delete job #{entry.job_id} is still running: cancel it or let it "
                 "finish, then restore the whole operation."
+            )
+        if operation in still_deleting():
+            raise InvalidInput(
+                "The cascade delete that made this trash entry has not finished (its audit "
+                "entry is still pending): restore it once it has, to get the whole operation."
             )
         for session_ids in (
             TrashEntry.objects.filter(operation=operation)

@@ -47,7 +47,7 @@ from sessions_admin.core.errors import InvalidInput, StoreBusy, StoreError
 from sessions_admin.core.merge import undoable_merges_of
 from sessions_admin.core.rows import parse_model_config
 from sessions_admin.ledger.context import current_audit_entry
-from sessions_admin.ledger.models import AuditEntry, TrashEntry, TrashSession
+from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
 from sessions_admin.ledger.processes import process_dead, this_process
 
 # A store row holds SQLite values JSON cannot carry or jsonb would change: BLOBs (schema 30's
@@ -329,9 +329,24 @@ def purgeable_operations(
     committing, and its trash copy is then the only copy. An operation goes whole
     (its last batch decides its age), never leaving part of an action restorable.
     An operation holding a session a legal hold covers is kept (``held_trash``; ``held``:
-    its answer, already read).
+    its answer, already read). So is one still being written (``still_deleting``): purged
+    midway, its later batches would come back as an operation of their own, half an action.
     """
     return _purgeable(older_than_days, held_trash() if held is None else held)
+
+
+def still_deleting() -> set[str]:
+    """Operations whose delete is still adding entries: a bulk delete job not finished (pending
+    or running), a cascade whose audit entry is still pending (running, or dead and not yet
+    completed by ``actions.complete_stale_deletes``)."""
+    running = set(
+        DeleteJob.objects.filter(state__in=[DeleteJob.PENDING, DeleteJob.RUNNING]).values_list(
+            "pk", flat=True
+        )
+    )
+    operations = {job_operation(job_id) for job_id in running}
+    operations.update(operation for _entry, operation in pending_cascades_any())
+    return operations
 
 
 def _purgeable(older_than_days: float | None, held: dict) -> list[str]:
@@ -346,8 +361,11 @@ def _purgeable(older_than_days: float | None, held: dict) -> list[str]:
         operations = operations.filter(
             newest__lt=timezone.now() - timezone.timedelta(days=older_than_days)
         )
+    writing = still_deleting()
     return [
-        row["operation"] for row in operations.order_by("operation") if row["operation"] not in held
+        row["operation"]
+        for row in operations.order_by("operation")
+        if row["operation"] not in held and row["operation"] not in writing
     ]
 
 
@@ -575,18 +593,21 @@ PURGED_TRASH = "trash_purged"
 ERASED_TRASH = "trash_erased_by"
 
 
-def pending_cascades(operations: Sequence[str]) -> list[tuple[AuditEntry, str]]:
-    """Cascade deletes whose audit entry is still pending and whose trash operation is one of
-    ``operations``."""
-    wanted = set(operations)
-    if not wanted:
-        return []
+def pending_cascades_any() -> list[tuple[AuditEntry, str]]:
+    """Cascade deletes whose audit entry is still pending, with their trash operation."""
     pending = AuditEntry.objects.filter(action="cascade_delete", outcome=AuditEntry.PENDING)
     return [
         (entry, operation)
         for entry in pending.order_by("pk")
-        if (operation := (entry.before or {}).get("trash_operation")) in wanted
+        if (operation := (entry.before or {}).get("trash_operation"))
     ]
+
+
+def pending_cascades(operations: Sequence[str]) -> list[tuple[AuditEntry, str]]:
+    """Cascade deletes whose audit entry is still pending and whose trash operation is one of
+    ``operations``."""
+    wanted = set(operations)
+    return [(entry, op) for entry, op in pending_cascades_any() if op in wanted] if wanted else []
 
 
 def note_pending_cascades(operations: Sequence[str], *, key: str, cause: dict) -> int:

@@ -471,10 +471,20 @@ def test_a_pending_cascade_whose_trash_is_purged_is_completed_from_what_it_held(
     assert child.returncode == -signal.SIGKILL, child.stderr
     actions.settle_deletes_and_restores()
     held = TrashEntry.objects.filter(state=TrashEntry.COMPLETE)
+    held_count = held.count()
     sessions = sum(held.values_list("session_count", flat=True))
     messages = sum(held.values_list("message_count", flat=True))
 
+    # While its entry is pending the cascade may still be adding batches: no purge takes it.
     actions.purge(actor="ada", older_than_days=None, reason="disk space")
+    assert TrashEntry.objects.filter(state=TrashEntry.COMPLETE).count() == held_count > 0
+    # A purge that raced it all the same notes what the trash held before dropping it.
+    trash.note_pending_cascades(
+        list(held.values_list("operation", flat=True)),
+        key=trash.PURGED_TRASH,
+        cause={"purged": True},
+    )
+    TrashEntry.objects.all().delete()
     actions.complete_stale_deletes(older_than_seconds=0)
 
     audit = AuditEntry.objects.get(action="cascade_delete")
@@ -482,3 +492,34 @@ def test_a_pending_cascade_whose_trash_is_purged_is_completed_from_what_it_held(
     assert audit.after["deleted_sessions"] == sessions and sessions > 0
     assert audit.after["deleted_messages"] == messages
     assert "purged" in audit.detail
+
+
+def test_a_purge_while_a_job_deletes_leaves_its_operation_whole(monkeypatch):
+    from tests.store.test_crash import _old_sessions
+
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
+    selected = _old_sessions(9)
+    before = store_state()
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=selected, include_live=False, actor="ada", reason="retention"
+    )
+    purged = []
+    # Another operator purges the whole trash between the job's first and second batch.
+    faults.run_at(
+        "job.after_batch_commit",
+        lambda: purged.append(
+            actions.purge(actor="bob", older_than_days=None, reason="disk space").purged
+        ),
+    )
+    try:
+        assert jobs.run_job(job_id=job_id, worker="w", batch_sessions=3).state == DeleteJob.DONE
+    finally:
+        faults._actions.clear()
+        faults._hits.clear()
+
+    assert purged == [0]  # the running job's operation is not purged, not even in part
+    _trashed_once(selected)
+    actions.restore(
+        actor="ada", entry_id=TrashEntry.objects.filter(job_id=job_id).order_by("pk").first().pk
+    )
+    assert store_state() == before
