@@ -523,3 +523,35 @@ def test_a_purge_while_a_job_deletes_leaves_its_operation_whole(monkeypatch):
         actor="ada", entry_id=TrashEntry.objects.filter(job_id=job_id).order_by("pk").first().pk
     )
     assert store_state() == before
+
+
+def test_a_batch_whose_sessions_another_delete_took_meanwhile_deletes_nothing_twice():
+    # Two operators start the same previewed bulk delete: the second job's batch copies the
+    # sessions, then the first job deletes them before the second takes the store's lock.
+    ids = [core.create_session(source="cli").session_id for _ in range(3)]
+    for sid in ids:
+        core.append_message(session_id=sid, role="user", content="hi")
+        core.end_session(session_id=sid, end_reason="user_exit")
+    taken: list = []
+
+    class TakenMeanwhile(trash.LedgerTrash):
+        def open_entry(self, **kw):
+            entry_id = super().open_entry(**kw)
+            if not taken:
+                taken.append(
+                    deletion.delete_batch(list(ids), actor="bob", reason="first job", job_id=None)
+                )
+            return entry_id
+
+    second = deletion.delete_batch(
+        list(ids),
+        actor="ada",
+        reason="second job",
+        job_id=None,
+        trash=TakenMeanwhile(),
+        keep_live=True,
+    )
+
+    assert taken[0][:2] == (3, 3) and second[:2] == (0, 0)
+    _trashed_once(ids)
+    assert check_store() == [] and check_trash() == []

@@ -146,7 +146,7 @@ def _locked_delete(
         if kept:
             _give_back([sid for sid in batch if sid in marked and sid in kept], run)
             return KeptFromDelete(whole=kept)
-    if run.keep_live:
+    if run.keep_live and batch:
         live = [s["id"] for s in payload["sessions"] if s.get("ended_at") is None]
         if live:
             _give_back([sid for sid in live if sid in marked], run)
