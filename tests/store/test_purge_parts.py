@@ -296,6 +296,8 @@ def test_a_purge_job_killed_between_parts_is_finished_by_the_next_worker_leaving
     progress = jobs.run_job(job_id=job_id, worker="next", batch_messages=100)
 
     assert (progress.state, progress.deleted, progress.skipped) == (DeleteJob.DONE, 1, 0)
+    # Every message the store lost is counted, the killed run's part too.
+    assert DeleteJob.objects.get(pk=job_id).deleted_messages == 350
     assert session_rows(sid) == {"session": [], "messages": []}
     assert being_deleted.marks_on([sid]) == {}
     assert kept_parts() == 0

@@ -74,6 +74,10 @@ def _delete_in_parts(
         if between_parts is not None and between_parts() is False:
             stop_deleting(session_ids=[session_id], trash=run.trash)
             raise DeleteGivenBack(session_id)
+    if isinstance(run.trash, NoTrash):
+        # A purge keeps every part in the store until this last step, those of a run killed
+        # before this one too: they are what it deleted of the session before its row.
+        removed = being_deleted.kept_part_messages(session_id)
     sessions, messages, entry_id = _delete_whole([session_id], run, in_parts=True)
     return sessions, removed + messages, entry_id
 
