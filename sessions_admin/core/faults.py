@@ -41,6 +41,8 @@ POINTS = frozenset(
         "merge.after_move",
         # merge_sessions: everything written (merge record too), the transaction not yet committed.
         "merge.before_commit",
+        # unmerge: everything given back, the transaction not yet committed.
+        "unmerge.before_commit",
         # A delete batch: its rows copied into the trash (committed), the store delete not run.
         "delete.after_trash_copy",
         # A delete batch: the store rows deleted, the store transaction not yet committed.

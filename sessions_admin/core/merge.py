@@ -867,4 +867,5 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
             reason="unmerge",
             session_key=prior["sessions"][live_again[-1]]["session_key"],
         )
+    faults.checkpoint("unmerge.before_commit")
     return UnmergeResult(int(merge_id), target, tuple(absorbed), returned)

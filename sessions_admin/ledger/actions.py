@@ -866,6 +866,45 @@ def complete_stale_merges(*, older_than_seconds: float = STALE_PENDING_SECONDS) 
     return completed
 
 
+def complete_stale_unmerges(*, older_than_seconds: float = STALE_PENDING_SECONDS) -> list[int]:
+    """Complete unmerges' entries left ``pending`` from the store's merge record: ``ok`` if
+    the merge was undone after the entry was written, ``failed`` if it was not. Only entries
+    older than ``older_than_seconds``. Returns their ids."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    completed = []
+    for entry in AuditEntry.objects.using(_audit_alias()).filter(
+        action="unmerge", outcome=AuditEntry.PENDING, created_at__lt=cutoff
+    ):
+        merge_id = (entry.before or {}).get("merge_id")
+        row = (
+            core_db.fetchone(
+                "SELECT undone_at FROM sessions_admin_merges WHERE id = %s", [int(merge_id)]
+            )
+            if isinstance(merge_id, int)
+            else None
+        )
+        undone = (
+            row is not None and row[0] is not None and row[0] >= entry.created_at.timestamp() - 1
+        )
+        if undone:
+            outcome, after = AuditEntry.OK, {"merge_id": merge_id}
+            detail = (
+                f"Completed later: merge #{merge_id} was undone in the store, but the outcome "
+                "could not be recorded then."
+            )
+        else:
+            outcome, after = AuditEntry.FAILED, {}
+            detail = f"Completed later: merge #{merge_id} was not undone by it; nothing changed."
+        try:
+            _complete(
+                entry, outcome=outcome, linked=list(entry.session_ids), after=after, detail=detail
+            )
+        except RuntimeError:
+            continue
+        completed.append(entry.pk)
+    return completed
+
+
 def settle_deletes_and_restores() -> None:
     """What dead processes and refused dashboard writes left unmarked, marked from the store:
     the trash (``settle_trash``), then the audit entries of cascades and restores. Cheap when
@@ -875,6 +914,7 @@ def settle_deletes_and_restores() -> None:
         complete_stale_deletes()
         complete_stale_restores()
         complete_stale_merges()
+        complete_stale_unmerges()
     except Exception:  # a database that cannot be written now: settled by a later call
         logger.warning("Could not settle the trash and its audit entries", exc_info=True)
 

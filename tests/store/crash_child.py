@@ -41,6 +41,10 @@ def main(operation: str, arguments: dict) -> object:
         from sessions_admin.ledger import actions
 
         return actions.merge(**arguments)
+    if operation == "audited_unmerge":
+        from sessions_admin.ledger import actions
+
+        return actions.unmerge(**arguments)
     if operation == "cascade_delete":
         return core.execute_cascade_delete(**arguments)
     if operation == "audited_cascade_delete":  # as the cascade page runs it: with its audit entry

@@ -555,3 +555,21 @@ def test_a_batch_whose_sessions_another_delete_took_meanwhile_deletes_nothing_tw
     assert taken[0][:2] == (3, 3) and second[:2] == (0, 0)
     _trashed_once(ids)
     assert check_store() == [] and check_trash() == []
+
+
+@pytest.mark.parametrize(
+    "crash_at,outcome", [("audit.after_store_commit", "ok"), ("unmerge.before_commit", "failed")]
+)
+def test_an_unmerge_killed_around_its_store_commit_is_audited_from_the_store(crash_at, outcome):
+    arguments, _plan = _merge_arguments()
+    merged = actions.merge(**arguments)
+
+    child = run_crash_child(
+        "audited_unmerge", {"actor": "ada", "merge_id": merged.merge_id}, crash_at=crash_at
+    )
+
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    actions.complete_stale_unmerges(older_than_seconds=0)
+    audit = AuditEntry.objects.get(action="unmerge")
+    assert audit.outcome == outcome, audit.detail
+    assert check_store() == []
