@@ -14,8 +14,14 @@ from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from sessions_admin.console.refusals import refuse
-from sessions_admin.core.db import is_busy_error, read_only, storage_failure
-from sessions_admin.core.deletion import TRASH_DATABASE
+from sessions_admin.core.db import (
+    close_broken_connections,
+    connection_lost,
+    is_busy_error,
+    read_only,
+    storage_failure,
+)
+from sessions_admin.core.deletion import TRASH_DATABASE, DeletePartlyApplied
 from sessions_admin.core.errors import StoreBusy
 from sessions_admin.store.attach import OPERATE_PERMISSIONS
 from sessions_admin.store.models import Session
@@ -167,6 +173,28 @@ class StoreBusyMiddleware:
                 "A database was busy (another process holds its lock) and this request could "
                 "not finish. Reload to see the current state before trying again."
             )
+        elif isinstance(exception, DatabaseError | DeletePartlyApplied) and connection_lost(
+            getattr(exception, "error", None) or exception
+        ):
+            # A database server restarted or stopped under the request: said so, never a 500.
+            close_broken_connections()
+            message = (
+                "The database server closed the connection (it restarted or stopped), so this "
+                "request did not finish"
+                + (f": {exception}" if isinstance(exception, DeletePartlyApplied) else ".")
+                + " Reload once it is back to see the current state before trying again."
+            )
+            logger.error(
+                "database connection lost on %s %s: %s", request.method, request.path, exception
+            )
+            response = render(
+                request,
+                "503.html",
+                {"message": message, "title": "Server gone", "heading": "A database restarted"},
+                status=503,
+            )
+            response["Retry-After"] = str(BUSY_RETRY_AFTER_SECONDS)
+            return response
         elif isinstance(exception, DatabaseError) and (storage := storage_failure(exception)):
             # A view that did not turn it into its own words: say what is known, not "error 500".
             why = (

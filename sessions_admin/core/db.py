@@ -72,6 +72,9 @@ _CONNECTION_LOST_WORDS = (
     "connection is closed",
     "connection already closed",
     "the database system is",
+    # Not back yet: a new connection to a server still down (or starting) is refused.
+    "connection refused",
+    "could not connect to server",
 )
 
 

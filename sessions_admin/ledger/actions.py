@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import IO, Any, TypeVar
@@ -303,26 +304,30 @@ def _audited(
         committed = partly(error)
         if committed is not None:
             cached.forget_all()  # what did commit shows at once, as after an ok action
-        if core_db.connection_lost(getattr(error, "error", None) or error):
-            core_db.close_broken_connections()  # a restarted server: record it on a new one
-        try:
+        lost = core_db.connection_lost(getattr(error, "error", None) or error)
+        failure = error
+
+        def record_outcome() -> None:
             if committed is not None:
                 _complete(
                     entry,
                     outcome=AuditEntry.PARTIAL,
                     linked=linked,
-                    more_ids=failed_ids(error),
+                    more_ids=failed_ids(failure),
                     after=after(committed),
-                    detail=str(error),
+                    detail=str(failure),
                 )
             else:
                 _complete(
                     entry,
                     outcome=AuditEntry.FAILED,
                     linked=linked,
-                    more_ids=failed_ids(error),
+                    more_ids=failed_ids(failure),
                     detail=detail,
                 )
+
+        try:
+            _on_a_server_back(record_outcome, lost=lost)
         except Exception:
             # The store did not change; the operator still needs the refusal itself.
             logger.exception(
@@ -361,6 +366,26 @@ def _audited(
         )
         raise AuditIncomplete(action, entry.pk, error) from error
     return result
+
+
+SERVER_BACK_SECONDS = 10.0
+
+
+def _on_a_server_back(write: Callable[[], None], *, lost: bool) -> None:
+    """``write()``; after a database server closed the connection (it restarted), on a new one,
+    waiting up to ``SERVER_BACK_SECONDS`` for the server to be back: an outcome recorded a few
+    seconds late is worth more than one left pending."""
+    deadline = time.monotonic() + (SERVER_BACK_SECONDS if lost else 0)
+    while True:
+        if lost:
+            core_db.close_broken_connections()  # a restarted server: record it on a new one
+        try:
+            return write()
+        except Exception as error:
+            if not core_db.connection_lost(error) or time.monotonic() >= deadline:
+                raise
+            lost = True
+            time.sleep(0.5)
 
 
 def record_refusal(

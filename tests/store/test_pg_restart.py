@@ -15,6 +15,7 @@ and ``check_consistency`` is clean. SQLite has no server to restart: skipped the
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -272,4 +273,66 @@ def test_a_job_cut_by_a_postgres_restart_between_a_sessions_parts_finishes_it(
     assert_each_message_once(before)
     actions.restore(actor="ada", entry_id=entries.order_by("pk").first().pk)
     assert store_state() == before
+    assert check_store() == []
+
+
+def _pg_ctl(data: str, *arguments: str) -> None:
+    subprocess.run(
+        ["runuser", "-u", "postgres", "--", "pg_ctl", "-D", data, *arguments, "-w"],
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,  # the server keeps its output: never a pipe we wait on
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
+def _server_options(data: str) -> str:
+    """The options the server was started with (its port, its address), for a start after a
+    stop (``pg_ctl restart`` reads them itself)."""
+    opts = shlex.split(Path(data, "postmaster.opts").read_text())
+    return " ".join(shlex.quote(option) for option in opts[1:] if option != data and option != "-D")
+
+
+def test_a_cascade_whose_server_is_down_a_few_seconds_is_audited_once_it_is_back(tmp_path):
+    from sessions_admin import core
+    from tests.builders import cascade_lineage
+
+    root = cascade_lineage()[0]
+    plan = core.plan_cascade_delete(session_ids=[root])
+    before = store_state()
+    point = "cascade.between_batches@1"
+    arguments = {
+        "actor": "ada",
+        "session_ids": [root],
+        "include_branches": False,
+        "expected_fingerprint": plan.fingerprint,
+        "reason": "server down",
+    }
+    child = job_paused_at(
+        point,
+        arguments,
+        tmp_path,
+        operation="audited_cascade_delete",
+        env={"CRASH_CHILD_BATCH_SESSIONS": "1"},
+    )
+    data = db.fetchone("SHOW data_directory")[0]
+    options = _server_options(data)
+    connections.close_all()
+    _pg_ctl(data, "stop", "-m", "immediate")
+    try:
+        (tmp_path / f"{point.partition('@')[0]}.release").touch()
+        time.sleep(3)  # the child fails its next batch and tries to record it: no server yet
+    finally:
+        _pg_ctl(data, "start", "-o", options, "-l", "/dev/null")
+    _, err = child.communicate(timeout=120)
+    connections.close_all()
+
+    assert child.returncode == 1, err
+    audit = AuditEntry.objects.get(action="cascade_delete")
+    # Recorded on a new connection once the server was back, not left pending.
+    assert audit.outcome == AuditEntry.PARTIAL, (audit.outcome, audit.detail, err[-2000:])
+    trashed = TrashEntry.objects.filter(state=TrashEntry.COMPLETE)
+    assert audit.after["trash_entries"] == [entry.pk for entry in trashed.order_by("pk")]
+    assert_each_message_once(before)
     assert check_store() == []
