@@ -239,8 +239,13 @@ def _failure_detail(error: Exception) -> str:
     or that a bug escaped the core."""
     # A StoreError is the core's "refused, nothing changed"; anything else
     # escaped the core's transaction, which rolled back.
-    if isinstance(error, StoreError | erasure_core.ErasureStopped):
+    if isinstance(error, StoreError | erasure_core.ErasureStopped | core.DeletePartlyApplied):
         return str(error)
+    if core_db.connection_lost(error):
+        return (
+            "The database server closed the connection (it restarted or stopped): what the "
+            f"operation had not committed rolled back. ({type(error).__name__}: {error})"
+        )
     if storage := core_db.storage_failure(error):
         why = "its disk is full" if storage == "full" else "a disk I/O error or a read-only file"
         return (
@@ -1465,12 +1470,18 @@ def _fail_erasure(request: ErasureRequest, error: Exception) -> None:
     which and what was erased; others keep their type, ``PlanChanged`` is looked for). A
     dashboard database that refuses this write too leaves the request running: its process
     gone, a retry takes it over at once."""
+    lost = core_db.connection_lost(getattr(error, "error", None) or error)
     if isinstance(error, DashboardNotWritten | erasure_core.ErasureStopped):
         words = str(error)
+    elif lost:
+        words = (
+            "The database server closed the connection (it restarted or stopped) during the "
+            "erasure: run it again once the server is back; it finishes from where it stopped."
+        )
     else:
         words = f"{type(error).__name__}: {error}"
     try:
-        erasure.fail(request, words)
+        _on_a_server_back(lambda: erasure.fail(request, words), lost=lost)
     except Exception:
         logger.exception("erasure request %s: its failure could not be recorded", request.pk)
 

@@ -336,3 +336,51 @@ def test_a_cascade_whose_server_is_down_a_few_seconds_is_audited_once_it_is_back
     assert audit.after["trash_entries"] == [entry.pk for entry in trashed.order_by("pk")]
     assert_each_message_once(before)
     assert check_store() == []
+
+
+def test_an_erasure_cut_by_a_postgres_restart_fails_in_words_and_finishes(tmp_path, monkeypatch):
+    from sessions_admin.core.erasure import Subject
+    from sessions_admin.ledger import erasure
+    from sessions_admin.ledger.models import ErasureRequest
+    from tests.store import test_erasure_resume as resume
+
+    monkeypatch.setattr(actions, "start_erasures", lambda: None)
+    resume.subject_with_history()
+    subject = Subject(user_id=resume.USER, chat_ids=(resume.CHAT,), session_keys=(resume.KEY,))
+    full = erasure.plan(subject)
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-RESTART-1",
+        expected_fingerprint=full.fingerprint,
+        start=False,
+    )
+    point = "erasure.between_batches@1"
+    child = job_paused_at(
+        point,
+        {"request_id": request.pk},
+        tmp_path,
+        operation="run_erasure",
+        env={
+            "CRASH_CHILD_BATCH_SESSIONS": str(resume.BATCH_SESSIONS),
+            "CRASH_CHILD_BATCH_MESSAGES": str(resume.BATCH_MESSAGES),
+        },
+    )
+    restart_postgres()
+    code, err = release(child, tmp_path, point)
+    connections.close_all()
+
+    assert code == 1, err
+    request.refresh_from_db()
+    # Failed at once, in words, not left running until its lease ends.
+    assert request.state == ErasureRequest.FAILED, (request.state, request.error)
+    assert "server closed the connection" in request.error
+    assert "OperationalError" not in request.error
+    killed = AuditEntry.objects.get(action="erasure")
+    assert killed.outcome in (AuditEntry.PARTIAL, AuditEntry.FAILED), killed.detail
+    assert "Unexpected error" not in killed.detail
+
+    actions.run_erasure(request_id=request.pk)
+    request.refresh_from_db()
+    assert request.state == ErasureRequest.DONE, request.error
+    assert check_store() == []
