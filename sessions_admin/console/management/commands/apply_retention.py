@@ -11,13 +11,16 @@ reported and skipped; the command then exits with an error.
 
 from __future__ import annotations
 
+import time
+
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_admin.core.errors import StoreError
 from sessions_admin.ledger import actions, jobs, retention
-from sessions_admin.ledger.models import AuditEntry, RetentionPolicy
+from sessions_admin.ledger.models import AuditEntry, DeleteJob, RetentionPolicy
 
 DRY_RUN_ALL = 10**9  # a dry run lists every session it would delete
+WAIT_SECONDS = 0.2  # between looks at a job this process's background worker runs
 
 
 class Command(BaseCommand):
@@ -49,7 +52,7 @@ class Command(BaseCommand):
                 if job_id is None:
                     self.stdout.write(f"{label}: nothing to delete.")
                     continue
-                progress = jobs.run_job(job_id=job_id)
+                progress = _run_to_the_end(job_id)
             except StoreError as problem:
                 self.stderr.write(f"{label}: {problem}")
                 refused.append(policy.pk)
@@ -89,3 +92,14 @@ def _kept_for_holds(policy: RetentionPolicy) -> list[str]:
         .first()
     )
     return list((entry.before or {}).get("kept_for_holds") or []) if entry else []
+
+
+def _run_to_the_end(job_id: int) -> jobs.JobProgress:
+    """Run the job here until it ends. This process's own background worker may have claimed
+    it first (a retention run wakes it): then wait for it, rather than exit and leave the job
+    under a lease nobody renews."""
+    progress = jobs.run_job(job_id=job_id)
+    while progress.state in (DeleteJob.PENDING, DeleteJob.RUNNING):
+        time.sleep(WAIT_SECONDS)
+        progress = jobs.run_job(job_id=job_id)
+    return progress
