@@ -100,6 +100,26 @@ def close_broken_connections() -> None:
             connection.close()
 
 
+SERVER_BACK_SECONDS = 10.0
+
+
+def when_server_back(write: Callable[[], T], *, lost: bool) -> T:
+    """``write()``; after a database server closed the connection (it restarted), on a new
+    connection, waiting up to ``SERVER_BACK_SECONDS`` for the server to be back: an outcome
+    recorded a few seconds late is worth more than one left pending or running."""
+    deadline = time.monotonic() + (SERVER_BACK_SECONDS if lost else 0)
+    while True:
+        if lost:
+            close_broken_connections()
+        try:
+            return write()
+        except Exception as error:
+            if not connection_lost(error) or time.monotonic() >= deadline:
+                raise
+            lost = True
+            time.sleep(0.5)
+
+
 def storage_failure(error: BaseException) -> str | None:
     """``"full"`` or ``"unwritable"`` when ``error`` is a database that could not be written.
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import IO, Any, TypeVar
@@ -332,7 +331,7 @@ def _audited(
                 )
 
         try:
-            _on_a_server_back(record_outcome, lost=lost)
+            core_db.when_server_back(record_outcome, lost=lost)
         except Exception:
             # The store did not change; the operator still needs the refusal itself.
             logger.exception(
@@ -371,26 +370,6 @@ def _audited(
         )
         raise AuditIncomplete(action, entry.pk, error) from error
     return result
-
-
-SERVER_BACK_SECONDS = 10.0
-
-
-def _on_a_server_back(write: Callable[[], None], *, lost: bool) -> None:
-    """``write()``; after a database server closed the connection (it restarted), on a new one,
-    waiting up to ``SERVER_BACK_SECONDS`` for the server to be back: an outcome recorded a few
-    seconds late is worth more than one left pending."""
-    deadline = time.monotonic() + (SERVER_BACK_SECONDS if lost else 0)
-    while True:
-        if lost:
-            core_db.close_broken_connections()  # a restarted server: record it on a new one
-        try:
-            return write()
-        except Exception as error:
-            if not core_db.connection_lost(error) or time.monotonic() >= deadline:
-                raise
-            lost = True
-            time.sleep(0.5)
 
 
 def record_refusal(
@@ -1481,7 +1460,7 @@ def _fail_erasure(request: ErasureRequest, error: Exception) -> None:
     else:
         words = f"{type(error).__name__}: {error}"
     try:
-        _on_a_server_back(lambda: erasure.fail(request, words), lost=lost)
+        core_db.when_server_back(lambda: erasure.fail(request, words), lost=lost)
     except Exception:
         logger.exception("erasure request %s: its failure could not be recorded", request.pk)
 

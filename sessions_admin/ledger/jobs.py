@@ -449,14 +449,20 @@ def run_job(
         try:
             # A batch the store committed before the failure (its trash entry or its items not
             # yet marked: the dashboard's database failed) counts as deleted, as the trash says.
-            _settle_committed_batches(job_id)
+            db.when_server_back(
+                lambda: _settle_committed_batches(job_id), lost=db.connection_lost(error)
+            )
         except Exception:
             logger.exception("delete job %s: its committed batches could not be settled", job_id)
-        DeleteJob.objects.filter(pk=job_id).update(
-            state=DeleteJob.FAILED,
-            error=_failure_words(error)[:2000],
-            lease_owner="",
-            lease_expires_at=None,
+        words = _failure_words(error)[:2000]
+        db.when_server_back(
+            lambda: DeleteJob.objects.filter(pk=job_id).update(
+                state=DeleteJob.FAILED,
+                error=words,
+                lease_owner="",
+                lease_expires_at=None,
+            ),
+            lost=db.connection_lost(error),
         )
         raise
     finally:

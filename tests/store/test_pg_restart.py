@@ -384,3 +384,39 @@ def test_an_erasure_cut_by_a_postgres_restart_fails_in_words_and_finishes(tmp_pa
     request.refresh_from_db()
     assert request.state == ErasureRequest.DONE, request.error
     assert check_store() == []
+
+
+def test_a_job_whose_server_is_down_a_few_seconds_fails_counted_once_it_is_back(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
+    selected = _old_sessions(6)
+    before = store_state()
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=selected, include_live=False, actor="ada", reason="server down"
+    )
+    point = "job.after_batch_commit@1"
+    child = job_paused_at(point, {"job_id": job_id, "worker": "w", "batch_sessions": 2}, tmp_path)
+    data = db.fetchone("SHOW data_directory")[0]
+    options = _server_options(data)
+    connections.close_all()
+    _pg_ctl(data, "stop", "-m", "immediate")
+    try:
+        (tmp_path / f"{point.partition('@')[0]}.release").touch()
+        time.sleep(3)  # the child's next write fails: no server yet
+    finally:
+        _pg_ctl(data, "start", "-o", options, "-l", "/dev/null")
+    _, err = child.communicate(timeout=120)
+    connections.close_all()
+
+    assert child.returncode == 1, err
+    job = DeleteJob.objects.get(pk=job_id)
+    # Failed with what committed counted, once the server was back: not left running.
+    assert job.state == DeleteJob.FAILED, (job.state, job.error)
+    assert "closed the connection" in job.error
+    trashed = TrashEntry.objects.filter(operation=job_operation(job_id), state=TrashEntry.COMPLETE)
+    assert job.done == sum(trashed.values_list("session_count", flat=True)) == 2
+    assert_each_message_once(before)
+    actions.resume_bulk_delete(actor="ada", job_id=job_id)
+    assert jobs.run_job(job_id=job_id, worker="w2", batch_sessions=2).state == DeleteJob.DONE
+    assert check_store() == []
