@@ -47,7 +47,6 @@ from sessions_admin.ledger.actions.deletion import (
 from sessions_admin.ledger.actions.erasure import (
     _complete_stopped_erasure_runs,
     _erasure_after,
-    _erasure_lock,
     _fail_erasure,
     finish_erasure_index_merges,
     finish_erasure_rewrites,

@@ -6,7 +6,6 @@ store's side is ``core.erasure``."""
 from __future__ import annotations
 
 import logging
-import threading
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -14,7 +13,7 @@ from django.db import connections, transaction
 from sessions_admin import core
 from sessions_admin.core import db as core_db
 from sessions_admin.core import erasure as erasure_core
-from sessions_admin.core import faults
+from sessions_admin.core import faults, threads
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.text import operator_text
 from sessions_admin.ledger import erasure as erasure_ledger
@@ -324,9 +323,6 @@ def finish_erasure_rewrites(
     return pending
 
 
-_erasure_lock = threading.Lock()
-
-
 def resume_interrupted_erasures() -> list[int]:
     """Run, here and now, the erasure requests whose worker died (killed mid-erasure, a
     restart) and the queued ones nobody started; the scheduler calls it. Returns the
@@ -354,5 +350,5 @@ def start_erasures() -> None:
         finally:
             connections.close_all()
 
-    with _erasure_lock:
-        threading.Thread(target=work, name="erasure", daemon=True).start()
+    # One per call, not once: a request queued while a long one runs starts at once beside it.
+    threads.start("erasure", work)
