@@ -17,14 +17,13 @@ import time
 from django.conf import settings
 from django.db import connections
 
+from sessions_admin.core import threads
 from sessions_admin.ledger import actions
 
 logger = logging.getLogger(__name__)
 DEFAULT_CHECK_SECONDS = 60.0
 DEFAULT_INDEX_RETRY_SECONDS = 600.0
-
-_lock = threading.Lock()
-_thread: threading.Thread | None = None
+SCHEDULE_THREAD = "retention-schedule"
 
 
 def check_interval() -> float:
@@ -87,18 +86,9 @@ def run_schedule(*, interval: float, stop: threading.Event) -> None:
 
 
 def ensure_schedule_running(*, stop: threading.Event | None = None) -> threading.Thread | None:
-    global _thread
     interval = check_interval()
     if interval <= 0:
         return None
-    with _lock:
-        if _thread is not None and _thread.is_alive():
-            return _thread
-        _thread = threading.Thread(
-            target=run_schedule,
-            kwargs={"interval": interval, "stop": stop or threading.Event()},
-            name="retention-schedule",
-            daemon=True,
-        )
-        _thread.start()
-        return _thread
+    return threads.ensure_running(
+        SCHEDULE_THREAD, run_schedule, interval=interval, stop=stop or threading.Event()
+    )

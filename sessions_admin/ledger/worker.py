@@ -24,6 +24,7 @@ import time
 from django.conf import settings
 from django.db import connections
 
+from sessions_admin.core import threads
 from sessions_admin.core.slug_history import SlugHistoryPoller
 from sessions_admin.ledger import jobs
 from sessions_admin.ledger.wake import JobWaiter
@@ -31,10 +32,7 @@ from sessions_admin.ledger.wake import JobWaiter
 logger = logging.getLogger(__name__)
 # Longer than a job lease, so a job whose worker died is picked up before this one exits.
 IDLE_EXIT_SECONDS = jobs.LEASE_SECONDS + 15
-
-_lock = threading.Lock()
-_thread: threading.Thread | None = None
-
+JOBS_THREAD = "delete-jobs"
 
 DEFAULT_JOB_POLL_SECONDS = 5.0
 
@@ -80,20 +78,13 @@ def work_until_idle(
 
 
 def ensure_worker_running() -> None:
-    global _thread
-    with _lock:
-        if _thread is not None and _thread.is_alive():
-            return
-        _thread = threading.Thread(target=work_until_idle, name="delete-jobs", daemon=True)
-        _thread.start()
+    threads.ensure_running(JOBS_THREAD, work_until_idle)
 
 
 # --- slug history -----------------------------------------------------------------------------
 
 DEFAULT_SLUG_HISTORY_SECONDS = 2.0
-
-_history_lock = threading.Lock()
-_history_thread: threading.Thread | None = None
+SLUG_HISTORY_THREAD = "slug-history"
 
 
 def slug_history_interval() -> float:
@@ -120,18 +111,9 @@ def poll_slug_history(*, interval: float, stop: threading.Event) -> None:
 
 def ensure_slug_history_running(*, stop: threading.Event | None = None) -> threading.Thread | None:
     """Start this process's slug history poller unless it runs already or polling is off."""
-    global _history_thread
     interval = slug_history_interval()
     if interval <= 0:
         return None
-    with _history_lock:
-        if _history_thread is not None and _history_thread.is_alive():
-            return _history_thread
-        _history_thread = threading.Thread(
-            target=poll_slug_history,
-            kwargs={"interval": interval, "stop": stop or threading.Event()},
-            name="slug-history",
-            daemon=True,
-        )
-        _history_thread.start()
-        return _history_thread
+    return threads.ensure_running(
+        SLUG_HISTORY_THREAD, poll_slug_history, interval=interval, stop=stop or threading.Event()
+    )

@@ -32,6 +32,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connections
 
+from sessions_admin.core import threads
 from sessions_admin.routers import store_alias
 
 T = TypeVar("T")
@@ -261,8 +262,9 @@ _REGISTERED: dict[str, tuple[Callable[[], object], float]] = {}
 # its fresh period less WARM_AHEAD_FRACTION of it, so a request never finds it stale.
 WARM_CHECK_SECONDS = 5.0
 WARM_AHEAD_FRACTION = 0.5
+WARMING_THREAD = "warm figures"
+# Held while the thread is stopped: asked for meanwhile, it starts again only once that is done.
 _warming_lock = threading.Lock()
-_warming: threading.Thread | None = None
 _warming_stop = threading.Event()
 
 
@@ -305,20 +307,19 @@ def ensure_warming_running() -> None:
     """Start this process's warming thread (once): the figures are computed as the
     dashboard starts and kept fresh, so neither a first request nor one after a quiet
     spell waits for them."""
-    global _warming
     with _warming_lock:
-        if _warming is None or not _warming.is_alive():
+        running = threads.started(WARMING_THREAD)
+        if running is None or not running.is_alive():
             _warming_stop.clear()
-            _warming = threading.Thread(target=_keep_warm, name="warm figures", daemon=True)
-            _warming.start()
+        threads.ensure_running(WARMING_THREAD, _keep_warm)
 
 
 def stop_warming() -> None:
     """Stop this process's warming thread and wait for it (tests)."""
     with _warming_lock:
         _warming_stop.set()
-        if _warming is not None:
-            _warming.join(timeout=60)
+        if (warming := threads.started(WARMING_THREAD)) is not None:
+            warming.join(timeout=60)
 
 
 def forget_all() -> None:

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
 from sessions_admin import core
-from sessions_admin.core import db, deletion
+from sessions_admin.core import db, deletion, threads
 from sessions_admin.ledger import worker
 from sessions_admin.ledger.models import DeleteJob, TrashEntry
 from sessions_admin.signin.roles import assign_role
@@ -36,7 +36,7 @@ def gated_worker(monkeypatch, live_server):
         worker, "ensure_worker_running", lambda: real_ensure() if gate.is_set() else None
     )
     yield gate
-    thread = worker._thread
+    thread = threads.started(worker.JOBS_THREAD)
     if thread is not None:
         thread.join(timeout=30)
         assert not thread.is_alive(), "the delete worker did not finish"

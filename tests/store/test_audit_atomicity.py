@@ -241,7 +241,7 @@ def test_a_completion_that_fails_is_logged_and_raised_and_the_entry_stays_pendin
             raise DatabaseError("could not extend file: No space left on device")
         return complete(entry, outcome=outcome, **kwargs)
 
-    monkeypatch.setattr(actions, "_complete", refused_by_the_audit_database)
+    monkeypatch.setattr(actions.audit, "_complete", refused_by_the_audit_database)
     with caplog.at_level(logging.ERROR, logger="sessions_admin.ledger.actions"):
         with pytest.raises(actions.AuditIncomplete) as incomplete:
             actions.rewrite(actor=ada, session_id=sid, action="undo", reason="asked")

@@ -40,7 +40,7 @@ DISTINCTIVE = [USER, CHAT, SECRET, TITLE, SLUG, WORD]
 @pytest.fixture(autouse=True)
 def _run_inline(monkeypatch):
     """The test runs the queued request itself (no background thread)."""
-    monkeypatch.setattr(actions, "start_erasures", lambda: None)
+    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
 
 
 def subject_everywhere(*, mentioned: bool = True) -> dict[str, str]:

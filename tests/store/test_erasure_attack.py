@@ -21,7 +21,7 @@ from tests.helpers import conversation, messages, session
 
 @pytest.fixture(autouse=True)
 def _run_inline(monkeypatch):
-    monkeypatch.setattr(actions, "start_erasures", lambda: None)
+    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
 
 
 def _erase(subject: Subject) -> dict:

@@ -36,7 +36,7 @@ HOLD_REASON = f"litigation gina vs {ALICE}"
 @pytest.fixture(autouse=True)
 def _run_inline(monkeypatch):
     """The test runs the queued request itself (no background thread)."""
-    monkeypatch.setattr(actions, "start_erasures", lambda: None)
+    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
 
 
 def _ended_session(user_id: str | None, text: str) -> str:

@@ -40,7 +40,7 @@ DISTINCTIVE = [USER, CHAT, SECRET, TITLE, SLUG, WORD]
 
 @pytest.fixture(autouse=True)
 def _run_inline(monkeypatch):
-    monkeypatch.setattr(actions, "start_erasures", lambda: None)
+    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
 
 
 def _secure_delete_off(sender, connection, **kwargs):

@@ -41,7 +41,7 @@ OWN_TABLES = STORE_TABLES[2:]
 @pytest.fixture(autouse=True)
 def _run_inline(monkeypatch):
     """The test runs the queued request itself (no background thread)."""
-    monkeypatch.setattr(actions, "start_erasures", lambda: None)
+    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
 
 
 def subject_with_slugs() -> dict[str, str]:

@@ -344,7 +344,7 @@ def test_an_erasure_cut_by_a_postgres_restart_fails_in_words_and_finishes(tmp_pa
     from sessions_admin.ledger.models import ErasureRequest
     from tests.store import test_erasure_resume as resume
 
-    monkeypatch.setattr(actions, "start_erasures", lambda: None)
+    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
     resume.subject_with_history()
     subject = Subject(user_id=resume.USER, chat_ids=(resume.CHAT,), session_keys=(resume.KEY,))
     full = erasure.plan(subject)

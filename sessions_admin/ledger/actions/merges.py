@@ -1,0 +1,172 @@
+"""Merging sessions and undoing a merge, audited; merges' entries a dead process left pending
+are completed from the store's merge records."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+
+from django.utils import timezone
+
+from sessions_admin import core
+from sessions_admin.core import db as core_db
+from sessions_admin.core.text import operator_identifier, operator_identifiers, operator_text
+from sessions_admin.ledger.actions.audit import (
+    STALE_PENDING_SECONDS,
+    _audit_alias,
+    _audited,
+    _check_fingerprint,
+    _complete,
+    _counts,
+)
+from sessions_admin.ledger.models import AuditEntry
+
+
+def merge(
+    *,
+    actor,
+    session_ids: Sequence[str],
+    target_id: str | None,
+    expected_fingerprint: str,
+    reason: str = "",
+    continue_history: bool = False,
+    differences: dict[str, list] | None = None,
+) -> core.MergeResult:
+    """``core.merge_sessions``, audited; ``differences`` (what differs between the sessions'
+    users, sources and keys, as the operator confirmed it) is kept in the entry."""
+    ids = operator_identifiers(session_ids)
+    target_id = operator_identifier(target_id, field="target session id", required=False)
+    _check_fingerprint(expected_fingerprint)
+    reason = operator_text(reason, field="reason")
+    before = _counts(ids)
+    if differences:
+        before["confirmed_differences"] = differences
+    return _audited(
+        actor=actor,
+        action="merge",
+        session_ids=ids,
+        reason=reason,
+        before=before,
+        run=lambda: core.merge_sessions(
+            session_ids=ids,
+            target_id=target_id,
+            expected_fingerprint=expected_fingerprint,
+            continue_history=continue_history,
+        ),
+        after=lambda r: {
+            "merge_id": r.merge_id,
+            "target": r.target_id,
+            "moved_messages": r.moved_messages,
+            **(
+                {"rewritten_responses": list(r.rewritten_responses)}
+                if r.rewritten_responses
+                else {}
+            ),
+            **_counts([r.target_id]),
+        },
+    )
+
+
+def unmerge(*, actor, merge_id: int, reason: str = "") -> core.UnmergeResult:
+    reason = operator_text(reason, field="reason")
+    try:
+        merged = core.merge_record(merge_id=merge_id)
+        ids = [merged.target_id, *merged.absorbed_ids]
+    except core.MergeNotFound:
+        ids = []
+    return _audited(
+        actor=actor,
+        action="unmerge",
+        session_ids=ids,
+        reason=reason,
+        before={"merge_id": merge_id, **_counts(ids)},
+        run=lambda: core.unmerge(merge_id=merge_id),
+        after=lambda r: {
+            "merge_id": merge_id,
+            "returned_messages": r.returned_messages,
+            **_counts(ids),
+        },
+    )
+
+
+def complete_stale_merges(*, older_than_seconds: float = STALE_PENDING_SECONDS) -> list[int]:
+    """Complete merges' entries left ``pending`` (the process died after the store commit, or
+    the dashboard database refused the outcome) from the store's merge records: ``ok`` naming
+    the merge if one of exactly these sessions was recorded after the entry, else ``failed``.
+
+    Only entries older than ``older_than_seconds`` (a younger one may be a merge still
+    running). Returns their ids.
+    """
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    completed = []
+    for entry in AuditEntry.objects.using(_audit_alias()).filter(
+        action="merge", outcome=AuditEntry.PENDING, created_at__lt=cutoff
+    ):
+        asked = set(entry.session_ids)
+        made = None
+        for merge_id, target, absorbed in core_db.fetchall(
+            "SELECT id, target_session_id, absorbed_session_ids FROM sessions_admin_merges "
+            "WHERE created_at >= %s ORDER BY id",
+            [entry.created_at.timestamp() - 1],
+        ):
+            # The target is one of them, or (none named) a session the merge made.
+            if set(json.loads(absorbed or "[]")) | ({target} & asked) == asked:
+                made = (merge_id, target)
+                break
+        if made is not None:
+            outcome, after = AuditEntry.OK, {"merge_id": made[0], "target": made[1]}
+            detail = (
+                "Completed later: the merge committed in the store (merge "
+                f"#{made[0]}), but its outcome could not be recorded then."
+            )
+        else:
+            outcome, after = AuditEntry.FAILED, {}
+            detail = "Completed later: the store records no such merge, so nothing was merged."
+        try:
+            _complete(
+                entry, outcome=outcome, linked=list(entry.session_ids), after=after, detail=detail
+            )
+        except RuntimeError:
+            continue
+        completed.append(entry.pk)
+    return completed
+
+
+def complete_stale_unmerges(*, older_than_seconds: float = STALE_PENDING_SECONDS) -> list[int]:
+    """Complete unmerges' entries left ``pending`` from the store's merge record: ``ok`` if
+    the merge was undone after the entry was written, ``failed`` if it was not. Only entries
+    older than ``older_than_seconds``. Returns their ids."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    completed = []
+    for entry in AuditEntry.objects.using(_audit_alias()).filter(
+        action="unmerge", outcome=AuditEntry.PENDING, created_at__lt=cutoff
+    ):
+        merge_id = (entry.before or {}).get("merge_id")
+        row = (
+            core_db.fetchone(
+                "SELECT undone_at FROM sessions_admin_merges WHERE id = %s", [int(merge_id)]
+            )
+            if isinstance(merge_id, int)
+            else None
+        )
+        undone = (
+            row is not None and row[0] is not None and row[0] >= entry.created_at.timestamp() - 1
+        )
+        if undone:
+            outcome, after = AuditEntry.OK, {"merge_id": merge_id}
+            detail = (
+                f"Completed later: merge #{merge_id} was undone in the store, but the outcome "
+                "could not be recorded then."
+            )
+        else:
+            outcome, after = AuditEntry.FAILED, {}
+            detail = f"Completed later: merge #{merge_id} was not undone by it; nothing changed."
+        try:
+            _complete(
+                entry, outcome=outcome, linked=list(entry.session_ids), after=after, detail=detail
+            )
+        except RuntimeError:
+            continue
+        completed.append(entry.pk)
+    return completed

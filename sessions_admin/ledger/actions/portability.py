@@ -1,0 +1,89 @@
+"""Importing sessions from an export file, audited, and its dry run."""
+
+from __future__ import annotations
+
+from typing import IO
+
+from sessions_admin.core import portability as portability_core
+from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.text import operator_text
+from sessions_admin.ledger.actions.audit import _audited, _failure_detail, record
+from sessions_admin.ledger.models import AuditEntry
+
+IMPORT = "import_sessions"
+
+
+def _read_export(file: str, stream: IO[bytes] | None) -> list[dict]:
+    """The session objects of an export: ``stream`` when given (standard input), else ``file``."""
+    if stream is not None:
+        return portability_core.read_export(stream)
+    try:
+        with open(file, "rb") as handle:
+            return portability_core.read_export(handle)
+    except OSError as error:
+        raise InvalidInput(f"Cannot read {file}: {error}") from error
+
+
+def preview_import(
+    *,
+    actor,
+    file: str,
+    stream: IO[bytes] | None = None,
+    skip_existing: bool = False,
+    graft: bool = False,
+    reason: str = "",
+) -> portability_core.ImportPlan:
+    """What importing ``file`` would do (a dry run): nothing is written, so only a refusal
+    is audited (outcome ``failed``, ``before`` saying it was a dry run)."""
+    reason = operator_text(reason, field="reason")
+    try:
+        return portability_core.plan_import(_read_export(file, stream))
+    except Exception as error:
+        entry = record(
+            actor=actor,
+            action=IMPORT,
+            session_ids=[],
+            before={"file": file, "skip_existing": skip_existing, "graft": graft, "dry_run": True},
+            reason=reason,
+            outcome=AuditEntry.FAILED,
+            detail=_failure_detail(error),
+        )
+        error.audited_entry = entry.pk
+        raise
+
+
+def import_sessions(
+    *,
+    actor,
+    file: str,
+    stream: IO[bytes] | None = None,
+    skip_existing: bool = False,
+    graft: bool = False,
+    reason: str = "",
+) -> portability_core.ImportResult:
+    """``core.portability.import_sessions`` of an export file (``stream``: its bytes, when it
+    is not a file to open), audited; reading the file is part of the action, so an unreadable
+    or invalid file is a failed entry too, and an interrupted import names what it kept."""
+    reason = operator_text(reason, field="reason")
+    return _audited(
+        actor=actor,
+        action=IMPORT,
+        session_ids=[],
+        reason=reason,
+        before={"file": file, "skip_existing": skip_existing, "graft": graft},
+        run=lambda: portability_core.import_sessions(
+            sessions=_read_export(file, stream), skip_existing=skip_existing, graft=graft
+        ),
+        after=lambda r: {
+            "imported": len(r.imported),
+            "skipped": list(r.skipped)[:100],
+            "detached": list(r.detached)[:100],
+            "not_grafted": list(r.ungrafted)[:100],
+            "grafted": list(r.grafted)[:100],
+            "ended_on_import": len(r.ended_on_import),
+            "messages": r.messages,
+        },
+        result_ids=lambda r: r.imported,
+        # An interrupted import keeps the batches written before the failure.
+        failed_ids=lambda error: getattr(error, "imported", ()),
+    )

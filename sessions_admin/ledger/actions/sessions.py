@@ -1,0 +1,209 @@
+"""Actions on one session or session key: resume, reset, a transcript's undo/redo/retry, and
+moving stray messages (written into an ended session) to where it continues, and back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sessions_admin import core
+from sessions_admin.core import stray
+from sessions_admin.core.errors import InvalidInput, StoreError
+from sessions_admin.core.lifecycle import recoverable_siblings
+from sessions_admin.core.text import (
+    REFERENCE_MAX,
+    SUMMARY_MAX,
+    operator_identifier,
+    operator_text,
+)
+from sessions_admin.ledger.actions.audit import (
+    _audit_alias,
+    _audited,
+    _check_fingerprint,
+    _counts,
+)
+from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.store.models import Session
+
+
+def resume(
+    *, actor, ref: str, reason: str = "", expected_fingerprint: str | None = None
+) -> core.ResumeResult:
+    """``core.resume_session``, audited; with a ``plan_resume`` fingerprint, only as planned."""
+    ref = operator_identifier(ref, field="session reference", max_length=REFERENCE_MAX)
+    _check_fingerprint(expected_fingerprint)
+    reason = operator_text(reason, field="reason")
+    try:
+        asked = [core.resolve_session_ref(ref)]
+    except StoreError:
+        asked = []  # the refusal is audited below, with the reference as given
+    recoverable = []
+    if asked:
+        target = core.current_session(session_id=asked[0])
+        key = _key_of(target)
+        recoverable = recoverable_siblings(key, over=target)
+    return _audited(
+        actor=actor,
+        action="resume",
+        session_ids=asked,
+        reason=reason,
+        # What a gateway could have reopened instead, as it was: the resume re-ends it.
+        before={
+            "ref": ref,
+            **_counts(asked),
+            **({"recoverable_siblings": dict(recoverable)} if recoverable else {}),
+        },
+        run=lambda: core.resume_session(ref=ref, expected_fingerprint=expected_fingerprint),
+        after=lambda r: {
+            "resumed": r.session_id,
+            "switched_from": r.switched_from_session_id,
+            **_closed(r.closed_recoverable, "session_switch"),
+        },
+        result_ids=lambda r: [
+            r.session_id,
+            r.switched_from_session_id,
+            *(sid for sid, _ in r.closed_recoverable),
+        ],
+    )
+
+
+def _key_of(session_id: str) -> str | None:
+
+    return Session.objects.filter(id=session_id).values_list("session_key", flat=True).first()
+
+
+def _closed(closed: Sequence[tuple[str, str]], now: str) -> dict:
+    """Sessions re-ended so that a gateway cannot reopen them: their reason before and now.
+
+    Absent when there were none, so a plain resume or reset reads as before.
+    """
+    if not closed:
+        return {}
+    return {
+        "closed_recoverable": {
+            sid: {"end_reason_before": before, "end_reason": now} for sid, before in closed
+        }
+    }
+
+
+def reset(
+    *, actor, session_key: str, summary: str | None = None, reason: str = ""
+) -> core.ResetResult:
+    session_key = operator_identifier(session_key, field="session key")
+    summary = operator_text(summary, field="summary", max_length=SUMMARY_MAX) or None
+    reason = operator_text(reason, field="reason")
+    live = core.live_session_for_key(session_key)
+    recoverable = recoverable_siblings(session_key)
+    return _audited(
+        actor=actor,
+        action="reset",
+        session_ids=[s for s in [live] if s],
+        reason=reason,
+        before={
+            "session_key": session_key,
+            "live": live,
+            **({"recoverable_siblings": dict(recoverable)} if recoverable else {}),
+        },
+        run=lambda: core.reset_session_key(session_key=session_key, summary=summary),
+        after=lambda r: {
+            "ended": r.ended_session_id,
+            "new": r.new_session_id,
+            **({"left_to_gateway": True} if r.left_to_gateway else {}),
+            **_closed(r.closed_recoverable, "session_reset"),
+        },
+        result_ids=lambda r: [
+            r.ended_session_id,
+            r.new_session_id,
+            *(sid for sid, _ in r.closed_recoverable),
+        ],
+    )
+
+
+def rewrite(
+    *,
+    actor,
+    session_id: str,
+    action: str,
+    reason: str = "",
+    expected_fingerprint: str | None = None,
+) -> core.RewriteResult:
+    """Undo, redo or retry, audited; with a ``plan_rewrite`` fingerprint, only as planned."""
+    operations = {
+        "undo": core.undo_last_turn,
+        "redo": core.redo_turn,
+        "retry": core.retry_last_turn,
+    }
+    if action not in operations:
+        raise InvalidInput(f"Unknown transcript action {action!r}.")
+    session_id = operator_identifier(session_id, field="session id")
+    _check_fingerprint(expected_fingerprint)
+    reason = operator_text(reason, field="reason")
+    return _audited(
+        actor=actor,
+        action=action,
+        session_ids=[session_id],
+        reason=reason,
+        before=_counts([session_id]),
+        run=lambda: operations[action](
+            session_id=session_id, expected_fingerprint=expected_fingerprint or None
+        ),
+        after=lambda r: {"message_ids": list(r.message_ids), "message_count": r.message_count},
+    )
+
+
+STRAY_MOVE = "move_stray_messages"
+STRAY_RETURN = "return_stray_messages"
+
+
+def move_stray_messages(
+    *, actor, session_id: str, expected_fingerprint: str, reason: str = ""
+) -> stray.StrayMoveResult:
+    """Move what was written into an ended session to where it continues (previewed plan)."""
+    session_id = operator_identifier(session_id, field="session id")
+    _check_fingerprint(expected_fingerprint)
+    reason = operator_text(reason, field="reason")
+    return _audited(
+        actor=actor,
+        action=STRAY_MOVE,
+        session_ids=[session_id],
+        reason=reason,
+        before={"fingerprint": expected_fingerprint, **_counts([session_id])},
+        run=lambda: stray.move_stray_messages(
+            session_id=session_id, expected_fingerprint=expected_fingerprint
+        ),
+        # The undo reads its plan from here: which ids went where.
+        after=lambda r: {
+            "from": r.session_id,
+            "to": r.destination_id,
+            "message_ids": list(r.message_ids),
+            **_counts([r.session_id, r.destination_id]),
+        },
+        result_ids=lambda r: [r.destination_id],
+    )
+
+
+def undo_stray_move(*, actor, entry_id: int, reason: str = "") -> stray.StrayReturnResult:
+    """Give the messages a ``move_stray_messages`` entry moved back to the session they left."""
+    reason = operator_text(reason, field="reason")
+    entry = (
+        AuditEntry.objects.using(_audit_alias())
+        .filter(pk=entry_id, action=STRAY_MOVE, outcome=AuditEntry.OK)
+        .first()
+    )
+    if entry is None or not isinstance(entry.after, dict) or "message_ids" not in entry.after:
+        raise InvalidInput(f"No completed move of stray messages #{entry_id}.")
+    moved = entry.after
+    return _audited(
+        actor=actor,
+        action=STRAY_RETURN,
+        session_ids=[moved["from"], moved["to"]],
+        reason=reason,
+        before={"move_entry": entry.pk, **_counts([moved["from"], moved["to"]])},
+        run=lambda: stray.return_stray_messages(
+            session_id=moved["from"], destination_id=moved["to"], message_ids=moved["message_ids"]
+        ),
+        after=lambda r: {
+            "move_entry": entry.pk,
+            "returned_ids": list(r.returned_ids),
+            **_counts([r.session_id, r.destination_id]),
+        },
+    )
