@@ -41,6 +41,7 @@ from django.utils import timezone
 from sessions_admin.core import being_deleted, db, deletion, faults, holds, lineage
 from sessions_admin.core.errors import InvalidInput, StoreBusy
 from sessions_admin.ledger.models import (
+    AuditAction,
     AuditEntry,
     AuditSession,
     DeleteJob,
@@ -62,10 +63,10 @@ LEASE_SECONDS = 30
 
 # The audit entry a job writes for each batch in which it left sessions out under a legal hold:
 # the job's page and result name every such session with its hold from these.
-HELD_SKIP_ACTION = "bulk_delete_held"
+HELD_SKIP_ACTION = AuditAction.BULK_DELETE_HELD
 HELD_SKIPS_NAMED = 20  # held sessions a job's progress names (the audit entries keep them all)
 # The audit entry of a batch that kept conversations whole, each session with why.
-KEPT_WHOLE_ACTION = "bulk_delete_kept_whole"
+KEPT_WHOLE_ACTION = AuditAction.BULK_DELETE_KEPT_WHOLE
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,13 @@ from sessions_admin.core.errors import InvalidInput, StoreBusy, StoreError
 from sessions_admin.core.merge import undoable_merges_of
 from sessions_admin.core.rows import parse_model_config
 from sessions_admin.ledger.context import current_audit_entry
-from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
+from sessions_admin.ledger.models import (
+    AuditAction,
+    AuditEntry,
+    DeleteJob,
+    TrashEntry,
+    TrashSession,
+)
 from sessions_admin.ledger.processes import process_dead, this_process
 
 # A store row holds SQLite values JSON cannot carry or jsonb would change: BLOBs (schema 30's
@@ -595,7 +601,9 @@ ERASED_TRASH = "trash_erased_by"
 
 def pending_cascades_any() -> list[tuple[AuditEntry, str]]:
     """Cascade deletes whose audit entry is still pending, with their trash operation."""
-    pending = AuditEntry.objects.filter(action="cascade_delete", outcome=AuditEntry.PENDING)
+    pending = AuditEntry.objects.filter(
+        action=AuditAction.CASCADE_DELETE, outcome=AuditEntry.PENDING
+    )
     return [
         (entry, operation)
         for entry in pending.order_by("pk")

@@ -60,6 +60,7 @@ def _merge_into_api(subject_session: str, api: str, *, reason: str = "one conver
         target_id=api,
         expected_fingerprint=plan.fingerprint,
         reason=reason,
+        typed_count=len(plan.absorbed_ids),  # their users differ: confirmed as the page asks
     )
 
 

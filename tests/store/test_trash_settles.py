@@ -573,3 +573,32 @@ def test_an_unmerge_killed_around_its_store_commit_is_audited_from_the_store(cra
     audit = AuditEntry.objects.get(action="unmerge")
     assert audit.outcome == outcome, audit.detail
     assert check_store() == []
+
+
+def test_a_merge_of_sessions_that_differ_is_refused_by_the_action_unless_confirmed():
+    # The rule the merge page states, enforced by ledger.actions itself (any caller).
+    first = core.create_session(source="telegram", user_id="u-1").session_id
+    second = core.create_session(source="discord", user_id="u-2").session_id
+    for sid in (first, second):
+        core.append_message(session_id=sid, role="user", content="hello")
+    plan = core.plan_merge(session_ids=[first, second])
+    assert plan.differs
+    arguments = {
+        "actor": "ada",
+        "session_ids": [first, second],
+        "target_id": None,
+        "expected_fingerprint": plan.fingerprint,
+    }
+    before = store_state()
+
+    with pytest.raises(InvalidInput, match="type 1"):
+        actions.merge(**arguments, reason="same person")
+    with pytest.raises(InvalidInput, match="give a reason"):
+        actions.merge(**arguments, typed_count=1)
+    assert store_state() == before
+    assert not AuditEntry.objects.filter(action="merge").exists()  # refused before it ran
+
+    result = actions.merge(**arguments, typed_count=1, reason="same person")
+    audit = AuditEntry.objects.get(action="merge", outcome=AuditEntry.OK)
+    assert audit.before["confirmed_differences"]
+    assert result.moved_messages == plan.moved_messages

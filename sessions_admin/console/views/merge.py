@@ -428,6 +428,7 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
             expected_fingerprint=fingerprint,
             reason=data["reason"],
             continue_history=continue_history,
+            typed_count=data.get("typed_count"),
             differences=(
                 {d.label: list(d.values) for d in plan.differences} if plan is not None else None
             ),

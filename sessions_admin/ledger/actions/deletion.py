@@ -29,7 +29,7 @@ from sessions_admin.ledger.actions.audit import (
     _name,
 )
 from sessions_admin.ledger.actions.merges import complete_stale_merges, complete_stale_unmerges
-from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
+from sessions_admin.ledger.models import AuditAction, AuditEntry, DeleteJob, TrashEntry
 from sessions_admin.ledger.processes import process_dead
 from sessions_admin.ledger.trash import (
     LEDGER_TRASH,
@@ -62,7 +62,7 @@ def cascade_delete(
     operation = new_operation_id()
     return _audited(
         actor=actor,
-        action="cascade_delete",
+        action=AuditAction.CASCADE_DELETE,
         session_ids=ids,
         reason=reason,
         before={**_counts(ids), "trash_operation": operation},
@@ -102,7 +102,7 @@ def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS)
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     completed = []
     stale = AuditEntry.objects.using(_audit_alias()).filter(
-        action="cascade_delete", outcome=AuditEntry.PENDING, created_at__lt=cutoff
+        action=AuditAction.CASCADE_DELETE, outcome=AuditEntry.PENDING, created_at__lt=cutoff
     )
     for entry in stale:
         operation = (entry.before or {}).get("trash_operation")
@@ -215,7 +215,7 @@ def complete_stale_restores(*, older_than_seconds: float = STALE_PENDING_SECONDS
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     completed = []
     for entry in AuditEntry.objects.using(_audit_alias()).filter(
-        action="restore", outcome=AuditEntry.PENDING
+        action=AuditAction.RESTORE, outcome=AuditEntry.PENDING
     ):
         touched = list(TrashEntry.objects.defer("payload").filter(restore_audit=entry.pk))
         if any(e.restoring_since is not None for e in touched):
@@ -283,7 +283,7 @@ def start_bulk_delete(
     description = operator_text(description, field="description", max_length=DESCRIPTION_MAX)
     job_id = _audited(
         actor=actor,
-        action="bulk_delete",
+        action=AuditAction.BULK_DELETE,
         session_ids=ids,
         reason=reason,
         before={"selected": len(ids), "include_live": include_live, "description": description},
@@ -306,7 +306,7 @@ def cancel_bulk_delete(*, actor, job_id: int, reason: str = "") -> None:
     before = jobs.job_progress(job_id=job_id)
     _audited(
         actor=actor,
-        action="cancel_bulk_delete",
+        action=AuditAction.CANCEL_BULK_DELETE,
         session_ids=[],
         reason=reason,
         before={"job": job_id, "state": before.state, "processed": before.processed},
@@ -321,7 +321,7 @@ def resume_bulk_delete(*, actor, job_id: int, reason: str = "") -> None:
     reason = operator_text(reason, field="reason")
     _audited(
         actor=actor,
-        action="resume_bulk_delete",
+        action=AuditAction.RESUME_BULK_DELETE,
         session_ids=[],
         reason=reason,
         before={"job": job_id},
@@ -363,7 +363,7 @@ def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
             ids += session_ids
     return _audited(
         actor=actor,
-        action="restore",
+        action=AuditAction.RESTORE,
         session_ids=ids or (list(entry.session_ids) if entry else []),
         reason=reason,
         before={"trash_entry": entry_id, "trash_operation": operation},
@@ -401,7 +401,7 @@ def purge(*, actor, older_than_days: float | None, reason: str) -> PurgeReport:
     settle_deletes_and_restores()  # an operation a dead restore put back is not purged
     return _audited(
         actor=actor,
-        action="purge_trash",
+        action=AuditAction.PURGE_TRASH,
         session_ids=[],
         reason=reason,
         before={"older_than_days": older_than_days},

@@ -27,7 +27,7 @@ from sessions_admin.ledger.actions.audit import (
     _name,
     record,
 )
-from sessions_admin.ledger.models import AuditEntry, ErasureRequest
+from sessions_admin.ledger.models import AuditAction, AuditEntry, ErasureRequest
 from sessions_admin.routers import store_alias
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def request_erasure(
             )
             record(
                 actor=actor,
-                action="erasure_request",
+                action=AuditAction.ERASURE_REQUEST,
                 session_ids=[],
                 before={"erasure_request": request.pk, "subject_sha256": request.subject_hash},
                 after={
@@ -157,7 +157,7 @@ def run_erasure(*, request_id: int) -> dict | None:
     try:
         receipt = _audited(
             actor=request.created_by,
-            action="erasure",
+            action=AuditAction.ERASURE,
             session_ids=[],
             reason=request.reference,
             before={"erasure_request": request.pk, "subject_sha256": request.subject_hash},
@@ -189,7 +189,7 @@ def _complete_stopped_erasure_runs(request: ErasureRequest) -> None:
     claim the request only because they did): each is completed, pointing at the receipt,
     which counts what every run erased."""
     stopped = AuditEntry.objects.using(_audit_alias()).filter(
-        action="erasure", outcome=AuditEntry.PENDING, before__erasure_request=request.pk
+        action=AuditAction.ERASURE, outcome=AuditEntry.PENDING, before__erasure_request=request.pk
     )
     for entry in stopped:
         try:
@@ -263,7 +263,7 @@ def finish_erasure_index_merges() -> list[int]:
     for request_id in pending:
         record(
             actor=None,
-            action="erasure_index_merged",
+            action=AuditAction.ERASURE_INDEX_MERGED,
             session_ids=[],
             before={"erasure_request": request_id},
             after={"search_index": "merged", "notes": list(merge.notes)},
@@ -316,7 +316,7 @@ def finish_erasure_rewrites(
     for request_id in pending:
         record(
             actor=actor,
-            action="erasure_files_rewritten",
+            action=AuditAction.ERASURE_FILES_REWRITTEN,
             session_ids=[],
             before={"erasure_request": request_id},
             after={

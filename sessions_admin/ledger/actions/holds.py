@@ -5,6 +5,7 @@ from __future__ import annotations
 from sessions_admin.core import holds as holds_core
 from sessions_admin.core.text import operator_identifier, operator_text
 from sessions_admin.ledger.actions.audit import _audited, _name
+from sessions_admin.ledger.models import AuditAction
 
 
 def place_hold(*, actor, kind: str, subject: str, reason: str) -> holds_core.Hold:
@@ -13,7 +14,7 @@ def place_hold(*, actor, kind: str, subject: str, reason: str) -> holds_core.Hol
     reason = operator_text(reason, field="reason", required=True)
     return _audited(
         actor=actor,
-        action="place_hold",
+        action=AuditAction.PLACE_HOLD,
         session_ids=[subject] if kind == holds_core.SESSION else [],
         reason=reason,
         before={"kind": kind, "subject": subject},
@@ -30,7 +31,7 @@ def release_hold(*, actor, hold_id: int, reason: str) -> holds_core.Hold:
     hold = holds_core.get_hold(hold_id=hold_id)
     return _audited(
         actor=actor,
-        action="release_hold",
+        action=AuditAction.RELEASE_HOLD,
         session_ids=[hold.subject] if hold and hold.kind == holds_core.SESSION else [],
         reason=reason,
         before={"hold": hold_id, "kind": hold.kind if hold else None},

@@ -11,6 +11,8 @@ from django.utils import timezone
 
 from sessions_admin import core
 from sessions_admin.core import db as core_db
+from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.merge import confirmation_problem
 from sessions_admin.core.text import operator_identifier, operator_identifiers, operator_text
 from sessions_admin.ledger.actions.audit import (
     STALE_PENDING_SECONDS,
@@ -20,7 +22,7 @@ from sessions_admin.ledger.actions.audit import (
     _complete,
     _counts,
 )
-from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.ledger.models import AuditAction, AuditEntry
 
 
 def merge(
@@ -31,20 +33,30 @@ def merge(
     expected_fingerprint: str,
     reason: str = "",
     continue_history: bool = False,
+    typed_count: int | None = None,
     differences: dict[str, list] | None = None,
 ) -> core.MergeResult:
-    """``core.merge_sessions``, audited; ``differences`` (what differs between the sessions'
-    users, sources and keys, as the operator confirmed it) is kept in the entry."""
+    """``core.merge_sessions``, audited. Sessions whose users, sources or keys differ merge only
+    confirmed (``core.merge.confirmation_problem``: ``typed_count`` and a reason), what differs
+    kept in the entry; ``differences`` is accepted for callers that pass it, and recomputed."""
     ids = operator_identifiers(session_ids)
     target_id = operator_identifier(target_id, field="target session id", required=False)
     _check_fingerprint(expected_fingerprint)
     reason = operator_text(reason, field="reason")
     before = _counts(ids)
+    try:
+        plan = core.plan_merge(session_ids=ids, target_id=target_id)
+    except core.StoreError:
+        plan = None  # the merge itself refuses it below, audited with why
+    if plan is not None and plan.fingerprint == expected_fingerprint and plan.differs:
+        if problem := confirmation_problem(plan, typed_count=typed_count, reason=reason):
+            raise InvalidInput(f"{problem} Nothing was merged.")
+        differences = {d.label: list(d.values) for d in plan.differences}
     if differences:
         before["confirmed_differences"] = differences
     return _audited(
         actor=actor,
-        action="merge",
+        action=AuditAction.MERGE,
         session_ids=ids,
         reason=reason,
         before=before,
@@ -77,7 +89,7 @@ def unmerge(*, actor, merge_id: int, reason: str = "") -> core.UnmergeResult:
         ids = []
     return _audited(
         actor=actor,
-        action="unmerge",
+        action=AuditAction.UNMERGE,
         session_ids=ids,
         reason=reason,
         before={"merge_id": merge_id, **_counts(ids)},
@@ -101,7 +113,7 @@ def complete_stale_merges(*, older_than_seconds: float = STALE_PENDING_SECONDS) 
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     completed = []
     for entry in AuditEntry.objects.using(_audit_alias()).filter(
-        action="merge", outcome=AuditEntry.PENDING, created_at__lt=cutoff
+        action=AuditAction.MERGE, outcome=AuditEntry.PENDING, created_at__lt=cutoff
     ):
         asked = set(entry.session_ids)
         made = None
@@ -140,7 +152,7 @@ def complete_stale_unmerges(*, older_than_seconds: float = STALE_PENDING_SECONDS
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     completed = []
     for entry in AuditEntry.objects.using(_audit_alias()).filter(
-        action="unmerge", outcome=AuditEntry.PENDING, created_at__lt=cutoff
+        action=AuditAction.UNMERGE, outcome=AuditEntry.PENDING, created_at__lt=cutoff
     ):
         merge_id = (entry.before or {}).get("merge_id")
         row = (

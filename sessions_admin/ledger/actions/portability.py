@@ -8,9 +8,9 @@ from sessions_admin.core import portability as portability_core
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.text import operator_text
 from sessions_admin.ledger.actions.audit import _audited, _failure_detail, record
-from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.ledger.models import AuditAction, AuditEntry
 
-IMPORT = "import_sessions"
+IMPORT = AuditAction.IMPORT_SESSIONS
 
 
 def _read_export(file: str, stream: IO[bytes] | None) -> list[dict]:

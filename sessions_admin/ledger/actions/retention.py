@@ -13,7 +13,7 @@ from sessions_admin.core.text import operator_text
 from sessions_admin.ledger import retention as retention_ledger
 from sessions_admin.ledger import worker
 from sessions_admin.ledger.actions.audit import _audited, _name, record
-from sessions_admin.ledger.models import AuditEntry, RetentionPolicy
+from sessions_admin.ledger.models import AuditAction, AuditEntry, RetentionPolicy
 
 MAX_HELD_NAMED = 1000  # held sessions a retention run's entry names one by one
 
@@ -45,7 +45,7 @@ def create_retention_policy(*, actor, reason: str = "", **fields) -> RetentionPo
 
     return _audited(
         actor=actor,
-        action="retention_policy_create",
+        action=AuditAction.RETENTION_POLICY_CREATE,
         session_ids=[],
         reason=reason,
         before=None,
@@ -75,7 +75,9 @@ def set_retention_policy_enabled(
 
     return _audited(
         actor=actor,
-        action="retention_policy_enable" if enabled else "retention_policy_disable",
+        action=AuditAction.RETENTION_POLICY_ENABLE
+        if enabled
+        else AuditAction.RETENTION_POLICY_DISABLE,
         session_ids=[],
         reason=reason,
         before=_policy_state(policy),
@@ -91,7 +93,7 @@ def delete_retention_policy(*, actor, policy_id: int, reason: str = "") -> None:
         raise InvalidInput(f"There is no retention policy #{policy_id}.")
     _audited(
         actor=actor,
-        action="retention_policy_delete",
+        action=AuditAction.RETENTION_POLICY_DELETE,
         session_ids=[],
         reason=reason,
         before=_policy_state(policy),
@@ -122,7 +124,7 @@ def run_retention_policy(
     if problem := retention_ledger.problem_of(policy):
         entry = record(
             actor=actor,
-            action="retention_run",
+            action=AuditAction.RETENTION_RUN,
             session_ids=[],
             before=_policy_state(policy),
             reason=reason,
@@ -142,7 +144,7 @@ def run_retention_policy(
 
     job_id = _audited(
         actor=actor,
-        action="retention_run",
+        action=AuditAction.RETENTION_RUN,
         session_ids=ids,
         reason=reason,
         before={

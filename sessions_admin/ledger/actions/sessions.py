@@ -21,7 +21,7 @@ from sessions_admin.ledger.actions.audit import (
     _check_fingerprint,
     _counts,
 )
-from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.ledger.models import AuditAction, AuditEntry
 from sessions_admin.store.models import Session
 
 
@@ -43,7 +43,7 @@ def resume(
         recoverable = recoverable_siblings(key, over=target)
     return _audited(
         actor=actor,
-        action="resume",
+        action=AuditAction.RESUME,
         session_ids=asked,
         reason=reason,
         # What a gateway could have reopened instead, as it was: the resume re-ends it.
@@ -95,7 +95,7 @@ def reset(
     recoverable = recoverable_siblings(session_key)
     return _audited(
         actor=actor,
-        action="reset",
+        action=AuditAction.RESET,
         session_ids=[s for s in [live] if s],
         reason=reason,
         before={
@@ -150,8 +150,8 @@ def rewrite(
     )
 
 
-STRAY_MOVE = "move_stray_messages"
-STRAY_RETURN = "return_stray_messages"
+STRAY_MOVE = AuditAction.MOVE_STRAY_MESSAGES
+STRAY_RETURN = AuditAction.RETURN_STRAY_MESSAGES
 
 
 def move_stray_messages(

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from sessions_admin.core.errors import StoreError
 from sessions_admin.ledger import actions, jobs, retention
-from sessions_admin.ledger.models import AuditEntry, DeleteJob, RetentionPolicy
+from sessions_admin.ledger.models import AuditAction, AuditEntry, DeleteJob, RetentionPolicy
 
 DRY_RUN_ALL = 10**9  # a dry run lists every session it would delete
 WAIT_SECONDS = 0.2  # between looks at a job this process's background worker runs
@@ -87,7 +87,7 @@ class Command(BaseCommand):
 def _kept_for_holds(policy: RetentionPolicy) -> list[str]:
     """The sessions the run just started left to their holds, as its audit entry names them."""
     entry = (
-        AuditEntry.objects.filter(action="retention_run", before__policy=policy.pk)
+        AuditEntry.objects.filter(action=AuditAction.RETENTION_RUN, before__policy=policy.pk)
         .order_by("-pk")
         .first()
     )
