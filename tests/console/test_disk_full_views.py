@@ -21,11 +21,10 @@ from sessions_admin.ledger import actions, jobs, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
 from sessions_admin.ledger.trash import job_operation
 from sessions_admin.store import health
-from tests.builders import cascade_lineage
+from tests.builders import cascade_lineage, old_sessions
 from tests.console.test_being_deleted_views import half_deleted
 from tests.console.test_deletion_views import confirm_url, form
 from tests.store.crash_child import fill
-from tests.store.test_crash import _old_sessions
 from tests.store.test_disk_full import FAILING_BATCH, store_full_from_batch
 
 
@@ -73,7 +72,7 @@ def test_the_cascade_page_says_the_store_is_full_and_what_was_deleted(admin):
 
 
 def test_a_failed_job_offers_to_finish_and_finishing_deletes_the_rest(admin):
-    selected = _old_sessions(6)
+    selected = old_sessions(6)
     job_id = jobs.create_bulk_delete_job(
         session_ids=selected, include_live=False, actor="ada", reason="retention"
     )
