@@ -10,7 +10,7 @@ import pytest
 from django.db import connections
 
 from sessions_admin import core
-from sessions_admin.console.html import highlight
+from sessions_admin.console.views.sessions import highlight
 from sessions_admin.core import db
 from sessions_admin.routers import store_alias
 from sessions_admin.store import listing

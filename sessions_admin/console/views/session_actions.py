@@ -34,7 +34,6 @@ from django_htmx.http import trigger_client_event
 
 from sessions_admin import core
 from sessions_admin.console.forms import ResetForm, ResumeForm, RewriteForm
-from sessions_admin.console.html import CallAnswered, end_reason_words, preview_calls
 from sessions_admin.console.http import (
     HtmxHttpRequest,
     plural,
@@ -43,6 +42,8 @@ from sessions_admin.console.http import (
     session_or_404,
     wants_fragment,
 )
+from sessions_admin.console.previews import CallAnswered, preview_calls
+from sessions_admin.console.words import end_reason_words
 from sessions_admin.core import lineage, stray
 from sessions_admin.core.lifecycle import ResumePlan, plan_resume, where_it_continues
 from sessions_admin.core.text import REFERENCE_MAX, operator_identifier, shown_back
