@@ -1,21 +1,13 @@
 """gunicorn settings for the dashboard: ``gunicorn -c python:sessions_admin.gunicorn_conf ...``.
 
-Workers: threaded (``gthread``). A sync worker serves one connection at a time, so two
-clients sending their headers slowly, or not reading a large response, held both of the
-demo's workers for the whole 30 s timeout. A gthread worker hands a connection that sends
-nothing back to its event loop after a few seconds, and keeps serving on its other threads
-while a few slow clients hold one each: 2 workers x 16 threads here. Many slow clients can
-still exhaust the threads: in production put a buffering reverse proxy in front (nginx with
-its default ``proxy_buffering on``), which reads whole requests before passing them on and
-takes whole responses off us (README "Running in production").
-
-``WEB_CONCURRENCY`` (gunicorn's own variable) sets the number of workers, and
-``SESSIONS_ADMIN_THREADS`` the threads per worker; command-line options override all of this.
-
-gunicorn 25.1+ opens a control socket, by default in the user's home (shared by every
-instance that user runs): ours lives in the var directory beside the databases
-(``gunicornc -s var/gunicorn.ctl``).
-"""
+Threaded workers (``gthread``, 2 x 16 here): a sync worker serves one connection at a time, so
+two clients sending headers slowly held both of the demo's workers for the whole 30 s timeout;
+a gthread worker parks an idle connection and keeps serving on its other threads. Many slow
+clients can still exhaust the threads: in production put a buffering reverse proxy in front
+(README "Running in production"). ``WEB_CONCURRENCY`` sets the workers,
+``SESSIONS_ADMIN_THREADS`` the threads per worker; command-line options override both.
+gunicorn 25.1+'s control socket lives in the var directory, not the user's shared home
+(``gunicornc -s var/gunicorn.ctl``)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,14 @@
 """Django settings for sessions_admin.
 
-Everything an operator changes comes from the environment:
-
-- ``DATABASE_URL``: the dashboard's own tables (users, audit, jobs).
-- ``SESSIONS_ADMIN_STORE_URL``: the runtime's session store (``state.db``).
-- ``SESSIONS_ADMIN_RESPONSES_URL``: optional separate ``response_store.db``.
-- ``SESSIONS_ADMIN_READ_ONLY``: attach without writing anything to the store (docs/attach.md).
-- ``SESSIONS_ADMIN_CACHE_URL``: where store-wide figures are cached (CACHES below);
-  ``SESSIONS_ADMIN_JOB_POLL_SECONDS``: delete-job workers' fallback poll (ledger/wake.py).
-- ``SESSIONS_ADMIN_SECRET_KEY``, ``SESSIONS_ADMIN_DEBUG``, ``SESSIONS_ADMIN_ALLOWED_HOSTS``.
-- Sign-in: ``SESSIONS_ADMIN_SIGNIN_FAILURES``, ``SESSIONS_ADMIN_SIGNIN_COOLOFF_MINUTES``,
-  ``SESSIONS_ADMIN_IDLE_MINUTES``, ``SESSIONS_ADMIN_SESSION_MAX_HOURS`` (sessions_admin/signin).
-- Production: ``SESSIONS_ADMIN_HTTPS``, ``SESSIONS_ADMIN_BEHIND_PROXY``,
-  ``SESSIONS_ADMIN_HSTS_SECONDS``, ``SESSIONS_ADMIN_CSRF_TRUSTED_ORIGINS`` (README).
-"""
+Everything an operator changes comes from the environment (the README's configuration table
+says what each does): ``DATABASE_URL`` (the dashboard's own tables), ``SESSIONS_ADMIN_STORE_URL``
+(the runtime's ``state.db``), ``SESSIONS_ADMIN_RESPONSES_URL`` (an optional separate
+``response_store.db``), ``SESSIONS_ADMIN_READ_ONLY`` (docs/attach.md), ``SESSIONS_ADMIN_CACHE_URL``,
+``SESSIONS_ADMIN_JOB_POLL_SECONDS``, ``SESSIONS_ADMIN_SECRET_KEY``, ``SESSIONS_ADMIN_DEBUG``,
+``SESSIONS_ADMIN_ALLOWED_HOSTS``, the sign-in limits (``SESSIONS_ADMIN_SIGNIN_*``,
+``SESSIONS_ADMIN_IDLE_MINUTES``, ``SESSIONS_ADMIN_SESSION_MAX_HOURS``) and production's
+``SESSIONS_ADMIN_HTTPS``, ``SESSIONS_ADMIN_BEHIND_PROXY``, ``SESSIONS_ADMIN_HSTS_SECONDS``,
+``SESSIONS_ADMIN_CSRF_TRUSTED_ORIGINS``."""
 
 from __future__ import annotations
 

@@ -10,9 +10,13 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
+from django.core.cache import cache
 
 from sessions_admin import core
 from sessions_admin.core import db, faults
+from sessions_admin.core.clock import use_clock
+from sessions_admin.core.slug_history import TABLE as SLUG_HISTORY_TABLE
+from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import TrashEntry
 from sessions_admin.routers import responses_alias
 
@@ -249,3 +253,104 @@ def cascade_split_by_a_fault(monkeypatch, start: str) -> tuple[str, str]:
         TrashEntry.objects.filter(operation=o).order_by("pk").first().pk for o in operations
     )
     return older, newer
+
+
+# --- autouse fixtures: a test module that imports one turns it on for its tests -------------
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    """The console caches fork ids, dropdown choices and the overview's counts for a few
+    seconds: the test starts and leaves with an empty cache."""
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def erasures_run_inline(monkeypatch):
+    """The test runs queued erasure requests itself (no background thread): the request page's
+    call (``actions.start_erasures``) and ``request_erasure``'s own, in the module it lives in."""
+    monkeypatch.setattr(actions, "start_erasures", lambda: None)
+    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
+
+
+@pytest.fixture(autouse=True)
+def empty_slug_history():
+    """The slug-history table lives outside the test transaction: emptied after the test."""
+    yield
+    db.execute(f"DELETE FROM {SLUG_HISTORY_TABLE}")
+
+
+# --- sessions -------------------------------------------------------------------------------
+
+
+def cold_start_fork(slug: str, forks: int = 2, *, said: bool = True) -> list[str]:
+    """What a runtime without slug continuity writes: a new unlinked session per cold start,
+    each with a turn of ``slug`` (and, if ``said``, one user message)."""
+    ids = []
+    for n in range(forks):
+        sid = core.create_session(
+            source="api_server", user_id="u1", started_at=1000.0 + n
+        ).session_id
+        if said:
+            core.append_message(session_id=sid, role="user", content=f"turn {n}")
+        core.record_turn(response_id=f"{slug}-r{n}", session_id=sid, conversation=slug)
+        ids.append(sid)
+    return ids
+
+
+def old_sessions(
+    n: int,
+    *,
+    messages: int | None = None,
+    sources: tuple[str, ...] = ("cli",),
+    ended_at: float | None = None,
+) -> list[str]:
+    """``n`` sessions the user ended, started at 1000, 1001, ...: session i comes from
+    ``sources[i % len(sources)]`` and holds ``messages`` user messages (default i % 3 + 1, so
+    batches differ in size); ``ended_at`` backdates their end."""
+    ids = []
+    for i in range(n):
+        sid = core.create_session(
+            source=sources[i % len(sources)], started_at=1000.0 + i
+        ).session_id
+        count = i % 3 + 1 if messages is None else messages
+        if count:
+            core.append_messages(
+                session_id=sid,
+                messages=[{"role": "user", "content": f"m{i}-{k}"} for k in range(count)],
+            )
+        core.end_session(session_id=sid, end_reason="user_exit")
+        ids.append(sid)
+    if ended_at is not None:
+        db.execute(
+            f"UPDATE sessions SET ended_at = %s WHERE id IN ({db.placeholders(ids)})",
+            [ended_at, *ids],
+        )
+    return ids
+
+
+def dangling_compression() -> str:
+    """A session ended by compression whose continuation was never written."""
+    sid = core.create_session(source="cli").session_id
+    core.append_message(session_id=sid, role="user", content="hi")
+    core.end_session(session_id=sid, end_reason="compression")
+    return sid
+
+
+def api_turn(slug: str, response_id: str, at: float, *, end: bool) -> str:
+    """One /v1/responses turn of ``slug`` at ``at`` (its session ended after it if ``end``)."""
+    with use_clock(lambda: at):
+        sid = core.resolve_conversation(conversation=slug, source="api_server").session_id
+        core.append_messages(
+            session_id=sid,
+            messages=[
+                {"role": "user", "content": f"q {response_id}", "timestamp": at},
+                {"role": "assistant", "content": f"a {response_id}", "timestamp": at},
+            ],
+        )
+        core.record_turn(response_id=response_id, session_id=sid, conversation=slug)
+        if end:
+            core.end_session(session_id=sid, end_reason="idle_timeout")
+    return sid

@@ -149,6 +149,14 @@ def no_worker(monkeypatch):
 
 
 @pytest.fixture
+def ada(db):
+    """The operator the audit entries of a test name."""
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user("ada")
+
+
+@pytest.fixture
 def seeded():
     """A small store holding one of every kind of object a URL can name (tests/console/urlmap)."""
     from tests.console import urlmap

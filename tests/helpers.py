@@ -46,6 +46,30 @@ def conversation(name: str) -> tuple | None:
     )
 
 
+def session_ids() -> set[str]:
+    """Every session in the store."""
+    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
+
+
+def present(ids) -> set[str]:
+    """Those of ``ids`` still in the store."""
+    return {
+        r[0]
+        for r in db.fetchall(
+            f"SELECT id FROM sessions WHERE id IN ({db.placeholders(ids)})", list(ids)
+        )
+    }
+
+
+def parent_of(session_id: str) -> str | None:
+    return db.fetchone("SELECT parent_session_id FROM sessions WHERE id = %s", [session_id])[0]
+
+
+def parent_links() -> dict[str, str | None]:
+    """Every session's parent, by id."""
+    return dict(db.fetchall("SELECT id, parent_session_id FROM sessions ORDER BY id"))
+
+
 def count(table: str) -> int:
     return int(db.fetchone(f"SELECT COUNT(*) FROM {table}")[0])
 

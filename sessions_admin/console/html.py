@@ -1,30 +1,26 @@
-"""Every piece of HTML the console builds in Python, with its one escape helper.
+"""The HTML the console builds in Python, with its one escape helper.
 
-Templates build the pages; what is here is what repeats too often for the template
-engine: a session page's messages and lineage nodes, and the session list's rows. A
-chunk is a hundred messages of some forty template nodes each, a long lineage fifty
-nodes of about as many, a list page fifty rows of about a hundred; through the template
-engine they were most of those pages' time (bench/run.py). These build the same markup
-the templates did, every value escaped with ``escape``.
-
-The words pages use for an end reason live here too (``end_reason_words``): the
-builders need them, and the template filter of that name is this function.
+Only what repeats too often for the template engine is here: a session page's messages
+and lineage nodes, and the session list's rows. A chunk is a hundred messages of some
+forty template nodes each, a long lineage fifty nodes of about as many, a list page fifty
+rows of about a hundred; through the template engine they were most of those pages' time
+(bench/run.py). These build the same markup the templates did, every value escaped with
+``escape``.
 """
 
 from __future__ import annotations
 
 import html
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from django.urls import NoReverseMatch, reverse
 from django.utils.safestring import SafeString, mark_safe
 
 from sessions_admin.console import markdown
 from sessions_admin.console.http import plural
+from sessions_admin.console.listed import ListedSession, When
+from sessions_admin.console.words import TITLE_SHOWN, clip, end_reason_words, one_line
 from sessions_admin.core.clock import moment_of
-from sessions_admin.store import listing, transcripts
+from sessions_admin.store import listing
 from sessions_admin.store.transcripts import (
     SHOWN_CHARS,
     LineageEvent,
@@ -34,10 +30,6 @@ from sessions_admin.store.transcripts import (
 
 # Lineage nodes show titles up to this many characters (the session page links the whole).
 NODE_TITLE_SHOWN = 200
-# Runtime-written text a list row shows, at most (the session page has the whole of it):
-# a 1 MB title made a 2 MB list page.
-TITLE_SHOWN = 200
-VALUE_SHOWN = 200
 # A row labelled by its first user message shows this much of it, on one line.
 LABEL_SHOWN = 120
 
@@ -49,101 +41,6 @@ def escape(value: object) -> str:
     than the escaping itself at twenty values a row; None renders as a template would.
     """
     return html.escape(str(value), quote=True)
-
-
-_MARKS = re.compile(f"({listing.MARK_START}|{listing.MARK_END})")
-
-
-def highlight(raw: str | None) -> SafeString:
-    """Escape a snippet, then turn our markers into balanced <mark> elements.
-
-    The snippet text is untrusted; it is escaped piece by piece and only the
-    markers (never produced by escaping) become markup. A marker character
-    that was in the content itself can at worst move a highlight.
-    """
-    out: list[str] = []
-    inside = False
-    for piece in _MARKS.split(raw or ""):
-        if piece == listing.MARK_START:
-            if not inside:
-                out.append("<mark>")
-                inside = True
-        elif piece == listing.MARK_END:
-            if inside:
-                out.append("</mark>")
-                inside = False
-        elif piece:
-            out.append(escape(piece))
-    if inside:
-        out.append("</mark>")
-    return mark_safe("".join(out))  # noqa: S308 - every piece above is escaped
-
-
-# A snippet cut from JSON (a tool's arguments or result): a key, a bracket, an escape.
-_LOOKS_LIKE_JSON = re.compile(r'[{\[]\s*"|"\s*:\s*[{\["\d\-tfn]|\\"')
-# Keys that say nothing to a reader: call ids, "type": "function", the "function" wrapper.
-_JSON_NOISE = re.compile(
-    r'"(?:id|type|call_id|tool_call_id|index)"\s*:\s*("[^"]*"|\d+)\s*,?\s*|"function"\s*:\s*'
-)
-
-
-def readable_snippet(raw: str) -> str:
-    """A snippet of JSON as words: ``key: value, key: value`` without the braces, quotes
-    and escapes (the markers stay where they are); other text is returned as it is."""
-    if not _LOOKS_LIKE_JSON.search(raw):
-        return raw
-    text = re.sub(r"\\[nrt]", " ", raw).replace('\\"', '"').replace("\\\\", "\\")
-    # A snippet cut inside a value (``call_9", "type": ...``): that value's tail says nothing.
-    text = re.sub(r'^(\W*)[^"\s\ue000]*"\s*,\s*', r"\1", text)
-    text = _JSON_NOISE.sub("", text)
-    text = re.sub(r'"\s*:\s*', ": ", text)
-    text = re.sub(r'"\s*,\s*"', ", ", text)
-    text = re.sub(r'[{}\[\]"]+', " ", text)
-    text = re.sub(r"\s+,", ",", text)
-    return re.sub(r"\s+", " ", text).strip()
-
-
-END_REASON_WORDS = {
-    None: "still live",
-    "": "ended, no reason recorded",
-    "compression": "continued in a compressed session",
-    "session_reset": "reset by the user (/new or /reset)",
-    "new_session": "replaced by a new session for the same chat",
-    "session_switch": "left for another session (/resume)",
-    "branched": "branched into a new session",
-    "merged": "merged into another session",
-    "user_exit": "closed by the user",
-    "agent_close": "closed by the agent (may be accidental)",
-    "ws_orphan_reap": "reaped as an orphaned connection (accidental)",
-    "lru_evict": "evicted from the runtime's cache (accidental)",
-    "idle_expiry": "expired after being idle",
-    "daily_reset": "daily reset",
-    "orphaned_compression": "compression never continued",
-}
-
-
-def end_reason_words(reason: str | None) -> str:
-    """What an end reason means, in words (unknown reasons are named as they are)."""
-    if reason in END_REASON_WORDS:
-        return END_REASON_WORDS[reason]
-    return f"ended ({reason})"
-
-
-def duration_words(seconds: object) -> str:
-    """A length of time as the pages show it: "45s", "12m", "3h 5m", "4d 2h"."""
-    try:
-        total = int(float(seconds))
-    except (TypeError, ValueError):
-        return ""
-    if total < 60:
-        return f"{total}s"
-    minutes, _ = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes}m"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h {minutes}m"
-    return f"{hours // 24}d {hours % 24}h"
 
 
 # --- the session page: messages and the lineage tree ------------------------------------------
@@ -167,7 +64,7 @@ def _cut_note(m: TranscriptMessage, field: str, what: str) -> str:
     )
 
 
-def _call_summary(call: ToolCall) -> str:
+def call_summary(call: ToolCall) -> str:
     """What a call's collapsed line says: the tool's name and its arguments in one line."""
     return (
         f'<span class="tool-name">{escape(call.name)}</span>'
@@ -175,82 +72,10 @@ def _call_summary(call: ToolCall) -> str:
     )
 
 
-def tool_call_line(
-    call: ToolCall, *, result_id: int | None, result_url: str = "", shown: int | None = None
-) -> SafeString:
-    """A tool call as one collapsed line, for the previews that list messages (merge, undo):
-    its name and arguments, and the message with its result when that is listed too.
-
-    ``shown``: the arguments are cut at this many characters (a preview, not the transcript).
-    """
-    arguments = call.arguments or "(none)"
-    if shown is not None and len(arguments) > shown:
-        arguments = arguments[:shown] + "…"
-    if result_id is None:
-        answered = '<span class="badge no-result">no result here</span>'
-    else:
-        answered = f'<a class="call-result" href="{escape(result_url)}">result #{result_id}</a>'
-    call_id = f' <code class="hint">{escape(call.call_id)}</code>' if call.call_id else ""
-    return mark_safe(  # noqa: S308 - every value is escaped
-        f'<details class="call-line"><summary>{_call_summary(call)}{answered}</summary>'
-        f'<div class="call-body"><div class="call-label">Arguments{call_id}</div>'
-        f'<pre class="code">{escape(arguments)}</pre></div></details>'
-    )
-
-
-@dataclass
-class CallAnswered:
-    """A tool result row's call, where the preview lists the message that made it."""
-
-    message_id: int
-    name: str
-    url: str
-
-
-@dataclass
-class PreviewCalls:
-    """The tool calls of the messages a preview lists, each paired with its listed result."""
-
-    lines: dict[int, list[SafeString]]  # message id -> its calls, one line each
-    unparsed: set[int]  # messages whose stored tool calls are not JSON
-    answers: dict[int, CallAnswered]  # tool result message id -> the call it answers
-
-
-def preview_calls(rows: list[dict], url_of: Callable[[int], str], *, shown: int) -> PreviewCalls:
-    """Pair the calls and results of ``rows`` (id, role, tool_calls, tool_call_id, in order).
-
-    ``url_of`` links a listed message; ``shown`` cuts each call's arguments.
-    """
-    calls = {row["id"]: transcripts.parse_tool_calls(row.get("tool_calls")) for row in rows}
-    results = {
-        row["tool_call_id"]: row["id"]
-        for row in rows
-        if row["role"] == "tool" and row.get("tool_call_id")
-    }
-    made: dict[str, CallAnswered] = {}
-    lines: dict[int, list[SafeString]] = {}
-    for message_id, parsed in calls.items():
-        for call in parsed or ():
-            result_id = results.get(call.call_id) if call.call_id else None
-            url = url_of(result_id) if result_id is not None else ""
-            lines.setdefault(message_id, []).append(
-                tool_call_line(call, result_id=result_id, result_url=url, shown=shown)
-            )
-            if call.call_id:
-                made.setdefault(
-                    call.call_id, CallAnswered(message_id, call.name, url_of(message_id))
-                )
-    answers = {
-        result_id: made[call_id] for call_id, result_id in results.items() if call_id in made
-    }
-    unparsed = {message_id for message_id, parsed in calls.items() if parsed is None}
-    return PreviewCalls(lines=lines, unparsed=unparsed, answers=answers)
-
-
 def _tool_call(call: ToolCall) -> str:
     parts = [
         f'<details class="tool-call"{" open" if call.open else ""}><summary>',
-        _call_summary(call),
+        call_summary(call),
     ]
     if not call.result:
         parts.append('<span class="badge no-result">no result here</span>')
@@ -414,66 +239,6 @@ def lineage_html(events: list[LineageEvent]) -> SafeString:
 # --- the session list: one row of the table ---------------------------------------------------
 
 
-@dataclass(frozen=True)
-class When:
-    """A moment as a list shows it: ISO for the attribute, day and clock for the eye."""
-
-    iso: str
-    day: str
-    clock: str
-
-
-def when(timestamp: float | None) -> When | None:
-    moment = moment_of(timestamp)
-    if moment is None:
-        return None
-    return When(moment.isoformat(), moment.strftime("%Y-%m-%d"), moment.strftime("%H:%M:%S"))
-
-
-@dataclass(frozen=True)
-class ListedSession:
-    """A session list row with its values formatted (50 rows through template filters
-    cost more than the queries behind them)."""
-
-    session: listing.SessionRow
-    url: str | None
-    tip_url: str | None
-    started: When | None
-    last: When | None
-    status: str
-    messages: str
-    tokens: str
-    cost: str | None
-    selectable: bool = False  # the operator may act on a selection (merge, delete)
-
-    @property
-    def html(self) -> SafeString:
-        return session_row_html(self)
-
-
-def clip(text: str | None, limit: int = VALUE_SHOWN) -> str:
-    """Runtime-written text as a row shows it: at most ``limit`` characters, then an ellipsis."""
-    if not text:
-        return ""
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-# Line breaks and other whitespace runs become one space; control characters and the
-# bidirectional embeddings, overrides and isolates go (an RTL override in a customer's
-# message would otherwise reverse the rest of the row). <bdi> isolates what remains.
-_WHITESPACE = re.compile(r"\s+")
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def one_line(text: str | None, limit: int) -> str:
-    """Runtime-written text as a one-line label: whitespace folded, controls dropped, clipped."""
-    if not text:
-        return ""
-    # Clip first (generously) so a megabyte message costs no megabyte regex pass.
-    folded = _WHITESPACE.sub(" ", text[: limit * 4])
-    return clip(_CONTROLS.sub("", folded).strip(), limit)
-
-
 def _row_label(row: listing.SessionRow) -> tuple[str, str]:
     """(css class, text) naming a row: its title, first user message, display name or none."""
     title = one_line(row.title, TITLE_SHOWN)
@@ -498,13 +263,9 @@ def _time_html(moment: When) -> str:
 
 
 def session_row_html(item: ListedSession) -> SafeString:
-    """One <tr> of the session table, built here rather than by the template engine.
-
-    Fifty rows of about a hundred template nodes each were most of the page's time
-    (bench/run.py); the markup is the same, every value escaped. The label (title, first
-    user message, display name) links to the session; the id stays below it, smaller.
-    A row has a selection checkbox only when the operator can act on a selection.
-    """
+    """One <tr> of the session table. The label (title, first user message, display name)
+    links to the session, the id below it; a selection checkbox only for an operator who can
+    act on a selection."""
     row = item.session
     sid = escape(row.id)
     markers = []

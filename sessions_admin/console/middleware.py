@@ -1,20 +1,13 @@
 """What every console response gets whatever its view: HEAD answered as GET, and no caching.
 
-HEAD: every page is GET-only (``require_GET`` in the views), and Django's
-method decorators answer HEAD with 405 although HTTP defines it as GET
-without the body. Rather than trusting each view (present and future) to
-say ``require_safe``, a HEAD request is handled here as the GET it stands
-for, and the body is dropped on the way out. A view that only takes POST
-still answers 405 (to the GET it was given), as it would to HEAD.
+HEAD: Django's method decorators answer HEAD with 405 on GET-only views although HTTP defines
+it as GET without the body; rather than trusting every view to say ``require_safe``, a HEAD is
+handled here as its GET and the body dropped on the way out (a POST-only view still says 405).
 
-Caching: signed-in pages show store content (transcripts, user ids) and
-carry CSRF tokens; nothing may keep them, neither a shared proxy nor the
-browser's cache (Back after sign-out must ask the server, which asks for a
-sign-in). Every response without a ``Cache-Control`` of its own gets
-``no-store``; static files (WhiteNoise, listed before this middleware)
-keep their own caching. htmx's history snapshots are switched off apart
-(``historyCacheSize: 0`` in templates/base.html's htmx-config).
-"""
+Caching: signed-in pages show store content and carry CSRF tokens, so neither a proxy nor the
+browser may keep them (Back after sign-out must ask the server). A response without its own
+``Cache-Control`` gets ``no-store``; static files (WhiteNoise, listed before) keep theirs, and
+htmx's history snapshots are off (``historyCacheSize: 0`` in templates/base.html)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,14 @@
-"""The store core: every operation that changes the session store, and the reads they need.
+"""The store core: every operation on the session store, and the reads they need.
 
-No HTTP here. Views, management commands and a Python runtime all call these
-functions; none of them writes to the store itself. Each operation takes
-keyword-only arguments, runs in one transaction and returns a frozen dataclass
-or raises a ``sessions_admin.core.errors.StoreError``.
+No HTTP here. Views, management commands and a Python runtime all call these functions;
+none of them writes to the store itself. Each operation takes keyword-only arguments, runs in
+one transaction and returns a frozen dataclass or raises a ``core.errors.StoreError``.
+
+This module re-exports only part of it: what a runtime calls (sessions and their messages,
+turns and conversations, transcript edits, lineage reads, switch events and their follower,
+the errors) plus merge, cascade delete and fork groups. The rest is imported from its own
+module: ``holds``, ``retention``, ``erasure``, ``portability``, ``stray``, ``slug_history``,
+``schema``, ``bulk_insert``, ``text``, ``ids``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """Conversation continuity for OpenAI-style ``/v1/responses`` clients.
 
-A client names its conversation with a slug. The runtime keeps
-``responses`` (LRU-bounded: evicted on pressure and lost on restart) and
-``conversations`` (slug -> latest response). Before hermes-agent #16517 the
-session lived only inside ``responses.data``, so once that row was evicted a
-known slug minted a fresh, unlinked session: one conversation became N forks.
-Here the slug's session is persisted on its ``conversations`` row at every
-turn, and resolving a slug never depends on the response row surviving.
-Nor on the row keeping that column: hermes-agent 0.19's own turn rewrites the
-row with ``INSERT OR REPLACE (name, response_id)`` (the column NULL) and its
-LRU deletes the row with the response. So every session the core puts a slug
-on is also recorded in the slug history (``slug_history.remember_core_session``,
-in the store), and a slug whose row and responses name no session any more
-continues the latest session recorded there, if it still exists.
-
-These tables may live in a separate database (Hermes's ``response_store.db``):
-``responses_alias()``.
-"""
+A client names its conversation with a slug; the runtime keeps ``responses`` (LRU-bounded,
+lost on restart) and ``conversations`` (slug -> latest response). Before hermes-agent #16517
+the session lived only in ``responses.data``, so an evicted row made a known slug mint an
+unlinked session: one conversation became N forks. Here the slug's session is kept on its
+``conversations`` row at every turn, and since hermes-agent 0.19's own turn nulls that column
+(``INSERT OR REPLACE``) and its LRU deletes the row, also in the slug history
+(``slug_history.remember_core_session``): a slug whose row and responses name no session
+continues the latest session recorded there, if it still exists. These tables may live in a
+separate database (Hermes's ``response_store.db``): ``responses_alias()``."""
 
 from __future__ import annotations
 
@@ -115,19 +107,15 @@ def resolve_conversation(
     """The session a ``/v1/responses`` request continues.
 
     - a known ``previous_response_id``: its session;
-    - else a known slug: the session persisted on its row (even after every
-      response row of it was evicted) or, where the runtime left the column
-      NULL (Hermes's ``INSERT OR REPLACE``), the session its latest response
-      names or, that response not stored either, the latest session the slug
-      history records for it (the core's own record of its turns);
-    - a slug whose row the runtime deleted (Hermes's LRU) but whose recorded
-      session still exists: that session, the row written again;
-    - an unknown ``previous_response_id`` without a slug, or a slug with no
-      recorded session: ``ConversationNotFound`` (never a silent fork);
+    - a known slug: the session on its row, else (the column nulled by Hermes's ``INSERT OR
+      REPLACE``) the one its latest response names, else the latest the slug history records;
+    - a slug whose row Hermes's LRU deleted but whose recorded session exists: that session,
+      the row written again;
+    - an unknown ``previous_response_id`` without a slug, or a slug with no recorded session:
+      ``ConversationNotFound`` (never a silent fork);
     - a new slug: a new session, created once even when requests race;
-    - a session that has ended: the live session continuing it, or a new one
-      linked to it (``resolved_by`` ``"continuation"``), with the slug moved there.
-    """
+    - an ended session: the live one continuing it, or a new one linked to it (``resolved_by``
+      ``"continuation"``), the slug moved there."""
     if conversation is not None:
         _check_slug(conversation)
     _check_response_id(previous_response_id, "previous_response_id")

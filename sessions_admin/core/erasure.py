@@ -1,52 +1,17 @@
 """Erasure: everything the store and the response store hold about one person, purged.
 
-A subject is a user id, optionally with chat ids and whole session keys; each is compared
-as a whole value with its case (``=``/``IN``, never ``LIKE`` or a substring), and a blank,
-padded, invisible or wildcard-only value is refused. Its plan (``plan_erasure``) is every
-session of that user, chat or key, with every session below it by ``parent_session_id``
-(compression continuations, delegates, branches, children, API continuations, with no
-user id or theirs; another user's refuses); a merge target with no user id
-that a chat id or key reaches only through the merge is kept (``kept_targets``); the subject's
-messages a standing merge moved into a session that stays (by the message ids the merge
-recorded); the slugs and stored responses of those sessions; and the rows of
-sessions_admin's own tables about them. A plan reaching a session of another user id
-(through a chat id, a key, or a merge into one of theirs) is refused. Other people's
-sessions naming the subject as a whole word (``mentions``) are listed and kept: their text
-is someone else's. ``erase`` deletes exactly that, without a trash copy: it re-plans and
-refuses if the fingerprint changed, or carries out a plan recorded earlier (``plan_record``:
-a resumed erasure, whose killed run already deleted some of it; every step is idempotent). Merge records that moved the subject's rows into a
-session that stays are emptied of them and marked as no longer undoable (a key they copied
-from an erased session onto the target is taken back); the subject's
-switch events become tombstones (``core.events``); hold reasons naming them are redacted.
-Then it removes what deleted rows leave behind:
-
-- SQLite: the deletes run with ``PRAGMA secure_delete = ON`` (freed content is
-  overwritten with zeros), both full-text indexes are merged into one segment in short steps within a time
-  budget (FTS5 keeps a deleted row's terms in older segments until then; when a runtime
-  writing all along kept the merge from finishing, the result says so and
-  ``merge_search_indexes`` is run again later until it finishes), and the WAL is checkpointed
-  and truncated (``wal_checkpoint(TRUNCATE)``), so no page image of the old rows is
-  left in the ``-wal`` file. secure_delete reaches only what the erasure itself frees:
-  space freed earlier (a merge, an FTS segment merge, an earlier delete, on a SQLite
-  built with secure_delete off) keeps its bytes until the file is rewritten
-  (``rewrite_store_files``: a VACUUM in a quiet moment, after the index merge).
-- PostgreSQL: deleted rows stay as dead tuples until VACUUM; ``erase`` runs
-  ``VACUUM`` on the tables it touched (outside a transaction), which frees the space
-  without erasing it; ``rewrite_store_files`` (VACUUM FULL, the operator's step) rewrites
-  them. WAL segments and backups are the operator's retention to manage
-  (docs/retention.md).
-
-Counts in the result are what the databases lost (``rows_present`` before the first run
-minus after this one), not what each statement reported. A database that cannot be
-written (a full disk, a read-only file) stops ``erase`` with ``ErasureStopped``: which
-database, and what of the plan is gone so far across every run; what went stays gone and
-running the plan again finishes it.
-
-Held sessions (``core.holds``) are never erased or changed: the plan lists a hold on any
-session it would change (``held_scope``: the subject's, and those holding their moved
-messages or targeted by a merge it closes), and ``erase`` refuses while one stands. The dashboard's side (its trash, the audit log, the
-receipt) is ``ledger/erasure.py``.
-"""
+A subject (a user id, with chat ids and whole session keys) is compared as whole values with
+their case, never ``LIKE``. Its plan: the subject's sessions and everything below them, the
+messages a standing merge moved into a session that stays, their slugs and responses, and our
+own tables' rows about them; a plan reaching another user's session is refused, and sessions
+merely mentioning the subject are listed and kept (their text is someone else's). ``erase``
+deletes exactly that, with no trash copy, after re-checking the fingerprint or from a recorded
+plan (a resumed run; every step is idempotent), then removes what deleted rows leave behind
+(SQLite: secure_delete, merged FTS segments, a truncated WAL; PostgreSQL: VACUUM, with
+``rewrite_store_files`` for what only a rewrite frees). Counts are what the databases lost;
+an unwritable database stops it with ``ErasureStopped``, and running the plan again finishes
+it. Held sessions are never changed. docs/retention.md ("Erasure requests") is the operator's
+account; the dashboard's side (trash, audit, receipt) is ``ledger/erasure.py``."""
 
 from __future__ import annotations
 

@@ -1,57 +1,17 @@
 """Session-switch notifications: in-process listeners and a persisted event log.
 
-Memory providers cache per-session state; when a runtime's session rotates
-(new/reset, resume, branch, compression, merge) they must hear of it or they
-keep writing into the old session (hermes-agent #6672). Every rotation the
-core performs:
+Memory providers cache per-session state; when a runtime's session rotates (new/reset, resume,
+branch, compression, merge) they must hear of it or they keep writing into the old session
+(hermes-agent #6672). Every rotation appends a row to ``sessions_admin_switch_events`` inside
+its transaction, numbered ``seq`` with no gaps in commit order (a runtime in another process
+follows it with a cursor; ``origin`` lets a follower skip its own process's switches, see
+``core.follower``), then, after commit, hands the switch to every registered listener
+(isolated from one another and from the caller: ``register_listener``).
 
-1. appends a row to ``sessions_admin_switch_events`` inside the operation's
-   transaction, numbered ``seq`` 1, 2, 3... with no gaps, in commit order, so
-   a runtime in another process can follow it with a cursor; the row also
-   names the new session's ``source`` and the ``origin`` (a token of the
-   process that made the switch, so a follower can skip its own process's
-   switches: see ``sessions_admin.core.follower``);
-2. after the transaction commits, hands the switch to every registered
-   listener, each on a dispatcher thread of its own.
-
-An erasure (``core.erasure``) never deletes a row of the log, which would leave a gap a
-cursor could not tell from a lost event: it empties the erased person's events into
-tombstones that keep their ``seq``, time and reason, name no session or key
-(``new_session_id`` is ``""``) and have the ``history`` origin, so no follower tells a
-listener about them.
-
-A listener is an object with ``on_session_switch`` or a plain callable, called as::
-
-    on_session_switch(
-        new_session_id: str,
-        *,
-        parent_session_id: str,            # "" when the new session has no parent
-        reset: bool,                       # True for a fresh context (new, reset)
-        reason: str,                       # one of SWITCH_REASONS
-        session_key: str | None,           # which chat switched (None: no key, e.g. the CLI)
-        previous_session_id: str | None,   # the session this chat leaves, if any
-        source: str | None,                # the new session's ``source`` (telegram, cli...)
-    ) -> None
-
-A listener written for the older signature (only ``parent_session_id``,
-``reset`` and ``reason``, without ``**kwargs``) keeps working: each listener
-gets only the keyword arguments its signature accepts (inspected once).
-
-Isolation. Each listener has its own daemon thread and FIFO queue, so it sees
-the switches in order and a slow or hung listener delays only itself. After
-commit the caller enqueues the switch for every listener and waits at most a
-short grace period (``SESSIONS_ADMIN_LISTENER_GRACE``, default 0.2 s) so that
-fast listeners have already run when the operation returns; it never waits
-longer. A listener still running after ``SESSIONS_ADMIN_LISTENER_TIMEOUT``
-(default 2 s) is logged as late (a warning naming the listener and the
-switch); nobody waits for it. Whatever a listener raises (``SystemExit`` and
-``GeneratorExit`` included) is logged and goes no further, except
-``KeyboardInterrupt``, which is passed on to the main thread as Ctrl-C would
-be. Both settings are read from Django settings, else from the environment
-variable of the same name. A listener that touches the database does so
-from its dispatcher thread, on that thread's own connection (closed after
-each call).
-"""
+An erasure never deletes a row of the log (a gap a cursor could not tell from a lost event):
+it turns the person's events into tombstones that keep ``seq``, time and reason, name no
+session (``new_session_id`` ``""``) and have the ``history`` origin, so no follower tells a
+listener about them."""
 
 from __future__ import annotations
 
@@ -405,7 +365,17 @@ _listeners_lock = threading.Lock()
 
 
 def register_listener(listener: Any) -> None:
-    """Register an object with ``on_session_switch`` (or a plain callable of the same shape)."""
+    """Register an object with ``on_session_switch`` (or a plain callable of the same shape):
+    ``(new_session_id, *, parent_session_id ("" if none), reset, reason (SWITCH_REASONS),
+    session_key, previous_session_id, source)``; a listener that accepts fewer keywords gets
+    only those (an older signature keeps working).
+
+    Each listener has its own daemon thread and FIFO queue: it sees switches in order, and a
+    slow or hung one delays only itself. The caller waits at most ``LISTENER_GRACE`` after
+    commit; a listener still running after ``LISTENER_TIMEOUT`` is logged as late (both
+    settable as ``SESSIONS_ADMIN_LISTENER_*``, a Django setting or environment variable).
+    What a listener raises is logged and goes no further, except ``KeyboardInterrupt``, passed
+    to the main thread. A listener's database work runs on its thread's own connection."""
     with _listeners_lock:
         if listener not in _listeners:
             _listeners.append(listener)

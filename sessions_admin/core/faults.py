@@ -1,25 +1,15 @@
 """Crash points for the kill -9 tests: a process dies exactly where a test asks.
 
-``checkpoint(name)`` does nothing unless ``SESSIONS_ADMIN_CRASH_AT`` names
-that point (``name``, or ``name@N`` for its Nth hit; a comma-separated list
-is allowed), in which case the process kills itself with SIGKILL: no
-``finally`` runs, no transaction is rolled back or committed by Python,
-exactly like a power cut or the OOM killer.
-The variable is read once at import, so a checkpoint costs one truth test
-when crash testing is off. Tests run the operation in a child process with
-the variable set and then check the store it left behind
+``checkpoint(name)`` does nothing unless ``SESSIONS_ADMIN_CRASH_AT`` names that point (``name``
+or ``name@N`` for its Nth hit, comma-separated), in which case the process SIGKILLs itself: no
+``finally`` runs, nothing is rolled back or committed by Python, like a power cut. The variable
+is read once at import, so a checkpoint costs one truth test when crash testing is off
 (tests/store/test_crash.py).
 
-``SESSIONS_ADMIN_PAUSE_AT`` names points (same syntax) where the process stops
-instead, its transaction still open, until a test lets it go: it creates
+``SESSIONS_ADMIN_PAUSE_AT`` (same syntax) stops there instead, transaction open: it creates
 ``<SESSIONS_ADMIN_PAUSE_DIR>/<point>.reached`` and waits (at most a minute) for
-``<point>.release`` there. Race tests use it to hold one process at the
-dangerous moment while another runs (tests/store/test_races.py).
-
-``run_at(name, action, nth=1)`` runs ``action`` at a point's Nth hit instead: a test's
-child process uses it to make a database unable to grow from that point on (a file-size
-limit: the disk-full tests, tests/store/test_disk_full.py).
-"""
+``<point>.release`` (tests/store/test_races.py). ``run_at(name, action, nth=1)`` runs
+``action`` at a point's Nth hit (the disk-full tests' file-size limit)."""
 
 from __future__ import annotations
 

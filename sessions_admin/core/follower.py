@@ -1,25 +1,15 @@
 """Follow the switch-event log: switches made by other processes reach this process's listeners.
 
-A switch made in this process is told to its listeners on commit
-(``core.events``). One made elsewhere (an operator's reset, resume or merge
-in the console, another runtime process) is only in the log. A runtime calls
-``start_switch_follower(name=...)`` once at startup: a daemon thread polls
-``read_switch_events`` every ``interval`` seconds on its own database
-connection and hands each event of another process to this process's
-listeners, in ``seq`` order, skipping the events whose ``origin`` is this
-process (already told on commit) and the ``new`` events of loaded sessions
-(history).
+A switch made in this process is told to its listeners on commit (``core.events``); one made
+elsewhere (the console, another runtime process) is only in the log. A runtime calls
+``start_switch_follower(name=...)`` once: a daemon thread polls the log on its own connection
+and hands other processes' events to this process's listeners in ``seq`` order (not its own,
+already told, nor the ``new`` events of loaded history).
 
-The follower persists its cursor (the last ``seq`` it handed over) under its
-``name`` in ``sessions_admin_switch_cursors``, so a restarted process resumes
-right after it: nothing replayed, nothing made while it was down lost. A name
-seen for the first time starts at the current end of the log (no history)
-unless ``from_seq`` says otherwise; a saved cursor always wins over
-``from_seq``. The cursor is saved after each batch is handed over, so a crash
-between the two tells that batch again after the restart (at least once; once
-exactly otherwise). A name belongs to one process at a time: two live
-followers under one name would both deliver.
-"""
+The cursor is saved under ``name`` after each batch is handed over, so a restart resumes
+right after it: nothing replayed, nothing lost; a crash between the two tells that batch again
+(at least once). A new name starts at the end of the log unless ``from_seq`` says otherwise
+(a saved cursor wins). A name belongs to one process: two live followers would both deliver."""
 
 from __future__ import annotations
 

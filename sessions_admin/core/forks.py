@@ -1,21 +1,14 @@
 """Fork detection: sessions that belong to one logical conversation but are not linked.
 
-A runtime that loses track of a conversation mints a new, unlinked session for
-it (hermes-agent #16517: a ``/v1/responses`` cold start after the response row
-was evicted). Two kinds of evidence find them:
-
-- **conversation**: one slug recorded on several sessions that share no lineage:
-  the ``conversations`` row, responses whose data names the slug, the chain
-  of ``previous_response_id`` links from the slug's latest response, and the
-  slug history the console records from attach on (``core/slug_history.py``:
-  hermes-agent 0.19 itself deletes the slug's row on eviction and writes no
-  slug into its responses, so on its stores that history is the evidence);
-- **session_key**: consecutive sessions of one key where the earlier one ended
-  without an intentional boundary (no end reason, or an accidental one) and
-  the next started with no parent link and no reset marker.
-
-Sessions already absorbed by a merge (``end_reason = 'merged'``) are not forks.
-"""
+A runtime that loses track of a conversation mints a new, unlinked session for it
+(hermes-agent #16517: a ``/v1/responses`` cold start after the response was evicted). Two
+kinds of evidence find them. **conversation**: one slug recorded on sessions that share no
+lineage (its ``conversations`` row, responses naming it, the ``previous_response_id`` chain,
+and the slug history: hermes-agent 0.19 deletes the slug's row on eviction and writes no slug
+into its responses, so on its stores that history is the evidence). **session_key**:
+consecutive sessions of one key where the earlier ended without an intentional boundary and
+the next started with no parent link and no reset marker. Sessions a merge absorbed are not
+forks."""
 
 from __future__ import annotations
 

@@ -1,28 +1,17 @@
 """Legal holds: sessions that no delete may remove, and no move take messages from, while
 the hold stands.
 
-What a hold covers (``holds_covering``; ``holds_on`` names one hold per session):
+A hold on a session covers its whole lineage (everything sharing its lineage root, including
+what the runtime adds later), found across the store and what is kept elsewhere (the trash,
+``set_lineage_elsewhere``): a session only in the trash can be held. A hold on a user covers
+their sessions and each one's lineage (delegates and children left without a user id). A merge
+target is covered by every hold on a session it absorbed (merge not undone).
 
-- A hold on a session covers its whole lineage: every session whose lineage root is the
-  held session's (compression segments, branches, delegates, the sessions a reset started),
-  including the ones the runtime adds after the hold. The root is found across the store
-  and the sessions kept elsewhere (the dashboard's trash, ``set_lineage_elsewhere``): a
-  branch or segment already in the trash, and the parent a kept child lost when it was
-  deleted, are part of the lineage. A session only in the trash can be held.
-- A hold on a user covers every session with that ``user_id`` and the lineage of each
-  (the delegates, subagents and compression children a runtime leaves without a user id),
-  in the store and in the trash.
-- A merge target holds the messages of the sessions a merge (not undone) absorbed: it is
-  covered by every hold covering one of them.
-
-Holds live in the store (``sessions_admin_holds``), beside the sessions they protect, so
-every process that deletes reads the same holds, and the delete itself checks them under
-the store's write lock (``deletion.steps``): a hold placed after a preview was
-shown, or while a bulk job runs, still stops the delete. Merges, their undo and the moves
-of stray messages call ``refuse_moving_out`` under their locks: messages never move from a
-held session into one the same hold does not cover on its own. Placing and releasing a
-hold is audited by the ledger's doors (``ledger.actions.place_hold`` / ``release_hold``).
-"""
+Holds live in the store, so every process that deletes reads the same ones, and the delete
+checks them under the store's write lock (``deletion.steps``): a hold placed after a preview
+or during a job still stops it. Merges, unmerges and stray moves call ``refuse_moving_out``:
+messages never leave a held session for one the same hold does not cover. Placing and
+releasing are audited by ``ledger.actions``; docs/retention.md is the operator's account."""
 
 from __future__ import annotations
 

@@ -1,29 +1,13 @@
 """Session ids: which ones the console can address, and which a new id from outside may be.
 
-Two rules, kept here so the URL converter and every importer agree:
-
-``addressable``
-    What the console can put in a URL and read back: no ``/`` (a path segment
-    ends there), no NUL (PostgreSQL cannot compare with one) and not ``.`` or
-    ``..`` (browsers resolve those segments away before sending the request).
-    The session URL converter (``console.urls.SessionIdConverter``) uses
-    ``URL_PATTERN``. Ids a runtime wrote outside this rule stay in the store and
-    on the list; their pages simply have no URL.
-
-``new_session_id_problem``
-    What an id arriving from outside (an import file) must also be: text that
-    renders as itself, so it cannot pass for another session in the list, the
-    audit log or a link. Refused: leading or trailing whitespace, whitespace
-    other than single spaces (tabs, newlines, no-break spaces, runs of spaces
-    an HTML page collapses), control and format characters (zero-width
-    characters, bidirectional overrides and isolates, byte-order marks),
-    unassigned code points and lone surrogates, and text that is not in NFC (a
-    decomposed ``é`` looks exactly like the composed one). Ids the runtime
-    already wrote are never re-checked: they are served as they are.
-
-Homoglyphs across scripts (a Cyrillic ``а`` for a Latin ``a``) are not refused:
-they render differently in most fonts and are legitimate in non-Latin ids.
-"""
+Two rules, kept here so the URL converter and every importer agree. ``addressable``: no
+``/`` (a path segment ends there), no NUL (PostgreSQL cannot compare with one), not ``.`` or
+``..`` (browsers resolve those away); ids a runtime wrote outside it stay in the store and the
+list, their pages simply have no URL. ``new_session_id_problem``: an id from outside (an import
+file) must also render as itself, so it cannot pass for another session in the list, the audit
+log or a link (no edge or odd whitespace, controls, format characters, unassigned code points,
+surrogates, non-NFC text). Ids the runtime already wrote are never re-checked. Homoglyphs
+across scripts are allowed: most fonts tell them apart and non-Latin ids need them."""
 
 from __future__ import annotations
 

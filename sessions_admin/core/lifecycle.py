@@ -687,20 +687,13 @@ def resume_session(
 ) -> ResumeResult:
     """Reopen the latest session of the lineage ``ref`` names and make it live for its key.
 
-    Resolves by id, title or id prefix, then follows compression forward so the
-    latest segment is reopened, not an old one whose short transcript would
-    replace the long one (hermes-agent #3123). Every other live session of the
-    key ends with ``session_switch`` (one live session per key); so does
-    ``current_session_id``, the session a caller without a key (the CLI) is
-    leaving. Conversations of the lineage point at it. Siblings of the key that
-    Hermes's gateway would reopen instead (ended ``agent_close`` or
-    ``ws_orphan_reap``, started after the target) are re-ended ``session_switch``
-    (``closed_recoverable``). Resuming what is already the only live session
-    switches nothing and announces nothing.
-
-    ``expected_fingerprint`` (a ``plan_resume`` fingerprint): refused with
-    ``ResumePlanChanged``, nothing written, if the plan read under the locks differs.
-    """
+    Resolves by id, title or id prefix, then follows compression forward: the latest segment is
+    reopened, not an old one whose short transcript would replace the long one (hermes-agent
+    #3123). Every other live session of the key, and ``current_session_id`` (what a keyless
+    caller such as the CLI leaves), ends ``session_switch``; so do later siblings Hermes's gateway
+    would reopen instead (``closed_recoverable``). The lineage's conversations point at it.
+    Resuming the only live session switches nothing. With ``expected_fingerprint`` (from
+    ``plan_resume``), a plan that differs under the locks raises ``ResumePlanChanged``."""
     if current_session_id is not None:
         require_session_id(current_session_id, "current_session_id")
     matched = resolve_session_ref(ref)
@@ -753,20 +746,14 @@ def resume_session(
 def reset_session_key(*, session_key: str, summary: str | None = None) -> ResetResult:
     """End the key's live session (``session_reset``) and start a fresh one linked by ``_reset_from``.
 
-    The key is locked before its live session is read: a compression, resume or
-    ``/new`` of the same key in flight either commits first (and the reset ends
-    the session it made live) or waits for the reset. Siblings a gateway would
-    reopen (``recoverable_siblings``) end ``session_reset`` too.
-
-    A key a Hermes gateway routes (``gateway_routes_key``) is reset as Hermes's
-    own ``/reset`` leaves it, and without the session the gateway would never
-    use: a running gateway finds its routed session ended and starts the next
-    one itself (its recovery reopens only sessions with messages, so an empty
-    session of ours would stay live beside it). So no session is created
-    (``new_session_id`` None, ``left_to_gateway``), unless a ``summary`` is
-    given: a live session holding a message is what that recovery reopens, so
-    it is created as Hermes creates one (no lineage marker, the peer copied).
-    """
+    The key is locked before its live session is read: a compression, resume or ``/new`` of the
+    same key in flight commits first (and is what the reset ends) or waits. Siblings a gateway
+    would reopen (``recoverable_siblings``) end ``session_reset`` too. A key a Hermes gateway
+    routes (``gateway_routes_key``) is left as Hermes's own ``/reset`` leaves it: the gateway
+    starts the next session itself, and an empty one of ours would stay live beside it (its
+    recovery reopens only sessions with messages). So none is created (``left_to_gateway``),
+    unless a ``summary`` is given: then it is created as Hermes creates one (no lineage marker,
+    the peer copied), since a live session holding a message is what that recovery reopens."""
     require_text("session_key", session_key, max_length=500)
     optional_text("summary", summary, max_length=1_000_000)
     db.lock_names(db.key_lock_name(session_key))

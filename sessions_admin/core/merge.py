@@ -1,31 +1,17 @@
 """Merge forks back into one conversation, and undo a merge exactly.
 
-Two phases, like every destructive operation: ``plan_merge`` previews what
-will change (counts by SQL) and returns a fingerprint; ``merge_sessions``
-executes only if the store still matches that fingerprint. The merge moves
-the absorbed sessions' messages into the target by re-pointing them (message
-ids are the ordering authority, so the stitched transcript stays in the order
-the messages were written), re-parents children, maps conversation slugs and
-session keys to the target, ends each absorbed session ``merged`` with a
-``_merged_into`` marker, and records the prior state in the store so
-``unmerge`` can restore it exactly.
+``plan_merge`` previews by SQL and returns a fingerprint; ``merge_sessions`` executes only if
+the store still matches it. Messages move by re-pointing (message ids order the stitched
+transcript as written); children, slugs and keys move to the target; each absorbed session
+ends ``merged`` with a ``_merged_into`` marker; the prior state is recorded in the store so
+``unmerge`` restores it exactly. Hermes's API server builds a slug's next turn from its latest
+stored response, not the session's messages: with ``continue_history`` the merge writes the
+merged transcript into that response, and the unmerge puts its text back byte-exact.
 
-API conversations (``/v1/responses`` slugs): Hermes's API server builds the
-next turn's context from the slug's latest stored response
-(``conversation_history``), not from the session's messages, so after a merge
-the client would go on with only what that response held. With
-``continue_history`` the merge also writes the target's merged active
-transcript into the latest response of each slug of the merged sessions; the
-unmerge puts that response's data text back byte-exact.
-
-Merging two customers is the mistake to guard against: the plan names, for
-every session, its user, source, session key and first user message, and
-``differences`` says which of user, source and session key are not the same
-for all of them (the console then asks for a typed confirmation and a
-reason). When they differ and no target is given, the target is not the
-oldest session but the live one (the conversation the runtime goes on with),
-else the one with the latest activity: ``target_rule`` says which rule chose.
-"""
+Merging two customers is the mistake to guard against: the plan names each session's user,
+source, key and first message, and ``differences`` says which differ (the console then asks
+for a typed confirmation). Then, with no target given, the target is the live session, else
+the latest active, not the oldest; ``target_rule`` says which rule chose."""
 
 from __future__ import annotations
 

@@ -1,58 +1,17 @@
 """Export sessions (streamed JSONL and Markdown) and import Hermes Agent's session exports.
 
-Export
-    One session, a whole lineage (every session ``lineage_tree`` links to it:
-    compression segments, branches, delegates, resets) or a set of ids. The
-    output is produced by generators that read messages in keyset chunks, so a
-    20,000-message session never sits in memory. JSONL is one record a line:
+Export: one session, a lineage (``lineage_tree``) or a set of ids, read in keyset chunks outside
+a transaction (a 20,000-message session never sits in memory; the runtime is never blocked),
+each message once, in id order. JSONL: an ``export`` record (format ``sessions_admin/1``), then
+per session a ``session`` record (every column) and its ``message`` records.
 
-        {"type": "export", "format": "sessions_admin/1", "exported_at": ..., "session_ids": [...]}
-        {"type": "session", "session": {every column of the session row}}
-        {"type": "message", "message": {every column of the message row}}   (in id order)
-        ...
-
-    Markdown is for reading: each session's metadata and its transcript
-    (undone rows marked, tool calls listed, multimodal parts summarised).
-    Exports are read outside a transaction (so the runtime is never blocked);
-    each message appears once, in id order.
-
-Import
-    Hermes Agent's session exports: ``hermes sessions export`` JSONL (one
-    session object with its ``messages`` a line), a JSON object (one session,
-    or a lineage export with ``segments``), a JSON list, ``{"sessions": [...]}``,
-    and this module's own JSONL. Like Hermes's ``import_sessions``, it restores
-    conversation history, not live channel ownership (no session_key, chat or
-    handoff state), gives messages new ids in their original order, counts the
-    counters from the active rows, and keeps a parent link only when the
-    parent is in the file and no cycle results.
-
-    An import restores history; it never takes over a conversation:
-
-    - imported sessions are never live: one the file says is live is imported
-      ended, ``end_reason`` ``imported``, at its last message's time;
-    - an imported session never becomes the child of a session the store
-      already holds (a compression continuation there would be where the real
-      conversation's writes go: ``SessionEnded`` would name it). Such links are
-      dropped and reported (``ImportResult.ungrafted``) unless the caller asks
-      to ``graft``, after ``plan_import`` showed them (``ImportPlan.grafts``).
-
-    Every value is checked before anything is written (``ImportRefused`` names
-    each problem): ids by ``core.ids`` (addressable by the console, rendering
-    as themselves), timestamps by ``rows.epoch_seconds`` (finite seconds between
-    1970 and 2286), counters as integers that fit 64 bits, costs finite, JSON
-    values by ``rows.json_text`` (no NaN or Infinity) and at most
-    ``MAX_JSON_DEPTH`` deep, text storable by both backends.
-
-    Parents are written before their children and linked in the same
-    transaction, so an import the store interrupts (busy after its bounded
-    retries) keeps whole sessions, lineage included, and says how many; the
-    same file imported again with ``skip_existing`` adds the rest.
-
-    Duplicates are refused before anything is written: a session id already
-    in the store (unless ``skip_existing``), an id twice in the file, a title
-    already used by another session. Sessions are written in short store
-    transactions (each one ``store_operation``, so the runtime waits briefly).
-"""
+Import (Hermes's JSONL, JSON session, lineage or list exports, and our JSONL) restores history,
+never a conversation: as Hermes's ``import_sessions``, no key, chat or handoff state, new
+message ids in order, counters from the active rows; a session the file says is live comes in
+ended (``imported``); a link to a session the store holds (where the real conversation's writes
+would go) is dropped and reported unless ``graft`` follows a ``plan_import`` that showed it.
+Every value and duplicate is refused before anything is written (``ImportRefused``); parents go
+first, whole sessions per transaction: the same file with ``skip_existing`` finishes the rest."""
 
 from __future__ import annotations
 

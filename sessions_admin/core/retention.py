@@ -1,29 +1,14 @@
 """What a retention policy selects: whole, quiet, ended conversations, never what must stay.
 
-A rule names sessions by source, status (ended, or ended and empty), end reason, title
-(with / without / either) and how long they have been quiet: no message stamped and no
-end or start within ``older_than_days`` (a number of days from ``MIN_DAYS`` to
-``MAX_DAYS``; anything else, a boolean, NaN or an infinity included, is refused by
-``check_days``, the one rule for the form, the command and the stored policy).
-
-A run deletes whole conversations only. A conversation is every session connected to
-another by any link: a parent link of any kind (compression continuation, delegate,
-branch, an API slug's continuation), ``_continued_from`` even where the runtime left
-the parent link empty, a merge (``_merged_into`` and the merge records), and the
-sessions one ``/v1/responses`` conversation names without a parent link
-(``forks.api_conversations``: its slug, or a stored response whose
-``previous_response_id`` names another session's response, at the top of its data or
-under ``response``). A reset is the one link that starts a new conversation (that is
-what a reset is for), so it does not join the two. A conversation goes only when every
-session of it matches the rule; one session that is live, was active within the days,
-matches no filter, is under a legal hold (``core.holds``) or is the husk or the target
-of a merge that can still be undone (an unmerge needs both) keeps all of it. The
-sessions a hold keeps are named with the hold (``RetentionPlan.held``), so a dry run and
-a run say which hold kept what.
-
-The dashboard's retention policies (``ledger/retention.py``) run this selection as a
-bulk delete job; a runtime can call it too.
-"""
+A rule names sessions by source, status, end reason, title and quiet days (``check_days`` is
+the one rule for the form, the command and the stored policy). A run deletes whole
+conversations only: every session linked to another by a parent link of any kind,
+``_continued_from``, a merge, or one ``/v1/responses`` conversation
+(``forks.api_conversations``); a reset is the one link that starts a new conversation. A
+conversation goes only when all of it matches; a session that is live, recently active,
+unmatched, held (``core.holds``) or part of a merge that can still be undone keeps all of it,
+and ``RetentionPlan.held`` names which hold kept what. docs/retention.md is the operator's
+account; ``ledger/retention.py`` runs this selection as a bulk delete job."""
 
 from __future__ import annotations
 

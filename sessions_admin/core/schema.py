@@ -1,25 +1,15 @@
 """Create the store schema: idempotent, additive only.
 
-Pointed at a fresh database it creates the tables of Hermes Agent's
-``state.db`` (schema version 22, hermes-agent 0.19) with their indexes and, on
-SQLite, exactly what 0.19's ``SessionDB`` creates besides (both full-text
-indexes, ``messages_fts`` and ``messages_fts_trigram``, with their six
-triggers, and its bookkeeping tables), so Hermes opens such a store without
-changing its schema; plus what sessions_admin adds: the ``session_id`` column on
-``conversations``, the ``sessions_admin_switch_events`` log (and the
-``sessions_admin_switch_cursors`` of its followers) and the
-``sessions_admin_merges`` and ``sessions_admin_undos`` records.
+On a fresh database: the tables of Hermes Agent's ``state.db`` (schema 22, hermes-agent 0.19)
+and, on SQLite, exactly what 0.19's ``SessionDB`` creates besides (both full-text indexes and
+their triggers, its bookkeeping tables), so Hermes opens it without changing its schema; plus
+what sessions_admin adds (``conversations.session_id``, the switch-event log and its cursors,
+the merge and undo records).
 
-Pointed at an existing store (attaching to a runtime's ``state.db``) it adds
-only what sessions_admin owns: its own tables and ``conversations.session_id``
-(and empty ``responses``/``conversations`` tables where none exist). The
-runtime's own tables, indexes and triggers are left exactly as they are; the
-runtime's missing columns are reported, not added. ``upgrade_runtime_tables``
-is the operator's explicit opt-in (``init_store --upgrade-runtime-tables``) to
-also add missing columns, the indexes below and a full-text index. Nothing is
-ever dropped, renamed or rewritten, and unknown columns are left alone.
-docs/attach.md lists exactly what each mode changes.
-"""
+On an existing store (attach): only what sessions_admin owns. The runtime's tables, indexes
+and triggers stay exactly as they are and its missing columns are reported, not added, unless
+the operator opts in (``init_store --upgrade-runtime-tables``). Nothing is ever dropped,
+renamed or rewritten. docs/attach.md lists exactly what each mode changes."""
 
 from __future__ import annotations
 

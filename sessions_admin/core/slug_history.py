@@ -1,42 +1,17 @@
 """Slug history: which response and session each ``/v1/responses`` slug named, and when.
 
-hermes-agent 0.19's ``ResponseStore`` keeps only the latest state of a slug:
-``set_conversation`` rewrites its ``conversations`` row with ``INSERT OR
-REPLACE (name, response_id)`` (dropping our ``session_id`` column), its LRU
-deletes the row together with the slug's last evicted response, and a stored
-response carries no slug. Once a slug cold-starts on a new session, nothing in
-Hermes's files ties the old session to it any more. Fork detection needs that
-tie, so the console records it here, from the moment of attach.
+hermes-agent 0.19's ``ResponseStore`` keeps only a slug's latest state (``INSERT OR REPLACE``
+drops our ``session_id`` column, its LRU deletes the row), so after a cold start nothing in
+Hermes's files ties the old session to the slug; fork detection needs that tie. A poller
+(never a trigger, which could fail Hermes's own write: docs/attach.md) reads ``conversations``
+and records each change it sees (``recorded``, ``removed``); what changes between two polls or
+while no console runs is missed. It runs in each dashboard worker or ``watch_slug_history``;
+several pollers record a change once (the insert re-checks under the store's write lock).
 
-How: by polling, never by a trigger in Hermes's file. A trigger fires inside
-Hermes's own write, and a trigger cannot be shown never to fail it (our table
-dropped or renamed by hand, a SQLite without JSON functions, a newer trigger
-syntax an older library cannot even parse when it opens the file). A poller
-reads ``conversations`` (a plain read; WAL readers never block the runtime)
-and records, in ``sessions_admin_slug_history`` in the store, every change it
-sees: the slug's new latest response with the session that response names
-(``recorded``), or the slug's row gone (``removed``: Hermes's LRU evicted it).
-What polling misses: states that come and go between two polls (several turns
-of one slug leave only the last; an eviction and a cold start and another
-eviction within one interval leave no trace of the middle session), and
-anything while no console process polls. docs/attach.md says the same.
-
-The poller runs in a daemon thread of each dashboard worker
-(``ledger.worker.ensure_slug_history_running``) or in
-``manage.py watch_slug_history``; several pollers record each change once (the
-insert re-checks the slug's last entry under the store's write lock).
-
-The core writes one more kind of entry itself, ``core``: the session it put a
-slug on (``record_turn``, a new slug, a move to the session continuing it),
-kept as one entry per slug, replaced at each write, inside the operation that
-decided it. The slug's ``conversations`` row does not keep that (Hermes's next
-``INSERT OR REPLACE`` nulls the column, its LRU deletes the row), so when
-neither the row nor a stored response names a session any more,
-``resolve_conversation`` continues the latest session recorded here
-(``latest_recorded_session``) instead of failing or forking. Polling's gaps do
-not apply to these entries. Fork detection and the poller read only the
-poller's own observations (``recorded``, ``removed``).
-"""
+The core also writes one ``core`` entry per slug, inside the operation that put the slug on a
+session, so ``resolve_conversation`` can continue the latest session recorded here when neither
+the row nor a stored response names one (instead of failing or forking). Fork detection and
+the poller read only the poller's own observations."""
 
 from __future__ import annotations
 

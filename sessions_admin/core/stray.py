@@ -1,25 +1,14 @@
 """Messages written into a session after it ended, moved to where its conversation continues.
 
-hermes-agent 0.19's ``append_message`` does not check ``ended_at``: a gateway
-still holding a session a merge absorbed (or a reset or switch left behind)
-keeps writing into it. The health check ``written_after_end`` finds such
-sessions; this module repairs one:
-
-- ``plan_stray_move`` (reads only): the messages stamped after the session
-  could have received them (the bound the health check uses: its own end, or
-  the latest end among sessions merged into it, plus its tolerance), the
-  session where the conversation continues (``lifecycle.where_it_continues``:
-  the merge target, the compression tip, the key's or the slug's live
-  session), and a fingerprint of both;
-- ``move_stray_messages``: executes exactly the previewed plan (or refuses
-  with ``PlanChanged``), ids and columns unchanged, counters recounted; every
-  full-text index follows (``merge.move_messages``);
-- ``return_stray_messages``: the undo, giving the same ids back to the session
-  they were written in.
-
-Only a live destination is offered: moving rows into another ended session
-would only move the finding.
-"""
+hermes-agent 0.19's ``append_message`` does not check ``ended_at``: a gateway still holding a
+session a merge absorbed (or a reset or switch left behind) keeps writing into it; the health
+check ``written_after_end`` finds such sessions. ``plan_stray_move`` (reads only) names the
+messages stamped after the session could have received them (the health check's bound), the
+live session where the conversation continues (``lifecycle.where_it_continues``) and a
+fingerprint; ``move_stray_messages`` executes exactly that plan (ids and columns unchanged,
+counters recounted, full-text indexes following); ``return_stray_messages`` undoes it. Only a
+live destination is offered: moving rows into another ended session would only move the
+finding."""
 
 from __future__ import annotations
 

@@ -1,24 +1,14 @@
 """The one rule for text an operator types (a reason, a reset summary, a resume reference).
 
-Operator text ends up in two databases: the store (a reset summary becomes a
-message) and the dashboard's audit log (every reason). Neither backend can hold
-every Python string: PostgreSQL refuses NUL in text and jsonb, and no UTF-8
-database can encode a lone surrogate (``"\\ud800"``, which Python lets through,
-e.g. from undecodable bytes in a command's arguments). So text is checked once,
-before anything is written, and refused with ``InvalidInput`` naming the field:
-if it were only refused by the database after the store change committed, the
-change would have no audit entry.
-
-``operator_text`` is for free text (stripped, bounded, possibly required);
-``operator_identifier`` for what names a thing (a session id or key, a merge
-fingerprint), taken as given apart from the same storability checks.
-``exact_id_problem`` is the stricter rule for an id that something is matched against
-whole and exactly for good (a legal hold's subject, an erasure's subject): a value
-that only looks like an id (padded, with an invisible character, a bare wildcard)
-would match nothing and protect or erase nothing, so it is refused.
-``sessions_admin.ledger.actions`` applies both to every argument of every
-action; views may call them earlier to show the message next to the form.
-"""
+Operator text ends up in the store and in the audit log, and neither backend holds every
+Python string (PostgreSQL refuses NUL; no UTF-8 database encodes a lone surrogate). So it is
+checked once, before anything is written, and refused with ``InvalidInput`` naming the field:
+refused by the database after the store change committed, the change would have no audit
+entry. ``operator_text`` is free text (stripped, bounded); ``operator_identifier`` names a
+thing, taken as given apart from storability; ``exact_id_problem`` is stricter, for an id
+matched whole for good (a hold's or erasure's subject): one that only looks like an id would
+protect or erase nothing. ``ledger.actions`` applies them to every argument of every action;
+views may call them earlier to show the message by the form."""
 
 from __future__ import annotations
 

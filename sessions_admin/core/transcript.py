@@ -351,20 +351,13 @@ def save_transcript(
 ) -> SaveResult:
     """Make the session's active transcript equal ``messages``, guarding against truncation.
 
-    The common prefix is kept and the rest appended. A save that would drop
-    stored messages (a shorter or diverging list, as when a resume loaded a
-    partial history and saves over the full one, hermes-agent #3123) is
-    refused unless ``rewrite=True``; even then the dropped rows become
-    inactive, never deleted.
-
-    A runtime that missed an operator's undo or retry still holds the turn in
-    memory and saves it again: a whole undone turn repeated where it stood is
-    known history, not a new turn, and stays inactive (an undo sticks). An
-    offered message is a stored row when role, ``tool_call_id`` and content match
-    (``_same_content``: list content as the JSON text Hermes stored for it). A save
-    that would change an ended session raises ``SessionEnded`` naming the live
-    one; a save that matches it exactly is a no-op.
-    """
+    The common prefix is kept and the rest appended. A save that would drop stored messages (a
+    resume that loaded a partial history saving over the full one, hermes-agent #3123) is refused
+    unless ``rewrite=True``, and even then the dropped rows become inactive, never deleted. A
+    whole undone turn repeated where it stood (a runtime that missed an operator's undo or retry)
+    is known history and stays inactive: an undo sticks. An offered message is a stored row when
+    role, ``tool_call_id`` and content match (``_same_content``). A save that would change an
+    ended session raises ``SessionEnded`` naming the live one; one matching it exactly is a no-op."""
     if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
         raise InvalidInput("messages must be a list of message mappings.")
     offered = list(messages)

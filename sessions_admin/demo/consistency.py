@@ -1,40 +1,16 @@
 """Store consistency: the invariants every core operation keeps, checked over the whole store.
 
-``check_store()`` reads only and returns violations as sentences (empty: consistent):
+``check_store()`` reads only and returns violations as sentences (empty: consistent): counters
+equal the active rows; the full-text indexes equal the rows (SQLite, either FTS layout;
+PostgreSQL only needs its expression index); no child names a missing parent (the core clears
+a kept child's link), no message or conversation a missing session; the switch-event log has
+no gap; no key has two live sessions, no message postdates its session's end, no slug is
+stranded on an ended session (states only a runtime writing past the core can produce); and
+``check_trash``: no session both in the store and in an unrestored trash entry.
 
-- each session's ``message_count`` / ``tool_call_count`` equal its active rows
-  (the ``counter_mismatch`` health predicate, plus tool calls);
-- the full-text indexes equal the rows: on SQLite ``messages_fts`` and
-  ``messages_fts_trigram`` (where present) each index exactly the messages
-  their layout covers, in either layout (0.19's inline tables, with the text
-  the triggers index; schema 30's external-content tables, against the views
-  they read); on PostgreSQL search is an expression over the row itself
-  (``schema.PG_TSVECTOR_SQL``), so only its index has to exist;
-- no child names a missing parent (the ``missing_parent`` health predicate; the
-  core clears a kept child's link when its parent is deleted, so no such
-  state is legitimate), and no message belongs to a missing session;
-- no conversation records a missing session;
-- the switch-event log is numbered 1, 2, 3... with no gap;
-- at most one live session per session_key, delegates aside (the
-  ``several_live`` health predicate);
-- no message stamped later than its session's end (``written_after_end``: a
-  runtime wrote with a stale session id);
-- no conversation slug stranded on a session a rotation ended, with nothing
-  live continuing it (``stranded_conversation``);
-- nothing is both in the store and in a trash entry not restored (a restore whose mark
-  was lost, a delete batch that never committed still listed): ``check_trash``, which a
-  command runs after ``ledger.actions.settle_deletes_and_restores``.
-
-The last three are states only a runtime writing past the core can produce;
-the core refuses each.
-
-``check_acks(paths)`` checks a simulator's acknowledgement log (``sessions_admin.demo.simulator``)
-against the store and the trash: every acknowledged message exists exactly
-once, in a session that still exists or in a trash entry not restored, with
-the content that was acknowledged.
-
-The checks scan whole tables: tests and operators' spot checks, not page loads.
-"""
+``check_acks(paths)`` checks a simulator's acknowledgement log (``--acks``): every acknowledged message exists exactly
+once, with its content, in the store or an unrestored trash entry. The checks scan whole
+tables: tests and operators' spot checks, not page loads."""
 
 from __future__ import annotations
 
@@ -332,17 +308,17 @@ def _check_stranded_conversations() -> list[str]:
     return []
 
 
-# --------------------------------------------------------------------------- ledger
+# ------------------------------------------------------------- the simulator's acks
 
 
 def read_acks(paths: Iterable[Path]) -> tuple[dict[int, dict], list[dict], list[dict]]:
-    """(acknowledged message id -> record, refusals, unexpected errors) from simulator ledgers."""
+    """(acknowledged message id -> record, refusals, unexpected errors) from simulator acknowledgement logs."""
     acked: dict[int, dict] = {}
     refused: list[dict] = []
     errors: list[dict] = []
     for path in paths:
-        with open(path, encoding="utf-8") as ledger:
-            for line in ledger:
+        with open(path, encoding="utf-8") as acks:
+            for line in acks:
                 if not line.strip():
                     continue
                 record = json.loads(line)

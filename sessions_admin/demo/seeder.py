@@ -1,35 +1,17 @@
 """Seeding a realistic demo store: plans of stories, run in simulated time through the core.
 
-Everything is written through ``sessions_admin.core``, as a runtime would:
-gateway chats with daily resets, compression chains, branches, delegates, tool
-calls, undone and retried turns, ``/v1/responses`` conversations, and the
-cold-start forks of hermes-agent #16517 that the dashboard must repair (extra
-unlinked api_server sessions of one slug, with responses evicted). What they
-say comes from ``catalogue``; ``manage.py seed_demo`` runs ``seed``.
+Everything goes through ``sessions_admin.core`` as a runtime would (resets, compression,
+branches, delegates, tool calls, rewrites, ``/v1/responses`` conversations and the cold-start
+forks of hermes-agent #16517); ``catalogue`` says what they say, ``manage.py seed_demo`` runs
+``seed``. Each story is a generator yielding the moment of its next action, run in time order
+over the last ``WINDOW_DAYS``; the core's own stamps read a simulated clock
+(``core.clock.use_clock``) so they agree with the times passed in.
 
-Time is simulated. Each story (one chat, one conversation...) is a generator
-that yields the moment of its next action; a scheduler runs the actions of all
-stories in time order over the last ``WINDOW_DAYS`` days. The core reads the
-wall clock for the times it stamps itself (ended_at, the started_at of resets,
-branches and compression children, session ids, response access times, the
-switch-event log); while seeding, it reads a simulated clock instead
-(``core.clock.use_clock``), so those columns agree with the timestamps we pass.
-
-The session count is exact: every story's sessions are fixed when it is
-planned (``plans``), a showcase of each case comes first (so small seeds have
-them all), and random stories fill the rest. The same seed gives the same plan,
-content and lineage; only generated ids (session ids, response ids) and times
-relative to now differ.
-
-Plain single-session chats (no lineage, no rewrites) are the bulk of a large
-seed. From ``BULK_MIN_SESSIONS`` on (or with ``bulk="on"``) they go through
-``bulk_writer.BulkWriter``, which hands them to ``core.bulk_insert.insert_sessions``
-(the rows the core would write, with ``executemany``), one transaction per
-batch: counters equal the active rows, each root session gets its ``new``
-switch event, and full-text search follows by the store's own means (SQLite
-triggers, the PostgreSQL expression index). Every lineage case, rewrite and API
-conversation still goes through the core.
-"""
+The session count is exact (every story's sessions are fixed when planned, a showcase of each
+case first) and the same seed gives the same plan, content and lineage (only generated ids and
+times relative to now differ). From ``BULK_MIN_SESSIONS`` on (or ``bulk="on"``) plain
+single-session chats go through ``core.bulk_insert`` in batches; every lineage case, rewrite
+and API conversation still goes through the core's operations."""
 
 from __future__ import annotations
 

@@ -1,54 +1,18 @@
 """A runtime simulator: many chats driving the store core the way an agent gateway does.
 
-``manage.py simulate_runtime`` runs it; the demo runs a slow one in the
-background so the console shows live activity; the concurrency test runs
-several at once while operators act, and checks the store afterwards.
+``manage.py simulate_runtime`` runs it (the demo runs a slow one in the background; the
+concurrency tests run several while operators act). Everything goes through
+``sessions_admin.core``, never SQL. Gateway chats send turns and now and then reset, compress,
+branch, undo/retry/redo, resume, expire or take a title from a small pool; API chats continue
+a slug, and a fraction of their turns cold-start a new unlinked session (the pre-#16517 fork
+the dashboard repairs). Errors are handled as a runtime would: ``SessionEnded`` follows the
+live session it names, ``SessionNotFound`` starts anew, ``StoreBusy`` backs off. Switches are
+followed both by a listener and by the event log's cursor (gaps counted).
 
-Everything goes through ``sessions_admin.core``, never SQL writes. Each chat is
-one conversation of one source (telegram, discord, cli or an API client):
-
-- gateway chats send turns (user message, assistant tool calls, tool results,
-  final reply, each appended as the runtime flushes it), and now and then
-  reset their session key, rotate for compression, branch, undo / retry /
-  redo, resume an older session, expire, or set a title (titles come from a
-  small pool, so some are refused as taken);
-- API chats continue a conversation slug through ``resolve_conversation`` /
-  ``record_turn``; responses are evicted as the runtime's LRU does, and a
-  fraction of turns are *cold starts*: the pre-#16517 runtime behaviour of
-  minting a fresh unlinked session for a known slug, the fork the dashboard
-  repairs.
-
-Domain errors are handled as a runtime would: ``SessionEnded`` follows to the
-live session it names (or starts a new one), ``SessionNotFound`` (an operator
-deleted the session) starts a new one, ``StoreBusy`` backs off and retries.
-Switches are followed two ways: an in-process listener (``register_listener``)
-and the persisted switch-event log, read with a cursor as another process
-would (gaps in its ``seq`` are counted).
-
-It also plays a hostile runtime (``stale_rate``, the share of chances taken):
-
-- stale ids: after its own reset, compression, branch or resume a chat may
-  keep its cached session id; its next append, undo / retry / redo or save is
-  refused with ``SessionEnded``, whose live session it then follows;
-- stale transcripts: a gateway chat keeps its history in memory and now and
-  then saves it (``save_transcript``). That history goes stale: a turn written
-  by another worker of the same chat is missing from it, an undo or retry made
-  from the console still holds the turn. A save missing turns is refused
-  (``TruncationRefused``), one on an ended session too (``SessionEnded``);
-  either way the chat reloads its history (``active_transcript``). A save
-  holding an undone turn is accepted and must leave it undone: every message
-  in memory was once a row of that session, so an accepted save appends
-  nothing (``stale_saves_appended`` counts the exceptions; a run with no
-  operator merging and unmerging has none);
-- a slow listener (``slow_listener`` seconds, on every ``slow_listener_every``-th
-  switch, the first included): a memory provider that hangs past the listener
-  time limit. Listeners run off the caller's path, so throughput holds.
-
-The optional acknowledgement log (``--acks``) is append-only JSONL: one ``ack`` line per message the
-store acknowledged (session, message id, content hash) and one ``refused`` line
-per append that was refused (the error). ``sessions_admin.demo.consistency.
-check_acks`` checks every acknowledged message exists exactly once.
-"""
+As a hostile runtime (``stale_rate``) chats keep stale ids and transcripts (an accepted save
+must append nothing: ``stale_saves_appended``) and ``slow_listener`` hangs a listener. The
+optional acknowledgement log (``--acks``, JSONL: ``ack`` per acknowledged message,
+``refused``) is for ``check_acks``."""
 
 from __future__ import annotations
 
@@ -108,7 +72,7 @@ SAVE_SHARE = 0.08  # of a hostile gateway chat's actions, a save of its in-memor
 
 
 def message_hash(role: str, content: Any, tool_call_id: Any = None, tool_calls: Any = None) -> str:
-    """The ledger's fingerprint of a stored message (the text columns as the store holds them)."""
+    """The acknowledgement log's fingerprint of a stored message (the text columns as the store holds them)."""
     text = json.dumps([role, content, tool_call_id, tool_calls], ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 

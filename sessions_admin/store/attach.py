@@ -1,28 +1,16 @@
 """Attaching to a runtime's store: can the dashboard use it, and the read-only mode.
 
-``inspect_store`` looks at the configured store (and response store) without
-writing anything: a SQLite file is opened read-only with the ``sqlite3``
-module, never through a Django connection (which would create a missing file
-and switch the journal mode). It names what makes a store unusable:
+``inspect_store`` looks at the store (and response store) without writing anything: a SQLite
+file is opened read-only with ``sqlite3``, never through Django (which would create a missing
+file and switch the journal mode). It names what makes a store unusable: not SQLite, missing
+tables or columns, a newer incompatible layout, a full-text table whose module or tokenizer
+this SQLite lacks (every message write would fail). The system check turns those into start-up
+errors, so commands and the demo stop with a message before anything is written.
 
-- the file is not a SQLite database;
-- ``sessions``/``messages`` are missing, or lack columns the dashboard reads;
-- a newer, incompatible layout: a required column the dashboard does not
-  write that has no default, or ``messages.id`` that is not the rowid;
-- a full-text table a trigger on the runtime's tables writes to, whose module
-  or tokenizer this process's SQLite lacks (every message write would fail).
-
-The system check (registered by the store app) turns those findings into
-start-up errors and warnings, so ``manage.py`` commands, ``runserver`` and the
-demo stop with a message instead of a stack trace, before anything is written.
-
-Read-only mode (``SESSIONS_ADMIN_READ_ONLY=1``): SQLite store connections open
-the file with ``mode=ro``, transactions are deferred (no write lock), and each
-new connection gets temporary (connection-local, never written to the file)
-stand-ins for what attach would otherwise have added, then ``query_only``.
-The core refuses every operation (``core.db.store_operation``), the permission
-backend below withholds operate/delete, and the console hides its actions.
-"""
+Read-only mode (``SESSIONS_ADMIN_READ_ONLY=1``): SQLite connections open with ``mode=ro`` and
+deferred transactions, get connection-local stand-ins for what attach would have added, then
+``query_only``; the core refuses every operation, the permission backend below withholds
+operate/delete, and the console hides its actions."""
 
 from __future__ import annotations
 

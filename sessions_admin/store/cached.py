@@ -1,24 +1,16 @@
 """Store-wide figures that are slow to compute (fork detection, overview counts), cached.
 
-The cache is shared by every worker process (settings: a file cache under the
-var directory), so a gunicorn with four workers computes a figure once per
-period, not four times. A figure older than its fresh period is still served
-while one process recomputes it in a background thread (guarded by a cache
-lock across processes), so after the first computation no request waits for
-a recomputation: a stale value is at most ``fresh + compute`` seconds old.
+The cache is shared by every worker process (a file cache), so a figure is computed once per
+period, not once per worker. A stale figure is still served while one process recomputes it
+in the background (a cache lock across processes): no request waits, and a value is at most
+``fresh + compute`` seconds old. An operator's change marks every figure stale
+(``forget_all``): a figure whose computation started before the mark is never served again,
+so the health panel and ``/forks/`` agree as soon as the action returns.
 
-An operator's change marks every figure stale (``forget_all``): a figure whose
-computation started before the mark is never served again, not even one a
-refresh that was already running writes afterwards, so the overview's health
-panel and ``/forks/`` agree as soon as the action returns.
-
-A page that only shows a figure reads it with ``ready_figure_at``: when there is no
-usable value (a cold cache, or an operator's change since), it starts the computation
-in the background and answers None, so the page renders a placeholder that fetches
-itself again, and no request pays for a store-wide recomputation (issue 16). Each
-dashboard process also keeps the registered figures warm (``ensure_warming_running``,
-started by gunicorn's post_worker_init), recomputing them before they go stale.
-"""
+A page that only shows a figure reads ``ready_figure_at``: with no usable value it starts the
+computation and answers None, and the page renders a placeholder that fetches itself again
+(issue 16). Each dashboard process keeps the registered figures warm
+(``ensure_warming_running``, from gunicorn's post_worker_init)."""
 
 from __future__ import annotations
 

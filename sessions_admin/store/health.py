@@ -1,19 +1,12 @@
 """Store health checks: each one a SQL predicate over ``sessions s``, counted on the home page
 and usable as a session-list filter (``/sessions/?health=<kind>``).
 
-Reads only. The fork check is evidence-based (see ``sessions_admin.core.forks``)
-rather than a single predicate, so it is given as a set of ids; so is the
-stranded-conversation check, whose slugs may live in another database
-(``response_store.db``), where no join can reach them.
-
-One finds what a fault leaves: a session a delete in parts stopped partway
-(``core.being_deleted``), with the way out.
-
-Three checks find what only a runtime writing past the core can leave behind
-(the core refuses each): several live sessions for one session_key, messages
-written into a session after it ended (a stale session id), and conversation
-slugs left on a session that a rotation ended with nothing continuing it.
-"""
+Reads only. The fork check is evidence-based (``core.forks``) and the stranded-conversation
+check's slugs may live in another database, so both are given as sets of ids. One check finds
+what a fault leaves (a delete in parts stopped partway, ``core.being_deleted``); three find
+what only a runtime writing past the core can leave (the core refuses each): several live
+sessions for one key, messages written after their session ended, slugs left on a session a
+rotation ended with nothing continuing it."""
 
 from __future__ import annotations
 

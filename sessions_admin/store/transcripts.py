@@ -1,21 +1,13 @@
 """Read queries behind the session detail page: transcript chunks and the drawn lineage.
 
-Read-only. A transcript is read in chunks with a keyset on the message id
-(``WHERE session_id = %s AND id > %s ORDER BY id LIMIT n``), never with OFFSET
-and never whole, so a 20,000-message session opens as fast as a short one.
-
-What a page shows is bounded whatever the store holds: each message's content,
-reasoning and tool calls are read cut at ``SHOWN_CHARS`` (``substr`` in SQL, so a
-100 MB message is never loaded whole into the page's process), and a chunk stops
-early once its messages reach ``CHUNK_CHARS``. A cut field says so; its whole
-text is the raw view's (``raw_text``).
-
-A conversation that was compressed lives in several sessions (segments, from
-``core.compression_chain``); its transcript is stitched across them in chain
-order. A position in it is ``(segment index, message id)``: reading *after* a
-position returns the rows that follow it, reading *before* one the rows that
-precede it, crossing segment boundaries with a handoff item.
-"""
+Read-only. A transcript is read in chunks with a keyset on the message id, never with OFFSET
+and never whole, so a 20,000-message session opens as fast as a short one. What a page shows
+is bounded whatever the store holds: content, reasoning and tool calls are cut at
+``SHOWN_CHARS`` in SQL (a 100 MB message never reaches the process) and a chunk stops once its
+messages reach ``CHUNK_CHARS``; a cut field says so, and the raw view (``raw_text``) has the
+whole. A compressed conversation's transcript is stitched across its segments in chain order;
+a position in it is ``(segment index, message id)``, and reading before or after one crosses
+segment boundaries with a handoff item."""
 
 from __future__ import annotations
 

@@ -11,12 +11,13 @@ from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
 from sessions_admin import core
-from sessions_admin.core import db, deletion, threads
+from sessions_admin.core import deletion, threads
 from sessions_admin.ledger import worker
 from sessions_admin.ledger.models import DeleteJob, TrashEntry
 from sessions_admin.signin.roles import assign_role
 from tests.browser.conftest import PASSWORD
-from tests.builders import refund_lineage, store_snapshot
+from tests.builders import old_sessions, refund_lineage, store_snapshot
+from tests.helpers import present
 
 
 @pytest.fixture
@@ -42,31 +43,8 @@ def gated_worker(monkeypatch, live_server):
         assert not thread.is_alive(), "the delete worker did not finish"
 
 
-def _old_sessions(n: int) -> list[str]:
-    ids = []
-    for i in range(n):
-        sid = core.create_session(source="cli", started_at=1000.0 + i, title=f"old {i}").session_id
-        core.append_messages(
-            session_id=sid,
-            messages=[{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}],
-        )
-        core.end_session(session_id=sid, end_reason="user_exit")
-        ids.append(sid)
-    db.execute(f"UPDATE sessions SET ended_at = 5000 WHERE id IN ({db.placeholders(ids)})", ids)
-    return ids
-
-
-def _present(ids) -> set[str]:
-    return {
-        r[0]
-        for r in db.fetchall(
-            f"SELECT id FROM sessions WHERE id IN ({db.placeholders(ids)})", list(ids)
-        )
-    }
-
-
 def test_a_bulk_delete_from_a_preset_runs_to_100_percent(signed_in_page, gated_worker):
-    doomed = _old_sessions(45)
+    doomed = old_sessions(45, messages=2, ended_at=5000.0)
     live = core.create_session(source="cli", title="still talking").session_id
     page = signed_in_page("admin")
     page.goto("/bulk-delete/")
@@ -108,8 +86,8 @@ def test_a_bulk_delete_from_a_preset_runs_to_100_percent(signed_in_page, gated_w
     assert page.evaluate("window.sameDocument") is True  # progress came by polling, no reload
     assert page.locator("#job-progress[hx-trigger]").count() == 0  # polling stopped
 
-    assert _present(doomed) == set()
-    assert _present([live]) == {live}
+    assert present(doomed) == set()
+    assert present([live]) == {live}
     assert TrashEntry.objects.filter(job_id=job.pk).count() >= 1
     assert page.script_errors == []
 
@@ -138,7 +116,7 @@ def test_a_cascade_delete_and_its_restore_from_the_trash(signed_in_page):
         f"Deleted 4 sessions and {messages} messages; restorable from the trash."
     )
     assert store_snapshot("sessions", "messages", "conversations", "responses") != before
-    assert _present(ids.values()) == set()
+    assert present(ids.values()) == set()
 
     entry = page.locator("li.entry").first
     expect(entry).to_contain_text("customer asked")
@@ -171,7 +149,7 @@ def test_a_long_cascade_is_one_trash_entry_restored_whole(signed_in_page, monkey
     page.locator('form.confirm input[name="typed_count"]').fill("25")
     page.get_by_role("button", name=re.compile(r"^Delete 25 sessions")).click()
     page.wait_for_url("**/trash/")
-    assert _present(chain) == set()
+    assert present(chain) == set()
     entries = list(TrashEntry.objects.order_by("pk"))
     assert len(entries) == 5 and len({e.operation for e in entries}) == 1
 
@@ -192,7 +170,7 @@ def test_a_long_cascade_is_one_trash_entry_restored_whole(signed_in_page, monkey
 
 
 def test_without_javascript_the_job_page_refreshes_itself(browser, live_server, gated_worker):
-    doomed = _old_sessions(5)
+    doomed = old_sessions(5, messages=2, ended_at=5000.0)
     user = User.objects.create_user("nojs", password=PASSWORD)
     assign_role(user, "admin")
     context = browser.new_context(base_url=live_server.url, java_script_enabled=False)
@@ -218,6 +196,6 @@ def test_without_javascript_the_job_page_refreshes_itself(browser, live_server, 
         gated_worker.set()
         expect(page.locator("#job-percent")).to_have_text("100 %", timeout=30_000)
         expect(page.locator("#job-actions")).to_contain_text("Open the trash")
-        assert _present(doomed) == set()
+        assert present(doomed) == set()
     finally:
         context.close()

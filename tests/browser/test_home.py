@@ -4,28 +4,15 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlparse
 
-import pytest
-from django.core.cache import cache
-
 from sessions_admin import core
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counts():
-    cache.clear()
-    yield
-    cache.clear()
-
-
-def _dangling_compression() -> str:
-    sid = core.create_session(source="cli").session_id
-    core.append_message(session_id=sid, role="user", content="hi")
-    core.end_session(session_id=sid, end_reason="compression")
-    return sid
+from tests.builders import (
+    dangling_compression,
+    fresh_cache,  # noqa: F401 - an autouse fixture
+)
 
 
 def test_the_health_panel_loads_after_the_page_and_its_checks_navigate(signed_in_page):
-    _dangling_compression()
+    dangling_compression()
     page = signed_in_page("viewer")
     health_requests: list[str] = []
     page.on(

@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from playwright.sync_api import expect
 
 from sessions_admin import core
 from sessions_admin.ledger import actions
-from tests.builders import forked_conversation
+from tests.builders import (
+    forked_conversation,
+    fresh_cache,  # noqa: F401 - an autouse fixture
+)
 from tests.helpers import session
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counts():
-    cache.clear()
-    yield
-    cache.clear()
 
 
 def test_a_merge_in_another_tab_shows_on_the_overview_when_it_is_back_in_view(signed_in_page):

@@ -5,16 +5,10 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qs, urlparse
 
-import pytest
-from django.core.cache import cache
 from playwright.sync_api import expect
 
 from sessions_admin import core
-
-
-@pytest.fixture(autouse=True)
-def _no_cached_forks_or_choices():
-    cache.clear()
+from tests.builders import fresh_cache  # noqa: F401 - an autouse fixture
 
 
 def _new(source: str, started_at: float, content: str) -> str:

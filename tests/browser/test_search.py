@@ -5,17 +5,11 @@ from __future__ import annotations
 
 import re
 
-import pytest
-from django.core.cache import cache
 from playwright.sync_api import expect
 
 from sessions_admin import core
 from sessions_admin.console.views.detail import CHUNK_SIZE
-
-
-@pytest.fixture(autouse=True)
-def _no_cached_forks_or_choices():
-    cache.clear()
+from tests.builders import fresh_cache  # noqa: F401 - an autouse fixture
 
 
 def _say(session_id: str, *texts: str) -> list[int]:

@@ -5,24 +5,17 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qs, urlparse
 
-import pytest
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from playwright.sync_api import expect
 
 from sessions_admin import core
 from sessions_admin.signin.roles import assign_role
 from tests.browser.conftest import PASSWORD
+from tests.builders import fresh_cache  # noqa: F401 - an autouse fixture
 
 ROWS = "tr[data-session-id]"
 ROW_BOXES = 'input[name="ids"]'
 # Waits go through locators: the CSP forbids eval, so page.wait_for_function(str) cannot run.
-
-
-@pytest.fixture(autouse=True)
-def _no_cached_forks_or_choices():
-    """The list caches fork ids and dropdown choices briefly; each test starts fresh."""
-    cache.clear()
 
 
 def _new(source: str, started_at: float, **kwargs) -> str:

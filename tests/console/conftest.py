@@ -26,3 +26,9 @@ def signed_in(client, operator_factory):
         return client
 
     return sign_in
+
+
+@pytest.fixture
+def admin(signed_in):
+    """A client signed in as an admin."""
+    return signed_in("admin")

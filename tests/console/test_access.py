@@ -110,10 +110,6 @@ def _client_for(actor: str | None, **kwargs) -> Client:
     return client
 
 
-def _route(name: str) -> urlmap.Route:
-    return next(route for route in urlmap.routes() if route.name == name)
-
-
 def _request(client: Client, method: str, url: str, **extra):
     return client.get(url, **extra) if method == "GET" else client.post(url, **extra)
 
@@ -124,7 +120,7 @@ def test_it_has_an_access_rule_for_every_url():
 
 @pytest.mark.parametrize("name", sorted(ACCESS))
 def test_it_sends_visitors_who_are_not_signed_in_to_sign_in(name, seeded):
-    url = _route(name).url(seeded.url_args)
+    url = urlmap.route(name).url(seeded.url_args)
     before = urlmap.state()
     for method in ("GET", "POST"):
         for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
@@ -144,7 +140,7 @@ def test_it_sends_visitors_who_are_not_signed_in_to_sign_in(name, seeded):
 
 @pytest.mark.parametrize("name", sorted(ACCESS))
 def test_it_allows_each_role_exactly_what_the_table_says(name, seeded):
-    route = _route(name)
+    route = urlmap.route(name)
     needed = dict(zip(("GET", "POST"), ACCESS[name], strict=True))
     # Refused roles first: each of their requests must leave everything as it was.
     for actor in ACTORS:
@@ -167,7 +163,7 @@ def test_it_allows_each_role_exactly_what_the_table_says(name, seeded):
 @pytest.mark.parametrize("name", sorted(ACCESS))
 def test_it_refuses_every_post_without_a_csrf_token(name, seeded):
     client = _client_for(ADMIN, enforce_csrf_checks=True)
-    url = _route(name).url(seeded.url_args)
+    url = urlmap.route(name).url(seeded.url_args)
     before = urlmap.state()
     for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
         response = client.post(url, {"reason": "no token", "scope": "all"}, **headers)
@@ -179,7 +175,7 @@ def test_it_refuses_every_post_without_a_csrf_token(name, seeded):
 @pytest.mark.parametrize("name", sorted(ACCESS))
 def test_it_refuses_every_action_while_the_store_is_attached_read_only(name, seeded, settings):
     settings.SESSIONS_ADMIN_READ_ONLY = True
-    route = _route(name)
+    route = urlmap.route(name)
     admin = _client_for(ADMIN)
     superuser = Client()
     superuser.force_login(User.objects.create_superuser("root-read-only"))

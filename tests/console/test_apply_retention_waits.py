@@ -11,11 +11,11 @@ from django.utils import timezone
 from sessions_admin.console.management.commands.apply_retention import _run_to_the_end
 from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import DeleteJob
-from tests.store.test_crash import _old_sessions
+from tests.builders import old_sessions
 
 
 def test_a_job_another_worker_holds_is_waited_for_and_finished():
-    selected = _old_sessions(3)
+    selected = old_sessions(3, sources=("cli", "telegram"), messages=3)
     job_id = jobs.create_bulk_delete_job(
         session_ids=selected, include_live=False, actor="ada", reason="retention"
     )

@@ -9,20 +9,15 @@ shows an entry whose result was never recorded as "outcome unknown".
 from __future__ import annotations
 
 import pytest
-from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from sessions_admin import core
 from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger.models import AuditEntry, DeleteJob
 from tests.builders import forked_conversation, store_snapshot
-from tests.console.pages import fingerprint_of, preview_url
+from tests.console.pages import fingerprint_of, flashed, preview_url
 
 NUL_REASON = "dup\x00slug"
-
-
-def flashed(response) -> list[str]:
-    return [str(m) for m in get_messages(response.wsgi_request)]
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import sqlite3
 
 import psycopg
 import pytest
-from django.contrib.messages import get_messages
 from django.db import connections
 from django.test import Client
 from django.urls import reverse
@@ -23,6 +22,7 @@ from sessions_admin.core import db
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from sessions_admin.routers import responses_alias
 from tests.builders import forked_conversation
+from tests.console.pages import flashed
 
 BUSY = "The store is busy"
 
@@ -59,10 +59,6 @@ def dashboard_rows() -> dict:
     return {
         "trash": sorted(TrashEntry.objects.values_list("pk", "state")),
     }
-
-
-def flashed(response) -> list[str]:
-    return [str(m) for m in get_messages(response.wsgi_request)]
 
 
 def shown(response) -> str:

@@ -13,6 +13,7 @@ from django.urls import reverse
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.routers import responses_alias
+from tests.builders import cold_start_fork
 
 URL = "/conversations/"
 
@@ -23,19 +24,6 @@ def _fresh_fork_search():
     cache.clear()
     yield
     cache.clear()
-
-
-def _cold_start_fork(slug: str, forks: int = 2) -> list[str]:
-    """A runtime without slug continuity: each cold start minted an unlinked session."""
-    ids = []
-    for n in range(forks):
-        sid = core.create_session(
-            source="api_server", user_id="u1", started_at=1000.0 + n
-        ).session_id
-        core.append_message(session_id=sid, role="user", content=f"turn {n}")
-        core.record_turn(response_id=f"{slug}-r{n}", session_id=sid, conversation=slug)
-        ids.append(sid)
-    return ids
 
 
 def _rows(body: str) -> dict[str, str]:
@@ -115,7 +103,7 @@ def test_a_hermes_slug_continues_the_session_in_its_response_data(signed_in):
 
 
 def test_a_cold_start_fork_is_flagged_with_its_sessions(signed_in):
-    forked = _cold_start_fork("sidekick", 2)
+    forked = cold_start_fork("sidekick", 2)
     solo = core.create_session(source="api_server").session_id
     core.record_turn(response_id="solo-1", session_id=solo, conversation="solo")
 
@@ -129,8 +117,8 @@ def test_a_cold_start_fork_is_flagged_with_its_sessions(signed_in):
 
 
 def test_forks_only_and_the_slug_filter(signed_in):
-    _cold_start_fork("sidekick")
-    _cold_start_fork("side%car")
+    cold_start_fork("sidekick")
+    cold_start_fork("side%car")
     sid = core.create_session(source="api_server").session_id
     for name in ("sidebar", "main"):
         core.record_turn(response_id=f"{name}-1", session_id=sid, conversation=name)

@@ -23,6 +23,7 @@ from sessions_admin.ledger import jobs, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
 from sessions_admin.routers import responses_alias
 from tests.builders import store_snapshot
+from tests.console.pages import messages_shown
 
 HX = {"HX-Request": "true"}
 SCRIPT = "<script>alert(1)</script>"
@@ -87,10 +88,6 @@ def problems(body: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", match.group(1))) if match else ""
 
 
-def flashed(response) -> list[str]:
-    return [str(m) for m in response.context["messages"]] if response.context else []
-
-
 def lineage() -> dict[str, str]:
     """A conversation: root -> compression tip, delegates, a branch, an untyped child; and another."""
     root = core.create_session(
@@ -149,11 +146,6 @@ def worker_calls(monkeypatch):
     calls: list[int] = []
     monkeypatch.setattr(worker, "ensure_worker_running", lambda: calls.append(1))
     return calls
-
-
-@pytest.fixture
-def admin(signed_in):
-    return signed_in("admin")
 
 
 def cascade_url(sid: str) -> str:
@@ -310,7 +302,9 @@ def test_cascade_delete_removes_exactly_the_plan(admin):
     fields["reason"] = "GDPR request 42"
     response = admin.post(confirm_url(ids["root"]), fields, follow=True)
     assert response.redirect_chain[-1][0] == reverse("trash")
-    assert "Deleted 4 sessions and 4 messages; restorable from the trash." in flashed(response)
+    assert "Deleted 4 sessions and 4 messages; restorable from the trash." in messages_shown(
+        response
+    )
     assert session_ids() == {ids["branch"], ids["child"], ids["other"]}
     assert set(plan.session_ids) == {ids["root"], ids["tip"], ids["delegate"], ids["grand"]}
     assert db.fetchall("SELECT name FROM conversations", alias=responses_alias()) == []
@@ -720,7 +714,7 @@ def test_a_selection_from_the_session_list(admin):
     htmx = admin.post(reverse("bulk_delete_preview"), {"ids": [other]}, headers=HX)
     assert htmx.status_code == 200 and htmx["HX-Redirect"].startswith(reverse("bulk_delete"))
     empty = admin.post(reverse("bulk_delete_preview"), {}, follow=True)
-    assert "Select at least one session to delete." in flashed(empty)
+    assert "Select at least one session to delete." in messages_shown(empty)
 
 
 def test_another_operators_selection_is_not_usable(admin, client, operator_factory):
@@ -738,14 +732,14 @@ def test_cancelling_a_job(admin):
     page = admin.get(reverse("job_detail", args=[job])).content.decode()
     assert reverse("job_cancel", args=[job]) in page
     response = admin.post(reverse("job_cancel", args=[job]), follow=True)
-    assert any("cancelled after 2 of 6" in m for m in flashed(response))
+    assert any("cancelled after 2 of 6" in m for m in messages_shown(response))
     assert DeleteJob.objects.get(pk=job).state == DeleteJob.CANCELLED
     jobs.run_job(job_id=job)
     assert len(session_ids()) == 4
     audit = AuditEntry.objects.get(action="cancel_bulk_delete")
     assert audit.after["state"] == "cancelled" and audit.actor_name == "op-admin"
     again = admin.post(reverse("job_cancel", args=[job]), follow=True)
-    assert any("already cancelled" in m for m in flashed(again))
+    assert any("already cancelled" in m for m in messages_shown(again))
     assert AuditEntry.objects.filter(action="cancel_bulk_delete").count() == 1
 
 
@@ -803,14 +797,16 @@ def test_restoring_from_the_trash_gives_back_the_exact_rows(admin):
     response = admin.post(reverse("trash_restore", args=[entry.pk]), follow=True)
     assert response.redirect_chain[-1][0] == reverse("trash")
     assert (entry.session_count, entry.message_count) == (5, 5)  # the branch has a copy
-    assert f"Restored 5 sessions and 5 messages from trash entry #{entry.pk}." in flashed(response)
+    assert f"Restored 5 sessions and 5 messages from trash entry #{entry.pk}." in messages_shown(
+        response
+    )
     assert store_snapshot("sessions", "messages", "conversations", "responses") == before
     assert TrashEntry.objects.get().state == TrashEntry.RESTORED
     assert AuditEntry.objects.filter(action="restore", outcome="ok").count() == 1
     body = response.content.decode()
     assert "restored" in body and reverse("trash_restore", args=[entry.pk]) not in body
     again = admin.post(reverse("trash_restore", args=[entry.pk]), follow=True)
-    assert any("already restored" in m for m in flashed(again))
+    assert any("already restored" in m for m in messages_shown(again))
     assert store_snapshot("sessions", "messages", "conversations", "responses") == before
 
 
@@ -844,7 +840,7 @@ def test_a_cascade_in_many_batches_is_one_trash_row_restored_whole(admin, monkey
     response = admin.post(reverse("trash_restore", args=[entries[2].pk]), follow=True)
     assert (
         f"Restored 10 sessions and 9 messages from trash entry #{entries[0].pk} "
-        "(the whole operation: 4 batches)." in flashed(response)
+        "(the whole operation: 4 batches)." in messages_shown(response)
     )
     assert store_snapshot("sessions", "messages", "conversations", "responses") == before
     assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.RESTORED}
@@ -865,7 +861,7 @@ def test_a_running_jobs_entry_is_restored_only_once_the_job_stops(admin):
     assert not re.search(r"/trash/\d+/restore/", body)
     before = _state()
     response = admin.post(reverse("trash_restore", args=[second.pk]), follow=True)
-    assert any("still running" in m for m in flashed(response))
+    assert any("still running" in m for m in messages_shown(response))
     assert _state() == before
     assert AuditEntry.objects.filter(action="restore", outcome="refused").count() == 1
 
@@ -873,7 +869,7 @@ def test_a_running_jobs_entry_is_restored_only_once_the_job_stops(admin):
     body = admin.get(reverse("trash")).content.decode()
     assert form(body, reverse("trash_restore", args=[first.pk])) == {"q": ""}
     response = admin.post(reverse("trash_restore", args=[first.pk]), follow=True)
-    assert "(the whole operation: 2 batches)" in " ".join(flashed(response))
+    assert "(the whole operation: 2 batches)" in " ".join(messages_shown(response))
     assert session_ids() == set(ids)
 
 
@@ -883,7 +879,9 @@ def test_a_restore_conflict_is_explained_and_changes_nothing(admin):
     before = store_snapshot("sessions", "messages", "conversations", "responses")
     response = admin.post(reverse("trash_restore", args=[entry]), {"q": sid}, follow=True)
     assert response.redirect_chain[-1][0] == f"{reverse('trash')}?q={sid}"
-    assert any(m.startswith("Nothing was restored: Cannot restore") for m in flashed(response))
+    assert any(
+        m.startswith("Nothing was restored: Cannot restore") for m in messages_shown(response)
+    )
     assert store_snapshot("sessions", "messages", "conversations", "responses") == before
     assert TrashEntry.objects.get(pk=entry).state == TrashEntry.COMPLETE
     assert AuditEntry.objects.filter(action="restore", outcome="failed").count() == 1
@@ -916,14 +914,15 @@ def test_purging_expired_entries_or_everything(admin, settings):
     response = admin.post(
         reverse("trash_purge"), {"scope": "expired", "reason": "retention"}, follow=True
     )
-    assert "Purged 1 trash entry older than 10 days; they can no longer be restored." in flashed(
-        response
+    assert (
+        "Purged 1 trash entry older than 10 days; they can no longer be restored."
+        in messages_shown(response)
     )
     assert list(TrashEntry.objects.values_list("pk", flat=True)) == [new]
     response = admin.post(
         reverse("trash_purge"), {"scope": "all", "reason": "all", "confirm_purge": "1"}, follow=True
     )
-    assert "Purged 1 trash entry; they can no longer be restored." in flashed(response)
+    assert "Purged 1 trash entry; they can no longer be restored." in messages_shown(response)
     assert TrashEntry.objects.count() == 0
     audits = AuditEntry.objects.filter(action="purge_trash").order_by("id")
     assert [a.before["older_than_days"] for a in audits] == [10, None]
@@ -1020,7 +1019,8 @@ def test_a_hostile_cancel_reason_is_refused_and_recorded(admin, reason, expected
     before = _state()
     response = admin.post(reverse("job_cancel", args=[job]), {"reason": reason}, follow=True)
     assert any(
-        m.startswith(f"Job #{job} was not cancelled: ") and expected in m for m in flashed(response)
+        m.startswith(f"Job #{job} was not cancelled: ") and expected in m
+        for m in messages_shown(response)
     )
     assert _state() == before
     _only_refusals("cancel_bulk_delete")
@@ -1051,5 +1051,5 @@ def test_picked_ids_no_database_can_hold_are_refused(admin):
     for bad in ("a\x00b", "x" * 5000):
         response = admin.post(reverse("bulk_delete_preview"), {"ids": [*picked, bad]}, follow=True)
         assert response.redirect_chain[-1][0] == reverse("bulk_delete")
-        assert any("session id" in m for m in flashed(response))
+        assert any("session id" in m for m in messages_shown(response))
         assert admin.session.get("sessions_admin.bulk_delete.selections") is None

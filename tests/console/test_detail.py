@@ -15,13 +15,10 @@ from django.urls import reverse
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.routers import store_alias
+from tests.console.pages import detail
 
 HX = {"HX-Request": "true"}
 SCRIPT = "<script>alert(1)</script>"
-
-
-def detail(session_id: str) -> str:
-    return reverse("session_detail", args=[session_id])
 
 
 def transcript(session_id: str) -> str:

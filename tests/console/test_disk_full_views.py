@@ -17,26 +17,18 @@ from django.urls import reverse
 
 from sessions_admin import core
 from sessions_admin.core import db, faults
-from sessions_admin.ledger import actions, jobs, worker
+from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
 from sessions_admin.ledger.trash import job_operation
 from sessions_admin.store import health
-from tests.builders import cascade_lineage
+from tests.builders import cascade_lineage, old_sessions
 from tests.console.test_being_deleted_views import half_deleted
 from tests.console.test_deletion_views import confirm_url, form
 from tests.store.crash_child import fill
-from tests.store.test_crash import _old_sessions
 from tests.store.test_disk_full import FAILING_BATCH, store_full_from_batch
 
-
-@pytest.fixture(autouse=True)
-def no_worker_thread(monkeypatch):
-    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
-
-
-@pytest.fixture
-def admin(signed_in):
-    return signed_in("admin")
+# Looking at a job wakes the delete worker; these tests run the job themselves.
+pytestmark = pytest.mark.usefixtures("no_worker")
 
 
 def test_the_cascade_page_says_the_store_is_full_and_what_was_deleted(admin):
@@ -73,7 +65,7 @@ def test_the_cascade_page_says_the_store_is_full_and_what_was_deleted(admin):
 
 
 def test_a_failed_job_offers_to_finish_and_finishing_deletes_the_rest(admin):
-    selected = _old_sessions(6)
+    selected = old_sessions(6)
     job_id = jobs.create_bulk_delete_job(
         session_ids=selected, include_live=False, actor="ada", reason="retention"
     )

@@ -6,23 +6,18 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 from django.urls import reverse
 
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.ledger import actions, erasure
 from sessions_admin.ledger.models import AuditEntry, ErasureRequest
-from tests.builders import store_snapshot
+from tests.builders import (
+    erasures_run_inline,  # noqa: F401 - an autouse fixture
+    store_snapshot,
+)
 
 USER = "u-views-5821"
-
-
-@pytest.fixture(autouse=True)
-def _run_inline(monkeypatch):
-    # The request page's call and request_erasure's own (in the module it lives in).
-    monkeypatch.setattr(actions, "start_erasures", lambda: None)
-    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
 
 
 def _their_sessions() -> list[str]:

@@ -211,10 +211,6 @@ BAD_NUMBERS = ["0", "99999999999999999999999999999", "9223372036854775808"]
 pytestmark = pytest.mark.usefixtures("no_worker")
 
 
-def _route(name: str) -> urlmap.Route:
-    return next(route for route in urlmap.routes() if route.name == name)
-
-
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) < 80 else text[:77] + "..."
@@ -267,7 +263,7 @@ def test_it_knows_the_parameters_of_every_url():
 @pytest.mark.parametrize("name", sorted(GET_PARAMS))
 def test_it_answers_hostile_query_strings_without_a_server_error(name, seeded, admin_client):
     client = Client() if name == "login" else admin_client
-    url = _route(name).url(seeded.url_args)
+    url = urlmap.route(name).url(seeded.url_args)
     params = GET_PARAMS[name]
     for n, value in enumerate(HOSTILE if params else []):
         headers = {"HTTP_HX_REQUEST": "true"} if n % 2 else {}
@@ -287,7 +283,7 @@ def test_it_answers_hostile_query_strings_without_a_server_error(name, seeded, a
 @pytest.mark.parametrize("name", sorted(POST_FIELDS))
 def test_it_refuses_hostile_forms_without_changing_anything(name, seeded, admin_client):
     client = Client() if name == "login" else admin_client
-    url = _route(name).url(seeded.url_args)
+    url = urlmap.route(name).url(seeded.url_args)
     fields, base = POST_FIELDS[name]
     for n, value in enumerate(HOSTILE):
         headers = {"HTTP_HX_REQUEST": "true"} if n % 2 else {}
@@ -324,7 +320,7 @@ NUMBER_ROUTES = sorted(
 
 @pytest.mark.parametrize("name", SESSION_ROUTES)
 def test_it_answers_hostile_session_ids_in_urls(name, seeded, admin_client):
-    route = _route(name)
+    route = urlmap.route(name)
     for encoded in BAD_SESSION_IDS:
         url = _with_session_id(route, seeded, encoded)
         what = f"{name} at {_short(url)}"
@@ -338,7 +334,7 @@ def test_it_answers_hostile_session_ids_in_urls(name, seeded, admin_client):
 
 @pytest.mark.parametrize("name", NUMBER_ROUTES)
 def test_it_answers_ids_no_row_can_have(name, seeded, admin_client):
-    route = _route(name)
+    route = urlmap.route(name)
     marker = "123456789"
     numbers = dict.fromkeys(("job_id", "merge_id", "entry_id"), marker)
     for number in BAD_NUMBERS:
@@ -383,7 +379,7 @@ def test_it_pages_from_any_well_formed_cursor(seeded, admin_client):
 @pytest.mark.parametrize("name", sorted(POST_FIELDS))
 def test_it_refuses_oversized_forms_cleanly(name, seeded, admin_client):
     client = Client() if name == "login" else admin_client
-    url = _route(name).url(seeded.url_args)
+    url = urlmap.route(name).url(seeded.url_args)
     too_many = "&".join(f"ids=s{n}" for n in range(25_000))
     too_big = "reason=" + "x" * 3_000_000
     for body, what in ((too_many, "25,000 fields"), (too_big, "a 3 MB body")):

@@ -11,25 +11,14 @@ from django.urls import reverse
 
 from sessions_admin import core
 from sessions_admin.console.views.home import computed_ago
-from tests.builders import forked_conversation
+from tests.builders import (
+    dangling_compression,
+    forked_conversation,
+    fresh_cache,  # noqa: F401 - an autouse fixture
+)
 from tests.console.conftest import PASSWORD
 from tests.console.test_merge_views import merge_via_views
 from tests.helpers import session
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counts():
-    # The overview caches its counts for 30 s; every test starts from its own store.
-    cache.clear()
-    yield
-    cache.clear()
-
-
-def _dangling_compression() -> str:
-    sid = core.create_session(source="cli").session_id
-    core.append_message(session_id=sid, role="user", content="hi")
-    core.end_session(session_id=sid, end_reason="compression")
-    return sid
 
 
 def test_it_redirects_anonymous_visitors_to_login(client):
@@ -122,7 +111,7 @@ def test_the_chart_has_one_bar_per_day_and_a_table_alternative(signed_in):
 
 
 def test_the_health_panel_loads_after_the_page(signed_in):
-    _dangling_compression()
+    dangling_compression()
     body = signed_in("viewer").get(reverse("home")).content.decode()
     loader = re.search(r'<div id="health-panel"[^>]*>.*?</div>', body, re.S).group(0)
     assert f'hx-get="{reverse("health_panel")}"' in loader
@@ -132,7 +121,7 @@ def test_the_health_panel_loads_after_the_page(signed_in):
 
 
 def test_the_health_panel_counts_and_links_each_check(signed_in):
-    dangling = _dangling_compression()
+    dangling = dangling_compression()
     for n in range(2):  # a cold-start fork: one slug, two unlinked sessions
         sid = core.create_session(source="api_server", started_at=1000.0 + n).session_id
         core.append_message(session_id=sid, role="user", content="hi")
@@ -158,7 +147,7 @@ def test_the_health_panel_counts_and_links_each_check(signed_in):
 
 
 def test_without_htmx_the_health_url_is_the_whole_overview_with_the_panel(signed_in):
-    _dangling_compression()
+    dangling_compression()
     body = signed_in("viewer").get(reverse("health_panel")).content.decode()
     assert "<html" in body and "<h1>Overview</h1>" in body
     assert '<section id="health-panel"' in body

@@ -9,8 +9,8 @@ import html
 from django.urls import reverse
 
 from sessions_admin import core
-from sessions_admin.core import db
 from sessions_admin.ledger import jobs
+from tests.helpers import session_ids
 
 
 def ended(source: str = "cli") -> str:
@@ -18,10 +18,6 @@ def ended(source: str = "cli") -> str:
     core.append_message(session_id=sid, role="user", content="hello")
     core.end_session(session_id=sid, end_reason="user_exit")
     return sid
-
-
-def present() -> set[str]:
-    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
 
 
 def test_the_dry_run_lists_a_conversation_that_goes_on_in_a_live_session(admin_client):
@@ -51,7 +47,7 @@ def test_the_job_page_names_a_conversation_kept_whole(admin_client, no_worker):
     ).session_id
     jobs.run_job(job_id=job)
 
-    assert {parent, delegate} <= present() and other not in present()
+    assert {parent, delegate} <= session_ids() and other not in session_ids()
     page = html.unescape(admin_client.get(reverse("job_detail", args=[job])).content.decode())
     assert f"{parent}</code>, its conversation continued in {delegate}" in page
     assert f"1 skipped: kept: {parent}, its conversation continued in {delegate}" in page

@@ -14,7 +14,8 @@ from django.urls import reverse
 from sessions_admin import core
 from sessions_admin.console.html import RAW_TEXT
 from sessions_admin.routers import store_alias
-from tests.console.test_detail import HX, conversation_messages, detail, link, message_ids
+from tests.console.pages import detail
+from tests.console.test_detail import HX, conversation_messages, link, message_ids
 
 
 def tail_link(body: str) -> str | None:

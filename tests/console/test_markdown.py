@@ -9,7 +9,8 @@ import pytest
 
 from sessions_admin import core
 from sessions_admin.console import markdown
-from tests.console.test_detail import HX, detail, link, message_ids, tag_block
+from tests.console.pages import detail
+from tests.console.test_detail import HX, link, message_ids, tag_block
 
 RICH = (
     "Run `make test` first.\n\n"

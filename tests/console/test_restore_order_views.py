@@ -14,6 +14,8 @@ from sessions_admin.core import db, deletion
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from tests.builders import cascade_split_by_a_fault, linked_conversation, store_snapshot
+from tests.console.pages import messages_shown
+from tests.helpers import parent_links
 from tests.store.test_delete_in_parts import (
     big_session,
     cascade_killed_after_first_part,
@@ -24,19 +26,6 @@ from tests.store.test_delete_in_parts import (
 @pytest.fixture
 def small_batches(monkeypatch):
     monkeypatch.setattr(deletion.batches, "BATCH_SESSIONS", 2)
-
-
-@pytest.fixture
-def admin(signed_in):
-    return signed_in("admin")
-
-
-def flashed(response) -> list[str]:
-    return [str(m) for m in response.context["messages"]] if response.context else []
-
-
-def _links() -> dict[str, str | None]:
-    return dict(db.fetchall("SELECT id, parent_session_id FROM sessions ORDER BY id"))
 
 
 def _row(body: str, entry_id: int) -> str:
@@ -66,23 +55,23 @@ def test_a_restore_before_the_parents_says_which_entry_gives_the_links_back(
     admin, monkeypatch, small_batches
 ):
     ids = linked_conversation()
-    links_before = _links()
+    links_before = parent_links()
     older, newer = cascade_split_by_a_fault(monkeypatch, ids["tip"])
     restored = set(TrashEntry.objects.get(pk=older).session_ids)
 
     response = admin.post(reverse("trash_restore", args=[older]), follow=True)
-    waiting = [m for m in flashed(response) if "without" in m]
+    waiting = [m for m in messages_shown(response) if "without" in m]
     assert len(waiting) == 1 and f"restore #{newer} to link them again" in waiting[0]
     unlinked = {
         sid
-        for sid, parent in _links().items()
+        for sid, parent in parent_links().items()
         if sid in restored and parent is None and links_before[sid]
     }
     assert unlinked and all(sid in waiting[0] for sid in unlinked)
     assert AuditEntry.objects.get(action="restore").after["waiting_links"]
 
     admin.post(reverse("trash_restore", args=[newer]))
-    assert _links() == links_before
+    assert parent_links() == links_before
     assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.RESTORED}
 
 

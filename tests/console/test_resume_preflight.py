@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import html
-import re
-
 from django.urls import reverse
 
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.ledger.models import AuditEntry
-
-
-def hidden(body: str, name: str) -> str | None:
-    found = re.search(rf'<input type="hidden" name="{name}" value="([^"]*)"', body)
-    return html.unescape(found.group(1)) if found else None
+from tests.console.pages import hidden
 
 
 def ended_chat(key: str, end_reason: str) -> str:

@@ -12,17 +12,14 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from sessions_admin.core import db, holds
+from sessions_admin.core import holds
 from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, RetentionPolicy, TrashEntry
 from tests.console.test_retention_views import FORM
+from tests.helpers import session_ids
 from tests.store.test_retention import old_session
 
 pytestmark = pytest.mark.usefixtures("no_worker")
-
-
-def _ids() -> set[str]:
-    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
 
 
 def _policy(**fields) -> RetentionPolicy:
@@ -48,7 +45,7 @@ def test_the_form_refuses_a_bad_number_of_days_and_stores_nothing(signed_in, day
     assert "between 1 and 36500 days" in response.content.decode()
     assert not RetentionPolicy.objects.exists()
     assert not AuditEntry.objects.filter(action="retention_policy_create", outcome="ok").exists()
-    assert _ids() == sessions
+    assert session_ids() == sessions
 
 
 def test_run_now_lists_the_sessions_and_needs_a_reason_and_the_typed_count(signed_in):
@@ -72,7 +69,7 @@ def test_run_now_lists_the_sessions_and_needs_a_reason_and_the_typed_count(signe
         response = client.post(run, fields)
         assert response.status_code == 400, fields
         assert not DeleteJob.objects.exists(), fields
-    assert _ids() >= set(doomed)
+    assert session_ids() >= set(doomed)
     assert AuditEntry.objects.filter(action="retention_run", outcome="refused").count() == 6
 
     response = client.post(run, {"digest": digest, "reason": "quarterly", "typed_count": "20"})
@@ -82,7 +79,7 @@ def test_run_now_lists_the_sessions_and_needs_a_reason_and_the_typed_count(signe
     entry = AuditEntry.objects.get(action="retention_run", outcome="ok")
     assert entry.reason == "quarterly" and set(entry.session_ids) == set(doomed)
     jobs.run_job(job_id=job.pk)
-    assert not set(doomed) & _ids()
+    assert not set(doomed) & session_ids()
 
 
 def test_run_now_refuses_a_selection_that_changed_since_its_preview(signed_in):
@@ -95,7 +92,7 @@ def test_run_now_refuses_a_selection_that_changed_since_its_preview(signed_in):
         reverse("retention_run", args=[policy.pk]), {"digest": digest, "reason": "r"}
     )
     assert response.status_code == 400
-    assert not DeleteJob.objects.exists() and {shown, late} <= _ids()
+    assert not DeleteJob.objects.exists() and {shown, late} <= session_ids()
 
 
 def test_a_purge_says_permanently_needs_its_own_tick_and_its_job_offers_no_trash(signed_in):
@@ -108,13 +105,13 @@ def test_a_purge_says_permanently_needs_its_own_tick_and_its_job_offers_no_trash
 
     response = client.post(run, {"digest": digest, "reason": "data policy"})
     assert response.status_code == 400
-    assert not DeleteJob.objects.exists() and set(doomed) <= _ids()
+    assert not DeleteJob.objects.exists() and set(doomed) <= session_ids()
 
     response = client.post(run, {"digest": digest, "reason": "data policy", "confirm_purge": "1"})
     job = DeleteJob.objects.get(policy=policy)
     assert job.purge and response.url == reverse("job_detail", args=[job.pk])
     jobs.run_job(job_id=job.pk)
-    assert not set(doomed) & _ids()
+    assert not set(doomed) & session_ids()
     assert not TrashEntry.objects.exists()
 
     actions = client.get(
@@ -136,7 +133,7 @@ def test_run_now_names_the_holds_that_keep_sessions(signed_in):
     client.post(reverse("retention_run", args=[policy.pk]), {"digest": digest, "reason": "r"})
     job = DeleteJob.objects.get(policy=policy)
     jobs.run_job(job_id=job.pk)
-    assert held in _ids() and doomed not in _ids()
+    assert held in session_ids() and doomed not in session_ids()
 
 
 def test_a_stored_policy_with_bad_days_is_shown_and_never_runs(signed_in):
@@ -159,7 +156,7 @@ def test_a_stored_policy_with_bad_days_is_shown_and_never_runs(signed_in):
     response = client.post(reverse("retention_switch", args=[policy.pk]), {"enable": "1"})
     policy.refresh_from_db()
     assert not policy.enabled
-    assert not DeleteJob.objects.exists() and fresh in _ids()
+    assert not DeleteJob.objects.exists() and fresh in session_ids()
 
 
 def test_enabling_a_policy_that_purges_needs_its_tick(signed_in):

@@ -9,7 +9,6 @@ import sqlite3
 
 import psycopg
 import pytest
-from django.contrib.messages import get_messages
 from django.db import connections
 from django.test import Client
 from django.urls import reverse
@@ -18,6 +17,7 @@ from sessions_admin import core
 from sessions_admin.core.transcript import plan_rewrite
 from sessions_admin.ledger.models import AuditEntry, AuditSession
 from tests.builders import store_snapshot
+from tests.console.pages import detail, flashed, hidden
 from tests.helpers import messages, session
 
 HX = {"HX-Request": "true"}
@@ -56,10 +56,6 @@ def nul_url(name: str) -> str:
     return url(name, "marker").replace("marker", "bad%00id")
 
 
-def detail(session_id: str) -> str:
-    return reverse("session_detail", args=[session_id])
-
-
 def active_flags(session_id: str) -> list[tuple[str, int]]:
     return [(m["content"] or m["role"], int(m["active"])) for m in messages(session_id)]
 
@@ -67,15 +63,6 @@ def active_flags(session_id: str) -> list[tuple[str, int]]:
 def counters(session_id: str) -> tuple[int, int, int]:
     row = session(session_id)
     return row["message_count"], row["tool_call_count"], row["rewind_count"]
-
-
-def flashed(response) -> list[str]:
-    return [str(m) for m in get_messages(response.wsgi_request)]
-
-
-def hidden(body: str, name: str) -> str | None:
-    found = re.search(rf'<input type="hidden" name="{name}" value="([^"]*)"', body)
-    return html.unescape(found.group(1)) if found else None
 
 
 def audit(action: str) -> list[AuditEntry]:

@@ -17,14 +17,9 @@ from sessions_admin.core import db
 from sessions_admin.routers import store_alias
 from sessions_admin.store import cached, listing
 from sessions_admin.store.listing import fulltext_postgresql
+from tests.builders import fresh_cache  # noqa: F401 - an autouse fixture
 
 URL = "/sessions/"
-
-
-@pytest.fixture(autouse=True)
-def _no_cached_forks_or_choices():
-    """The list caches fork ids and dropdown choices briefly; each test starts fresh."""
-    cache.clear()
 
 
 def _new(source: str = "cli", started_at: float = 1_700_000_000.0, **kwargs) -> str:

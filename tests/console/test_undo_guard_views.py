@@ -7,8 +7,8 @@ from __future__ import annotations
 from django.urls import reverse
 
 from sessions_admin import core
-from sessions_admin.core import db
 from sessions_admin.ledger.models import AuditEntry
+from tests.helpers import session_ids
 
 
 def merged_pair() -> tuple[str, str, int]:
@@ -22,10 +22,6 @@ def merged_pair() -> tuple[str, str, int]:
     return ids[0], ids[1], merged.merge_id
 
 
-def present() -> set[str]:
-    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
-
-
 def test_a_cascade_of_a_merge_target_runs_only_once_the_lost_undo_is_confirmed(admin_client):
     target, husk, merge_id = merged_pair()
     page = admin_client.get(reverse("cascade_delete", args=[target]))
@@ -37,12 +33,12 @@ def test_a_cascade_of_a_merge_target_runs_only_once_the_lost_undo_is_confirmed(a
 
     assert refused.status_code == 200
     assert any(f"merge #{merge_id}" in p for p in refused.context["problems"])
-    assert present() == {target, husk}
+    assert session_ids() == {target, husk}
 
     done = admin_client.post(confirm, fields | {"lose_undo": "1"}, follow=True)
 
     assert done.redirect_chain[-1][0] == reverse("trash")
-    assert present() == {husk}
+    assert session_ids() == {husk}
     audit = AuditEntry.objects.get(action="cascade_delete", outcome="ok")
     assert audit.after["lost_undo_of_merges"] == [merge_id]
     (row,) = done.context["rows"]
@@ -51,7 +47,7 @@ def test_a_cascade_of_a_merge_target_runs_only_once_the_lost_undo_is_confirmed(a
     admin_client.post(reverse("merge_undo", args=[merge_id]), {"reason": "try"})
     assert core.merge_record(merge_id=merge_id).undone_at is None
     assert "can no longer be undone" in core.merge_record(merge_id=merge_id).undo_lost
-    assert present() == {husk}
+    assert session_ids() == {husk}
 
 
 def test_the_bulk_dry_run_says_what_it_keeps_for_a_merge(admin_client):

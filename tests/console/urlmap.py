@@ -194,3 +194,8 @@ def routes() -> list[Route]:
 
 def route_names() -> set[str]:
     return {route.name for route in routes()}
+
+
+def route(name: str) -> Route:
+    """The route of that URL name."""
+    return next(r for r in routes() if r.name == name)

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import os
 
-import pytest
 from django.urls import reverse
 
 from sessions_admin import core
-from sessions_admin.ledger import actions, jobs, worker
+from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger.models import TrashEntry
 from tests.hermes import scenario
 from tests.hermes.checks import assert_healthy, search, transcripts
@@ -38,11 +37,6 @@ ALL_SESSIONS = [
     "api-other",
     "api-b",
 ]
-
-
-@pytest.fixture
-def no_worker_thread(monkeypatch):
-    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
 
 
 def _pages(built: scenario.Scenario) -> list[str]:
@@ -93,7 +87,7 @@ def test_attaching_and_reading_leave_hermes_seeing_the_same_conversations(
     assert_healthy(hermes)
 
 
-def test_every_action_keeps_hermes_rules(hermes, attach, admin, client, no_worker_thread):
+def test_every_action_keeps_hermes_rules(hermes, attach, admin, client, no_worker):
     built = scenario.build(hermes)
     inode = os.stat(hermes.state).st_ino
     untouched = ["api-other"]

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
 
 from sessions_admin import core
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditEntry, AuditSession
-
-
-@pytest.fixture
-def ada(db):
-    return User.objects.create_user("ada")
 
 
 def test_a_successful_action_is_audited_with_before_and_after(ada):

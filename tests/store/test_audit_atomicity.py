@@ -17,7 +17,6 @@ import subprocess
 import sys
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import DatabaseError, connections, transaction
 
 from sessions_admin import core
@@ -28,11 +27,6 @@ from tests.helpers import child_env
 from tests.store.test_crash import CHILD_TIMEOUT, REPO, assert_killed, store_state
 
 BAD_TEXT = {"nul": "bad\x00text", "lone surrogate": "bad\ud800text"}
-
-
-@pytest.fixture
-def ada(db):
-    return User.objects.create_user("ada")
 
 
 def everything() -> dict:

@@ -29,7 +29,7 @@ from sessions_admin.demo.consistency import check_store
 from sessions_admin.ledger import jobs, trash
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry, TrashSession
 from sessions_admin.routers import responses_alias
-from tests.builders import cascade_lineage, store_forked_conversation
+from tests.builders import cascade_lineage, old_sessions, store_forked_conversation
 from tests.helpers import child_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -210,19 +210,6 @@ def test_a_cascade_delete_killed_midway_leaves_whole_batches(crash_at):
 # --- bulk-delete job ---------------------------------------------------------------------------
 
 
-def _old_sessions(n: int) -> list[str]:
-    ids = []
-    for i in range(n):
-        sid = core.create_session(source="cli", started_at=1000.0 + i).session_id
-        core.append_messages(
-            session_id=sid,
-            messages=[{"role": "user", "content": f"m{i}-{k}"} for k in range(i % 3 + 1)],
-        )
-        core.end_session(session_id=sid, end_reason="user_exit")
-        ids.append(sid)
-    return ids
-
-
 @pytest.mark.parametrize(
     "crash_at",
     [
@@ -234,12 +221,12 @@ def _old_sessions(n: int) -> list[str]:
     ],
 )
 def test_a_bulk_delete_job_killed_midway_resumes_and_deletes_each_session_once(crash_at):
-    selected = _old_sessions(10)
+    selected = old_sessions(10)
     delegate = core.create_session(
         source="tool", parent_session_id=selected[0], model_config={"_delegate_from": selected[0]}
     ).session_id
     core.end_session(session_id=delegate, end_reason="done")
-    unselected = _old_sessions(2)
+    unselected = old_sessions(2)
     live = core.create_session(source="cli").session_id
     job_id = jobs.create_bulk_delete_job(
         session_ids=[*selected, live], include_live=False, actor="ada", reason="retention"
@@ -303,7 +290,7 @@ def test_a_bulk_delete_job_killed_midway_resumes_and_deletes_each_session_once(c
 
 
 def test_manage_py_run_jobs_resumes_a_job_whose_worker_was_killed():
-    selected = _old_sessions(7)
+    selected = old_sessions(7)
     job_id = jobs.create_bulk_delete_job(
         session_ids=selected, include_live=False, actor="ada", reason="retention"
     )

@@ -10,10 +10,7 @@ from sessions_admin.ledger import trash
 from sessions_admin.ledger.models import TrashEntry
 from sessions_admin.routers import responses_alias
 from tests.builders import cascade_lineage, store_snapshot
-
-
-def _ids() -> set[str]:
-    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
+from tests.helpers import session_ids
 
 
 def test_the_plan_groups_what_goes_by_relation_and_counts_by_sql():
@@ -54,7 +51,7 @@ def test_it_deletes_exactly_the_planned_set_and_leaves_nothing_behind():
         actor="ada",
         reason="GDPR request",
     )
-    assert _ids() == {branch, child, other}
+    assert session_ids() == {branch, child, other}
     assert (result.deleted_sessions, result.deleted_messages) == (4, 4)
     assert (
         db.fetchall("SELECT id FROM messages WHERE session_id NOT IN (SELECT id FROM sessions)")
@@ -133,7 +130,7 @@ def test_large_deletes_run_in_small_batches_children_first():
     )
     assert len(batches) > 3
     assert sum(b[1] for b in batches) == 13
-    assert _ids() == set()
+    assert session_ids() == set()
     assert TrashEntry.objects.filter(state=TrashEntry.COMPLETE).count() == len(batches)
 
 

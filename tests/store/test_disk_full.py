@@ -32,7 +32,7 @@ from sessions_admin.demo.consistency import check_store
 from sessions_admin.ledger import actions, jobs, trash, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
 from sessions_admin.ledger.trash import job_operation
-from tests.builders import cascade_lineage
+from tests.builders import cascade_lineage, old_sessions
 from tests.helpers import child_env
 from tests.store.crash_child import fill
 from tests.store.test_crash import (
@@ -296,9 +296,7 @@ def test_a_job_stopped_after_a_store_commit_counts_what_the_trash_holds_and_can_
     dashboard_fails_after_second_batch, monkeypatch
 ):
     monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)  # run_job runs it here
-    from tests.store.test_crash import _old_sessions
-
-    selected = _old_sessions(9)
+    selected = old_sessions(9)
     job_id = jobs.create_bulk_delete_job(
         session_ids=selected, include_live=False, actor="ada", reason="retention"
     )
@@ -332,9 +330,7 @@ def test_a_job_stopped_by_a_full_store_counts_its_trash_and_finishes(monkeypatch
     if db.vendor() != "sqlite":
         pytest.skip("a file-size limit needs SQLite files")
     monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
-    from tests.store.test_crash import _old_sessions
-
-    selected = _old_sessions(9)
+    selected = old_sessions(9)
     job_id = jobs.create_bulk_delete_job(
         session_ids=selected, include_live=False, actor="ada", reason="retention"
     )

@@ -25,7 +25,10 @@ from sessions_admin.core.schema import existing_tables
 from sessions_admin.ledger import actions, erasure
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, ErasureRequest, TrashEntry
 from sessions_admin.routers import responses_alias, store_alias
-from tests.builders import store_snapshot
+from tests.builders import (
+    erasures_run_inline,  # noqa: F401 - an autouse fixture
+    store_snapshot,
+)
 
 USER = "u-erase-7781"
 CHAT = "chat-erase-5512"
@@ -35,12 +38,6 @@ SLUG = "slug-erase-4417"
 # One token for the full-text index (unicode61 splits the others at their hyphens).
 WORD = "xylophonicwombat"
 DISTINCTIVE = [USER, CHAT, SECRET, TITLE, SLUG, WORD]
-
-
-@pytest.fixture(autouse=True)
-def _run_inline(monkeypatch):
-    """The test runs the queued request itself (no background thread)."""
-    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
 
 
 def subject_everywhere(*, mentioned: bool = True) -> dict[str, str]:

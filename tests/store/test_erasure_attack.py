@@ -16,12 +16,8 @@ from sessions_admin.core.erasure import Subject, plan_erasure
 from sessions_admin.ledger import actions, erasure
 from sessions_admin.ledger.models import AuditEntry, TrashEntry, TrashSession
 from sessions_admin.routers import responses_alias
+from tests.builders import erasures_run_inline  # noqa: F401 - an autouse fixture
 from tests.helpers import conversation, messages, session
-
-
-@pytest.fixture(autouse=True)
-def _run_inline(monkeypatch):
-    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
 
 
 def _erase(subject: Subject) -> dict:

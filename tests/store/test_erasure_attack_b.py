@@ -25,18 +25,15 @@ from sessions_admin.core.erasure import Subject
 from sessions_admin.ledger import actions, erasure, schedule
 from sessions_admin.ledger.models import ErasureRequest, TrashEntry, TrashSession
 from sessions_admin.routers import responses_alias, store_alias
-from tests.builders import store_snapshot
+from tests.builders import (
+    erasures_run_inline,  # noqa: F401 - an autouse fixture
+    store_snapshot,
+)
 from tests.store.test_erasure_resume import run_child
 
 ALICE = "u-alice-attackb-4471"
 VICTIM = "u-gina-attackb-2222"
 HOLD_REASON = f"litigation gina vs {ALICE}"
-
-
-@pytest.fixture(autouse=True)
-def _run_inline(monkeypatch):
-    """The test runs the queued request itself (no background thread)."""
-    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
 
 
 def _ended_session(user_id: str | None, text: str) -> str:

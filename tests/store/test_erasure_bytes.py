@@ -27,6 +27,7 @@ from sessions_admin.core.erasure import Subject
 from sessions_admin.ledger import actions, erasure, schedule
 from sessions_admin.ledger.models import AuditEntry, ErasureRequest
 from sessions_admin.routers import responses_alias, store_alias
+from tests.builders import erasures_run_inline  # noqa: F401 - an autouse fixture
 
 USER = "u-bytes-60613"
 CHAT = "chat-bytes-73302"
@@ -36,11 +37,6 @@ SLUG = "slug-bytes-9087"
 # One token for the full-text indexes (unicode61 splits the others at their hyphens).
 WORD = "zygomorphicbassoon"
 DISTINCTIVE = [USER, CHAT, SECRET, TITLE, SLUG, WORD]
-
-
-@pytest.fixture(autouse=True)
-def _run_inline(monkeypatch):
-    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
 
 
 def _secure_delete_off(sender, connection, **kwargs):

@@ -20,6 +20,7 @@ from sessions_admin.core.erasure import Subject, plan_erasure
 from sessions_admin.ledger import actions, erasure
 from sessions_admin.ledger.models import AuditEntry, ErasureRequest
 from sessions_admin.routers import responses_alias, store_alias
+from tests.builders import erasures_run_inline  # noqa: F401 - an autouse fixture
 
 USER = "u-receipt-4471"
 CHAT = "chat-receipt-2290"
@@ -36,12 +37,6 @@ STORE_TABLES = (
     "sessions_admin_deletions",
 )
 OWN_TABLES = STORE_TABLES[2:]
-
-
-@pytest.fixture(autouse=True)
-def _run_inline(monkeypatch):
-    """The test runs the queued request itself (no background thread)."""
-    monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
 
 
 def subject_with_slugs() -> dict[str, str]:

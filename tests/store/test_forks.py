@@ -7,23 +7,11 @@ import json
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.routers import responses_alias
-
-
-def _cold_start_fork(slug: str, forks: int) -> list[str]:
-    """What a runtime without slug continuity writes: a new session per cold start."""
-    ids = []
-    for n in range(forks):
-        sid = core.create_session(
-            source="api_server", user_id="u1", started_at=1000.0 + n
-        ).session_id
-        core.append_message(session_id=sid, role="user", content=f"turn {n}")
-        core.record_turn(response_id=f"{slug}-r{n}", session_id=sid, conversation=slug)
-        ids.append(sid)
-    return ids
+from tests.builders import cold_start_fork
 
 
 def test_a_slug_recorded_on_unlinked_sessions_is_a_fork_group():
-    ids = _cold_start_fork("sidekick-x", 3)
+    ids = cold_start_fork("sidekick-x", 3)
     groups = core.find_fork_groups()
     assert [(g.kind, g.key, g.session_ids) for g in groups] == [
         ("conversation", "sidekick-x", tuple(ids))
@@ -32,7 +20,7 @@ def test_a_slug_recorded_on_unlinked_sessions_is_a_fork_group():
 
 
 def test_after_evictions_the_sessions_with_surviving_evidence_remain_grouped():
-    ids = _cold_start_fork("sidekick-y", 3)
+    ids = cold_start_fork("sidekick-y", 3)
     core.evict_responses(keep_latest=1)  # only the last turn's response survives
     core.record_turn(response_id="late", session_id=ids[0], conversation="sidekick-y")
     groups = core.find_fork_groups()

@@ -15,10 +15,7 @@ from sessions_admin.core import db, deletion, holds
 from sessions_admin.ledger import actions, jobs, trash
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, DeleteJobItem, TrashEntry
 from tests.builders import cascade_lineage, store_snapshot
-
-
-def _ids() -> set[str]:
-    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
+from tests.helpers import session_ids
 
 
 def _ended(source: str = "cron", user_id: str | None = None, at: float = 1000.0) -> str:
@@ -102,13 +99,13 @@ def test_a_hold_placed_while_a_job_runs_keeps_its_sessions():
         session_ids=doomed, include_live=False, actor="ada", reason="cleanup"
     )
     jobs.run_job(job_id=job, batch_sessions=2, max_batches=1)
-    first_batch = set(doomed) - _ids()
+    first_batch = set(doomed) - session_ids()
     assert len(first_batch) == 2
     holds.place_hold(kind="user", subject="u-1", reason="late hold", actor="bob")
     jobs.run_job(job_id=job, batch_sessions=2)
     state = DeleteJob.objects.get(pk=job)
     assert state.state == DeleteJob.DONE
-    kept = {sid for sid in doomed if sid in _ids()}
+    kept = {sid for sid in doomed if sid in session_ids()}
     # What went before the hold is gone; every other u-1 session stays, every u-0 one went.
     user_1 = {sid for n, sid in enumerate(doomed) if n % 2 == 1}
     assert kept == user_1 - first_batch
@@ -163,7 +160,7 @@ def test_placing_and_releasing_are_audited_and_validated():
     core.execute_cascade_delete(
         session_ids=[sid], expected_fingerprint=plan.fingerprint, actor="a", reason="r"
     )
-    assert sid not in _ids()
+    assert sid not in session_ids()
 
 
 def test_the_holds_command_places_lists_and_releases_through_the_audited_doors():

@@ -18,18 +18,11 @@ from sessions_admin import core
 from sessions_admin.core import db, faults
 from sessions_admin.ledger import actions, jobs, retention
 from sessions_admin.ledger.models import AuditEntry, DeleteJobItem, RetentionPolicy
+from tests.builders import api_turn
+from tests.helpers import parent_of, session_ids
 from tests.store.test_retention import DAY, old_session
-from tests.store.test_retention_whole import _api_turn
 
 pytestmark = pytest.mark.usefixtures("no_worker")
-
-
-def _ids() -> set[str]:
-    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
-
-
-def _parent(session_id: str) -> str | None:
-    return db.fetchone("SELECT parent_session_id FROM sessions WHERE id = %s", [session_id])[0]
 
 
 def _messages(session_id: str) -> int:
@@ -69,23 +62,23 @@ def _confirmed_run(policy: RetentionPolicy) -> int:
 def test_a_retention_run_keeps_an_api_conversation_continued_after_its_preview(when):
     now = time.time()
     lonely = [old_session(days=120), old_session(days=110)]
-    old = _api_turn("support-7", "resp-1", now - 100 * DAY, end=True)
+    old = api_turn("support-7", "resp-1", now - 100 * DAY, end=True)
     old_messages = _messages(old)
     policy = _policy(days=30)
     assert set(retention.dry_run(policy).session_ids) == {*lonely, old}
     job_id = _confirmed_run(policy)
     if when == "after its first batch":
         jobs.run_job(job_id=job_id, batch_sessions=1, max_batches=1)
-        assert lonely[0] not in _ids()
+        assert lonely[0] not in session_ids()
 
     # The customer writes again: the core continues the ended conversation in a new session.
-    tip = _api_turn("support-7", "resp-2", now, end=False)
-    assert _parent(tip) == old
+    tip = api_turn("support-7", "resp-2", now, end=False)
+    assert parent_of(tip) == old
     progress = jobs.run_job(job_id=job_id, batch_sessions=1)
 
     assert progress.state == "done"
-    assert {old, tip} <= _ids() and not set(lonely) & _ids()
-    assert _parent(tip) == old and _messages(old) == old_messages
+    assert {old, tip} <= session_ids() and not set(lonely) & session_ids()
+    assert parent_of(tip) == old and _messages(old) == old_messages
     assert _unlinked_continuations() == []
     assert progress.deleted == 2 and progress.skipped == 1
     assert f"kept: {old}, its conversation continued in {tip}" in progress.skipped_text
@@ -122,8 +115,8 @@ def test_a_delegate_started_between_the_preview_and_the_job_is_never_deleted(mon
 
     delegate = made["delegate"]
     assert progress.state == "done"
-    assert {root, segment, delegate} <= _ids() and lonely not in _ids()
-    assert _parent(delegate) == segment and _parent(segment) == root
+    assert {root, segment, delegate} <= session_ids() and lonely not in session_ids()
+    assert parent_of(delegate) == segment and parent_of(segment) == root
     assert _messages(delegate) == 1
     assert progress.total == 3  # exactly the preview: the delegate was never an item
     assert f"kept: {segment}, its conversation continued in {delegate}" in progress.skipped_text
@@ -151,8 +144,8 @@ def test_a_bulk_job_takes_only_the_previewed_set():
     )
     progress = jobs.run_job(job_id=job_id)
 
-    assert {parent, delegate} <= _ids() and lonely not in _ids()
-    assert _parent(delegate) == parent
+    assert {parent, delegate} <= session_ids() and lonely not in session_ids()
+    assert parent_of(delegate) == parent
     assert (
         progress.skipped_text
         == f"1 skipped: kept: {parent}, its conversation continued in {delegate}"
@@ -174,7 +167,7 @@ def test_a_delegate_spawned_mid_job_keeps_every_segment_of_its_conversation():
         session_ids=[*lonely, root], include_live=False, actor="ada", reason="cleanup"
     )
     jobs.run_job(job_id=job_id, batch_sessions=1, max_batches=1)
-    assert {root, tip} <= _ids()
+    assert {root, tip} <= session_ids()
 
     delegate = core.create_session(
         source="tool", parent_session_id=root, model_config={"_delegate_from": root}
@@ -182,8 +175,8 @@ def test_a_delegate_spawned_mid_job_keeps_every_segment_of_its_conversation():
     progress = jobs.run_job(job_id=job_id, batch_sessions=1)
 
     assert progress.state == "done"
-    assert {root, tip, delegate} <= _ids() and not set(lonely) & _ids()
-    assert _parent(tip) == root and _parent(delegate) == root
+    assert {root, tip, delegate} <= session_ids() and not set(lonely) & session_ids()
+    assert parent_of(tip) == root and parent_of(delegate) == root
     assert (_messages(root), _messages(tip)) == counts
     assert progress.skipped == 2
     assert f"kept: {root}, its conversation continued in {delegate}" in progress.skipped_text
@@ -205,13 +198,13 @@ def test_a_merge_made_while_the_job_runs_stays_undoable():
         session_ids=[lonely, target, husk], include_live=False, actor="ada", reason="cleanup"
     )
     jobs.run_job(job_id=job_id, batch_sessions=1, max_batches=1)
-    assert lonely not in _ids()
+    assert lonely not in session_ids()
     merged = core.merge_sessions(session_ids=[target, husk], target_id=target)
 
     progress = jobs.run_job(job_id=job_id)
 
     assert progress.state == "done"
-    assert {target, husk} <= _ids()
+    assert {target, husk} <= session_ids()
     assert f"kept: {target}, target of merge #{merged.merge_id}, which can still be undone" in (
         progress.skipped_text
     )
@@ -240,15 +233,15 @@ def test_the_batch_rechecks_under_the_lock():
         core.deletion.delete_batch(
             [parent], actor="t", reason="r", job_id=None, trash=jobs.LEDGER_TRASH, whole=plan
         )
-    assert {parent, child} <= _ids() and _parent(child) == parent
+    assert {parent, child} <= session_ids() and parent_of(child) == parent
 
 
 def test_the_dry_run_leaves_out_a_conversation_that_goes_on_in_a_live_session():
     """What the job would keep is what the preview leaves out: an ended session whose API
     conversation continues in a live session is not listed as deleted."""
     now = time.time()
-    old = _api_turn("support-9", "resp-1", now - 10 * DAY, end=True)
-    tip = _api_turn("support-9", "resp-2", now, end=False)
+    old = api_turn("support-9", "resp-1", now - 10 * DAY, end=True)
+    tip = api_turn("support-9", "resp-2", now, end=False)
     other = old_session(days=10)
 
     preview = core.preview_bulk_delete(session_ids=[old, other])
@@ -259,7 +252,7 @@ def test_the_dry_run_leaves_out_a_conversation_that_goes_on_in_a_live_session():
         session_ids=[old, other], include_live=False, actor="ada", reason="cleanup"
     )
     jobs.run_job(job_id=job_id)
-    assert {old, tip} <= _ids() and other not in _ids() and _parent(tip) == old
+    assert {old, tip} <= session_ids() and other not in session_ids() and parent_of(tip) == old
 
 
 def test_a_cascade_stops_before_a_batch_whose_conversation_gained_a_delegate(monkeypatch):
@@ -296,7 +289,7 @@ def test_a_cascade_stops_before_a_batch_whose_conversation_gained_a_delegate(mon
     assert isinstance(raised.value.error, core.ConversationsKept)
     assert raised.value.result.deleted_sessions == 1
     assert f"{root}, its conversation continued in {made['delegate']}" in str(raised.value)
-    assert root in _ids() and _parent(made["delegate"]) == root and _messages(root) == 1
+    assert root in session_ids() and parent_of(made["delegate"]) == root and _messages(root) == 1
 
 
 def test_a_retention_run_keeps_a_continuation_whose_first_session_went_live_again():
@@ -316,8 +309,8 @@ def test_a_retention_run_keeps_a_continuation_whose_first_session_went_live_agai
 
     progress = jobs.run_job(job_id=job_id)
 
-    assert {first, continuation} <= _ids() and lonely not in _ids()
-    assert _parent(continuation) == first and _messages(continuation) == 2
+    assert {first, continuation} <= session_ids() and lonely not in session_ids()
+    assert parent_of(continuation) == first and _messages(continuation) == 2
     assert progress.deleted == 1 and progress.skipped == 2
     assert f"kept: {continuation}, its conversation goes on in {first}" in progress.skipped_text
 
@@ -326,7 +319,7 @@ def test_a_run_created_after_the_conversation_continued_names_what_it_left_out(m
     """The customer writes between the run's preview and its job: the job is created without
     the old session, and names it with where its conversation went on."""
     now = time.time()
-    old = _api_turn("support-8", "resp-1", now - 100 * DAY, end=True)
+    old = api_turn("support-8", "resp-1", now - 100 * DAY, end=True)
     lonely = old_session(days=100)
     policy = _policy(days=30)
     assert set(retention.dry_run(policy).session_ids) == {old, lonely}
@@ -334,7 +327,7 @@ def test_a_run_created_after_the_conversation_continued_names_what_it_left_out(m
     create = jobs.create_bulk_delete_job
 
     def customer_writes_first(**kw):
-        made["tip"] = _api_turn("support-8", "resp-2", now, end=False)
+        made["tip"] = api_turn("support-8", "resp-2", now, end=False)
         return create(**kw)
 
     monkeypatch.setattr(retention.jobs, "create_bulk_delete_job", customer_writes_first)
@@ -342,14 +335,14 @@ def test_a_run_created_after_the_conversation_continued_names_what_it_left_out(m
     progress = jobs.run_job(job_id=job_id)
 
     tip = made["tip"]
-    assert {old, tip} <= _ids() and lonely not in _ids() and _parent(tip) == old
+    assert {old, tip} <= session_ids() and lonely not in session_ids() and parent_of(tip) == old
     assert progress.total == 2 and progress.deleted == 1 and progress.skipped == 1
     assert progress.skipped_text == f"1 skipped: kept: {old}, its conversation continued in {tip}"
 
 
 def test_apply_retention_names_a_conversation_its_run_kept_whole(monkeypatch):
     now = time.time()
-    old = _api_turn("support-5", "resp-1", now - 100 * DAY, end=True)
+    old = api_turn("support-5", "resp-1", now - 100 * DAY, end=True)
     lonely = old_session(days=100)
     policy = _policy(days=30)
     policy.enabled = True
@@ -358,14 +351,14 @@ def test_apply_retention_names_a_conversation_its_run_kept_whole(monkeypatch):
     create = jobs.create_bulk_delete_job
 
     def customer_writes_first(**kw):
-        made["tip"] = _api_turn("support-5", "resp-2", now, end=False)
+        made["tip"] = api_turn("support-5", "resp-2", now, end=False)
         return create(**kw)
 
     monkeypatch.setattr(retention.jobs, "create_bulk_delete_job", customer_writes_first)
     out = io.StringIO()
     call_command("apply_retention", stdout=out)
 
-    assert {old, made["tip"]} <= _ids() and lonely not in _ids()
+    assert {old, made["tip"]} <= session_ids() and lonely not in session_ids()
     assert f"kept: {old}, its conversation continued in {made['tip']}" in out.getvalue()
 
 
@@ -380,7 +373,7 @@ def test_a_retention_batch_rechecks_a_continuation_marked_only_by_continued_from
         core.deletion.delete_batch(
             [old], actor="t", reason="r", job_id=None, trash=jobs.LEDGER_TRASH, whole=plan
         )
-    assert {old, tip.session_id} <= _ids()
+    assert {old, tip.session_id} <= session_ids()
 
 
 def test_a_bulk_job_keeps_a_session_an_outside_session_was_merged_into_while_it_runs():
@@ -396,8 +389,8 @@ def test_a_bulk_job_keeps_a_session_an_outside_session_was_merged_into_while_it_
 
     progress = jobs.run_job(job_id=job_id)
 
-    assert progress.state == "done" and first not in _ids()
-    assert {target, outside} <= _ids()
+    assert progress.state == "done" and first not in session_ids()
+    assert {target, outside} <= session_ids()
     assert db.fetchone(
         "SELECT undone_at FROM sessions_admin_merges WHERE id = %s", [merged.merge_id]
     ) == (None,)
@@ -414,7 +407,7 @@ def test_a_retention_run_keeps_a_session_written_to_while_it_runs():
     policy = _policy(days=30)
     job_id = _confirmed_run(policy)
     jobs.run_job(job_id=job_id, batch_sessions=1, max_batches=1)
-    assert first not in _ids()
+    assert first not in session_ids()
     db.execute(
         "INSERT INTO messages (session_id, role, content, timestamp) VALUES (%s, 'user', %s, %s)",
         [written, "late write", time.time()],
@@ -423,7 +416,7 @@ def test_a_retention_run_keeps_a_session_written_to_while_it_runs():
     progress = jobs.run_job(job_id=job_id, batch_sessions=1)
 
     assert progress.state == "done"
-    assert {written, delegate} <= _ids() and _parent(delegate) == written
+    assert {written, delegate} <= session_ids() and parent_of(delegate) == written
     assert _messages(written) == 3
     assert f"kept: {written}, active again since the run's preview" in progress.skipped_text
     assert DeleteJobItem.objects.get(job_id=job_id, session_id=delegate).state == (

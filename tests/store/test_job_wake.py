@@ -16,8 +16,8 @@ from sessions_admin import devtools
 from sessions_admin.core import db
 from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import DeleteJob, TrashSession
+from tests.builders import old_sessions
 from tests.helpers import REPO, child_env
-from tests.store.test_jobs import _old_sessions
 
 NEVER_POLL = "3600"  # seconds: longer than the test, so only a wake can start the job
 READY = "delete-job worker waiting (wake:"
@@ -56,7 +56,7 @@ def test_two_waiting_run_jobs_processes_are_woken_and_run_a_new_job_once(tmp_pat
         )
         assert all("poll only" not in log.read_text() for log in logs)
         time.sleep(0.5)  # past their first look for jobs: they are waiting now
-        selected = _old_sessions(6)
+        selected = old_sessions(6, sources=("cli", "telegram"), messages=3)
 
         job_id = jobs.create_bulk_delete_job(
             session_ids=selected, include_live=False, actor="ada", reason="retention"

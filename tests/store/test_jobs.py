@@ -12,36 +12,12 @@ from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry
-from tests.helpers import counter_mismatches, run_threads
-
-
-def _old_sessions(n: int, *, messages: int = 3) -> list[str]:
-    ids = []
-    for i in range(n):
-        sid = core.create_session(
-            source="telegram" if i % 2 else "cli", started_at=1000.0 + i
-        ).session_id
-        if messages:
-            core.append_messages(
-                session_id=sid,
-                messages=[{"role": "user", "content": f"m{i}-{k}"} for k in range(messages)],
-            )
-        core.end_session(session_id=sid, end_reason="user_exit")
-        ids.append(sid)
-    return ids
-
-
-def _present(ids) -> set[str]:
-    return {
-        r[0]
-        for r in db.fetchall(
-            f"SELECT id FROM sessions WHERE id IN ({db.placeholders(ids)})", list(ids)
-        )
-    }
+from tests.builders import old_sessions
+from tests.helpers import counter_mismatches, present, run_threads
 
 
 def test_presets_select_exactly_their_sessions():
-    old = _old_sessions(3)
+    old = old_sessions(3, sources=("cli", "telegram"), messages=3)
     empty = core.create_session(source="discord").session_id
     core.end_session(session_id=empty, end_reason="user_exit")
     core.create_session(source="discord")  # live and empty: only picked by id, never by "empty"
@@ -54,7 +30,7 @@ def test_presets_select_exactly_their_sessions():
 
 
 def test_the_dry_run_counts_exactly_and_keeps_live_sessions():
-    ids = _old_sessions(4)
+    ids = old_sessions(4, sources=("cli", "telegram"), messages=3)
     live = core.create_session(source="cli").session_id
     delegate = core.create_session(
         source="tool", parent_session_id=ids[0], model_config={"_delegate_from": ids[0]}
@@ -69,7 +45,7 @@ def test_the_dry_run_counts_exactly_and_keeps_live_sessions():
 
 
 def test_a_job_deletes_in_batches_and_survives_an_interruption():
-    ids = _old_sessions(25)
+    ids = old_sessions(25, sources=("cli", "telegram"), messages=3)
     keep = core.create_session(source="cli").session_id
     job_id = jobs.create_bulk_delete_job(
         session_ids=ids, include_live=False, actor="ada", reason="retention"
@@ -86,8 +62,8 @@ def test_a_job_deletes_in_batches_and_survives_an_interruption():
     done = jobs.run_job(job_id=job_id, worker="other", batch_sessions=4)
     assert (done.state, done.processed, done.deleted, done.skipped) == ("done", 25, 25, 0)
     assert done.percent == 100 and done.deleted_messages == 75
-    assert _present(ids) == set()
-    assert _present([keep]) == {keep}
+    assert present(ids) == set()
+    assert present([keep]) == {keep}
     assert TrashEntry.objects.filter(job_id=job_id).count() == 7
     # Running it again deletes nothing twice.
     again = jobs.run_job(job_id=job_id, worker="third")
@@ -95,7 +71,7 @@ def test_a_job_deletes_in_batches_and_survives_an_interruption():
 
 
 def test_a_session_gone_before_its_batch_is_skipped_not_counted_twice():
-    ids = _old_sessions(3)
+    ids = old_sessions(3, sources=("cli", "telegram"), messages=3)
     job_id = jobs.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
     plan = core.plan_cascade_delete(session_ids=[ids[1]])
     core.execute_cascade_delete(
@@ -107,11 +83,11 @@ def test_a_session_gone_before_its_batch_is_skipped_not_counted_twice():
 
 
 def test_a_session_resumed_after_the_job_started_is_not_deleted():
-    ids = _old_sessions(3)
+    ids = old_sessions(3, sources=("cli", "telegram"), messages=3)
     job_id = jobs.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
     core.resume_session(ref=ids[2])
     jobs.run_job(job_id=job_id)
-    assert _present(ids) == {ids[2]}
+    assert present(ids) == {ids[2]}
 
 
 def test_a_job_needs_a_reason_and_something_to_delete():
@@ -124,17 +100,17 @@ def test_a_job_needs_a_reason_and_something_to_delete():
 
 
 def test_cancelling_stops_a_job():
-    ids = _old_sessions(6)
+    ids = old_sessions(6, sources=("cli", "telegram"), messages=3)
     job_id = jobs.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
     jobs.run_job(job_id=job_id, batch_sessions=2, max_batches=1)
     jobs.cancel_job(job_id=job_id)
     progress = jobs.run_job(job_id=job_id, batch_sessions=2)
     assert progress.state == "cancelled" and progress.processed == 2
-    assert len(_present(ids)) == 4
+    assert len(present(ids)) == 4
 
 
 def test_concurrent_runtime_appends_lose_nothing_while_a_job_runs():
-    doomed = _old_sessions(40, messages=2)
+    doomed = old_sessions(40, sources=("cli", "telegram"), messages=2)
     survivor = core.create_session(source="telegram", session_key="tg:live").session_id
     job_id = jobs.create_bulk_delete_job(
         session_ids=doomed, include_live=False, actor="a", reason="r"
@@ -167,7 +143,7 @@ def test_concurrent_runtime_appends_lose_nothing_while_a_job_runs():
         )
     ]
     assert stored == sorted(acknowledged)
-    assert _present(doomed) == set()
+    assert present(doomed) == set()
     assert counter_mismatches() == []
 
 

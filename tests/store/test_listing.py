@@ -7,11 +7,10 @@ import datetime as dt
 import json
 
 import pytest
-from django.core.cache import cache
 from django.db import connections
 
 from sessions_admin import core
-from sessions_admin.console.html import highlight
+from sessions_admin.console.views.sessions import highlight
 from sessions_admin.core import db
 from sessions_admin.routers import store_alias
 from sessions_admin.store import listing
@@ -24,12 +23,7 @@ from sessions_admin.store.listing import (
     name_search,
 )
 from tests import helpers
-
-
-@pytest.fixture(autouse=True)
-def _no_cached_forks_or_choices():
-    """The list caches fork ids and dropdown choices briefly; each test starts fresh."""
-    cache.clear()
+from tests.builders import fresh_cache  # noqa: F401 - an autouse fixture
 
 
 def _ts(day: str, hour: int = 12) -> float:

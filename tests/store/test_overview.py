@@ -9,6 +9,7 @@ from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.routers import responses_alias
 from sessions_admin.store import overview
+from tests.builders import cold_start_fork
 
 NOW = dt.datetime(2025, 3, 31, 15, 30, tzinfo=dt.UTC)
 TODAY = NOW.date()
@@ -31,15 +32,6 @@ def _hermes_conversation(name: str, response_id: str, data: dict) -> None:
         [name, response_id],
         alias=alias,
     )
-
-
-def _cold_start_fork(slug: str, forks: int) -> list[str]:
-    ids = []
-    for n in range(forks):
-        sid = core.create_session(source="api_server", started_at=1000.0 + n).session_id
-        core.record_turn(response_id=f"{slug}-r{n}", session_id=sid, conversation=slug)
-        ids.append(sid)
-    return ids
 
 
 # --- totals -------------------------------------------------------------------------------
@@ -219,8 +211,8 @@ def test_the_slug_filter_takes_like_wildcards_literally():
 
 
 def test_the_fork_flag_and_the_forks_only_filter():
-    forked = _cold_start_fork("sidekick", 2)
-    other_fork = _cold_start_fork("zeta-chat", 3)
+    forked = cold_start_fork("sidekick", 2, said=False)
+    other_fork = cold_start_fork("zeta-chat", 3, said=False)
     single = core.create_session(source="api_server").session_id
     core.record_turn(response_id="solo-1", session_id=single, conversation="solo")
 
@@ -265,7 +257,7 @@ def test_a_slug_claimed_before_its_first_turn_has_no_response_yet():
 def test_health_counts_cover_every_check_in_order():
     from sessions_admin.store import health
 
-    _cold_start_fork("forked", 2)
+    cold_start_fork("forked", 2, said=False)
     dangling = core.create_session(source="cli").session_id
     core.append_message(session_id=dangling, role="user", content="hi")
     core.end_session(session_id=dangling, end_reason="compression")

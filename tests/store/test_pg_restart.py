@@ -29,8 +29,9 @@ from sessions_admin.demo.consistency import check_store
 from sessions_admin.ledger import actions, jobs, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
 from sessions_admin.ledger.trash import job_operation
+from tests.builders import old_sessions
 from tests.helpers import child_env
-from tests.store.test_crash import MESSAGES_SQL, REPO, _old_sessions, store_state
+from tests.store.test_crash import MESSAGES_SQL, REPO, store_state
 
 
 @pytest.fixture(autouse=True)
@@ -126,7 +127,7 @@ def assert_each_message_once(before: dict) -> None:
 )
 def test_a_job_cut_by_a_postgres_restart_fails_counted_and_finishes(point, tmp_path, monkeypatch):
     monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)  # run_job runs it here
-    selected = _old_sessions(9)
+    selected = old_sessions(9)
     job_id = actions.start_bulk_delete(
         actor="ada", session_ids=selected, include_live=False, reason="retention"
     )
@@ -175,8 +176,8 @@ def test_a_job_cut_by_a_postgres_restart_fails_counted_and_finishes(point, tmp_p
 
 def test_the_worker_goes_on_to_its_next_job_after_a_postgres_restart(tmp_path, monkeypatch):
     monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)  # the child is the worker
-    first = _old_sessions(3)
-    second = _old_sessions(3)
+    first = old_sessions(3)
+    second = old_sessions(3)
     cut = actions.start_bulk_delete(actor="ada", session_ids=first, include_live=False, reason="r")
     after = actions.start_bulk_delete(
         actor="ada", session_ids=second, include_live=False, reason="r"
@@ -390,7 +391,7 @@ def test_a_job_whose_server_is_down_a_few_seconds_fails_counted_once_it_is_back(
     tmp_path, monkeypatch
 ):
     monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
-    selected = _old_sessions(6)
+    selected = old_sessions(6, sources=("cli", "telegram"), messages=3)
     before = store_state()
     job_id = jobs.create_bulk_delete_job(
         session_ids=selected, include_live=False, actor="ada", reason="server down"

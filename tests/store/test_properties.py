@@ -29,6 +29,7 @@ from sessions_admin.core import clock, db
 from sessions_admin.ledger import jobs
 from sessions_admin.routers import responses_alias
 from tests.conftest import _wipe
+from tests.helpers import session_ids
 
 SETTINGS = settings(
     max_examples=40,
@@ -210,10 +211,6 @@ def expected_cascade(pick: str, include_branches: bool) -> set[str]:
     return _goes_with(rows, [start], followed)
 
 
-def _ids() -> set[str]:
-    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
-
-
 def _kept_rows(gone: set[str]) -> dict:
     """What must survive a delete of ``gone`` untouched: other sessions' messages, their FTS rows."""
     kept = {
@@ -269,7 +266,7 @@ def test_it_plans_and_deletes_exactly_the_cascade_closure(operations, pick, incl
     picked = ids[pick % len(ids)]
     expected = expected_cascade(picked, include_branches)
     event(f"cascade of {min(len(expected), 4)}+ sessions")
-    everything = _ids()
+    everything = session_ids()
     survivors = _kept_rows(expected)
     plan = core.plan_cascade_delete(session_ids=[picked], include_branches=include_branches)
     assert set(plan.session_ids) == expected
@@ -291,7 +288,7 @@ def test_it_plans_and_deletes_exactly_the_cascade_closure(operations, pick, incl
         actor="hypothesis",
         reason="property",
     )
-    assert _ids() == everything - expected
+    assert session_ids() == everything - expected
     assert _kept_rows(expected) == survivors
     assert _orphans() == []
     left = _rows()
@@ -393,7 +390,7 @@ def test_it_bulk_deletes_exactly_the_matching_set(operations, preset, include_li
     going = _goes_with(rows, matching, {"compression", "delegate"})
     if not include_live:
         going = _kept_whole(rows, {sid for sid in going if not rows[sid]["live"]})
-    everything = _ids()
+    everything = session_ids()
     survivors = _kept_rows(going)
     selected = core.preset_session_ids(
         preset=name,
@@ -412,6 +409,6 @@ def test_it_bulk_deletes_exactly_the_matching_set(operations, preset, include_li
     progress = jobs.run_job(job_id=job_id, batch_sessions=3)
     assert progress.state == "done"
     assert progress.deleted == len(going)
-    assert _ids() == everything - going
+    assert session_ids() == everything - going
     assert _kept_rows(going) == survivors
     assert _orphans() == []

@@ -26,7 +26,7 @@ from sessions_admin.core import db, deletion, holds
 from sessions_admin.ledger import actions, jobs, trash
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from tests.builders import cascade_split_by_a_fault, linked_conversation, store_snapshot
-from tests.helpers import child_env
+from tests.helpers import child_env, parent_links
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,10 +34,6 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def small_batches(monkeypatch):
     monkeypatch.setattr(deletion.batches, "BATCH_SESSIONS", 2)
-
-
-def _links() -> dict[str, str | None]:
-    return dict(db.fetchall("SELECT id, parent_session_id FROM sessions ORDER BY id"))
 
 
 def _sessions_of(entry_id: int) -> set[str]:
@@ -57,7 +53,7 @@ def test_a_cascade_split_by_a_fault_restores_every_link_in_either_order(
     ids = linked_conversation()
     other = core.create_session(source="cli").session_id
     before = store_snapshot()
-    links_before = _links()
+    links_before = parent_links()
     older, newer = cascade_split_by_a_fault(monkeypatch, ids["tip"])
     in_store = {r[0] for r in db.fetchall("SELECT id FROM sessions")}
     assert other in in_store and not in_store & (_sessions_of(older) | _sessions_of(newer))
@@ -72,12 +68,12 @@ def test_a_cascade_split_by_a_fault_restores_every_link_in_either_order(
         assert restored.waiting_links
         assert {wait.entry_id for wait in restored.waiting_links} == {newer}
     for wait in restored.waiting_links:
-        assert _links()[wait.session_id] is None
+        assert parent_links()[wait.session_id] is None
         assert links_before[wait.session_id] == wait.parent_id
     second_result = actions.restore(actor=None, entry_id=second)
     assert second_result.lost_links == () and second_result.waiting_links == ()
 
-    assert _links() == links_before
+    assert parent_links() == links_before
     assert store_snapshot() == before  # row for row, every column
     assert set(TrashEntry.objects.values_list("state", flat=True)) == {TrashEntry.RESTORED}
     audits = AuditEntry.objects.filter(action="restore").order_by("pk")
@@ -89,7 +85,7 @@ def test_a_cascade_split_by_a_fault_restores_every_link_in_either_order(
 @pytest.mark.parametrize("order", ["children_first", "parents_first"])
 def test_two_jobs_over_a_conversations_segments_restore_every_link_in_either_order(order):
     ids = linked_conversation()
-    links_before = _links()
+    links_before = parent_links()
     before = store_snapshot()
     children = [ids["grand"], ids["late_delegate"], ids["child"]]
     parents = [ids["root"], ids["delegate"], ids["tip"], ids["last"], ids["branch"]]
@@ -114,7 +110,7 @@ def test_two_jobs_over_a_conversations_segments_restore_every_link_in_either_ord
     actions.restore(actor=None, entry_id=entries[first])
     actions.restore(actor=None, entry_id=entries[second])
 
-    assert _links() == links_before
+    assert parent_links() == links_before
     assert store_snapshot() == before
 
 
@@ -122,7 +118,7 @@ def test_a_link_to_a_parent_purged_for_good_is_reported_not_dropped_silently(
     monkeypatch, small_batches
 ):
     ids = linked_conversation()
-    links_before = _links()
+    links_before = parent_links()
     older, newer = cascade_split_by_a_fault(monkeypatch, ids["tip"])
     newer_operation = TrashEntry.objects.get(pk=newer).operation
     TrashEntry.objects.filter(operation=newer_operation).delete()  # purged: gone for good
@@ -150,7 +146,7 @@ def test_a_hold_on_a_session_waiting_for_its_parent_keeps_the_parents_operation(
     monkeypatch, small_batches
 ):
     ids = linked_conversation()
-    links_before = _links()
+    links_before = parent_links()
     older, newer = cascade_split_by_a_fault(monkeypatch, ids["tip"])
     trash.trashed_lineage()  # the links read before the restore, as a running process has them
     restored = actions.restore(actor=None, entry_id=older)
@@ -166,7 +162,7 @@ def test_a_hold_on_a_session_waiting_for_its_parent_keeps_the_parents_operation(
     assert TrashEntry.objects.filter(pk=newer).exists()
     holds.release_hold(hold_id=hold.id, reason="closed", actor="ada")
     actions.restore(actor=None, entry_id=newer)
-    assert _links() == links_before
+    assert parent_links() == links_before
 
 
 def _killed_cascade(start: str, crash_at: str) -> None:
@@ -275,7 +271,7 @@ def test_the_parents_restored_while_the_childrens_restore_commits_still_link_the
                 model_config={"_delegate_from": chain[-1]},
             ).session_id
         )
-    links_before = _links()
+    links_before = parent_links()
     older, newer = cascade_split_by_a_fault(monkeypatch, chain[0])
     connections.close_all()
     # The children's restore, held just before its commit: it has left their links waiting in
@@ -295,4 +291,4 @@ def test_the_parents_restored_while_the_childrens_restore_commits_still_link_the
     (tmp_path / "restore.before_commit.release").touch()
     assert "ok" in _answer(children) and "ok" in _answer(parents)
 
-    assert _links() == links_before
+    assert parent_links() == links_before

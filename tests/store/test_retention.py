@@ -20,6 +20,7 @@ from sessions_admin.core.clock import use_clock
 from sessions_admin.core.retention import RetentionRule, select_sessions
 from sessions_admin.ledger import actions, jobs, retention
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, RetentionPolicy, TrashEntry
+from tests.helpers import session_ids
 
 DAY = 86400.0
 # Runs are started here and their jobs run by the test: no background worker thread.
@@ -63,10 +64,6 @@ def old_session(
         if end:
             core.end_session(session_id=sid, end_reason=end)
     return sid
-
-
-def _ids() -> set[str]:
-    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
 
 
 def test_a_rule_selects_quiet_ended_sessions_by_source_status_reason_and_title():
@@ -152,7 +149,7 @@ def test_a_run_deletes_exactly_the_selection_through_the_trash_or_not(mode):
     job_id = actions.run_retention_policy(actor=None, policy_id=policy.pk, reason="cleanup")
     progress = jobs.run_job(job_id=job_id)
     assert progress.state == "done" and progress.deleted == 3
-    assert _ids() == set(kept)
+    assert session_ids() == set(kept)
     job = DeleteJob.objects.get(pk=job_id)
     assert job.policy_id == policy.pk and job.purge == (mode == "purge")
     trashed = set(sid for e in TrashEntry.objects.all() for sid in e.session_ids)
@@ -211,8 +208,8 @@ def test_apply_retention_counts_with_dry_run_and_runs_a_pass_without_it():
     out = io.StringIO()
     call_command("apply_retention", "--dry-run", stdout=out)
     assert "would delete 1 sessions" in out.getvalue()
-    assert _ids() == {gone, stays}
+    assert session_ids() == {gone, stays}
     out = io.StringIO()
     call_command("apply_retention", stdout=out)
     assert "1 sessions and 2 messages deleted" in out.getvalue()
-    assert _ids() == {stays}
+    assert session_ids() == {stays}

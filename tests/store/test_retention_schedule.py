@@ -24,15 +24,11 @@ from sessions_admin.core import db, holds
 from sessions_admin.core.clock import use_clock
 from sessions_admin.demo.consistency import check_acks, check_store
 from sessions_admin.ledger.models import DeleteJob, RetentionPolicy
-from tests.helpers import child_env, start_simulator
+from tests.helpers import child_env, session_ids, start_simulator
 from tests.store.test_retention import DAY, old_session
 
 ROOT = Path(settings.BASE_DIR)
 SIMULATE_SECONDS = 8
-
-
-def _ids() -> set[str]:
-    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
 
 
 def test_a_scheduled_policy_runs_in_the_worker_while_runtimes_write(tmp_path):
@@ -105,7 +101,7 @@ def test_a_scheduled_policy_runs_in_the_worker_while_runtimes_write(tmp_path):
     policy.refresh_from_db()
     assert policy.next_run_at > timezone.now() + timedelta(hours=23)
 
-    remaining = _ids()
+    remaining = session_ids()
     assert not remaining & set(doomed)
     assert kept <= remaining
     for process, (out, err) in zip(runtimes, outputs, strict=True):

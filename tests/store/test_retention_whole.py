@@ -24,17 +24,11 @@ from sessions_admin.core.clock import use_clock
 from sessions_admin.core.retention import RetentionRule, select_sessions
 from sessions_admin.ledger import actions, jobs, retention
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, RetentionPolicy
+from tests.builders import api_turn
+from tests.helpers import parent_of, session_ids
 from tests.store.test_retention import DAY, old_session
 
 pytestmark = pytest.mark.usefixtures("no_worker")
-
-
-def _ids() -> set[str]:
-    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
-
-
-def _parent(session_id: str) -> str | None:
-    return db.fetchone("SELECT parent_session_id FROM sessions WHERE id = %s", [session_id])[0]
 
 
 def _policy(days: float = 1, **fields) -> RetentionPolicy:
@@ -53,38 +47,21 @@ def _run_all(policy: RetentionPolicy) -> int | None:
 # --- item 10: a conversation goes whole or stays whole ------------------------------------
 
 
-def _api_turn(slug: str, response_id: str, at: float, *, end: bool) -> str:
-    """One /v1/responses turn of ``slug`` at ``at`` (its session ended after it if ``end``)."""
-    with use_clock(lambda: at):
-        sid = core.resolve_conversation(conversation=slug, source="api_server").session_id
-        core.append_messages(
-            session_id=sid,
-            messages=[
-                {"role": "user", "content": f"q {response_id}", "timestamp": at},
-                {"role": "assistant", "content": f"a {response_id}", "timestamp": at},
-            ],
-        )
-        core.record_turn(response_id=response_id, session_id=sid, conversation=slug)
-        if end:
-            core.end_session(session_id=sid, end_reason="idle_timeout")
-    return sid
-
-
 @pytest.mark.parametrize("continuation", ["live", "ended an hour ago"])
 def test_an_api_conversation_continued_in_a_recent_session_is_kept_whole(continuation):
     now = time.time()
-    old = _api_turn("support-42", "resp-1", now - 100 * DAY, end=True)
-    tip = _api_turn("support-42", "resp-2", now - 3600, end=continuation != "live")
+    old = api_turn("support-42", "resp-1", now - 100 * DAY, end=True)
+    tip = api_turn("support-42", "resp-2", now - 3600, end=continuation != "live")
     # The core continued the ended conversation in a new session linked to the old one.
-    assert tip != old and _parent(tip) == old
+    assert tip != old and parent_of(tip) == old
     lonely = old_session(days=100)
     policy = _policy(days=1)
 
     assert set(retention.selected_ids(policy)) == {lonely}
     _run_all(policy)
 
-    assert old in _ids() and tip in _ids() and lonely not in _ids()
-    assert _parent(tip) == old  # still one conversation
+    assert old in session_ids() and tip in session_ids() and lonely not in session_ids()
+    assert parent_of(tip) == old  # still one conversation
 
 
 def test_an_api_conversation_the_runtime_split_without_a_link_is_kept_whole():
@@ -100,12 +77,12 @@ def test_an_api_conversation_the_runtime_split_without_a_link_is_kept_whole():
         fork = core.create_session(source="api_server").session_id
         core.append_messages(session_id=fork, messages=[{"role": "user", "content": "again"}])
     core.record_turn(response_id="r-new", session_id=fork, conversation="sidekick")
-    assert _parent(fork) is None
+    assert parent_of(fork) is None
     policy = _policy(days=1)
 
     assert retention.selected_ids(policy) == []
     assert _run_all(policy) is None
-    assert {old, fork} <= _ids()
+    assert {old, fork} <= session_ids()
 
 
 def test_a_merge_keeps_its_husk_its_target_and_what_hangs_off_them_together():
@@ -127,8 +104,8 @@ def test_a_merge_keeps_its_husk_its_target_and_what_hangs_off_them_together():
     assert set(retention.selected_ids(policy)) == {unrelated}
     _run_all(policy)
 
-    assert {parent, husk, target} <= _ids() and unrelated not in _ids()
-    assert _parent(husk) == parent
+    assert {parent, husk, target} <= session_ids() and unrelated not in session_ids()
+    assert parent_of(husk) == parent
     merge = db.fetchone(
         "SELECT target_session_id, undone_at FROM sessions_admin_merges WHERE target_session_id = %s",
         [target],
@@ -190,7 +167,7 @@ def test_a_bad_number_of_days_is_refused_by_the_core_and_the_door(days):
         )
     assert not RetentionPolicy.objects.exists()
     assert not AuditEntry.objects.filter(action="retention_policy_create").exists()
-    assert _ids() == sessions
+    assert session_ids() == sessions
 
 
 @pytest.mark.parametrize("hours", [True, float("nan"), "24", 0, -1, float("inf")], ids=repr)
@@ -244,7 +221,7 @@ def test_a_stored_policy_with_bad_days_never_runs(value):
         actions.set_retention_policy_enabled(actor=None, policy_id=policy.pk, enabled=True)
 
     assert not DeleteJob.objects.exists()
-    assert _ids() == {fresh, old}
+    assert session_ids() == {fresh, old}
 
 
 # --- items 9 and 12: runs name the holds; a scheduled run is the policy's ---------------
@@ -280,7 +257,7 @@ def test_dry_runs_and_runs_name_every_held_session_and_its_hold():
     for sid in (held, root, delegate):
         assert f"kept {sid}" in text
     assert text.count(f"hold #{hold.id}") >= 3
-    assert _ids() >= {held, root, delegate, *doomed}
+    assert session_ids() >= {held, root, delegate, *doomed}
 
     out = io.StringIO()
     call_command("apply_retention", stdout=out)
@@ -293,7 +270,7 @@ def test_dry_runs_and_runs_name_every_held_session_and_its_hold():
     for sid in (held, root, delegate):
         assert sid in named
     assert f"hold #{hold.id}" in named
-    assert {held, root, delegate} <= _ids() and not set(doomed) & _ids()
+    assert {held, root, delegate} <= session_ids() and not set(doomed) & session_ids()
 
 
 def test_a_scheduled_run_is_audited_with_the_policy_as_its_actor():
@@ -311,7 +288,7 @@ def test_a_scheduled_run_is_audited_with_the_policy_as_its_actor():
     job = DeleteJob.objects.get(pk=job_id)
     assert job.created_by == entry.actor_name and job.policy_id == policy.pk
     jobs.run_job(job_id=job_id)
-    assert gone not in _ids()
+    assert gone not in session_ids()
 
 
 def test_a_run_refuses_a_plan_that_changed_since_its_preview():
@@ -323,7 +300,7 @@ def test_a_run_refuses_a_plan_that_changed_since_its_preview():
         actions.run_retention_policy(
             actor=None, policy_id=policy.pk, reason="r", expected_fingerprint=shown.fingerprint
         )
-    assert not DeleteJob.objects.exists() and late in _ids()
+    assert not DeleteJob.objects.exists() and late in session_ids()
     entry = AuditEntry.objects.get(action="retention_run")
     assert entry.outcome == "failed"
 
@@ -334,7 +311,7 @@ def test_a_run_needs_a_reason():
     for reason in ("", "   ", "a\x00b"):
         with pytest.raises(core.InvalidInput):
             actions.run_retention_policy(actor=None, policy_id=policy.pk, reason=reason)
-    assert not DeleteJob.objects.exists() and old in _ids()
+    assert not DeleteJob.objects.exists() and old in session_ids()
 
 
 @pytest.mark.parametrize("shape", ["flat", "wrapped"])
@@ -360,7 +337,7 @@ def test_an_api_conversation_chained_only_by_previous_response_id_is_kept_whole(
 
     assert retention.selected_ids(policy) == [lonely]
     _run_all(policy)
-    assert {old, live} <= _ids() and lonely not in _ids()
+    assert {old, live} <= session_ids() and lonely not in session_ids()
 
 
 def test_a_continuation_marked_only_by_continued_from_keeps_its_conversation_whole():
@@ -368,10 +345,10 @@ def test_a_continuation_marked_only_by_continued_from_keeps_its_conversation_who
     runtime left ``parent_session_id`` empty: the two are one conversation."""
     old = old_session(days=100)
     live = old_session(days=1, end=None, model_config={"_continued_from": old})
-    assert _parent(live) is None
+    assert parent_of(live) is None
     lonely = old_session(days=100)
     policy = _policy(days=1)
 
     assert retention.selected_ids(policy) == [lonely]
     _run_all(policy)
-    assert {old, live} <= _ids() and lonely not in _ids()
+    assert {old, live} <= session_ids() and lonely not in session_ids()

@@ -22,13 +22,8 @@ from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.core.slug_history import TABLE, SlugHistoryPoller
 from sessions_admin.routers import responses_alias
+from tests.builders import empty_slug_history  # noqa: F401 - an autouse fixture
 from tests.helpers import conversation, count
-
-
-@pytest.fixture(autouse=True)
-def _empty_history():
-    yield
-    db.execute(f"DELETE FROM {TABLE}")
 
 
 def _core_turn(slug: str, response_id: str) -> str:

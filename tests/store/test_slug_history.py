@@ -10,19 +10,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.core.conversations import conversation_history_of
-from sessions_admin.core.slug_history import TABLE, SlugHistoryPoller, slug_histories
+from sessions_admin.core.slug_history import SlugHistoryPoller, slug_histories
 from sessions_admin.routers import responses_alias
-
-
-@pytest.fixture(autouse=True)
-def _empty_history():
-    yield
-    db.execute(f"DELETE FROM {TABLE}")
+from tests.builders import empty_slug_history  # noqa: F401 - an autouse fixture
 
 
 def _put(response_id: str, session_id: str, history: list[dict], created_at: int = 1_700_000_000):

@@ -14,10 +14,11 @@ from django.apps import apps as django_apps
 from django.utils import timezone
 
 from sessions_admin import core
-from sessions_admin.core import db, deletion
+from sessions_admin.core import deletion
 from sessions_admin.ledger import actions, jobs, trash
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
 from tests.builders import store_snapshot
+from tests.helpers import session_ids
 
 SEGMENTS = 50
 
@@ -61,10 +62,6 @@ def _cascade(root: str, reason: str = "customer asked"):
     )
 
 
-def _ids() -> set[str]:
-    return {r[0] for r in db.fetchall("SELECT id FROM sessions")}
-
-
 @pytest.mark.parametrize("which", ["first", "middle", "last"])
 def test_a_long_cascade_is_one_operation_and_restores_the_exact_store(small_batches, which):
     other = core.create_session(source="cli").session_id
@@ -76,7 +73,7 @@ def test_a_long_cascade_is_one_operation_and_restores_the_exact_store(small_batc
     entries = TrashEntry.objects.filter(pk__in=result.trash_entry_ids)
     assert set(entries.values_list("operation", flat=True)) == {result.operation}
     assert TrashEntry.objects.count() == len(result.trash_entry_ids)
-    assert _ids() == {other}
+    assert session_ids() == {other}
 
     asked = {
         "first": result.trash_entry_ids[0],
@@ -126,7 +123,7 @@ def test_a_bulk_jobs_batches_are_one_operation_restored_together():
     entries = list(TrashEntry.objects.order_by("pk"))
     assert len(entries) == 4
     assert {e.operation for e in entries} == {trash.job_operation(job)}
-    assert _ids() == {keep}
+    assert session_ids() == {keep}
 
     result = actions.restore(actor=None, entry_id=entries[1].pk)
 
@@ -158,7 +155,7 @@ def test_a_running_job_cannot_be_restored_half_way():
 
     jobs.cancel_job(job_id=job)  # stopped: what it deleted is restorable whole
     actions.restore(actor=None, entry_id=entry.pk)
-    assert _ids() == set(doomed)
+    assert session_ids() == set(doomed)
 
 
 def test_a_purge_takes_whole_operations(small_batches):

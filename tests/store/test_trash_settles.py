@@ -30,7 +30,7 @@ from sessions_admin.core.errors import InvalidInput
 from sessions_admin.demo.consistency import check_store, check_trash
 from sessions_admin.ledger import actions, jobs, trash, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
-from tests.builders import linked_conversation, store_forked_conversation
+from tests.builders import linked_conversation, old_sessions, store_forked_conversation
 from tests.store.test_crash import store_state
 from tests.store.test_delete_in_parts import (
     big_session,
@@ -377,10 +377,9 @@ def test_a_job_whose_dashboard_fills_after_a_batch_commit_counts_what_committed_
 ):
     if db.vendor() != "sqlite":
         pytest.skip("a file-size limit needs SQLite files")
-    from tests.store.test_crash import _old_sessions
 
     monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
-    selected = _old_sessions(9)
+    selected = old_sessions(9)
     before = store_state()
     job_id = jobs.create_bulk_delete_job(
         session_ids=selected, include_live=False, actor="ada", reason="retention"
@@ -495,10 +494,9 @@ def test_a_pending_cascade_whose_trash_is_purged_is_completed_from_what_it_held(
 
 
 def test_a_purge_while_a_job_deletes_leaves_its_operation_whole(monkeypatch):
-    from tests.store.test_crash import _old_sessions
 
     monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
-    selected = _old_sessions(9)
+    selected = old_sessions(9, sources=("cli", "telegram"), messages=3)
     before = store_state()
     job_id = jobs.create_bulk_delete_job(
         session_ids=selected, include_live=False, actor="ada", reason="retention"

@@ -28,9 +28,9 @@ from sessions_admin import devtools
 from sessions_admin.core import db
 from sessions_admin.ledger.models import DeleteJob
 from sessions_admin.signin.roles import assign_role
+from tests.builders import old_sessions
 from tests.console.test_deletion_views import form
 from tests.helpers import REPO, child_env
-from tests.store.test_jobs import _old_sessions
 
 PASSWORD = "correct horse battery staple"
 FIGURE_TIMES = re.compile(r'<time datetime="([^"]+)" data-ago>')
@@ -135,7 +135,11 @@ def test_two_hosts_share_the_figures_and_run_a_job_confirmed_on_one_once(hosts):
         username="two-hosts", password=hasher.encode(PASSWORD, hasher.salt(), iterations=1000)
     )
     assign_role(operator, "admin")
-    doomed = [sid for n, sid in enumerate(_old_sessions(6)) if n % 2 == 0]  # the "cli" ones
+    doomed = [
+        sid
+        for n, sid in enumerate(old_sessions(6, sources=("cli", "telegram"), messages=3))
+        if n % 2 == 0
+    ]  # the "cli" ones
     browser = Browser()
     login = browser.get(f"{host_a.base}/login/")
     signed_in, _ = browser.post(

@@ -1,21 +1,13 @@
 """Cascade delete and bulk delete (dry run, then a job): admin only.
 
-The pages only read (a plan, a dry run). Every change goes through
-``sessions_admin.ledger.actions``, which calls the core and writes the audit
-entry; every POST is validated by its form (``console.forms``) first.
-
-How a bulk selection travels from the dry run to the confirm step:
-
-- a preset travels as its parameters. The "ended more than N days ago" preset
-  also carries the cutoff instant of its dry run, so confirming a minute later
-  selects against the same instant instead of a moving one;
-- explicit ids (posted by the session list) are kept server-side in the
-  operator's own session under a random token (the newest few selections, for
-  an hour), so the confirm form carries a token, not thousands of hidden inputs;
-- either way the confirm form carries a digest of the exact set the dry run
-  showed. Starting the job recomputes the set and refuses, showing the new dry
-  run, when it differs: the job deletes the sessions that were shown.
-"""
+The pages only read (a plan, a dry run); every POST is validated by its form and every change
+goes through ``ledger.actions``. A bulk selection travels from the dry run to the confirm step
+as a preset's parameters (the "ended more than N days ago" preset with its dry run's cutoff
+instant, so confirming later selects against the same instant) or, for explicit ids, as a
+token for ids kept in the operator's own session (the newest few, for an hour), never as
+thousands of hidden inputs. Either way the form carries a digest of the set the dry run
+showed; starting the job recomputes it and refuses, showing the new dry run, when it differs:
+the job deletes the sessions that were shown."""
 
 from __future__ import annotations
 

@@ -22,7 +22,6 @@ from django.views.decorators.http import require_GET, require_POST
 from sessions_admin import core
 from sessions_admin.console import figures
 from sessions_admin.console.forms import MergeForm, UnmergeForm
-from sessions_admin.console.html import preview_calls
 from sessions_admin.console.http import (
     HtmxHttpRequest,
     fragment,
@@ -31,6 +30,7 @@ from sessions_admin.console.http import (
     require_perm,
     session_url,
 )
+from sessions_admin.console.previews import preview_calls
 from sessions_admin.console.refusals import Refused, attempt, refuse
 from sessions_admin.core.merge import (
     MAX_MERGE_SESSIONS,

@@ -1,22 +1,15 @@
 """Support actions on one session: resume (with a preflight), reset, undo, redo and retry.
 
-Every POST is validated by its form (``console/forms.py``) and every change goes
-through ``sessions_admin.ledger.actions`` (the core operation plus its audit
-entry); the views here only read the store to show what an action would do (the
-resume preflight is the core's ``plan_resume``). Actions are POST-only and need OPERATE; the preflight page is
-a GET for anyone who may view. A refused or failed action (nothing to undo, a
-busy store, a lineage that changed since the page was shown) is a message,
-never a 500, and changes nothing.
+The views only read the store to show what an action would do (the resume preflight is the
+core's ``plan_resume``); every POST is validated by its form and every change goes through
+``ledger.actions``. Actions are POST-only and need OPERATE. A refused or failed action is a
+message, never a 500, and changes nothing.
 
-Undo, redo and retry are offered on the live session only (an ended segment
-links to the session that continues it), each behind an expandable preview of
-the messages it would change: the core's ``plan_rewrite``, whose fingerprint
-the form posts back, so a turn the runtime changed meanwhile is refused, not
-rewound blind. They answer htmx with the re-rendered actions panel and a
-``session-changed`` client event, on which the detail page reloads its
-transcript, its counters and its history; without JavaScript they redirect
-back to the page with a message.
-"""
+Undo, redo and retry are offered on the live session only, behind a preview of the messages
+they would change (the core's ``plan_rewrite``, whose fingerprint the form posts back, so a
+turn the runtime changed meanwhile is refused, not rewound blind). They answer htmx with the
+actions panel and a ``session-changed`` event, on which the page reloads its transcript,
+counters and history; without JavaScript they redirect back with a message."""
 
 from __future__ import annotations
 
@@ -34,7 +27,6 @@ from django_htmx.http import trigger_client_event
 
 from sessions_admin import core
 from sessions_admin.console.forms import ResetForm, ResumeForm, RewriteForm
-from sessions_admin.console.html import CallAnswered, end_reason_words, preview_calls
 from sessions_admin.console.http import (
     HtmxHttpRequest,
     plural,
@@ -43,7 +35,9 @@ from sessions_admin.console.http import (
     session_or_404,
     wants_fragment,
 )
+from sessions_admin.console.previews import CallAnswered, preview_calls
 from sessions_admin.console.refusals import Refused, attempt, refuse
+from sessions_admin.console.words import end_reason_words
 from sessions_admin.core import lineage, stray
 from sessions_admin.core.lifecycle import ResumePlan, plan_resume, where_it_continues
 from sessions_admin.core.text import REFERENCE_MAX, operator_identifier, shown_back

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode
@@ -19,21 +20,14 @@ from django.db import DatabaseError
 from django.http import HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET, require_http_methods
 
 from sessions_admin.console.forms import SelectionForm
-from sessions_admin.console.html import (
-    TITLE_SHOWN,
-    ListedSession,
-    When,
-    clip,
-    end_reason_words,
-    highlight,
-    readable_snippet,
-    when,
-)
+from sessions_admin.console.html import escape
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
+from sessions_admin.console.listed import ListedSession, When, when
+from sessions_admin.console.words import TITLE_SHOWN, clip, end_reason_words
 from sessions_admin.signin.roles import OPERATE, VIEW
 from sessions_admin.store import activity, cached, health, listing
 
@@ -245,6 +239,58 @@ def _row(row: listing.SessionRow, detail: _DetailLinks, selectable: bool) -> Lis
 
 # ---------------------------------------------------------------------------
 # Search results: one entry per session, its best snippets, and sessions by name.
+
+
+_MARKS = re.compile(f"({listing.MARK_START}|{listing.MARK_END})")
+
+
+def highlight(raw: str | None) -> SafeString:
+    """Escape a snippet, then turn our markers into balanced <mark> elements.
+
+    The snippet text is untrusted; it is escaped piece by piece and only the
+    markers (never produced by escaping) become markup. A marker character
+    that was in the content itself can at worst move a highlight.
+    """
+    out: list[str] = []
+    inside = False
+    for piece in _MARKS.split(raw or ""):
+        if piece == listing.MARK_START:
+            if not inside:
+                out.append("<mark>")
+                inside = True
+        elif piece == listing.MARK_END:
+            if inside:
+                out.append("</mark>")
+                inside = False
+        elif piece:
+            out.append(escape(piece))
+    if inside:
+        out.append("</mark>")
+    return mark_safe("".join(out))  # noqa: S308 - every piece above is escaped
+
+
+# A snippet cut from JSON (a tool's arguments or result): a key, a bracket, an escape.
+_LOOKS_LIKE_JSON = re.compile(r'[{\[]\s*"|"\s*:\s*[{\["\d\-tfn]|\\"')
+# Keys that say nothing to a reader: call ids, "type": "function", the "function" wrapper.
+_JSON_NOISE = re.compile(
+    r'"(?:id|type|call_id|tool_call_id|index)"\s*:\s*("[^"]*"|\d+)\s*,?\s*|"function"\s*:\s*'
+)
+
+
+def readable_snippet(raw: str) -> str:
+    """A snippet of JSON as words: ``key: value, key: value`` without the braces, quotes
+    and escapes (the markers stay where they are); other text is returned as it is."""
+    if not _LOOKS_LIKE_JSON.search(raw):
+        return raw
+    text = re.sub(r"\\[nrt]", " ", raw).replace('\\"', '"').replace("\\\\", "\\")
+    # A snippet cut inside a value (``call_9", "type": ...``): that value's tail says nothing.
+    text = re.sub(r'^(\W*)[^"\s\ue000]*"\s*,\s*', r"\1", text)
+    text = _JSON_NOISE.sub("", text)
+    text = re.sub(r'"\s*:\s*', ": ", text)
+    text = re.sub(r'"\s*,\s*"', ", ", text)
+    text = re.sub(r'[{}\[\]"]+', " ", text)
+    text = re.sub(r"\s+,", ",", text)
+    return re.sub(r"\s+", " ", text).strip()
 
 
 def _hit_url(url: str | None, message_id: int, q: str) -> str | None:

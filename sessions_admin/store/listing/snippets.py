@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 # Snippet highlight markers: private-use code points, turned into <mark> only after escaping
-# (console/html.highlight).
+# (console/views/sessions.highlight).
 MARK_START = "\ue000"
 MARK_END = "\ue001"
 SNIPPET_ELLIPSIS = "…"
@@ -32,7 +32,7 @@ class SearchHit:
     tool_name: str | None
     active: bool
     # The matching text around the hit, the words between MARK_START and MARK_END (raw text:
-    # console/html.highlight escapes it and marks the words).
+    # console/views/sessions.highlight escapes it and marks the words).
     snippet: str
 
 

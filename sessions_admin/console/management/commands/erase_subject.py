@@ -1,18 +1,13 @@
 """``manage.py erase_subject --user ID [--chat ID ...] [--key SESSION_KEY ...] --reference REF``
 
-Shows what the erasure removes and what it keeps; with ``--yes`` runs it here, through the
-same audited doors as the page (``ledger.actions.request_erasure`` then ``run_erasure``),
-and prints the receipt (JSON). Without ``--yes`` nothing changes. Every value is compared
-whole and exactly: ``--key`` is a full session key, never a prefix. A request for the same
-subject that began erasing and did not finish (its process was killed, or it failed) is
-finished instead of starting another: it carries out the plan it recorded, so what its
-first run already deleted is not looked up again. A subject with nothing left in the store
-is still erased with ``--yes`` (a request, a receipt of 0, the file rewrite: freed space may
-hold their bytes). Values are checked by the rule the page's form uses
-(``core.text.exact_id_problem``): a bad one is a ``CommandError`` and nothing changes. A
-database that cannot be written (a full disk, a read-only file) stops it with a message
-naming which one and what was erased before, and exit status 1; running it again finishes.
-"""
+Shows what the erasure removes and keeps; with ``--yes`` runs it through the page's audited
+doors (``ledger.actions.request_erasure``, ``run_erasure``) and prints the receipt (JSON).
+Values are checked by the form's rule (``core.text.exact_id_problem``) and compared whole:
+``--key`` is a full key, never a prefix. An unfinished request for the same subject is
+finished from its recorded plan instead of starting another. A subject with nothing left is
+still erased with ``--yes`` (a receipt of 0 and the file rewrite: freed space may hold their
+bytes). An unwritable database stops it with a message and exit status 1; running it again
+finishes."""
 
 from __future__ import annotations
 
