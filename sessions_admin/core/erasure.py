@@ -11,7 +11,12 @@ plan (a resumed run; every step is idempotent), then removes what deleted rows l
 ``rewrite_store_files`` for what only a rewrite frees). Counts are what the databases lost;
 an unwritable database stops it with ``ErasureStopped``, and running the plan again finishes
 it. Held sessions are never changed. docs/retention.md ("Erasure requests") is the operator's
-account; the dashboard's side (trash, audit, receipt) is ``ledger/erasure.py``."""
+account; the dashboard's side (trash, audit, receipt) is ``ledger/erasure.py``.
+
+Over 800 lines on purpose: the plan, the batched delete, the index merge and the byte checks of
+one erasure share the subject's matching rules and its plan; apart, each would reach into the
+others.
+"""
 
 from __future__ import annotations
 

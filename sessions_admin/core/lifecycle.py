@@ -3,6 +3,10 @@
 Each public function is one store transaction (``store_operation``), takes
 keyword-only arguments and returns a small frozen dataclass; failures are the
 domain errors of ``sessions_admin.core.errors``.
+
+Over 800 lines on purpose: every operation here (create, end, reset, resume, rotate, branch,
+switch) keeps the one rule of one live session per key under the key's lock, which would
+otherwise be copied into each.
 """
 
 from __future__ import annotations

@@ -11,7 +11,11 @@ merged transcript into that response, and the unmerge puts its text back byte-ex
 Merging two customers is the mistake to guard against: the plan names each session's user,
 source, key and first message, and ``differences`` says which differ (the console then asks
 for a typed confirmation). Then, with no target given, the target is the live session, else
-the latest active, not the oldest; ``target_rule`` says which rule chose."""
+the latest active, not the oldest; ``target_rule`` says which rule chose.
+
+Over 800 lines on purpose: the merge's plan and fingerprint, the merge, its exact undo and the
+merge records share one prior-state format.
+"""
 
 from __future__ import annotations
 

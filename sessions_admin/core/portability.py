@@ -11,7 +11,11 @@ message ids in order, counters from the active rows; a session the file says is 
 ended (``imported``); a link to a session the store holds (where the real conversation's writes
 would go) is dropped and reported unless ``graft`` follows a ``plan_import`` that showed it.
 Every value and duplicate is refused before anything is written (``ImportRefused``); parents go
-first, whole sessions per transaction: the same file with ``skip_existing`` finishes the rest."""
+first, whole sessions per transaction: the same file with ``skip_existing`` finishes the rest.
+
+Over 800 lines on purpose: export and import read and write the same versioned row format, and
+an import's checks mirror what an export writes.
+"""
 
 from __future__ import annotations
 

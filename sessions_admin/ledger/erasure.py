@@ -38,6 +38,10 @@ the files rewritten (``file_rewrite``: pending, then done). It is signed (HMAC-S
 its canonical JSON, another key derived from the same secret) and issued as one exact
 text (``receipt_text``); ``verify_receipt`` accepts only that text, byte for byte, with
 a matching signature. Neither key nor salt is ever in a receipt.
+
+Over 800 lines on purpose: requests, their lease and take-over, the trash plan, the redaction of
+the dashboard's rows and the receipt are the dashboard's half of one erasure, resumed step by
+step from what each step recorded.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ covers a conversation's segments in the trash as in the store.
 The entry's payload is JSON (a JSONField: SQLite text or PostgreSQL jsonb); this
 module owns how a store value is written there (``encode_trash_value``) and read
 back (``decode_trash_rows``).
+
+Over 800 lines on purpose: the trash's writer (the core's Trash protocol), its settling of what
+dead writes left, its purge and the holds' view of trashed lineage all read the same entries and
+their states.
 """
 
 from __future__ import annotations
