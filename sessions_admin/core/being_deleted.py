@@ -1,25 +1,16 @@
 """Sessions a delete is removing in parts: the state the core and a runtime respect.
 
-A session larger than one delete batch (``deletion.BATCH_MESSAGES``) is deleted in parts
-(``core.deletion.parts``), each in a short store transaction of its own, then the session row
-with what is left (and a purge's copies of its parts). The mark lives here, not in that
-package: the core's writers (lifecycle, merge, stray, erasure) check it, and
-``core.deletion`` imports them.
-
-Between those transactions the session is in this state: a row in
-``sessions_admin_deletions`` (in the store, so every process sees it) names
-the delete's trash operation. While it stands the core refuses every write to
-the session (``refuse_being_deleted``: appends, usage, turns, compression,
-resume, merge and unmerge, undo/redo/retry, branch, stray moves), so nothing
-is added to a transcript that is half in the trash. A runtime writing with its
-own SQL (Hermes) is not stopped: the next part copies what it wrote to the
-trash with the rest. The row goes in the transaction that deletes the session
-row, or when the delete gives the session back (it went live under a delete
-that keeps live sessions, a hold landed, its job was cancelled): then the
-parts are put back from the trash (a purge's: from the store's copy) in that
-same transaction. The delete's last step goes only while the row stands. A delete killed
-between parts leaves the state standing: the job resumes and finishes it, or
-restoring the operation from the trash puts the parts back.
+A session larger than one batch (``deletion.BATCH_MESSAGES``) is deleted in parts
+(``core.deletion.parts``), each in its own short store transaction, then its row with the rest.
+The mark lives here, not there, because the core's writers (lifecycle, merge, stray, erasure)
+check it and ``core.deletion`` imports them. While a row in ``sessions_admin_deletions`` (in the
+store: every process sees it) names the delete's trash operation, the core refuses every write to
+the session (``refuse_being_deleted``), so nothing is added to a half-trashed transcript; a
+runtime writing its own SQL (Hermes) is not stopped, and the next part copies what it wrote. The
+row goes with the session row, or when the delete gives the session back (it went live, a hold
+landed, its job was cancelled) in the transaction putting the parts back (a purge's from the
+store's copy); the last step runs only while it stands. A delete killed between parts leaves it
+standing: the job resumes, or restoring the operation puts the parts back.
 """
 
 from __future__ import annotations

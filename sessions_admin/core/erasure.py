@@ -1,17 +1,12 @@
 """Erasure: everything the store and the response store hold about one person, purged.
 
-A subject (a user id, with chat ids and whole session keys) is compared as whole values with
-their case, never ``LIKE``. Its plan: the subject's sessions and everything below them, the
-messages a standing merge moved into a session that stays, their slugs and responses, and our
-own tables' rows about them; a plan reaching another user's session is refused, and sessions
-merely mentioning the subject are listed and kept (their text is someone else's). ``erase``
-deletes exactly that, with no trash copy, after re-checking the fingerprint or from a recorded
-plan (a resumed run; every step is idempotent), then removes what deleted rows leave behind
-(SQLite: secure_delete, merged FTS segments, a truncated WAL; PostgreSQL: VACUUM, with
-``rewrite_store_files`` for what only a rewrite frees). Counts are what the databases lost;
-an unwritable database stops it with ``ErasureStopped``, and running the plan again finishes
-it. Held sessions are never changed. docs/retention.md ("Erasure requests") is the operator's
-account; the dashboard's side (trash, audit, receipt) is ``ledger/erasure.py``.
+Subject values are compared whole, with their case, never ``LIKE``; a plan reaching another
+user's session is refused, sessions merely mentioning the subject are listed and kept, and held
+sessions are never changed. ``erase`` deletes exactly the plan, with no trash copy, after
+re-checking its fingerprint or from a recorded plan (a resumed run; every step is idempotent),
+then clears what deleted rows leave (``rewrite_store_files`` for what only a rewrite frees).
+Counts are what the databases lost; an unwritable database raises ``ErasureStopped``. Operators:
+docs/retention.md ("Erasure requests"); the dashboard's side: ``ledger/erasure.py``.
 
 Over 800 lines on purpose: the plan, the batched delete, the index merge and the byte checks of
 one erasure share the subject's matching rules and its plan; apart, each would reach into the

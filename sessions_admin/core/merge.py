@@ -1,17 +1,13 @@
 """Merge forks back into one conversation, and undo a merge exactly.
 
-``plan_merge`` previews by SQL and returns a fingerprint; ``merge_sessions`` executes only if
-the store still matches it. Messages move by re-pointing (message ids order the stitched
-transcript as written); children, slugs and keys move to the target; each absorbed session
-ends ``merged`` with a ``_merged_into`` marker; the prior state is recorded in the store so
-``unmerge`` restores it exactly. Hermes's API server builds a slug's next turn from its latest
-stored response, not the session's messages: with ``continue_history`` the merge writes the
-merged transcript into that response, and the unmerge puts its text back byte-exact.
-
-Merging two customers is the mistake to guard against: the plan names each session's user,
-source, key and first message, and ``differences`` says which differ (the console then asks
-for a typed confirmation). Then, with no target given, the target is the live session, else
-the latest active, not the oldest; ``target_rule`` says which rule chose.
+``plan_merge`` previews by SQL with a fingerprint; ``merge_sessions`` runs only if the store still
+matches it. Messages move by re-pointing (their ids order the stitched transcript as written);
+children, slugs and keys move to the target; absorbed sessions end ``merged`` (``_merged_into``);
+the prior state kept in the store lets ``unmerge`` restore it exactly. Hermes builds a slug's next
+turn from its latest stored response: ``continue_history`` writes the merged transcript there,
+and unmerge puts its text back byte-exact. Against merging two customers, ``differences`` names
+which of user, source, key and first message differ (the console asks a typed confirmation); no
+target given, it is the live session, else the latest active, not the oldest (``target_rule``).
 
 Over 800 lines on purpose: the merge's plan and fingerprint, the merge, its exact undo and the
 merge records share one prior-state format.

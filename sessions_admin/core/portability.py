@@ -1,17 +1,13 @@
 """Export sessions (streamed JSONL and Markdown) and import Hermes Agent's session exports.
 
-Export: one session, a lineage (``lineage_tree``) or a set of ids, read in keyset chunks outside
-a transaction (a 20,000-message session never sits in memory; the runtime is never blocked),
-each message once, in id order. JSONL: an ``export`` record (format ``sessions_admin/1``), then
-per session a ``session`` record (every column) and its ``message`` records.
-
-Import (Hermes's JSONL, JSON session, lineage or list exports, and our JSONL) restores history,
-never a conversation: as Hermes's ``import_sessions``, no key, chat or handoff state, new
-message ids in order, counters from the active rows; a session the file says is live comes in
-ended (``imported``); a link to a session the store holds (where the real conversation's writes
-would go) is dropped and reported unless ``graft`` follows a ``plan_import`` that showed it.
-Every value and duplicate is refused before anything is written (``ImportRefused``); parents go
-first, whole sessions per transaction: the same file with ``skip_existing`` finishes the rest.
+Export (one session, a lineage or a set of ids) reads keyset chunks outside a transaction: a
+20,000-message session never sits in memory and the runtime is never blocked. Import restores
+history, never a conversation (as Hermes's ``import_sessions``): no key, chat or handoff state,
+new message ids in order, counters from the active rows, a live session comes in ``imported``;
+a link to a session the store holds is dropped and reported unless ``graft`` follows a
+``plan_import`` that showed it. Everything is refused before anything is written
+(``ImportRefused``); parents go first, whole sessions per transaction, so the same file with
+``skip_existing`` finishes the rest. Formats: docs/attach.md, "Export and import".
 
 Over 800 lines on purpose: export and import read and write the same versioned row format, and
 an import's checks mirror what an export writes.

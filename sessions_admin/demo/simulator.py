@@ -1,18 +1,16 @@
 """A runtime simulator: many chats driving the store core the way an agent gateway does.
 
-``manage.py simulate_runtime`` runs it (the demo runs a slow one in the background; the
-concurrency tests run several while operators act). Everything goes through
-``sessions_admin.core``, never SQL. Gateway chats send turns and now and then reset, compress,
-branch, undo/retry/redo, resume, expire or take a title from a small pool; API chats continue
-a slug, and a fraction of their turns cold-start a new unlinked session (the pre-#16517 fork
-the dashboard repairs). Errors are handled as a runtime would: ``SessionEnded`` follows the
-live session it names, ``SessionNotFound`` starts anew, ``StoreBusy`` backs off. Switches are
-followed both by a listener and by the event log's cursor (gaps counted).
-
-As a hostile runtime (``stale_rate``) chats keep stale ids and transcripts (an accepted save
-must append nothing: ``stale_saves_appended``) and ``slow_listener`` hangs a listener. The
-optional acknowledgement log (``--acks``, JSONL: ``ack`` per acknowledged message,
-``refused``) is for ``check_acks``."""
+``manage.py simulate_runtime`` runs it (README, "Commands"; the demo runs a slow one, the
+concurrency tests several while operators act). Everything goes through ``sessions_admin.core``,
+never SQL. Gateway chats send turns and now and then reset, compress, branch, undo/retry/redo,
+resume, expire or take a title from a small pool; API chats continue a slug, and a fraction of
+their turns cold-start a new unlinked session (the pre-#16517 fork the dashboard repairs).
+Errors are handled as a runtime would: ``SessionEnded`` follows the live session it names,
+``SessionNotFound`` starts anew, ``StoreBusy`` backs off. Switches are followed both by a
+listener and by the event log's cursor (gaps counted). As a hostile runtime (``stale_rate``)
+chats keep stale ids and transcripts (an accepted save must append nothing:
+``stale_saves_appended``) and ``slow_listener`` hangs a listener. The optional acknowledgement
+log (``--acks``, JSONL: ``ack`` per acknowledged message, ``refused``) is for ``check_acks``."""
 
 from __future__ import annotations
 

@@ -1,43 +1,12 @@
-"""Erasure requests: the dashboard's side of ``core.erasure``.
+"""Erasure requests: the dashboard's side of ``core.erasure``; operators: docs/retention.md.
 
-A request holds the subject in plain text only while it is not done, and
-otherwise a keyed hash of it (``subject_hash``: HMAC-SHA256 with a key derived from the
-server's secret, over the request's own salt and the value; ``hash_of``). Running
-it (``ledger.actions.run_erasure``, audited) erases the store's side through
-``core.erasure.erase`` and then the dashboard's own copies. Until it is done its
-``receipt`` field holds the run's record instead (``RUN``): the process running it
-(``claim``: a retry takes over at once from a process that is gone, otherwise when the
-lease ends), and from the first run on the confirmed plan and the rows counted before it
-(``record_run``); every later run carries out that record (``recorded_run``), not a new
-plan of what a killed run left. ``finish`` replaces the record with the receipt.
-
-- the trash (``plan_trash``): trashed sessions whose user id, chat id or key field equals
-  the subject's (or that are erased store sessions, or children of such in the same
-  operation) go; an operation holding only those is dropped whole, one shared with other
-  people loses only the subject's rows. Another person's held rows stay and the receipt's
-  ``kept`` names the hold; a hold on the subject's own trashed rows refuses the erasure.
-  ``plan`` gives one fingerprint for the store's plan and the trash's;
-- earlier audit entries keep their shape but every mention of the subject (user id,
-  chat ids, session keys) and of the erased sessions' ids, as a whole word (``core.erasure
-  .redact_text``), is replaced by its keyed hash, and their session links are re-pointed
-  at the hashes; the erasure's own entry names only hashes and counts; bulk delete reasons
-  and descriptions, trash entry reasons and the request's own reference are redacted the
-  same way;
-- bulk delete job items naming an erased session are dropped (the trash, job items, audit
-  redaction and the receipt in one transaction: a run killed there left none of them, and
-  one the dashboard's database refused rolled back whole: ``ErasureStopped``);
-- a cascade delete whose audit entry is still pending and whose trash operation goes keeps
-  on that entry what the trash held (``note_pending_deletes``: counts and numbers), so its
-  completion later does not read "nothing was deleted" from the emptied trash;
-- SQLite: the rewrites run with ``secure_delete`` on and the dashboard's WAL is
-  checkpointed and truncated; PostgreSQL: the touched tables are vacuumed.
-
-The receipt lists what went, by keyed hash and count (the rows the databases lost),
-when, by whom and under which request reference, whether the search index was merged and
-the files rewritten (``file_rewrite``: pending, then done). It is signed (HMAC-SHA256 of
-its canonical JSON, another key derived from the same secret) and issued as one exact
-text (``receipt_text``); ``verify_receipt`` accepts only that text, byte for byte, with
-a matching signature. Neither key nor salt is ever in a receipt.
+A request holds the subject in plain text only until it is done, then only its keyed hash
+(``hash_of``). Until then ``receipt`` holds the run's record (``RUN``): the process running it
+(``claim``: taken over at once from a process that is gone, else when the lease ends) and, from
+the first run on, the confirmed plan and rows counted before it (``record_run``); later runs
+carry out that record (``recorded_run``), never a new plan of what a killed run left. After the
+store's side (``core.erasure.erase``), the trash (``plan_trash``), job items, audit redaction,
+pending cascades' notes (``note_pending_deletes``) and the receipt change in one transaction.
 
 Over 800 lines on purpose: requests, their lease and take-over, the trash plan, the redaction of
 the dashboard's rows and the receipt are the dashboard's half of one erasure, resumed step by

@@ -1,25 +1,15 @@
 """Bulk delete as a background job: small batches, a lease, resumable, never twice.
 
-Creating a job snapshots the exact set of session ids (the core's
-``deletion.preview_bulk_delete``: live sessions only when asked for
-explicitly) into job items in the dashboard's database. A worker holding the
-job's lease deletes pending items in short batches through the core's
-``deletion.delete_batch`` (into the ledger's trash first, then one short store
-transaction), marking items as it goes. A process that dies mid-job leaves
-its lease to expire; the next worker resumes from the first pending item,
-and an item whose session is already gone is skipped, so nothing is deleted
-twice. Every batch's trash entry belongs to the job's trash operation
-(``trash.job_operation``): the whole job is restored as one unit. A session a legal
-hold covers is skipped, and each batch that skipped some writes an audit entry
-(``HELD_SKIP_ACTION``) naming them with their holds, which the job's progress reads.
-
-A job deletes exactly the set it was confirmed with (``expected_ids``: the preview's), and
-each conversation whole: its items are ordered one conversation after another, and each
-batch, before and again under the store's lock (``deletion.kept_whole``), keeps every
-session of a conversation that gained a session the job does not take (a continuation,
-compression segment or delegate the runtime started meanwhile, or one kept live or held)
-or that a merge made meanwhile needs; each such batch writes an audit entry
-(``KEPT_WHOLE_ACTION``) naming every session kept and why, which the progress reads too.
+A job snapshots the confirmed set of ids (``expected_ids``: ``deletion.preview_bulk_delete``'s,
+live sessions only if asked) as items and deletes exactly that set. The worker holding the lease
+deletes pending items in short batches (``deletion.delete_batch``: trash first, then one short
+store transaction); a dead worker's lease expires and the next resumes at the first pending item,
+skipping items already gone. All batches share the job's trash operation (``trash.job_operation``):
+the job restores as one unit. Items go conversation by conversation, and each batch, before and
+again under the store's lock (``deletion.kept_whole``), keeps every session of a conversation that
+gained a session the job does not take or that a merge made meanwhile needs; held sessions are
+skipped. A batch that kept or skipped any writes an audit entry naming them and why
+(``KEPT_WHOLE_ACTION``, ``HELD_SKIP_ACTION``), which the job's progress reads.
 """
 
 from __future__ import annotations

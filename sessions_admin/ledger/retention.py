@@ -4,10 +4,9 @@ A policy (``RetentionPolicy``) is created disabled; its page shows what a run wo
 delete now. Enabled, it is due at ``next_run_at``; whoever starts a due run first (a
 dashboard process's scheduler thread, ``manage.py run_jobs --schedule``,
 ``manage.py apply_retention``) claims it by moving ``next_run_at`` on in one
-conditional UPDATE, so several processes or hosts never start the same run twice. A
-run is an ordinary bulk delete job (trash first, short batches, resumable, progress on
-its page) of exactly the sessions its selection listed (``expected_ids``), each
-conversation kept whole if it went on meanwhile (``core.deletion.kept_whole``), purged
+conditional UPDATE, so several processes or hosts never start the same run twice. A run is
+an ordinary bulk delete job of exactly the sessions its selection listed (``expected_ids``),
+each conversation kept whole if it went on meanwhile (``core.deletion.kept_whole``), purged
 instead of trashed when the policy says so; the audited door is
 ``ledger.actions.run_retention_policy``. A stored policy whose values the rules refuse
 (``check``: a row written before them, or by hand) never runs: every door checks it

@@ -1,31 +1,12 @@
-"""The trash: the rows a delete removed from the store, kept in the dashboard's database.
+"""The trash: the rows a delete removed from the store, kept as JSON in the dashboard's database.
 
-``LedgerTrash`` is the core's ``deletion.Trash`` written with the ledger's models
-(``TrashEntry``, one ``TrashSession`` per session for the trash page's search):
-the core's batched delete commits each batch's rows here as a pending entry
-before the store delete, marks the entry complete once the store committed, and
-a restore reads the rows back. The entries of one operator action share an
-``operation`` (a cascade's batches, a bulk job's batches: ``job_operation``); a
-restore puts the whole operation back and a purge drops whole operations, so the
-trash never holds half of an action. ``LedgerConfig.ready`` makes it the core's
-default trash, so every delete in a dashboard process (views, commands, jobs,
-tests) keeps what it removes here. A delete in parts that stops before its last step (a
-hold landed, the session went live, its job was cancelled) gives the parts back to the store
-and drops their entries (``give_back``): the trash holds only what the store lost.
-
-When one delete ended up as several operations (a fault stopped a cascade and it was run again,
-two jobs took a conversation's segments), a restore may bring sessions back before their
-parent: each such link is recorded among the kept children of the entry holding the parent
-(``keep_waiting_link``), so restoring that operation links them again, as it does the children
-its delete left in the store; ``parents_elsewhere`` names the operation to restore first.
-
-A purge keeps every operation holding a session a legal hold covers (``held_trash``); the
-core's holds see the lineage links of the sessions kept here (``trashed_lineage``), so a hold
-covers a conversation's segments in the trash as in the store.
-
-The entry's payload is JSON (a JSONField: SQLite text or PostgreSQL jsonb); this
-module owns how a store value is written there (``encode_trash_value``) and read
-back (``decode_trash_rows``).
+``LedgerTrash`` is the core's ``deletion.Trash`` (its default since ``LedgerConfig.ready``): a
+batch's rows are committed here as a pending entry before the store delete, completed after. An
+action's entries share an ``operation``; restore and purge take whole operations, and a delete in
+parts that stops gives its parts back and drops their entries (``give_back``): the trash holds
+only what the store lost, never half an action. Sessions restored before their parent (one delete
+split over operations) are relinked from ``keep_waiting_link``; ``parents_elsewhere`` names the
+operation to restore first. Purge keeps held operations (``held_trash``); holds see trashed lineage.
 
 Over 800 lines on purpose: the trash's writer (the core's Trash protocol), its settling of what
 dead writes left, its purge and the holds' view of trashed lineage all read the same entries and

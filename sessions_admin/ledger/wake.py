@@ -1,20 +1,13 @@
 """Waking the delete-job workers the moment a job is created, instead of at their next poll.
 
-The channel follows the dashboard's database, where the jobs live:
-
-- PostgreSQL: LISTEN/NOTIFY on one channel. A NOTIFY sent inside the transaction that
-  creates the job is delivered when it commits (never for a rolled-back job), to every
-  worker listening on that database, on whatever host it runs.
-- SQLite: the database is a file on this host, so every worker is on this host too. Each
-  waiting worker binds a Unix datagram socket of its own under ``VAR_DIR/job-wake/``, and a
-  job's creator sends one byte to each after its commit. A socket whose worker died is
-  removed by the next sender.
-
-A wake only says "look now": workers still poll at a slow interval
-(``SESSIONS_ADMIN_JOB_POLL_SECONDS``) for what no wake announces (a lease that expired
-because its worker died, a wake lost with a sender killed right after its commit). Who runs
-a job is still decided by the job lease's conditional UPDATE (``jobs._claim``), so several
-workers woken together run a job once.
+The channel follows the dashboard's database, where the jobs live. PostgreSQL: LISTEN/NOTIFY on
+one channel, sent inside the job's transaction so it is delivered on commit only, to workers on
+any host. SQLite (so every worker is on this host): each waiting worker binds its own Unix
+datagram socket under ``VAR_DIR/job-wake/``; the creator sends each a byte after its commit and
+removes dead workers' sockets. A wake only says "look now": workers still poll
+(``SESSIONS_ADMIN_JOB_POLL_SECONDS``) for what no wake announces (an expired lease, a wake lost
+with a killed sender), and the lease's conditional UPDATE (``jobs._claim``) still decides who runs
+a job, so workers woken together run it once. Operators: README, "Several web hosts".
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The background workers of a dashboard process: delete jobs, and the slug history poller.
 
-Delete jobs: one daemon thread per process, started when a job is created or
-its progress is looked at (so a job interrupted by a restart resumes as soon
-as anyone checks on it); it exits when no job is left. ``manage.py run_jobs``
-runs the same loop in a process of its own. A waiting worker is woken the
-moment a job is created (``ledger/wake.py``: NOTIFY on PostgreSQL, a local
-socket on SQLite), and polls only as a fallback, every
-``SESSIONS_ADMIN_JOB_POLL_SECONDS`` (default 5).
-
-Slug history (``core/slug_history.py``): one daemon thread per dashboard
-worker, started with the worker (gunicorn's ``post_worker_init``), polls the
-runtime's ``conversations`` every ``SESSIONS_ADMIN_SLUG_HISTORY_SECONDS``
-(default 2; 0 turns it off) for as long as the process lives.
-``manage.py watch_slug_history`` runs the same loop in a process of its own.
+Delete jobs: one daemon thread per process, started when a job is created or its progress is
+looked at (so a job interrupted by a restart resumes as soon as anyone checks on it); it exits
+when no job is left. A waiting worker is woken when a job is created (``ledger/wake.py``) and
+polls only as a fallback. Slug history (``core/slug_history.py``): one daemon thread per
+dashboard worker, started with it (gunicorn's ``post_worker_init``), for as long as the process
+lives. ``manage.py run_jobs`` and ``watch_slug_history`` run the same loops in processes of their
+own; the intervals are settings (README, "Configuration").
 """
 
 from __future__ import annotations

@@ -57,24 +57,16 @@ def delete_batch(
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
 
-    ``operation``: the operator action the batch belongs to (its trash entry is
-    restored with the action's other batches); a batch of its own without it.
-
-    The rows are read and their trash copy committed before the store's write
-    lock is taken, so the runtime's writers wait only for the delete itself;
-    under the lock the rows are read again and deleted only if unchanged (a
-    runtime that wrote to them meanwhile gets them copied again). After
-    ``COPY_ATTEMPTS`` changed copies the copy is taken under the lock.
-
-    A batch of one session with more than ``part_messages`` messages (default
-    ``BATCH_MESSAGES``) is deleted in parts (``_delete_in_parts``), calling
-    ``between_parts`` after each (False from it stops the delete and gives the session back:
-    ``DeleteGivenBack``). ``keep_live``: a session found live under the
-    lock is kept (``SessionsWentLive``); a held one raises ``SessionsHeld``;
-    with ``whole`` (a delete of a previewed set), a session whose conversation must stay
-    whole (``kept_whole``) raises ``ConversationsKept``. Either way nothing of the batch
-    is deleted. ``committed``: a list each store commit is appended to as it happens
-    (trash entry, sessions, messages), kept whatever the batch raises afterwards.
+    ``operation``: the operator action the batch belongs to (restored with its other batches).
+    Rows are read and their trash copy committed before the store's write lock, so the runtime's
+    writers wait only for the delete; under the lock they are read again and deleted only if
+    unchanged (else copied again; after ``COPY_ATTEMPTS`` the copy is taken under the lock).
+    One session over ``part_messages`` messages (default ``BATCH_MESSAGES``) goes in parts
+    (``_delete_in_parts``), ``between_parts`` called after each (False gives it back:
+    ``DeleteGivenBack``). Nothing of the batch is deleted if, under the lock, a session is live
+    with ``keep_live`` (``SessionsWentLive``), held (``SessionsHeld``) or, with ``whole``, in a
+    conversation that must stay whole (``ConversationsKept``). ``committed`` receives each store
+    commit as it happens (trash entry, sessions, messages), kept whatever is raised afterwards.
     """
     run = DeleteRun(
         actor=actor,

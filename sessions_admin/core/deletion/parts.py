@@ -37,19 +37,15 @@ def _delete_in_parts(
 ) -> tuple[int, int, int]:
     """Delete one large session in several short store transactions (``core.being_deleted``).
 
-    The session is marked being deleted first (the core then refuses writes to
-    it); then its oldest ``part_messages`` messages at a time go, each part
-    copied to the trash and deleted under the lock like a batch; last the
-    session row with what is left, its mark cleared in that transaction. Every
-    part is an entry of the delete's operation: restoring any of them restores the lot.
-
+    The session is marked being deleted (the core then refuses writes to it); its oldest
+    ``part_messages`` messages at a time go, each part copied to the trash and deleted under the
+    lock like a batch; last the session row with what is left, its mark cleared in that
+    transaction. Every part is an entry of the delete's operation: restoring any restores the lot.
     A purge (``NO_TRASH``) keeps its parts in the store instead (``being_deleted.keep_part``),
-    dropped with the session row: a purge stopped before its last step gives the session back
-    whole exactly as a delete into the trash does (``_give_back_parts``), so a hold placed, or
-    the session going live, midway keeps it whole in either mode.
-
-    ``between_parts`` returning False (its job was cancelled) stops the delete: the session is
-    given back and ``DeleteGivenBack`` raised.
+    dropped with the session row, so a purge stopped before its last step gives the session back
+    whole as a delete into the trash does (``_give_back_parts``): a hold placed, or the session
+    going live, midway keeps it whole in either mode. ``between_parts`` returning False (its job
+    was cancelled) gives the session back and raises ``DeleteGivenBack``.
     """
     if not being_deleted.table_present():
         _create_deletions_table()

@@ -1,36 +1,16 @@
 """Operator actions' audit machinery: every edge that acts goes through it.
 
-Views and commands call ``ledger.actions``, never the core's mutating functions directly,
-so no action escapes the audit trail. A refused or failed action is audited
-too (outcome ``failed``) and its error re-raised for the edge to show.
-
-No store change may lack its audit entry, so an action runs in four steps:
-
-1. every operator-supplied argument is checked by ``core.text`` (the one rule
-   for operator text): invalid text is ``InvalidInput`` before anything is
-   written, in the store or in the audit log;
-2. the intent is recorded and committed: an entry with outcome ``pending``
-   holding the actor, the action, the sessions, ``before`` and the reason;
-3. the core operation runs (its own store transaction);
-4. the entry is completed: ``ok`` with ``after``, or ``failed`` with the error, or
-   ``partial`` when the operation failed after committing part of itself (a delete's
-   first batches): ``after`` is exactly what committed, with its trash operation.
-
-If the dashboard database cannot record step 2 (a full disk, a read-only file), the
-action does not run and the edge says so (``DashboardNotWritten``: nothing was changed).
-
-Every entry names the request's client (address, user agent) when written
-during a request (``sessions_admin.ledger.context``). Attempts refused before
-an action runs (a permission, a stale preview, a missing reason, a CSRF
-failure, a failed sign-in) are recorded by ``record_refusal``; an error
-``_audited`` already recorded is marked (``audited_entry``) so the view's
-``record_refusal`` does not record it twice.
-
-A process that dies between 3 and 4 (kill -9, power cut) leaves the
-``pending`` entry, which the audit page shows as "outcome unknown". A
-completion that fails (the dashboard's database refuses the write) is logged
-at ERROR and raised as ``AuditIncomplete`` after a store change, never
-swallowed; the pending entry stays.
+Views and commands call ``ledger.actions``, never the core's mutating functions, so no store
+change lacks its entry. An action (1) checks operator text (``core.text``: ``InvalidInput``
+before anything is written); (2) commits a ``pending`` entry (actor, action, sessions,
+``before``, reason), or runs nothing if it cannot (``DashboardNotWritten``); (3) runs the core
+operation in its own store transaction; (4) completes the entry: ``ok`` with ``after``,
+``failed`` with the error (re-raised for the edge) or ``partial`` with exactly what committed
+(its trash operation). Killed between 3 and 4, ``pending`` stays ("outcome unknown"); a
+completion the database refuses is logged at ERROR and raised (``AuditIncomplete``), never
+swallowed. Entries name the request's client (``ledger.context``); refusals before an action
+runs (permission, stale preview, no reason, CSRF, sign-in) go through ``record_refusal``; an error
+``_audited`` recorded is marked (``audited_entry``) so the view does not record it twice.
 """
 
 from __future__ import annotations
