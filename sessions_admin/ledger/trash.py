@@ -690,7 +690,7 @@ def stale_pending_trash(*, operation: str | None = None) -> list[int]:
             if state == "uncommitted":
                 stale.append(entry.pk)
             elif state == "committed":
-                TrashEntry.objects.filter(pk=entry.pk).update(state=TrashEntry.COMPLETE)
+                _committed_or_duplicate(entry)
             continue
         ids = entry.session_ids
         present = (
@@ -703,8 +703,19 @@ def stale_pending_trash(*, operation: str | None = None) -> list[int]:
         if ids and present == len(ids):
             stale.append(entry.pk)
         elif not present:
-            TrashEntry.objects.filter(pk=entry.pk).update(state=TrashEntry.COMPLETE)
+            _committed_or_duplicate(entry)
     return stale
+
+
+def _committed_or_duplicate(entry: TrashEntry) -> None:
+    """A pending entry whose rows left the store: complete, unless another delete that copied
+    them too committed them (``_held_elsewhere``): then this copy is dropped."""
+    if _held_elsewhere(entry):
+        TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).delete()
+    else:
+        TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).update(
+            state=TrashEntry.COMPLETE
+        )
 
 
 # --- settling: work a process left unfinished when it died or a database refused a write ---
@@ -762,15 +773,43 @@ def _settle_restores() -> None:
 
 def _settle_pending() -> None:
     """Pending entries of dead (or long silent) batches: complete if their delete committed
-    (their rows left the store), dropped if it did not (every row is still there)."""
+    (their rows left the store, and no other entry holds them), dropped if it did not (every
+    row is still there) or if another delete took those rows. A live batch's entry is its
+    own process's to settle: it may still lock, find its rows gone and drop it."""
     for entry in TrashEntry.objects.filter(state=TrashEntry.PENDING):
+        if not _owner_gone(entry):
+            continue
         back = _rows_in_store(entry)
-        if back == "none":
+        if back == "none" and not _held_elsewhere(entry):
             TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).update(
                 state=TrashEntry.COMPLETE
             )
-        elif back == "all" and _owner_gone(entry):
+        elif back in ("all", "none"):
             TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).delete()
+
+
+def _message_ids(payload: dict) -> set:
+    return {decode_trash_value(m.get("id")) for m in payload.get("messages", [])}
+
+
+def _held_elsewhere(entry: TrashEntry) -> bool:
+    """Whether another entry not restored (complete) holds this pending entry's rows: two
+    deletes copied them, the other one committed, so this copy is a duplicate to drop."""
+    others = TrashEntry.objects.filter(state=TrashEntry.COMPLETE).exclude(pk=entry.pk)
+    part_of = _part_of(entry.payload)
+    if part_of is None:
+        ids = list(entry.session_ids)
+        return (
+            bool(ids)
+            and TrashSession.objects.filter(
+                entry__in=others.filter(session_count__gt=0), session_id__in=ids
+            ).exists()
+        )
+    mine = _message_ids(entry.payload)
+    return any(
+        mine & _message_ids(payload)
+        for payload in others.filter(sessions__session_id=part_of).values_list("payload", flat=True)
+    )
 
 
 def needs_settling() -> bool:
@@ -826,14 +865,14 @@ def _settle_pending_parts(*, session_ids: set[str], keep: int | None, among=None
     ``among``: a query of the entries to look at (default: every entry)."""
     entries = TrashEntry.objects.all() if among is None else among
     pending = entries.filter(state=TrashEntry.PENDING, session_count=0).exclude(pk=keep)
-    for pk, payload in pending.values_list("pk", "payload"):
-        if _part_of(payload) not in session_ids:
+    for entry in pending:
+        if _part_of(entry.payload) not in session_ids:
             continue
-        state = _part_state(payload)
+        state = _part_state(entry.payload)
         if state == "uncommitted":
-            TrashEntry.objects.filter(pk=pk, state=TrashEntry.PENDING).delete()
+            TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).delete()
         elif state == "committed":
-            TrashEntry.objects.filter(pk=pk).update(state=TrashEntry.COMPLETE)
+            _committed_or_duplicate(entry)
 
 
 def part_rows_elsewhere(operations: Sequence[str]) -> dict[str, tuple[tuple[str, int], ...]]:

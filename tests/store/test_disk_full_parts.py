@@ -127,18 +127,12 @@ def test_a_session_deleted_in_parts_on_a_full_store_is_finished_by_deleting_it_a
     audits = AuditEntry.objects.filter(action="cascade_delete").order_by("pk")
     stopped, finished = (audit.after["trash_entries"][0] for audit in audits)
     assert audits[0].outcome == AuditEntry.PARTIAL and audits[1].outcome == AuditEntry.OK
-    # The part's alone cannot go back (its session's row is elsewhere): refused, naming
-    # the entry to restore first, and nothing changed.
-    with pytest.raises(core.RestoreConflict, match=f"restore trash entry #{finished} first"):
-        actions.restore(actor="ada", entry_id=stopped)
-    assert db.fetchall("SELECT id FROM sessions WHERE id = %s", [sid]) == []
-    assert_each_message_once(before)
-    # The session's row brings back every part of it, whichever operation took it: the
-    # session comes back whole, never half of it in the store and the rest in the trash.
-    result = actions.restore(actor="ada", entry_id=finished)
-    assert stopped in result.trash_entry_ids
+    # The session comes back whole from either operation: the part's brings the one holding
+    # the session's row with it, never half of it in the store and the rest in the trash.
+    result = actions.restore(actor="ada", entry_id=stopped)
+    assert finished in result.trash_entry_ids
     assert store_state() == before
-    assert TrashEntry.objects.get(pk=stopped).state == TrashEntry.RESTORED
+    assert TrashEntry.objects.get(pk=finished).state == TrashEntry.RESTORED
     assert not being_deleted.marks_on([sid])
     assert check_store() == []
 

@@ -28,7 +28,7 @@ from sessions_admin import core
 from sessions_admin.core import being_deleted, db, deletion, faults, holds
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.demo.consistency import check_store, check_trash
-from sessions_admin.ledger import actions, jobs, trash, worker
+from sessions_admin.ledger import actions, jobs, processes, trash, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
 from tests.builders import linked_conversation, old_sessions, store_forked_conversation
 from tests.store.test_crash import store_state
@@ -262,9 +262,10 @@ def test_a_session_split_between_two_operations_comes_back_whole():
     assert trash.part_rows_elsewhere([stopped, finished.operation]) == {
         stopped: ((sid, first_finished),)
     }
-    with pytest.raises(core.RestoreConflict, match=f"restore trash entry #{first_finished}"):
-        actions.restore(actor="ada", entry_id=first_stopped)
-    actions.restore(actor="ada", entry_id=first_finished)
+    # Either operation brings the whole session back: the row's, or the parts' (which then
+    # takes the operation holding the row with it).
+    restored = actions.restore(actor="ada", entry_id=first_stopped)
+    assert first_finished in restored.trash_entry_ids
 
     assert session_rows(sid) == before  # every message, the row's message_count matching
     assert being_deleted.marks_on([sid]) == {}
@@ -600,3 +601,60 @@ def test_a_merge_of_sessions_that_differ_is_refused_by_the_action_unless_confirm
     audit = AuditEntry.objects.get(action="merge", outcome=AuditEntry.OK)
     assert audit.before["confirmed_differences"]
     assert result.moved_messages == plan.moved_messages
+
+
+def test_two_sessions_split_crosswise_between_two_operations_come_back_whole(monkeypatch):
+    # Two deletes at once (a job and a retention run) can each take parts of one large
+    # session and the row of the other: neither operation could be restored first.
+    monkeypatch.setitem(deletion.delete_in_batches.__kwdefaults__, "batch_messages", 100)
+    first, second = big_session(300), big_session(300)
+    before = store_state()
+    assert cascade_killed_after_first_part(second).returncode == -signal.SIGKILL
+    x = TrashEntry.objects.get().operation
+    assert cascade_killed_after_first_part(first).returncode == -signal.SIGKILL
+    y = TrashEntry.objects.exclude(operation=x).get().operation
+    for sid, operation in ((first, x), (second, y)):
+        plan = core.plan_cascade_delete(session_ids=[sid])
+        core.execute_cascade_delete(
+            session_ids=[sid],
+            expected_fingerprint=plan.fingerprint,
+            actor="a",
+            reason="carried on",
+            operation=operation,
+        )
+    assert trash.part_rows_elsewhere([x, y]) == {
+        x: ((second, TrashEntry.objects.filter(operation=y).order_by("pk").first().pk),),
+        y: ((first, TrashEntry.objects.filter(operation=x).order_by("pk").first().pk),),
+    }
+
+    restored = actions.restore(
+        actor="ada", entry_id=TrashEntry.objects.filter(operation=x).order_by("pk").first().pk
+    )
+
+    assert set(restored.trash_entry_ids) == set(TrashEntry.objects.values_list("pk", flat=True))
+    assert store_state() == before
+    assert check_store() == [] and check_trash() == []
+
+
+def test_a_pending_copy_whose_rows_another_delete_took_is_dropped_not_completed():
+    ids = linked_conversation()
+    tip = ids["tip"]
+    _rows, payload = deletion.snapshot_rows([tip], lock=False)  # a second delete's copy...
+    _cascade(tip)  # ...then the first delete takes the rows and commits
+    copy = trash.LEDGER_TRASH.open_entry(  # the second's entry, written just after
+        session_ids=[tip],
+        rows=payload,
+        actor="b",
+        reason="second job",
+        job_id=None,
+        operation="second-op",
+    )
+
+    actions.settle_deletes_and_restores()
+    # Its process (this one) is alive: it may still lock, find its rows gone and drop it.
+    assert TrashEntry.objects.get(pk=copy).state == TrashEntry.PENDING
+
+    TrashEntry.objects.filter(pk=copy).update(owner={**processes.this_process(), "pid": 2**22 + 7})
+    actions.settle_deletes_and_restores()
+    assert not TrashEntry.objects.filter(pk=copy).exists()  # a duplicate: dropped
+    assert check_trash() == []

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from sessions_admin.core import db, faults, lineage
 from sessions_admin.core.db import store_operation
@@ -136,8 +137,15 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     live_now = [lineage.live_session_for_key(k) for k in sorted(keys)]
     restored_ids = tuple(e.entry_id for e in entries)
     _begin_restore(restored_ids, actor, trash)
-    waiting, lost = _insert_sessions(sessions, keys, live_now, trash)
-    _insert_messages(payload, part_sessions)
+    try:
+        waiting, lost = _insert_sessions(sessions, keys, live_now, trash)
+        _insert_messages(payload, part_sessions)
+    except IntegrityError as error:
+        # A row the checks above did not foresee (a runtime wrote it meanwhile without the
+        # lock): refused, the transaction rolled back, never a bare error.
+        raise RestoreConflict(
+            f"Cannot restore: a row of it is in the store again ({error})."
+        ) from error
     skipped = _restore_conversations(payload)
     _link_kept_children(payload["kept_children"])
     faults.checkpoint("restore.before_commit")
@@ -166,16 +174,35 @@ def _entries_to_restore(entry_id: int, trash: Trash) -> tuple[TrashContents, lis
             other = trash.contents(other_id)
             if other is not None and not other.restored:
                 entries.append(other)
-    # A session comes back whole: parts of it another operation took (a delete killed between
-    # its parts, then run again) come back with its row, never left behind in the trash.
+    # A session comes back whole. Parts of it another operation took (a delete killed between
+    # its parts, then run again; two deletes of it at once) come back with its row; and a part
+    # whose session's row is in another operation brings that operation back too (two deletes
+    # can split two sessions crosswise, so neither could go back first). Until nothing grows.
     taken = {e.entry_id for e in entries}
-    row_ids = [s["id"] for e in entries for s in e.rows.get("sessions", [])]
-    for part_id in trash.part_entries(row_ids) if row_ids else ():
-        if part_id not in taken:
-            part = trash.contents(part_id)
-            if part is not None and not part.restored:
-                entries.append(part)
-                taken.add(part_id)
+
+    def take(entry_id: int) -> bool:
+        if entry_id in taken:
+            return False
+        found = trash.contents(entry_id)
+        taken.add(entry_id)
+        if found is None or found.restored:
+            return False
+        entries.append(found)
+        return True
+
+    grew = True
+    while grew:
+        grew = False
+        row_ids = {s["id"] for e in entries for s in e.rows.get("sessions", [])}
+        for part_id in trash.part_entries(sorted(row_ids)) if row_ids else ():
+            grew |= take(part_id)
+        parts_of = {e.rows["part_of"] for e in entries if e.rows.get("part_of")} - row_ids
+        in_store = lineage.existing_session_ids(sorted(parts_of)) if parts_of else set()
+        for session_id in sorted(parts_of - set(in_store)):
+            holder = trash.holder_of(session_id)
+            if holder is not None:
+                for other_id in (holder, *trash.operation_entries(holder)):
+                    grew |= take(other_id)
     entries.sort(key=lambda e: e.entry_id)
     return asked, entries
 
@@ -183,6 +210,13 @@ def _entries_to_restore(entry_id: int, trash: Trash) -> tuple[TrashContents, lis
 def _refuse_conflicts(payload: dict, part_sessions: list[str], trash: Trash) -> None:
     """``RestoreConflict`` if a row cannot come back as it was: its session id, title or
     message id is in use again, or a part's session is neither in the store nor restored."""
+    counted = Counter(m["id"] for m in payload["messages"])
+    if len(counted) != len(payload["messages"]):
+        twice = sorted(i for i, n in counted.items() if n > 1)[:5]
+        raise RestoreConflict(
+            f"Cannot restore: the trash holds message(s) {', '.join(map(str, twice))} twice, in "
+            "two of the entries this restore takes. Nothing was restored."
+        )
     sessions = payload["sessions"]
     ids = [s["id"] for s in sessions]
     found = lineage.existing_session_ids(ids)
