@@ -658,3 +658,42 @@ def test_a_pending_copy_whose_rows_another_delete_took_is_dropped_not_completed(
     actions.settle_deletes_and_restores()
     assert not TrashEntry.objects.filter(pk=copy).exists()  # a duplicate: dropped
     assert check_trash() == []
+
+
+def test_a_killed_unmerge_is_not_credited_with_another_operators_undo():
+    arguments, _plan = _merge_arguments()
+    merged = actions.merge(**arguments)
+    child = run_crash_child(
+        "audited_unmerge",
+        {"actor": "ada", "merge_id": merged.merge_id},
+        crash_at="unmerge.before_commit",
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    actions.unmerge(actor="bob", merge_id=merged.merge_id, reason="bob undid it")
+
+    actions.complete_stale_unmerges(older_than_seconds=0)
+
+    killed, done = AuditEntry.objects.filter(action="unmerge").order_by("pk")
+    assert (killed.outcome, done.outcome) == (AuditEntry.FAILED, AuditEntry.OK)
+
+
+def test_a_restore_killed_waiting_for_the_store_lock_is_audited_failed_at_once():
+
+    ids = linked_conversation()
+    deleted = _cascade(ids["tip"])
+    after_delete = store_state()
+    # Killed before it touched anything: at its first store statement (the restore lock).
+    child = run_crash_child(
+        "audited_restore",
+        {"actor": "ada", "entry_id": deleted.trash_entry_ids[0]},
+        crash_at="restore.before_commit",
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    # Make it look as if it died before any entry was touched (no intent written).
+    TrashEntry.objects.update(restoring_since=None, restore_audit=None, owner={})
+    assert store_state() == after_delete
+
+    actions.settle_deletes_and_restores()  # not ten minutes later: its process is dead
+
+    audit = AuditEntry.objects.get(action="restore")
+    assert audit.outcome == AuditEntry.FAILED, audit.detail

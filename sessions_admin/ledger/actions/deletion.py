@@ -30,7 +30,7 @@ from sessions_admin.ledger.actions.audit import (
 )
 from sessions_admin.ledger.actions.merges import complete_stale_merges, complete_stale_unmerges
 from sessions_admin.ledger.models import AuditAction, AuditEntry, DeleteJob, TrashEntry
-from sessions_admin.ledger.processes import process_dead
+from sessions_admin.ledger.processes import process_dead, this_process
 from sessions_admin.ledger.trash import (
     LEDGER_TRASH,
     PURGED_TRASH,
@@ -220,7 +220,11 @@ def complete_stale_restores(*, older_than_seconds: float = STALE_PENDING_SECONDS
         touched = list(TrashEntry.objects.defer("payload").filter(restore_audit=entry.pk))
         if any(e.restoring_since is not None for e in touched):
             continue  # not settled yet (``settle_trash`` first)
-        owner_dead = bool(touched) and all(process_dead(e.owner) for e in touched)
+        owner_dead = (
+            all(process_dead(e.owner) for e in touched)
+            if touched
+            else process_dead((entry.before or {}).get("process"))
+        )
         if not owner_dead and entry.created_at >= cutoff:
             continue
         restored = [e for e in touched if e.state == TrashEntry.RESTORED]
@@ -366,7 +370,9 @@ def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
         action=AuditAction.RESTORE,
         session_ids=ids or (list(entry.session_ids) if entry else []),
         reason=reason,
-        before={"trash_entry": entry_id, "trash_operation": operation},
+        # Its process: a restore killed before it touched any entry (waiting for the store's
+        # lock) is completed at once once that process is known dead (complete_stale_restores).
+        before={"trash_entry": entry_id, "trash_operation": operation, "process": this_process()},
         run=lambda: core.restore_trash_entry(
             entry_id=entry_id, actor=_name(actor), trash=LEDGER_TRASH
         ),

@@ -122,8 +122,14 @@ def complete_stale_merges(*, older_than_seconds: float = STALE_PENDING_SECONDS) 
             "WHERE created_at >= %s ORDER BY id",
             [entry.created_at.timestamp() - 1],
         ):
-            # The target is one of them, or (none named) a session the merge made.
-            if set(json.loads(absorbed or "[]")) | ({target} & asked) == asked:
+            # The target is one of them, or (none named) a session the merge made; a merge
+            # another entry records as its own is not this one's.
+            if set(json.loads(absorbed or "[]")) | ({target} & asked) == asked and not (
+                AuditEntry.objects.using(_audit_alias())
+                .filter(action=AuditAction.MERGE, outcome=AuditEntry.OK, after__merge_id=merge_id)
+                .exclude(pk=entry.pk)
+                .exists()
+            ):
                 made = (merge_id, target)
                 break
         if made is not None:
@@ -162,8 +168,18 @@ def complete_stale_unmerges(*, older_than_seconds: float = STALE_PENDING_SECONDS
             if isinstance(merge_id, int)
             else None
         )
+        # Undone after this entry was written, and by no other unmerge that says so itself.
+        by_another = (
+            AuditEntry.objects.using(_audit_alias())
+            .filter(action=AuditAction.UNMERGE, outcome=AuditEntry.OK, before__merge_id=merge_id)
+            .exclude(pk=entry.pk)
+            .exists()
+        )
         undone = (
-            row is not None and row[0] is not None and row[0] >= entry.created_at.timestamp() - 1
+            not by_another
+            and row is not None
+            and row[0] is not None
+            and row[0] >= entry.created_at.timestamp() - 1
         )
         if undone:
             outcome, after = AuditEntry.OK, {"merge_id": merge_id}
