@@ -118,3 +118,27 @@ def test_the_trash_page_sends_a_sessions_parts_to_the_entry_holding_its_row(admi
     assert "still in the store" not in _row(body, stopped)
     admin.post(reverse("trash_restore", args=[finished]))
     assert db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = %s", [sid])[0] == 300
+
+
+def test_the_trash_page_offers_no_restore_of_a_cascade_still_pending(admin):
+    ids = linked_conversation()
+    plan = core.plan_cascade_delete(session_ids=[ids["tip"]], include_branches=True)
+    child = run_crash_child(
+        "audited_cascade_delete",
+        {
+            "actor": "ada",
+            "session_ids": [ids["tip"]],
+            "include_branches": True,
+            "expected_fingerprint": plan.fingerprint,
+            "reason": "killed",
+        },
+        crash_at="cascade.between_batches@1",
+        env={"CRASH_CHILD_BATCH_SESSIONS": "2"},
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    first = TrashEntry.objects.order_by("pk").first().pk
+
+    row = _row(admin.get(reverse("trash")).content.decode(), first)
+
+    assert reverse("trash_restore", args=[first]) not in row
+    assert "has not finished" in row

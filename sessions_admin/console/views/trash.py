@@ -46,6 +46,7 @@ from sessions_admin.ledger.trash import (
     parents_elsewhere,
     part_rows_elsewhere,
     purgeable_operations,
+    still_deleting,
 )
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
@@ -69,6 +70,9 @@ class TrashRow:
     expires_at: dt.datetime
     expired: bool
     job_running: bool = False  # its bulk delete job still deletes: restorable once it stops
+    # Its cascade's audit entry is still pending (running, or its process died and it is not
+    # yet completed): restorable, whole, once it is.
+    cascade_running: bool = False
     hold: str = ""  # the legal hold (in words) that keeps it from a purge
     hold_id: int | None = None
     held_session: str = ""  # a session of it the hold covers
@@ -175,6 +179,7 @@ def _render_trash(
     waiting = merges_waiting_on(list(newest))
     parents = parents_elsewhere(list(newest))
     part_rows = part_rows_elsewhere(list(newest))
+    writing = still_deleting()
     rows = []
     for operation in newest:
         batches = entries.get(operation, [])
@@ -213,6 +218,7 @@ def _render_trash(
                 expires_at=expires_at,
                 expired=not restored and expires_at <= now,
                 job_running=batches[0].job_id in running_jobs,
+                cascade_running=not batches[0].job_id and operation in writing,
                 hold=held[operation].hold.describe() if operation in held else "",
                 hold_id=held[operation].hold.id if operation in held else None,
                 held_session=held[operation].session_id if operation in held else "",
