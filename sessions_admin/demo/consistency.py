@@ -75,6 +75,16 @@ def check_trash() -> list[str]:
             problems.append(
                 f"Trash entry #{pk} holds rows that are in the store too: {_named(found)}."
             )
+    holder: dict[int, int] = {}
+    twice: list[str] = []
+    for pk, payload in entries.values_list("pk", "payload").iterator(chunk_size=50):
+        for row in decode_trash_rows(payload.get("messages", [])):
+            message_id = int(row["id"])
+            if message_id in holder:
+                twice.append(f"message {message_id} (#{holder[message_id]} and #{pk})")
+            holder[message_id] = pk
+    if twice:
+        problems.append(f"The trash holds messages twice: {_named(twice)}.")
     return problems
 
 

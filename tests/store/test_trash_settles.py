@@ -735,3 +735,21 @@ def test_two_operators_confirming_the_same_cascade_at_once_run_it_once(tmp_path)
     assert outcomes == {"ada": AuditEntry.OK, "bob": AuditEntry.FAILED}
     actions.restore(actor="ada", entry_id=TrashEntry.objects.order_by("pk").first().pk)
     assert store_state() == before
+
+
+def test_check_trash_names_a_message_held_twice():
+    ids = linked_conversation()
+    _rows, payload = deletion.snapshot_rows([ids["tip"]], lock=False)
+    _cascade(ids["tip"])
+    assert check_trash() == []
+    copy = trash.LEDGER_TRASH.open_entry(
+        session_ids=[ids["tip"]],
+        rows=payload,
+        actor="b",
+        reason="a double",
+        job_id=None,
+        operation="double",
+    )
+    trash.LEDGER_TRASH.mark_complete(copy)
+
+    assert any("holds messages twice" in problem for problem in check_trash())
