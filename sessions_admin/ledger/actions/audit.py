@@ -166,6 +166,18 @@ def _complete(
         _link_sessions(entry, more, already=linked)
 
 
+def complete_later(entry: AuditEntry, *, outcome: str, after: dict, detail: str) -> bool:
+    """Complete a pending ``entry`` another process left (its outcome read back from the
+    databases); False when its own process completed it meanwhile."""
+    try:
+        _complete(
+            entry, outcome=outcome, linked=list(entry.session_ids), after=after, detail=detail
+        )
+    except RuntimeError:
+        return False
+    return True
+
+
 class DashboardNotWritten(StoreError):
     """The action's intent could not be recorded (the dashboard database refused the write),
     so it did not run: nothing was changed, in the store or in the audit log."""

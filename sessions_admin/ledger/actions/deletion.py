@@ -24,9 +24,9 @@ from sessions_admin.ledger.actions.audit import (
     _audit_alias,
     _audited,
     _check_fingerprint,
-    _complete,
     _counts,
     _name,
+    complete_later,
 )
 from sessions_admin.ledger.actions.merges import complete_stale_merges, complete_stale_unmerges
 from sessions_admin.ledger.context import current_audit_entry
@@ -180,13 +180,8 @@ def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS)
         else:
             outcome = AuditEntry.OK
             detail = "Completed later from its trash (its outcome could not be recorded then)."
-        try:
-            _complete(
-                entry, outcome=outcome, linked=list(entry.session_ids), after=after, detail=detail
-            )
-        except RuntimeError:
-            continue  # completed meanwhile by its own process
-        completed.append(entry.pk)
+        if complete_later(entry, outcome=outcome, after=after, detail=detail):
+            completed.append(entry.pk)
     return completed
 
 
@@ -274,17 +269,8 @@ def complete_stale_restores(*, older_than_seconds: float = STALE_PENDING_SECONDS
         else:
             outcome, after = AuditEntry.FAILED, {}
             detail = "Completed later: nothing was restored (the restore did not commit)."
-        try:
-            _complete(
-                entry,
-                outcome=outcome,
-                linked=list(entry.session_ids),
-                after=after,
-                detail=detail,
-            )
-        except RuntimeError:
-            continue  # completed meanwhile by its own process
-        completed.append(entry.pk)
+        if complete_later(entry, outcome=outcome, after=after, detail=detail):
+            completed.append(entry.pk)
     return completed
 
 

@@ -19,8 +19,8 @@ from sessions_admin.ledger.actions.audit import (
     _audit_alias,
     _audited,
     _check_fingerprint,
-    _complete,
     _counts,
+    complete_later,
 )
 from sessions_admin.ledger.models import AuditAction, AuditEntry
 
@@ -141,13 +141,8 @@ def complete_stale_merges(*, older_than_seconds: float = STALE_PENDING_SECONDS) 
         else:
             outcome, after = AuditEntry.FAILED, {}
             detail = "Completed later: the store records no such merge, so nothing was merged."
-        try:
-            _complete(
-                entry, outcome=outcome, linked=list(entry.session_ids), after=after, detail=detail
-            )
-        except RuntimeError:
-            continue
-        completed.append(entry.pk)
+        if complete_later(entry, outcome=outcome, after=after, detail=detail):
+            completed.append(entry.pk)
     return completed
 
 
@@ -190,11 +185,6 @@ def complete_stale_unmerges(*, older_than_seconds: float = STALE_PENDING_SECONDS
         else:
             outcome, after = AuditEntry.FAILED, {}
             detail = f"Completed later: merge #{merge_id} was not undone by it; nothing changed."
-        try:
-            _complete(
-                entry, outcome=outcome, linked=list(entry.session_ids), after=after, detail=detail
-            )
-        except RuntimeError:
-            continue
-        completed.append(entry.pk)
+        if complete_later(entry, outcome=outcome, after=after, detail=detail):
+            completed.append(entry.pk)
     return completed
