@@ -22,7 +22,7 @@ the shared dashboard database), as N web hosts behind a balancer: the clients ta
 them with the one sign-in cookie, and afterwards each host's overview is read to check that
 every host shows the same store-wide figures, computed at the same moment. (That a job
 confirmed on one host runs exactly once among the workers of all is tested in
-tests/store/test_two_hosts.py.)
+tests/ledger/test_two_hosts.py.)
 
 The store is used in place (the simulators add a few hundred sessions and
 never evict responses); it is not reseeded. ``main(argv)`` is what

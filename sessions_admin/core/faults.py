@@ -4,11 +4,11 @@
 or ``name@N`` for its Nth hit, comma-separated), in which case the process SIGKILLs itself: no
 ``finally`` runs, nothing is rolled back or committed by Python, like a power cut. The variable
 is read once at import, so a checkpoint costs one truth test when crash testing is off
-(tests/store/test_crash.py).
+(tests/core/test_crash.py).
 
 ``SESSIONS_ADMIN_PAUSE_AT`` (same syntax) stops there instead, transaction open: it creates
 ``<SESSIONS_ADMIN_PAUSE_DIR>/<point>.reached`` and waits (at most a minute) for
-``<point>.release`` (tests/store/test_races.py). ``run_at(name, action, nth=1)`` runs
+``<point>.release`` (tests/core/test_races.py). ``run_at(name, action, nth=1)`` runs
 ``action`` at a point's Nth hit (the disk-full tests' file-size limit)."""
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from sessions_admin.store import health
 from tests.builders import cascade_lineage, old_sessions
 from tests.console.test_being_deleted_views import half_deleted
 from tests.console.test_deletion_views import confirm_url, form
-from tests.store.crash_child import fill
-from tests.store.test_disk_full import FAILING_BATCH, store_full_from_batch
+from tests.core.crash_child import fill
+from tests.ledger.test_disk_full import FAILING_BATCH, store_full_from_batch
 
 # Looking at a job wakes the delete worker; these tests run the job themselves.
 pytestmark = pytest.mark.usefixtures("no_worker")

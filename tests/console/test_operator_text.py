@@ -21,7 +21,7 @@ from sessions_admin import core
 from sessions_admin.ledger.models import AuditEntry
 from tests.console import urlmap
 from tests.console.test_fuzz import POST_FIELDS
-from tests.store.test_retention import old_session
+from tests.ledger.test_retention import old_session
 
 pytestmark = pytest.mark.usefixtures("no_worker")
 

@@ -15,12 +15,12 @@ from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from tests.builders import cascade_split_by_a_fault, linked_conversation, store_snapshot
 from tests.console.pages import messages_shown
-from tests.helpers import parent_links
-from tests.store.test_delete_in_parts import (
+from tests.core.test_delete_in_parts import (
     big_session,
     cascade_killed_after_first_part,
     run_crash_child,
 )
+from tests.helpers import parent_links
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, RetentionPolicy, TrashEntry
 from tests.console.test_retention_views import FORM
 from tests.helpers import session_ids
-from tests.store.test_retention import old_session
+from tests.ledger.test_retention import old_session
 
 pytestmark = pytest.mark.usefixtures("no_worker")
 

@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, RetentionPolicy
-from tests.store.test_retention import old_session
+from tests.ledger.test_retention import old_session
 
 pytestmark = pytest.mark.usefixtures("no_worker")
 

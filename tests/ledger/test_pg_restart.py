@@ -1,6 +1,6 @@
 """PostgreSQL restarted (``pg_ctl restart -m immediate``) while a bulk delete job runs (issue 26).
 
-The job runs in a child process (tests/store/crash_child.py) held at a point of its
+The job runs in a child process (tests/core/crash_child.py) held at a point of its
 second batch (``SESSIONS_ADMIN_PAUSE_AT``): with the store's delete not yet committed,
 or committed with the job's items not yet marked. The server is restarted under it
 as a crash would (every connection cut, open transactions rolled back), then the
@@ -30,8 +30,8 @@ from sessions_admin.ledger import actions, jobs, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
 from sessions_admin.ledger.trash import job_operation
 from tests.builders import old_sessions
+from tests.core.test_crash import MESSAGES_SQL, REPO, store_state
 from tests.helpers import child_env
-from tests.store.test_crash import MESSAGES_SQL, REPO, store_state
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +85,7 @@ def job_paused_at(
     environment.pop("SESSIONS_ADMIN_CRASH_AT", None)
     connections.close_all()
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.store.crash_child", operation, json.dumps(arguments)],
+        [sys.executable, "-m", "tests.core.crash_child", operation, json.dumps(arguments)],
         cwd=REPO,
         env=environment,
         stdout=subprocess.PIPE,
@@ -242,7 +242,7 @@ def test_a_job_cut_by_a_postgres_restart_between_a_sessions_parts_finishes_it(
 ):
     from sessions_admin.core import being_deleted
     from sessions_admin.store import health
-    from tests.store.test_delete_in_parts import big_session
+    from tests.core.test_delete_in_parts import big_session
 
     monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
     sid = big_session(1200)
@@ -343,7 +343,7 @@ def test_an_erasure_cut_by_a_postgres_restart_fails_in_words_and_finishes(tmp_pa
     from sessions_admin.core.erasure import Subject
     from sessions_admin.ledger import erasure
     from sessions_admin.ledger.models import ErasureRequest
-    from tests.store import test_erasure_resume as resume
+    from tests.ledger import test_erasure_resume as resume
 
     monkeypatch.setattr(actions.erasure, "start_erasures", lambda: None)
     resume.subject_with_history()

@@ -23,8 +23,8 @@ from sessions_admin import core
 from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger.models import AuditEntry, AuditSession, DeleteJob, TrashEntry
 from tests.builders import cascade_lineage, store_forked_conversation
+from tests.core.test_crash import CHILD_TIMEOUT, REPO, assert_killed, store_state
 from tests.helpers import child_env
-from tests.store.test_crash import CHILD_TIMEOUT, REPO, assert_killed, store_state
 
 BAD_TEXT = {"nul": "bad\x00text", "lone surrogate": "bad\ud800text"}
 
@@ -286,7 +286,7 @@ def run_action_in_child(action: str, arguments: dict, *, crash_at: str | None):
         env["SESSIONS_ADMIN_CRASH_AT"] = crash_at
     connections.close_all()
     return subprocess.run(
-        [sys.executable, "-m", "tests.store.audit_child", action, json.dumps(arguments)],
+        [sys.executable, "-m", "tests.core.audit_child", action, json.dumps(arguments)],
         cwd=REPO,
         env=env,
         capture_output=True,

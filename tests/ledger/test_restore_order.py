@@ -180,7 +180,7 @@ def _killed_cascade(start: str, crash_at: str) -> None:
     }
     connections.close_all()  # no snapshot or lock of ours for the child to wait on
     child = subprocess.run(
-        [sys.executable, "-m", "tests.store.crash_child", "cascade_delete", json.dumps(arguments)],
+        [sys.executable, "-m", "tests.core.crash_child", "cascade_delete", json.dumps(arguments)],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -233,7 +233,7 @@ def _restore_in_a_process(
         env["SESSIONS_ADMIN_PAUSE_DIR"] = str(folder)
     command = [{"op": "restore_trash_entry", "kwargs": {"entry_id": entry_id, "actor": "bob"}}]
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.store.race_child", json.dumps(command)],
+        [sys.executable, "-m", "tests.core.race_child", json.dumps(command)],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

@@ -1,7 +1,7 @@
 """A database that cannot be written in the middle of a delete (issue 26, item 2 and "Also").
 
 SQLite: the fault is real. The operation runs in a child process
-(tests/store/crash_child.py) whose file-size limit (RLIMIT_FSIZE, SIGXFSZ
+(tests/core/crash_child.py) whose file-size limit (RLIMIT_FSIZE, SIGXFSZ
 ignored) stops the store, or the dashboard's database, from growing at a
 chosen point of a cascade (``faults.run_at``): its next commit fails with
 "disk I/O error" as on a full disk. PostgreSQL: a trigger makes the store's
@@ -33,14 +33,14 @@ from sessions_admin.ledger import actions, jobs, trash, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
 from sessions_admin.ledger.trash import job_operation
 from tests.builders import cascade_lineage, old_sessions
-from tests.helpers import child_env
-from tests.store.crash_child import fill
-from tests.store.test_crash import (
+from tests.core.crash_child import fill
+from tests.core.test_crash import (
     CHILD_TIMEOUT,
     REPO,
     assert_each_session_in_store_or_trash,
     store_state,
 )
+from tests.helpers import child_env
 
 # The third of the plan's four one-session batches is the one that fails.
 FAILING_BATCH = 3
@@ -61,7 +61,7 @@ def run_full_child(
         [
             sys.executable,
             "-m",
-            "tests.store.crash_child",
+            "tests.core.crash_child",
             operation,
             json.dumps(arguments),
         ],
@@ -343,7 +343,7 @@ def test_a_job_stopped_by_a_full_store_counts_its_trash_and_finishes(monkeypatch
         [
             sys.executable,
             "-m",
-            "tests.store.crash_child",
+            "tests.core.crash_child",
             "run_job",
             json.dumps({"job_id": job_id, "worker": "w", "batch_sessions": 3}),
         ],

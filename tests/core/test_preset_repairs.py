@@ -21,7 +21,7 @@ def test_no_presets_dry_run_takes_the_husk_of_an_undoable_merge():
     )
     # The husk is empty now; deleting it would make the merge impossible to undo: the dry run
     # (what a job deletes) leaves it out, and the target too, saying why
-    # (tests/store/test_bulk_undo_guard.py).
+    # (tests/core/test_bulk_undo_guard.py).
     for preset in (
         {"preset": "empty"},
         {"preset": "ended_older_than", "days": 0},

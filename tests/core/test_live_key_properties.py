@@ -33,7 +33,7 @@ KEYS = ("tg:a", "tg:b")
 class Worker:
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.store.race_child", "--serve"],
+            [sys.executable, "-m", "tests.core.race_child", "--serve"],
             cwd=django_settings.BASE_DIR,
             env=child_env(),
             stdin=subprocess.PIPE,

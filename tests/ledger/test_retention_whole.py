@@ -26,7 +26,7 @@ from sessions_admin.ledger import actions, jobs, retention
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, RetentionPolicy
 from tests.builders import api_turn
 from tests.helpers import parent_of, session_ids
-from tests.store.test_retention import DAY, old_session
+from tests.ledger.test_retention import DAY, old_session
 
 pytestmark = pytest.mark.usefixtures("no_worker")
 

@@ -2,7 +2,7 @@
 switched, and hear the switches other processes make.
 
 Items 11-13 run in this process (listeners are threads of it). Item 14 runs a
-real runtime process (tests/store/listener_child.py) that follows the log
+real runtime process (tests/core/listener_child.py) that follows the log
 while this process, as an operator, resets and resumes; it is then restarted
 under the same follower name.
 """
@@ -26,8 +26,8 @@ from sessions_admin import core
 from sessions_admin.core import bulk_insert, events
 from sessions_admin.core.schema import ensure_store_schema, existing_columns
 from sessions_admin.store.attach import inspect_alias
+from tests.core.test_schema import runtime_store, sqlite_only  # noqa: F401 - a fixture
 from tests.helpers import child_env
-from tests.store.test_schema import runtime_store, sqlite_only  # noqa: F401 - a fixture
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -265,7 +265,7 @@ class Runtime:
         extra = [] if from_seq is None else [str(from_seq)]
         self._stderr = stderr.open("a")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.store.listener_child", name, str(output), *extra],
+            [sys.executable, "-m", "tests.core.listener_child", name, str(output), *extra],
             cwd=REPO,
             env=child_env(),
             stdin=subprocess.PIPE,

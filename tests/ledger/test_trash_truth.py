@@ -60,7 +60,7 @@ def job_paused_between_parts(job_id: int, folder: Path) -> subprocess.Popen:
         [
             sys.executable,
             "-m",
-            "tests.store.crash_child",
+            "tests.core.crash_child",
             "run_job",
             json.dumps({"job_id": job_id, "batch_messages": 100}),
         ],

@@ -1,7 +1,7 @@
 """The store's disk fills while a large session is deleted in parts, and during a merge (issue 26).
 
 SQLite only: the fault is real, a file-size limit (RLIMIT_FSIZE) on the child process
-that runs the operation (tests/store/crash_child.py ``fill``), set at a chosen point.
+that runs the operation (tests/core/crash_child.py ``fill``), set at a chosen point.
 After it: every message is in the store or the trash exactly once, the session is not
 left half-deleted without a way out (its mark, the health panel's entry, and a finish
 or an undo that gives the store back row for row), a merge is applied whole or not at
@@ -24,9 +24,9 @@ from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from sessions_admin.store import health
 from tests.builders import store_forked_conversation
+from tests.core.test_crash import CHILD_TIMEOUT, MESSAGES_SQL, REPO, store_state
+from tests.core.test_delete_in_parts import big_session
 from tests.helpers import child_env
-from tests.store.test_crash import CHILD_TIMEOUT, MESSAGES_SQL, REPO, store_state
-from tests.store.test_delete_in_parts import big_session
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +42,7 @@ def run_with_full_store(operation: str, arguments: dict, *, at: str):
     env["CRASH_CHILD_FULL_DATABASE"] = "store"
     connections.close_all()
     return subprocess.run(
-        [sys.executable, "-m", "tests.store.crash_child", operation, json.dumps(arguments)],
+        [sys.executable, "-m", "tests.core.crash_child", operation, json.dumps(arguments)],
         cwd=REPO,
         env=env,
         capture_output=True,

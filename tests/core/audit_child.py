@@ -1,8 +1,8 @@
 """Run one operator action (``ledger.actions``) in a process of its own, for the audit crash tests.
 
-``python -m tests.store.audit_child ACTION JSON_ARGUMENTS`` with the databases'
+``python -m tests.core.audit_child ACTION JSON_ARGUMENTS`` with the databases'
 URLs and ``SESSIONS_ADMIN_CRASH_AT`` in the environment (see
-tests/store/test_audit_atomicity.py). The actor is the operator named by the
+tests/ledger/test_audit_atomicity.py). The actor is the operator named by the
 ``actor`` argument (created if missing). Prints the audit entries it left on
 success; a crash point kills the process before it gets there.
 """

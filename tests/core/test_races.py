@@ -1,6 +1,6 @@
 """Two runtime processes racing on one store: the core's promises hold at the narrow moments.
 
-Each test holds one real OS process (``tests/store/race_child.py``) inside its transaction at the
+Each test holds one real OS process (``tests/core/race_child.py``) inside its transaction at the
 dangerous point (a pause point of ``sessions_admin/core/faults.py``), starts a second process
 that races it, lets the first go, and then checks the store both left behind. Before the fix
 these interleavings broke on PostgreSQL (READ COMMITTED: the second process read what the first
@@ -37,7 +37,7 @@ class Runtime:
             environment["SESSIONS_ADMIN_PAUSE_AT"] = pause_at
             environment["SESSIONS_ADMIN_PAUSE_DIR"] = str(folder)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.store.race_child", json.dumps(commands)],
+            [sys.executable, "-m", "tests.core.race_child", json.dumps(commands)],
             cwd=ROOT,
             env=environment,
             stdout=subprocess.PIPE,

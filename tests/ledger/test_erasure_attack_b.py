@@ -29,7 +29,7 @@ from tests.builders import (
     erasures_run_inline,  # noqa: F401 - an autouse fixture
     store_snapshot,
 )
-from tests.store.test_erasure_resume import run_child
+from tests.ledger.test_erasure_resume import run_child
 
 ALICE = "u-alice-attackb-4471"
 VICTIM = "u-gina-attackb-2222"

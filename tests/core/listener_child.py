@@ -1,6 +1,6 @@
 """A runtime process that follows the switch log, for the follower tests (test_listeners.py).
 
-``python -m tests.store.listener_child NAME OUTPUT [FROM_SEQ]`` with the store's
+``python -m tests.core.listener_child NAME OUTPUT [FROM_SEQ]`` with the store's
 URLs in the environment: registers a listener that appends every call as one
 JSON line to OUTPUT (with this process's id), starts the follower ``NAME``
 (polling every 0.1 s), prints ``ready`` and then reads commands from standard

@@ -1,6 +1,6 @@
 """A killed erasure, run again, finishes: no trace of the person is left, the receipt counts it all.
 
-The erasure runs in a child process (tests/store/crash_child.py) killed by SIGKILL at a
+The erasure runs in a child process (tests/core/crash_child.py) killed by SIGKILL at a
 crash point (sessions_admin/core/faults.py): between its delete batches, between the parts
 of a large session, after its plan is recorded, after the store's side, in the middle of
 the dashboard's side. The operator then retries (the request's page, or ``erase_subject``
@@ -191,7 +191,7 @@ def run_child(request_id: int, *, crash_at: str):
         [
             sys.executable,
             "-m",
-            "tests.store.crash_child",
+            "tests.core.crash_child",
             "run_erasure",
             json.dumps({"request_id": request_id}),
         ],

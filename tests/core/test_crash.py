@@ -1,6 +1,6 @@
 """kill -9 in the middle of a merge, a cascade delete and a bulk-delete job.
 
-Each operation runs in a child process (tests/store/crash_child.py) on this
+Each operation runs in a child process (tests/core/crash_child.py) on this
 test run's databases, with ``SESSIONS_ADMIN_CRASH_AT`` naming the point where
 it dies by SIGKILL (sessions_admin/core/faults.py). The test then looks at
 what the store and the dashboard's database were left holding: a merge
@@ -50,7 +50,7 @@ def run_child(operation: str, arguments: dict, *, crash_at: str | None, batch_se
     # Nothing of ours may hold a SQLite read snapshot or a PostgreSQL lock the child waits on.
     connections.close_all()
     return subprocess.run(
-        [sys.executable, "-m", "tests.store.crash_child", operation, json.dumps(arguments)],
+        [sys.executable, "-m", "tests.core.crash_child", operation, json.dumps(arguments)],
         cwd=REPO,
         env=env,
         capture_output=True,

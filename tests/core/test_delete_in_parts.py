@@ -143,7 +143,7 @@ def test_a_live_session_being_deleted_refuses_appends_until_it_is_gone():
 
 
 def pause_child(operation: str, arguments: dict, folder: Path, *, env: dict | None = None):
-    """A child (tests/store/crash_child.py) stopped at its first delete.between_parts."""
+    """A child (tests/core/crash_child.py) stopped at its first delete.between_parts."""
     environment = {
         **child_env(),
         "SESSIONS_ADMIN_PAUSE_AT": "delete.between_parts",
@@ -153,7 +153,7 @@ def pause_child(operation: str, arguments: dict, folder: Path, *, env: dict | No
     environment.pop("SESSIONS_ADMIN_CRASH_AT", None)
     connections.close_all()
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.store.crash_child", operation, json.dumps(arguments)],
+        [sys.executable, "-m", "tests.core.crash_child", operation, json.dumps(arguments)],
         cwd=REPO,
         env=environment,
         stdout=subprocess.PIPE,
@@ -180,7 +180,7 @@ def runtime_process(commands: list[dict]) -> list[dict]:
     """Another OS process calling the core, as a Python runtime does."""
     connections.close_all()
     done = subprocess.run(
-        [sys.executable, "-m", "tests.store.race_child", json.dumps(commands)],
+        [sys.executable, "-m", "tests.core.race_child", json.dumps(commands)],
         cwd=REPO,
         env=child_env(),
         capture_output=True,
@@ -243,7 +243,7 @@ def run_crash_child(operation: str, arguments: dict, *, crash_at: str, env: dict
     environment = {**child_env(), "SESSIONS_ADMIN_CRASH_AT": crash_at, **(env or {})}
     connections.close_all()
     return subprocess.run(
-        [sys.executable, "-m", "tests.store.crash_child", operation, json.dumps(arguments)],
+        [sys.executable, "-m", "tests.core.crash_child", operation, json.dumps(arguments)],
         cwd=REPO,
         env=environment,
         capture_output=True,
@@ -431,7 +431,7 @@ def test_a_hold_placed_between_parts_gives_the_session_back():
         )
     assert session_rows(sid) == before
     assert being_deleted.marks_on([sid]) == {}
-    # The parts are back in the store: their trash entries are gone (tests/store/test_trash_truth).
+    # The parts are back in the store: their trash entries are gone (tests/ledger/test_trash_truth.py).
     assert not TrashEntry.objects.filter(operation="op-held").exists()
 
 

@@ -2,7 +2,7 @@
 (issue 26, "Also" and the erasure's side of item 2).
 
 The faults are real. SQLite: the erasure runs as an operator runs it (``manage.py
-erase_subject`` in a child process, tests/store/crash_child.py) whose file-size limit
+erase_subject`` in a child process, tests/core/crash_child.py) whose file-size limit
 (RLIMIT_FSIZE, SIGXFSZ ignored) stops the store, or the dashboard's database, from growing
 at a chosen point (``faults.run_at``). PostgreSQL: a trigger makes a write fail with
 ``disk_full`` (SQLSTATE 53100), as PostgreSQL does when it cannot extend a file.
@@ -35,9 +35,9 @@ from sessions_admin.core.erasure import Subject
 from sessions_admin.demo.consistency import check_store
 from sessions_admin.ledger import actions, erasure
 from sessions_admin.ledger.models import AuditEntry, ErasureRequest, TrashEntry, TrashSession
+from tests.core.test_crash import CHILD_TIMEOUT, REPO
 from tests.helpers import child_env
-from tests.store.test_crash import CHILD_TIMEOUT, REPO
-from tests.store.test_erasure_resume import (
+from tests.ledger.test_erasure_resume import (
     BATCH_MESSAGES,
     BATCH_SESSIONS,
     CHAT,
@@ -71,7 +71,7 @@ def erase_subject_in_child(*, full: str | None = None, database: str = "store"):
         [
             sys.executable,
             "-m",
-            "tests.store.crash_child",
+            "tests.core.crash_child",
             "command",
             json.dumps({"argv": [*ARGV, "--reference", REFERENCE, "--yes"]}),
         ],
@@ -318,7 +318,7 @@ def cascade_killed_at(root: str, crash_at: str):
         [
             sys.executable,
             "-m",
-            "tests.store.crash_child",
+            "tests.core.crash_child",
             "audited_cascade_delete",
             json.dumps(
                 {

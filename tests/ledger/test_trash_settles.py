@@ -31,14 +31,14 @@ from sessions_admin.demo.consistency import check_store, check_trash
 from sessions_admin.ledger import actions, jobs, processes, trash, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
 from tests.builders import linked_conversation, old_sessions, store_forked_conversation
-from tests.store.test_crash import store_state
-from tests.store.test_delete_in_parts import (
+from tests.core.test_crash import store_state
+from tests.core.test_delete_in_parts import (
     big_session,
     cascade_killed_after_first_part,
     run_crash_child,
     session_rows,
 )
-from tests.store.test_disk_full import run_full_child
+from tests.ledger.test_disk_full import run_full_child
 
 
 def _cascade(start: str, reason: str = "cleanup") -> core.DeleteResult:
@@ -700,7 +700,7 @@ def test_a_restore_killed_waiting_for_the_store_lock_is_audited_failed_at_once()
 
 
 def test_two_operators_confirming_the_same_cascade_at_once_run_it_once(tmp_path):
-    from tests.store.test_pg_restart import job_paused_at, release
+    from tests.ledger.test_pg_restart import job_paused_at, release
 
     ids = linked_conversation()
     before = store_state()

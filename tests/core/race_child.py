@@ -1,6 +1,6 @@
 """A runtime process for the race tests: runs core operations and prints what each returned.
 
-``python -m tests.store.race_child '[{"op": "create_session", "kwargs": {...}}, ...]'`` runs the
+``python -m tests.core.race_child '[{"op": "create_session", "kwargs": {...}}, ...]'`` runs the
 commands in order and prints one JSON line per command; ``--serve`` reads commands from standard
 input instead, one JSON line each, answering each with one line (the property tests keep two of
 these running). The environment carries the test store's URLs and, for the pause tests,

@@ -25,7 +25,7 @@ from sessions_admin.core.clock import use_clock
 from sessions_admin.demo.consistency import check_acks, check_store
 from sessions_admin.ledger.models import DeleteJob, RetentionPolicy
 from tests.helpers import child_env, session_ids, start_simulator
-from tests.store.test_retention import DAY, old_session
+from tests.ledger.test_retention import DAY, old_session
 
 ROOT = Path(settings.BASE_DIR)
 SIMULATE_SECONDS = 8

@@ -1,6 +1,6 @@
 """Run one store operation in a process of its own, for the kill -9 tests (test_crash.py).
 
-``python -m tests.store.crash_child OPERATION JSON_ARGUMENTS`` with the store's
+``python -m tests.core.crash_child OPERATION JSON_ARGUMENTS`` with the store's
 URLs and ``SESSIONS_ADMIN_CRASH_AT`` in the environment. Prints the result on
 success; a crash point kills the process before it gets there.
 """

@@ -23,7 +23,7 @@ from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import DeleteJob, TrashEntry
 from sessions_admin.ledger.trash import LEDGER_TRASH
 from sessions_admin.routers import store_alias
-from tests.store.test_delete_in_parts import (
+from tests.core.test_delete_in_parts import (
     big_session,
     expire_lease,
     finish,
