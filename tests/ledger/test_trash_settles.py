@@ -21,7 +21,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from django.db import OperationalError, connections
+from django.db import OperationalError
 from django.utils import timezone
 
 from sessions_admin import core
@@ -697,44 +697,6 @@ def test_a_restore_killed_waiting_for_the_store_lock_is_audited_failed_at_once()
 
     audit = AuditEntry.objects.get(action="restore")
     assert audit.outcome == AuditEntry.FAILED, audit.detail
-
-
-def test_two_operators_confirming_the_same_cascade_at_once_run_it_once(tmp_path):
-    from tests.ledger.test_pg_restart import job_paused_at, release
-
-    ids = linked_conversation()
-    before = store_state()
-    plan = core.plan_cascade_delete(session_ids=[ids["tip"]], include_branches=True)
-    arguments = {
-        "actor": "ada",
-        "session_ids": [ids["tip"]],
-        "include_branches": True,
-        "expected_fingerprint": plan.fingerprint,
-        "reason": "confirmed twice",
-    }
-    point = "cascade.between_batches@1"
-    first = job_paused_at(
-        point,
-        arguments,
-        tmp_path,
-        operation="audited_cascade_delete",
-        env={"CRASH_CHILD_BATCH_SESSIONS": "2"},
-    )
-
-    with pytest.raises(InvalidInput, match="Another cascade delete of these sessions is running"):
-        actions.cascade_delete(**{**arguments, "actor": "bob"})
-    code, err = release(first, tmp_path, point)
-    connections.close_all()
-
-    assert code == 0, err
-    # One operation holds the whole plan; the second confirmation deleted nothing.
-    assert TrashEntry.objects.values("operation").distinct().count() == 1
-    outcomes = dict(
-        AuditEntry.objects.filter(action="cascade_delete").values_list("actor_name", "outcome")
-    )
-    assert outcomes == {"ada": AuditEntry.OK, "bob": AuditEntry.FAILED}
-    actions.restore(actor="ada", entry_id=TrashEntry.objects.order_by("pk").first().pk)
-    assert store_state() == before
 
 
 def test_check_trash_names_a_message_held_twice():

@@ -29,7 +29,6 @@ from sessions_admin.ledger.actions.audit import (
     complete_later,
 )
 from sessions_admin.ledger.actions.merges import complete_stale_merges, complete_stale_unmerges
-from sessions_admin.ledger.context import current_audit_entry
 from sessions_admin.ledger.models import AuditAction, AuditEntry, DeleteJob, TrashEntry
 from sessions_admin.ledger.processes import process_dead, this_process
 from sessions_admin.ledger.trash import (
@@ -67,19 +66,16 @@ def cascade_delete(
         session_ids=ids,
         reason=reason,
         before={**_counts(ids), "trash_operation": operation, "process": this_process()},
-        run=lambda: (
-            _refuse_a_second_cascade(ids),
-            core.execute_cascade_delete(
-                session_ids=ids,
-                include_branches=include_branches,
-                expected_fingerprint=expected_fingerprint,
-                actor=_name(actor),
-                reason=reason,
-                trash=LEDGER_TRASH,
-                lose_undo=lose_undo,
-                operation=operation,
-            ),
-        )[1],
+        run=lambda: core.execute_cascade_delete(
+            session_ids=ids,
+            include_branches=include_branches,
+            expected_fingerprint=expected_fingerprint,
+            actor=_name(actor),
+            reason=reason,
+            trash=LEDGER_TRASH,
+            lose_undo=lose_undo,
+            operation=operation,
+        ),
         after=lambda r: {
             "deleted_sessions": r.deleted_sessions,
             "deleted_messages": r.deleted_messages,
@@ -90,34 +86,6 @@ def cascade_delete(
         # Batches committed before a later one failed stay deleted: said so, with their trash.
         partly=lambda error: error.result if isinstance(error, core.DeletePartlyApplied) else None,
     )
-
-
-def _refuse_a_second_cascade(session_ids: Sequence[str]) -> None:
-    """Two operators confirming the same preview at once: the plan is checked when each starts,
-    but a cascade is many transactions, and two running together would each take part of it.
-    The one recorded second (its audit entry is the later one) refuses, unless the first's
-    process is dead or its entry stale (a killed cascade is run again)."""
-    mine = current_audit_entry()
-    cutoff = timezone.now() - timedelta(seconds=STALE_PENDING_SECONDS)
-    earlier = (
-        AuditEntry.objects.using(_audit_alias())
-        .filter(
-            action=AuditAction.CASCADE_DELETE,
-            outcome=AuditEntry.PENDING,
-            created_at__gte=cutoff,
-            sessions__session_id__in=list(session_ids),
-        )
-        .exclude(pk=mine)
-        .distinct()
-    )
-    if mine is not None:
-        earlier = earlier.filter(pk__lt=mine)
-    for other in earlier:
-        if not process_dead((other.before or {}).get("process")):
-            raise InvalidInput(
-                f"Another cascade delete of these sessions is running (audit entry #{other.pk}). "
-                "Nothing was deleted: look at the session and the trash once it has finished."
-            )
 
 
 def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS) -> list[int]:
