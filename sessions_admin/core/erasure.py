@@ -31,6 +31,7 @@ from sessions_admin.core.deletion import (
     NO_TRASH,
     PlanChanged,
     as_sentence,
+    claims,
     conversation_names_of,
     count_messages,
     database_words,
@@ -532,6 +533,13 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str], merge
     add("sessions_admin_slug_history", sorted(set(history)))
     # A delete in parts killed midway left the subject's session marked (core.being_deleted).
     add("sessions_admin_deletions", [(sid,) for sid in being_deleted.marks_on(list(ids))])
+    # A cascade of the subject's sessions, running or stopped, claimed them by id: its whole
+    # claim goes, also on the sessions it already deleted (they are in the trash the ledger
+    # erases, no longer in the store).
+    add(
+        "sessions_admin_delete_claims",
+        [(operation,) for operation in claims.operations_claiming(list(ids))],
+    )
     # Released holds on the subject or their sessions, matched exactly (a standing one
     # refuses the erasure). Other holds whose reason names them are redacted by the ledger.
     add(
@@ -839,6 +847,7 @@ SIDE_ROW_KEYS = {
     "sessions_admin_slug_history": ("id",),
     "sessions_admin_holds": ("id",),
     "sessions_admin_deletions": ("session_id",),
+    "sessions_admin_delete_claims": ("operation",),
     "compression_locks": ("session_id",),
     "async_delegations": ("delegation_id",),
     "gateway_routing": ("scope", "session_key"),
@@ -1213,6 +1222,7 @@ STORE_REWRITE_TABLES = (
     "sessions_admin_slug_history",
     "sessions_admin_holds",
     "sessions_admin_deletions",
+    "sessions_admin_delete_claims",
 )
 RESPONSE_REWRITE_TABLES = ("conversations", "responses")
 

@@ -41,6 +41,8 @@ POINTS = frozenset(
         "delete.after_commit",
         # A session deleted in parts: a part committed (and its entry marked), the next not begun.
         "delete.between_parts",
+        # Cascade delete: the plan checked against the preview, its sessions not yet claimed.
+        "cascade.checked",
         # Cascade delete: a batch committed, the next one not started.
         "cascade.between_batches",
         # Trash restore: every row back in the store, the transaction not yet committed.

@@ -384,6 +384,18 @@ DELETIONS_SQL = (
     " keep_live INTEGER NOT NULL DEFAULT 0)"
 )
 
+# Sessions a cascade has claimed for its whole run (core/deletion/claims.py): a second cascade
+# confirmed for any of them meanwhile is refused, whatever process or machine it runs in.
+DELETE_CLAIMS_SQL = (
+    "CREATE TABLE IF NOT EXISTS sessions_admin_delete_claims ("
+    " session_id TEXT PRIMARY KEY,"
+    " operation TEXT NOT NULL,"
+    " actor TEXT NOT NULL,"
+    " owner TEXT NOT NULL,"
+    " claimed_at {real} NOT NULL,"
+    " renewed_at {real} NOT NULL)"
+)
+
 RESPONSES_SQL = [
     "CREATE TABLE IF NOT EXISTS responses ("
     " response_id TEXT PRIMARY KEY, data TEXT NOT NULL, accessed_at {real} NOT NULL)",
@@ -599,6 +611,7 @@ def _ensure_own_tables(alias: str) -> list[str]:
             cursor.execute(statement.format(real=real, serial=serial))
         cursor.execute(HOLDS_SQL.format(real=real, serial=serial))
         cursor.execute(DELETIONS_SQL.format(real=real))
+        cursor.execute(DELETE_CLAIMS_SQL.format(real=real))
     # A log created by an older version lacks the later columns (nullable: old rows keep NULL).
     present = existing_columns(alias, "sessions_admin_switch_events")
     added = []

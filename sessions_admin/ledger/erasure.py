@@ -32,6 +32,7 @@ from sessions_admin.core import db, erasure, faults, holds
 from sessions_admin.core.deletion import TRASH_DATABASE
 from sessions_admin.core.erasure import ErasurePlan, ErasureStopped, RowsPresent, Subject
 from sessions_admin.core.errors import InvalidInput, StoreError
+from sessions_admin.core.processes import process_dead, this_process
 from sessions_admin.ledger.models import (
     AuditEntry,
     AuditSession,
@@ -41,7 +42,6 @@ from sessions_admin.ledger.models import (
     TrashEntry,
     TrashSession,
 )
-from sessions_admin.ledger.processes import process_dead, this_process
 from sessions_admin.ledger.trash import (
     ERASED_TRASH,
     decode_trash_rows,

@@ -30,6 +30,7 @@ from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.deletion import TrashContents, settle_in_store
 from sessions_admin.core.errors import InvalidInput, StoreBusy, StoreError
 from sessions_admin.core.merge import undoable_merges_of
+from sessions_admin.core.processes import process_dead, this_process
 from sessions_admin.core.rows import parse_model_config
 from sessions_admin.ledger.context import current_audit_entry
 from sessions_admin.ledger.models import (
@@ -39,7 +40,6 @@ from sessions_admin.ledger.models import (
     TrashEntry,
     TrashSession,
 )
-from sessions_admin.ledger.processes import process_dead, this_process
 
 # A store row holds SQLite values JSON cannot carry or jsonb would change: BLOBs (schema 30's
 # ``display_identity`` is a sha256 digest), integers beyond 2**53 (exact in Python's JSON, not

@@ -77,6 +77,7 @@ def test_attaching_changes_nothing_in_the_runtimes_own_tables(runtime_store):
     assert report.added_columns == ("conversations.session_id",)
     assert set(report.created_tables) == {
         "responses",
+        "sessions_admin_delete_claims",
         "sessions_admin_deletions",
         "sessions_admin_holds",
         "sessions_admin_merges",

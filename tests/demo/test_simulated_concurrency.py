@@ -116,15 +116,23 @@ class Operator:
         if victim is None:
             return False
         include_branches = self.rng.random() < 0.5
-        plan = core.plan_cascade_delete(session_ids=[victim], include_branches=include_branches)
-        actions.cascade_delete(
-            actor=None,
-            session_ids=[victim],
-            include_branches=include_branches,
-            expected_fingerprint=plan.fingerprint,
-            reason="operator clean-up",
-        )
-        return True
+        # As an operator does when the runtime wrote meanwhile: review the new preview, confirm.
+        for attempt in range(3):
+            plan = core.plan_cascade_delete(session_ids=[victim], include_branches=include_branches)
+            try:
+                actions.cascade_delete(
+                    actor=None,
+                    session_ids=[victim],
+                    include_branches=include_branches,
+                    expected_fingerprint=plan.fingerprint,
+                    reason="operator clean-up",
+                )
+            except core.PlanChanged:
+                if attempt == 2:
+                    raise
+                continue
+            return True
+        return False
 
     def restore(self) -> bool:
         entry = TrashEntry.objects.filter(state=TrashEntry.COMPLETE).order_by("?").first()

@@ -25,10 +25,10 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from sessions_admin import core
-from sessions_admin.core import being_deleted, db, deletion, faults, holds
+from sessions_admin.core import being_deleted, db, deletion, faults, holds, processes
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.demo.consistency import check_store, check_trash
-from sessions_admin.ledger import actions, jobs, processes, trash, worker
+from sessions_admin.ledger import actions, jobs, trash, worker
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry, TrashSession
 from tests.builders import linked_conversation, old_sessions, store_forked_conversation
 from tests.core.test_crash import store_state

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from django.db import DatabaseError, OperationalError
+
 from sessions_admin.core import being_deleted, db, faults, holds
+from sessions_admin.core.deletion import claims
 from sessions_admin.core.deletion.parts import _delete_in_parts
 from sessions_admin.core.deletion.plan import (
     DeletePlan,
@@ -160,12 +163,50 @@ def execute_cascade_delete(
     plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
     if plan.fingerprint != expected_fingerprint:
         raise PlanChanged("delete")
-    holds.refuse_held(plan.session_ids)
-    if plan.merges and not lose_undo:
-        raise InvalidInput(lost_undo_words(plan) + " Confirm that, or undo the merge first.")
     # The caller's id, when it records it before the delete runs (its audit entry): what
     # committed can then be read from the trash even if the caller never learns the result.
     operation = operation or new_operation_id()
+    faults.checkpoint("cascade.checked")
+    # A second confirmation of the same preview passed the check above too: the claim lets
+    # one of them run, and the plan is checked again under it (the other may have finished).
+    try:
+        claims.claim(plan.session_ids, operation=operation, actor=actor)
+    except (OperationalError, DatabaseError) as error:
+        if where := db.storage_failure(error):
+            raise DatabaseNotWritten("store", where) from error
+        raise
+    try:
+        return _run_cascade(
+            session_ids=session_ids,
+            include_branches=include_branches,
+            expected_fingerprint=expected_fingerprint,
+            actor=actor,
+            reason=reason,
+            trash=trash,
+            lose_undo=lose_undo,
+            operation=operation,
+        )
+    finally:
+        claims.release(operation=operation)
+
+
+def _run_cascade(
+    *,
+    session_ids: Sequence[str],
+    include_branches: bool,
+    expected_fingerprint: str,
+    actor: str,
+    reason: str,
+    trash: Trash | None,
+    lose_undo: bool,
+    operation: str,
+) -> DeleteResult:
+    plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
+    if plan.fingerprint != expected_fingerprint:
+        raise PlanChanged("delete")
+    holds.refuse_held(plan.session_ids)
+    if plan.merges and not lose_undo:
+        raise InvalidInput(lost_undo_words(plan) + " Confirm that, or undo the merge first.")
     # Between its batches, a session the runtime links to one still to go (a delegate, a
     # continuation) or a merge made meanwhile stops the cascade before that batch.
     whole = WholeConversations(
@@ -185,6 +226,7 @@ def execute_cascade_delete(
             committed=committed,
         ):
             faults.checkpoint("cascade.between_batches")
+            claims.renew(operation=operation)
     except Exception as error:
         if not committed:
             if where := db.storage_failure(error):

@@ -15,6 +15,7 @@ from sessions_admin import core
 from sessions_admin.core import db as core_db
 from sessions_admin.core.deletion import new_operation_id
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.processes import process_dead, this_process
 from sessions_admin.core.text import DESCRIPTION_MAX, operator_identifiers, operator_text
 from sessions_admin.ledger import erasure as erasure_ledger
 from sessions_admin.ledger import jobs, worker
@@ -30,7 +31,6 @@ from sessions_admin.ledger.actions.audit import (
 )
 from sessions_admin.ledger.actions.merges import complete_stale_merges, complete_stale_unmerges
 from sessions_admin.ledger.models import AuditAction, AuditEntry, DeleteJob, TrashEntry
-from sessions_admin.ledger.processes import process_dead, this_process
 from sessions_admin.ledger.trash import (
     LEDGER_TRASH,
     PURGED_TRASH,
