@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -121,24 +121,22 @@ _ROW_LISTS = ("sessions", "messages", "conversations", "responses")
 
 def encode_payload(payload: dict) -> dict:
     """The rows as the trash stores them: every row value through ``encode_trash_value``."""
-    encoded = dict(payload)
-    for key in _ROW_LISTS:
-        encoded[key] = _encode_rows(payload.get(key, []))
-    encoded["dependents"] = {
-        table: _encode_rows(rows) for table, rows in payload.get("dependents", {}).items()
-    }
-    return encoded
+    return _each_row_list(payload, _encode_rows)
 
 
 def decode_payload(payload: dict) -> dict:
     """The rows ``encode_payload`` stored, with their store values."""
-    decoded = dict(payload)
+    return _each_row_list(payload, decode_trash_rows)
+
+
+def _each_row_list(payload: dict, convert: Callable[[list], list]) -> dict:
+    converted = dict(payload)
     for key in _ROW_LISTS:
-        decoded[key] = decode_trash_rows(payload.get(key, []))
-    decoded["dependents"] = {
-        table: decode_trash_rows(rows) for table, rows in payload.get("dependents", {}).items()
+        converted[key] = convert(payload.get(key, []))
+    converted["dependents"] = {
+        table: convert(rows) for table, rows in payload.get("dependents", {}).items()
     }
-    return decoded
+    return converted
 
 
 class LedgerTrash:
