@@ -4,7 +4,8 @@ A view validates its input with a form, then calls ``ledger.actions``; either ca
 ``refuse`` records the refused attempt (``actions.record_refusal``, which skips an error the
 action already audited itself) and, given ``message``, shows it; ``refuse_form`` does that for
 an invalid form; ``attempt`` runs an action and turns its ``StoreError`` into a ``Refused`` the
-view renders (its form again, or a redirect with the message).
+view renders (its form again, or a redirect with the message); ``attempt_form`` is the two in
+one, for an action whose form has one message to show (``ConsoleForm.problem``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 from django import forms
 from django.contrib import messages
 
-from sessions_admin.console.forms import form_problems
+from sessions_admin.console.forms import ConsoleForm, form_problems
 from sessions_admin.core.errors import StoreError
 from sessions_admin.ledger import actions
 
@@ -99,3 +100,30 @@ def attempt(
         return refuse(
             request, action, error, session_ids=session_ids, before=before, message=message
         )
+
+
+def attempt_form(
+    request: Any,
+    action: str,
+    form: ConsoleForm,
+    run: Callable[[dict], T],
+    *,
+    session_ids: Sequence[str] = (),
+    before: dict | None = None,
+    message: str | None = None,
+) -> T | Refused:
+    """``attempt`` of ``run(form.cleaned_data)`` once ``form`` is valid; until then its first
+    problem (``ConsoleForm.problem``), refused as an action's error is."""
+    problem = form.problem()
+    if problem is not None:
+        return refuse(
+            request, action, problem, session_ids=session_ids, before=before, message=message
+        )
+    return attempt(
+        request,
+        action,
+        lambda: run(form.cleaned_data),
+        session_ids=session_ids,
+        before=before,
+        message=message,
+    )

@@ -14,6 +14,8 @@ import os
 import threading
 from collections.abc import Callable
 
+from django.db import connections
+
 _lock = threading.Lock()
 _threads: dict[str, threading.Thread] = {}
 
@@ -42,6 +44,27 @@ def ensure_running(name: str, target: Callable[..., object], **kwargs: object) -
         if thread is None or not thread.is_alive():
             thread = _threads[name] = start(name, target, **kwargs)
         return thread
+
+
+def ensure_every(
+    name: str, interval: float, loop: Callable[..., object], *, stop: threading.Event | None
+) -> threading.Thread | None:
+    """``ensure_running`` of ``loop(interval=..., stop=...)``, a loop that works every
+    ``interval`` seconds until ``stop`` is set; None when ``interval`` is 0 or less (off)."""
+    if interval <= 0:
+        return None
+    return ensure_running(name, loop, interval=interval, stop=stop or threading.Event())
+
+
+def repeat(work: Callable[[], object], *, interval: float, stop: threading.Event) -> None:
+    """``work()`` every ``interval`` seconds until ``stop`` is set; then the thread's database
+    connections are closed (a loop that ends for good, or an exception ``work`` let out)."""
+    try:
+        while not stop.is_set():
+            work()
+            stop.wait(interval)
+    finally:
+        connections.close_all()
 
 
 def started(name: str) -> threading.Thread | None:

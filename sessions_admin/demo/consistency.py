@@ -88,10 +88,21 @@ def check_trash() -> list[str]:
     return problems
 
 
+def _failing(kind: str, then: str = "") -> list[str]:
+    """The ids of the sessions failing the health check ``kind`` (``store.health``)."""
+    sql, params = health.predicate(kind)
+    return [r[0] for r in db.fetchall(f"SELECT s.id FROM sessions s WHERE {sql} {then}", params)]
+
+
+def _listed(what: str, sql: str) -> list[str]:
+    """``["<how many> <what>: <the ids>"]`` for the ids ``sql`` selects; [] for none."""
+    ids = [r[0] for r in db.fetchall(sql)]
+    return [f"{len(ids)} {what}: {_named(ids)}"] if ids else []
+
+
 def _check_counters() -> list[str]:
     problems = []
-    sql, params = health.predicate("counter_mismatch")
-    wrong = [r[0] for r in db.fetchall(f"SELECT s.id FROM sessions s WHERE {sql}", params)]
+    wrong = _failing("counter_mismatch")
     if wrong:
         problems.append(
             f"{len(wrong)} session(s) whose message_count differs from their active messages: "
@@ -196,46 +207,29 @@ def _check_fts_table(table: str, tables: set[str]) -> list[str]:
         indexed = f"SELECT rowid AS id FROM {table}"
     else:
         return []  # columnsize=0: which rows an external index holds is not readable
-    problems = []
-    unindexed = [
-        r[0]
-        for r in db.fetchall(
-            f"SELECT e.id FROM ({expected}) e WHERE NOT EXISTS "
-            f"(SELECT 1 FROM ({indexed}) i WHERE i.id = e.id) ORDER BY e.id"
-        )
-    ]
-    if unindexed:
-        problems.append(f"{len(unindexed)} message(s) missing from {table}: {_named(unindexed)}")
-    stray = [
-        r[0]
-        for r in db.fetchall(
-            f"SELECT i.id FROM ({indexed}) i WHERE NOT EXISTS "
-            f"(SELECT 1 FROM ({expected}) e WHERE e.id = i.id) ORDER BY i.id"
-        )
-    ]
-    if stray:
-        problems.append(f"{len(stray)} {table} entr(ies) with no message to index: {_named(stray)}")
+    problems = _listed(
+        f"message(s) missing from {table}",
+        f"SELECT e.id FROM ({expected}) e WHERE NOT EXISTS "
+        f"(SELECT 1 FROM ({indexed}) i WHERE i.id = e.id) ORDER BY e.id",
+    )
+    problems += _listed(
+        f"{table} entr(ies) with no message to index",
+        f"SELECT i.id FROM ({indexed}) i WHERE NOT EXISTS "
+        f"(SELECT 1 FROM ({expected}) e WHERE e.id = i.id) ORDER BY i.id",
+    )
     if not external:
         differs = " AND ".join(f"f.content IS NOT ({doc})" for doc in _INLINE_DOCUMENTS)
-        stale = [
-            r[0]
-            for r in db.fetchall(
-                f"SELECT m.id FROM messages m JOIN {table} f ON f.rowid = m.id "
-                f"WHERE {differs} ORDER BY m.id"
-            )
-        ]
-        if stale:
-            problems.append(
-                f"{len(stale)} {table} entr(ies) whose text differs from the message: "
-                + _named(stale)
-            )
+        problems += _listed(
+            f"{table} entr(ies) whose text differs from the message",
+            f"SELECT m.id FROM messages m JOIN {table} f ON f.rowid = m.id "
+            f"WHERE {differs} ORDER BY m.id",
+        )
     return problems
 
 
 def _check_links() -> list[str]:
     problems = []
-    sql, params = health.predicate("missing_parent")
-    orphans = [r[0] for r in db.fetchall(f"SELECT s.id FROM sessions s WHERE {sql}", params)]
+    orphans = _failing("missing_parent")
     if orphans:
         problems.append(f"{len(orphans)} session(s) whose parent is missing: {_named(orphans)}")
     homeless = [
@@ -296,10 +290,7 @@ def _check_live_per_key() -> list[str]:
 
 
 def _check_written_after_end() -> list[str]:
-    sql, params = health.predicate("written_after_end")
-    late = [
-        r[0] for r in db.fetchall(f"SELECT s.id FROM sessions s WHERE {sql} ORDER BY s.id", params)
-    ]
+    late = _failing("written_after_end", "ORDER BY s.id")
     if late:
         return [
             f"{len(late)} ended session(s) holding messages stamped after their end "

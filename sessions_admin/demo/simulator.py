@@ -596,7 +596,9 @@ class RuntimeSimulator:
 
     def _compress(self, chat: Chat) -> None:
         try:
-            result = self._call(
+            rotated = self._rotate(
+                chat,
+                "compressions",
                 core.rotate_for_compression,
                 session_id=chat.session_id,
                 summary=f"Summary of the conversation so far ({chat.turns_since_compression} turns).",
@@ -606,34 +608,30 @@ class RuntimeSimulator:
             self._refused(chat, chat.session_id, error, operation="rotate_for_compression")
             self._follow(chat, error)
             return
-        except core.SessionNotFound:
-            chat.session_id = None
-            self._start_session(chat)
-            return
-        self.counts["compressions"] += 1
-        chat.turns_since_compression = 0
-        self._rotated(chat, result.new_session_id)
+        if rotated:
+            chat.turns_since_compression = 0
 
     def _reset(self, chat: Chat) -> None:
-        try:
-            result = self._call(core.reset_session_key, session_key=chat.session_key)
-        except core.SessionNotFound:
-            chat.session_id = None
-            self._start_session(chat)
-            return
-        self.counts["resets"] += 1
-        chat.turns_since_compression = 0
-        self._rotated(chat, result.new_session_id)
+        if self._rotate(chat, "resets", core.reset_session_key, session_key=chat.session_key):
+            chat.turns_since_compression = 0
 
     def _branch(self, chat: Chat) -> None:
+        self._rotate(chat, "branches", core.branch_session, session_id=chat.session_id)
+
+    def _rotate(
+        self, chat: Chat, counted: str, operation: Callable[..., Any], **kwargs: Any
+    ) -> bool:
+        """A rotation (``operation`` returns the ``new_session_id``) the chat then follows;
+        False when its session was deleted meanwhile: a new one is started instead."""
         try:
-            result = self._call(core.branch_session, session_id=chat.session_id)
+            result = self._call(operation, **kwargs)
         except core.SessionNotFound:
             chat.session_id = None
             self._start_session(chat)
-            return
-        self.counts["branches"] += 1
+            return False
+        self.counts[counted] += 1
         self._rotated(chat, result.new_session_id)
+        return True
 
     def _rewrite(self, chat: Chat, action: str) -> None:
         operation = {

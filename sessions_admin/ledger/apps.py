@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.core import checks
 from django.db.models.signals import post_migrate
 
 
@@ -16,6 +17,34 @@ def create_cache_table(using: str = "default", **kwargs) -> None:
         # Two hosts starting together both saw no table and both created it: the loser's
         # second look finds the winner's table and does nothing (a real failure fails again).
         call_command("createcachetable", database=using, verbosity=0)
+
+
+def partly_squashed_history(databases=None, **kwargs) -> list[checks.Error]:
+    """A database part-way through migrations a squash replaced, whose files are gone.
+
+    Django leaves such a database alone without a word (it plans no ledger migration at
+    all), and the dashboard would then fail on its missing columns; ``migrate`` runs this
+    check first and stops with what to do.
+    """
+    from django.db import connections
+    from django.db.migrations.loader import MigrationLoader
+
+    errors = []
+    for alias in databases or ():
+        loader = MigrationLoader(connections[alias])
+        for key, squash in loader.replacements.items():
+            applied = [name for name in squash.replaces if name in loader.applied_migrations]
+            if applied and len(applied) < len(squash.replaces):
+                errors.append(
+                    checks.Error(
+                        f"The database {alias!r} stops at migration {applied[-1][0]}."
+                        f"{applied[-1][1]}, part of what {key[1]} replaces.",
+                        hint="Migrate it first with a checkout from before that squash "
+                        "(git log -- sessions_admin/ledger/migrations), then with this one.",
+                        id="ledger.E001",
+                    )
+                )
+    return errors
 
 
 class LedgerConfig(AppConfig):
@@ -34,3 +63,4 @@ class LedgerConfig(AppConfig):
         # A legal hold covers the sessions of its lineage that are in the trash too.
         holds.set_lineage_elsewhere(trashed_lineage)
         post_migrate.connect(create_cache_table, sender=self)
+        checks.register(partly_squashed_history, checks.Tags.database)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -64,13 +64,18 @@ def current_client() -> Client:
     return _current.get()
 
 
+def client_context(client: Client) -> AbstractContextManager[None]:
+    return _bound(_current, client)
+
+
 @contextmanager
-def client_context(client: Client) -> Iterator[None]:
-    token = _current.set(client)
+def _bound(var: ContextVar, value: object) -> Iterator[None]:
+    """``var`` is ``value`` in this context, until the block ends."""
+    token = var.set(value)
     try:
         yield
     finally:
-        _current.reset(token)
+        var.reset(token)
 
 
 class RequestClientMiddleware:
@@ -90,13 +95,8 @@ class RequestClientMiddleware:
 _audit_entry: ContextVar[int | None] = ContextVar("sessions_admin_audit_entry", default=None)
 
 
-@contextmanager
-def running_audit_entry(entry_id: int) -> Iterator[None]:
-    token = _audit_entry.set(entry_id)
-    try:
-        yield
-    finally:
-        _audit_entry.reset(token)
+def running_audit_entry(entry_id: int) -> AbstractContextManager[None]:
+    return _bound(_audit_entry, entry_id)
 
 
 def current_audit_entry() -> int | None:

@@ -796,15 +796,8 @@ def complete(
                 cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         else:
             with connection.cursor() as cursor:
-                for model in (
-                    ErasureRequest,
-                    TrashEntry,
-                    TrashSession,
-                    AuditEntry,
-                    AuditSession,
-                    DeleteJobItem,
-                ):
-                    cursor.execute(f"VACUUM {model._meta.db_table}")
+                for table in _erased_tables():
+                    cursor.execute(f"VACUUM {table}")
     finally:
         if sqlite:
             with connection.cursor() as cursor:
@@ -943,13 +936,21 @@ def requests_awaiting_index_merge() -> list[int]:
 def index_merged(request_ids: Sequence[int], notes: Sequence[str]) -> None:
     """A later merge finished: the receipts of ``request_ids`` say so, and when."""
     now = timezone.now().isoformat()
+    # A receipt from before receipts were signed stays unsigned: signing it now would
+    # vouch for its salted hashes.
+    _later_step(request_ids, notes, "search_index", {"merged": True, "merged_at": now}, sign=None)
+
+
+def _later_step(
+    request_ids: Sequence[int], notes: Sequence[str], key: str, step: dict, *, sign: bool | None
+) -> None:
+    """Receipts of finished erasures gain a step done after them (under ``key``) and its
+    storage ``notes``; signed anew (``sign`` True), or only those signed already (None)."""
     for request in ErasureRequest.objects.filter(pk__in=request_ids):
         receipt = dict(request.receipt)
-        receipt["search_index"] = {"merged": True, "merged_at": now}
+        receipt[key] = step
         receipt["storage"] = [*receipt.get("storage", []), *notes]
-        # A receipt from before receipts were signed stays unsigned: signing it now would
-        # vouch for its salted hashes.
-        if "signature" in receipt:
+        if sign or (sign is None and "signature" in receipt):
             receipt = signed(receipt)
         ErasureRequest.objects.filter(pk=request.pk).update(receipt=receipt)
 
@@ -970,11 +971,7 @@ def requests_awaiting_rewrite() -> list[int]:
 def files_rewritten(request_ids: Sequence[int], notes: Sequence[str]) -> None:
     """The rewrite ran: the receipts of ``request_ids`` say done, and when (signed anew)."""
     now = timezone.now().isoformat()
-    for request in ErasureRequest.objects.filter(pk__in=request_ids):
-        receipt = dict(request.receipt)
-        receipt["file_rewrite"] = {"state": REWRITE_DONE, "at": now}
-        receipt["storage"] = [*receipt.get("storage", []), *notes]
-        ErasureRequest.objects.filter(pk=request.pk).update(receipt=signed(receipt))
+    _later_step(request_ids, notes, "file_rewrite", {"state": REWRITE_DONE, "at": now}, sign=True)
 
 
 def rewrite_dashboard_file(
@@ -991,18 +988,15 @@ def rewrite_dashboard_file(
         return erasure.vacuum_sqlite(
             alias, quiet_seconds=quiet_seconds, busy_ms=busy_ms, max_bytes=max_bytes
         )
-    tables = [
-        model._meta.db_table
-        for model in (
-            ErasureRequest,
-            TrashEntry,
-            TrashSession,
-            AuditEntry,
-            AuditSession,
-            DeleteJobItem,
-        )
-    ]
-    return erasure.vacuum_full_postgresql(alias, tables, lock_ms=busy_ms, max_bytes=max_bytes)
+    return erasure.vacuum_full_postgresql(
+        alias, _erased_tables(), lock_ms=busy_ms, max_bytes=max_bytes
+    )
+
+
+def _erased_tables() -> list[str]:
+    """The dashboard's tables an erasure deletes from or rewrites: vacuumed after it."""
+    models = (ErasureRequest, TrashEntry, TrashSession, AuditEntry, AuditSession, DeleteJobItem)
+    return [model._meta.db_table for model in models]
 
 
 def finish(request: ErasureRequest, receipt: dict) -> None:

@@ -47,48 +47,37 @@ def run_schedule(*, interval: float, stop: threading.Event) -> None:
     250 ms for the write lock; PostgreSQL: only with ``SESSIONS_ADMIN_ERASURE_REWRITE_AUTO``).
     """
     next_index_merge = 0.0
+
+    def one_pass() -> None:
+        nonlocal next_index_merge
+        _logged("retention schedule check", actions.start_due_policies)
+        try:
+            actions.settle_deletes_and_restores()
+        finally:
+            connections.close_all()
+        _logged("resuming interrupted erasures", actions.resume_interrupted_erasures)
+        if time.monotonic() >= next_index_merge:
+            next_index_merge = time.monotonic() + index_merge_interval()
+            _logged("an erasure's search index merge", actions.finish_erasure_index_merges)
+            _logged("an erasure's file rewrite", _rewrite_if_automatic)
+
+    threads.repeat(one_pass, interval=interval, stop=stop)
+
+
+def _logged(what: str, step) -> None:
+    """One step of a pass: a failure is logged and the next pass tries again."""
     try:
-        while not stop.is_set():
-            try:
-                actions.start_due_policies()
-            except Exception:
-                logger.exception("retention schedule check failed")
-            finally:
-                connections.close_all()
-            try:
-                actions.settle_deletes_and_restores()
-            finally:
-                connections.close_all()
-            try:
-                actions.resume_interrupted_erasures()
-            except Exception:
-                logger.exception("resuming interrupted erasures failed")
-            finally:
-                connections.close_all()
-            if time.monotonic() >= next_index_merge:
-                next_index_merge = time.monotonic() + index_merge_interval()
-                try:
-                    actions.finish_erasure_index_merges()
-                except Exception:
-                    logger.exception("an erasure's search index merge failed")
-                finally:
-                    connections.close_all()
-                try:
-                    if actions.rewrites_automatically():
-                        actions.finish_erasure_rewrites(automatic=True)
-                except Exception:
-                    logger.exception("an erasure's file rewrite failed")
-                finally:
-                    connections.close_all()
-            stop.wait(interval)
+        step()
+    except Exception:
+        logger.exception("%s failed", what)
     finally:
         connections.close_all()
 
 
+def _rewrite_if_automatic() -> None:
+    if actions.rewrites_automatically():
+        actions.finish_erasure_rewrites(automatic=True)
+
+
 def ensure_schedule_running(*, stop: threading.Event | None = None) -> threading.Thread | None:
-    interval = check_interval()
-    if interval <= 0:
-        return None
-    return threads.ensure_running(
-        SCHEDULE_THREAD, run_schedule, interval=interval, stop=stop or threading.Event()
-    )
+    return threads.ensure_every(SCHEDULE_THREAD, check_interval(), run_schedule, stop=stop)

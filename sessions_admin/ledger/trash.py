@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -121,24 +121,22 @@ _ROW_LISTS = ("sessions", "messages", "conversations", "responses")
 
 def encode_payload(payload: dict) -> dict:
     """The rows as the trash stores them: every row value through ``encode_trash_value``."""
-    encoded = dict(payload)
-    for key in _ROW_LISTS:
-        encoded[key] = _encode_rows(payload.get(key, []))
-    encoded["dependents"] = {
-        table: _encode_rows(rows) for table, rows in payload.get("dependents", {}).items()
-    }
-    return encoded
+    return _each_row_list(payload, _encode_rows)
 
 
 def decode_payload(payload: dict) -> dict:
     """The rows ``encode_payload`` stored, with their store values."""
-    decoded = dict(payload)
+    return _each_row_list(payload, decode_trash_rows)
+
+
+def _each_row_list(payload: dict, convert: Callable[[list], list]) -> dict:
+    converted = dict(payload)
     for key in _ROW_LISTS:
-        decoded[key] = decode_trash_rows(payload.get(key, []))
-    decoded["dependents"] = {
-        table: decode_trash_rows(rows) for table, rows in payload.get("dependents", {}).items()
+        converted[key] = convert(payload.get(key, []))
+    converted["dependents"] = {
+        table: convert(rows) for table, rows in payload.get("dependents", {}).items()
     }
-    return decoded
+    return converted
 
 
 class LedgerTrash:
@@ -676,35 +674,19 @@ def purge_trash(*, older_than_days: float | None = None) -> int:
 def stale_pending_trash(*, operation: str | None = None) -> list[int]:
     """Pending entries whose rows are all still in the store: their delete never committed.
 
-    A pending entry none of whose sessions is left in the store belongs to a batch
-    that committed but died before marking it: it is marked complete here.
+    A pending entry none of whose rows is left in the store belongs to a batch that
+    committed but died before marking it: it is marked complete here (``_settle_pending_entry``,
+    without the store's lock: an uncommitted one is only named, its batch may still run).
     ``operation``: look at that operation's entries only.
     """
-    stale = []
     pending = TrashEntry.objects.filter(state=TrashEntry.PENDING)
     if operation is not None:
         pending = pending.filter(operation=operation)
-    for entry in pending:
-        if _part_of(entry.payload):
-            state = _part_state(entry.payload)
-            if state == "uncommitted":
-                stale.append(entry.pk)
-            elif state == "committed":
-                _committed_or_duplicate(entry)
-            continue
-        ids = entry.session_ids
-        present = (
-            db.fetchone(f"SELECT COUNT(*) FROM sessions WHERE id IN ({db.placeholders(ids)})", ids)[
-                0
-            ]
-            if ids
-            else 0
-        )
-        if ids and present == len(ids):
-            stale.append(entry.pk)
-        elif not present:
-            _committed_or_duplicate(entry)
-    return stale
+    return [
+        entry.pk
+        for entry in pending
+        if _settle_pending_entry(entry, lock=False, drop_uncommitted=False) == "all"
+    ]
 
 
 def _committed_or_duplicate(entry: TrashEntry) -> None:
@@ -733,18 +715,20 @@ def _owner_gone(entry: TrashEntry) -> bool:
     return process_dead(entry.owner) or entry.created_at < timezone.now() - STALE_OWNER
 
 
-def _rows_in_store(entry: TrashEntry) -> str:
+def _rows_in_store(entry: TrashEntry, *, lock: bool) -> str:
     """ "all", "none" or "some" of the entry's rows are in the store (its sessions' rows; a
-    part's messages). Under the caller's lock on them."""
+    part's messages). ``lock``: locked for the caller's store transaction."""
     if _part_of(entry.payload):
-        state = _part_state(entry.payload, lock=True)
+        state = _part_state(entry.payload, lock=lock)
         return {"uncommitted": "all", "committed": "none"}.get(state, "some")
     ids = list(entry.session_ids)
     if not ids:
         return "none"
     present = len(
         db.fetchall(
-            f"SELECT id FROM sessions WHERE id IN ({db.placeholders(ids)})" + db.for_update(), ids
+            f"SELECT id FROM sessions WHERE id IN ({db.placeholders(ids)})"
+            + (db.for_update() if lock else ""),
+            ids,
         )
     )
     return "all" if present == len(ids) else "none" if present == 0 else "some"
@@ -756,7 +740,7 @@ def _settle_restores() -> None:
     for entry in TrashEntry.objects.filter(restoring_since__isnull=False).exclude(
         state=TrashEntry.RESTORED
     ):
-        back = _rows_in_store(entry)
+        back = _rows_in_store(entry, lock=True)
         if back == "all":
             TrashEntry.objects.filter(pk=entry.pk).update(
                 state=TrashEntry.RESTORED,
@@ -777,15 +761,22 @@ def _settle_pending() -> None:
     row is still there) or if another delete took those rows. A live batch's entry is its
     own process's to settle: it may still lock, find its rows gone and drop it."""
     for entry in TrashEntry.objects.filter(state=TrashEntry.PENDING):
-        if not _owner_gone(entry):
-            continue
-        back = _rows_in_store(entry)
-        if back == "none" and not _held_elsewhere(entry):
-            TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).update(
-                state=TrashEntry.COMPLETE
-            )
-        elif back in ("all", "none"):
-            TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).delete()
+        if _owner_gone(entry):
+            _settle_pending_entry(entry, lock=True, drop_uncommitted=True)
+
+
+def _settle_pending_entry(entry: TrashEntry, *, lock: bool, drop_uncommitted: bool) -> str:
+    """The one rule for a pending entry, read from the store (``_rows_in_store``): none of its
+    rows is left there, so its delete committed: complete, or dropped when another delete's
+    entry holds them (``_committed_or_duplicate``); all are still there, so it never committed:
+    dropped if ``drop_uncommitted`` (the caller knows no process can still commit it); some:
+    left as it is. Returns what the store holds ("all", "none" or "some")."""
+    back = _rows_in_store(entry, lock=lock)
+    if back == "none":
+        _committed_or_duplicate(entry)
+    elif back == "all" and drop_uncommitted:
+        TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).delete()
+    return back
 
 
 def _message_ids(payload: dict) -> set:
@@ -866,13 +857,8 @@ def _settle_pending_parts(*, session_ids: set[str], keep: int | None, among=None
     entries = TrashEntry.objects.all() if among is None else among
     pending = entries.filter(state=TrashEntry.PENDING, session_count=0).exclude(pk=keep)
     for entry in pending:
-        if _part_of(entry.payload) not in session_ids:
-            continue
-        state = _part_state(entry.payload)
-        if state == "uncommitted":
-            TrashEntry.objects.filter(pk=entry.pk, state=TrashEntry.PENDING).delete()
-        elif state == "committed":
-            _committed_or_duplicate(entry)
+        if _part_of(entry.payload) in session_ids:
+            _settle_pending_entry(entry, lock=False, drop_uncommitted=True)
 
 
 def part_rows_elsewhere(operations: Sequence[str]) -> dict[str, tuple[tuple[str, int], ...]]:

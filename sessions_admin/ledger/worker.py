@@ -91,23 +91,19 @@ def slug_history_interval() -> float:
 def poll_slug_history(*, interval: float, stop: threading.Event) -> None:
     """Record slug changes every ``interval`` seconds until ``stop`` is set."""
     poller = SlugHistoryPoller()
-    try:
-        while not stop.is_set():
-            try:
-                poller.poll()
-            except Exception:
-                # A busy store or a file being replaced: the next poll tries again.
-                logger.exception("slug history poll failed")
-            stop.wait(interval)
-    finally:
-        connections.close_all()
+
+    def poll() -> None:
+        try:
+            poller.poll()
+        except Exception:
+            # A busy store or a file being replaced: the next poll tries again.
+            logger.exception("slug history poll failed")
+
+    threads.repeat(poll, interval=interval, stop=stop)
 
 
 def ensure_slug_history_running(*, stop: threading.Event | None = None) -> threading.Thread | None:
     """Start this process's slug history poller unless it runs already or polling is off."""
-    interval = slug_history_interval()
-    if interval <= 0:
-        return None
-    return threads.ensure_running(
-        SLUG_HISTORY_THREAD, poll_slug_history, interval=interval, stop=stop or threading.Event()
+    return threads.ensure_every(
+        SLUG_HISTORY_THREAD, slug_history_interval(), poll_slug_history, stop=stop
     )

@@ -181,6 +181,12 @@ def _tokenizer(sql: str | None) -> str | None:
 
 def inspect_sqlite(path: str, *, alias: str, role: str) -> StoreInspection:
     location = f"SQLite file {path}"
+
+    def unusable(code: str, message: str, hint: str = "") -> StoreInspection:
+        """A SQLite store that cannot be opened or read at all, and why."""
+        finding = Finding("error", code, message, hint)
+        return StoreInspection(alias, role, location, "sqlite", findings=(finding,))
+
     if not path or path == ":memory:":
         return StoreInspection(alias, role, location, "sqlite", exists=False)
     file = Path(path)
@@ -200,63 +206,27 @@ def inspect_sqlite(path: str, *, alias: str, role: str) -> StoreInspection:
             alias, role, location, "sqlite", exists=False, findings=tuple(findings)
         )
     if file.is_dir():
-        return _unusable(
-            alias,
-            role,
-            location,
-            Finding("error", "not_sqlite", f"The {role} path {path} is a directory."),
-        )
+        return unusable("not_sqlite", f"The {role} path {path} is a directory.")
     try:
         with file.open("rb") as handle:
             header = handle.read(100)
     except OSError as error:
-        return _unusable(
-            alias,
-            role,
-            location,
-            Finding("error", "unreadable", f"Cannot read the {role} {path}: {error}."),
-        )
+        return unusable("unreadable", f"Cannot read the {role} {path}: {error}.")
     if header and header[: len(SQLITE_HEADER)] != SQLITE_HEADER:
-        return StoreInspection(
-            alias,
-            role,
-            location,
-            "sqlite",
-            findings=(
-                Finding(
-                    "error",
-                    "not_sqlite",
-                    f"The {role} {path} is not a SQLite database (its header is not "
-                    "'SQLite format 3').",
-                    "Point the URL at Hermes's state.db (or response_store.db), not at another "
-                    "file.",
-                ),
-            ),
+        return unusable(
+            "not_sqlite",
+            f"The {role} {path} is not a SQLite database (its header is not 'SQLite format 3').",
+            "Point the URL at Hermes's state.db (or response_store.db), not at another file.",
         )
     try:
         conn = _open_read_only(path)
     except sqlite3.Error as error:
-        return _unusable(
-            alias,
-            role,
-            location,
-            Finding("error", "unreadable", f"Cannot open the {role} {path}: {error}."),
-        )
+        return unusable("unreadable", f"Cannot open the {role} {path}: {error}.")
     try:
         found = _inspect_open_sqlite(conn, path=path, alias=alias, role=role, location=location)
     except sqlite3.DatabaseError as error:
-        return StoreInspection(
-            alias,
-            role,
-            location,
-            "sqlite",
-            findings=(
-                Finding(
-                    "error",
-                    "unreadable",
-                    f"The {role} {path} cannot be read as a SQLite database: {error}.",
-                ),
-            ),
+        return unusable(
+            "unreadable", f"The {role} {path} cannot be read as a SQLite database: {error}."
         )
     finally:
         conn.close()
@@ -273,11 +243,6 @@ def inspect_sqlite(path: str, *, alias: str, role: str) -> StoreInspection:
         )
         found = dataclasses.replace(found, findings=(*found.findings, extra))
     return found
-
-
-def _unusable(alias: str, role: str, location: str, finding: Finding) -> StoreInspection:
-    """A SQLite store that cannot be opened or read at all, and why."""
-    return StoreInspection(alias, role, location, "sqlite", findings=(finding,))
 
 
 def _inspect_open_sqlite(

@@ -7,10 +7,7 @@ the whole operation back in one store transaction (all of it, or nothing).
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
-from django.apps import apps as django_apps
 from django.utils import timezone
 
 from sessions_admin import core
@@ -173,17 +170,3 @@ def test_a_purge_takes_whole_operations(small_batches):
     )
     assert trash.purge_trash(older_than_days=1) == 1
     assert TrashEntry.objects.count() == 0
-
-
-def test_the_migration_groups_a_jobs_old_entries_and_keeps_others_apart():
-    migration = importlib.import_module("sessions_admin.ledger.migrations.0005_trash_operation")
-    job = DeleteJob.objects.create(created_by="a", reason="r")
-    in_job = [
-        TrashEntry.objects.create(actor_name="a", job=job, state=TrashEntry.COMPLETE)
-        for _ in range(2)
-    ]
-    alone = [TrashEntry.objects.create(actor_name="a", state=TrashEntry.COMPLETE) for _ in range(2)]
-    migration.name_operations(django_apps, None)
-    assert {TrashEntry.objects.get(pk=e.pk).operation for e in in_job} == {f"job-{job.pk}"}
-    assert trash.job_operation(job.pk) == f"job-{job.pk}"
-    assert len({TrashEntry.objects.get(pk=e.pk).operation for e in alone}) == 2

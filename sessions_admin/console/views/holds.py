@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sessions_admin.console.forms import HoldForm, HoldReleaseForm
 from sessions_admin.console.http import HtmxHttpRequest, require_perm
-from sessions_admin.console.refusals import Refused, attempt, refuse, refuse_form
+from sessions_admin.console.refusals import Refused, attempt, attempt_form, refuse_form
 from sessions_admin.core import holds, lineage
 from sessions_admin.core.ids import addressable
 from sessions_admin.ledger import actions
@@ -97,18 +97,14 @@ def hold_place(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @require_perm(OPERATE)
 def hold_release(request: HtmxHttpRequest, hold_id: int) -> HttpResponse:
-    form = HoldReleaseForm(request.POST)
-    stays = f"Hold #{hold_id} stays: "
-    if form.problem() is not None:
-        refuse(request, AuditAction.RELEASE_HOLD, form.problem(), message=stays)
-        return redirect("holds")
-    hold = attempt(
+    hold = attempt_form(
         request,
         AuditAction.RELEASE_HOLD,
-        lambda: actions.release_hold(
-            actor=request.user, hold_id=hold_id, reason=form.cleaned_data["reason"]
+        HoldReleaseForm(request.POST),
+        lambda data: actions.release_hold(
+            actor=request.user, hold_id=hold_id, reason=data["reason"]
         ),
-        message=stays,
+        message=f"Hold #{hold_id} stays: ",
     )
     if isinstance(hold, Refused):
         return redirect("holds")

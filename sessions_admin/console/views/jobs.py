@@ -16,7 +16,7 @@ from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 
 from sessions_admin.console.forms import JobCancelForm, JobResumeForm
 from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
-from sessions_admin.console.refusals import Refused, attempt, refuse
+from sessions_admin.console.refusals import Refused, attempt_form
 from sessions_admin.ledger import actions, worker
 from sessions_admin.ledger.jobs import job_progress
 from sessions_admin.ledger.models import AuditAction, DeleteJob
@@ -90,18 +90,14 @@ def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     if job.state not in ACTIVE_JOB_STATES:
         messages.info(request, f"Job #{job.pk} is already {job.state}; nothing to cancel.")
         return redirect("job_detail", job_id=job.pk)
-    form = JobCancelForm(request.POST)
-    not_done = f"Job #{job.pk} was not cancelled: "
-    if form.problem() is not None:
-        refuse(request, AuditAction.CANCEL_BULK_DELETE, form.problem(), message=not_done)
-        return redirect("job_detail", job_id=job.pk)
-    done = attempt(
+    done = attempt_form(
         request,
         AuditAction.CANCEL_BULK_DELETE,
-        lambda: actions.cancel_bulk_delete(
-            actor=request.user, job_id=job.pk, reason=form.cleaned_data["reason"]
+        JobCancelForm(request.POST),
+        lambda data: actions.cancel_bulk_delete(
+            actor=request.user, job_id=job.pk, reason=data["reason"]
         ),
-        message=not_done,
+        message=f"Job #{job.pk} was not cancelled: ",
     )
     if isinstance(done, Refused):
         return redirect("job_detail", job_id=job.pk)
@@ -127,18 +123,14 @@ def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
 def job_resume(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     """Finish a failed job from its first pending item (what it deleted stays in the trash)."""
     job = _job_or_404(job_id)
-    form = JobResumeForm(request.POST)
-    not_done = f"Job #{job.pk} was not resumed: "
-    if form.problem() is not None:
-        refuse(request, AuditAction.RESUME_BULK_DELETE, form.problem(), message=not_done)
-        return redirect("job_detail", job_id=job.pk)
-    done = attempt(
+    done = attempt_form(
         request,
         AuditAction.RESUME_BULK_DELETE,
-        lambda: actions.resume_bulk_delete(
-            actor=request.user, job_id=job.pk, reason=form.cleaned_data["reason"]
+        JobResumeForm(request.POST),
+        lambda data: actions.resume_bulk_delete(
+            actor=request.user, job_id=job.pk, reason=data["reason"]
         ),
-        message=not_done,
+        message=f"Job #{job.pk} was not resumed: ",
     )
     if isinstance(done, Refused):
         return redirect("job_detail", job_id=job.pk)

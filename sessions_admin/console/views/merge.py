@@ -31,7 +31,7 @@ from sessions_admin.console.http import (
     session_url,
 )
 from sessions_admin.console.previews import preview_calls
-from sessions_admin.console.refusals import Refused, attempt, refuse
+from sessions_admin.console.refusals import Refused, attempt_form, refuse
 from sessions_admin.core.merge import (
     MAX_MERGE_SESSIONS,
     MergeDifference,
@@ -456,7 +456,7 @@ def merge_execute(request: HtmxHttpRequest) -> HttpResponse:
 def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
     """Undo a merge exactly; back to where the operator came from, or the target's page."""
     form = UnmergeForm(request.POST)
-    valid = form.is_valid()
+    form.is_valid()  # "next" is read from cleaned_data before the action runs
     try:
         record = core.merge_record(merge_id=merge_id)
     except core.MergeNotFound as missing:
@@ -474,24 +474,13 @@ def merge_undo(request: HtmxHttpRequest, merge_id: int) -> HttpResponse:
         refuse(request, AuditAction.UNMERGE, record.undo_lost, before={"merge_id": merge_id})
         messages.info(request, f"{record.undo_lost} Nothing changed.")
         return redirect_to(request, back)
-    not_undone = f"Merge #{merge_id} was not undone: "
-    if not valid:
-        refuse(
-            request,
-            AuditAction.UNMERGE,
-            form.problem(),
-            before={"merge_id": merge_id},
-            message=not_undone,
-        )
-        return redirect_to(request, back)
-    result = attempt(
+    result = attempt_form(
         request,
         AuditAction.UNMERGE,
-        lambda: actions.unmerge(
-            actor=request.user, merge_id=merge_id, reason=form.cleaned_data["reason"]
-        ),
+        form,
+        lambda data: actions.unmerge(actor=request.user, merge_id=merge_id, reason=data["reason"]),
         before={"merge_id": merge_id},
-        message=not_undone,
+        message=f"Merge #{merge_id} was not undone: ",
     )
     if isinstance(result, Refused):
         return redirect_to(request, back)

@@ -28,7 +28,7 @@ from sessions_admin.console.forms import (
     RetentionSwitchForm,
 )
 from sessions_admin.console.http import HtmxHttpRequest, plural, require_perm
-from sessions_admin.console.refusals import Refused, attempt, refuse, refuse_form
+from sessions_admin.console.refusals import Refused, attempt, attempt_form, refuse, refuse_form
 from sessions_admin.console.views.delete import typed_confirmation, typed_count_problem
 from sessions_admin.core.retention import STATUSES, TITLES
 from sessions_admin.ledger import actions, retention
@@ -126,32 +126,30 @@ def retention_create(request: HtmxHttpRequest) -> HttpResponse:
 def retention_switch(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
     form = RetentionSwitchForm(request.POST)
     unchanged = f"Policy #{policy_id} is unchanged: "
-    if form.problem() is not None:
-        refuse(request, AuditAction.RETENTION_POLICY_ENABLE, form.problem(), message=unchanged)
-        return redirect("retention")
-    enable = form.cleaned_data["enable"]
-    purges = RetentionPolicy.objects.filter(pk=policy_id, mode=RetentionPolicy.PURGE).exists()
-    if enable and purges and not form.cleaned_data["confirm_purge"]:
+    if (
+        form.is_valid()
+        and form.cleaned_data["enable"]
+        and not form.cleaned_data["confirm_purge"]
+        and RetentionPolicy.objects.filter(pk=policy_id, mode=RetentionPolicy.PURGE).exists()
+    ):
         problem = (
             "This policy purges: every run deletes its sessions permanently, with no copy in "
             "the trash. Tick the box to confirm that, then enable it."
         )
         refuse(request, AuditAction.RETENTION_POLICY_ENABLE, problem, message=unchanged)
         return redirect("retention")
-    policy = attempt(
+    policy = attempt_form(
         request,
         AuditAction.RETENTION_POLICY_ENABLE,
-        lambda: actions.set_retention_policy_enabled(
-            actor=request.user,
-            policy_id=policy_id,
-            enabled=enable,
-            reason=form.cleaned_data["reason"],
+        form,
+        lambda data: actions.set_retention_policy_enabled(
+            actor=request.user, policy_id=policy_id, enabled=data["enable"], reason=data["reason"]
         ),
         message=unchanged,
     )
     if isinstance(policy, Refused):
         return redirect("retention")
-    if enable:
+    if form.cleaned_data["enable"]:
         messages.success(
             request,
             f"Enabled policy #{policy.pk}; its first run is at "
@@ -276,18 +274,14 @@ def retention_run(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
 @require_POST
 @require_perm(DELETE)
 def retention_delete(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
-    form = OptionalReasonForm(request.POST)
-    stays = f"Policy #{policy_id} stays: "
-    if form.problem() is not None:
-        refuse(request, AuditAction.RETENTION_POLICY_DELETE, form.problem(), message=stays)
-        return redirect("retention")
-    deleted = attempt(
+    deleted = attempt_form(
         request,
         AuditAction.RETENTION_POLICY_DELETE,
-        lambda: actions.delete_retention_policy(
-            actor=request.user, policy_id=policy_id, reason=form.cleaned_data["reason"]
+        OptionalReasonForm(request.POST),
+        lambda data: actions.delete_retention_policy(
+            actor=request.user, policy_id=policy_id, reason=data["reason"]
         ),
-        message=stays,
+        message=f"Policy #{policy_id} stays: ",
     )
     if isinstance(deleted, Refused):
         return redirect("retention")

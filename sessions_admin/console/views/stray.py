@@ -27,7 +27,7 @@ from sessions_admin.console.http import (
     session_or_404,
     session_url,
 )
-from sessions_admin.console.refusals import Refused, attempt, refuse
+from sessions_admin.console.refusals import Refused, attempt_form, refuse
 from sessions_admin.core import db, stray
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditAction, AuditEntry
@@ -106,21 +106,16 @@ def stray_move_preview(request: HtmxHttpRequest, session_id: str) -> HttpRespons
 def stray_move_execute(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Execute exactly the previewed plan (its fingerprint), or show the new preview."""
     session = session_or_404(session_id)
-    form = StrayMoveForm(request.POST)
-    if form.problem() is not None:
-        refused = refuse(
-            request, AuditAction.MOVE_STRAY_MESSAGES, form.problem(), session_ids=[session.id]
-        )
-        return _page(request, session, error=f"Nothing was moved: {refused.why}")
-    result = attempt(
+    result = attempt_form(
         request,
         AuditAction.MOVE_STRAY_MESSAGES,
-        lambda: actions.move_stray_messages(
+        StrayMoveForm(request.POST),
+        lambda data: actions.move_stray_messages(
             actor=request.user,
             session_id=session.id,
             # No fingerprint is one that matches no plan: refused (and audited) as stale.
-            expected_fingerprint=form.cleaned_data["fingerprint"] or "",
-            reason=form.cleaned_data["reason"],
+            expected_fingerprint=data["fingerprint"] or "",
+            reason=data["reason"],
         ),
         session_ids=[session.id],
     )
@@ -154,24 +149,15 @@ def stray_move_undo(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
     back = (_preview_url(source) if source and session_url(source) else None) or reverse(
         "audit_log"
     )
-    not_undone = "The move was not undone: "
-    if form.problem() is not None:
-        refuse(
-            request,
-            AuditAction.RETURN_STRAY_MESSAGES,
-            form.problem(),
-            before={"entry": entry_id},
-            message=not_undone,
-        )
-        return redirect_to(request, back)
-    result = attempt(
+    result = attempt_form(
         request,
         AuditAction.RETURN_STRAY_MESSAGES,
-        lambda: actions.undo_stray_move(
-            actor=request.user, entry_id=entry_id, reason=form.cleaned_data["reason"]
+        form,
+        lambda data: actions.undo_stray_move(
+            actor=request.user, entry_id=entry_id, reason=data["reason"]
         ),
         before={"entry": entry_id},
-        message=not_undone,
+        message="The move was not undone: ",
     )
     if isinstance(result, Refused):
         return redirect_to(request, back)

@@ -85,7 +85,6 @@ from sessions_admin.ledger.actions.retention import (
 from sessions_admin.ledger.actions.sessions import (
     STRAY_MOVE,
     STRAY_RETURN,
-    _closed,
     _key_of,
     move_stray_messages,
     reset,

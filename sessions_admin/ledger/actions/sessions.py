@@ -41,28 +41,17 @@ def resume(
         target = core.current_session(session_id=asked[0])
         key = _key_of(target)
         recoverable = recoverable_siblings(key, over=target)
-    return _audited(
+    return _audited_reending(
+        recoverable,
+        "session_switch",
         actor=actor,
         action=AuditAction.RESUME,
         session_ids=asked,
         reason=reason,
-        # What a gateway could have reopened instead, as it was: the resume re-ends it.
-        before={
-            "ref": ref,
-            **_counts(asked),
-            **({"recoverable_siblings": dict(recoverable)} if recoverable else {}),
-        },
+        before={"ref": ref, **_counts(asked)},
         run=lambda: core.resume_session(ref=ref, expected_fingerprint=expected_fingerprint),
-        after=lambda r: {
-            "resumed": r.session_id,
-            "switched_from": r.switched_from_session_id,
-            **_closed(r.closed_recoverable, "session_switch"),
-        },
-        result_ids=lambda r: [
-            r.session_id,
-            r.switched_from_session_id,
-            *(sid for sid, _ in r.closed_recoverable),
-        ],
+        after=lambda r: {"resumed": r.session_id, "switched_from": r.switched_from_session_id},
+        result_ids=lambda r: [r.session_id, r.switched_from_session_id],
     )
 
 
@@ -71,18 +60,30 @@ def _key_of(session_id: str) -> str | None:
     return Session.objects.filter(id=session_id).values_list("session_key", flat=True).first()
 
 
-def _closed(closed: Sequence[tuple[str, str]], now: str) -> dict:
-    """Sessions re-ended so that a gateway cannot reopen them: their reason before and now.
+def _audited_reending(
+    recoverable: Sequence[tuple[str, str]], now: str, *, before, after, result_ids, **audit
+):
+    """``_audited`` for a resume or reset, which re-ends the siblings a gateway could reopen
+    (``recoverable``) with the end reason ``now``: what they were before (what a gateway
+    could have reopened instead), and which it closed. Absent when there were none, so a
+    plain resume or reset reads as before."""
 
-    Absent when there were none, so a plain resume or reset reads as before.
-    """
-    if not closed:
-        return {}
-    return {
-        "closed_recoverable": {
-            sid: {"end_reason_before": before, "end_reason": now} for sid, before in closed
+    def closed(r) -> dict:
+        if not r.closed_recoverable:
+            return {}
+        return {
+            "closed_recoverable": {
+                sid: {"end_reason_before": was, "end_reason": now}
+                for sid, was in r.closed_recoverable
+            }
         }
-    }
+
+    return _audited(
+        before={**before, **({"recoverable_siblings": dict(recoverable)} if recoverable else {})},
+        after=lambda r: {**after(r), **closed(r)},
+        result_ids=lambda r: [*result_ids(r), *(sid for sid, _ in r.closed_recoverable)],
+        **audit,
+    )
 
 
 def reset(
@@ -93,28 +94,21 @@ def reset(
     reason = operator_text(reason, field="reason")
     live = core.live_session_for_key(session_key)
     recoverable = recoverable_siblings(session_key)
-    return _audited(
+    return _audited_reending(
+        recoverable,
+        "session_reset",
         actor=actor,
         action=AuditAction.RESET,
         session_ids=[s for s in [live] if s],
         reason=reason,
-        before={
-            "session_key": session_key,
-            "live": live,
-            **({"recoverable_siblings": dict(recoverable)} if recoverable else {}),
-        },
+        before={"session_key": session_key, "live": live},
         run=lambda: core.reset_session_key(session_key=session_key, summary=summary),
         after=lambda r: {
             "ended": r.ended_session_id,
             "new": r.new_session_id,
             **({"left_to_gateway": True} if r.left_to_gateway else {}),
-            **_closed(r.closed_recoverable, "session_reset"),
         },
-        result_ids=lambda r: [
-            r.ended_session_id,
-            r.new_session_id,
-            *(sid for sid, _ in r.closed_recoverable),
-        ],
+        result_ids=lambda r: [r.ended_session_id, r.new_session_id],
     )
 
 

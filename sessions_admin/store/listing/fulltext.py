@@ -20,7 +20,7 @@ from sessions_admin.store.listing import conditions
 from sessions_admin.store.listing.conditions import TITLE_SQL, where_sql
 from sessions_admin.store.listing.fulltext_postgresql import PgSearch
 from sessions_admin.store.listing.fulltext_sqlite import SqliteSearch
-from sessions_admin.store.listing.name_search import NameMatch, search_names
+from sessions_admin.store.listing.name_search import FoundSession, NameMatch, search_names
 from sessions_admin.store.listing.params import MAX_TEXT, Cursor, Filters, Query, encode_cursor
 from sessions_admin.store.listing.snippets import SearchHit, search_hit, snippet_ids
 
@@ -36,15 +36,9 @@ SESSION_COUNT_SHOWN = 100
 
 
 @dataclass(frozen=True)
-class SessionHits:
+class SessionHits(FoundSession):
     """One session of a search page: who it is, how many of its messages match, the best."""
 
-    session_id: str
-    title: str | None
-    source: str
-    user_id: str | None
-    chat_id: str | None
-    display_name: str | None
     first_user_text: str | None
     # Matching messages (passing the filters) seen from the page's start: exact unless
     # ``count_more`` (over SESSION_COUNT_SHOWN, or the session goes on past the scan).

@@ -10,8 +10,8 @@ from sessions_admin.store.listing.params import MAX_TEXT
 
 
 @dataclass(frozen=True)
-class NameMatch:
-    """A session whose user id, chat id or display name matches the search text."""
+class FoundSession:
+    """Who a session a search found is, as the results name it (both kinds of search)."""
 
     session_id: str
     title: str | None
@@ -19,6 +19,12 @@ class NameMatch:
     user_id: str | None
     chat_id: str | None
     display_name: str | None
+
+
+@dataclass(frozen=True)
+class NameMatch(FoundSession):
+    """A session whose user id, chat id or display name matches the search text."""
+
     started_at: float | None
     matched: str  # "user", "chat" or "name"
 
