@@ -25,6 +25,7 @@ STORE_TABLES = [
     "sessions_admin_slug_history",
     "sessions_admin_holds",
     "sessions_admin_deletions",
+    "sessions_admin_idempotency",
     "messages",
     "sessions",
 ]

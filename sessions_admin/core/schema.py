@@ -384,6 +384,19 @@ DELETIONS_SQL = (
     " keep_live INTEGER NOT NULL DEFAULT 0)"
 )
 
+# Idempotency keys of appends (core/idempotency.py): committed with the messages they appended,
+# so a retried request finds its key exactly when its messages are stored.
+IDEMPOTENCY_SQL = (
+    "CREATE TABLE IF NOT EXISTS sessions_admin_idempotency ("
+    " scope TEXT NOT NULL,"
+    " key TEXT NOT NULL,"
+    " request_hash TEXT NOT NULL,"
+    " session_id TEXT NOT NULL,"
+    " response_json TEXT NOT NULL,"
+    " created_at {real} NOT NULL,"
+    " PRIMARY KEY (scope, key))"
+)
+
 RESPONSES_SQL = [
     "CREATE TABLE IF NOT EXISTS responses ("
     " response_id TEXT PRIMARY KEY, data TEXT NOT NULL, accessed_at {real} NOT NULL)",
@@ -599,6 +612,7 @@ def _ensure_own_tables(alias: str) -> list[str]:
             cursor.execute(statement.format(real=real, serial=serial))
         cursor.execute(HOLDS_SQL.format(real=real, serial=serial))
         cursor.execute(DELETIONS_SQL.format(real=real))
+        cursor.execute(IDEMPOTENCY_SQL.format(real=real))
     # A log created by an older version lacks the later columns (nullable: old rows keep NULL).
     present = existing_columns(alias, "sessions_admin_switch_events")
     added = []

@@ -46,6 +46,7 @@ OWN_TABLES = (
     "sessions_admin_slug_history",
     "sessions_admin_holds",
     "sessions_admin_deletions",
+    "sessions_admin_idempotency",
 )
 OPERATE_PERMISSIONS = ("console.operate_sessions", "console.delete_sessions")
 
@@ -674,6 +675,9 @@ _STORE_SHIMS = {
     "sessions_admin_deletions": "CREATE TEMP TABLE sessions_admin_deletions (session_id TEXT "
     "PRIMARY KEY, operation TEXT NOT NULL, actor TEXT NOT NULL, started_at REAL NOT NULL, "
     "keep_live INTEGER NOT NULL DEFAULT 0)",
+    "sessions_admin_idempotency": "CREATE TEMP TABLE sessions_admin_idempotency (scope TEXT NOT "
+    "NULL, key TEXT NOT NULL, request_hash TEXT NOT NULL, session_id TEXT NOT NULL, "
+    "response_json TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (scope, key))",
 }
 
 
