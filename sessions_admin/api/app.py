@@ -13,11 +13,17 @@ from __future__ import annotations
 import json
 
 from django.contrib.auth.decorators import login_not_required
-from ninja import NinjaAPI
+from ninja import NinjaAPI, Schema
 from ninja.parser import Parser
 
 from sessions_admin.api import problems, runtime
-from sessions_admin.api.auth import VIEW, TokenRateThrottle, api_auth, record_refused_call
+from sessions_admin.api.auth import (
+    SIGNED_IN,
+    VIEW,
+    TokenRateThrottle,
+    api_auth,
+    record_refused_call,
+)
 
 
 class StrictJSONParser(Parser):
@@ -71,6 +77,25 @@ api = SessionsAdminAPI(
 )
 problems.install(api, refused=record_refused_call)
 api.add_router("/runtime", runtime.router)
+
+
+class MeOut(Schema):
+    name: str
+    scope: str
+    via: str  # "token" or "session"
+    sources: list[str]
+
+
+@api.get("/me", response=MeOut, auth=api_auth(SIGNED_IN), tags=["auth"])
+def me(request):
+    """Who the request acts for: a token's name, scope and sources, or the signed-in operator."""
+    caller = request.auth
+    return MeOut(
+        name=caller.name,
+        scope=caller.scope,
+        via="session" if caller.user is not None else "token",
+        sources=list(caller.sources),
+    )
 
 
 def urlpatterns() -> tuple:

@@ -38,7 +38,8 @@ from sessions_admin.signin.roles import DELETE, OPERATE, ROLE_PERMISSIONS, VIEW
 from sessions_admin.store.attach import OPERATE_PERMISSIONS
 
 RUNTIME = "api.runtime"  # the lifecycle routes' permission: runtime tokens only
-PERMISSIONS = (VIEW, OPERATE, DELETE, RUNTIME)
+SIGNED_IN = "api.signed_in"  # any valid token or signed-in operator (GET /me)
+PERMISSIONS = (VIEW, OPERATE, DELETE, RUNTIME, SIGNED_IN)
 SCOPE_PERMISSIONS = {
     **{role: frozenset(f"console.{p}" for p in perms) for role, perms in ROLE_PERMISSIONS.items()},
     ApiToken.RUNTIME: frozenset({RUNTIME}),
@@ -65,6 +66,8 @@ class Caller:
         return self.user if self.user is not None else f"api:{self.name}"
 
     def has(self, permission: str) -> bool:
+        if permission == SIGNED_IN:
+            return True
         if self.user is not None:
             return bool(self.user.has_perm(permission))
         if read_only() and permission in OPERATE_PERMISSIONS:

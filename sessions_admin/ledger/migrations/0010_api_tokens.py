@@ -6,30 +6,53 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('ledger', '0009_trash_owner_and_restore_intent'),
+        ("ledger", "0009_trash_owner_and_restore_intent"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ApiToken',
+            name="ApiToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('scope', models.CharField(choices=[('runtime', 'runtime'), ('viewer', 'viewer'), ('support', 'support'), ('admin', 'admin')], max_length=20)),
-                ('sources', models.JSONField(blank=True, default=list)),
-                ('secret_hash', models.CharField(max_length=64, unique=True)),
-                ('created_by_name', models.CharField(max_length=150)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100, unique=True)),
+                (
+                    "scope",
+                    models.CharField(
+                        choices=[
+                            ("runtime", "runtime"),
+                            ("viewer", "viewer"),
+                            ("support", "support"),
+                            ("admin", "admin"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("sources", models.JSONField(blank=True, default=list)),
+                ("secret_hash", models.CharField(max_length=64, unique=True)),
+                ("created_by_name", models.CharField(max_length=150)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
     ]
