@@ -52,6 +52,9 @@ class ApiClient:
     def post(self, path: str, body: Any = None, **headers) -> Answer:
         return self.call("POST", path, body if body is not None else {}, **headers)
 
+    def put(self, path: str, body: Any = None, **headers) -> Answer:
+        return self.call("PUT", path, body if body is not None else {}, **headers)
+
 
 @pytest.fixture
 def make_token(ada):
