@@ -47,7 +47,10 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 
 
 class Strict(Schema):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown fields and values of another JSON type (``0`` for ``false``,
+    ``"5"`` for ``5``) are refused, not coerced, so what is accepted is what the schema says."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class MessageIn(Strict):
