@@ -29,7 +29,7 @@ from sessions_admin import core
 from sessions_admin.api.auth import RUNTIME, Caller, api_auth
 from sessions_admin.api.problems import not_found
 from sessions_admin.api.schemas import Identifier, Text
-from sessions_admin.core import idempotency, lineage
+from sessions_admin.core import idempotency, lineage, rows
 from sessions_admin.core import transcript as core_transcript
 from sessions_admin.core.errors import StoreError
 from sessions_admin.core.lifecycle import where_it_continues
@@ -647,7 +647,17 @@ def save_transcript(request: HttpRequest, session_id: Identifier, body: SaveIn):
 def resolve_conversation(request: HttpRequest, body: ResolveIn):
     """The session a /v1/responses request continues (by slug or previous response); a new
     conversation starts one."""
-    _caller(request).require_source(body.source)
+    caller = _caller(request)
+    caller.require_source(body.source)
+    if caller.sources:
+        # A limited token continues only conversations of its sources: checked on the session
+        # the slug or response names now (the resolve may continue it, a write).
+        named = rows.response_session(body.previous_response_id) or (
+            rows.conversation_session(body.conversation) if body.conversation else None
+        )
+        row = lineage.session_row(named) if named else None
+        if row is not None:
+            caller.require_source(row["source"], named)
     target = _audited(
         request,
         AuditAction.RESOLVE_CONVERSATION,

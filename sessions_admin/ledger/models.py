@@ -315,3 +315,11 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"API token {self.name} ({self.scope})"
+
+    def state_at(self, now) -> str:
+        """ "active", "expired" or "revoked", as the API would answer its request at ``now``."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"

@@ -254,6 +254,11 @@ def test_a_runtime_token_limited_to_sources_touches_no_other_source(make_token, 
     # Starting a session of another source is refused too; one of its own source is not.
     answer = limited.post("runtime/sessions", {"source": "cli", "session_key": "x"})
     assert answer.status == 403
+    # A slug whose session is of another source is not continued, whatever source is claimed.
+    answer = limited.post(
+        "runtime/conversations/resolve", {"conversation": "seed-slug", "source": "telegram"}
+    )
+    assert answer.status == 403, answer.body
     assert urlmap.state() == before
     answer = limited.post("runtime/sessions", {"source": "telegram", "session_key": "tg:1"})
     assert answer.status == 201

@@ -17,7 +17,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sessions_admin.console.forms import ApiTokenForm, ApiTokenRevokeForm
 from sessions_admin.console.http import HtmxHttpRequest
-from sessions_admin.console.management.commands.api_token import token_state
 from sessions_admin.console.refusals import Refused, attempt, refuse, refuse_form
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import ApiToken, AuditAction
@@ -43,7 +42,7 @@ def _render(
 ) -> HttpResponse:
     now = timezone.now()
     context = {
-        "tokens": [(token, token_state(token, now)) for token in ApiToken.objects.all()],
+        "tokens": [(token, token.state_at(now)) for token in ApiToken.objects.all()],
         "scopes": [scope for scope, _ in ApiToken.SCOPES],
         "created": created,
         "values": values or {"scope": ApiToken.RUNTIME},

@@ -19,14 +19,6 @@ from sessions_admin.ledger.actions.tokens import SCOPES
 from sessions_admin.ledger.models import ApiToken
 
 
-def token_state(token: ApiToken, now) -> str:
-    if token.revoked_at:
-        return "revoked"
-    if token.expires_at and token.expires_at <= now:
-        return "expired"
-    return "active"
-
-
 class Command(BaseCommand):
     help = "Create, list or revoke API tokens (the secret is printed once, at creation)."
 
@@ -77,7 +69,7 @@ class Command(BaseCommand):
                     expires = f"{token.expires_at:%Y-%m-%d %H:%M}" if token.expires_at else "never"
                     sources = ",".join(token.sources) or "-"
                     self.stdout.write(
-                        f"{token.name}\t{token.scope}\t{token_state(token, now)}\t{sources}\t"
+                        f"{token.name}\t{token.scope}\t{token.state_at(now)}\t{sources}\t"
                         f"created {token.created_at:%Y-%m-%d %H:%M} by {token.created_by_name}\t"
                         f"expires {expires}\tlast used {used}"
                     )
