@@ -8,12 +8,15 @@ and the first answer) commits with the messages or not at all, so a retry either
 gets the first answer back, storing nothing, or finds nothing because nothing was stored. The
 key is locked before it is read (``db.lock_names``), so two copies of one request racing each
 other are one append. The same key with another request is refused (``IdempotencyKeyReused``):
-the caller reused a key, and which request it meant cannot be guessed.
+the caller reused a key, and which request it meant cannot be guessed. Keys are kept at least
+``KEEP_SECONDS`` (a day; a retry comes within minutes): about one append in ``PRUNE_EVERY`` drops
+the older ones in its own transaction, by the ``created_at`` index.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -26,6 +29,8 @@ from sessions_admin.core.rows import require_session_id, require_text
 
 TABLE = "sessions_admin_idempotency"
 KEY_MAX = 200
+KEEP_SECONDS = 24 * 3600
+PRUNE_EVERY = 256
 
 
 class IdempotencyKeyReused(StoreError):
@@ -84,6 +89,8 @@ def append_messages_once(
         "VALUES (%s, %s, %s, %s, %s, %s)",
         [scope, key, request_hash, session_id, json.dumps(response), time.time()],
     )
+    if random.random() < 1 / PRUNE_EVERY:
+        forget_idempotency_keys(older_than_seconds=KEEP_SECONDS)
     return OnceResult(response, replayed=False)
 
 

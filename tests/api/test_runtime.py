@@ -314,3 +314,16 @@ def test_a_lifecycle_over_the_routes(runtime, live):
     )
     assert again.body["session_id"] == target.body["session_id"] and again.body["created"] is False
     assert runtime.get(f"{API}/runtime/sessions/{fresh}").body["live_session_id"] == fresh
+
+
+def test_keys_older_than_a_day_are_forgotten(runtime, live):
+    from sessions_admin.core import idempotency
+
+    _append(runtime, live, "old", key="k-old")
+    _append(runtime, live, "new", key="k-new")
+    db.execute(
+        "UPDATE sessions_admin_idempotency SET created_at = created_at - %s WHERE key = 'k-old'",
+        [idempotency.KEEP_SECONDS + 60],
+    )
+    assert idempotency.forget_idempotency_keys(older_than_seconds=idempotency.KEEP_SECONDS) == 1
+    assert db.fetchall("SELECT key FROM sessions_admin_idempotency") == [("k-new",)]
