@@ -21,6 +21,6 @@ def test_the_docs_page_loads_only_its_own_assets_under_the_csp():
         assert url.startswith("/static/"), url  # nothing from another origin
         assert client.get(url).status_code == 200, url
     # No script runs inline: the only inline block is the settings' JSON, which is data.
-    for attributes, body in re.findall(r"<script([^>]*)>(.*?)</script>", html, re.S):
+    for attributes, _body in re.findall(r"<script([^>]*)>(.*?)</script>", html, re.S):
         assert "src=" in attributes or 'type="application/json"' in attributes, attributes
     assert "/api/v1/openapi.json" in html
