@@ -10,9 +10,13 @@ need no sign-in.
 
 from __future__ import annotations
 
+import functools
 import json
 
 from django.contrib.auth.decorators import login_not_required
+from django.http import Http404, HttpResponseNotAllowed
+from django.urls import re_path
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema
 from ninja.parser import Parser
 
@@ -98,10 +102,44 @@ def me(request):
     )
 
 
+def _answering_problems(view):
+    """``view`` with ninja's plain-text 405 (and its root's 404) answered as problem details."""
+
+    @functools.wraps(view)
+    def wrapped(request, *args, **kwargs):
+        try:
+            answer = view(request, *args, **kwargs)
+        except Http404:  # ninja's root view, outside its exception handlers
+            return no_such_route(request)
+        if isinstance(answer, HttpResponseNotAllowed):
+            problem = problems.Problem(
+                405,
+                "method-not-allowed",
+                "Method not allowed",
+                f"{request.method} is not allowed here; the methods are {answer['Allow']}.",
+                headers={"Allow": answer["Allow"]},
+            )
+            return problems.response(problem)
+        return answer
+
+    # Token calls carry no CSRF token: ninja checks it itself for signed-in sessions.
+    wrapped.csrf_exempt = True
+    wrapped.login_required = False
+    return wrapped
+
+
+@csrf_exempt
+@login_not_required
+def no_such_route(request, rest: str = ""):
+    return problems.response(problems.not_found(f"The API has no route {request.path!r}."))
+
+
 def urlpatterns() -> tuple:
-    """``api.urls`` with every view open to the API's own auth: the console's
-    ``LoginRequiredMiddleware`` would send a token caller to the sign-in page."""
+    """``api.urls`` with every view open to the API's own auth (the console's
+    ``LoginRequiredMiddleware`` would send a token caller to the sign-in page), and every
+    error a problem detail, an unknown path's 404 included."""
     patterns, app_name, namespace = api.urls
     for pattern in patterns:
-        pattern.callback.login_required = False
+        pattern.callback = _answering_problems(pattern.callback)
+    patterns = [*patterns, re_path(r"^(?P<rest>.*)$", no_such_route, name="no_such_route")]
     return patterns, app_name, namespace

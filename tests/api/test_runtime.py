@@ -327,3 +327,11 @@ def test_keys_older_than_a_day_are_forgotten(runtime, live):
     )
     assert idempotency.forget_idempotency_keys(older_than_seconds=idempotency.KEEP_SECONDS) == 1
     assert db.fetchall("SELECT key FROM sessions_admin_idempotency") == [("k-new",)]
+
+
+def test_an_unknown_route_and_a_wrong_method_are_problems(runtime, live):
+    _assert_problem(runtime.get("runtime/no-such-route"), 404, "not-found")
+    _assert_problem(runtime.get("/api/v1/"), 404, "not-found")
+    wrong = runtime.call("DELETE", f"runtime/sessions/{live}/messages")
+    _assert_problem(wrong, 405, "method-not-allowed")
+    assert set(wrong.headers["Allow"].replace(" ", "").split(",")) == {"GET", "POST"}
