@@ -313,7 +313,7 @@ DATA_UPLOAD_MAX_NUMBER_FIELDS = 20_000
 
 # The HTTP API (docs/api.md): requests per token (or signed-in operator) per window, as
 # "N/s", "N/min", "N/hour"; empty: no limit. Over it: 429 with Retry-After.
-SESSIONS_ADMIN_API_RATE = os.environ.get("SESSIONS_ADMIN_API_RATE", "6000/min").strip()
+SESSIONS_ADMIN_API_RATE = os.environ.get("SESSIONS_ADMIN_API_RATE", "18000/min").strip()
 
 # Deleted sessions stay restorable from the trash for this many days.
 SESSIONS_ADMIN_TRASH_DAYS = int(os.environ.get("SESSIONS_ADMIN_TRASH_DAYS", "30"))
