@@ -324,7 +324,8 @@ def start_session(request: HttpRequest, body: StartIn):
     """Get or create the live session of a session key (or register a session by id)."""
     caller = _caller(request)
     caller.require_source(body.source)
-    live = lineage.live_session_for_key(body.session_key) if body.join_live else None
+    # Joined, or ended by a new root session (``join_live`` false): either way it is touched.
+    live = lineage.live_session_for_key(body.session_key)
     for existing in (live, body.session_id):
         row = lineage.session_row(existing) if existing else None
         if row is not None:

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from sessions_admin.api.app import api
 from sessions_admin.api.auth import RUNTIME, SIGNED_IN
+from sessions_admin.core import lineage
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import ApiToken, AuditEntry
 from sessions_admin.signin.roles import DELETE, OPERATE, VIEW, assign_role
@@ -254,6 +255,12 @@ def test_a_runtime_token_limited_to_sources_touches_no_other_source(make_token, 
     # Starting a session of another source is refused too; one of its own source is not.
     answer = limited.post("runtime/sessions", {"source": "cli", "session_key": "x"})
     assert answer.status == 403
+    # Nor may a new session of its own source end another source's live session of a key.
+    assert lineage.live_session_for_key("cli:seed") is not None
+    answer = limited.post(
+        "runtime/sessions", {"source": "telegram", "session_key": "cli:seed", "join_live": False}
+    )
+    assert answer.status == 403, answer.body
     # A slug whose session is of another source is not continued, whatever source is claimed.
     answer = limited.post(
         "runtime/conversations/resolve", {"conversation": "seed-slug", "source": "telegram"}
