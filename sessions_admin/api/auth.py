@@ -8,8 +8,8 @@ token on every unsafe request, as a form would. Each route names the one permiss
 roles' permissions (``signin.roles.ROLE_PERMISSIONS``), and a signed-in operator their own;
 ``runtime`` tokens hold only ``RUNTIME``, the lifecycle routes', limited to their ``sources``
 when the token names any (``Caller.require_source``). While the store is attached read-only no
-token operates or deletes, as no operator does. A refusal (401, 403) of a changing call is
-audited; requests are throttled per token (``TokenRateThrottle``).
+token operates or deletes, as no operator does. A refused changing call (401, 403, invalid input)
+is audited; requests are throttled per token (``TokenRateThrottle``).
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ SCOPE_PERMISSIONS = {
 }
 # last_used_at is written at most this often per token, not once per request.
 TOUCH_EVERY = timedelta(seconds=60)
-SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 @dataclass(frozen=True)
@@ -177,11 +176,12 @@ def api_auth(permission: str) -> list:
     return [BearerToken(permission), SignedInSession(permission)]
 
 
-def record_refused_call(request: HttpRequest, problem: Problem) -> None:
-    """Audit a 401 or 403 of a changing call: who (as far as known), what, from where, why."""
-    if request.method in SAFE_METHODS:
+def record_refused_call(request: HttpRequest, problem: Problem, error: BaseException) -> None:
+    """Audit a refused changing call: who (as far as known), what, from where, why. An error
+    the action already audited (``audited_entry``) is not recorded twice."""
+    if getattr(error, "audited_entry", None) is not None:
         return
-    caller = getattr(request, "api_caller", None)
+    caller = getattr(request, "auth", None) or getattr(request, "api_caller", None)
     if caller is not None:
         actor = caller.actor
     elif getattr(request, "api_token_name", None):
@@ -195,7 +195,7 @@ def record_refused_call(request: HttpRequest, problem: Problem) -> None:
         request=request,
         actor=actor,
         action=action[:40],
-        why=problem.detail,
+        why=f"{problem.status} {problem.slug}: {problem.detail}",
         session_ids=[session_id] if isinstance(session_id, str) else [],
     )
 

@@ -303,8 +303,16 @@ def problem_for(error: BaseException) -> Problem:
     return Problem(500, "internal", "Internal error", "An unexpected error; it was logged.")
 
 
-def install(api, *, refused: Callable[[HttpRequest, Problem], None]) -> None:
-    """Route every exception of ``api`` through ``problem_for``; ``refused`` records a 401/403."""
+# Refused changing calls the audit log records (as the console records a refused form): not a
+# 404 (nothing to act on), a 405 or a 429 (the throttle exists to keep floods out).
+AUDITED_REFUSALS = frozenset({400, 401, 403, 409, 413, 422})
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def install(api, *, refused: Callable[[HttpRequest, Problem, BaseException], None]) -> None:
+    """Route every exception of ``api`` through ``problem_for``; ``refused`` records a refused
+    changing call (an error the action audited itself is marked ``audited_entry`` and skipped
+    there)."""
 
     def handle(request: HttpRequest, error: Exception) -> HttpResponse:
         problem = problem_for(error)
@@ -316,8 +324,8 @@ def install(api, *, refused: Callable[[HttpRequest, Problem], None]) -> None:
                 problem.status,
                 exc_info=error,
             )
-        if problem.status in (401, 403):
-            refused(request, problem)
+        if request.method not in SAFE_METHODS and problem.status in AUDITED_REFUSALS:
+            refused(request, problem, error)
         return response(problem)
 
     for error_class in (Exception, Http404, HttpError, ValidationError):

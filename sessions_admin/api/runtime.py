@@ -268,7 +268,9 @@ def _audited(
     try:
         result = run()
     except StoreError as error:
-        _record(actor, action, ids, before, {}, AuditEntry.FAILED, str(error))
+        entry = _record(actor, action, ids, before, {}, AuditEntry.FAILED, str(error))
+        if entry is not None:
+            error.audited_entry = entry.pk  # its refusal is not recorded a second time
         raise
     try:
         state = after(result)
@@ -279,9 +281,9 @@ def _audited(
     return result
 
 
-def _record(actor, action, ids, before, after, outcome, detail) -> None:
+def _record(actor, action, ids, before, after, outcome, detail) -> AuditEntry | None:
     try:
-        actions.record(
+        return actions.record(
             actor=actor,
             action=action,
             session_ids=ids,
@@ -293,6 +295,7 @@ def _record(actor, action, ids, before, after, outcome, detail) -> None:
     except Exception:
         # The store change (or refusal) stands; the runtime must hear about it, not a 500.
         logger.exception("API audit entry for %s by %s could not be written", action, actor)
+        return None
 
 
 def _messages(messages: list[MessageIn]) -> list[dict[str, Any]]:

@@ -335,3 +335,21 @@ def test_an_unknown_route_and_a_wrong_method_are_problems(runtime, live):
     wrong = runtime.call("DELETE", f"runtime/sessions/{live}/messages")
     _assert_problem(wrong, 405, "method-not-allowed")
     assert set(wrong.headers["Allow"].replace(" ", "").split(",")) == {"GET", "POST"}
+
+
+def test_a_refused_changing_call_is_audited_once(runtime, live):
+    AuditEntry.objects.all().delete()
+    runtime.call("POST", f"runtime/sessions/{live}/messages", raw=b'{"messages": "x"}')
+    runtime.post(f"runtime/sessions/{live}/rotate", {})
+    _append(runtime, live, "late")  # refused by the core: its own entry, failed
+    runtime.get("runtime/sessions/x%00y")  # a read: not audited
+    entries = list(
+        AuditEntry.objects.order_by("pk").values_list("actor_name", "action", "outcome", "detail")
+    )
+    assert [e[:3] for e in entries] == [
+        ("api:runtime-main", "api_messages", AuditEntry.REFUSED),
+        ("api:runtime-main", AuditAction.ROTATE_FOR_COMPRESSION, AuditEntry.OK),
+        ("api:runtime-main", AuditAction.APPEND, AuditEntry.FAILED),
+    ]
+    assert entries[0][3].startswith("422 invalid-input")
+    assert "has ended" in entries[2][3]
