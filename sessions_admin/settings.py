@@ -76,6 +76,9 @@ INSTALLED_APPS = [
     "sessions_admin.store",
     "sessions_admin.console",
     "sessions_admin.ledger",
+    "sessions_admin.api",
+    # django-ninja's templates and vendored Swagger UI for /api/v1/docs (no CDN).
+    "ninja",
 ]
 
 MIDDLEWARE = [
@@ -307,6 +310,10 @@ CSRF_TRUSTED_ORIGINS = [
 
 # The session list posts one field per selected session (bulk delete takes up to 10,000).
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 20_000
+
+# The HTTP API (docs/api.md): requests per token (or signed-in operator) per window, as
+# "N/s", "N/min", "N/hour"; empty: no limit. Over it: 429 with Retry-After.
+SESSIONS_ADMIN_API_RATE = os.environ.get("SESSIONS_ADMIN_API_RATE", "18000/min").strip()
 
 # Deleted sessions stay restorable from the trash for this many days.
 SESSIONS_ADMIN_TRASH_DAYS = int(os.environ.get("SESSIONS_ADMIN_TRASH_DAYS", "30"))

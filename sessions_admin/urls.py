@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from sessions_admin.api.app import urlpatterns as api_urlpatterns
+
 urlpatterns = [
     path(
         "login/",
@@ -12,6 +14,7 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/v1/", api_urlpatterns()),
     # One urls module per area of the console.
     path("", include("sessions_admin.console.urls.overview")),
     path("sessions/", include("sessions_admin.console.urls.sessions")),

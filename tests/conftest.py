@@ -26,6 +26,7 @@ STORE_TABLES = [
     "sessions_admin_holds",
     "sessions_admin_deletions",
     "sessions_admin_delete_claims",
+    "sessions_admin_idempotency",
     "messages",
     "sessions",
 ]

@@ -515,3 +515,43 @@ class AuditFilterForm(forms.Form):
         super().__init__(*args, **kwargs)
         known = AuditEntry.objects.order_by("action").values_list("action", flat=True).distinct()
         self.fields["action"].choices = [("", "any")] + [(a, a) for a in known]
+
+
+class ApiTokenForm(ConsoleForm):
+    """A new API token: a name, a scope, for a runtime token its sources (separated by commas
+    or spaces; none: every source), and an optional expiry in days. ``ledger.actions`` checks
+    the combination."""
+
+    name = IdentifierField(word="token name", max_length=100)
+    scope = forms.ChoiceField(
+        choices=[(s, s) for s in ("runtime", "viewer", "support", "admin")],
+        error_messages={"invalid_choice": "The scope is runtime, viewer, support or admin."},
+    )
+    sources = OperatorTextField(word="sources", max_length=4000)
+    expires_days = NumberField()
+
+    def clean_sources(self) -> list[str]:
+        return [s for s in re.split(r"[,\s]+", self.cleaned_data.get("sources") or "") if s]
+
+    def clean_expires_days(self) -> int | None:
+        days = self.cleaned_data.get("expires_days")
+        if days is None:
+            if (self.data.get("expires_days") or "").strip():
+                raise ValidationError("The expiry is a whole number of days (or nothing).")
+            return None
+        if days != int(days):
+            raise ValidationError("The expiry is a whole number of days (or nothing).")
+        return int(days)
+
+
+class ApiTokenRevokeForm(ConsoleForm):
+    """Revoking an API token: its name, typed again to confirm."""
+
+    name = IdentifierField(word="token name", max_length=100)
+    confirm = IdentifierField(word="token name typed to confirm", max_length=100, required=False)
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("name") and cleaned.get("confirm") != cleaned.get("name"):
+            raise ValidationError("Type the token's name to confirm revoking it.")
+        return cleaned

@@ -395,6 +395,20 @@ DELETE_CLAIMS_SQL = (
     " claimed_at {real} NOT NULL,"
     " renewed_at {real} NOT NULL)"
 )
+# Idempotency keys of appends (core/idempotency.py): committed with the messages they appended,
+# so a retried request finds its key exactly when its messages are stored.
+IDEMPOTENCY_SQL = [
+    "CREATE TABLE IF NOT EXISTS sessions_admin_idempotency ("
+    " scope TEXT NOT NULL,"
+    " key TEXT NOT NULL,"
+    " request_hash TEXT NOT NULL,"
+    " session_id TEXT NOT NULL,"
+    " response_json TEXT NOT NULL,"
+    " created_at {real} NOT NULL,"
+    " PRIMARY KEY (scope, key))",
+    # Old keys are dropped by age (core.idempotency.forget_idempotency_keys).
+    "CREATE INDEX IF NOT EXISTS idx_sa_idempotency_created ON sessions_admin_idempotency(created_at)",
+]
 
 RESPONSES_SQL = [
     "CREATE TABLE IF NOT EXISTS responses ("
@@ -612,6 +626,8 @@ def _ensure_own_tables(alias: str) -> list[str]:
         cursor.execute(HOLDS_SQL.format(real=real, serial=serial))
         cursor.execute(DELETIONS_SQL.format(real=real))
         cursor.execute(DELETE_CLAIMS_SQL.format(real=real))
+        for statement in IDEMPOTENCY_SQL:
+            cursor.execute(statement.format(real=real))
     # A log created by an older version lacks the later columns (nullable: old rows keep NULL).
     present = existing_columns(alias, "sessions_admin_switch_events")
     added = []

@@ -15,7 +15,10 @@ class AuditAction(models.TextChoices):
     """Every action name the audit log records, defined once. A refused request to a URL no
     action covers (a permission or CSRF denial) is recorded under the URL's name instead."""
 
+    API_TOKEN_CREATE = "api_token_create"
+    API_TOKEN_REVOKE = "api_token_revoke"
     APPEND = "append"
+    BRANCH = "branch"
     BULK_DELETE = "bulk_delete"
     BULK_DELETE_HELD = "bulk_delete_held", "bulk delete: held sessions left out"
     BULK_DELETE_KEPT_WHOLE = "bulk_delete_kept_whole", "bulk delete: conversations kept whole"
@@ -33,9 +36,11 @@ class AuditAction(models.TextChoices):
     REDO = "redo"
     RELEASE_HOLD = "release_hold"
     RESET = "reset"
+    RESOLVE_CONVERSATION = "resolve_conversation"
     RESTORE = "restore"
     RESUME = "resume"
     RESUME_BULK_DELETE = "resume_bulk_delete"
+    ROTATE_FOR_COMPRESSION = "rotate_for_compression"
     RETENTION_POLICY_CREATE = "retention_policy_create"
     RETENTION_POLICY_DELETE = "retention_policy_delete"
     RETENTION_POLICY_DISABLE = "retention_policy_disable"
@@ -43,9 +48,13 @@ class AuditAction(models.TextChoices):
     RETENTION_RUN = "retention_run"
     RETRY = "retry"
     RETURN_STRAY_MESSAGES = "return_stray_messages"
+    SAVE_TRANSCRIPT = "save_transcript"
     SIGN_IN = "sign_in"
+    START_SESSION = "start_session"
+    TURN = "turn"
     UNDO = "undo"
     UNMERGE = "unmerge"
+    USAGE = "usage"
 
 
 class AuditEntry(models.Model):
@@ -272,3 +281,45 @@ class ErasureRequest(models.Model):
 
     def __str__(self) -> str:
         return f"erasure {self.pk} ({self.state})"
+
+
+class ApiToken(models.Model):
+    """A bearer token of the HTTP API (``sessions_admin.api``): a name, a scope, a hash.
+
+    The secret (``sa_`` + 43 URL-safe characters) is shown once, when the token is created
+    (``ledger.actions.create_api_token``); only its SHA-256 is kept, so a copy of this table
+    signs nobody in. ``viewer``, ``support`` and ``admin`` carry exactly the console roles'
+    permissions; ``runtime`` carries the lifecycle routes only, limited to ``sources`` when
+    that list is not empty. A revoked or expired token is refused from the next request on
+    (every request reads its row); ``last_used_at`` is written at most once a minute.
+    """
+
+    RUNTIME, VIEWER, SUPPORT, ADMIN = "runtime", "viewer", "support", "admin"
+    SCOPES = [(RUNTIME, "runtime"), (VIEWER, "viewer"), (SUPPORT, "support"), (ADMIN, "admin")]
+
+    name = models.CharField(max_length=100, unique=True)  # revoked names stay taken
+    scope = models.CharField(max_length=20, choices=SCOPES)
+    sources = models.JSONField(default=list, blank=True)  # runtime scope: [] is every source
+    secret_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_by_name = models.CharField(max_length=150)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"API token {self.name} ({self.scope})"
+
+    def state_at(self, now) -> str:
+        """ "active", "expired" or "revoked", as the API would answer its request at ``now``."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"

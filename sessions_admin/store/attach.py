@@ -47,6 +47,7 @@ OWN_TABLES = (
     "sessions_admin_holds",
     "sessions_admin_deletions",
     "sessions_admin_delete_claims",
+    "sessions_admin_idempotency",
 )
 OPERATE_PERMISSIONS = ("console.operate_sessions", "console.delete_sessions")
 
@@ -643,6 +644,9 @@ _STORE_SHIMS = {
     "sessions_admin_delete_claims": "CREATE TEMP TABLE sessions_admin_delete_claims (session_id "
     "TEXT PRIMARY KEY, operation TEXT NOT NULL, actor TEXT NOT NULL, owner TEXT NOT NULL, "
     "claimed_at REAL NOT NULL, renewed_at REAL NOT NULL)",
+    "sessions_admin_idempotency": "CREATE TEMP TABLE sessions_admin_idempotency (scope TEXT NOT "
+    "NULL, key TEXT NOT NULL, request_hash TEXT NOT NULL, session_id TEXT NOT NULL, "
+    "response_json TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (scope, key))",
 }
 
 

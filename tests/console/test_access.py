@@ -81,11 +81,14 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "stray_move_preview": (VIEWER, None),
     "stray_move_execute": (None, SUPPORT),
     "stray_move_undo": (None, SUPPORT),
+    "api_tokens": (ADMIN, None),
+    "api_token_create": (None, ADMIN),
+    "api_token_revoke": (None, ADMIN),
 }
 PUBLIC = {name for name, (get, post) in ACCESS.items() if ANYONE in (get, post)}
 # Admin pages about the dashboard itself, not the store: still readable while the store is
 # attached read-only.
-NOT_ABOUT_THE_STORE = {"signin_failures"}
+NOT_ABOUT_THE_STORE = {"signin_failures", "api_tokens", "api_token_create", "api_token_revoke"}
 # None: signed in without a role.
 ACTORS = (None, *ROLES)
 

@@ -77,6 +77,7 @@ GET_PARAMS: dict[str, list[str]] = {
     "export_sessions": ["session", "lineage", "ids", "format", *LISTING],
     "export_session": ["scope", "format"],
     "stray_move_preview": [],
+    "api_tokens": [],
 }
 REASON = {"reason": "fuzzing the form"}
 # name: (fields to fuzz, the rest of a plausible form)
@@ -120,6 +121,11 @@ POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "trash_purge": (["scope", "reason", "q"], {"scope": "expired", **REASON}),
     "hold_place": (["kind", "subject", "reason"], {"kind": "user", "subject": "u-1", **REASON}),
     "hold_release": (["reason"], REASON),
+    "api_token_create": (
+        ["name", "scope", "sources", "expires_days"],
+        {"name": "fuzz-token", "scope": "runtime"},
+    ),
+    "api_token_revoke": (["name", "confirm"], {"name": "fuzz-token", "confirm": "fuzz-token"}),
     "retention_create": (
         [
             "name",

@@ -37,15 +37,17 @@ def test_attach_adds_only_what_is_documented(hermes, attach):
     assert report.problems == ()
     assert report.added_columns == ("conversations.session_id",)
     assert set(report.created_tables) == {
+        "sessions_admin_delete_claims",
         "sessions_admin_deletions",
         "sessions_admin_holds",
+        "sessions_admin_idempotency",
         "sessions_admin_merges",
         "sessions_admin_slug_history",
         "sessions_admin_switch_cursors",
         "sessions_admin_switch_events",
         "sessions_admin_undos",
     }
-    # state.db: seven new tables of ours; every runtime table, index and trigger as it was.
+    # state.db: eight new tables of ours; every runtime table, index and trigger as it was.
     assert raw_rows(hermes.state, RUNTIME_OBJECTS) == state_before
     assert raw_rows(hermes.state, "SELECT * FROM sessions ORDER BY id") == rows_before
     # response_store.db: one new column on conversations, nothing else.

@@ -1,13 +1,16 @@
 """Data governance: legal holds (which every delete respects), retention policies and their
-runs, erasure requests and their receipts."""
+runs, erasure requests and their receipts; the HTTP API's tokens."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from sessions_admin.console.views import erasure, holds, retention
+from sessions_admin.console.views import api_tokens, erasure, holds, retention
 
 urlpatterns = [
+    path("api-tokens/", api_tokens.api_tokens, name="api_tokens"),
+    path("api-tokens/create/", api_tokens.api_token_create, name="api_token_create"),
+    path("api-tokens/revoke/", api_tokens.api_token_revoke, name="api_token_revoke"),
     path("holds/", holds.hold_list, name="holds"),
     path("holds/place/", holds.hold_place, name="hold_place"),
     path("holds/<rowid:hold_id>/release/", holds.hold_release, name="hold_release"),

@@ -6,7 +6,7 @@ before the store changes, then completed; refusals; the words of a failure), and
 runs in those steps; the other modules hold one domain's actions each: ``sessions``
 (resume, reset, rewrite, stray messages), ``merges``, ``deletion`` (cascades, bulk delete
 jobs, restore, purge, and settling what dead processes left pending), ``holds``,
-``retention``, ``erasure`` and ``portability`` (imports). Each action calls the others in
+``retention``, ``erasure``, ``portability`` (imports) and ``tokens`` (API tokens). Each action calls the others in
 its own module, so a test that replaces one patches it there (``actions.erasure``), not
 here. Names with a leading underscore are shared between these modules only.
 """
@@ -91,4 +91,9 @@ from sessions_admin.ledger.actions.sessions import (
     resume,
     rewrite,
     undo_stray_move,
+)
+from sessions_admin.ledger.actions.tokens import (
+    CreatedToken,
+    create_api_token,
+    revoke_api_token,
 )

@@ -1,0 +1,235 @@
+"""Who calls the API and what they may do: bearer tokens, signed-in sessions, scopes, throttle.
+
+A request is authenticated by ``Authorization: Bearer sa_...`` (``ledger.models.ApiToken``,
+looked up by the SHA-256 of the secret on every request, so a revocation or an expiry refuses
+the very next request) or by the console's signed-in session, which must then carry its CSRF
+token on every unsafe request, as a form would. Each route names the one permission it needs
+(``api_auth(VIEW)``...): ``viewer``, ``support`` and ``admin`` tokens hold exactly the console
+roles' permissions (``signin.roles.ROLE_PERMISSIONS``), and a signed-in operator their own;
+``runtime`` tokens hold only ``RUNTIME``, the lifecycle routes', limited to their ``sources``
+when the token names any (``Caller.require_source``). While the store is attached read-only no
+token operates or deletes, as no operator does. A refused changing call (401, 403, invalid input)
+is audited; requests are throttled per token (``TokenRateThrottle``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja.security import APIKeyCookie, HttpBearer
+from ninja.throttling import SimpleRateThrottle
+from ninja.utils import check_csrf
+
+from sessions_admin.api.problems import Problem, forbidden, unauthorized
+from sessions_admin.core.db import read_only
+from sessions_admin.ledger import actions
+from sessions_admin.ledger.actions.tokens import hash_secret
+from sessions_admin.ledger.context import client_address
+from sessions_admin.ledger.models import ApiToken
+from sessions_admin.signin.roles import DELETE, OPERATE, ROLE_PERMISSIONS, VIEW
+from sessions_admin.store.attach import OPERATE_PERMISSIONS
+
+RUNTIME = "api.runtime"  # the lifecycle routes' permission: runtime tokens only
+SIGNED_IN = "api.signed_in"  # any valid token or signed-in operator (GET /me)
+PERMISSIONS = (VIEW, OPERATE, DELETE, RUNTIME, SIGNED_IN)
+SCOPE_PERMISSIONS = {
+    **{role: frozenset(f"console.{p}" for p in perms) for role, perms in ROLE_PERMISSIONS.items()},
+    ApiToken.RUNTIME: frozenset({RUNTIME}),
+}
+# last_used_at is written at most this often per token, not once per request.
+TOUCH_EVERY = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The token or operator a request acts for (``request.auth``)."""
+
+    name: str
+    scope: str
+    permissions: frozenset[str]
+    sources: tuple[str, ...] = ()
+    token_key: str | None = None  # a prefix of the token's hash: the throttle's key
+    user: Any = None  # the signed-in operator
+
+    @property
+    def actor(self) -> Any:
+        """Who audit entries name: the operator, or ``api:<token name>``."""
+        return self.user if self.user is not None else f"api:{self.name}"
+
+    def has(self, permission: str) -> bool:
+        if permission == SIGNED_IN:
+            return True
+        if self.user is not None:
+            return bool(self.user.has_perm(permission))
+        if read_only() and permission in OPERATE_PERMISSIONS:
+            return False
+        return permission in self.permissions
+
+    def may_touch_source(self, source: str | None) -> bool:
+        return not self.sources or source in self.sources
+
+    def require_source(self, source: str | None, session_id: str = "") -> None:
+        """403 unless this runtime token may write sessions of ``source``."""
+        if not self.may_touch_source(source):
+            what = f"session {session_id}" if session_id else "this session"
+            raise forbidden(
+                f"The token {self.name} is limited to the sources {', '.join(self.sources)}; "
+                f"{what} is from {source!r}."
+            )
+
+    def __str__(self) -> str:
+        # ninja's throttles key on str(request.auth).
+        return f"token:{self.token_key}" if self.token_key else f"user:{self.user.pk}"
+
+
+def _refuse_permission(request: HttpRequest, caller: Caller, permission: str) -> Problem:
+    request.api_caller = caller
+    if read_only() and permission in OPERATE_PERMISSIONS:
+        return Problem(
+            403,
+            "read-only",
+            "Store attached read-only",
+            "The store is attached read-only (SESSIONS_ADMIN_READ_ONLY=1): actions are "
+            "switched off.",
+        )
+    return forbidden(f"The {caller.scope} scope does not allow this ({permission}).")
+
+
+class BearerToken(HttpBearer):
+    """``Authorization: Bearer <secret>`` of a token that is not revoked nor expired."""
+
+    def __init__(self, permission: str):
+        self.permission = permission
+        super().__init__()
+
+    def authenticate(self, request: HttpRequest, token: str) -> Caller:
+        found = ApiToken.objects.filter(secret_hash=hash_secret(token)).first()
+        if found is None:
+            raise unauthorized("This token is not known (mistyped, or never created).")
+        request.api_token_name = found.name
+        now = timezone.now()
+        if found.revoked_at is not None:
+            raise unauthorized(f"The token {found.name} was revoked.")
+        if found.expires_at is not None and found.expires_at <= now:
+            raise unauthorized(f"The token {found.name} expired.")
+        if found.last_used_at is None or now - found.last_used_at >= TOUCH_EVERY:
+            ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
+        caller = Caller(
+            name=found.name,
+            scope=found.scope,
+            permissions=SCOPE_PERMISSIONS.get(found.scope, frozenset()),
+            sources=tuple(found.sources or ()),
+            token_key=found.secret_hash[:24],
+        )
+        if not caller.has(self.permission):
+            raise _refuse_permission(request, caller, self.permission)
+        return caller
+
+
+class SignedInSession(APIKeyCookie):
+    """The console's signed-in operator (its session cookie), CSRF checked on unsafe methods."""
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def __init__(self, permission: str):
+        self.permission = permission
+        super().__init__(csrf=True)
+
+    def __call__(self, request: HttpRequest) -> Caller | None:
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            return None
+        if check_csrf(request) is not None:
+            raise forbidden(
+                "CSRF verification failed: a signed-in browser session must send its CSRF "
+                "token (X-CSRFToken) with every changing request; automation uses a token."
+            )
+        return self.authenticate(request, request.COOKIES.get(self.param_name))
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Caller:
+        from sessions_admin.signin.roles import role_of
+
+        user = request.user
+        caller = Caller(
+            name=user.get_username(),
+            scope=role_of(user) or "none",
+            permissions=frozenset(),
+            user=user,
+        )
+        if not caller.has(self.permission):
+            raise _refuse_permission(request, caller, self.permission)
+        return caller
+
+
+def api_auth(permission: str) -> list:
+    """What a route needing ``permission`` accepts: a token, else a signed-in operator."""
+    if permission not in PERMISSIONS:
+        raise ValueError(f"unknown API permission {permission!r}")
+    return [BearerToken(permission), SignedInSession(permission)]
+
+
+def record_refused_call(request: HttpRequest, problem: Problem, error: BaseException) -> None:
+    """Audit a refused changing call: who (as far as known), what, from where, why. An error
+    the action already audited (``audited_entry``) is not recorded twice."""
+    if getattr(error, "audited_entry", None) is not None:
+        return
+    caller = getattr(request, "auth", None) or getattr(request, "api_caller", None)
+    if caller is not None:
+        actor = caller.actor
+    elif getattr(request, "api_token_name", None):
+        actor = f"api:{request.api_token_name}"
+    else:
+        actor = "anonymous"
+    match = getattr(request, "resolver_match", None)
+    action = f"api_{match.url_name}" if match and match.url_name else "api"
+    session_id = match.kwargs.get("session_id") if match else None
+    actions.record_refusal(
+        request=request,
+        actor=actor,
+        action=action[:40],
+        why=f"{problem.status} {problem.slug}: {problem.detail}",
+        session_ids=[session_id] if isinstance(session_id, str) else [],
+    )
+
+
+class TokenRateThrottle(SimpleRateThrottle):
+    """``SESSIONS_ADMIN_API_RATE`` requests per token (or operator, or address) per window.
+
+    Fixed windows counted in the shared cache (one ``incr`` a request, every worker of the
+    deployment counting together), rather than ninja's list of timestamps rewritten on every
+    request; ninja answers 429 with ``Retry-After`` (the window's end) from ``wait``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(rate="1/s")  # the real rate is read per request: settings can change
+        self._local = threading.local()
+
+    def allow_request(self, request: HttpRequest) -> bool:
+        rate = getattr(settings, "SESSIONS_ADMIN_API_RATE", "")
+        if not rate:
+            return True
+        allowed, period = self.parse_rate(rate)
+        caller = getattr(request, "auth", None)
+        ident = str(caller) if caller is not None else f"addr:{client_address(request)}"
+        now = time.time()
+        window = int(now // period)
+        key = f"api_throttle:{ident}:{period}:{window}"
+        cache.add(key, 0, period + 1)
+        try:
+            count = cache.incr(key)
+        except ValueError:  # the window's entry expired between add and incr
+            cache.set(key, 1, period + 1)
+            count = 1
+        self._local.wait = (window + 1) * period - now
+        return count <= allowed
+
+    def wait(self) -> float | None:
+        return max(1.0, getattr(self._local, "wait", 1.0))

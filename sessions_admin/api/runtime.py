@@ -1,0 +1,685 @@
+"""The runtime's lifecycle over HTTP: what ``sessions_admin.core`` offers a Python runtime.
+
+A runtime in another language calls these instead of writing the store itself; each route is
+one core call (its transaction, its rules, its errors: a write to an ended session is a 409
+naming ``live_session_id``, as ``SessionEnded`` does). Only ``runtime`` tokens call them, and a
+token limited to sources touches only sessions of those sources (checked before the call, on
+the session the call names). A runtime is not an operator, so these routes call the core
+directly rather than ``ledger.actions`` (pyproject's writes contract lists them), but each
+changing request still gets one audit entry (``api:<token name>``, outcome ok or failed),
+written after the store committed: a process killed in between leaves the change unaudited,
+as a Python runtime's writes always are. Appends take an ``Idempotency-Key``: the key commits
+with the messages (``core.idempotency``), so a retried request never stores a message twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Field, Header, Query, Router, Schema
+from ninja.responses import Status
+from pydantic import ConfigDict
+
+from sessions_admin import core
+from sessions_admin.api.auth import RUNTIME, Caller, api_auth
+from sessions_admin.api.problems import not_found
+from sessions_admin.api.schemas import Identifier, Text
+from sessions_admin.core import idempotency, lineage, rows
+from sessions_admin.core import transcript as core_transcript
+from sessions_admin.core.errors import StoreError
+from sessions_admin.core.lifecycle import where_it_continues
+from sessions_admin.ledger import actions
+from sessions_admin.ledger.models import AuditAction, AuditEntry
+
+logger = logging.getLogger(__name__)
+router = Router(tags=["runtime"], auth=api_auth(RUNTIME))
+T = TypeVar("T")
+PAGE_MAX = 500
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+
+# --- schemas -----------------------------------------------------------------------------------
+
+
+class Strict(Schema):
+    """A request body: unknown fields and values of another JSON type (``0`` for ``false``,
+    ``"5"`` for ``5``) are refused, not coerced, so what is accepted is what the schema says."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class MessageIn(Strict):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: Any = None
+    tool_call_id: Text | None = None
+    tool_calls: Any = None
+    tool_name: Text | None = None
+    timestamp: float | None = None
+    token_count: int | None = Field(None, ge=0)
+    finish_reason: Text | None = None
+    reasoning: Text | None = None
+
+
+class StartIn(Strict):
+    source: Identifier
+    session_key: Identifier | None = None
+    session_id: Identifier | None = None
+    user_id: Text | None = None
+    chat_id: Text | None = None
+    chat_type: Text | None = None
+    thread_id: Text | None = None
+    model: Text | None = None
+    model_config_: dict[str, Any] | None = Field(None, alias="model_config")
+    title: Text | None = None
+    join_live: bool = Field(
+        True, description="With a session_key: return its live session if it has one."
+    )
+
+
+class SessionRefOut(Schema):
+    session_id: str
+    created: bool
+
+
+class SessionOut(Schema):
+    session_id: str
+    source: str
+    session_key: str | None
+    user_id: str | None
+    title: str | None
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    message_count: int
+    parent_session_id: str | None
+    live_session_id: str | None = Field(
+        description="Where the session's conversation is written now: itself while live."
+    )
+
+
+class LiveOut(Schema):
+    session_key: str
+    session_id: str | None
+
+
+class AppendIn(Strict):
+    messages: list[MessageIn] = Field(min_length=1, max_length=1000)
+
+
+class AppendOut(Schema):
+    session_id: str
+    message_ids: list[int]
+    message_count: int
+    tool_call_count: int
+
+
+class MessageOut(Schema):
+    id: int
+    role: str
+    content: str | None
+    tool_call_id: str | None
+    tool_calls: Any = None
+    tool_name: str | None
+    timestamp: float | None
+    token_count: int | None
+    finish_reason: str | None
+    reasoning: str | None
+
+
+class MessagePage(Schema):
+    session_id: str
+    messages: list[MessageOut]
+    next_after: int | None = Field(
+        description="Pass as `after` for the next page; null at the end."
+    )
+
+
+class TurnIn(Strict):
+    response_id: Identifier
+    conversation: Identifier | None = None
+    data: dict[str, Any] | None = None
+
+
+class UsageIn(Strict):
+    input_tokens: int = Field(0, ge=0, lt=2**63)
+    output_tokens: int = Field(0, ge=0, lt=2**63)
+    cache_read_tokens: int = Field(0, ge=0, lt=2**63)
+    cache_write_tokens: int = Field(0, ge=0, lt=2**63)
+    reasoning_tokens: int = Field(0, ge=0, lt=2**63)
+    cost_usd: float = Field(0.0, ge=0, allow_inf_nan=False)
+
+
+class OkOut(Schema):
+    session_id: str
+
+
+class RotateIn(Strict):
+    summary: Text | None = None
+    carry_messages: list[MessageIn] = Field(default_factory=list, max_length=1000)
+
+
+class RotateOut(Schema):
+    new_session_id: str
+    parent_session_id: str
+
+
+class ResetIn(Strict):
+    session_key: Identifier
+    summary: Text | None = None
+
+
+class ResetOut(Schema):
+    ended_session_id: str | None
+    new_session_id: str | None
+    left_to_gateway: bool
+
+
+class ResumeIn(Strict):
+    ref: Identifier
+    current_session_id: Identifier | None = None
+
+
+class ResumeOut(Schema):
+    session_id: str
+    matched_session_id: str
+    previous_end_reason: str | None
+    switched_from_session_id: str | None
+    message_count: int
+
+
+class BranchIn(Strict):
+    at_message_id: int | None = Field(None, ge=1)
+    title: Text | None = None
+
+
+class BranchOut(Schema):
+    new_session_id: str
+    parent_session_id: str
+    copied_messages: int
+
+
+class RewriteOut(Schema):
+    session_id: str
+    action: str
+    message_ids: list[int]
+
+
+class SaveIn(Strict):
+    messages: list[MessageIn] = Field(max_length=10_000)
+    rewrite: bool = False
+
+
+class SaveOut(Schema):
+    session_id: str
+    kept: int
+    appended: int
+    deactivated: int
+
+
+class ResolveIn(Strict):
+    conversation: Identifier | None = None
+    previous_response_id: Identifier | None = None
+    source: Identifier = "api_server"
+    user_id: Text | None = None
+    model: Text | None = None
+
+
+class ResolveOut(Schema):
+    session_id: str
+    conversation: str | None
+    resolved_by: str
+    created: bool
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _caller(request: HttpRequest) -> Caller:
+    return request.auth  # type: ignore[attr-defined]
+
+
+def _session(request: HttpRequest, session_id: str) -> dict:
+    """The session a route names (404 if none), once the token may touch its source."""
+    row = lineage.session_row(session_id)
+    if row is None:
+        raise not_found(f"No session has the id {session_id!r}.")
+    _caller(request).require_source(row["source"], session_id)
+    return row
+
+
+def _audited(
+    request: HttpRequest,
+    action: str,
+    session_ids: Sequence[str | None],
+    run: Callable[[], T],
+    *,
+    before: dict | None = None,
+    after: Callable[[T], dict] = lambda _: {},
+    result_ids: Callable[[T], Sequence[str | None]] = lambda _: (),
+) -> T:
+    """Run one core call and write its one audit entry (ok with ``after``, or failed)."""
+    actor = _caller(request).actor
+    ids = [sid for sid in session_ids if sid]
+    try:
+        result = run()
+    except StoreError as error:
+        entry = _record(actor, action, ids, before, {}, AuditEntry.FAILED, str(error))
+        if entry is not None:
+            error.audited_entry = entry.pk  # its refusal is not recorded a second time
+        raise
+    try:
+        state = after(result)
+        more = [sid for sid in result_ids(result) if sid]
+    except Exception as error:  # the outcome is known; reading it back is a courtesy
+        state, more = {"unreadable": f"{type(error).__name__}: {error}"}, []
+    _record(actor, action, list(dict.fromkeys([*ids, *more])), before, state, AuditEntry.OK, "")
+    return result
+
+
+def _record(actor, action, ids, before, after, outcome, detail) -> AuditEntry | None:
+    try:
+        return actions.record(
+            actor=actor,
+            action=action,
+            session_ids=ids,
+            before=before,
+            after=after,
+            outcome=outcome,
+            detail=detail,
+        )
+    except Exception:
+        # The store change (or refusal) stands; the runtime must hear about it, not a 500.
+        logger.exception("API audit entry for %s by %s could not be written", action, actor)
+        return None
+
+
+def _messages(messages: list[MessageIn]) -> list[dict[str, Any]]:
+    return [m.model_dump(exclude_none=True) for m in messages]
+
+
+def _session_out(row: dict) -> SessionOut:
+    live = row["id"] if row["ended_at"] is None else where_it_continues(row)[0]
+    return SessionOut(
+        session_id=row["id"],
+        source=row["source"],
+        session_key=row.get("session_key"),
+        user_id=row.get("user_id"),
+        title=row.get("title"),
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        end_reason=row["end_reason"],
+        message_count=int(row.get("message_count") or 0),
+        parent_session_id=row.get("parent_session_id"),
+        live_session_id=live,
+    )
+
+
+# --- routes ------------------------------------------------------------------------------------
+
+
+@router.post("/sessions", response={200: SessionRefOut, 201: SessionRefOut})
+def start_session(request: HttpRequest, body: StartIn):
+    """Get or create the live session of a session key (or register a session by id)."""
+    caller = _caller(request)
+    caller.require_source(body.source)
+    # Joined, or ended by a new root session (``join_live`` false): either way it is touched.
+    live = lineage.live_session_for_key(body.session_key)
+    for existing in (live, body.session_id):
+        row = lineage.session_row(existing) if existing else None
+        if row is not None:
+            caller.require_source(row["source"], existing)
+    fields = body.model_dump(exclude_none=True, by_alias=False)
+    fields.pop("model_config_", None)
+    ref = _audited(
+        request,
+        AuditAction.START_SESSION,
+        [body.session_id, live],
+        lambda: core.create_session(**fields, model_config=body.model_config_),
+        before={"source": body.source, "session_key": body.session_key},
+        after=lambda r: {"session_id": r.session_id, "created": r.created},
+        result_ids=lambda r: [r.session_id],
+    )
+    return Status(
+        201 if ref.created else 200, SessionRefOut(session_id=ref.session_id, created=ref.created)
+    )
+
+
+@router.get("/live", response=LiveOut)
+def live_session(request: HttpRequest, session_key: Identifier = Query(...)):
+    """The live session of a session key (null when it has none)."""
+    live = lineage.live_session_for_key(session_key)
+    if live:
+        _session(request, live)
+    return LiveOut(session_key=session_key, session_id=live)
+
+
+@router.get("/sessions/{session_id}", response=SessionOut)
+def session(request: HttpRequest, session_id: Identifier):
+    """A session, and where its conversation is written now (``live_session_id``)."""
+    return _session_out(_session(request, session_id))
+
+
+@router.get("/sessions/{session_id}/messages", response=MessagePage)
+def messages(
+    request: HttpRequest,
+    session_id: Identifier,
+    after: int = Query(0, ge=0, lt=2**63, description="The last message id read (0: start)."),
+    limit: int = Query(100, ge=1, le=PAGE_MAX),
+):
+    """The session's active transcript, a page at a time (``after``: the last id read)."""
+    _session(request, session_id)
+    rows = core_transcript.active_transcript_page(
+        session_id=session_id, after_id=after, limit=limit
+    )
+    next_after = rows[-1]["id"] if len(rows) == limit else None
+    return MessagePage(session_id=session_id, messages=rows, next_after=next_after)
+
+
+def _request_hash(session_id: str, body: AppendIn) -> str:
+    canonical = json.dumps(
+        {"session_id": session_id, "messages": _messages(body.messages)},
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@router.post(
+    "/sessions/{session_id}/messages",
+    response={201: AppendOut},
+)
+def append(
+    request: HttpRequest,
+    session_id: Identifier,
+    body: AppendIn,
+    idempotency_key: Identifier | None = Header(None, alias="Idempotency-Key"),
+):
+    """Append one or many messages to a live session.
+
+    With an ``Idempotency-Key`` (up to 200 characters, new for each new request) a retry of the
+    same request returns the first answer and stores nothing (``Idempotent-Replayed: true``); the
+    same key with another body is a 422."""
+    _session(request, session_id)
+    caller = _caller(request)
+    messages = _messages(body.messages)
+    if idempotency_key is None:
+        result = _audited(
+            request,
+            AuditAction.APPEND,
+            [session_id],
+            lambda: core.append_messages(session_id=session_id, messages=messages),
+            before={"messages": len(messages)},
+            after=lambda r: {"message_ids": [r.message_ids[0], r.message_ids[-1]]},
+        )
+        return Status(
+            201,
+            AppendOut(
+                session_id=result.session_id,
+                message_ids=list(result.message_ids),
+                message_count=result.message_count,
+                tool_call_count=result.tool_call_count,
+            ),
+        )
+    once = _audited(
+        request,
+        AuditAction.APPEND,
+        [session_id],
+        lambda: idempotency.append_messages_once(
+            key=idempotency_key,
+            scope=str(caller),
+            request_hash=_request_hash(session_id, body),
+            session_id=session_id,
+            messages=messages,
+        ),
+        before={"messages": len(messages), "idempotency_key": idempotency_key},
+        after=lambda r: {"replayed": r.replayed, "message_ids": r.response["message_ids"][:1]},
+    )
+    answer = HttpResponse(json.dumps(once.response), status=201, content_type="application/json")
+    answer[REPLAYED_HEADER] = "true" if once.replayed else "false"
+    return answer
+
+
+@router.post("/sessions/{session_id}/turns", response={201: OkOut})
+def record_turn(request: HttpRequest, session_id: Identifier, body: TurnIn):
+    """Record a /v1/responses turn: store the response and move its conversation here."""
+    _session(request, session_id)
+    _audited(
+        request,
+        AuditAction.TURN,
+        [session_id],
+        lambda: core.record_turn(
+            response_id=body.response_id,
+            session_id=session_id,
+            conversation=body.conversation,
+            data=body.data,
+        ),
+        before={"response_id": body.response_id, "conversation": body.conversation},
+    )
+    return Status(201, OkOut(session_id=session_id))
+
+
+@router.post("/sessions/{session_id}/usage", response=OkOut)
+def add_usage(request: HttpRequest, session_id: Identifier, body: UsageIn):
+    """Add a turn's token usage and cost to a live session's totals."""
+    _session(request, session_id)
+    usage = body.model_dump()
+    _audited(
+        request,
+        AuditAction.USAGE,
+        [session_id],
+        lambda: core.add_usage(session_id=session_id, **usage),
+        before=usage,
+    )
+    return OkOut(session_id=session_id)
+
+
+@router.post("/sessions/{session_id}/rotate", response={201: RotateOut})
+def rotate(request: HttpRequest, session_id: Identifier, body: RotateIn):
+    """End the session for compression and continue in a linked child (returned)."""
+    _session(request, session_id)
+    carried = _messages(body.carry_messages)
+    result = _audited(
+        request,
+        AuditAction.ROTATE_FOR_COMPRESSION,
+        [session_id],
+        lambda: core.rotate_for_compression(
+            session_id=session_id, summary=body.summary, carry_messages=carried
+        ),
+        before={"carried": len(carried)},
+        after=lambda r: {"new_session_id": r.new_session_id},
+        result_ids=lambda r: [r.new_session_id],
+    )
+    return Status(
+        201,
+        RotateOut(new_session_id=result.new_session_id, parent_session_id=result.parent_session_id),
+    )
+
+
+@router.post("/reset", response=ResetOut)
+def reset(request: HttpRequest, body: ResetIn):
+    """End the key's live session and start a fresh one (``new_session_id``; null when a Hermes
+    gateway routes the key and starts it itself)."""
+    live = lineage.live_session_for_key(body.session_key)
+    if live:
+        _session(request, live)
+    elif _caller(request).sources:
+        # Nothing live to check the source of: a limited token resets only what it can see.
+        raise not_found(f"The session key {body.session_key!r} has no live session.")
+    result = _audited(
+        request,
+        AuditAction.RESET,
+        [live],
+        lambda: core.reset_session_key(session_key=body.session_key, summary=body.summary),
+        before={"session_key": body.session_key},
+        after=lambda r: {"ended": r.ended_session_id, "new_session_id": r.new_session_id},
+        result_ids=lambda r: [r.ended_session_id, r.new_session_id],
+    )
+    return ResetOut(
+        ended_session_id=result.ended_session_id,
+        new_session_id=result.new_session_id,
+        left_to_gateway=result.left_to_gateway,
+    )
+
+
+@router.post("/resume", response=ResumeOut)
+def resume(request: HttpRequest, body: ResumeIn):
+    """Reopen the latest session of the lineage ``ref`` (an id, a title or an id prefix) names."""
+    target = core.resolve_session_ref(body.ref)
+    _session(request, target)
+    if body.current_session_id:
+        _session(request, body.current_session_id)
+    result = _audited(
+        request,
+        AuditAction.RESUME,
+        [target, body.current_session_id],
+        lambda: core.resume_session(ref=body.ref, current_session_id=body.current_session_id),
+        before={"ref": body.ref},
+        after=lambda r: {"session_id": r.session_id, "switched_from": r.switched_from_session_id},
+        result_ids=lambda r: [r.session_id],
+    )
+    return ResumeOut(
+        session_id=result.session_id,
+        matched_session_id=result.matched_session_id,
+        previous_end_reason=result.previous_end_reason,
+        switched_from_session_id=result.switched_from_session_id,
+        message_count=result.message_count,
+    )
+
+
+@router.post("/sessions/{session_id}/branch", response={201: BranchOut})
+def branch(request: HttpRequest, session_id: Identifier, body: BranchIn):
+    """Start a branch carrying the active transcript up to ``at_message_id`` (default: all)."""
+    _session(request, session_id)
+    result = _audited(
+        request,
+        AuditAction.BRANCH,
+        [session_id],
+        lambda: core.branch_session(
+            session_id=session_id, at_message_id=body.at_message_id, title=body.title
+        ),
+        before={"at_message_id": body.at_message_id},
+        after=lambda r: {"new_session_id": r.new_session_id, "copied": r.copied_messages},
+        result_ids=lambda r: [r.new_session_id],
+    )
+    return Status(
+        201,
+        BranchOut(
+            new_session_id=result.new_session_id,
+            parent_session_id=result.parent_session_id,
+            copied_messages=result.copied_messages,
+        ),
+    )
+
+
+def _rewrite(
+    request: HttpRequest, session_id: str, action: str, run: Callable[[], Any]
+) -> RewriteOut:
+    _session(request, session_id)
+    result = _audited(
+        request,
+        action,
+        [session_id],
+        run,
+        after=lambda r: {"message_ids": list(r.message_ids)[:50]},
+    )
+    return RewriteOut(
+        session_id=result.session_id, action=result.action, message_ids=list(result.message_ids)
+    )
+
+
+@router.post("/sessions/{session_id}/undo", response=RewriteOut)
+def undo(request: HttpRequest, session_id: Identifier):
+    """Undo the last turn (its messages become inactive; redo brings them back)."""
+    return _rewrite(
+        request,
+        session_id,
+        AuditAction.UNDO,
+        lambda: core.undo_last_turn(session_id=session_id),
+    )
+
+
+@router.post("/sessions/{session_id}/retry", response=RewriteOut)
+def retry(request: HttpRequest, session_id: Identifier):
+    """Drop the last reply so the last user message is answered again."""
+    return _rewrite(
+        request,
+        session_id,
+        AuditAction.RETRY,
+        lambda: core.retry_last_turn(session_id=session_id),
+    )
+
+
+@router.post("/sessions/{session_id}/redo", response=RewriteOut)
+def redo(request: HttpRequest, session_id: Identifier):
+    """Bring back the turn the last undo took."""
+    return _rewrite(
+        request, session_id, AuditAction.REDO, lambda: core.redo_turn(session_id=session_id)
+    )
+
+
+@router.put("/sessions/{session_id}/transcript", response=SaveOut)
+def save_transcript(request: HttpRequest, session_id: Identifier, body: SaveIn):
+    """Make the active transcript equal ``messages``; a save dropping stored messages is a 409
+    unless ``rewrite`` (and even then they become inactive, never deleted)."""
+    _session(request, session_id)
+    messages = _messages(body.messages)
+    result = _audited(
+        request,
+        AuditAction.SAVE_TRANSCRIPT,
+        [session_id],
+        lambda: core.save_transcript(
+            session_id=session_id, messages=messages, rewrite=body.rewrite
+        ),
+        before={"messages": len(messages), "rewrite": body.rewrite},
+        after=lambda r: {"kept": r.kept, "appended": r.appended, "deactivated": r.deactivated},
+    )
+    return SaveOut(
+        session_id=result.session_id,
+        kept=result.kept,
+        appended=result.appended,
+        deactivated=result.deactivated,
+    )
+
+
+@router.post("/conversations/resolve", response=ResolveOut)
+def resolve_conversation(request: HttpRequest, body: ResolveIn):
+    """The session a /v1/responses request continues (by slug or previous response); a new
+    conversation starts one."""
+    caller = _caller(request)
+    caller.require_source(body.source)
+    if caller.sources:
+        # A limited token continues only conversations of its sources: checked on the session
+        # the slug or response names now (the resolve may continue it, a write).
+        named = rows.response_session(body.previous_response_id) or (
+            rows.conversation_session(body.conversation) if body.conversation else None
+        )
+        row = lineage.session_row(named) if named else None
+        if row is not None:
+            caller.require_source(row["source"], named)
+    target = _audited(
+        request,
+        AuditAction.RESOLVE_CONVERSATION,
+        [],
+        lambda: core.resolve_conversation(
+            conversation=body.conversation,
+            previous_response_id=body.previous_response_id,
+            source=body.source,
+            user_id=body.user_id,
+            model=body.model,
+        ),
+        before={"conversation": body.conversation},
+        after=lambda t: {"session_id": t.session_id, "resolved_by": t.resolved_by},
+        result_ids=lambda t: [t.session_id],
+    )
+    return ResolveOut(
+        session_id=target.session_id,
+        conversation=target.conversation,
+        resolved_by=target.resolved_by,
+        created=target.created,
+    )
