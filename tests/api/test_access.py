@@ -18,7 +18,7 @@ from django.test import Client
 from django.utils import timezone
 
 from sessions_admin.api.app import api
-from sessions_admin.api.auth import RUNTIME, SIGNED_IN
+from sessions_admin.api.auth import RUNTIME, SIGNED_IN, SWITCHES
 from sessions_admin.core import lineage
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import ApiToken, AuditEntry
@@ -48,6 +48,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/runtime/sessions/{session_id}/redo"): RUNTIME,
     ("PUT", "/runtime/sessions/{session_id}/transcript"): RUNTIME,
     ("POST", "/runtime/conversations/resolve"): RUNTIME,
+    ("GET", "/switches"): SWITCHES,
+    ("GET", "/switches/stream"): SWITCHES,
 }
 # A plausible body per route (an allowed call may still be refused by the core: 409, 422).
 BODIES: dict[tuple[str, str], dict] = {
@@ -65,6 +67,7 @@ BODIES: dict[tuple[str, str], dict] = {
     ("POST", "/runtime/conversations/resolve"): {"conversation": "seed-slug", "source": "cli"},
 }
 QUERIES = {("GET", "/runtime/live"): "?session_key=cli:seed"}
+QUERIES[("GET", "/switches/stream")] = "?after=0&seconds=0"  # the log so far, then it ends
 SCOPES = ("runtime", "viewer", "support", "admin")
 SCOPE_HOLDS = {
     "runtime": {RUNTIME, SIGNED_IN},
@@ -72,6 +75,8 @@ SCOPE_HOLDS = {
     "support": {VIEW, OPERATE, SIGNED_IN},
     "admin": {VIEW, OPERATE, DELETE, SIGNED_IN},
 }
+for held in SCOPE_HOLDS.values():
+    held.add(SWITCHES)  # runtime tokens and every operator scope read the switch log
 SAFE = ("GET", "HEAD")
 
 pytestmark = pytest.mark.usefixtures("no_worker")
