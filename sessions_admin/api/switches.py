@@ -15,11 +15,12 @@ tokens and every operator scope (a switch names session ids and keys, which a vi
 the console anyway).
 
 A stream holds one of gunicorn's worker threads (``gunicorn_conf``: gthread workers), so it
-ends after ``SESSIONS_ADMIN_SWITCH_STREAM_SECONDS`` (30 by default); a long poll waits at
-most as long. The client then reconnects with ``Last-Event-ID`` (``EventSource`` does so by
-itself, after the ``retry:`` the stream announces). Heartbeats (SSE comments) every
-``SESSIONS_ADMIN_SWITCH_HEARTBEAT_SECONDS`` keep proxies from closing a quiet stream and let
-the server notice a subscriber that left.
+ends after ``SESSIONS_ADMIN_SWITCH_STREAM_SECONDS`` (15 by default, under gunicorn's
+``graceful_timeout`` of 20 s: a restart lets open streams end rather than cutting them); a
+long poll waits at most as long. The client then reconnects with ``Last-Event-ID``
+(``EventSource`` does so by itself, after the ``retry:`` the stream announces). Heartbeats
+(SSE comments) every ``SESSIONS_ADMIN_SWITCH_HEARTBEAT_SECONDS`` keep proxies from closing a
+quiet stream and let the server notice a subscriber that left.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ router = Router(tags=["switches"], auth=api_auth(SWITCHES))
 SEQ_MAX = 2**63 - 1
 PAGE_MAX = 1000
 # Defaults of the settings (or environment variables) of the same names, in seconds.
-STREAM_SECONDS = 30.0
+STREAM_SECONDS = 15.0
 HEARTBEAT_SECONDS = 10.0
 POLL_SECONDS = 0.5
 # What EventSource waits before reconnecting (milliseconds), announced on each stream.
@@ -172,7 +173,7 @@ def switches(
         0,
         ge=0,
         le=300,
-        description="Seconds to wait for a first event (at most the server's bound, 30 s "
+        description="Seconds to wait for a first event (at most the server's bound, 15 s "
         "by default); 0 answers at once.",
     ),
     limit: int = Query(100, ge=1, le=PAGE_MAX),
@@ -225,7 +226,7 @@ def switch_stream(
         None,
         ge=0,
         le=3600,
-        description="End the stream after this long (at most the server's bound, 30 s by "
+        description="End the stream after this long (at most the server's bound, 15 s by "
         "default); 0 sends what is in the log and ends.",
     ),
 ):
