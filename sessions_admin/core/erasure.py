@@ -533,6 +533,17 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str], merge
     add("sessions_admin_slug_history", sorted(set(history)))
     # A delete in parts killed midway left the subject's session marked (core.being_deleted).
     add("sessions_admin_deletions", [(sid,) for sid in being_deleted.marks_on(list(ids))])
+    # A runtime's appends to the subject's sessions left their idempotency keys and answers.
+    if "sessions_admin_idempotency" in tables:
+        for chunk in _chunks(list(ids)):
+            add(
+                "sessions_admin_idempotency",
+                db.fetchall(
+                    "SELECT scope, key FROM sessions_admin_idempotency WHERE session_id IN "
+                    f"({db.placeholders(chunk)})",
+                    list(chunk),
+                ),
+            )
     # A cascade of the subject's sessions, running or stopped, claimed them by id: its whole
     # claim goes, also on the sessions it already deleted (they are in the trash the ledger
     # erases, no longer in the store).
@@ -848,6 +859,7 @@ SIDE_ROW_KEYS = {
     "sessions_admin_holds": ("id",),
     "sessions_admin_deletions": ("session_id",),
     "sessions_admin_delete_claims": ("operation",),
+    "sessions_admin_idempotency": ("scope", "key"),
     "compression_locks": ("session_id",),
     "async_delegations": ("delegation_id",),
     "gateway_routing": ("scope", "session_key"),
@@ -1223,6 +1235,7 @@ STORE_REWRITE_TABLES = (
     "sessions_admin_holds",
     "sessions_admin_deletions",
     "sessions_admin_delete_claims",
+    "sessions_admin_idempotency",
 )
 RESPONSE_REWRITE_TABLES = ("conversations", "responses")
 
