@@ -44,7 +44,7 @@ from sessions_admin.core.deletion import (
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.merge import CLOSED_BY_ERASURE
 from sessions_admin.core.rows import recompute_counters
-from sessions_admin.core.schema import existing_tables
+from sessions_admin.core.schema import OWN_TABLES, existing_tables
 from sessions_admin.core.text import exact_id_problem
 from sessions_admin.routers import responses_alias, store_alias
 
@@ -1225,17 +1225,11 @@ REWRITE_QUIET_SECONDS = 1.0
 REWRITE_TRIES = 3
 
 # The tables whose rows an erasure deletes or rewrites, by database.
+# A follower's cursor (switch_cursors) names no session: the rest of our tables may.
 STORE_REWRITE_TABLES = (
     "sessions",
     "messages",
-    "sessions_admin_switch_events",
-    "sessions_admin_merges",
-    "sessions_admin_undos",
-    "sessions_admin_slug_history",
-    "sessions_admin_holds",
-    "sessions_admin_deletions",
-    "sessions_admin_delete_claims",
-    "sessions_admin_idempotency",
+    *(table for table in OWN_TABLES if table != "sessions_admin_switch_cursors"),
 )
 RESPONSE_REWRITE_TABLES = ("conversations", "responses")
 
