@@ -28,6 +28,7 @@ from sessions_admin.core import db as core_db
 from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import DeleteJob
 from sessions_admin.routers import store_alias
+from sessions_admin.security import content_security_policy
 from sessions_admin.store import cached
 from tests.builders import old_sessions
 from tests.helpers import session_ids
@@ -155,6 +156,18 @@ def test_probes_refuse_other_methods_and_answer_head():
         assert client.post(url).status_code == 405, url
     head = client.head("/readyz")
     assert (head.status_code, head.content) == (200, b"")
+
+
+def test_probes_carry_the_security_headers_and_are_not_redirected_to_https(settings):
+    settings.SECURE_SSL_REDIRECT = True  # SESSIONS_ADMIN_HTTPS=1, probed on the plain port
+    client = Client()
+    assert client.get("/sessions/").status_code == 301
+    for url, status in (("/healthz", 200), ("/readyz", 200), ("/metrics", 403)):
+        response = client.get(url)
+        assert response.status_code == status, url
+        assert response["Content-Security-Policy"] == content_security_policy(), url
+        assert response["X-Content-Type-Options"] == "nosniff", url
+        assert "no-store" in response["Cache-Control"], url
 
 
 # --- /metrics: who may read it ----------------------------------------------------------------
