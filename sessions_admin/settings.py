@@ -13,6 +13,7 @@ says what each does): ``DATABASE_URL`` (the dashboard's own tables), ``SESSIONS_
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from datetime import timedelta
@@ -343,8 +344,6 @@ if SESSIONS_ADMIN_METRICS_TOKEN and len(SESSIONS_ADMIN_METRICS_TOKEN) < 24:
 
 
 def _networks(name: str) -> list:
-    import ipaddress
-
     found = []
     for value in os.environ.get(name, "").split(","):
         if value.strip():
