@@ -32,6 +32,18 @@ RETRY_SECONDS = 10.0
 # How long one PostgreSQL statement may wait for a row lock before the attempt is retried.
 PG_LOCK_TIMEOUT_MS = 2000
 
+# Told of every wait on a busy store by ``store_operation``: the operation's name and the
+# seconds it sleeps before trying again, or None when it gives up (``StoreBusy``). The
+# dashboard counts them for its metrics (console/metrics.py); a runtime may add its own.
+# An observer that raises is ignored: counting never fails an operation.
+BUSY_OBSERVERS: list[Callable[[str, float | None], None]] = []
+
+
+def _tell_busy(operation: str, pause: float | None) -> None:
+    for observer in list(BUSY_OBSERVERS):
+        with contextlib.suppress(Exception):
+            observer(operation, pause)
+
 
 def is_busy_error(error: BaseException) -> bool:
     """A lock or serialization conflict: worth retrying, and "busy, try again" to an operator.
@@ -233,9 +245,12 @@ def _run_store_operation(func: Callable[..., T], args: tuple, kwargs: dict) -> T
                 error.database = "store"
             if not is_busy_error(error) or time.monotonic() >= deadline:
                 if is_busy_error(error):
+                    _tell_busy(func.__name__, None)
                     raise StoreBusy(func.__name__, attempt) from error
                 raise
-            time.sleep(min(0.5, 0.02 * attempt) * (0.5 + random.random()))
+            pause = min(0.5, 0.02 * attempt) * (0.5 + random.random())
+            _tell_busy(func.__name__, pause)
+            time.sleep(pause)
 
 
 def lock_names(*names: str | None) -> None:
