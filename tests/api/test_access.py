@@ -48,6 +48,10 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/runtime/sessions/{session_id}/redo"): RUNTIME,
     ("PUT", "/runtime/sessions/{session_id}/transcript"): RUNTIME,
     ("POST", "/runtime/conversations/resolve"): RUNTIME,
+    # merges and deletion (apiwrite)
+    ("GET", "/merges/preview"): VIEW,
+    ("POST", "/merges"): OPERATE,
+    ("POST", "/merges/{merge_id}/undo"): OPERATE,
 }
 # A plausible body per route (an allowed call may still be refused by the core: 409, 422).
 BODIES: dict[tuple[str, str], dict] = {
@@ -63,8 +67,14 @@ BODIES: dict[tuple[str, str], dict] = {
     ("POST", "/runtime/sessions/{session_id}/branch"): {},
     ("PUT", "/runtime/sessions/{session_id}/transcript"): {"messages": []},
     ("POST", "/runtime/conversations/resolve"): {"conversation": "seed-slug", "source": "cli"},
+    # merges and deletion (apiwrite)
+    ("POST", "/merges"): {"session_ids": ["{session_id}", "x"], "fingerprint": "stale"},
 }
-QUERIES = {("GET", "/runtime/live"): "?session_key=cli:seed"}
+QUERIES = {
+    ("GET", "/runtime/live"): "?session_key=cli:seed",
+    # merges and deletion (apiwrite)
+    ("GET", "/merges/preview"): "?ids=a&ids=b",
+}
 SCOPES = ("runtime", "viewer", "support", "admin")
 SCOPE_HOLDS = {
     "runtime": {RUNTIME, SIGNED_IN},
