@@ -52,6 +52,15 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/merges/preview"): VIEW,
     ("POST", "/merges"): OPERATE,
     ("POST", "/merges/{merge_id}/undo"): OPERATE,
+    ("GET", "/cascades/{session_id}"): DELETE,
+    ("POST", "/cascades/{session_id}"): DELETE,
+    ("POST", "/bulk-deletes/dry-run"): DELETE,
+    ("POST", "/bulk-deletes"): DELETE,
+    ("GET", "/jobs"): DELETE,
+    ("GET", "/jobs/{job_id}"): DELETE,
+    ("POST", "/jobs/{job_id}/cancel"): DELETE,
+    ("GET", "/trash"): DELETE,
+    ("POST", "/trash/{entry_id}/restore"): DELETE,
 }
 # A plausible body per route (an allowed call may still be refused by the core: 409, 422).
 BODIES: dict[tuple[str, str], dict] = {
@@ -69,6 +78,9 @@ BODIES: dict[tuple[str, str], dict] = {
     ("POST", "/runtime/conversations/resolve"): {"conversation": "seed-slug", "source": "cli"},
     # merges and deletion (apiwrite)
     ("POST", "/merges"): {"session_ids": ["{session_id}", "x"], "fingerprint": "stale"},
+    ("POST", "/cascades/{session_id}"): {"fingerprint": "stale", "reason": "access table"},
+    ("POST", "/bulk-deletes/dry-run"): {"preset": "empty"},
+    ("POST", "/bulk-deletes"): {"preset": "empty", "fingerprint": "stale", "reason": "access"},
 }
 QUERIES = {
     ("GET", "/runtime/live"): "?session_key=cli:seed",
