@@ -247,7 +247,8 @@ def test_picked_live_sessions_need_confirm_live_and_large_sets_the_typed_count(a
 
 
 def test_a_selection_is_a_preset_or_picked_ids(admin):
-    for body in ({}, {"preset": "empty", "session_ids": ["a"]}, {"preset": "by_source"}):
+    too_many = {"session_ids": [f"s{n}" for n in range(10_001)]}
+    for body in ({}, {"preset": "empty", "session_ids": ["a"]}, {"preset": "by_source"}, too_many):
         answer = admin.post("bulk-deletes/dry-run", body)
         assert answer.status == 422, (body, answer.body)
 
