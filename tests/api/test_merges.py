@@ -189,3 +189,4 @@ def test_an_unknown_merge_is_not_found(support):
     answer = support.post("merges/999999/undo", {})
     assert answer.status == 404
     assert answer.body["type"].endswith("/not-found")
+    assert answer.body["detail"] == "No merge 999999."
