@@ -50,6 +50,19 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/runtime/conversations/resolve"): RUNTIME,
     ("GET", "/switches"): SWITCHES,
     ("GET", "/switches/stream"): SWITCHES,
+    # merges and deletion (apiwrite)
+    ("GET", "/merges/preview"): VIEW,
+    ("POST", "/merges"): OPERATE,
+    ("POST", "/merges/{merge_id}/undo"): OPERATE,
+    ("GET", "/cascades/{session_id}"): DELETE,
+    ("POST", "/cascades/{session_id}"): DELETE,
+    ("POST", "/bulk-deletes/dry-run"): DELETE,
+    ("POST", "/bulk-deletes"): DELETE,
+    ("GET", "/jobs"): DELETE,
+    ("GET", "/jobs/{job_id}"): DELETE,
+    ("POST", "/jobs/{job_id}/cancel"): DELETE,
+    ("GET", "/trash"): DELETE,
+    ("POST", "/trash/{entry_id}/restore"): DELETE,
 }
 # A plausible body per route (an allowed call may still be refused by the core: 409, 422).
 BODIES: dict[tuple[str, str], dict] = {
@@ -65,8 +78,17 @@ BODIES: dict[tuple[str, str], dict] = {
     ("POST", "/runtime/sessions/{session_id}/branch"): {},
     ("PUT", "/runtime/sessions/{session_id}/transcript"): {"messages": []},
     ("POST", "/runtime/conversations/resolve"): {"conversation": "seed-slug", "source": "cli"},
+    # merges and deletion (apiwrite)
+    ("POST", "/merges"): {"session_ids": ["{session_id}", "x"], "fingerprint": "stale"},
+    ("POST", "/cascades/{session_id}"): {"fingerprint": "stale", "reason": "access table"},
+    ("POST", "/bulk-deletes/dry-run"): {"preset": "empty"},
+    ("POST", "/bulk-deletes"): {"preset": "empty", "fingerprint": "stale", "reason": "access"},
 }
-QUERIES = {("GET", "/runtime/live"): "?session_key=cli:seed"}
+QUERIES = {
+    ("GET", "/runtime/live"): "?session_key=cli:seed",
+    # merges and deletion (apiwrite)
+    ("GET", "/merges/preview"): "?ids=a&ids=b",
+}
 QUERIES[("GET", "/switches/stream")] = "?after=0&seconds=0"  # the log so far, then it ends
 SCOPES = ("runtime", "viewer", "support", "admin")
 SCOPE_HOLDS = {
