@@ -32,7 +32,16 @@ from sessions_admin.api.merges import refused
 from sessions_admin.api.problems import Problem, invalid_input, not_found
 from sessions_admin.api.runtime import Strict
 from sessions_admin.api.schemas import Identifier, Text
-from sessions_admin.core.deletion import needs_typed_confirmation
+from sessions_admin.core.deletion import (
+    PRESET_MAX_DAYS,
+    SELECTION_MAX,
+    SOURCE_MAX_LENGTH,
+    confirmed_cutoff,
+    days_before,
+    needs_typed_confirmation,
+    preset_description,
+    typed_count_problem,
+)
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.text import operator_text
 from sessions_admin.ledger import actions, worker
@@ -45,10 +54,6 @@ from sessions_admin.store.models import Session
 router = Router(tags=["deletion"], auth=api_auth(DELETE))
 RowId = Annotated[int, Path(ge=1, lt=2**63)]  # a row's id either database can compare
 
-SELECTION_MAX = 10_000  # picked sessions one bulk delete takes (the console's bound)
-MAX_DAYS = 36500
-MAX_DRY_RUN_AGE_SECONDS = 86400  # a confirmation of an older "ended more than N days" dry run
-SOURCE_MAX_LENGTH = 500
 ACTIVE_JOB_STATES = (DeleteJob.PENDING, DeleteJob.RUNNING)
 JOBS_LISTED = 50
 TRASH_PAGE_SIZE = 25
@@ -74,13 +79,8 @@ def _checked_reason(request: HttpRequest, action: str, reason: str, **audit) -> 
 
 
 def _typed_count_problem(*, sessions: int, messages: int, typed: int | None) -> str | None:
-    """Why ``typed`` does not confirm a delete this large (None: it does, or none is asked)."""
-    if not needs_typed_confirmation(sessions=sessions, messages=messages) or typed == sessions:
-        return None
-    return (
-        f"To confirm, type the number of sessions this deletes ({sessions:,})"
-        + ("; the number typed does not match." if typed is not None else ".")
-        + " Nothing was deleted."
+    return typed_count_problem(
+        sessions=sessions, messages=messages, typed=typed, given=typed is not None
     )
 
 
@@ -243,7 +243,7 @@ class BulkSelectionIn(Strict):
     """What a bulk delete is about: a preset with its parameters, or picked session ids."""
 
     preset: Literal["ended_older_than", "empty", "by_source"] | None = None
-    days: float | None = Field(None, ge=0, le=MAX_DAYS, allow_inf_nan=False)
+    days: float | None = Field(None, ge=0, le=PRESET_MAX_DAYS, allow_inf_nan=False)
     source: Text | None = Field(None, max_length=SOURCE_MAX_LENGTH)
     # At most SELECTION_MAX, checked by the route (a 422 saying so), not declared: a body of
     # one more than that many ids is over the body size limit (413) before anything reads it.
@@ -339,28 +339,27 @@ def _selection(request: HttpRequest, body: BulkSelectionIn, action: str | None, 
         return ids, None, f"{len(ids):,} sessions picked through the API"
     if body.preset == "ended_older_than":
         if body.days is None:
-            raise problem("days", f"Give the age in days as a number from 0 to {MAX_DAYS:,}.")
+            raise problem(
+                "days", f"Give the age in days as a number from 0 to {PRESET_MAX_DAYS:,}."
+            )
         now = time.time()
         fresh = now - body.days * 86400
         if action is not None:  # confirming: the dry run's own instant, if it is recent
-            age = None if cutoff is None else fresh - cutoff
-            if age is None or not -60 <= age <= MAX_DRY_RUN_AGE_SECONDS:
+            fresh = confirmed_cutoff(days=body.days, shown_cutoff=cutoff, now=now)
+            if fresh is None:
                 raise problem(
                     "cutoff",
                     "This dry run is too old or incomplete (give its cutoff): run it again "
                     "and confirm.",
                 )
-            fresh = cutoff
-        days = min(float(MAX_DAYS), max(0.0, (now - fresh) / 86400))
-        ids = core.preset_session_ids(preset=body.preset, days=days)
-        days_words = int(body.days) if float(body.days).is_integer() else body.days
-        return ids, fresh, f"Sessions that ended more than {days_words} days ago"
+        ids = core.preset_session_ids(preset=body.preset, days=days_before(fresh, now=now))
+        return ids, fresh, preset_description(body.preset, days=body.days)
     if body.preset == "by_source":
         if not (body.source or "").strip():
             raise problem("source", "Pick a source.")
         ids = core.preset_session_ids(preset=body.preset, source=body.source)
-        return ids, None, f"Sessions from source “{body.source}”"
-    return core.preset_session_ids(preset="empty"), None, "Empty sessions (no messages)"
+        return ids, None, preset_description(body.preset, source=body.source)
+    return core.preset_session_ids(preset="empty"), None, preset_description("empty")
 
 
 def _count_live(ids) -> int:

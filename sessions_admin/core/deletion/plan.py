@@ -42,6 +42,23 @@ def needs_typed_confirmation(*, sessions: int, messages: int) -> bool:
     return sessions >= TYPED_CONFIRMATION_SESSIONS or messages >= TYPED_CONFIRMATION_MESSAGES
 
 
+def typed_count_problem(
+    *, sessions: int, messages: int, typed: int | None, given: bool
+) -> str | None:
+    """Why ``typed`` does not confirm deleting this many (None: it does, or none is asked).
+
+    The one refusal of every door (cascade, bulk delete and erasure pages, the API);
+    ``given``: the operator typed something (a number that does not match, or not a number).
+    """
+    if not needs_typed_confirmation(sessions=sessions, messages=messages) or typed == sessions:
+        return None
+    return (
+        f"To confirm, type the number of sessions this deletes ({sessions:,})"
+        + ("; the number typed does not match." if given else ".")
+        + " Nothing was deleted."
+    )
+
+
 @dataclass(frozen=True)
 class DeletePlan:
     picked_ids: tuple[str, ...]
