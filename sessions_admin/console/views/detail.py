@@ -278,16 +278,31 @@ def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> Http
     if as_fragment:
         return render(request, f"{TEMPLATE}#{partial}", context)
     context.update(_page_context(request, session, chain))
-    context.update(_find_context(request))
+    context.update(_find_context(request, session, chain, hide=hide, raw=raw))
     return render(request, TEMPLATE, context)
 
 
-def _find_context(request: HtmxHttpRequest) -> dict:
+def _find_context(
+    request: HtmxHttpRequest, session: Session, chain: list[str], *, hide: bool, raw: bool
+) -> dict:
     """A search hit's link carries its query (``?q=``): the words the page marks in the
-    transcript (static/js/find.js), parsed as the search parsed them."""
+    transcript (static/js/find.js), parsed as the search parsed them, and every message of
+    the conversation the search matches (the bar's "match 3 of 22", loaded or not), with
+    where the transcript around one of them is loaded from."""
     q = request.GET.get("q", "")
     terms = listing.search_terms(q) if len(q) <= listing.MAX_QUERY else ()
-    return {"find_terms": terms, "find_terms_json": json.dumps(list(terms))}
+    if not terms:
+        return {"find_terms": (), "find_terms_json": "[]"}
+    found = listing.conversation_matches(q=q, chain=chain, hide_inactive=hide)
+    view = {**({"inactive": "hide"} if hide else {}), **({"text": RAW_TEXT} if raw else {})}
+    around = f"{reverse('session_detail', args=[session.id])}?{urlencode({**view, 'q': q})}"
+    return {
+        "find_terms": terms,
+        "find_terms_json": json.dumps(list(terms)),
+        "find_matches_json": json.dumps(list(found.message_ids)),
+        "find_capped": found.capped,
+        "find_around_url": around,
+    }
 
 
 @require_GET

@@ -97,6 +97,17 @@ class SqliteSearch:
         return {r[0] for r in rows}
 
     @staticmethod
+    def matches_in(query: Query, session_ids: list[str], shown: str, limit: int) -> list[tuple]:
+        """(id, session_id) of the sessions' messages matching, in id order, at most ``limit``."""
+        ids_sql, ids_params = db.in_list("m.session_id", session_ids)
+        return db.fetchall(
+            "SELECT m.id, m.session_id FROM messages m CROSS JOIN messages_fts "
+            f"ON messages_fts.rowid = m.id WHERE {ids_sql}{shown} AND messages_fts MATCH %s "
+            "ORDER BY m.id LIMIT %s",
+            [*ids_params, fts5_query(query), limit],
+        )
+
+    @staticmethod
     def snippets(query: Query, ids: list[int], desc: bool) -> list[tuple]:
         if not ids:
             return []
