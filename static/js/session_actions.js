@@ -52,8 +52,24 @@
     if (disclosure) disclosure.open = true;
   }
 
-  // The panel is replaced by an action's answer or when the session ends (htmx).
-  document.body.addEventListener("htmx:afterSwap", watch);
+  // The panel is replaced by an action's answer or when the session ends (htmx); one the
+  // operator had open stays open.
+  var keepOpen = false;
+  document.body.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail && event.detail.target;
+    if (target && target.id === "session-actions") {
+      var disclosure = target.querySelector(".sa-disclosure");
+      keepOpen = !!(disclosure && disclosure.open);
+    }
+  });
+  document.body.addEventListener("htmx:afterSwap", function () {
+    if (keepOpen) {
+      keepOpen = false;
+      var disclosure = panel() && panel().querySelector(".sa-disclosure");
+      if (disclosure) disclosure.open = true;
+    }
+    watch();
+  });
   if (wide.addEventListener) wide.addEventListener("change", update);
   window.addEventListener("hashchange", openOnHash);
   openOnHash();

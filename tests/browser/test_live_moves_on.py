@@ -8,6 +8,7 @@ from playwright.sync_api import expect
 
 from sessions_admin import core
 from tests import builders
+from tests.browser import open_support_actions
 
 TICK = "document.getElementById('live-tail').dispatchEvent(new CustomEvent('live-tick'))"
 
@@ -60,6 +61,7 @@ def test_a_reset_by_the_runtime_ends_the_page_and_links_to_the_new_session(signe
 def test_a_compression_by_the_runtime_ends_this_segment_and_links_to_the_next(signed_in_page):
     ref, _ids = builders.two_turns("cli:moves")
     page = open_live_page(signed_in_page, ref)
+    open_support_actions(page)  # open while the runtime moves on: it stays open
 
     tip = core.rotate_for_compression(session_id=ref, summary="so far").new_session_id
     assert poll_now(page) == 200
@@ -73,6 +75,7 @@ def test_a_compression_by_the_runtime_ends_this_segment_and_links_to_the_next(si
     expect(page.locator("#session-actions .sa-live-link")).to_have_attribute(
         "href", f"/sessions/{tip}/#session-actions"
     )
+    expect(page.locator("#session-actions .sa-live-link")).to_be_visible()
     # The transcript still follows the conversation into its new segment.
     expect(page.locator("#live-tail")).to_have_count(1)
     assert page.evaluate("window.sameDocument") is True
