@@ -10,13 +10,15 @@ from tests.builders import fresh_cache  # noqa: F401 - an autouse fixture
 
 
 def fully_visible_below(page, locator, panel) -> None:
-    """``locator`` is wholly inside the viewport and below the (sticky) panel."""
+    """``locator`` is wholly inside the viewport and below the sticky panel and find bar,
+    the find bar itself below the panel (both stuck to the top)."""
     box = locator.bounding_box()
     covered = panel.bounding_box()
-    assert box is not None and covered is not None
+    bar = page.locator(".find-bar").bounding_box()
+    assert box is not None and covered is not None and bar is not None
     height = page.viewport_size["height"]
-    bottom = covered["y"] + covered["height"]
-    assert box["y"] >= bottom - 0.5, (box, covered)
+    assert bar["y"] >= covered["y"] + covered["height"] - 0.5, (bar, covered)
+    assert box["y"] >= bar["y"] + bar["height"] - 0.5, (box, bar)
     assert box["y"] + box["height"] <= height + 0.5, (box, height)
 
 
