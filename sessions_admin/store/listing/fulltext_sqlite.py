@@ -98,13 +98,23 @@ class SqliteSearch:
 
     @staticmethod
     def matches_in(query: Query, session_ids: list[str], shown: str, limit: int) -> list[tuple]:
-        """(id, session_id) of the sessions' messages matching, in id order, at most ``limit``."""
+        """(id, session_id) of the sessions' messages matching, in id order, at most ``limit``.
+
+        Read from the index within the sessions' id range (FTS5 seeks a rowid range), then
+        joined to the sessions: probing the index once per message of the sessions (as
+        ``hit_before`` does for a few) took 1.4 s over a 20,000-message session."""
+        ids_sql, ids_params = db.in_list("session_id", session_ids)
+        low, high = db.fetchone(
+            f"SELECT MIN(id), MAX(id) FROM messages WHERE {ids_sql}", ids_params
+        )
+        if low is None:
+            return []
         ids_sql, ids_params = db.in_list("m.session_id", session_ids)
         return db.fetchall(
-            "SELECT m.id, m.session_id FROM messages m CROSS JOIN messages_fts "
-            f"ON messages_fts.rowid = m.id WHERE {ids_sql}{shown} AND messages_fts MATCH %s "
-            "ORDER BY m.id LIMIT %s",
-            [*ids_params, fts5_query(query), limit],
+            "SELECT c.id, m.session_id FROM (SELECT rowid AS id FROM messages_fts "
+            "WHERE messages_fts MATCH %s AND rowid >= %s AND rowid <= %s) c "
+            f"JOIN messages m ON m.id = c.id WHERE {ids_sql}{shown} ORDER BY c.id LIMIT %s",
+            [fts5_query(query), low, high, *ids_params, limit],
         )
 
     @staticmethod
