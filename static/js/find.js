@@ -8,6 +8,12 @@
  * digits between them, ignoring case, as the search's tokenizers did. Text
  * nodes of the loaded messages are wrapped in <mark class="find">; chunks htmx
  * loads later are marked as they arrive (htmx:afterSwap).
+ *
+ * The count is the conversation's, not the loaded messages': the bar's
+ * data-find-matches lists every message the search matches (the store's,
+ * store/listing/fulltext.conversation_matches), "match 3 of 22" is the third of
+ * them, and Next/Previous step through each one's marks, then to the next one,
+ * loading the transcript around it when it is not on the page.
  */
 (function () {
   "use strict";
@@ -93,7 +99,50 @@
     return root ? Array.prototype.slice.call(root.querySelectorAll("mark.find")) : [];
   }
 
+  // Every message of the conversation the search matches, in transcript order (the
+  // server's count from the store, loaded or not): the bar counts and steps through these,
+  // loading the transcript around one that is not on the page yet.
+  var matchIds;
+  try {
+    matchIds = JSON.parse(bar.getAttribute("data-find-matches") || "[]");
+  } catch (error) {
+    matchIds = [];
+  }
+  if (!Array.isArray(matchIds)) matchIds = [];
+  var capped = bar.hasAttribute("data-find-capped");
+  var aroundUrl = bar.getAttribute("data-find-around");
+  var currentId = null;
+  var pending = null;
+
+  function messageIdOf(node) {
+    for (var el = node; el; el = el.parentElement) {
+      if (el.id && /^m\d+$/.test(el.id)) return parseInt(el.id.slice(1), 10);
+    }
+    return null;
+  }
+
+  function marksOf(id) {
+    var element = document.getElementById("m" + id);
+    if (!element) return [];
+    return Array.prototype.slice.call(element.querySelectorAll("mark.find")).filter(
+      function (mark) { return messageIdOf(mark) === id; }
+    );
+  }
+
+  function total() {
+    return matchIds.length + (capped ? "+" : "");
+  }
+
   function show(all) {
+    if (matchIds.length) {
+      var at = matchIds.indexOf(currentId);
+      if (at >= 0) {
+        count.textContent = "match " + (at + 1) + " of " + total();
+      } else {
+        count.textContent = total() + (matchIds.length === 1 && !capped ? " matching message" : " matching messages") + " in this conversation";
+      }
+      return;
+    }
     if (!all.length) {
       count.textContent = "no match in the loaded messages";
     } else if (current < 0) {
@@ -103,6 +152,46 @@
     }
   }
 
+  function reveal(target) {
+    // A match inside a collapsed tool call or reasoning: open it to show the match.
+    for (var el = target.parentElement; el; el = el.parentElement) {
+      if (el.tagName === "DETAILS" && !el.open) el.open = true;
+    }
+    target.scrollIntoView({ block: "center" });
+  }
+
+  function select(mark, element) {
+    var previous = document.querySelector("mark.find.current");
+    if (previous) previous.classList.remove("current");
+    if (mark) mark.classList.add("current");
+    reveal(mark || element);
+    var all = marks();
+    current = mark ? all.indexOf(mark) : -1;
+    show(all);
+  }
+
+  // The matching message ``id``: its first (or last) match, loading the transcript around it
+  // first when it is not on the page.
+  function goMessage(id, last, loaded) {
+    var element = document.getElementById("m" + id);
+    if (!element) {
+      if (loaded || !aroundUrl || !window.htmx) {
+        show(marks());
+        return;
+      }
+      pending = { id: id, last: last };
+      count.textContent = "loading match " + (matchIds.indexOf(id) + 1) + " of " + total() + "…";
+      window.htmx.ajax("GET", aroundUrl + "&around=" + encodeURIComponent(id), {
+        target: "#transcript",
+        swap: "outerHTML",
+      });
+      return;
+    }
+    currentId = id;
+    var own = marksOf(id);
+    select(own.length ? own[last ? own.length - 1 : 0] : null, element);
+  }
+
   function go(index) {
     var all = marks();
     if (!all.length) {
@@ -110,23 +199,31 @@
       show(all);
       return;
     }
-    var previous = document.querySelector("mark.find.current");
-    if (previous) previous.classList.remove("current");
     current = (index + all.length) % all.length;
-    var mark = all[current];
-    mark.classList.add("current");
-    // A match inside a collapsed tool call or reasoning: open it to show the match.
-    for (var el = mark.parentElement; el; el = el.parentElement) {
-      if (el.tagName === "DETAILS" && !el.open) el.open = true;
-    }
-    mark.scrollIntoView({ block: "center" });
-    show(all);
+    currentId = messageIdOf(all[current]);
+    select(all[current], null);
   }
 
   function step(delta) {
-    var all = marks();
-    var at = all.indexOf(document.querySelector("mark.find.current"));
-    go(at < 0 ? (delta > 0 ? 0 : all.length - 1) : at + delta);
+    if (!matchIds.length) {
+      var all = marks();
+      var at = all.indexOf(document.querySelector("mark.find.current"));
+      go(at < 0 ? (delta > 0 ? 0 : all.length - 1) : at + delta);
+      return;
+    }
+    var position = matchIds.indexOf(currentId);
+    if (position >= 0) {
+      // The next match in the same message first.
+      var own = marksOf(currentId);
+      var here = own.indexOf(document.querySelector("mark.find.current"));
+      if (here >= 0 && here + delta >= 0 && here + delta < own.length) {
+        select(own[here + delta], null);
+        return;
+      }
+    }
+    var next = position < 0 ? (delta > 0 ? 0 : matchIds.length - 1) : position + delta;
+    next = (next + matchIds.length) % matchIds.length;
+    goMessage(matchIds[next], delta < 0, false);
   }
 
   bar.addEventListener("click", function (event) {
@@ -137,9 +234,16 @@
   });
 
   // Chunks loaded later (load more / earlier, the refreshed transcript) get marked too;
-  // the current match keeps its place in the counter.
+  // the current match keeps its place in the counter. A transcript loaded around a match
+  // (goMessage) goes on to that match.
   document.body.addEventListener("htmx:afterSwap", function () {
     markIn(container());
+    if (pending) {
+      var wanted = pending;
+      pending = null;
+      goMessage(wanted.id, wanted.last, true);
+      return;
+    }
     var all = marks();
     current = all.indexOf(document.querySelector("mark.find.current"));
     show(all);
@@ -150,7 +254,10 @@
   var all = marks();
   var target = window.location.hash ? document.getElementById(window.location.hash.slice(1)) : null;
   var first = target ? all.findIndex(function (mark) { return target.contains(mark); }) : -1;
-  if (all.length && first >= 0) {
+  var targetId = target ? messageIdOf(target) : null;
+  if (matchIds.length && targetId !== null && matchIds.indexOf(targetId) >= 0) {
+    goMessage(targetId, false, true);
+  } else if (all.length && first >= 0) {
     go(first);
   } else {
     show(all);

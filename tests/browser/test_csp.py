@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 
 from sessions_admin import core
 from sessions_admin.ledger import worker
+from tests.browser import open_support_actions
 from tests.browser.hostile import PAYLOAD, hostile_store
 from tests.builders import refund_lineage
 
@@ -106,6 +107,7 @@ def test_repeated_actions_swap_without_a_report(signed_in_page):
     page = signed_in_page("support")
     page.goto(f"/sessions/{chat}/")
     panel = page.locator("#session-actions")
+    open_support_actions(page)
     panel.locator("summary", has_text="Reset").click()
     # What dragging the box's corner does: an inline size through the CSSOM (allowed).
     page.eval_on_selector("#sa-summary", "box => { box.style.height = '9em'; }")

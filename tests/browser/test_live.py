@@ -10,6 +10,7 @@ from django.core.cache import cache
 from playwright.sync_api import expect
 
 from sessions_admin import core
+from tests.browser import open_support_actions
 
 TICK = "document.getElementById('live-tail').dispatchEvent(new CustomEvent('live-tick'))"
 
@@ -151,6 +152,7 @@ def test_the_action_panel_stays_in_reach_while_the_transcript_scrolls(signed_in_
     assert page.evaluate("window.scrollY") > 1000
     box = panel.bounding_box()
     assert box is not None and 0 <= box["y"] < 50  # pinned to the top of the viewport
+    open_support_actions(page)  # one line until opened
     expect(panel.get_by_text("Undo last turn…")).to_be_visible()
 
     # On a phone it scrolls away with the page instead of covering the transcript.

@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 
 from sessions_admin import core
 from sessions_admin.signin.roles import assign_role
+from tests.browser import open_support_actions
 from tests.browser.conftest import PASSWORD
 
 RICH = (
@@ -161,6 +162,7 @@ def test_tool_call_turns_are_calls_in_the_merge_and_undo_previews(signed_in_page
 
     page.goto(f"/sessions/{a}/")
     undo = page.locator("#sa-undo")
+    open_support_actions(page)
     undo.locator("summary.sa-btn").click()
     preview = undo.locator(".sa-preview")
     expect(preview).not_to_contain_text("(no text)")

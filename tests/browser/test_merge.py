@@ -7,6 +7,7 @@ from urllib.parse import parse_qs, urlparse
 
 from sessions_admin import core
 from sessions_admin.core import db
+from tests.browser import open_support_actions
 from tests.helpers import messages, session
 
 
@@ -153,6 +154,7 @@ def test_merging_two_customers_needs_the_typed_count_and_a_reason(signed_in_page
     cli, chat = two_customers()
     page = signed_in_page("support")
     page.goto(f"/sessions/{chat}/")
+    open_support_actions(page)
     page.fill("#sa-merge-ids", cli)  # the "Merge with..." box on the session page
     page.locator("form.sa-merge button[type=submit]").click()
     page.wait_for_url(re.compile(r"/merge/preview/"))

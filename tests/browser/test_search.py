@@ -71,11 +71,45 @@ def test_chunks_loaded_later_are_marked_too(signed_in_page):
     page = signed_in_page("viewer")
     page.goto(f"/sessions/{sid}/?around={first}&q=needle#m{first}")
     counter = page.locator(".find-bar [data-find-count]")
-    expect(counter).to_have_text("match 1 of 1")
+    expect(counter).to_have_text("match 1 of 2")  # the conversation's count, loaded or not
     page.locator("a.load-more").scroll_into_view_if_needed()  # revealed: htmx loads the rest
     expect(page.locator(f"#m{last} mark.find")).to_have_count(1)
     expect(counter).to_have_text("match 1 of 2")
     page.locator(".find-bar").get_by_role("button", name="Next").click()
     expect(counter).to_have_text("match 2 of 2")
+    expect(page.locator(f"#m{last} mark.find.current")).to_have_count(1)
+    assert page.script_errors == []
+
+
+def test_the_counter_counts_the_whole_conversation_and_next_loads_what_it_needs(signed_in_page):
+    """22 matching messages, ten others between each two: a hit's transcript loads a
+    hundred messages, some of the matches; the bar counts all 22 and steps to each."""
+    sid = core.create_session(source="cli", started_at=1_700_000_000.0).session_id
+    needles = []
+    for n in range(22):
+        [needle] = _say(sid, f"needle number {n}")
+        needles.append(needle)
+        _say(sid, *[f"hay {n}.{k}" for k in range(10)])
+    # Compressed meanwhile: the count is the conversation's, across its segments.
+    tip = core.rotate_for_compression(session_id=sid).new_session_id
+    [late] = _say(tip, "a late needle")
+    needles.append(late)
+    page = signed_in_page("viewer")
+    page.goto(f"/sessions/{sid}/?around={needles[4]}&q=needle#m{needles[4]}")
+    counter = page.locator(".find-bar [data-find-count]")
+    expect(counter).to_have_text("match 5 of 23")
+    assert page.locator(f"#m{needles[-1]}").count() == 0  # not loaded
+    next_button = page.locator(".find-bar").get_by_role("button", name="Next")
+    for n in range(5, 23):
+        next_button.click()
+        expect(counter).to_have_text(f"match {n + 1} of 23")
+        expect(page.locator(f"#m{needles[n]} mark.find.current")).to_have_count(1)
+    next_button.click()  # wraps to the first, loaded again
+    expect(counter).to_have_text("match 1 of 23")
+    expect(page.locator(f"#m{needles[0]} mark.find.current")).to_be_in_viewport()
+    previous = page.locator(".find-bar").get_by_role("button", name="Previous")
+    previous.click()
+    expect(counter).to_have_text("match 23 of 23")
+    expect(page.locator(f"#m{late} mark.find.current")).to_be_in_viewport()
     assert page.script_errors == []
     assert page.csp_violations == []

@@ -8,6 +8,7 @@ from playwright.sync_api import expect
 
 from sessions_admin import core
 from tests import builders
+from tests.browser import open_support_actions
 from tests.helpers import messages, session
 
 
@@ -33,6 +34,8 @@ def test_undo_then_redo_the_last_turn_without_a_reload(signed_in_page):
     # Undo is a secondary button that first shows what it would mark undone.
     undo = page.locator("#sa-undo")
     expect(undo.locator("summary")).to_have_class(re.compile(r"\bsecondary\b"))
+    expect(undo.locator("summary")).to_be_hidden()  # the panel is one line until opened
+    open_support_actions(page)
     expect(undo.locator(".sa-preview")).to_be_hidden()
     undo.locator("summary").click()
     expect(undo.locator(".sa-preview li")).to_have_count(2)
@@ -86,6 +89,7 @@ def test_an_ended_segment_sends_the_operator_to_the_live_session_to_undo(signed_
     page = signed_in_page("support")
     page.goto(f"/sessions/{old}/")
     expect(page.locator("#session-actions .sa-rewind")).to_have_count(0)
+    open_support_actions(page)
     page.locator("#session-actions .sa-live-link").click()
     page.wait_for_url(lambda address: f"/sessions/{live}/" in address)
     page.locator("#sa-undo summary").click()
@@ -105,6 +109,7 @@ def test_resume_an_ended_session_through_the_preflight(signed_in_page):
     page.goto(f"/sessions/{old}/")
     expect(page.locator(".status-line")).to_contain_text("evicted")
 
+    open_support_actions(page)
     page.get_by_role("link", name="Resume…").click()
     page.wait_for_url(f"**/sessions/{old}/resume/")
     expect(page.locator(".sa-target-id")).to_have_text(old)
@@ -138,6 +143,7 @@ def test_reset_from_the_panel(signed_in_page):
     ref, _ = two_turns("tg:dm:b5")
     page = signed_in_page("admin")
     page.goto(f"/sessions/{ref}/")
+    open_support_actions(page)
     page.locator(".sa-reset > summary").click()
     page.get_by_label("Summary").fill("They asked about a refund.")
     page.get_by_role("button", name="Reset the chat").click()

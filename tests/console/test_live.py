@@ -4,6 +4,7 @@ segment navigator (views; the browser side is tests/browser/test_live.py)."""
 from __future__ import annotations
 
 import html
+import json
 import re
 
 import pytest
@@ -90,6 +91,39 @@ def test_polling_stops_when_the_session_ends(signed_in):
     # An ended session's page has no poller at all.
     assert tail_link(client.get(detail(ref)).content.decode()) is None
     assert ids
+
+
+def test_the_tail_tells_the_page_when_the_runtime_moved_the_conversation_on(signed_in):
+    """The answer of a poll that finds its segment ended carries the session-ended event, on
+    which the page reloads its status line, details, lineage and actions panel; the
+    transcript's end names where the conversation continues."""
+    ref = core.create_session(source="telegram", session_key="tg:moved").session_id
+    ids = list(core.append_messages(session_id=ref, messages=conversation_messages(2)).message_ids)
+    client = signed_in("support")
+    page = client.get(detail(ref)).content.decode()
+    for part in ("status-line", "lineage", "meta", "session-actions"):
+        tag = re.search(rf'<[a-z]+ [^>]*id="{part}"[^>]*>', page).group(0)
+        assert "session-ended from:body" in tag, part
+    url = tail_link(page)
+    core.append_messages(session_id=ref, messages=conversation_messages(1, prefix="new"))
+    grew = client.get(url, headers=HX)
+    assert grew.status_code == 200 and "HX-Trigger" not in grew.headers  # still live
+
+    fresh = core.reset_session_key(session_key="tg:moved", summary="go on").new_session_id
+    ended = client.get(tail_link(grew.content.decode()), headers=HX)
+    assert json.loads(ended.headers["HX-Trigger"]) == {"session-ended": {}}
+    end = re.search(r'<p class="transcript-end".*?</p>', ended.content.decode(), re.S).group(0)
+    assert f'href="{detail(fresh)}"' in end
+
+    status = client.get(f"{detail(ref)}?part=status", headers=HX).content.decode()
+    assert 'class="badge ended"' in status and f'href="{detail(fresh)}"' in status
+    actions = client.get(f"{detail(ref)}?part=actions", headers=HX).content.decode()
+    assert actions.lstrip().startswith('<section id="session-actions"')
+    assert 'id="sa-undo"' not in actions and f'href="{detail(fresh)}#session-actions"' in actions
+    # A viewer's page has no panel, so nothing to reload.
+    viewer = signed_in("viewer")
+    assert viewer.get(f"{detail(ref)}?part=actions", headers=HX).status_code == 204
+    assert len(ids) == 2
 
 
 @pytest.mark.parametrize(

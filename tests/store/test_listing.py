@@ -735,3 +735,45 @@ def test_the_plain_word_prefilter_never_drops_a_full_text_match(q):
     }
     assert expected <= set(ids)
     assert set(_hits(q)) == expected
+
+
+def test_conversation_matches_lists_every_matching_message_in_transcript_order():
+    """What a transcript's find bar counts: the conversation's (its compression chain's)
+    messages the search matches, exclusions applied, as the search page matched them."""
+    root = _new()
+    first = _say(root, "a red parcel", "nothing here", "red parcel, crushed")
+    other = _new()
+    _say(other, "a red parcel elsewhere")  # another conversation: not counted
+    tip = core.rotate_for_compression(session_id=root).new_session_id
+    later = _say(tip, "the red parcel again")
+    chain = core.compression_chain(session_id=root)
+
+    found = listing.conversation_matches(q='"red parcel" -crushed', chain=chain)
+    assert found.message_ids == (first[0], later[0])
+    assert found.capped is False
+    assert listing.conversation_matches(q="parcel", chain=chain).message_ids == (
+        first[0],
+        first[2],
+        later[0],
+    )
+    # Its segments in the chain's order, whatever their ids.
+    assert listing.conversation_matches(q="parcel", chain=[tip, root]).message_ids == (
+        later[0],
+        first[0],
+        first[2],
+    )
+    # Undone messages count unless the transcript hides them.
+    core.undo_last_turn(session_id=tip)
+    assert later[0] in listing.conversation_matches(q="parcel", chain=chain).message_ids
+    hidden = listing.conversation_matches(q="parcel", chain=chain, hide_inactive=True)
+    assert hidden.message_ids == (first[0], first[2])
+    assert listing.conversation_matches(q="-parcel", chain=chain).message_ids == ()
+
+
+def test_conversation_matches_are_capped(monkeypatch):
+    root = _new()
+    ids = _say(root, *[f"needle {n}" for n in range(5)])
+    monkeypatch.setattr(fulltext, "CONVERSATION_MATCHES_MAX", 3)
+    found = listing.conversation_matches(q="needle", chain=[root])
+    assert found.message_ids == tuple(ids[:3])
+    assert found.capped is True

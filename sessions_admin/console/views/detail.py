@@ -14,6 +14,7 @@ from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
+from django_htmx.http import trigger_client_event
 
 from sessions_admin import core
 from sessions_admin.console.html import RAW_TEXT
@@ -23,7 +24,7 @@ from sessions_admin.console.http import (
     session_or_404,
     wants_fragment,
 )
-from sessions_admin.console.views.session_actions import panel_context
+from sessions_admin.console.views.session_actions import PANEL, panel_context
 from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.signin.roles import VIEW
@@ -32,6 +33,9 @@ from sessions_admin.store.models import Session
 from sessions_admin.store.transcripts import Chunk, Position
 
 TEMPLATE = "console/session_detail.html"
+# The client event a live page's header, lineage and actions panel reload on: the runtime
+# moved the conversation on (the polled segment ended) while the page was open.
+ENDED_EVENT = "session-ended"
 CHUNK_SIZE = 100
 # Messages shown before the one ``?around=`` asks for.
 AROUND_CONTEXT = 5
@@ -197,22 +201,43 @@ def _lineage_context(session: Session) -> dict:
     return {"lineage": drawing, "lineage_count": sum(1 for event in drawing if event.row)}
 
 
-def _page_context(request: HtmxHttpRequest, session: Session, chain: list[str]) -> dict:
-    continues_in = None
-    if session.ended_at is not None:
-        continues_in, _how = where_it_continues(
-            {
-                "id": session.id,
-                "end_reason": session.end_reason,
-                "model_config": session.model_config,
-                "session_key": session.session_key,
-            }
-        )
+def _continues_in(session: Session) -> str | None:
+    """For an ended session, the live session that carries its conversation on (None: none)."""
+    if session.ended_at is None:
+        return None
+    continues_in, _how = where_it_continues(
+        {
+            "id": session.id,
+            "end_reason": session.end_reason,
+            "model_config": session.model_config,
+            "session_key": session.session_key,
+        }
+    )
+    return continues_in
+
+
+def _status_context(session: Session) -> dict:
+    """The header's status line: live or ended, the hold, a delete under way, where it continues."""
     return {
-        **_lineage_context(session),
         "hold": holds.holds_on([session.id]).get(session.id),
         "deleting": being_deleted.marks_on([session.id]).get(session.id),
-        "continues_in": continues_in,
+        "continues_in": _continues_in(session),
+    }
+
+
+def _end_context(chain: list[str], session: Session, *, live: bool) -> dict:
+    """Where the conversation goes on once its transcript has ended (a reset's new session,
+    a merge target...), named at the transcript's end."""
+    if live or not chain:
+        return {}
+    last = session if chain[-1] == session.id else Session.objects.filter(id=chain[-1]).first()
+    return {"end_continues_in": _continues_in(last) if last is not None else None}
+
+
+def _page_context(request: HtmxHttpRequest, session: Session, chain: list[str]) -> dict:
+    return {
+        **_lineage_context(session),
+        **_status_context(session),
         "segment_count": len(chain),
         **_meta_context(session),
         **panel_context(request, session),
@@ -238,6 +263,7 @@ def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> Http
     live = chunk.reached_end and _last_segment_live(chain, session)
     segment = chain.index(session.id) if session.id in chain else 0
     context = {
+        **(_end_context(chain, session, live=live) if chunk.reached_end else {}),
         "session": session,
         "chain": chain,
         "segment": segment,
@@ -252,16 +278,31 @@ def _render(request: HtmxHttpRequest, session: Session, *, partial: str) -> Http
     if as_fragment:
         return render(request, f"{TEMPLATE}#{partial}", context)
     context.update(_page_context(request, session, chain))
-    context.update(_find_context(request))
+    context.update(_find_context(request, session, chain, hide=hide, raw=raw))
     return render(request, TEMPLATE, context)
 
 
-def _find_context(request: HtmxHttpRequest) -> dict:
+def _find_context(
+    request: HtmxHttpRequest, session: Session, chain: list[str], *, hide: bool, raw: bool
+) -> dict:
     """A search hit's link carries its query (``?q=``): the words the page marks in the
-    transcript (static/js/find.js), parsed as the search parsed them."""
+    transcript (static/js/find.js), parsed as the search parsed them, and every message of
+    the conversation the search matches (the bar's "match 3 of 22", loaded or not), with
+    where the transcript around one of them is loaded from."""
     q = request.GET.get("q", "")
     terms = listing.search_terms(q) if len(q) <= listing.MAX_QUERY else ()
-    return {"find_terms": terms, "find_terms_json": json.dumps(list(terms))}
+    if not terms:
+        return {"find_terms": (), "find_terms_json": "[]"}
+    found = listing.conversation_matches(q=q, chain=chain, hide_inactive=hide)
+    view = {**({"inactive": "hide"} if hide else {}), **({"text": RAW_TEXT} if raw else {})}
+    around = f"{reverse('session_detail', args=[session.id])}?{urlencode({**view, 'q': q})}"
+    return {
+        "find_terms": terms,
+        "find_terms_json": json.dumps(list(terms)),
+        "find_matches_json": json.dumps(list(found.message_ids)),
+        "find_capped": found.capped,
+        "find_around_url": around,
+    }
 
 
 @require_GET
@@ -287,6 +328,14 @@ def _detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     if as_fragment and part == "lineage":
         context = {"session": session, **_lineage_context(session)}
         return render(request, f"{TEMPLATE}#lineage", context)
+    if as_fragment and part == "status":
+        context = {"session": session, **_status_context(session)}
+        return render(request, f"{TEMPLATE}#status", context)
+    if as_fragment and part == "actions":
+        context = {"session": session, **panel_context(request, session)}
+        if not context["can_operate"]:
+            return HttpResponse(status=204)
+        return render(request, PANEL, context)
     return _render(request, session, partial="transcript")
 
 
@@ -354,8 +403,14 @@ def session_tail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         "hide_inactive": hide,
         "text_mode": RAW_TEXT if raw else "",
         "tail_answer": True,
+        **(_end_context(chain, session, live=live) if chunk.reached_end else {}),
     }
-    return render(request, f"{TEMPLATE}#transcript-chunk", context)
+    response = render(request, f"{TEMPLATE}#transcript-chunk", context)
+    if not state.live:
+        # The polled segment ended (compressed, reset, ended): the page's status line, its
+        # lineage and its actions were drawn while it was live, and reload on this event.
+        trigger_client_event(response, ENDED_EVENT)
+    return response
 
 
 @require_GET

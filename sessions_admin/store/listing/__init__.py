@@ -10,7 +10,14 @@ an export or a bulk delete takes). The names below are the list's API.
 
 from sessions_admin.store.listing.conditions import fork_marks_ready, where_sql
 from sessions_admin.store.listing.filter_choices import Choices, choices
-from sessions_admin.store.listing.fulltext import SearchPage, SessionHits, search
+from sessions_admin.store.listing.fulltext import (
+    CONVERSATION_MATCHES_MAX,
+    ConversationMatches,
+    SearchPage,
+    SessionHits,
+    conversation_matches,
+    search,
+)
 from sessions_admin.store.listing.name_search import NameMatch, search_names
 from sessions_admin.store.listing.page import (
     FIRST_MESSAGE_SCAN,
@@ -43,6 +50,9 @@ from sessions_admin.store.listing.selection import conversation_session_ids, mat
 from sessions_admin.store.listing.snippets import MARK_END, MARK_START, SearchHit
 
 __all__ = [
+    "CONVERSATION_MATCHES_MAX",
+    "ConversationMatches",
+    "conversation_matches",
     "ARCHIVED",
     "DIRECTIONS",
     "EMPTY",

@@ -21,7 +21,14 @@ from sessions_admin.store.listing.conditions import TITLE_SQL, where_sql
 from sessions_admin.store.listing.fulltext_postgresql import PgSearch
 from sessions_admin.store.listing.fulltext_sqlite import SqliteSearch
 from sessions_admin.store.listing.name_search import FoundSession, NameMatch, search_names
-from sessions_admin.store.listing.params import MAX_TEXT, Cursor, Filters, Query, encode_cursor
+from sessions_admin.store.listing.params import (
+    MAX_TEXT,
+    Cursor,
+    Filters,
+    Query,
+    encode_cursor,
+    parse_query,
+)
 from sessions_admin.store.listing.snippets import SearchHit, search_hit, snippet_ids
 
 # A search with filters checks at most this many messages containing the words per page
@@ -254,3 +261,35 @@ def _session_info(ids: Sequence[str]) -> dict[str, dict]:
 
 _SQLITE = SqliteSearch()
 _PG = PgSearch()
+
+
+# The matches a transcript's find bar lists (conversation_matches); a conversation with more
+# says "N+" and its bar steps through these.
+CONVERSATION_MATCHES_MAX = 2000
+
+
+@dataclass(frozen=True)
+class ConversationMatches:
+    """The messages of one conversation (its compression chain) that a search matches, in
+    the order its stitched transcript shows them (segment by segment, then by id)."""
+
+    message_ids: tuple[int, ...]
+    capped: bool  # more than CONVERSATION_MATCHES_MAX matched
+
+
+def conversation_matches(
+    *, q: str, chain: Sequence[str], hide_inactive: bool = False
+) -> ConversationMatches:
+    """Every message of the chain's sessions that the search ``q`` matches (its exclusions
+    too), as the search page counted them, so a transcript opened from a hit can say
+    "match 3 of 22" before the 22 are loaded."""
+    query = parse_query(q)
+    if not query.include or not chain:
+        return ConversationMatches(message_ids=(), capped=False)
+    backend = _PG if db.vendor() == "postgresql" else _SQLITE
+    shown = " AND m.active = 1 AND m.compacted = 0" if hide_inactive else ""
+    rows = backend.matches_in(query, list(chain), shown, CONVERSATION_MATCHES_MAX + 1)
+    capped = len(rows) > CONVERSATION_MATCHES_MAX
+    segment = {session_id: index for index, session_id in enumerate(chain)}
+    ordered = sorted(rows[:CONVERSATION_MATCHES_MAX], key=lambda row: (segment[row[1]], row[0]))
+    return ConversationMatches(message_ids=tuple(int(row[0]) for row in ordered), capped=capped)

@@ -176,6 +176,19 @@ class PgSearch:
         return {r[0] for r in rows}
 
     @classmethod
+    def matches_in(
+        cls, query: Query, session_ids: list[str], shown: str, limit: int
+    ) -> list[tuple]:
+        """(id, session_id) of the sessions' messages matching, in id order, at most ``limit``."""
+        matches, match_params = cls.matches(query)
+        ids_sql, ids_params = db.in_list("m.session_id", session_ids)
+        return db.fetchall(
+            f"SELECT m.id, m.session_id FROM messages m WHERE {ids_sql}{shown} AND {matches} "
+            "ORDER BY m.id LIMIT %s",
+            [*ids_params, *match_params, limit],
+        )
+
+    @classmethod
     def snippets(cls, query: Query, ids: list[int], desc: bool) -> list[tuple]:
         if not ids:
             return []

@@ -97,6 +97,27 @@ class SqliteSearch:
         return {r[0] for r in rows}
 
     @staticmethod
+    def matches_in(query: Query, session_ids: list[str], shown: str, limit: int) -> list[tuple]:
+        """(id, session_id) of the sessions' messages matching, in id order, at most ``limit``.
+
+        Read from the index within the sessions' id range (FTS5 seeks a rowid range), then
+        joined to the sessions: probing the index once per message of the sessions (as
+        ``hit_before`` does for a few) took 1.4 s over a 20,000-message session."""
+        ids_sql, ids_params = db.in_list("session_id", session_ids)
+        low, high = db.fetchone(
+            f"SELECT MIN(id), MAX(id) FROM messages WHERE {ids_sql}", ids_params
+        )
+        if low is None:
+            return []
+        ids_sql, ids_params = db.in_list("m.session_id", session_ids)
+        return db.fetchall(
+            "SELECT c.id, m.session_id FROM (SELECT rowid AS id FROM messages_fts "
+            "WHERE messages_fts MATCH %s AND rowid >= %s AND rowid <= %s) c "
+            f"JOIN messages m ON m.id = c.id WHERE {ids_sql}{shown} ORDER BY c.id LIMIT %s",
+            [fts5_query(query), low, high, *ids_params, limit],
+        )
+
+    @staticmethod
     def snippets(query: Query, ids: list[int], desc: bool) -> list[tuple]:
         if not ids:
             return []
