@@ -48,6 +48,11 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/runtime/sessions/{session_id}/redo"): RUNTIME,
     ("PUT", "/runtime/sessions/{session_id}/transcript"): RUNTIME,
     ("POST", "/runtime/conversations/resolve"): RUNTIME,
+    # apiread: the operator's reads (api/sessions.py)
+    ("GET", "/sessions"): VIEW,
+    ("GET", "/sessions/search"): VIEW,
+    ("GET", "/sessions/{session_id}"): VIEW,
+    ("GET", "/sessions/{session_id}/transcript"): VIEW,
 }
 # A plausible body per route (an allowed call may still be refused by the core: 409, 422).
 BODIES: dict[tuple[str, str], dict] = {
@@ -64,7 +69,10 @@ BODIES: dict[tuple[str, str], dict] = {
     ("PUT", "/runtime/sessions/{session_id}/transcript"): {"messages": []},
     ("POST", "/runtime/conversations/resolve"): {"conversation": "seed-slug", "source": "cli"},
 }
-QUERIES = {("GET", "/runtime/live"): "?session_key=cli:seed"}
+QUERIES = {
+    ("GET", "/runtime/live"): "?session_key=cli:seed",
+    ("GET", "/sessions/search"): "?q=marmoset",
+}
 SCOPES = ("runtime", "viewer", "support", "admin")
 SCOPE_HOLDS = {
     "runtime": {RUNTIME, SIGNED_IN},

@@ -1,0 +1,430 @@
+"""What an operator reads: sessions (listed, searched, one with its lineage and transcript),
+fork groups, and the audit log (paged, or as the console's CSV).
+
+Read-only, viewer scope (the console's ``VIEW``). Each route reads what its console page
+reads and validates what that page validates: the session list's query string goes through
+``store.listing.parse`` (a problem the page would show and ignore is a 422 naming the
+parameter here: a program should hear that its filter was not applied), transcript positions
+through ``store.transcripts.Position``, the audit log's filters through the ledger's
+``audit_log.AuditFilterForm``. Pages are keyset cursors where the console's are (the list, the
+search, the transcript): pass the answer's ``next_cursor`` (``next_after`` for a transcript) as
+``after`` for the next page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Literal
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+
+from sessions_admin import core
+from sessions_admin.api.problems import invalid_input, not_found
+from sessions_admin.api.schemas import Identifier, Text
+from sessions_admin.core import being_deleted, holds
+from sessions_admin.core.lifecycle import where_it_continues
+from sessions_admin.core.rows import parse_model_config
+from sessions_admin.store import listing, transcripts
+from sessions_admin.store.models import Session
+from sessions_admin.store.transcripts import Handoff, Position
+
+router = Router(tags=["sessions"])
+
+TRANSCRIPT_PAGE = 100  # the console's chunk
+TRANSCRIPT_PAGE_MAX = 500
+
+
+# --- schemas -----------------------------------------------------------------------------------
+
+
+class SessionListRow(Schema):
+    id: str
+    title: str | None
+    source: str
+    user_id: str | None
+    model: str | None
+    started_at: float
+    archived: bool
+    parent_id: str | None
+    branched_from: str | None
+    delegate_from: str | None
+    ended_at: float | None = Field(description="The compression tip's, for a compressed root.")
+    end_reason: str | None
+    message_count: int
+    tokens: int
+    cost: float | None
+    last_activity: float | None
+    tip_id: str | None = Field(description="The segment the figures come from, when not this.")
+    segments: int
+    branches: int
+    delegates: int
+    continuations: int
+    other_children: int
+    is_fork: bool
+    first_message: str | None
+    display_name: str | None
+
+
+class SessionList(Schema):
+    sessions: list[SessionListRow]
+    next_cursor: str | None = Field(description="Pass as `after` for the next page.")
+    count: int
+    count_capped: bool = Field(description="`count` is a lower bound (the count stops there).")
+    fork_marks_pending: bool = Field(
+        description="Fork detection is still running: `is_fork` is false for every row."
+    )
+
+
+class SearchHitOut(Schema):
+    message_id: int
+    session_id: str
+    role: str
+    timestamp: float
+    tool_name: str | None
+    active: bool
+    snippet: str = Field(
+        description="Text around the hit; the matched words are between U+E000 and U+E001."
+    )
+
+
+class SearchSession(Schema):
+    session_id: str
+    title: str | None
+    source: str
+    user_id: str | None
+    chat_id: str | None
+    display_name: str | None
+    first_user_text: str | None
+    count: int
+    count_more: bool
+    first_hit_id: int
+    hits: list[SearchHitOut]
+
+
+class NameMatchOut(Schema):
+    session_id: str
+    title: str | None
+    source: str
+    user_id: str | None
+    chat_id: str | None
+    display_name: str | None
+    started_at: float | None
+    matched: str = Field(description="user, chat or name: what equals the search text.")
+
+
+class SearchResults(Schema):
+    sessions: list[SearchSession]
+    names: list[NameMatchOut]
+    terms: list[str]
+    next_cursor: str | None = Field(description="Pass as `after` for the next page.")
+    count: int
+    count_capped: bool
+    scan_capped: bool = Field(
+        description="The page stopped after checking its maximum of matching messages."
+    )
+
+
+class LineageNodeOut(Schema):
+    session_id: str
+    lineage_parent_id: str | None
+    edge_kind: str | None = Field(
+        description="compression, branch, delegate, reset, merge or child; null for the root."
+    )
+    depth: int
+    source: str
+    title: str | None
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    message_count: int
+    is_live: bool
+
+
+class HoldOut(Schema):
+    id: int
+    kind: str
+    subject: str
+    reason: str
+
+
+class SessionDetail(Schema):
+    id: str
+    source: str
+    user_id: str | None
+    session_key: str | None
+    chat_id: str | None
+    chat_type: str | None
+    thread_id: str | None
+    model: str | None
+    model_config_: Any = Field(None, alias="model_config")
+    parent_session_id: str | None
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    message_count: int
+    tool_call_count: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+    estimated_cost_usd: float | None
+    title: str | None
+    archived: bool
+    continues_in: str | None = Field(description="Where an ended session's conversation went on.")
+    compression_chain: list[str] = Field(description="The transcript's segments, in order.")
+    hold: HoldOut | None
+    being_deleted: bool
+    lineage: list[LineageNodeOut] = Field(
+        description="The conversation's tree, root first, depth first (`lineage_parent_id`)."
+    )
+
+
+class TranscriptItem(Schema):
+    kind: Literal["message", "handoff"]
+    segment: int
+    session_id: str = Field(description="The segment's session (a handoff: the one it leaves).")
+    to_session_id: str | None = None
+    id: int | None = None
+    role: str | None = None
+    content: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: str | None = None
+    tool_name: str | None = None
+    timestamp: float | None = None
+    token_count: int | None = None
+    finish_reason: str | None = None
+    reasoning: str | None = None
+    active: bool | None = None
+    compacted: bool | None = None
+    cut: list[str] = Field(
+        default_factory=list,
+        description=f"Fields cut at {transcripts.SHOWN_CHARS:,} characters (as the console).",
+    )
+
+
+class TranscriptPage(Schema):
+    session_id: str
+    compression_chain: list[str]
+    items: list[TranscriptItem]
+    next_after: str | None = Field(
+        description="Pass as `after` for the next page (`<segment>:<message id>`); null at the end."
+    )
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _parsed(request: HttpRequest) -> listing.Parsed:
+    """The console list's own parsing; what it would show as a problem is a 422 here."""
+    parsed = listing.parse(request.GET)
+    if parsed.field_problems:
+        raise invalid_input(
+            "; ".join(message for _name, message in parsed.field_problems) + " Nothing was listed.",
+            [{"field": name, "message": message} for name, message in parsed.field_problems],
+        )
+    return parsed
+
+
+def _session_or_404(session_id: str) -> Session:
+    session = Session.objects.filter(id=session_id).first()
+    if session is None:
+        raise not_found(f"No session has the id {session_id!r}.")
+    return session
+
+
+# Shared query parameters of the list and the search (documented; read by listing.parse).
+FILTER_DOC = {
+    "source": "Sessions of this source.",
+    "model": "Sessions of this model.",
+    "user": "Sessions of this user id.",
+    "status": "live, ended, or an end reason.",
+    "from": "Started on or after this day (YYYY-MM-DD, UTC).",
+    "to": "Started on or before this day.",
+    "title": "Title contains.",
+    "forks": "1: only sessions of a fork group.",
+    "empty": "1: no messages; 0: at least one.",
+    "archived": "1: archived only; 0: not archived.",
+    "health": "A health check's kind: sessions it flags.",
+    "scope": "roots (conversations, the default) or all (every segment).",
+    "per": f"Page size: one of {', '.join(map(str, listing.PAGE_SIZES))}.",
+    "after": "The previous page's next_cursor.",
+    "sort": f"One of {', '.join(listing.SORTS)} (default started).",
+}
+
+
+# --- routes: sessions --------------------------------------------------------------------------
+
+
+@router.get("/sessions", response=SessionList)
+def sessions_list(
+    request: HttpRequest,
+    source: Text = Query("", description=FILTER_DOC["source"]),
+    model: Text = Query("", description=FILTER_DOC["model"]),
+    user: Text = Query("", description=FILTER_DOC["user"]),
+    status: Text = Query("", description=FILTER_DOC["status"]),
+    started_from: Text = Query("", alias="from", description=FILTER_DOC["from"]),
+    started_to: Text = Query("", alias="to", description=FILTER_DOC["to"]),
+    title: Text = Query("", description=FILTER_DOC["title"]),
+    forks: Text = Query("", description=FILTER_DOC["forks"]),
+    empty: Text = Query("", description=FILTER_DOC["empty"]),
+    archived: Text = Query("", description=FILTER_DOC["archived"]),
+    health: Text = Query("", description=FILTER_DOC["health"]),
+    scope: Text = Query("", description=FILTER_DOC["scope"]),
+    sort: Text = Query("", description=FILTER_DOC["sort"]),
+    direction: Text = Query("", alias="dir", description="desc (default) or asc."),
+    per: Text = Query("", description=FILTER_DOC["per"]),
+    after: Text = Query("", description=FILTER_DOC["after"]),
+):
+    """Sessions matching the console list's filters, a keyset page at a time."""
+    parsed = _parsed(request)
+    if parsed.filters.is_search:
+        raise invalid_input(
+            "The list takes no q: search with GET /sessions/search?q=...",
+            [{"field": "q", "message": "Search with GET /sessions/search."}],
+        )
+    page = listing.list_sessions(parsed.filters, parsed.cursor)
+    return SessionList(
+        sessions=[asdict(row) for row in page.rows],
+        next_cursor=page.next_cursor,
+        count=page.count,
+        count_capped=page.count_capped,
+        fork_marks_pending=page.fork_marks_pending,
+    )
+
+
+@router.get("/sessions/search", response=SearchResults)
+def sessions_search(
+    request: HttpRequest,
+    q: Text = Query(
+        ...,
+        description='Words to find in messages: "exact phrase", -word, -"phrase"; also matches '
+        "user ids, chat ids and display names (`names`).",
+    ),
+    source: Text = Query("", description=FILTER_DOC["source"]),
+    model: Text = Query("", description=FILTER_DOC["model"]),
+    user: Text = Query("", description=FILTER_DOC["user"]),
+    status: Text = Query("", description=FILTER_DOC["status"]),
+    started_from: Text = Query("", alias="from", description=FILTER_DOC["from"]),
+    started_to: Text = Query("", alias="to", description=FILTER_DOC["to"]),
+    title: Text = Query("", description=FILTER_DOC["title"]),
+    forks: Text = Query("", description=FILTER_DOC["forks"]),
+    empty: Text = Query("", description=FILTER_DOC["empty"]),
+    archived: Text = Query("", description=FILTER_DOC["archived"]),
+    health: Text = Query("", description=FILTER_DOC["health"]),
+    direction: Text = Query("", alias="dir", description="desc (newest first) or asc."),
+    per: Text = Query("", description=FILTER_DOC["per"]),
+    after: Text = Query("", description=FILTER_DOC["after"]),
+):
+    """Sessions whose messages hold the words, grouped by session with their best snippets
+    (the console's search), in sessions matching the filters; a keyset page at a time."""
+    parsed = _parsed(request)
+    if not parsed.filters.is_search:
+        raise invalid_input(
+            "Give q: the words to search for.", [{"field": "q", "message": "empty"}]
+        )
+    found = listing.search(parsed.filters, parsed.cursor)
+    return SearchResults(
+        sessions=[asdict(group) for group in found.sessions],
+        names=[asdict(match) for match in found.names],
+        terms=list(found.terms),
+        next_cursor=found.next_cursor,
+        count=found.count,
+        count_capped=found.count_capped,
+        scan_capped=found.scan_capped,
+    )
+
+
+@router.get("/sessions/{session_id}", response=SessionDetail)
+def session_read(request: HttpRequest, session_id: Identifier):
+    """A session: its columns, where it continues, its hold, and its lineage as a tree."""
+    session = _session_or_404(session_id)
+    continues_in = None
+    if session.ended_at is not None:
+        continues_in, _how = where_it_continues(
+            {
+                "id": session.id,
+                "end_reason": session.end_reason,
+                "model_config": session.model_config,
+                "session_key": session.session_key,
+            }
+        )
+    hold = holds.holds_on([session.id]).get(session.id)
+    return {
+        **{
+            name: getattr(session, name)
+            for name in SessionDetail.model_fields
+            if name not in ("model_config_", "archived", "parent_session_id")
+            and hasattr(session, name)
+        },
+        "model_config": parse_model_config(session.model_config) if session.model_config else None,
+        "parent_session_id": session.parent_id,
+        "archived": bool(session.archived),
+        "continues_in": continues_in,
+        "compression_chain": core.compression_chain(session_id=session.id),
+        "hold": None
+        if hold is None
+        else {"id": hold.id, "kind": hold.kind, "subject": hold.subject, "reason": hold.reason},
+        "being_deleted": bool(being_deleted.marks_on([session.id]).get(session.id)),
+        "lineage": [asdict(node) for node in core.lineage_tree(session_id=session.id)],
+    }
+
+
+@router.get("/sessions/{session_id}/transcript", response=TranscriptPage)
+def session_transcript(
+    request: HttpRequest,
+    session_id: Identifier,
+    after: Text = Query(
+        "",
+        description="A position `<segment>:<message id>` (the previous page's next_after); "
+        "default: the start of this session's own segment.",
+    ),
+    limit: int = Query(TRANSCRIPT_PAGE, ge=1, le=TRANSCRIPT_PAGE_MAX),
+    inactive: Literal["show", "hide"] = Query(
+        "show", description="hide: leave out undone and compacted messages (as the console)."
+    ),
+):
+    """The conversation's transcript stitched across its compression segments (the console's),
+    a page at a time; a ``handoff`` item marks where one segment continues in the next."""
+    session = _session_or_404(session_id)
+    chain = core.compression_chain(session_id=session.id)
+    if after:
+        start = Position.parse(after)
+        if start is None or start.segment >= len(chain):
+            raise invalid_input(
+                "after must be a position in this transcript: a segment number and a message "
+                "id, such as after=0:1234.",
+                [{"field": "after", "message": "not a position in this transcript"}],
+            )
+    else:
+        start = Position(chain.index(session.id) if session.id in chain else 0, 0)
+    raw, later = transcripts.read_after(chain, start, limit=limit, hide_inactive=inactive == "hide")
+    return TranscriptPage(
+        session_id=session.id,
+        compression_chain=chain,
+        items=[_transcript_item(entry) for entry in raw],
+        next_after=None if later is None else str(later),
+    )
+
+
+def _transcript_item(entry: dict | Handoff) -> dict:
+    if isinstance(entry, Handoff):
+        return {
+            "kind": "handoff",
+            "segment": entry.from_segment,
+            "session_id": entry.from_session_id,
+            "to_session_id": entry.to_session_id,
+        }
+    row = dict(entry)
+    cut = list(transcripts.cut_long_fields(row))
+    for name in ("tool_calls", "content", "reasoning"):
+        if isinstance(row.get(name), bytes):
+            row[name] = row[name].decode("utf-8", "replace")
+    return {
+        **{name: row.get(name) for name in TranscriptItem.model_fields if name in row},
+        "kind": "message",
+        "active": bool(row.get("active")),
+        "compacted": bool(row.get("compacted")),
+        "cut": cut,
+    }
