@@ -14,6 +14,7 @@ search, the transcript): pass the answer's ``next_cursor`` (``next_after`` for a
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import datetime
 from typing import Any, Literal
 
 from django.http import HttpRequest
@@ -24,8 +25,9 @@ from sessions_admin.api.problems import invalid_input, not_found
 from sessions_admin.api.schemas import Identifier, Text
 from sessions_admin.core import being_deleted, holds
 from sessions_admin.core.lifecycle import where_it_continues
+from sessions_admin.core.merge import session_differences
 from sessions_admin.core.rows import parse_model_config
-from sessions_admin.store import listing, transcripts
+from sessions_admin.store import listing, overview, transcripts
 from sessions_admin.store.models import Session
 from sessions_admin.store.transcripts import Handoff, Position
 
@@ -33,6 +35,10 @@ router = Router(tags=["sessions"])
 
 TRANSCRIPT_PAGE = 100  # the console's chunk
 TRANSCRIPT_PAGE_MAX = 500
+FORK_GROUPS_PER_PAGE = 50  # the console's /forks/ page
+MEMBER_FIELDS = (
+    "id title source user_id session_key started_at ended_at end_reason message_count".split()
+)
 
 
 # --- schemas -----------------------------------------------------------------------------------
@@ -211,6 +217,51 @@ class TranscriptPage(Schema):
     next_after: str | None = Field(
         description="Pass as `after` for the next page (`<segment>:<message id>`); null at the end."
     )
+
+
+class ForkMember(Schema):
+    id: str
+    known: bool = Field(description="false: the session is no longer in the store.")
+    title: str | None = None
+    source: str | None = None
+    user_id: str | None = None
+    session_key: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    end_reason: str | None = None
+    message_count: int | None = None
+
+
+class ForkDifference(Schema):
+    column: str
+    label: str
+    values: list[str | None]
+
+
+class ForkGroupOut(Schema):
+    group_id: str = Field(description="`<kind>:<key>`.")
+    kind: str = Field(description="conversation (one slug) or session_key.")
+    key: str
+    session_ids: list[str] = Field(description="Oldest first.")
+    evidence: list[str]
+    sessions: list[ForkMember]
+    differences: list[ForkDifference] = Field(
+        description="Identity columns not the same for all its sessions (a merge warns of them)."
+    )
+
+
+class ForkGroupPage(Schema):
+    groups: list[ForkGroupOut]
+    total: int
+    page: int
+    pages: int
+    as_of: datetime = Field(description="When the fork groups were found (a cached figure).")
+
+
+class SessionForkGroups(Schema):
+    session_id: str
+    groups: list[ForkGroupOut]
+    as_of: datetime
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -428,3 +479,65 @@ def _transcript_item(entry: dict | Handoff) -> dict:
         "compacted": bool(row.get("compacted")),
         "cut": cut,
     }
+
+
+# --- routes: fork groups -----------------------------------------------------------------------
+
+
+def _fork_groups_out(groups: list) -> list[dict]:
+    """The groups with what the console's /forks/ shows of each session, read in one query."""
+    ids = list(dict.fromkeys(sid for group in groups for sid in group.session_ids))
+    found: dict[str, dict] = {}
+    for start in range(0, len(ids), 500):
+        for row in Session.objects.filter(id__in=ids[start : start + 500]).values(*MEMBER_FIELDS):
+            found[row["id"]] = {**row, "known": True}
+    out = []
+    for group in groups:
+        members = [found.get(sid, {"id": sid, "known": False}) for sid in group.session_ids]
+        out.append(
+            {
+                "group_id": group.group_id,
+                "kind": group.kind,
+                "key": group.key,
+                "session_ids": list(group.session_ids),
+                "evidence": list(group.evidence),
+                "sessions": members,
+                "differences": [
+                    asdict(d) for d in session_differences([m for m in members if m["known"]])
+                ],
+            }
+        )
+    return out
+
+
+@router.get("/forks", response=ForkGroupPage)
+def fork_groups(request: HttpRequest, page: int = Query(1, ge=1, lt=2**31)):
+    """Every fork group (unlinked sessions of one conversation) with its evidence, a page of
+    50 at a time (the console's /forks/). Found store-wide and cached for 30 seconds."""
+    snapshot = overview.fork_snapshot_now()
+    total = len(snapshot.groups)
+    pages = max(1, -(-total // FORK_GROUPS_PER_PAGE))
+    if page > pages:
+        raise invalid_input(
+            f"There are {pages} pages of fork groups.",
+            [{"field": "page", "message": f"at most {pages}"}],
+        )
+    start = (page - 1) * FORK_GROUPS_PER_PAGE
+    return ForkGroupPage(
+        groups=_fork_groups_out(snapshot.groups[start : start + FORK_GROUPS_PER_PAGE]),
+        total=total,
+        page=page,
+        pages=pages,
+        as_of=snapshot.as_of,
+    )
+
+
+@router.get("/sessions/{session_id}/forks", response=SessionForkGroups)
+def session_fork_groups(request: HttpRequest, session_id: Identifier):
+    """The fork groups a session belongs to (none: an empty list)."""
+    session = _session_or_404(session_id)
+    snapshot = overview.fork_snapshot_now()
+    groups = [group for group in snapshot.groups if session.id in group.session_ids]
+    return SessionForkGroups(
+        session_id=session.id, groups=_fork_groups_out(groups), as_of=snapshot.as_of
+    )

@@ -53,6 +53,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/sessions/search"): VIEW,
     ("GET", "/sessions/{session_id}"): VIEW,
     ("GET", "/sessions/{session_id}/transcript"): VIEW,
+    ("GET", "/forks"): VIEW,
+    ("GET", "/sessions/{session_id}/forks"): VIEW,
 }
 # A plausible body per route (an allowed call may still be refused by the core: 409, 422).
 BODIES: dict[tuple[str, str], dict] = {

@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 
 from sessions_admin import core
-from sessions_admin.core import db
+from sessions_admin.core import db, forks
 from tests import helpers
 from tests.api.conftest import ApiClient
+from tests.builders import cold_start_fork, empty_slug_history, fresh_cache  # noqa: F401
 from tests.console import urlmap
 
 pytestmark = pytest.mark.usefixtures("no_worker")
@@ -190,3 +191,38 @@ def test_the_transcript_hides_undone_messages_when_asked(viewer, runtime):
     assert [item["id"] for item in shown] == [r[0] for r in active]
     every = viewer.get(f"sessions/{session_id}/transcript").body["items"]
     assert len(every) == 4 and [i["active"] for i in every] == [True, True, False, False]
+
+
+# --- fork groups -------------------------------------------------------------------------------
+
+
+def test_fork_groups_are_the_cores_with_their_sessions(viewer):
+    first = cold_start_fork("slug-one", forks=3)
+    second = cold_start_fork("slug-two", forks=2)
+    db.execute("UPDATE sessions SET user_id = 'u2' WHERE id = %s", [second[1]])
+    alone = core.create_session(source="cli").session_id
+    answer = viewer.get("forks")
+    assert answer.status == 200, answer.body
+    found = {group.group_id: group for group in forks.find_fork_groups()}
+    assert {g["group_id"] for g in answer.body["groups"]} == set(found)
+    assert answer.body["total"] == len(found) and answer.body["pages"] == 1
+    for group in answer.body["groups"]:
+        assert tuple(group["session_ids"]) == found[group["group_id"]].session_ids
+        for member in group["sessions"]:
+            row = helpers.session(member["id"])
+            assert member["known"] and member["message_count"] == row["message_count"]
+            assert member["user_id"] == row["user_id"]
+    by_slug = {g["key"]: g for g in answer.body["groups"] if g["kind"] == "conversation"}
+    assert set(by_slug["slug-one"]["session_ids"]) == set(first)
+    assert by_slug["slug-one"]["differences"] == []
+    assert by_slug["slug-two"]["differences"] == [
+        {"column": "user_id", "label": "user", "values": ["u1", "u2"]}
+    ]
+    mine = viewer.get(f"sessions/{second[0]}/forks").body
+    assert [g["group_id"] for g in mine["groups"]] == [
+        g.group_id for g in forks.fork_groups_of_session(session_id=second[0])
+    ]
+    assert mine["groups"] and set(mine["groups"][0]["session_ids"]) == set(second)
+    assert viewer.get(f"sessions/{alone}/forks").body["groups"] == []
+    assert _invalid_fields(viewer.get("forks?page=2")) == {"page"}
+    assert viewer.get("sessions/nobody/forks").status == 404
