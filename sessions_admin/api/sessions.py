@@ -13,11 +13,14 @@ search, the transcript): pass the answer's ``next_cursor`` (``next_after`` for a
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any, Literal
 
-from django.http import HttpRequest
+from django.db.models import Q
+from django.http import HttpRequest, StreamingHttpResponse
+from django.utils import timezone
 from ninja import Field, Query, Router, Schema
 
 from sessions_admin import core
@@ -27,6 +30,8 @@ from sessions_admin.core import being_deleted, holds
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.core.merge import session_differences
 from sessions_admin.core.rows import parse_model_config
+from sessions_admin.ledger import audit_log
+from sessions_admin.ledger.models import AuditEntry
 from sessions_admin.store import listing, overview, transcripts
 from sessions_admin.store.models import Session
 from sessions_admin.store.transcripts import Handoff, Position
@@ -36,6 +41,16 @@ router = Router(tags=["sessions"])
 TRANSCRIPT_PAGE = 100  # the console's chunk
 TRANSCRIPT_PAGE_MAX = 500
 FORK_GROUPS_PER_PAGE = 50  # the console's /forks/ page
+AUDIT_PAGE = 50  # the console's audit page
+AUDIT_PAGE_MAX = 500
+AUDIT_FILTERS = {
+    "action": "An action's name (the console's choices: the actions recorded so far).",
+    "actor": "The actor's name contains (an operator's, or api:<token name>).",
+    "session": "Entries naming this session id.",
+    "outcome": f"One of {', '.join(o for o, _label in AuditEntry.OUTCOMES)}.",
+    "since": "Created on or after this day (YYYY-MM-DD).",
+    "until": "Created on or before this day.",
+}
 MEMBER_FIELDS = (
     "id title source user_id session_key started_at ended_at end_reason message_count".split()
 )
@@ -262,6 +277,27 @@ class SessionForkGroups(Schema):
     session_id: str
     groups: list[ForkGroupOut]
     as_of: datetime
+
+
+class AuditEntryOut(Schema):
+    id: int
+    created_at: datetime
+    completed_at: datetime | None
+    actor: str
+    client_address: str | None
+    action: str
+    outcome: str
+    session_ids: list[Any]
+    reason: str
+    detail: str
+    before: Any
+    after: Any
+    changes: str = Field(description="The entry in words (the console's, and the CSV's column).")
+
+
+class AuditPage(Schema):
+    entries: list[AuditEntryOut]
+    next_cursor: str | None = Field(description="Pass as `after` for the next (older) page.")
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -541,3 +577,116 @@ def session_fork_groups(request: HttpRequest, session_id: Identifier):
     return SessionForkGroups(
         session_id=session.id, groups=_fork_groups_out(groups), as_of=snapshot.as_of
     )
+
+
+# --- routes: the audit log ---------------------------------------------------------------------
+
+
+def _audit_filtered(request: HttpRequest) -> audit_log.Filtered:
+    """The console's audit filters (its form); one it would show as an error is a 422 here."""
+    found = audit_log.filtered(request.GET)
+    if found.form.is_bound and found.form.errors:
+        errors = [
+            {"field": name, "message": " ".join(messages)}
+            for name, messages in found.form.errors.items()
+        ]
+        raise invalid_input(
+            "; ".join(f"{e['field']}: {e['message']}" for e in errors) + " Nothing was read.",
+            errors,
+        )
+    return found
+
+
+def _audit_cursor(entry: AuditEntry) -> str:
+    return f"{entry.created_at.astimezone(dt.UTC).isoformat()}~{entry.pk}"
+
+
+def _after_audit_cursor(entries, after: str):
+    """The entries older than the cursor's (newest first: created_at, then id, descending)."""
+    stamp, _sep, pk = after.partition("~")
+    try:
+        moment = dt.datetime.fromisoformat(stamp)
+        number = int(pk)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None or not 0 < number < 2**63:
+        raise invalid_input(
+            "after must be a page's next_cursor.",
+            [{"field": "after", "message": "not a cursor of this log"}],
+        )
+    return entries.filter(Q(created_at__lt=moment) | Q(created_at=moment, pk__lt=number))
+
+
+@router.get("/audit", response=AuditPage)
+def audit_entries(
+    request: HttpRequest,
+    action: Text = Query("", description=AUDIT_FILTERS["action"]),
+    actor: Text = Query("", description=AUDIT_FILTERS["actor"]),
+    session: Text = Query("", description=AUDIT_FILTERS["session"]),
+    outcome: Text = Query("", description=AUDIT_FILTERS["outcome"]),
+    since: Text = Query("", description=AUDIT_FILTERS["since"]),
+    until: Text = Query("", description=AUDIT_FILTERS["until"]),
+    after: Text = Query("", description="The previous page's next_cursor."),
+    limit: int = Query(AUDIT_PAGE, ge=1, le=AUDIT_PAGE_MAX),
+):
+    """The audit log, newest first, with the console's filters; a keyset page at a time."""
+    entries = _audit_filtered(request).entries
+    if after:
+        entries = _after_audit_cursor(entries, after)
+    page = list(entries[: limit + 1])
+    links = audit_log.NoLinks()
+    return AuditPage(
+        entries=[_audit_entry(entry, links) for entry in page[:limit]],
+        next_cursor=_audit_cursor(page[limit - 1]) if len(page) > limit else None,
+    )
+
+
+def _audit_entry(entry: AuditEntry, links: audit_log.NoLinks) -> dict:
+    return {
+        "id": entry.pk,
+        "created_at": entry.created_at,
+        "completed_at": entry.completed_at,
+        "actor": entry.actor_name,
+        "client_address": entry.client_address,
+        "action": entry.action,
+        "outcome": entry.outcome,
+        "session_ids": list(entry.session_ids or []),
+        "reason": entry.reason,
+        "detail": entry.detail,
+        "before": entry.before,
+        "after": entry.after,
+        "changes": audit_log.readable(entry, links).text,
+    }
+
+
+@router.get(
+    "/audit/export",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "The console's CSV export (its columns: "
+                + ", ".join(audit_log.EXPORT_COLUMNS)
+                + ").",
+                "content": {"text/csv": {"schema": {"type": "string"}}},
+            }
+        }
+    },
+)
+def audit_export(
+    request: HttpRequest,
+    action: Text = Query("", description=AUDIT_FILTERS["action"]),
+    actor: Text = Query("", description=AUDIT_FILTERS["actor"]),
+    session: Text = Query("", description=AUDIT_FILTERS["session"]),
+    outcome: Text = Query("", description=AUDIT_FILTERS["outcome"]),
+    since: Text = Query("", description=AUDIT_FILTERS["since"]),
+    until: Text = Query("", description=AUDIT_FILTERS["until"]),
+):
+    """Every entry the filters match, newest first, as the console's CSV (streamed; a cell a
+    spreadsheet would run as a formula starts with a quote)."""
+    found = _audit_filtered(request)
+    answer = StreamingHttpResponse(
+        audit_log.csv_lines(found.entries), content_type="text/csv; charset=utf-8"
+    )
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    answer["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'
+    return answer

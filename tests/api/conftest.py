@@ -39,11 +39,8 @@ class ApiClient:
         kwargs = {"content_type": "application/json"} if data is not None else {}
         response = self.client.generic(method, url, data or b"", **kwargs, **extra)
         content_type = response.get("Content-Type", "")
-        parsed = (
-            json.loads(response.content)
-            if "json" in content_type and response.content
-            else response.content
-        )
+        content = b"".join(response.streaming_content) if response.streaming else response.content
+        parsed = json.loads(content) if "json" in content_type and content else content
         return Answer(response.status_code, parsed, response)
 
     def get(self, path: str, **headers) -> Answer:

@@ -55,6 +55,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/sessions/{session_id}/transcript"): VIEW,
     ("GET", "/forks"): VIEW,
     ("GET", "/sessions/{session_id}/forks"): VIEW,
+    ("GET", "/audit"): VIEW,
+    ("GET", "/audit/export"): VIEW,
 }
 # A plausible body per route (an allowed call may still be refused by the core: 409, 422).
 BODIES: dict[tuple[str, str], dict] = {

@@ -5,10 +5,18 @@ nothing."""
 
 from __future__ import annotations
 
+import csv
+import io
+from urllib.parse import urlencode
+
 import pytest
+from django.urls import reverse
 
 from sessions_admin import core
 from sessions_admin.core import db, forks
+from sessions_admin.ledger import actions
+from sessions_admin.ledger.audit_log import EXPORT_COLUMNS
+from sessions_admin.ledger.models import AuditEntry
 from tests import helpers
 from tests.api.conftest import ApiClient
 from tests.builders import cold_start_fork, empty_slug_history, fresh_cache  # noqa: F401
@@ -226,3 +234,76 @@ def test_fork_groups_are_the_cores_with_their_sessions(viewer):
     assert viewer.get(f"sessions/{alone}/forks").body["groups"] == []
     assert _invalid_fields(viewer.get("forks?page=2")) == {"page"}
     assert viewer.get("sessions/nobody/forks").status == 404
+
+
+# --- the audit log -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def logged():
+    """Entries of two actions, outcomes and actors; one whose detail is a spreadsheet formula."""
+    sid = core.create_session(source="cli").session_id
+    for n in range(5):
+        actions.record(
+            actor="api:bot" if n % 2 else "operator-ann",
+            action="merge" if n < 3 else "undo",
+            session_ids=[sid] if n != 4 else [],
+            before={"n": n},
+            after={"message_count": n},
+            outcome=AuditEntry.OK if n != 2 else AuditEntry.FAILED,
+            detail='=HYPERLINK("http://evil")' if n == 1 else f"entry {n}",
+        )
+    return sid
+
+
+def test_the_audit_log_pages_through_what_the_console_filters_match(viewer, logged):
+    everything = list(
+        AuditEntry.objects.order_by("-created_at", "-id").values_list("pk", flat=True)
+    )
+    seen: list[int] = []
+    after = ""
+    while True:
+        answer = viewer.get(f"audit?limit=2&{urlencode({'after': after})}")
+        assert answer.status == 200, answer.body
+        seen += [entry["id"] for entry in answer.body["entries"]]
+        after = answer.body["next_cursor"]
+        if after is None:
+            break
+    assert seen == everything
+    answer = viewer.get(f"audit?action=merge&actor=bot&session={logged}")
+    expected = [
+        e
+        for e in AuditEntry.objects.order_by("-created_at", "-id")
+        if e.action == "merge" and "bot" in e.actor_name and logged in e.session_ids
+    ]
+    assert [e["id"] for e in answer.body["entries"]] == [e.pk for e in expected]
+    assert len(expected) == 1 and answer.body["entries"][0]["before"] == {"n": 1}
+    failed = viewer.get("audit?outcome=failed").body["entries"]
+    assert [e["id"] for e in failed] == list(
+        AuditEntry.objects.filter(outcome="failed").values_list("pk", flat=True)
+    )
+    before = urlmap.state()
+    answer = viewer.get("audit?outcome=lost&since=yesterday&action=no-such-action")
+    assert _invalid_fields(answer) == {"outcome", "since", "action"}
+    assert _invalid_fields(viewer.get("audit?after=not-a-cursor")) == {"after"}
+    assert urlmap.state() == before
+
+
+def test_the_audit_csv_is_the_consoles_export(viewer, logged, admin_client):
+    answer = viewer.get("audit/export?action=merge")
+    assert answer.status == 200
+    assert answer.headers["Content-Type"] == "text/csv; charset=utf-8"
+    text = answer.body.decode()
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == EXPORT_COLUMNS
+    assert [int(r[0]) for r in rows[1:]] == list(
+        AuditEntry.objects.filter(action="merge")
+        .order_by("-created_at", "-id")
+        .values_list("pk", flat=True)
+    )
+    details = {r[0]: r[EXPORT_COLUMNS.index("detail")] for r in rows[1:]}
+    assert '\'=HYPERLINK("http://evil")' in details.values()
+    console = admin_client.get(reverse("audit_export") + "?action=merge")
+    console_text = b"".join(console.streaming_content).decode()
+    assert list(csv.reader(io.StringIO(console_text))) == rows
+    assert _invalid_fields(viewer.get("audit/export?until=2026-13-01")) == {"until"}
