@@ -423,7 +423,7 @@ def sessions_search(
     )
 
 
-@router.get("/sessions/{session_id}", response=SessionDetail)
+@router.get("/sessions/{session_id}", response=SessionDetail, by_alias=True)
 def session_read(request: HttpRequest, session_id: Identifier):
     """A session: its columns, where it continues, its hold, and its lineage as a tree."""
     session = _session_or_404(session_id)
@@ -597,24 +597,31 @@ def _audit_filtered(request: HttpRequest) -> audit_log.Filtered:
     return found
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
 def _audit_cursor(entry: AuditEntry) -> str:
-    return f"{entry.created_at.astimezone(dt.UTC).isoformat()}~{entry.pk}"
+    """``<microseconds since 1970>-<id>`` of the last entry shown: digits, safe in a URL."""
+    return f"{(entry.created_at - _EPOCH) // _MICROSECOND}-{entry.pk}"
 
 
 def _after_audit_cursor(entries, after: str):
     """The entries older than the cursor's (newest first: created_at, then id, descending)."""
-    stamp, _sep, pk = after.partition("~")
-    try:
-        moment = dt.datetime.fromisoformat(stamp)
-        number = int(pk)
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None or not 0 < number < 2**63:
+    micros, _sep, pk = after.partition("-")
+    moment = None
+    if micros.isascii() and micros.isdigit() and pk.isascii() and pk.isdigit():
+        if len(micros) <= 17 and len(pk) <= 18:
+            try:
+                moment = _EPOCH + int(micros) * _MICROSECOND
+            except OverflowError:
+                moment = None
+    if moment is None:
         raise invalid_input(
             "after must be a page's next_cursor.",
             [{"field": "after", "message": "not a cursor of this log"}],
         )
-    return entries.filter(Q(created_at__lt=moment) | Q(created_at=moment, pk__lt=number))
+    return entries.filter(Q(created_at__lt=moment) | Q(created_at=moment, pk__lt=int(pk)))
 
 
 @router.get("/audit", response=AuditPage)

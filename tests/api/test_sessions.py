@@ -128,6 +128,7 @@ def test_a_session_comes_with_its_lineage_tree(viewer, seeded):
         [seeded.tip],
     )
     assert (body["source"], body["parent_session_id"], body["message_count"]) == row[:3]
+    assert "model_config" in body and "model_config_" not in body
     assert body["compression_chain"] == [seeded.root, seeded.tip]
     nodes = {node["session_id"]: node for node in body["lineage"]}
     assert body["lineage"][0]["session_id"] == seeded.root
