@@ -5,10 +5,11 @@ Read-only, viewer scope (the console's ``VIEW``). Each route reads what its cons
 reads and validates what that page validates: the session list's query string goes through
 ``store.listing.parse`` (a problem the page would show and ignore is a 422 naming the
 parameter here: a program should hear that its filter was not applied), transcript positions
-through ``store.transcripts.Position``, the audit log's filters through the ledger's
-``audit_log.AuditFilterForm``. Pages are keyset cursors where the console's are (the list, the
-search, the transcript): pass the answer's ``next_cursor`` (``next_after`` for a transcript) as
-``after`` for the next page.
+through ``store.transcripts.Position``, the audit log's filters through
+``ledger.audit_log.AuditFilterForm``. Fork groups are the console's cached figure
+(``store.overview.fork_snapshot_now``). Pages are keyset cursors (fork groups excepted: pages
+of the cached list, as on /forks/): pass an answer's ``next_cursor`` (a transcript's
+``next_after``) as ``after`` for the next page.
 """
 
 from __future__ import annotations
