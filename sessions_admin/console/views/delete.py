@@ -11,7 +11,6 @@ the job deletes the sessions that were shown."""
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -482,10 +481,6 @@ def _selected_ids(selection: Selection) -> list[str]:
     )
 
 
-def _digest(ids) -> str:
-    return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:32]
-
-
 @dataclass(frozen=True)
 class DryRun:
     selected_ids: list[str]
@@ -534,7 +529,7 @@ def _dry_run(selection: Selection, include_live: bool) -> tuple[DryRun | None, l
         live_included=_count_live(preview.session_ids) if include_live else 0,
         message_count=preview.message_count,
         sample=sample,
-        digest=_digest(preview.session_ids),
+        digest=preview.digest,
         merge_kept=preview.merge_kept,
         merge_kept_with=preview.merge_kept_with,
         conversation_kept=preview.conversation_kept,

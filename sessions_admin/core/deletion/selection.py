@@ -5,6 +5,7 @@ The job that works through it in the background is the ledger's (``sessions_admi
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,12 @@ class BulkDeletePreview:
     @property
     def merge_excluded(self) -> int:
         return len(self.merge_kept) + self.merge_kept_with
+
+    @property
+    def digest(self) -> str:
+        """What the job's confirmation carries: the set the dry run showed, whatever its order
+        (the job is created only if the dry run run again finds the same digest)."""
+        return hashlib.sha256("\n".join(sorted(self.session_ids)).encode()).hexdigest()[:32]
 
 
 def preset_session_ids(
