@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema
 from ninja.parser import Parser
 
-from sessions_admin.api import deletion, merges, problems, runtime, switches
+from sessions_admin.api import deletion, merges, problems, runtime, sessions, switches
 from sessions_admin.api.auth import (
     SIGNED_IN,
     VIEW,
@@ -84,6 +84,7 @@ api.add_router("/runtime", runtime.router)
 api.add_router("/switches", switches.router)
 api.add_router("/merges", merges.router)
 api.add_router("/", deletion.router)
+api.add_router("/", sessions.router)
 
 
 class MeOut(Schema):

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sessions_admin.core.forks import ForkGroup, find_fork_groups
 from sessions_admin.store import cached, overview
 from sessions_admin.store.cached import FigureFailed
 
@@ -24,7 +23,7 @@ __all__ = ["FigureFailed", "ensure_figures_warm", "inline", "ready"]
 T = TypeVar("T")
 
 # The overview's counts scan the whole store: recomputed (in the background) this often.
-CACHE_SECONDS = 30
+CACHE_SECONDS = overview.FORKS_FRESH_SECONDS
 
 
 @dataclass(frozen=True)
@@ -40,12 +39,6 @@ class HealthSnapshot:
     checks: list[overview.HealthCount]
 
 
-@dataclass(frozen=True)
-class ForkSnapshot:
-    as_of: dt.datetime
-    groups: list[ForkGroup]
-
-
 def totals_snapshot() -> Snapshot:
     return Snapshot(
         as_of=dt.datetime.now(dt.UTC),
@@ -54,21 +47,15 @@ def totals_snapshot() -> Snapshot:
     )
 
 
-def fork_snapshot() -> ForkSnapshot:
-    # A whole-store search (seconds on a big store): shared by the health panel, the
-    # conversations page and /forks/ for CACHE_SECONDS.
-    return ForkSnapshot(as_of=dt.datetime.now(dt.UTC), groups=find_fork_groups())
-
-
 def health_snapshot() -> HealthSnapshot:
     # Runs in a background thread (or inline where a page needs it): the fork groups too.
-    forks = cached.cached_figure("overview:forks", fork_snapshot, fresh_seconds=CACHE_SECONDS)
+    forks = overview.fork_snapshot_now()
     return HealthSnapshot(as_of=forks.as_of, checks=overview.health_counts(forks.groups))
 
 
 COMPUTE: dict[str, Callable[[], object]] = {
     "totals": totals_snapshot,
-    "forks": fork_snapshot,
+    "forks": overview.fork_snapshot,
     "health": health_snapshot,
 }
 for _name, _compute in COMPUTE.items():

@@ -29,7 +29,6 @@ from sessions_admin.core.text import (
     operator_text,
     shown_back,
 )
-from sessions_admin.ledger.models import AuditEntry
 
 TRUE_WORDS = frozenset({"1", "on", "true", "yes"})
 
@@ -492,29 +491,6 @@ class SelectionForm(ConsoleForm):
 
     ids = PicksField()
     filter = forms.CharField(required=False, strip=False)
-
-
-AUDIT_SESSION_MAX = 200  # a session id filtered for (longer ones are not session ids)
-
-
-class AuditFilterForm(forms.Form):
-    """The audit log's filters (a GET form): invalid ones are left out and shown as errors."""
-
-    action = forms.ChoiceField(required=False)
-    actor = forms.CharField(required=False, max_length=150)
-    session = forms.CharField(required=False, max_length=AUDIT_SESSION_MAX)
-    outcome = forms.ChoiceField(required=False, choices=[("", "any"), *AuditEntry.OUTCOMES])
-    since = forms.DateField(
-        required=False, label="from", widget=forms.DateInput(attrs={"type": "date"})
-    )
-    until = forms.DateField(
-        required=False, label="to", widget=forms.DateInput(attrs={"type": "date"})
-    )
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        known = AuditEntry.objects.order_by("action").values_list("action", flat=True).distinct()
-        self.fields["action"].choices = [("", "any")] + [(a, a) for a in known]
 
 
 class ApiTokenForm(ConsoleForm):

@@ -17,8 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sessions_admin.core import db, forks
+from sessions_admin.core.forks import find_fork_groups
 from sessions_admin.routers import responses_alias
-from sessions_admin.store import health
+from sessions_admin.store import cached, health
 
 DEFAULT_DAYS = 30
 CONVERSATION_PAGE_SIZE = 50
@@ -310,3 +311,26 @@ def conversation_page(
             )
         )
     return ConversationPage(rows=tuple(rows), next_after=rows[-1].name if more and rows else None)
+
+
+# --- fork groups, cached --------------------------------------------------------------------
+
+# A whole-store search (seconds on a big store): one cached figure (store.cached) shared by
+# the overview's health panel, the conversations page, /forks/ and the API's fork routes.
+FORKS_FIGURE = "overview:forks"
+FORKS_FRESH_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class ForkSnapshot:
+    as_of: dt.datetime
+    groups: list[forks.ForkGroup]
+
+
+def fork_snapshot() -> ForkSnapshot:
+    return ForkSnapshot(as_of=dt.datetime.now(dt.UTC), groups=find_fork_groups())
+
+
+def fork_snapshot_now() -> ForkSnapshot:
+    """The cached fork groups, found here if none are cached: for an answer that needs them."""
+    return cached.cached_figure(FORKS_FIGURE, fork_snapshot, fresh_seconds=FORKS_FRESH_SECONDS)

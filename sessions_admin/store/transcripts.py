@@ -516,7 +516,7 @@ def _content_parts(content: str | None) -> list[ContentPart] | None:
     return parts
 
 
-def _cut(row: dict) -> tuple[str, ...]:
+def cut_long_fields(row: dict) -> tuple[str, ...]:
     """Cut the row's long fields to SHOWN_CHARS in place; the names of those cut."""
     cut = []
     for name in CUT_FIELDS:
@@ -529,7 +529,7 @@ def _cut(row: dict) -> tuple[str, ...]:
 
 def _message(row: dict) -> TranscriptMessage:
     row = dict(row)
-    cut = _cut(row)
+    cut = cut_long_fields(row)
     message = TranscriptMessage(
         id=int(row["id"]),
         session_id=row["session_id"],

@@ -63,6 +63,15 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/jobs/{job_id}/cancel"): DELETE,
     ("GET", "/trash"): DELETE,
     ("POST", "/trash/{entry_id}/restore"): DELETE,
+    # apiread: the operator's reads (api/sessions.py)
+    ("GET", "/sessions"): VIEW,
+    ("GET", "/sessions/search"): VIEW,
+    ("GET", "/sessions/{session_id}"): VIEW,
+    ("GET", "/sessions/{session_id}/transcript"): VIEW,
+    ("GET", "/forks"): VIEW,
+    ("GET", "/sessions/{session_id}/forks"): VIEW,
+    ("GET", "/audit"): VIEW,
+    ("GET", "/audit/export"): VIEW,
 }
 # A plausible body per route (an allowed call may still be refused by the core: 409, 422).
 BODIES: dict[tuple[str, str], dict] = {
@@ -88,6 +97,7 @@ QUERIES = {
     ("GET", "/runtime/live"): "?session_key=cli:seed",
     # merges and deletion (apiwrite)
     ("GET", "/merges/preview"): "?ids=a&ids=b",
+    ("GET", "/sessions/search"): "?q=marmoset",
 }
 QUERIES[("GET", "/switches/stream")] = "?after=0&seconds=0"  # the log so far, then it ends
 SCOPES = ("runtime", "viewer", "support", "admin")

@@ -16,7 +16,6 @@ import pytest
 from django.core.cache import cache
 from django.urls import reverse
 
-from sessions_admin.console import figures
 from sessions_admin.core import forks as core_forks
 from sessions_admin.store import cached
 from sessions_admin.store import overview as store_overview
@@ -55,7 +54,7 @@ def computations(settings, monkeypatch):
         core_forks, "find_fork_groups", seen.wrap("forks", core_forks.find_fork_groups)
     )
     monkeypatch.setattr(
-        figures, "find_fork_groups", seen.wrap("forks", core_forks.find_fork_groups)
+        store_overview, "find_fork_groups", seen.wrap("forks", core_forks.find_fork_groups)
     )
     for name in ("store_totals", "sessions_per_day", "health_counts"):
         monkeypatch.setattr(store_overview, name, seen.wrap(name, getattr(store_overview, name)))
@@ -235,7 +234,7 @@ def test_a_figure_that_fails_in_the_background_is_shown_as_failed_not_polled_for
 ):
     client = signed_in("viewer")
     forked_conversation()
-    monkeypatch.setattr(figures, "find_fork_groups", _broken)
+    monkeypatch.setattr(store_overview, "find_fork_groups", _broken)
     monkeypatch.setattr(store_overview, "store_totals", _broken)
     monkeypatch.setattr(conditions, "fork_id_set", _broken)
     # First asks start the computations (placeholders that ask again) ...
@@ -277,10 +276,10 @@ def test_an_operators_change_clears_a_failure_so_the_figure_is_tried_again(
 ):
     client = signed_in("viewer")
     forked_conversation()
-    monkeypatch.setattr(figures, "find_fork_groups", _broken)
+    monkeypatch.setattr(store_overview, "find_fork_groups", _broken)
     client.get(reverse("fork_list"))
     _wait_for_background()
     assert "failed" in client.get(reverse("fork_list"), headers=HX).content.decode()
-    monkeypatch.setattr(figures, "find_fork_groups", core_forks.find_fork_groups)
+    monkeypatch.setattr(store_overview, "find_fork_groups", core_forks.find_fork_groups)
     cached.forget_all()
     assert "Searching the store for forks" in client.get(reverse("fork_list")).content.decode()

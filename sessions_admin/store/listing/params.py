@@ -137,11 +137,16 @@ class Parsed:
     filters: Filters
     cursor: Cursor | None
     problems: tuple[str, ...]
+    # The same problems, each with the query parameter it is about (the API's field errors).
+    field_problems: tuple[tuple[str, str], ...] = ()
 
 
 def parse(params: Mapping[str, Any]) -> Parsed:
     """Validate query parameters; bad ones are dropped with a problem to show, never raised."""
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []  # (parameter, message)
+
+    def problem(name: str, message: str) -> None:
+        problems.append((name, message))
 
     def text(name: str, label: str, limit: int = MAX_TEXT) -> str:
         value = params.get(name, "")
@@ -149,10 +154,10 @@ def parse(params: Mapping[str, Any]) -> Parsed:
             return ""
         value = value.strip()
         if "\x00" in value:
-            problems.append(f"{label} contains a NUL character; that filter is ignored.")
+            problem(name, f"{label} contains a NUL character; that filter is ignored.")
             return ""
         if len(value) > limit:
-            problems.append(f"{label} is longer than {limit} characters; that filter is ignored.")
+            problem(name, f"{label} is longer than {limit} characters; that filter is ignored.")
             return ""
         return value
 
@@ -162,9 +167,10 @@ def parse(params: Mapping[str, Any]) -> Parsed:
             return default
         if value not in allowed:
             shown = value if len(value) <= 40 else value[:40] + "…"
-            problems.append(
+            problem(
+                name,
                 f"{label}: {shown!r} is not one of {', '.join(repr(a) for a in allowed if a)}; "
-                "it is ignored."
+                "it is ignored.",
             )
             return default
         return value
@@ -180,18 +186,18 @@ def parse(params: Mapping[str, Any]) -> Parsed:
             except ValueError:
                 parsed = None
         if parsed is None or parsed.year < 1970:
-            problems.append(f"{label}: {value[:40]!r} is not a date (YYYY-MM-DD, from 1970).")
+            problem(name, f"{label}: {value[:40]!r} is not a date (YYYY-MM-DD, from 1970).")
             return None
         return parsed
 
     q = text("q", "Search", MAX_QUERY)
     if q and not search_terms(q):
         if parse_query(q).only_excludes:
-            problems.append(
-                'The search only excludes words (-word); add a word or "phrase" to look for.'
+            problem(
+                "q", 'The search only excludes words (-word); add a word or "phrase" to look for.'
             )
         else:
-            problems.append("The search has no words to look for (only punctuation or symbols).")
+            problem("q", "The search has no words to look for (only punctuation or symbols).")
     forks_flag = choice("forks", "Has forks", {"1", "0"}, "0") == "1"
     health_kind = choice("health", "Health check", health.KINDS, "")
     per_raw = text("per", "Page size")
@@ -200,9 +206,10 @@ def parse(params: Mapping[str, Any]) -> Parsed:
         if per_raw.isdigit() and int(per_raw) in PAGE_SIZES:
             per_page = int(per_raw)
         else:
-            problems.append(
+            problem(
+                "per",
                 f"Page size must be one of {', '.join(map(str, PAGE_SIZES))}; "
-                f"showing {PAGE_SIZE} per page."
+                f"showing {PAGE_SIZE} per page.",
             )
     filters = Filters(
         q=q,
@@ -223,16 +230,22 @@ def parse(params: Mapping[str, Any]) -> Parsed:
         per_page=per_page,
     )
     if filters.started_from and filters.started_to and filters.started_from > filters.started_to:
-        problems.append("The start date is after the end date: nothing can match.")
+        problem("from", "The start date is after the end date: nothing can match.")
     cursor = None
     token = params.get("after", "")
     if isinstance(token, str) and token.strip():
         cursor = decode_cursor(token.strip(), filters)
         if cursor is None:
-            problems.append(
-                "That page link is not valid (or belongs to another sort): showing the first page."
+            problem(
+                "after",
+                "That page link is not valid (or belongs to another sort): showing the first page.",
             )
-    return Parsed(filters=filters, cursor=cursor, problems=tuple(problems))
+    return Parsed(
+        filters=filters,
+        cursor=cursor,
+        problems=tuple(message for _name, message in problems),
+        field_problems=tuple(problems),
+    )
 
 
 @dataclass(frozen=True)
