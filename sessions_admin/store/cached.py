@@ -15,6 +15,7 @@ computation and answers None, and the page renders a placeholder that fetches it
 from __future__ import annotations
 
 import logging
+import pickle
 import threading
 import time
 from collections.abc import Callable
@@ -79,7 +80,14 @@ def _get_entry(key: str):
         known = _read.get(key)
         if known is not None and known[0] == stamp:
             return known
-    entry = cache.get(key)
+    try:
+        entry = cache.get(key)
+    except (AttributeError, ImportError, TypeError, pickle.UnpicklingError):
+        # Pickled by another version of the code (a class moved or changed since a deploy):
+        # computed again, never an error page.
+        log.warning("cached %s is from another version of the code; recomputing it", key)
+        cache.delete(key)
+        entry = None
     if entry is not None:
         _read[key] = entry
         _took[key] = cache.get(_took_key(key), 0.0)

@@ -272,3 +272,19 @@ def test_a_figure_slow_to_compute_stays_fresh_longer(monkeypatch, settings):
 def _warmed(monkeypatch, registered: dict) -> list[str]:
     monkeypatch.setattr(cached, "_REGISTERED", registered)
     return cached.warm_once()
+
+
+class Moved:
+    """A figure's class as an older version of the code pickled it."""
+
+
+def test_a_figure_pickled_by_another_version_of_the_code_is_computed_again(monkeypatch):
+    key = cached.store_key("listing:forks")
+    cache.set(key, (9e12, Moved()), 600)  # fresh for ever, were it readable
+    cached._read.clear()
+    # The class has moved since (a deploy): the pickled value names a class no longer there.
+    monkeypatch.delattr(__import__(__name__, fromlist=["Moved"]), "Moved")
+
+    compute = Counter()
+    assert cached.cached_figure("listing:forks", compute, fresh_seconds=60) == 1
+    assert compute.calls == 1
