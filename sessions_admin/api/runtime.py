@@ -252,6 +252,24 @@ def _session(request: HttpRequest, session_id: str) -> dict:
     return row
 
 
+def _require_sources_named(
+    caller: Caller, *, response_id: str | None, conversation: str | None
+) -> None:
+    """A limited token touches a stored response or a conversation slug only while the
+    session it names now is of its sources (recording a turn re-points both, resolving may
+    continue it): another source's conversation is not its to move."""
+    if not caller.sources:
+        return
+    named = [
+        rows.response_session(response_id) if response_id else None,
+        rows.conversation_session(conversation) if conversation else None,
+    ]
+    for session_id in dict.fromkeys(sid for sid in named if sid):
+        row = lineage.session_row(session_id)
+        if row is not None:
+            caller.require_source(row["source"], session_id)
+
+
 def _audited(
     request: HttpRequest,
     action: str,
@@ -449,6 +467,9 @@ def append(
 def record_turn(request: HttpRequest, session_id: Identifier, body: TurnIn):
     """Record a /v1/responses turn: store the response and move its conversation here."""
     _session(request, session_id)
+    _require_sources_named(
+        _caller(request), response_id=body.response_id, conversation=body.conversation
+    )
     _audited(
         request,
         AuditAction.TURN,
@@ -653,15 +674,9 @@ def resolve_conversation(request: HttpRequest, body: ResolveIn):
     conversation starts one."""
     caller = _caller(request)
     caller.require_source(body.source)
-    if caller.sources:
-        # A limited token continues only conversations of its sources: checked on the session
-        # the slug or response names now (the resolve may continue it, a write).
-        named = rows.response_session(body.previous_response_id) or (
-            rows.conversation_session(body.conversation) if body.conversation else None
-        )
-        row = lineage.session_row(named) if named else None
-        if row is not None:
-            caller.require_source(row["source"], named)
+    _require_sources_named(
+        caller, response_id=body.previous_response_id, conversation=body.conversation
+    )
     target = _audited(
         request,
         AuditAction.RESOLVE_CONVERSATION,

@@ -19,9 +19,10 @@ from django.utils import timezone
 
 from sessions_admin.api.app import api
 from sessions_admin.api.auth import RUNTIME, SIGNED_IN, SWITCHES
-from sessions_admin.core import lineage
+from sessions_admin.core import db, lineage
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import ApiToken, AuditEntry
+from sessions_admin.routers import responses_alias
 from sessions_admin.signin.roles import DELETE, OPERATE, VIEW, assign_role
 from tests.api.conftest import API, ApiClient
 from tests.console import urlmap
@@ -321,3 +322,52 @@ def test_requests_over_the_rate_are_throttled_with_retry_after(make_token, setti
     assert 1 <= int(throttled.headers["Retry-After"]) <= 60
     # Per token: another token still gets through.
     assert other.get("me").status == 200
+
+
+def test_a_limited_token_cannot_move_another_sources_conversation_or_response(make_token):
+    """Recording a turn on its own session re-points a slug and a stored response: a token
+    limited to telegram may not take an api_server conversation or response that way."""
+    api = ApiClient(make_token("runtime", name="as-only", sources=["api_server"]))
+    telegram = ApiClient(make_token("runtime", name="tg-only-turns", sources=["telegram"]))
+    theirs = api.post("runtime/sessions", {"source": "api_server", "session_key": "as:1"})
+    mine = telegram.post("runtime/sessions", {"source": "telegram", "session_key": "tg:1"})
+    theirs_id, mine_id = theirs.body["session_id"], mine.body["session_id"]
+    recorded = api.post(
+        f"runtime/sessions/{theirs_id}/turns",
+        {"response_id": "resp_acme_1", "conversation": "acme-support", "data": {"model": "m"}},
+    )
+    assert recorded.status == 201, recorded.body
+    response_before = db.fetchall(
+        "SELECT response_id, data FROM responses ORDER BY response_id", alias=responses_alias()
+    )
+    slugs_before = db.fetchall(
+        "SELECT name, response_id, session_id FROM conversations ORDER BY name",
+        alias=responses_alias(),
+    )
+
+    for body in (
+        {"response_id": "resp_tg_1", "conversation": "acme-support"},
+        {"response_id": "resp_acme_1"},
+    ):
+        answer = telegram.post(f"runtime/sessions/{mine_id}/turns", body)
+        assert answer.status == 403, (body, answer.body)
+
+    assert (
+        db.fetchall(
+            "SELECT response_id, data FROM responses ORDER BY response_id",
+            alias=responses_alias(),
+        )
+        == response_before
+    )
+    assert (
+        db.fetchall(
+            "SELECT name, response_id, session_id FROM conversations ORDER BY name",
+            alias=responses_alias(),
+        )
+        == slugs_before
+    )
+    # Its own conversation and responses are its to record.
+    own = telegram.post(
+        f"runtime/sessions/{mine_id}/turns", {"response_id": "resp_tg_2", "conversation": "tg-chat"}
+    )
+    assert own.status == 201, own.body
