@@ -19,6 +19,7 @@ from sessions_admin import core
 from sessions_admin.console.html import RAW_TEXT
 from sessions_admin.console.http import (
     HtmxHttpRequest,
+    plural,
     require_perm,
     session_or_404,
     wants_fragment,
@@ -354,8 +355,20 @@ def session_tail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         "hide_inactive": hide,
         "text_mode": RAW_TEXT if raw else "",
         "tail_answer": True,
+        # Read out by screen readers (static/js/a11y.js): the rows are added out of any live region.
+        "tail_announcement": _tail_announcement(chunk, live=live),
     }
     return render(request, f"{TEMPLATE}#transcript-chunk", context)
+
+
+def _tail_announcement(chunk: Chunk, *, live: bool) -> str:
+    roles = [item.role for item in chunk.items if item.kind == "message"]
+    said = f"{plural(len(roles), 'new message')}" if roles else ""
+    if roles:
+        said += f" ({', '.join(dict.fromkeys(roles))})."
+    if not live:
+        said += " The conversation ended: no more messages will appear."
+    return said.strip()
 
 
 @require_GET

@@ -1,0 +1,128 @@
+"""axe-core finds no violation of the WCAG 2.1 A and AA rules on any console page (issue 29).
+
+Every page a role may open (the URL resolver's, through tests/console/urlmap and the
+access table, so a new page cannot slip past), signed out and as each role, at a
+desktop and a phone width, after its htmx fragments have arrived.
+
+axe's script is injected with Playwright's ``page.evaluate`` (the DevTools protocol's
+Runtime.evaluate), which the page's Content-Security-Policy does not govern: the
+policy stays as strict as in production (no inline script, no eval) and the ``page``
+fixture still fails the test on any violation the browser reports.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+from django.contrib.auth.models import User
+
+from sessions_admin.signin.roles import ROLES, assign_role
+from tests.browser.conftest import PASSWORD
+from tests.console import urlmap
+from tests.console.test_access import ACCESS, ANYONE
+
+WCAG_21_A_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+AXE_OPTIONS = {
+    "runOnly": {"type": "tag", "values": WCAG_21_A_AA},
+    "resultTypes": ["violations"],
+}
+WIDTHS = {"desktop": (1280, 800), "phone": (390, 844)}
+# The whole walk (4 visitors x 2 widths x every page) must stay a small part of CI's time.
+BUDGET_SECONDS = 240
+
+# The page's htmx fragments have arrived: none still asked for, swapping or settling
+# (cheaper than waiting for the network to be idle half a second on every page).
+SETTLED = """() => document.readyState === "complete" && window.htmx !== undefined
+  && !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling, [hx-trigger^="load"]')"""
+
+pytestmark = pytest.mark.usefixtures("no_worker")
+
+
+def _rank(role: str) -> int:
+    return ROLES.index(role)
+
+
+def _pages_for(role: str | None, seeded: urlmap.Seeded) -> list[str]:
+    """The URLs of every GET route the visitor may open, plus a few states of them."""
+    urls = []
+    for name, (get, _post) in sorted(ACCESS.items()):
+        if get is None:
+            continue
+        if role is None and get != ANYONE:
+            continue
+        if role is not None and get != ANYONE and _rank(role) < _rank(get):
+            continue
+        urls.append(urlmap.route(name).url(seeded.url_args))
+    if role is not None:
+        urls += [
+            "/sessions/?scope=all&q=question",
+            f"/sessions/{seeded.root}/",
+            f"/sessions/{seeded.tip}/?q=question",
+            f"/merge/preview/?ids={seeded.fork_a}&ids={seeded.fork_b}",
+            "/no-such-page/",
+        ]
+        if role != "admin":
+            urls.append("/trash/")  # the page that refuses them
+        else:
+            urls.append("/bulk-delete/?preset=empty")
+    return urls
+
+
+def _violations(page, axe: Axe) -> list[str]:
+    results = axe.run(page, options=AXE_OPTIONS).response["violations"]
+    found = []
+    for violation in results:
+        for node in violation["nodes"]:
+            found.append(
+                f"{violation['id']}: {node['target']} {node['html'][:160]} "
+                f"({node.get('failureSummary', '').splitlines()[-1:]})"
+            )
+    return found
+
+
+def _sign_in(page, role: str) -> None:
+    user = User.objects.create_user(f"axe-{role}", password=PASSWORD)
+    assign_role(user, role)
+    page.goto("/login/")
+    page.fill("input[name=username]", user.username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/login/" not in url)
+
+
+def test_no_page_violates_wcag_21_a_or_aa(page, seeded):
+    axe = Axe()
+    started = time.monotonic()
+    found: dict[str, list[str]] = {}
+    checked = 0
+    for role in (None, *ROLES):
+        if role is not None:
+            page.context.clear_cookies()
+            page.set_viewport_size({"width": 1280, "height": 800})
+            _sign_in(page, role)
+        # Downloads (CSV, JSON) and fragments are no pages: asked once, outside the page.
+        urls = [
+            url
+            for url in _pages_for(role, seeded)
+            if "text/html" in page.request.get(url).headers.get("content-type", "")
+        ]
+        for width_name, (width, height) in WIDTHS.items():
+            page.set_viewport_size({"width": width, "height": height})
+            for url in urls:
+                page.goto(url)
+                page.wait_for_function(SETTLED)
+                if page.locator("body > main").count() != 1:
+                    continue  # an htmx fragment asked for on its own
+                checked += 1
+                for violation in _violations(page, axe):
+                    found.setdefault(violation, []).append(
+                        f"{role or 'signed out'} {width_name} {url}"
+                    )
+    elapsed = time.monotonic() - started
+    report = "\n".join(f"{v}\n    on {', '.join(where[:4])}" for v, where in found.items())
+    assert not found, f"{len(found)} axe violations:\n{report}"
+    assert checked > 60, checked  # every page was reached, not just the sign-in form
+    assert page.script_errors == []
+    assert elapsed < BUDGET_SECONDS, elapsed
