@@ -10,13 +10,13 @@
  *
  * Announcements: #announcer (templates/base.html) is a polite live region that is always
  * in the page, so what is written into it is read out; a region swapped in whole is not
- * reliably read. Swapped content marks what to say with data-announce (its value, or its
- * text when empty); role="alert" content is said too. data-announce-key with
- * data-announce-quiet="N" keeps a polled figure (a job's progress) to one announcement in
- * N seconds, unless data-announce-state (e.g. running -> done) changed; an element with an
- * id is not read again with the same words. Messages and alerts a page loads with
- * (#messages, role="alert") are read once it has loaded; an htmx answer that is not
- * swapped (an error status) is said in #messages.
+ * reliably read. Swapped content marks what to say with data-announce: its value, or when
+ * empty its words without their .hint asides; role="alert" content is said too. What has
+ * a data-announce-key (or an id) is not said again in the same words, and with
+ * data-announce-quiet="N" (a job's progress, polled every second) at most once in N
+ * seconds unless data-announce-state (running -> done) changed. Messages and alerts a page
+ * loads with (#messages, role="alert") are said once it has loaded; an htmx answer that
+ * is not swapped (an error status) is said in #messages.
  */
 (function () {
   "use strict";
@@ -36,10 +36,17 @@
     }, 120);
   }
 
+  // An element's words without its .hint asides.
+  function wordsOf(element) {
+    var copy = element.cloneNode(true);
+    copy.querySelectorAll(".hint").forEach(function (hint) {
+      hint.remove();
+    });
+    return copy.textContent;
+  }
+
   function announceable(element) {
-    var text = element.getAttribute("data-announce");
-    if (text === null) text = element.textContent; // role="alert"
-    if (!text.trim()) text = element.textContent;
+    var text = element.getAttribute("data-announce") || wordsOf(element);
     var key = element.getAttribute("data-announce-key") || element.id;
     if (key) {
       var quiet = parseInt(element.getAttribute("data-announce-quiet") || "0", 10) * 1000;

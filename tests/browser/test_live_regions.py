@@ -138,3 +138,18 @@ def test_a_page_arriving_with_a_refusal_says_it(signed_in_page):
     expect(page.locator("form.confirm .problems")).to_have_attribute("role", "alert")
     expect(page.locator("#announcer")).to_contain_text("21")
     assert present(chain) == set(chain)
+
+
+def test_a_search_says_how_many_messages_match_not_every_row(signed_in_page):
+    sid = core.create_session(source="cli").session_id
+    for n in range(3):
+        core.append_message(session_id=sid, role="user", content=f"red parcel number {n}")
+    page = signed_in_page("viewer")
+    page.goto("/sessions/")
+    page.fill('input[name="q"]', "parcel")
+    page.press('input[name="q"]', "Enter")  # htmx swaps #results
+    expect(page.locator("li.hit-session")).to_have_count(1)
+    announcer = page.locator("#announcer")
+    expect(announcer).to_have_text(re.compile(r"^3 messages match"))
+    assert "red parcel number" not in announcer.inner_text()
+    assert page.locator("#results[aria-live]").count() == 0  # not the whole table again
