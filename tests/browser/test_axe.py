@@ -2,7 +2,8 @@
 
 Every page a role may open (the URL resolver's, through tests/console/urlmap and the
 access table, so a new page cannot slip past), signed out and as each role, at a
-desktop and a phone width, after its htmx fragments have arrived.
+desktop and a phone width, after its htmx fragments have arrived, with every disclosure
+(<details>) opened so that the forms they hold are checked too.
 
 axe's script is injected with Playwright's ``page.evaluate`` (the DevTools protocol's
 Runtime.evaluate), which the page's Content-Security-Policy does not govern: the
@@ -115,6 +116,10 @@ def test_no_page_violates_wcag_21_a_or_aa(page, seeded):
                 if page.url in seen or page.locator("body > main").count() != 1:
                     continue  # a redirect to a page checked already, or a lone htmx fragment
                 seen.add(page.url)
+                # What disclosures hide is checked too (axe skips hidden content).
+                page.evaluate(
+                    "document.querySelectorAll('details').forEach(d => { d.open = true; })"
+                )
                 checked += 1
                 for violation in _violations(page, axe):
                     found.setdefault(violation, []).append(
