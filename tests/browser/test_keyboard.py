@@ -34,8 +34,10 @@ FOCUS = """() => {
   return {
     tag: el.tagName.toLowerCase(),
     text: (el.innerText || el.value || el.getAttribute("aria-label") || "").trim().slice(0, 80),
-    visible: el.matches(":focus-visible") && style.outlineStyle !== "none"
-      && parseFloat(style.outlineWidth) > 0,
+    name: el.getAttribute("name") || el.getAttribute("type") || "",
+    outline: `${style.outlineStyle} ${style.outlineWidth}`,
+    // The console's own ring (static/css/console.css), not the browser's thin default.
+    visible: style.outlineStyle !== "none" && parseFloat(style.outlineWidth) >= 2,
   };
 }"""
 
@@ -63,6 +65,30 @@ def _say(session_id: str, *texts: str) -> list[int]:
             session_id=session_id, messages=[{"role": "user", "content": t} for t in texts]
         ).message_ids
     )
+
+
+def test_every_stop_of_the_busiest_pages_shows_its_focus(signed_in_page):
+    sid = core.create_session(source="telegram", session_key="tg:dm:3").session_id
+    core.append_messages(
+        session_id=sid,
+        messages=[
+            {"role": "user", "content": "where is my refund?"},
+            {"role": "assistant", "content": "On its way."},
+        ],
+    )
+    page = signed_in_page("support")
+    for path in ("/sessions/?scope=all", f"/sessions/{sid}/"):
+        page.goto(path)
+        stops = []
+        for _ in range(60):
+            page.keyboard.press("Tab")
+            stop = focused(page)
+            if stop is None:
+                break  # past the last control
+            assert stop["visible"], f"{path}: focus on {stop} is not visible"
+            stops.append(stop)
+        assert len(stops) > 10, stops
+        assert stops[0]["text"] == "Skip to the page's content"
 
 
 def test_search_open_a_hit_and_step_through_matches(signed_in_page):
