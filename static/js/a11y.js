@@ -22,8 +22,6 @@
   "use strict";
 
   var lastSaid = {};
-  var focusWas = null;
-  var settled = []; // the elements of the current swap already looked at
 
   function say(text) {
     var announcer = document.getElementById("announcer");
@@ -95,18 +93,21 @@
   }
 
   // Where focus was when the request left: hx-disabled-elt disables the button that was
-  // pressed while the request runs, and a disabled button loses focus.
+  // pressed while the request runs, and a disabled button loses focus. Kept on the
+  // request's own config: swaps of other requests (a poll, a refresh the answer
+  // triggered) may come between this one's swap and its settle.
   document.addEventListener("htmx:beforeRequest", function (event) {
     if (event.detail.requestConfig) event.detail.requestConfig.a11yFocus = document.activeElement;
   });
 
   document.addEventListener("htmx:beforeSwap", function (event) {
-    var config = event.detail.requestConfig || {};
+    var config = event.detail.requestConfig;
+    if (!config) return;
     var active = config.a11yFocus || document.activeElement;
     var target = event.detail.target;
     var trigger = config.triggeringEvent;
-    settled = [];
-    focusWas = {
+    config.a11ySettled = [];
+    config.a11yWas = {
       inside: !!(active && active !== document.body && target && target.contains(active)),
       control: active && active !== document.body ? describe(active) : null,
       byUser: !!(trigger && (trigger.type === "submit" || trigger.type === "click")),
@@ -116,19 +117,23 @@
   // Fired on each element a swap put in the page.
   document.addEventListener("htmx:afterSettle", function (event) {
     var swapped = event.target;
+    var config = event.detail.requestConfig || {};
+    var settled = config.a11ySettled || [];
     if (!(swapped instanceof Element)) return;
     // An innerHTML swap settles its target and the target's new children: one look.
     if (settled.some(function (seen) { return seen.contains(swapped); })) return;
     settled.push(swapped);
+    // All of the swap is in the page by its first settle: one look at what scrolls.
+    if (settled.length === 1) reachableScrollers();
     var alerts = within(swapped, '[role="alert"]');
     var words = within(swapped, '[data-announce], [role="alert"]')
       .map(announceable)
       .filter(Boolean);
     if (words.length) say(words.join(" "));
 
-    var was = focusWas;
+    var was = config.a11yWas;
     if (!was) return;
-    focusWas = null;
+    config.a11yWas = null;
     if (was.inside && lost()) {
       var same = was.control && sameControl(swapped, was.control);
       var notice = within(swapped, '[role="alert"], [role="status"], [data-announce]')[0];
@@ -159,9 +164,41 @@
     region.replaceChildren(list);
   });
 
+  // A box that scrolls (a wide table on a phone, a long tool output) must be reachable by
+  // keyboard to be scrolled: one holding no control of its own joins the Tab order while
+  // it scrolls (WCAG 2.1.1; axe's scrollable-region-focusable).
+  var SCROLLERS = "main table, main pre, main .pm-content";
+  var CONTROL = "a[href], button, input, select, textarea, summary, [tabindex]";
+
+  function reachableScrollers() {
+    document.querySelectorAll(SCROLLERS).forEach(function (box) {
+      var ours = box.hasAttribute("data-scroll-focus");
+      var scrolls =
+        box.scrollWidth > box.clientWidth + 1 || box.scrollHeight > box.clientHeight + 1;
+      if (scrolls) {
+        var style = getComputedStyle(box);
+        scrolls = /auto|scroll/.test(style.overflowX + " " + style.overflowY);
+      }
+      if (scrolls && !ours && !box.hasAttribute("tabindex") && !box.querySelector(CONTROL)) {
+        box.setAttribute("tabindex", "0");
+        box.setAttribute("data-scroll-focus", "");
+      } else if (!scrolls && ours) {
+        box.removeAttribute("tabindex");
+        box.removeAttribute("data-scroll-focus");
+      }
+    });
+  }
+
+  var resizing = 0;
+  window.addEventListener("resize", function () {
+    window.clearTimeout(resizing);
+    resizing = window.setTimeout(reachableScrollers, 100);
+  });
+
   // What a page arrives with after an action (a confirmation, a refusal): a live region
   // filled before the page loaded is not read out, so it is said once the page is in.
   document.addEventListener("DOMContentLoaded", function () {
+    reachableScrollers();
     var region = document.getElementById("messages");
     var said = region ? [region.textContent] : [];
     document.querySelectorAll('main [role="alert"]').forEach(function (alert) {
