@@ -48,12 +48,10 @@ def _pages_for(role: str | None, seeded: urlmap.Seeded) -> list[str]:
     """The URLs of every GET route the visitor may open, plus a few states of them."""
     urls = []
     for name, (get, _post) in sorted(ACCESS.items()):
-        if get is None:
-            continue
-        if role is None and get != ANYONE:
-            continue
-        if role is not None and get != ANYONE and _rank(role) < _rank(get):
-            continue
+        if get == ANYONE:
+            pass
+        elif get not in ROLES or role is None or _rank(role) < _rank(get):
+            continue  # not this visitor's (or no operator's: a POST-only or token-only URL)
         urls.append(urlmap.route(name).url(seeded.url_args))
     if role is not None:
         urls += [
