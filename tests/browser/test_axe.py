@@ -149,8 +149,8 @@ def test_no_page_violates_wcag_21_a_or_aa(page, seeded):
                 page.click("button[type=submit]")
                 page.locator(".signin-error").wait_for()
                 check(f"signed out {width_name} failed sign-in")
-    # What it costs CI (shown with -s): 130 pages took 261 s here, on 2 cores shared by a
-    # load of about 17; the browser tests of a quiet machine run several times faster.
+    # What it costs CI (shown with -s): 138 pages took 199-287 s here, on 2 cores shared by a
+    # load of 12-18; the browser tests of a quiet machine run several times faster.
     print(f"axe: {checked} pages checked in {time.monotonic() - started:.0f} s")
     report = "\n".join(f"{v}\n    on {', '.join(where[:4])}" for v, where in found.items())
     assert not found, f"{len(found)} axe violations:\n{report}"
