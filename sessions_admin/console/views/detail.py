@@ -20,6 +20,7 @@ from sessions_admin import core
 from sessions_admin.console.html import RAW_TEXT
 from sessions_admin.console.http import (
     HtmxHttpRequest,
+    plural,
     require_perm,
     session_or_404,
     wants_fragment,
@@ -404,6 +405,8 @@ def session_tail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         "text_mode": RAW_TEXT if raw else "",
         "tail_answer": True,
         **(_end_context(chain, session, live=live) if chunk.reached_end else {}),
+        # Read out by screen readers (static/js/a11y.js): the rows are added out of any live region.
+        "tail_announcement": _tail_announcement(chunk, live=live),
     }
     response = render(request, f"{TEMPLATE}#transcript-chunk", context)
     if not state.live:
@@ -411,6 +414,16 @@ def session_tail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         # lineage and its actions were drawn while it was live, and reload on this event.
         trigger_client_event(response, ENDED_EVENT)
     return response
+
+
+def _tail_announcement(chunk: Chunk, *, live: bool) -> str:
+    roles = [item.role for item in chunk.items if item.kind == "message"]
+    said = f"{plural(len(roles), 'new message')}" if roles else ""
+    if roles:
+        said += f" ({', '.join(dict.fromkeys(roles))})."
+    if not live:
+        said += " The conversation ended: no more messages will appear."
+    return said.strip()
 
 
 @require_GET
