@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,8 @@ from sessions_admin.core import db
 from sessions_admin.core.errors import StoreError
 from sessions_admin.core.lifecycle import append_messages
 from sessions_admin.core.rows import require_session_id, require_text
+from sessions_admin.core.schema import existing_tables
+from sessions_admin.routers import store_alias
 
 TABLE = "sessions_admin_idempotency"
 KEY_MAX = 200
@@ -92,6 +94,18 @@ def append_messages_once(
     if random.random() < 1 / PRUNE_EVERY:
         forget_idempotency_keys(older_than_seconds=KEEP_SECONDS)
     return OnceResult(response, replayed=False)
+
+
+def forget_keys_of(session_ids: Sequence[str]) -> int:
+    """In a delete's transaction: the keys of appends to these sessions go with them (a retry
+    of such an append can only fail now; and the keys and first answers name the sessions,
+    which an erasure of their trash would not find in the store)."""
+    if not session_ids or TABLE not in existing_tables(store_alias()):
+        return 0
+    return db.execute(
+        f"DELETE FROM {TABLE} WHERE session_id IN ({db.placeholders(session_ids)})",
+        list(session_ids),
+    )
 
 
 @db.store_operation

@@ -409,6 +409,18 @@ class TrashPlan:
     held: tuple[tuple[str, str], ...] = ()  # the subject's own trashed rows under a hold
     # The switch events naming those trashed sessions (by ``seq``): tombstoned as the store's.
     switch_events: tuple[int, ...] = ()
+    # The chat ids and session keys of those trashed sessions: redacted from the audit log and
+    # operator text with the store's (a session deleted before the erasure named them there).
+    chat_ids: tuple[str, ...] = ()
+    session_keys: tuple[str, ...] = ()
+
+    def redaction_subject(self, store_side: Subject) -> Subject:
+        """``store_side`` (the store plan's ``redaction_subject``) with these chat ids and keys."""
+        return Subject(
+            user_id=store_side.user_id,
+            chat_ids=tuple(dict.fromkeys([*store_side.chat_ids, *self.chat_ids])),
+            session_keys=tuple(dict.fromkeys([*store_side.session_keys, *self.session_keys])),
+        )
 
     @property
     def operations(self) -> tuple[str, ...]:
@@ -429,6 +441,8 @@ class TrashPlan:
             "kept_holds": list(self.kept_holds),
             "held": [list(pair) for pair in self.held],
             "switch_events": list(self.switch_events),
+            "chat_ids": list(self.chat_ids),
+            "session_keys": list(self.session_keys),
         }
 
     @classmethod
@@ -441,6 +455,8 @@ class TrashPlan:
             kept_holds=tuple(int(pk) for pk in record.get("kept_holds", ())),
             held=tuple((sid, words) for sid, words in record["held"]),
             switch_events=tuple(int(seq) for seq in record.get("switch_events", ())),
+            chat_ids=tuple(record.get("chat_ids", ())),
+            session_keys=tuple(record.get("session_keys", ())),
         )
 
 
@@ -532,6 +548,17 @@ def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
         kept_holds=tuple(sorted(kept_holds)),
         held=tuple(sorted((sid, hold.describe()) for sid, hold in held.items())),
         switch_events=erasure.switch_events_of(session_ids=sorted(found - store_ids)),
+        chat_ids=_field_of(every_row, found, "chat_id"),
+        session_keys=_field_of(every_row, found, "session_key"),
+    )
+
+
+def _field_of(rows: dict[str, dict], session_ids: set[str], field: str) -> tuple[str, ...]:
+    """The distinct non-empty values of ``field`` among these trashed session rows."""
+    return tuple(
+        sorted(
+            {str(rows[sid][field]) for sid in session_ids if sid in rows and rows[sid].get(field)}
+        )
     )
 
 
@@ -857,9 +884,11 @@ def _complete_dashboard(
             "job_items": items,
             # The erased sessions' own chat ids and keys too, not only the values given.
             "audit_entries_redacted": redact_audit(
-                plan.redaction_subject, session_ids, request.salt
+                trash.redaction_subject(plan.redaction_subject), session_ids, request.salt
             ),
-            "operator_texts_redacted": redact_operator_text(plan.redaction_subject, request.salt),
+            "operator_texts_redacted": redact_operator_text(
+                trash.redaction_subject(plan.redaction_subject), request.salt
+            ),
         }
         if sqlite:
             storage = [

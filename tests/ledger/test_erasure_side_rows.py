@@ -3,12 +3,15 @@ API: a runtime's idempotency keys (with the first answers) and a stopped cascade
 
 from __future__ import annotations
 
+import json
+
 from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.core.erasure import Subject
 from sessions_admin.core.idempotency import append_messages_once
 from sessions_admin.ledger import actions
 from sessions_admin.ledger import erasure as erasure_ledger
+from sessions_admin.ledger.models import AuditEntry
 
 
 def _erase(user_id: str) -> None:
@@ -42,3 +45,43 @@ def test_an_erasure_takes_the_idempotency_keys_of_the_subjects_appends_and_no_on
         ("k-theirs", theirs)
     ]
     assert db.fetchall("SELECT id FROM sessions WHERE user_id = 'u-erased'") == []
+
+
+def test_an_erasure_after_a_cascade_leaves_no_key_of_the_trashed_sessions_anywhere():
+    key = "agent:main:telegram:dm:alice77"
+    first = core.create_session(source="api", user_id="alice77", session_key=key).session_id
+    for n in range(3):
+        append_messages_once(
+            key=f"k{n}",
+            scope="token:runtime",
+            request_hash=f"hash-{n}",
+            session_id=first,
+            messages=[{"role": "user", "content": f"hello {n}"}],
+        )
+    # What the API's runtime routes record: the key in an audit entry's before.
+    actions.record(
+        actor="api:runtime",
+        action="start_session",
+        session_ids=[first],
+        before={"session_key": key},
+    )
+    plan = core.plan_cascade_delete(session_ids=[first])
+    actions.cascade_delete(
+        actor="ada",
+        session_ids=[first],
+        include_branches=False,
+        expected_fingerprint=plan.fingerprint,
+        reason="clean-up",
+    )
+    # The delete took the keys of appends to the session with it (a retry can only fail now).
+    assert db.fetchall("SELECT key FROM sessions_admin_idempotency") == []
+
+    _erase("alice77")
+
+    assert db.fetchall("SELECT key FROM sessions_admin_idempotency") == []
+    for entry in AuditEntry.objects.all():
+        text = json.dumps(
+            [entry.session_ids, entry.before, entry.after, entry.reason, entry.detail]
+        )
+        assert key not in text, (entry.action, text)
+        assert first not in text, (entry.action, text)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from sessions_admin.core import being_deleted, db, faults, holds
+from sessions_admin.core import being_deleted, db, faults, holds, idempotency
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.deletion.give_back import _give_back_parts
 from sessions_admin.core.deletion.plan import ConversationsKept, WholeConversations, kept_whole
@@ -192,6 +192,7 @@ def _locked_delete(
         db.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", batch)
         # Children before parents inside the batch too (the foreign key is checked per statement).
         db.execute(f"DELETE FROM sessions WHERE id IN ({marks})", batch)
+        idempotency.forget_keys_of(batch)
         if marked:  # the last step of a delete in parts: the session is gone, so is its state
             db.execute(f"DELETE FROM sessions_admin_deletions WHERE session_id IN ({marks})", batch)
             being_deleted.drop_parts(batch)  # a purge's copies of its parts: no longer needed
