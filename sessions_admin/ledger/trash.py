@@ -959,3 +959,37 @@ def parents_elsewhere(operations: Sequence[str]) -> dict[str, tuple[ParentsElsew
                 )
             )
     return answer
+
+
+@dataclass(frozen=True)
+class DeletedSession:
+    """Where a session no longer in the store went: the trash operation holding its row."""
+
+    session_id: str
+    title: str
+    entry: TrashEntry  # the operation's first batch: its id names it on the trash page
+    restorable: TrashEntry | None  # an entry of it not yet restored (its restore form's)
+
+
+def deleted_session(session_id: str) -> DeletedSession | None:
+    """The newest trash operation holding ``session_id``'s row and not restored since, or
+    None (never deleted, restored, purged, or erased: an erasure drops the subject's rows)."""
+    found = (
+        TrashSession.objects.filter(session_id=session_id, entry__session_count__gt=0)
+        .exclude(entry__state=TrashEntry.RESTORED)
+        .select_related("entry")
+        .defer("entry__payload")
+        .order_by("-entry__created_at", "-entry_id")
+        .first()
+    )
+    if found is None:
+        return None
+    batches = list(
+        TrashEntry.objects.defer("payload").filter(operation=found.entry.operation).order_by("pk")
+    )
+    return DeletedSession(
+        session_id=session_id,
+        title=found.title,
+        entry=batches[0] if batches else found.entry,
+        restorable=next((e for e in batches if e.state != TrashEntry.RESTORED), None),
+    )
