@@ -9,6 +9,7 @@ screen (``merge_undo``).
 
 from __future__ import annotations
 
+import contextvars
 import csv
 import datetime as dt
 import json
@@ -43,6 +44,15 @@ SESSION_LINKS_SHOWN = 12  # session ids linked per audit entry before "and N mor
 JSON_INLINE_CHARS = 140  # before/after shown inline up to this length, folded beyond
 VALUES_SHOWN = 12  # items of a list value named before "and N more"
 VALUE_CHARS = 200  # of one value in words
+# Set while the CSV export words an entry: its ``changes`` column names every value whole (a
+# spreadsheet has room for them; the page, which cuts them, links to the entry's JSON).
+_WHOLE_VALUES = contextvars.ContextVar("audit_whole_values", default=False)
+
+
+def _items_shown() -> int | None:
+    return None if _WHOLE_VALUES.get() else VALUES_SHOWN
+
+
 EXPORT_CHUNK = 500  # entries read at a time while the CSV streams
 # A spreadsheet runs a cell starting with one of these as a formula (CSV injection).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -208,14 +218,17 @@ def _words(value) -> str:
     if isinstance(value, int | float):
         return f"{value:,}"
     if isinstance(value, list | tuple):
-        shown = ", ".join(_words(v) for v in value[:VALUES_SHOWN])
-        more = f" and {len(value) - VALUES_SHOWN} more" if len(value) > VALUES_SHOWN else ""
+        limit = _items_shown()
+        shown = ", ".join(_words(v) for v in value[:limit])
+        more = f" and {len(value) - limit} more" if limit and len(value) > limit else ""
         return (shown + more) or "none"
     if isinstance(value, dict):
         text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
     else:
         text = str(value)
-    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS] + "…"
+    if _WHOLE_VALUES.get() or len(text) <= VALUE_CHARS:
+        return text
+    return text[:VALUE_CHARS] + "…"
 
 
 def _identifier(value) -> str:
@@ -352,12 +365,13 @@ def readable(entry: AuditEntry, links: Links) -> Readable:
             used.add((side, key))
             entries = entries if isinstance(entries, list) else [entries]
             parts: list[Part] = []
-            for n, trash_id in enumerate(entries[:VALUES_SHOWN]):
+            limit = _items_shown()
+            for n, trash_id in enumerate(entries[:limit]):
                 if n:
                     parts.append(Part(", "))
                 parts.append(Part(f"#{_identifier(trash_id)}", links.trash(trash_id), code=True))
-            if len(entries) > VALUES_SHOWN:
-                parts.append(Part(f" and {len(entries) - VALUES_SHOWN} more"))
+            if limit and len(entries) > limit:
+                parts.append(Part(f" and {len(entries) - limit} more"))
             say("Trash entries" if len(entries) != 1 else "Trash entry", *(parts or [Part("none")]))
             used.add((side, "trash_operation"))
     for key in ("message_ids", "returned_ids"):
@@ -553,7 +567,11 @@ def _iso(moment) -> str:
 
 
 def _export_row(entry: AuditEntry, links: Links) -> list[str]:
-    words = readable(entry, links)
+    whole = _WHOLE_VALUES.set(True)
+    try:
+        words = readable(entry, links)
+    finally:
+        _WHOLE_VALUES.reset(whole)
     raw = {"ensure_ascii": False, "sort_keys": True}
     return [
         safe_cell(cell)
