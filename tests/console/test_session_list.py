@@ -432,6 +432,23 @@ def test_search_lists_sessions_of_a_user_or_chat_above_the_hits(signed_in):
     assert "user id matches" in body and "chat id matches" in body
 
 
+def test_the_name_box_shows_a_person_once_with_their_sessions(signed_in):
+    ids = [_new("telegram", user_id="u-harriet", started_at=1_700_000_000.0 + n) for n in range(4)]
+    for sid in ids:
+        db.execute("UPDATE sessions SET display_name = %s WHERE id = %s", ["Harriet Quill", sid])
+    body = _body(signed_in("viewer").get(URL, {"q": "Harriet Quill"}))
+    box = body[
+        body.index('class="name-matches"') : body.index(
+            "</section>", body.index('class="name-matches"')
+        )
+    ]
+    assert box.count("<li") == 1
+    assert 'data-sessions="4"' in box
+    assert f'href="{reverse("session_detail", args=[ids[-1]])}"' in box
+    link = html.unescape(re.search(r'class="person-sessions" href="([^"]+)"', box).group(1))
+    assert link == reverse("session_list") + "?user=u-harriet&source=telegram"
+
+
 # ---------------------------------------------------------------------------
 # PostgreSQL round trips (issue 16)
 
