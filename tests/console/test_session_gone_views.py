@@ -30,7 +30,7 @@ def _deleted(user_id: str = "u-gone-1") -> tuple[str, int]:
 
 
 def _in_store(sid: str) -> bool:
-    return bool(db.fetchall("SELECT 1 FROM sessions WHERE id = ?", [sid]))
+    return bool(db.fetchall("SELECT 1 FROM sessions WHERE id = %s", [sid]))
 
 
 def test_an_admin_sees_who_deleted_it_and_restores_it_from_its_address(admin):
