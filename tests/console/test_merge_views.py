@@ -215,7 +215,7 @@ def test_the_preview_shows_the_merged_transcript_in_order_with_its_sources(signe
         re.S,
     )
     assert [int(i[1]) for i in items] == sorted(int(i[1]) for i in items)
-    assert [(i[2], html.unescape(i[3])) for i in items] == [
+    assert [(i[2], html.unescape(re.sub(r"<[^>]+>", "", i[3])).strip()) for i in items] == [
         (ids[0], "question 0"),
         (ids[0], "answer 0"),
         (ids[1], "question 1"),
@@ -233,6 +233,24 @@ def test_the_preview_shows_the_merged_transcript_in_order_with_its_sources(signe
     assert fingerprint_of(body) == core.plan_merge(session_ids=ids).fingerprint
     hidden = re.findall(r'<input type="hidden" name="ids" value="([^"]+)">', body)
     assert hidden[: len(ids)] == ids
+
+
+def test_the_preview_renders_message_markdown_as_the_transcript_does(signed_in):
+    a = core.create_session(source="cli", started_at=1.0).session_id
+    b = core.create_session(source="cli", started_at=2.0).session_id
+    core.append_message(
+        session_id=a, role="assistant", content="**Refund** due:\n\n- item one\n- `code`"
+    )
+    core.append_message(session_id=b, role="assistant", content=f"# Title\n\n{SCRIPT}")
+    core.append_message(session_id=b, role="tool", content="**as written**")
+    body = signed_in("viewer").get(preview_url([a, b])).content.decode()
+    contents = re.findall(r'<div class="pm-content">(.*?)</div>\s*</li>', body, re.S)
+    assert "<strong>Refund</strong>" in contents[0]
+    assert "<li>item one</li>" in contents[0] and "<code>code</code>" in contents[0]
+    assert "<h4>Title</h4>" in contents[1]  # headings demoted, below the page's own
+    assert SCRIPT not in body and html.escape(SCRIPT) in contents[1]
+    assert "**as written**" in contents[2]  # a tool's output is data: shown as written
+    assert "**Refund**" not in body
 
 
 def test_tool_call_turns_show_their_calls_paired_with_their_results(signed_in):
