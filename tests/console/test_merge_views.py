@@ -179,6 +179,21 @@ def test_the_forks_page_lists_each_group_with_evidence_and_a_preview_link(signed
     assert all(f"from <code>{sid}</code>" in preview for sid in ids)
 
 
+def test_the_forks_page_shows_each_group_collapsed_to_its_summary(signed_in):
+    ids = forked_conversation()
+    other = forked_conversation("second-slug", started_at=5000.0)
+    body = signed_in("viewer").get(reverse("fork_list")).content.decode()
+    groups = re.findall(r'<article class="act-card fork-group".*?</article>', body, re.S)
+    assert len(groups) == 2
+    for group in groups:
+        head, _, rest = group.partition('<details class="fork-detail">')
+        assert rest, "the group's sessions are not in a collapsible section"
+        assert "Preview merge" in head and "sessions" in head  # the summary line stays shown
+        assert 'class="act-table stack fork-members"' in rest and "Evidence" in rest
+    for sid in [*ids, *other]:
+        assert f'href="{reverse("session_detail", args=[sid])}"' in body
+
+
 def test_the_forks_page_says_when_there_are_none(signed_in):
     core.create_session(source="cli")
     body = signed_in("viewer").get(reverse("fork_list")).content.decode()
