@@ -586,3 +586,44 @@ def test_a_common_word_read_in_id_order_finds_the_same_page_and_count(signed_in,
     assert len(sessions(through_index)) == 25
     assert sessions(walked) == sessions(through_index)
     assert walked.count('<li class="hit">') == through_index.count('<li class="hit">')
+
+
+def _csv_rows(response) -> list[list[str]]:
+    import csv
+    import io
+
+    assert response.status_code == 200 and response.streaming
+    text = b"".join(response.streaming_content).decode()
+    return list(csv.reader(io.StringIO(text)))
+
+
+def test_a_search_exports_every_page_of_its_results_as_csv(signed_in, monkeypatch):
+    from sessions_admin.console.views import list_export
+
+    matching = []
+    for n in range(7):
+        sid = _new("telegram", user_id=f"u-{n}", started_at=1_700_000_000.0 + n)
+        _say(sid, f"the parcel {n} was lost")
+        matching.append(sid)
+    other = _new("cli")
+    _say(other, "the parcel arrived")  # excluded by the filter below
+    _say(_new("telegram"), "nothing to see")
+    monkeypatch.setattr(list_export.listing, "PAGE_SIZES", (3,))  # walked three at a time
+    pages = []
+    search = listing.search
+    monkeypatch.setattr(listing, "search", lambda *a: pages.append(a) or search(*a))
+    client = signed_in("viewer")
+    body = _body(client.get(URL, {"q": "parcel", "source": "telegram"}))
+    link = html.unescape(
+        re.search(r'class="button secondary small search-export" href="([^"]+)"', body).group(1)
+    )
+    assert link.startswith(reverse("session_export") + "?")
+    header, *rows = _csv_rows(client.get(link))
+    assert header[:2] == ["session_id", "title"]
+    assert sorted(r[0] for r in rows) == sorted(matching)  # every page, the filter kept
+    assert len(pages) >= 3 + 1  # the page itself, then three pages of three at most
+    first = dict(zip(header, rows[0], strict=True))
+    assert "parcel" in first["snippet"] and "\ue000" not in first["snippet"]
+    assert first["first_match_url"].startswith(
+        reverse("session_detail", args=[first["session_id"]])
+    )
