@@ -112,6 +112,12 @@ def _text(text: str, raw: bool) -> str:
     return f'<div class="text md">{markdown.render(text)}</div>'
 
 
+def preview_text_html(text: str, *, role: str) -> SafeString:
+    """A message's text where a preview (the merge's) lists it, as the transcript shows it:
+    a tool's output as written (data, not prose), any other as rendered Markdown."""
+    return mark_safe(_text(text, raw=role == "tool"))
+
+
 def message_html(m: TranscriptMessage, mode: str = "") -> SafeString:
     """A transcript message; ``mode`` RAW_TEXT shows its text as written, not rendered."""
     raw = mode == RAW_TEXT

@@ -219,6 +219,12 @@ def _sessions_of_users(user_ids: Sequence[str], elsewhere: Elsewhere) -> list[tu
     return found
 
 
+def user_session_count(user_id: str) -> int:
+    """How many sessions a hold on ``user_id`` covers now, in the store and elsewhere (a hold
+    on a user also covers the sessions the user starts later)."""
+    return len({sid for sid, _uid in _sessions_of_users([user_id], _elsewhere_now())})
+
+
 def _merged_into(target_ids: Sequence[str]) -> dict[str, list[str]]:
     """target -> the sessions merges not undone absorbed into it (their messages are in it)."""
     absorbed: dict[str, list[str]] = {}

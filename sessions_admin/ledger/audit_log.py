@@ -10,6 +10,7 @@ every cell a spreadsheet would run as a formula quoted.
 
 from __future__ import annotations
 
+import contextvars
 import csv
 import datetime as dt
 import json
@@ -24,6 +25,9 @@ from sessions_admin.ledger.models import AuditEntry, AuditSession
 SESSION_LINKS_SHOWN = 12  # session ids linked per audit entry before "and N more"
 VALUES_SHOWN = 12  # items of a list value named before "and N more"
 VALUE_CHARS = 200  # of one value in words
+# Set while the CSV export words an entry: its ``changes`` column names every value whole (a
+# spreadsheet has room for them; the page, which cuts them, links to the entry's JSON).
+_WHOLE_VALUES = contextvars.ContextVar("audit_whole_values", default=False)
 EXPORT_CHUNK = 500  # entries read at a time while the CSV streams
 # A spreadsheet runs a cell starting with one of these as a formula (CSV injection).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -195,14 +199,17 @@ def _words(value) -> str:
     if isinstance(value, int | float):
         return f"{value:,}"
     if isinstance(value, list | tuple):
-        shown = ", ".join(_words(v) for v in value[:VALUES_SHOWN])
-        more = f" and {len(value) - VALUES_SHOWN} more" if len(value) > VALUES_SHOWN else ""
+        limit = None if _WHOLE_VALUES.get() else VALUES_SHOWN
+        shown = ", ".join(_words(v) for v in value[:limit])
+        more = f" and {len(value) - limit} more" if limit and len(value) > limit else ""
         return (shown + more) or "none"
     if isinstance(value, dict):
         text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
     else:
         text = str(value)
-    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS] + "…"
+    if _WHOLE_VALUES.get() or len(text) <= VALUE_CHARS:
+        return text
+    return text[:VALUE_CHARS] + "…"
 
 
 def _identifier(value) -> str:
@@ -339,12 +346,13 @@ def readable(entry: AuditEntry, links: NoLinks) -> Readable:
             used.add((side, key))
             entries = entries if isinstance(entries, list) else [entries]
             parts: list[Part] = []
-            for n, trash_id in enumerate(entries[:VALUES_SHOWN]):
+            limit = None if _WHOLE_VALUES.get() else VALUES_SHOWN
+            for n, trash_id in enumerate(entries[:limit]):
                 if n:
                     parts.append(Part(", "))
                 parts.append(Part(f"#{_identifier(trash_id)}", links.trash(trash_id), code=True))
-            if len(entries) > VALUES_SHOWN:
-                parts.append(Part(f" and {len(entries) - VALUES_SHOWN} more"))
+            if limit and len(entries) > limit:
+                parts.append(Part(f" and {len(entries) - limit} more"))
             say("Trash entries" if len(entries) != 1 else "Trash entry", *(parts or [Part("none")]))
             used.add((side, "trash_operation"))
     for key in ("message_ids", "returned_ids"):
@@ -413,7 +421,11 @@ def _iso(moment) -> str:
 
 
 def export_row(entry: AuditEntry, links: NoLinks) -> list[str]:
-    words = readable(entry, links)
+    whole = _WHOLE_VALUES.set(True)
+    try:
+        words = readable(entry, links)
+    finally:
+        _WHOLE_VALUES.reset(whole)
     raw = {"ensure_ascii": False, "sort_keys": True}
     return [
         safe_cell(cell)

@@ -1063,3 +1063,20 @@ def refuse_held(full: FullPlan) -> None:
             held.update(holds.held_among_rows([r for r in rows if r.get("id") in trashed]))
     if held:
         raise holds.SessionsHeld(held)
+
+
+def being_erased(session_id: str) -> bool:
+    """Whether an erasure that began and has not finished (running, killed, failed) has
+    ``session_id`` in its recorded plan: its trash rows may still be there, waiting for the
+    run to prune them, and nothing of them may be shown meanwhile."""
+    for receipt in ErasureRequest.objects.exclude(state=ErasureRequest.DONE).values_list(
+        "receipt", flat=True
+    ):
+        run = (receipt or {}).get(RUN)
+        if not isinstance(run, dict):
+            continue
+        planned = (run.get("plan") or {}).get("session_ids") or ()
+        trashed = (run.get("trash") or {}).get("session_ids") or ()
+        if session_id in planned or session_id in trashed:
+            return True
+    return False

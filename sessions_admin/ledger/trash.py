@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Count, Max, Min, Q
+from django.db.models import Count, Max, Min, Q, Sum
 from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, holds
@@ -339,24 +339,70 @@ def still_deleting() -> set[str]:
     return operations
 
 
-def _purgeable(older_than_days: float | None, held: dict) -> list[str]:
-    if older_than_days is not None and older_than_days < 0:
-        raise InvalidInput("older_than_days must be zero or more.")
-    operations = TrashEntry.objects.values("operation").annotate(
-        newest=Max("created_at"),
-        pending=Count("pk", filter=Q(state=TrashEntry.PENDING)),
-    )
-    operations = operations.filter(pending=0)
-    if older_than_days is not None:
-        operations = operations.filter(
-            newest__lt=timezone.now() - timezone.timedelta(days=older_than_days)
+def _purgeable_rows(held: dict) -> list[dict]:
+    """Each operation a purge of everything would drop: its newest entry's time and the
+    sessions and messages of its entries not restored. One grouped query over the trash."""
+    not_restored = ~Q(state=TrashEntry.RESTORED)
+    operations = (
+        TrashEntry.objects.values("operation")
+        .annotate(
+            newest=Max("created_at"),
+            pending=Count("pk", filter=Q(state=TrashEntry.PENDING)),
+            sessions=Sum("session_count", filter=not_restored),
+            messages=Sum("message_count", filter=not_restored),
         )
+        .filter(pending=0)
+        .order_by("operation")
+    )
     writing = still_deleting()
     return [
-        row["operation"]
-        for row in operations.order_by("operation")
+        row
+        for row in operations
         if row["operation"] not in held and row["operation"] not in writing
     ]
+
+
+def _older_than(older_than_days: float | None):
+    if older_than_days is not None and older_than_days < 0:
+        raise InvalidInput("older_than_days must be zero or more.")
+    if older_than_days is None:
+        return None
+    return timezone.now() - timezone.timedelta(days=older_than_days)
+
+
+def _purgeable(older_than_days: float | None, held: dict) -> list[str]:
+    cutoff = _older_than(older_than_days)
+    return [
+        row["operation"]
+        for row in _purgeable_rows(held)
+        if cutoff is None or row["newest"] < cutoff
+    ]
+
+
+@dataclass(frozen=True)
+class PurgeSize:
+    """What one purge drops: whole operations, their sessions and messages (not restored)."""
+
+    operations: int
+    sessions: int
+    messages: int
+
+
+def purge_sizes(*, older_than_days: float, held: dict) -> tuple[PurgeSize, PurgeSize]:
+    """The sizes of a purge of everything and of one of the operations older than the days,
+    from one read of the trash (``purgeable_operations``' rule)."""
+    cutoff = _older_than(older_than_days)
+    rows = _purgeable_rows(held)
+    expired = [row for row in rows if row["newest"] < cutoff]
+
+    def size(chosen: list[dict]) -> PurgeSize:
+        return PurgeSize(
+            len(chosen),
+            sum(row["sessions"] or 0 for row in chosen),
+            sum(row["messages"] or 0 for row in chosen),
+        )
+
+    return size(rows), size(expired)
 
 
 # --- legal holds and the trash --------------------------------------------------------------
@@ -959,3 +1005,37 @@ def parents_elsewhere(operations: Sequence[str]) -> dict[str, tuple[ParentsElsew
                 )
             )
     return answer
+
+
+@dataclass(frozen=True)
+class DeletedSession:
+    """Where a session no longer in the store went: the trash operation holding its row."""
+
+    session_id: str
+    title: str
+    entry: TrashEntry  # the operation's first batch: its id names it on the trash page
+    restorable: TrashEntry | None  # an entry of it not yet restored (its restore form's)
+
+
+def deleted_session(session_id: str) -> DeletedSession | None:
+    """The newest trash operation holding ``session_id``'s row and not restored since, or
+    None (never deleted, restored, purged, or erased: an erasure drops the subject's rows)."""
+    found = (
+        TrashSession.objects.filter(session_id=session_id, entry__session_count__gt=0)
+        .exclude(entry__state=TrashEntry.RESTORED)
+        .select_related("entry")
+        .defer("entry__payload")
+        .order_by("-entry__created_at", "-entry_id")
+        .first()
+    )
+    if found is None:
+        return None
+    batches = list(
+        TrashEntry.objects.defer("payload").filter(operation=found.entry.operation).order_by("pk")
+    )
+    return DeletedSession(
+        session_id=session_id,
+        title=found.title,
+        entry=batches[0] if batches else found.entry,
+        restorable=next((e for e in batches if e.state != TrashEntry.RESTORED), None),
+    )

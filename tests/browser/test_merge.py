@@ -126,6 +126,24 @@ def two_customers() -> tuple[str, str]:
     return cli, chat
 
 
+def test_the_forks_page_keeps_nine_groups_to_a_screen_or_two(signed_in_page):
+    for n in range(9):
+        cold_start_forks(f"sidekick-many-{n}")
+    page = signed_in_page("viewer")
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto("/forks/")
+    groups = page.locator("article.fork-group")
+    groups.first.wait_for()
+    assert groups.count() == 9
+    assert page.evaluate("document.documentElement.scrollHeight") < 2400
+    # Each group opens to its sessions and evidence.
+    first = groups.first
+    assert not first.locator(".fork-members").is_visible()
+    first.locator("details.fork-detail > summary").click()
+    assert first.locator(".fork-members").is_visible()
+    assert page.script_errors == []
+
+
 def test_forks_and_the_merge_preview_fit_a_phone(signed_in_page):
     ids = cold_start_forks("sidekick-phone")
     cli, chat = two_customers()
@@ -134,6 +152,7 @@ def test_forks_and_the_merge_preview_fit_a_phone(signed_in_page):
 
     page.goto("/forks/")
     page.locator("article.fork-group").first.wait_for()
+    page.locator("article.fork-group details.fork-detail > summary").click()  # open the group
     assert "turn 0 question" in page.locator("article.fork-group").inner_text()
     assert_fits_the_phone(page, ".fork-members td.session-cell > a > code")
 

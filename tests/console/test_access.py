@@ -79,6 +79,7 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "erasure_verify": (None, ADMIN),
     "erasure_rewrite": (None, ADMIN),
     "export_sessions": (VIEWER, None),
+    "session_export": (VIEWER, None),
     "export_session": (VIEWER, None),
     "stray_move_preview": (VIEWER, None),
     "stray_move_execute": (None, SUPPORT),

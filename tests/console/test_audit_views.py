@@ -423,3 +423,22 @@ def test_the_csv_export_cannot_carry_a_formula_into_a_spreadsheet(signed_in):
     assert row["detail"] == "'+cmd|' /C calc'!A0"
     for cell in entry:
         assert not cell.startswith(("=", "+", "-", "@", "\t", "\r"))
+
+
+def test_the_csv_export_names_every_change_whole(signed_in):
+    long_reason = "r" * 500
+    many = [f"s-{n}" for n in range(40)]
+    actions.record(
+        actor=None,
+        action="resume",
+        session_ids=["s-long"],
+        before={"title": long_reason, "moved": many},
+        after={"title": "short", "trash_entries": list(range(1, 31))},
+    )
+    _, rows = export(signed_in("viewer"))
+    header, entry = rows
+    changes = dict(zip(header, entry, strict=True))["changes"]
+    assert "…" not in changes and " more" not in changes
+    assert long_reason in changes
+    assert all(sid in changes for sid in many)
+    assert "#30" in changes

@@ -1053,3 +1053,24 @@ def test_picked_ids_no_database_can_hold_are_refused(admin):
         assert response.redirect_chain[-1][0] == reverse("bulk_delete")
         assert any("session id" in m for m in messages_shown(response))
         assert admin.session.get("sessions_admin.bulk_delete.selections") is None
+
+
+def _trash_page_queries(admin, **query) -> int:
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    admin.get(reverse("trash"), query)  # what a first read settles is settled
+    with CaptureQueriesContext(connections["default"]) as read:
+        assert admin.get(reverse("trash"), query).status_code == 200
+    return len(read.captured_queries)
+
+
+@pytest.mark.parametrize("query", [{}, {"q": "2"}])
+def test_the_trash_page_reads_a_page_in_queries_that_do_not_grow_with_its_rows(admin, query):
+    for _ in range(2):
+        trash_entry()
+    few = _trash_page_queries(admin, **query)
+    for _ in range(10):
+        trash_entry()
+    assert TrashEntry.objects.values("operation").distinct().count() == 12
+    assert _trash_page_queries(admin, **query) == few

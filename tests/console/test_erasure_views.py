@@ -180,3 +180,27 @@ def test_a_merge_an_erasure_closed_says_so_and_its_undo_changes_nothing(signed_i
     assert db.fetchall("SELECT content FROM messages WHERE session_id = %s", [api]) == [
         ("api side",)
     ]
+
+
+def test_the_request_page_names_the_receipts_counts_in_words(signed_in):
+    from sessions_admin.core import erasure as erasure_core
+
+    client = signed_in("admin")
+    _their_sessions()
+    plan = erasure.plan(erasure_core.Subject(user_id=USER))
+    queued = actions.request_erasure(
+        actor=None,
+        subject=plan.store.subject,
+        reference="DSR-words",
+        expected_fingerprint=plan.fingerprint,
+    )
+    actions.run_erasure(request_id=queued.pk)
+    queued.refresh_from_db()
+    page = client.get(reverse("erasure_detail", args=[queued.pk])).content.decode()
+    receipt = re.search(r'<dl class="meta-list receipt">(.*?)</dl>', page, re.S).group(1)
+    names = re.findall(r"<dt>([^<]*)</dt>", receipt)
+    assert len(names) == len(queued.receipt["erased"])
+    assert all("_" not in name for name in names), names
+    assert "Sessions" in names and "Audit entries redacted" in names
+    counts = re.findall(r'<dd class="num">([^<]*)</dd>', receipt)
+    assert counts[names.index("Sessions")] == "2"

@@ -10,6 +10,7 @@ from sessions_admin import core
 from sessions_admin.core import holds
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from tests.builders import cascade_lineage, store_snapshot
+from tests.console.pages import flashed, messages_shown
 
 
 def test_support_places_a_hold_from_the_session_page_and_releases_it(signed_in):
@@ -111,3 +112,24 @@ def test_the_trash_page_marks_held_entries_and_a_purge_keeps_them(signed_in):
     )
     assert "under legal hold" in response.content.decode()
     assert TrashEntry.objects.count() == 1
+
+
+def test_a_hold_on_a_user_without_sessions_is_placed_with_a_warning(signed_in):
+    client = signed_in("support")
+    core.create_session(source="cli", user_id="u-has-one")
+    response = client.post(
+        reverse("hold_place"),
+        {"kind": "user", "subject": "u-typo-none", "reason": "case 9"},
+        follow=True,
+    )
+    assert response.redirect_chain[-1][0] == reverse("holds")
+    (hold,) = holds.active_holds()
+    assert (hold.kind, hold.subject) == ("user", "u-typo-none")
+    said = messages_shown(response)
+    assert any("covers nothing yet" in m and "u-typo-none" in m for m in said), said
+    # A user with sessions gets no such warning.
+    response = client.post(
+        reverse("hold_place"), {"kind": "user", "subject": "u-has-one", "reason": "case 10"}
+    )
+    assert not any("covers nothing" in m for m in flashed(response))
+    assert len(holds.active_holds()) == 2

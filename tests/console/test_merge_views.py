@@ -179,6 +179,21 @@ def test_the_forks_page_lists_each_group_with_evidence_and_a_preview_link(signed
     assert all(f"from <code>{sid}</code>" in preview for sid in ids)
 
 
+def test_the_forks_page_shows_each_group_collapsed_to_its_summary(signed_in):
+    ids = forked_conversation()
+    other = forked_conversation("second-slug", started_at=5000.0)
+    body = signed_in("viewer").get(reverse("fork_list")).content.decode()
+    groups = re.findall(r'<article class="act-card fork-group".*?</article>', body, re.S)
+    assert len(groups) == 2
+    for group in groups:
+        head, _, rest = group.partition('<details class="fork-detail">')
+        assert rest, "the group's sessions are not in a collapsible section"
+        assert "Preview merge" in head and "sessions" in head  # the summary line stays shown
+        assert 'class="act-table stack fork-members"' in rest and "Evidence" in rest
+    for sid in [*ids, *other]:
+        assert f'href="{reverse("session_detail", args=[sid])}"' in body
+
+
 def test_the_forks_page_says_when_there_are_none(signed_in):
     core.create_session(source="cli")
     body = signed_in("viewer").get(reverse("fork_list")).content.decode()
@@ -215,7 +230,7 @@ def test_the_preview_shows_the_merged_transcript_in_order_with_its_sources(signe
         re.S,
     )
     assert [int(i[1]) for i in items] == sorted(int(i[1]) for i in items)
-    assert [(i[2], html.unescape(i[3])) for i in items] == [
+    assert [(i[2], html.unescape(re.sub(r"<[^>]+>", "", i[3])).strip()) for i in items] == [
         (ids[0], "question 0"),
         (ids[0], "answer 0"),
         (ids[1], "question 1"),
@@ -233,6 +248,24 @@ def test_the_preview_shows_the_merged_transcript_in_order_with_its_sources(signe
     assert fingerprint_of(body) == core.plan_merge(session_ids=ids).fingerprint
     hidden = re.findall(r'<input type="hidden" name="ids" value="([^"]+)">', body)
     assert hidden[: len(ids)] == ids
+
+
+def test_the_preview_renders_message_markdown_as_the_transcript_does(signed_in):
+    a = core.create_session(source="cli", started_at=1.0).session_id
+    b = core.create_session(source="cli", started_at=2.0).session_id
+    core.append_message(
+        session_id=a, role="assistant", content="**Refund** due:\n\n- item one\n- `code`"
+    )
+    core.append_message(session_id=b, role="assistant", content=f"# Title\n\n{SCRIPT}")
+    core.append_message(session_id=b, role="tool", content="**as written**")
+    body = signed_in("viewer").get(preview_url([a, b])).content.decode()
+    contents = re.findall(r'<div class="pm-content">(.*?)</div>\s*</li>', body, re.S)
+    assert "<strong>Refund</strong>" in contents[0]
+    assert "<li>item one</li>" in contents[0] and "<code>code</code>" in contents[0]
+    assert "<h4>Title</h4>" in contents[1]  # headings demoted, below the page's own
+    assert SCRIPT not in body and html.escape(SCRIPT) in contents[1]
+    assert "**as written**" in contents[2]  # a tool's output is data: shown as written
+    assert "**Refund**" not in body
 
 
 def test_tool_call_turns_show_their_calls_paired_with_their_results(signed_in):

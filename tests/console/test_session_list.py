@@ -432,6 +432,23 @@ def test_search_lists_sessions_of_a_user_or_chat_above_the_hits(signed_in):
     assert "user id matches" in body and "chat id matches" in body
 
 
+def test_the_name_box_shows_a_person_once_with_their_sessions(signed_in):
+    ids = [_new("telegram", user_id="u-harriet", started_at=1_700_000_000.0 + n) for n in range(4)]
+    for sid in ids:
+        db.execute("UPDATE sessions SET display_name = %s WHERE id = %s", ["Harriet Quill", sid])
+    body = _body(signed_in("viewer").get(URL, {"q": "Harriet Quill"}))
+    box = body[
+        body.index('class="name-matches"') : body.index(
+            "</section>", body.index('class="name-matches"')
+        )
+    ]
+    assert box.count("<li") == 1
+    assert 'data-sessions="4"' in box
+    assert f'href="{reverse("session_detail", args=[ids[-1]])}"' in box
+    link = html.unescape(re.search(r'class="person-sessions" href="([^"]+)"', box).group(1))
+    assert link == reverse("session_list") + "?user=u-harriet&source=telegram"
+
+
 # ---------------------------------------------------------------------------
 # PostgreSQL round trips (issue 16)
 
@@ -569,3 +586,44 @@ def test_a_common_word_read_in_id_order_finds_the_same_page_and_count(signed_in,
     assert len(sessions(through_index)) == 25
     assert sessions(walked) == sessions(through_index)
     assert walked.count('<li class="hit">') == through_index.count('<li class="hit">')
+
+
+def _csv_rows(response) -> list[list[str]]:
+    import csv
+    import io
+
+    assert response.status_code == 200 and response.streaming
+    text = b"".join(response.streaming_content).decode()
+    return list(csv.reader(io.StringIO(text)))
+
+
+def test_a_search_exports_every_page_of_its_results_as_csv(signed_in, monkeypatch):
+    from sessions_admin.console.views import list_export
+
+    matching = []
+    for n in range(7):
+        sid = _new("telegram", user_id=f"u-{n}", started_at=1_700_000_000.0 + n)
+        _say(sid, f"the parcel {n} was lost")
+        matching.append(sid)
+    other = _new("cli")
+    _say(other, "the parcel arrived")  # excluded by the filter below
+    _say(_new("telegram"), "nothing to see")
+    monkeypatch.setattr(list_export.listing, "PAGE_SIZES", (3,))  # walked three at a time
+    pages = []
+    search = listing.search
+    monkeypatch.setattr(listing, "search", lambda *a: pages.append(a) or search(*a))
+    client = signed_in("viewer")
+    body = _body(client.get(URL, {"q": "parcel", "source": "telegram"}))
+    link = html.unescape(
+        re.search(r'class="button secondary small search-export" href="([^"]+)"', body).group(1)
+    )
+    assert link.startswith(reverse("session_export") + "?")
+    header, *rows = _csv_rows(client.get(link))
+    assert header[:2] == ["session_id", "title"]
+    assert sorted(r[0] for r in rows) == sorted(matching)  # every page, the filter kept
+    assert len(pages) >= 3 + 1  # the page itself, then three pages of three at most
+    first = dict(zip(header, rows[0], strict=True))
+    assert "parcel" in first["snippet"] and "\ue000" not in first["snippet"]
+    assert first["first_match_url"].startswith(
+        reverse("session_detail", args=[first["session_id"]])
+    )

@@ -686,6 +686,18 @@ def test_search_finds_sessions_by_user_chat_or_display_name():
     assert listing.search(Filters(q="nobody")).names == ()
 
 
+def test_a_person_with_many_sessions_is_one_name_match_with_their_count():
+    harriet = [_new("telegram", user_id="u-hq", hour=h) for h in (8, 9, 10, 11)]
+    namesake = _new("slack", user_id="u-other", hour=7)
+    for sid in [*harriet, namesake]:
+        db.execute("UPDATE sessions SET display_name = %s WHERE id = %s", ["Harriet Quill", sid])
+    found = listing.search_names("harriet quill")
+    assert [(m.session_id, m.user_id, m.sessions) for m in found] == [
+        (harriet[-1], "u-hq", 4),  # the newest of hers stands for her
+        (namesake, "u-other", 1),
+    ]
+
+
 def test_names_are_found_without_the_lower_indexes_among_the_newest_sessions(monkeypatch):
     """A store attached without upgrade_runtime_tables lacks the lower() indexes: the
     lookup then reads only the newest NAME_SCAN_WITHOUT_INDEX sessions."""

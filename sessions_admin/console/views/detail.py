@@ -28,7 +28,9 @@ from sessions_admin.console.http import (
 from sessions_admin.console.views.session_actions import PANEL, panel_context
 from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.lifecycle import where_it_continues
-from sessions_admin.signin.roles import VIEW
+from sessions_admin.ledger.erasure import being_erased
+from sessions_admin.ledger.trash import deleted_session
+from sessions_admin.signin.roles import DELETE, VIEW
 from sessions_admin.store import listing, transcripts
 from sessions_admin.store.models import Session
 from sessions_admin.store.transcripts import Chunk, Position
@@ -321,7 +323,9 @@ def session_detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 
 
 def _detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = session_or_404(session_id)
+    session = None if "\x00" in session_id else Session.objects.filter(id=session_id).first()
+    if session is None:
+        return _not_in_store(request, session_id)
     as_fragment = wants_fragment(request)
     part = request.GET.get("part")
     if as_fragment and part == "meta":
@@ -338,6 +342,22 @@ def _detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
             return HttpResponse(status=204)
         return render(request, PANEL, context)
     return _render(request, session, partial="transcript")
+
+
+def _not_in_store(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """A 404 that says what became of the session, to a role that may see the trash: deleted
+    when, by whom, why, with its trash entry and restore. Anyone else, and a session purged,
+    erased or never there, gets only that it is not in the store; a session an unfinished
+    erasure has planned is never described (its trash rows are about to go)."""
+    if wants_fragment(request) or not request.user.has_perm(DELETE):
+        raise Http404("No such session")
+    deleted = None if being_erased(session_id) else deleted_session(session_id)
+    context = {
+        "session_id": session_id,
+        "deleted": deleted,
+        "trash_url": f"{reverse('trash')}?{urlencode({'q': session_id})}",
+    }
+    return render(request, "console/session_gone.html", context, status=404)
 
 
 def _segment_links(

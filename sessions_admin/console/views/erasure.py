@@ -155,6 +155,33 @@ def erasure_confirm(request: HtmxHttpRequest) -> HttpResponse:
     return redirect("erasure_detail", queued.pk)
 
 
+# The receipt's counts (``ledger.erasure``'s "erased" keys) as the page names them; a key
+# not listed here (a receipt of a later version) is shown in words made from it.
+ERASED_WORDS = {
+    "sessions": "Sessions",
+    "messages": "Messages",
+    "messages_in_other_sessions": "Their messages in other people's sessions",
+    "conversation_slugs": "Conversation names",
+    "stored_responses": "Stored API responses",
+    "own_table_rows": "Rows of the runtime's other tables",
+    "trash_operations": "Trash operations purged or pruned",
+    "trash_entries": "Trash entries changed",
+    "job_items": "Bulk delete job items",
+    "audit_entries_redacted": "Audit entries redacted",
+}
+
+
+def erased_counts(receipt: dict) -> list[tuple[str, object]]:
+    """The receipt's counts in words, in the receipt's order."""
+    erased = receipt.get("erased") if isinstance(receipt, dict) else None
+    if not isinstance(erased, dict):
+        return []
+    return [
+        (ERASED_WORDS.get(key, str(key).replace("_", " ").capitalize()), count)
+        for key, count in erased.items()
+    ]
+
+
 @require_GET
 @require_perm(DELETE)
 def erasure_detail(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
@@ -163,7 +190,8 @@ def erasure_detail(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
         raise Http404("No such erasure request")
     if queued.pk in erasure.resumable_request_ids():
         actions.start_erasures()  # interrupted by a restart, or not picked up yet
-    return render(request, "console/erasure_request.html", {"queued": queued})
+    context = {"queued": queued, "erased": erased_counts(queued.receipt)}
+    return render(request, "console/erasure_request.html", context)
 
 
 @require_POST
@@ -187,7 +215,7 @@ def erasure_rewrite(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
     return render(
         request,
         "console/erasure_request.html",
-        {"queued": queued, "rewrite_problem": problem},
+        {"queued": queued, "erased": erased_counts(queued.receipt), "rewrite_problem": problem},
         status=409 if problem else 200,
     )
 

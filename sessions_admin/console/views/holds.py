@@ -90,6 +90,16 @@ def hold_place(request: HtmxHttpRequest) -> HttpResponse:
     if isinstance(hold, Refused):
         problems = hold.said("No hold was placed: ")
         return _render(request, form_values=values, problems=problems, status=400)
+    if hold.kind == holds.USER and not holds.user_session_count(hold.subject):
+        # Accepted: the hold also covers the sessions the user starts later. But an id
+        # mistyped covers nothing, so the operator is told so in those words.
+        messages.warning(
+            request,
+            f"Placed {hold.describe()}, but user {hold.subject} has no sessions in the store "
+            "or the trash: it covers nothing yet, only the sessions this user starts from now "
+            "on. Check the user id if you expected it to hold sessions.",
+        )
+        return redirect("holds")
     messages.success(request, f"Placed {hold.describe()}: no delete can remove it now.")
     return redirect("holds")
 

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 from sessions_admin import core
 from sessions_admin.console import figures
 from sessions_admin.console.forms import MergeForm, UnmergeForm
+from sessions_admin.console.html import preview_text_html
 from sessions_admin.console.http import (
     HtmxHttpRequest,
     fragment,
@@ -297,6 +298,11 @@ def _preview_context(
             {
                 **message,
                 "content": content[:PREVIEW_CONTENT_CHARS] if cut else content,
+                "content_html": preview_text_html(
+                    content[:PREVIEW_CONTENT_CHARS], role=message["role"]
+                )
+                if content
+                else "",
                 "cut": cut,
                 "source_index": index.get(message["session_id"], 0) % 6,
                 "from_target": message["session_id"] == plan.target_id,

@@ -369,11 +369,16 @@ def _group(group: listing.SessionHits, detail: _DetailLinks, q: str) -> _Group:
 
 @dataclass(frozen=True)
 class _Name:
+    """One person the search text names: their newest session, and how many it names."""
+
     match: listing.NameMatch
     url: str | None
     label: str
     matched: str
     started: When | None
+    person: str
+    sessions: int
+    all_url: str | None  # the session list filtered to this user (None: no user id)
 
 
 NAME_MATCHED = {"user": "user id", "chat": "chat id", "name": "display name"}
@@ -386,4 +391,13 @@ def _name(match: listing.NameMatch, detail: _DetailLinks) -> _Name:
         label=clip(match.title or match.display_name or match.session_id, TITLE_SHOWN),
         matched=NAME_MATCHED[match.matched],
         started=when(match.started_at),
+        person=clip(match.display_name or match.user_id or match.chat_id or "", TITLE_SHOWN),
+        sessions=match.sessions,
+        all_url=(
+            reverse("session_list")
+            + "?"
+            + urlencode({"user": match.user_id, "source": match.source})
+            if match.user_id
+            else None
+        ),
     )

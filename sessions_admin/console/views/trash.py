@@ -11,13 +11,14 @@ How long an entry stays restorable is ``ledger.trash_retention``'s.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Max, Sum
+from django.db.models import F, Max, Window
+from django.db.models.functions import RowNumber
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -45,7 +46,7 @@ from sessions_admin.ledger.trash import (
     merges_waiting_on,
     parents_elsewhere,
     part_rows_elsewhere,
-    purgeable_operations,
+    purge_sizes,
     still_deleting,
 )
 from sessions_admin.ledger.trash_retention import configured_days
@@ -139,6 +140,28 @@ def _trash_url(q: str = "", page: str = "") -> str:
     return reverse("trash") + ("?" + urlencode(params) if params else "")
 
 
+def _first_sessions(operations: list[str], *, starting: str = "") -> dict[str, list[TrashSession]]:
+    """The first TRASH_SESSIONS_SHOWN sessions (by id) of each operation's whole-session
+    batches, those whose id starts with ``starting`` when given: one query for a page."""
+    if not operations:
+        return {}
+    rows = TrashSession.objects.filter(entry__operation__in=operations, entry__session_count__gt=0)
+    if starting:
+        rows = rows.filter(session_id__startswith=starting)
+    rows = (
+        rows.annotate(
+            operation=F("entry__operation"),
+            rank=Window(RowNumber(), partition_by=[F("entry__operation")], order_by=F("id").asc()),
+        )
+        .filter(rank__lte=TRASH_SESSIONS_SHOWN)
+        .order_by("id")
+    )
+    by_operation: dict[str, list[TrashSession]] = {}
+    for row in rows:
+        by_operation.setdefault(row.operation, []).append(row)
+    return by_operation
+
+
 def _render_trash(
     request: HtmxHttpRequest,
     *,
@@ -180,6 +203,9 @@ def _render_trash(
     parents = parents_elsewhere(list(newest))
     part_rows = part_rows_elsewhere(list(newest))
     writing = still_deleting()
+    # The sessions each row names, for the whole page in one query each (not two a row).
+    first_by_operation = _first_sessions(list(newest))
+    found_by_operation = _first_sessions(list(newest), starting=q) if matching is not None else {}
     rows = []
     for operation in newest:
         batches = entries.get(operation, [])
@@ -191,19 +217,9 @@ def _render_trash(
                 s for e in batches if not e.session_count for s in e.session_ids if s not in whole
             )
         )
-        found = (
-            list(
-                matching.filter(entry__operation=operation, entry__session_count__gt=0).order_by(
-                    "id"
-                )[:TRASH_SESSIONS_SHOWN]
-            )
-            if matching is not None
-            else []
-        )
+        found = found_by_operation.get(operation, [])
         seen = {s.pk for s in found}
-        first = TrashSession.objects.filter(
-            entry__operation=operation, entry__session_count__gt=0
-        ).order_by("id")[:TRASH_SESSIONS_SHOWN]
+        first = first_by_operation.get(operation, [])
         shown = [(s, True) for s in found] + [(s, False) for s in first if s.pk not in seen]
         shown = shown[: max(TRASH_SESSIONS_SHOWN, len(found))]
         expires_at = newest[operation] + retention
@@ -338,17 +354,15 @@ class PurgeSize:
 
 def purge_size(days: float | None, held: dict | None = None) -> PurgeSize:
     """The size of a purge of the expired operations (``days``) or of all (None), now."""
-    operations = purgeable_operations(older_than_days=days, held=held)
-    totals = (
-        TrashEntry.objects.filter(operation__in=operations)
-        .exclude(state=TrashEntry.RESTORED)
-        .aggregate(sessions=Sum("session_count"), messages=Sum("message_count"))
+    everything, expired = purge_sizes(
+        older_than_days=days or 0, held=held_trash() if held is None else held
     )
-    return PurgeSize(len(operations), totals["sessions"] or 0, totals["messages"] or 0)
+    return PurgeSize(**asdict(everything if days is None else expired))
 
 
 def _purge_choices(days: float, held: dict) -> dict:
-    everything, expired = purge_size(None, held), purge_size(days, held)
+    sizes = purge_sizes(older_than_days=days, held=held)
+    everything, expired = (PurgeSize(**asdict(size)) for size in sizes)
     return {
         "purgeable_count": everything.operations,
         "expired_count": expired.operations,

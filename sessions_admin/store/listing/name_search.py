@@ -27,6 +27,8 @@ class NameMatch(FoundSession):
 
     started_at: float | None
     matched: str  # "user", "chat" or "name"
+    # The person's sessions the search text names (this one, the newest, among them).
+    sessions: int = 1
 
 
 NAME_MATCHES = 8
@@ -51,8 +53,12 @@ def name_indexes_present() -> bool:
 
 
 def search_names(q: str) -> list[NameMatch]:
-    """Sessions whose user id, chat id or display name equals the search text, ignoring
-    case (the whole text, trimmed; exact, not prefix): at most NAME_MATCHES, newest first.
+    """The people whose user id, chat id or display name equals the search text, ignoring
+    case (the whole text, trimmed; exact, not prefix): one match per person, by their newest
+    session, with how many sessions the text names; at most NAME_MATCHES, newest first.
+
+    A person is a source and a user id; without a user id, a chat id; without either, the
+    display name (lower-cased).
 
     Each column has an index on its lower-cased value (schema.LOWER_INDEX_SQL), so this is
     three index probes whatever the store's size. ``lower`` folds ASCII only on SQLite.
@@ -82,10 +88,18 @@ def search_names(q: str) -> list[NameMatch]:
             f"(SELECT * FROM sessions ORDER BY started_at DESC LIMIT {NAME_SCAN_WITHOUT_INDEX}) s"
         )
         matched = " OR ".join(f"lower(s.{column}) = %s" for column, _ in _NAME_COLUMNS)
+    person = (
+        "s.source, s.user_id, CASE WHEN s.user_id IS NULL THEN s.chat_id END, "
+        "CASE WHEN s.user_id IS NULL AND s.chat_id IS NULL THEN lower(s.display_name) END"
+    )
     rows = db.fetchall(
+        "SELECT id, title, source, user_id, chat_id, name, started_at, n FROM ("
         f"SELECT s.id, {TITLE_SQL}, s.source, s.user_id, s.chat_id, "
-        f"substr(s.display_name, 1, {MAX_TEXT}), s.started_at FROM {source} "
-        f"WHERE {matched} ORDER BY s.started_at DESC, s.id LIMIT %s",
+        f"substr(s.display_name, 1, {MAX_TEXT}) AS name, s.started_at, "
+        f"COUNT(*) OVER (PARTITION BY {person}) AS n, "
+        f"ROW_NUMBER() OVER (PARTITION BY {person} ORDER BY s.started_at DESC, s.id) AS newest "
+        f"FROM {source} WHERE {matched}) found "
+        "WHERE newest = 1 ORDER BY started_at DESC, id LIMIT %s",
         [text, text, text, NAME_MATCHES],
     )
     out = []
@@ -94,5 +108,5 @@ def search_names(q: str) -> list[NameMatch]:
             (kind for i, (_, kind) in enumerate(_NAME_COLUMNS) if (r[3 + i] or "").lower() == text),
             "name",
         )
-        out.append(NameMatch(*r, matched=kind))
+        out.append(NameMatch(*r[:7], matched=kind, sessions=r[7]))
     return out
