@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from sessions_admin.console.http import HtmxHttpRequest, require_perm
-from sessions_admin.console.views.audit import safe_cell
+from sessions_admin.ledger.audit_log import safe_cell
 from sessions_admin.signin.roles import VIEW
 from sessions_admin.store import listing
 from sessions_admin.store.listing import MARK_END, MARK_START
