@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,10 +113,14 @@ def _run_appends(append, args) -> None:
     records = []
     acked = 0
     n = 0
+    measured_from = start + args.warmup
+    cpu_from = None
     while True:
         began = time.time()
         if began >= end:
             break
+        if cpu_from is None and began >= measured_from:
+            cpu_from = time.process_time()
         clock = time.perf_counter()
         error = ""
         try:
@@ -125,7 +130,8 @@ def _run_appends(append, args) -> None:
             error = f"{type(exc).__name__}: {exc}"[:200]
         records.append([began - start, (time.perf_counter() - clock) * 1000, error])
         n += 1
-    Path(args.out).write_text(json.dumps({"records": records, "acked": acked}))
+    cpu = time.process_time() - cpu_from if cpu_from is not None else 0.0
+    Path(args.out).write_text(json.dumps({"records": records, "acked": acked, "cpu": cpu}))
 
 
 def core_runtime(args) -> None:
@@ -234,9 +240,34 @@ def _up(port: int) -> bool:
         return False
 
 
+def _ticks(pid: int) -> int:
+    """CPU clock ticks (user + system) of process ``pid`` so far; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def server_cpu_seconds(master: int) -> float:
+    """CPU seconds used so far by gunicorn's master and its workers (Linux /proc; 0 elsewhere)."""
+    pids = [master]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == master:
+                pids.append(int(stat.parent.name))
+    return sum(_ticks(pid) for pid in pids) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Server:
+    base: str  # http://127.0.0.1:<port>
+    pid: int  # gunicorn's master
+
+
 @contextlib.contextmanager
-def serving(env: dict, log: Path, *, workers: int, threads: int) -> Iterator[str]:
-    """gunicorn with the production config on a loopback port; yields the base URL."""
+def serving(env: dict, log: Path, *, workers: int, threads: int) -> Iterator[Server]:
+    """gunicorn with the production config on a loopback port."""
     from sessions_admin.devtools import free_port, stop_process
 
     port = free_port()
@@ -263,12 +294,12 @@ def serving(env: dict, log: Path, *, workers: int, threads: int) -> Iterator[str
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("gunicorn did not start:\n" + log.read_text()[-3000:])
             time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
+        yield Server(f"http://127.0.0.1:{port}", process.pid)
     finally:
         stop_process(process, timeout=30)
 
 
-def run_level(kind: str, runtimes: int, *, env, base, secret, args, workdir: Path) -> dict:
+def run_level(kind: str, runtimes: int, *, env, server, secret, args, workdir: Path) -> dict:
     """``runtimes`` processes of ``kind`` appending at once; their figures."""
     level = workdir / f"{kind}-{runtimes}"
     shutil.rmtree(level, ignore_errors=True)
@@ -282,7 +313,7 @@ def run_level(kind: str, runtimes: int, *, env, base, secret, args, workdir: Pat
         command += ["--warmup", str(args.warmup), "--duration", str(args.duration)]
         child_env = dict(env)
         if kind == "http":
-            command += ["--base", base, "--secret", secret]
+            command += ["--base", server.base, "--secret", secret]
             # Knows nothing of the project: only the standard library and this file.
             child_env = {"PATH": env.get("PATH", "/usr/bin:/bin")}
         processes.append(
@@ -295,7 +326,13 @@ def run_level(kind: str, runtimes: int, *, env, base, secret, args, workdir: Pat
             if failed or time.monotonic() > deadline:
                 raise RuntimeError(f"a {kind} runtime did not start: {failed[0].stderr.read()}")
             time.sleep(0.05)
-        go.write_text(str(time.time() + 0.5))
+        start = time.time() + 0.5
+        go.write_text(str(start))
+        # The server's CPU over the measured window (the runtimes measure their own).
+        time.sleep(max(0.0, start + args.warmup - time.time()))
+        server_cpu = server_cpu_seconds(server.pid)
+        time.sleep(max(0.0, start + args.warmup + args.duration - time.time()))
+        server_cpu = server_cpu_seconds(server.pid) - server_cpu
         for process in processes:
             _, stderr = process.communicate(timeout=args.warmup + args.duration + 120)
             if process.returncode != 0:
@@ -305,13 +342,18 @@ def run_level(kind: str, runtimes: int, *, env, base, secret, args, workdir: Pat
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    records, acked = [], 0
+    records, acked, runtime_cpu = [], 0, 0.0
     for n in range(runtimes):
         result = json.loads((level / f"{n}.json").read_text())
         records += result["records"]
         acked += result["acked"]
+        runtime_cpu += result["cpu"]
     figures = summarize(records, args.warmup, args.warmup + args.duration)
-    return {"kind": kind, "runtimes": runtimes, "acked": acked, **figures}
+    # CPU per append, what the load of the machine does not change much: the runtimes' own
+    # and, for HTTP, the server's (a PostgreSQL's backends are not counted, for either kind).
+    cpu = runtime_cpu + (server_cpu if kind == "http" else 0.0)
+    cpu_ms = cpu * 1000 / figures["appends"] if figures["appends"] else None
+    return {"kind": kind, "runtimes": runtimes, "acked": acked, "cpu_ms": cpu_ms, **figures}
 
 
 def _fresh_store(backend: str, scratch: Path) -> tuple[dict, str, callable]:
@@ -364,17 +406,18 @@ def measure(env: dict, backend: str, args, *, prepare: bool = True) -> dict:
         workdir = Path(scratch)
         with serving(
             env, workdir / "server.log", workers=args.workers, threads=args.threads
-        ) as base:
+        ) as server:
             for runtimes in args.runtimes:
                 for kind in ("core", "http"):
                     row = run_level(
-                        kind, runtimes, env=env, base=base, secret=secret, args=args,
+                        kind, runtimes, env=env, server=server, secret=secret, args=args,
                         workdir=workdir,
                     )  # fmt: skip
                     rows.append(row)
                     print(
                         f"{backend} {kind:4} x{runtimes:<3} {row['per_second']:8.1f} appends/s  "
                         f"p50 {_ms(row['p50_ms'])} ms  p99 {_ms(row['p99_ms'])} ms  "
+                        f"CPU {_ms(row['cpu_ms'])} ms/append  "
                         f"errors {row['errors']} {row['first_errors'] or ''}",
                         flush=True,
                     )
@@ -440,12 +483,14 @@ def render_section(result: dict) -> str:
         "(not counted). core: `sessions_admin.core.append_messages` in the process; http: "
         "`http.client` (one kept-alive connection) posting to `/api/v1/runtime/sessions/{id}/"
         "messages` with a runtime token and a new `Idempotency-Key` each time (authenticated, "
-        "source-checked, stored with its key, audited). Runtimes, server and database share "
+        "source-checked, stored with its key, audited). CPU ms: CPU time per append of the "
+        "runtimes and, for HTTP, gunicorn's (PostgreSQL's own not counted), which the "
+        "machine's load changes less than the rates. Runtimes, server and database share "
         "the cores.",
         "",
-        "| runtimes | core appends/s | core p50 / p99 ms | HTTP appends/s | HTTP p50 / p99 ms "
-        "| HTTP / core | errors |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| runtimes | core appends/s | core p50 / p99 ms | core CPU ms | HTTP appends/s "
+        "| HTTP p50 / p99 ms | HTTP CPU ms | HTTP / core | errors |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     by = {(r["kind"], r["runtimes"]): r for r in result["rows"]}
     for runtimes in sorted({r["runtimes"] for r in result["rows"]}):
@@ -455,8 +500,9 @@ def render_section(result: dict) -> str:
         ratio = f"{http['per_second'] / core['per_second']:.0%}" if core["per_second"] else "-"
         lines.append(
             f"| {runtimes} | {core['per_second']:,.0f} | {_ms(core['p50_ms'])} / "
-            f"{_ms(core['p99_ms'])} | {http['per_second']:,.0f} | {_ms(http['p50_ms'])} / "
-            f"{_ms(http['p99_ms'])} | {ratio} | {core['errors'] + http['errors']} |"
+            f"{_ms(core['p99_ms'])} | {_ms(core.get('cpu_ms'))} | {http['per_second']:,.0f} | "
+            f"{_ms(http['p50_ms'])} / {_ms(http['p99_ms'])} | {_ms(http.get('cpu_ms'))} | "
+            f"{ratio} | {core['errors'] + http['errors']} |"
         )
     said = verdict(result)
     if said:

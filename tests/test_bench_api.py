@@ -31,7 +31,7 @@ def _result(backend: str, core: float, http: float, p99: float) -> dict:
     def row(kind, per_second, p99_ms):
         return {
             "kind": kind, "runtimes": 8, "per_second": per_second, "p50_ms": 1.0,
-            "p99_ms": p99_ms, "errors": 0, "appends": 10, "acked": 10,
+            "p99_ms": p99_ms, "errors": 0, "appends": 10, "acked": 10, "cpu_ms": 0.5,
         }  # fmt: skip
 
     return {
@@ -57,7 +57,7 @@ def test_each_backend_replaces_its_own_section_and_says_whether_the_target_is_me
     text = report.read_text()
     assert text.count(api.HEADING) == 2 and "theirs" in text
     sqlite = text[text.index(f"{api.HEADING} (SQLite") :]
-    assert "| 8 | 1,000 | 1.0 / 2.0 | 600 | 1.0 / 30.0 | 60% | 0 |" in sqlite
+    assert "| 8 | 1,000 | 1.0 / 2.0 | 0.5 | 600 | 1.0 / 30.0 | 0.5 | 60% | 0 |" in sqlite
     assert "**missed**" not in sqlite and "300" not in sqlite
     postgres = text[text.index(f"{api.HEADING} (PostgreSQL") :]
     assert "80% of the core's" in postgres and "on SQLite" not in postgres.split("##")[1]
@@ -81,6 +81,7 @@ def test_one_tiny_run_stores_every_acknowledged_append_once(tmp_path):
     for row in rows.values():
         assert row["errors"] == 0, row["first_errors"]
         assert row["appends"] > 0 and row["per_second"] > 0 and row["p99_ms"] >= row["p50_ms"]
+        assert row["cpu_ms"] > 0
     acked = {
         kind: sum(r["acked"] for r in rows.values() if r["kind"] == kind)
         for kind in ("core", "http")
