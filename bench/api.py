@@ -433,7 +433,13 @@ def measure(env: dict, backend: str, args, *, prepare: bool = True) -> dict:
         "duration": args.duration,
         "warmup": args.warmup,
         "server_errors": [line for line in server_log.splitlines() if "Traceback" in line][:3],
-        "command": "python bench/api.py --db "
+        "command": (
+            f"SESSIONS_ADMIN_DB_CONN_MAX_AGE={env['SESSIONS_ADMIN_DB_CONN_MAX_AGE']} "
+            if backend == "PostgreSQL"
+            and env.get("SESSIONS_ADMIN_DB_CONN_MAX_AGE", "0").strip() not in ("", "0")
+            else ""
+        )
+        + "python bench/api.py --db "
         + ("sqlite" if backend == "SQLite" else "postgres")
         + f" --runtimes {','.join(map(str, args.runtimes))} --duration {args.duration:g}"
         + f" --warmup {args.warmup:g} --workers {args.workers} --threads {args.threads}",
