@@ -18,6 +18,7 @@ class DatabaseUrlError(ValueError):
 # A short busy timeout keeps our writers polite: the runtime is the main writer
 # of the store, and our transactions are short (BEGIN IMMEDIATE, small batches).
 SQLITE_BUSY_TIMEOUT_SECONDS = 5
+SQLITE_CONN_MAX_AGE = 600  # seconds a request thread keeps its SQLite connection
 SQLITE_INIT_COMMAND = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"
 
 
@@ -26,7 +27,8 @@ PG_CONNECTION_OPTIONS = "-c jit=off -c TimeZone=UTC"
 
 def parse_database_url(url: str, *, base_dir: Path, conn_max_age: int = 0) -> dict:
     """A DATABASES entry for ``url``; ``conn_max_age`` seconds of persistent connections on
-    PostgreSQL (0: a new connection per request, Django's default)."""
+    PostgreSQL (0: a new connection per request, Django's default). SQLite connections are
+    kept ``SQLITE_CONN_MAX_AGE`` seconds whatever ``conn_max_age`` says."""
     parsed = urlparse(url)
     scheme = parsed.scheme.lower()
     if scheme == "sqlite":
@@ -47,6 +49,11 @@ def parse_database_url(url: str, *, base_dir: Path, conn_max_age: int = 0) -> di
                 "transaction_mode": "IMMEDIATE",
                 "init_command": SQLITE_INIT_COMMAND,
             },
+            # Kept between requests: a file a thread keeps open has no server to run out of
+            # connections, and opening both databases again (their PRAGMAs, Django's SQL
+            # functions; a WAL checkpoint when the closed one was the last) cost more CPU
+            # than the rest of an API append (bench/api.py).
+            "CONN_MAX_AGE": SQLITE_CONN_MAX_AGE,
         }
     if scheme in {"postgres", "postgresql", "pgsql"}:
         name = unquote(parsed.path.lstrip("/"))

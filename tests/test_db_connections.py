@@ -1,4 +1,5 @@
-"""SESSIONS_ADMIN_DB_CONN_MAX_AGE: PostgreSQL connections kept between requests, off by default."""
+"""SESSIONS_ADMIN_DB_CONN_MAX_AGE: PostgreSQL connections kept between requests, off by default;
+SQLite connections are always kept."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from sessions_admin.dburl import parse_database_url
+from sessions_admin.dburl import SQLITE_CONN_MAX_AGE, parse_database_url
 from tests.helpers import REPO, child_env
 
 PRINT_DATABASES = (
@@ -59,3 +60,19 @@ def test_a_bad_value_stops_the_start_with_its_name(value):
     result = _settings_with(SESSIONS_ADMIN_DB_CONN_MAX_AGE=value)
     assert result.returncode != 0
     assert "SESSIONS_ADMIN_DB_CONN_MAX_AGE" in result.stderr
+
+
+def test_sqlite_connections_are_kept_between_requests(tmp_path):
+    # Reopening both SQLite files on every request cost more CPU than an API append itself.
+    entry = parse_database_url(f"sqlite:///{tmp_path}/state.db", base_dir=tmp_path)
+    assert entry["CONN_MAX_AGE"] == SQLITE_CONN_MAX_AGE > 0
+    files = {
+        "DATABASE_URL": f"sqlite:///{tmp_path}/dashboard.db",
+        "SESSIONS_ADMIN_STORE_URL": f"sqlite:///{tmp_path}/state.db",
+        "SESSIONS_ADMIN_RESPONSES_URL": "",
+    }
+    for env in (files, {**files, "SESSIONS_ADMIN_DB_CONN_MAX_AGE": "0"}):
+        result = _settings_with(**env)
+        assert result.returncode == 0, result.stderr
+        for alias in ("default", "store"):
+            assert f"('{alias}', {SQLITE_CONN_MAX_AGE}, None)" in result.stdout.split("\n")

@@ -14,12 +14,15 @@ with the messages (``core.idempotency``), so a retried request never stores a me
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
+from django.db import connections
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Header, Query, Router, Schema
 from ninja.responses import Status
@@ -35,6 +38,7 @@ from sessions_admin.core.errors import StoreError
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditAction, AuditEntry
+from sessions_admin.routers import store_alias
 
 logger = logging.getLogger(__name__)
 router = Router(tags=["runtime"], auth=api_auth(RUNTIME))
@@ -270,6 +274,19 @@ def _require_sources_named(
             caller.require_source(row["source"], session_id)
 
 
+# SQLite has one write lock, and a writer that finds it taken sleeps (1, 2, 5, 10 ... 100 ms:
+# SQLite's busy handler) instead of being woken when it is free. With a worker's threads all
+# appending, most of an append's time went in such sleeps (bench/api.py); the threads of one
+# process take turns here instead, so at most one of them waits inside SQLite.
+_SQLITE_WRITER = threading.Lock()
+
+
+def _one_writer_per_process():
+    if connections[store_alias()].vendor != "sqlite":
+        return contextlib.nullcontext()
+    return _SQLITE_WRITER
+
+
 def _audited(
     request: HttpRequest,
     action: str,
@@ -284,7 +301,8 @@ def _audited(
     actor = _caller(request).actor
     ids = [sid for sid in session_ids if sid]
     try:
-        result = run()
+        with _one_writer_per_process():
+            result = run()
     except StoreError as error:
         entry = _record(actor, action, ids, before, {}, AuditEntry.FAILED, str(error))
         if entry is not None:
