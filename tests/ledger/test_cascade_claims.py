@@ -12,6 +12,7 @@ moment the race needs by a pause point, on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from django.conf import settings
 from django.db import connections
 
 from sessions_admin import core
-from sessions_admin.core import db
+from sessions_admin.core import db, processes
 from sessions_admin.core.deletion import claims
 from sessions_admin.core.erasure import Subject
 from sessions_admin.demo.consistency import check_store, check_trash
@@ -223,3 +224,31 @@ def test_an_erasure_takes_a_killed_cascades_claims_on_the_subjects_sessions():
 
     assert db.fetchall("SELECT session_id FROM sessions_admin_delete_claims") == []
     assert db.fetchall("SELECT id FROM sessions WHERE user_id = 'u-claimed'") == []
+
+
+def test_a_cascade_a_full_disk_stopped_in_a_live_worker_does_not_block_the_retry():
+    """The cascade's own release failed (the store's disk was full) and its worker lives on:
+    its audit entry says it ended, so the operator's retry runs at once, not after the lease."""
+    ids = linked_conversation()
+    plan = core.plan_cascade_delete(session_ids=[ids["tip"]], include_branches=True)
+    now = time.time()
+    worker = json.dumps({**processes.this_process(), "pid": os.getppid()})  # alive, not us
+    db.execute(
+        "INSERT INTO sessions_admin_delete_claims "
+        "(session_id, operation, actor, owner, claimed_at, renewed_at) "
+        "VALUES (%s, 'op-stopped', 'ada', %s, %s, %s)",
+        [ids["branch"], worker, now - 5, now - 5],
+    )
+    AuditEntry.objects.create(
+        actor_name="ada",
+        action=AuditAction.CASCADE_DELETE,
+        session_ids=[ids["tip"]],
+        before={"trash_operation": "op-stopped"},
+        after={"deleted_sessions": 0},
+        outcome=AuditEntry.PARTIAL,
+    )
+
+    result = actions.cascade_delete(**_confirmation(plan, ids["tip"], "again"))
+
+    assert result.deleted_sessions == len(plan.session_ids)
+    assert db.fetchone("SELECT COUNT(*) FROM sessions_admin_delete_claims")[0] == 0

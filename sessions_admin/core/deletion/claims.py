@@ -145,6 +145,13 @@ def release(*, operation: str) -> None:
         log.warning("delete claim of %s left to expire", operation, exc_info=True)
 
 
+def claimed_operations() -> list[str]:
+    """Every cascade holding a claim now (running, or stopped without giving it up)."""
+    if TABLE not in existing_tables(store_alias()):
+        return []
+    return [row[0] for row in db.fetchall(f"SELECT DISTINCT operation FROM {TABLE}")]
+
+
 def operations_claiming(session_ids: Sequence[str]) -> list[str]:
     """The cascades (running or stopped) that claimed any of these sessions."""
     ids = list(dict.fromkeys(session_ids))

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from sessions_admin import core
 from sessions_admin.core import db as core_db
-from sessions_admin.core.deletion import new_operation_id
+from sessions_admin.core.deletion import claims, new_operation_id
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.processes import process_dead, this_process
 from sessions_admin.core.text import DESCRIPTION_MAX, operator_identifiers, operator_text
@@ -57,6 +57,7 @@ def cascade_delete(
     _check_fingerprint(expected_fingerprint)
     reason = operator_text(reason, field="reason", required=True)
     settle_deletes_and_restores()
+    release_finished_claims()
     # Recorded with the intent: an entry whose outcome could not be written is completed
     # later from what this operation's trash holds (complete_stale_deletes).
     operation = new_operation_id()
@@ -86,6 +87,24 @@ def cascade_delete(
         # Batches committed before a later one failed stay deleted: said so, with their trash.
         partly=lambda error: error.result if isinstance(error, core.DeletePartlyApplied) else None,
     )
+
+
+def release_finished_claims() -> list[str]:
+    """Give up the claims of cascades whose audit entry says they ended (a full store disk
+    refused the cascade's own release): the store cannot tell a live worker's finished
+    cascade from a running one, the audit log can. Returns the operations released."""
+    held = claims.claimed_operations()
+    if not held:
+        return []
+    ended = list(
+        AuditEntry.objects.using(_audit_alias())
+        .filter(action=AuditAction.CASCADE_DELETE, before__trash_operation__in=held)
+        .exclude(outcome=AuditEntry.PENDING)
+        .values_list("before__trash_operation", flat=True)
+    )
+    for operation in dict.fromkeys(ended):
+        claims.release(operation=operation)
+    return list(dict.fromkeys(ended))
 
 
 def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS) -> list[int]:
