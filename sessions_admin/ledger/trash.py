@@ -251,11 +251,14 @@ class LedgerTrash:
         # Its TrashSession row goes with it, so the trash search no longer finds the session.
         TrashEntry.objects.filter(pk=entry_id, session_count=0).delete()
 
-    def keep_waiting_link(self, *, child: str, parent: str) -> int | None:
+    def keep_waiting_link(
+        self, *, child: str, parent: str, holder: str | None = None
+    ) -> int | None:
+        held = holder or parent
         with transaction.atomic(using="default"):
             holder = (
                 TrashEntry.objects.select_for_update()
-                .filter(session_count__gt=0, sessions__session_id=parent)
+                .filter(session_count__gt=0, sessions__session_id=held)
                 .exclude(state=TrashEntry.RESTORED)
                 .order_by("-pk")
                 .first()

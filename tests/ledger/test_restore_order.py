@@ -292,3 +292,37 @@ def test_the_parents_restored_while_the_childrens_restore_commits_still_link_the
     assert "ok" in _answer(children) and "ok" in _answer(parents)
 
     assert parent_links() == links_before
+
+
+def _cascade(start: str, reason: str) -> core.DeleteResult:
+    plan = core.plan_cascade_delete(session_ids=[start], include_branches=True)
+    return actions.cascade_delete(
+        actor="ada",
+        session_ids=[start],
+        include_branches=True,
+        expected_fingerprint=plan.fingerprint,
+        reason=reason,
+    )
+
+
+@pytest.mark.parametrize("order", ["parents_first", "child_first"])
+def test_a_kept_child_deleted_by_a_second_cascade_gets_its_link_back_in_either_order(order):
+    """Cascade A keeps a child (its link to A's tip cut), cascade B then deletes that child:
+    restoring A before B used to leave the child unlinked for good (the attack's break 2)."""
+    ids = linked_conversation()
+    before = store_snapshot()
+    links_before = parent_links()
+    first = _cascade(ids["tip"], "the chain")
+    assert db.fetchone("SELECT parent_session_id FROM sessions WHERE id = %s", [ids["child"]]) == (
+        None,
+    )
+    second = _cascade(ids["child"], "the child")
+    entries = [first.trash_entry_ids[0], second.trash_entry_ids[0]]
+    if order == "child_first":
+        entries.reverse()
+
+    for entry in entries:
+        actions.restore(actor="ada", entry_id=entry)
+
+    assert parent_links() == links_before
+    assert store_snapshot() == before

@@ -147,7 +147,7 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
             f"Cannot restore: a row of it is in the store again ({error})."
         ) from error
     skipped = _restore_conversations(payload)
-    _link_kept_children(payload["kept_children"])
+    _link_kept_children(payload["kept_children"], trash)
     faults.checkpoint("restore.before_commit")
     _mark_restored_on_commit(restored_ids, actor, trash)
     return RestoreResult(
@@ -338,14 +338,22 @@ def _restore_conversations(payload: dict) -> list[str]:
     return skipped
 
 
-def _link_kept_children(kept_children: list) -> None:
+def _link_kept_children(kept_children: list, trash: Trash) -> None:
     # Children the delete left in the store, and children an earlier restore brought back
-    # before this operation (``keep_waiting_link``): their parent is back.
+    # before this operation (``keep_waiting_link``): their parent is back. A kept child another
+    # delete took since comes back from that operation's trash without the link (the first
+    # delete had cut it): the link waits in that operation, whichever is restored first.
     for child, parent in kept_children:
-        db.execute(
-            "UPDATE sessions SET parent_session_id = %s WHERE id = %s AND parent_session_id IS NULL",
-            [parent, child],
-        )
+        if lineage.session_row(child) is None:
+            trash.keep_waiting_link(child=child, parent=parent, holder=child)
+        elif lineage.session_row(parent) is None:
+            trash.keep_waiting_link(child=child, parent=parent)
+        else:
+            db.execute(
+                "UPDATE sessions SET parent_session_id = %s WHERE id = %s "
+                "AND parent_session_id IS NULL",
+                [parent, child],
+            )
 
 
 def _mark_restored_on_commit(restored_ids: tuple[int, ...], actor: str, trash: Trash) -> None:

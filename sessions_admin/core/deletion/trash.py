@@ -122,12 +122,16 @@ class Trash(Protocol):
         drops the entry (an operator restored nothing, and the trash must not show it)."""
         ...
 
-    def keep_waiting_link(self, *, child: str, parent: str) -> int | None:
+    def keep_waiting_link(
+        self, *, child: str, parent: str, holder: str | None = None
+    ) -> int | None:
         """``child`` is being restored while ``parent`` is in neither the store nor its
         operation: if an entry not restored holds ``parent``'s row, record (child, parent)
         among that entry's kept children, so restoring its operation links ``child`` again
         (as it does a child the delete left in the store), and answer the operation's first
         entry. None: the trash holds no row of ``parent`` (purged), the link is lost.
+        ``holder``: record it in the entry holding that session's row instead (a child whose
+        parent is back, itself in another operation's trash).
 
         Called before the restore's store transaction commits, and committed on its own: a
         restore that then fails leaves a pair naming a child not in the store, which links
@@ -184,7 +188,9 @@ class NoTrash:
     def give_back(self, entry_id: int) -> None:
         pass
 
-    def keep_waiting_link(self, *, child: str, parent: str) -> int | None:
+    def keep_waiting_link(
+        self, *, child: str, parent: str, holder: str | None = None
+    ) -> int | None:
         return None
 
     def holder_of(self, session_id: str) -> int | None:
