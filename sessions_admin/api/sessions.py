@@ -345,26 +345,32 @@ FILTER_DOC = {
 # --- routes: sessions --------------------------------------------------------------------------
 
 
+class SessionFilters(Schema):
+    """The console list's filters (documented for the schema; ``listing.parse`` reads them)."""
+
+    source: Text = Field("", description=FILTER_DOC["source"])
+    model: Text = Field("", description=FILTER_DOC["model"])
+    user: Text = Field("", description=FILTER_DOC["user"])
+    status: Text = Field("", description=FILTER_DOC["status"])
+    started_from: Text = Field("", alias="from", description=FILTER_DOC["from"])
+    started_to: Text = Field("", alias="to", description=FILTER_DOC["to"])
+    title: Text = Field("", description=FILTER_DOC["title"])
+    forks: Text = Field("", description=FILTER_DOC["forks"])
+    empty: Text = Field("", description=FILTER_DOC["empty"])
+    archived: Text = Field("", description=FILTER_DOC["archived"])
+    health: Text = Field("", description=FILTER_DOC["health"])
+    direction: Text = Field("", alias="dir", description="desc (default: newest first) or asc.")
+    per: Text = Field("", description=FILTER_DOC["per"])
+    after: Text = Field("", description=FILTER_DOC["after"])
+
+
+class ListFilters(SessionFilters):
+    scope: Text = Field("", description=FILTER_DOC["scope"])
+    sort: Text = Field("", description=FILTER_DOC["sort"])
+
+
 @router.get("/sessions", response=SessionList)
-def sessions_list(
-    request: HttpRequest,
-    source: Text = Query("", description=FILTER_DOC["source"]),
-    model: Text = Query("", description=FILTER_DOC["model"]),
-    user: Text = Query("", description=FILTER_DOC["user"]),
-    status: Text = Query("", description=FILTER_DOC["status"]),
-    started_from: Text = Query("", alias="from", description=FILTER_DOC["from"]),
-    started_to: Text = Query("", alias="to", description=FILTER_DOC["to"]),
-    title: Text = Query("", description=FILTER_DOC["title"]),
-    forks: Text = Query("", description=FILTER_DOC["forks"]),
-    empty: Text = Query("", description=FILTER_DOC["empty"]),
-    archived: Text = Query("", description=FILTER_DOC["archived"]),
-    health: Text = Query("", description=FILTER_DOC["health"]),
-    scope: Text = Query("", description=FILTER_DOC["scope"]),
-    sort: Text = Query("", description=FILTER_DOC["sort"]),
-    direction: Text = Query("", alias="dir", description="desc (default) or asc."),
-    per: Text = Query("", description=FILTER_DOC["per"]),
-    after: Text = Query("", description=FILTER_DOC["after"]),
-):
+def sessions_list(request: HttpRequest, filters: Query[ListFilters]):
     """Sessions matching the console list's filters, a keyset page at a time."""
     parsed = _parsed(request)
     if parsed.filters.is_search:
@@ -385,25 +391,12 @@ def sessions_list(
 @router.get("/sessions/search", response=SearchResults)
 def sessions_search(
     request: HttpRequest,
+    filters: Query[SessionFilters],
     q: Text = Query(
         ...,
         description='Words to find in messages: "exact phrase", -word, -"phrase"; also matches '
         "user ids, chat ids and display names (`names`).",
     ),
-    source: Text = Query("", description=FILTER_DOC["source"]),
-    model: Text = Query("", description=FILTER_DOC["model"]),
-    user: Text = Query("", description=FILTER_DOC["user"]),
-    status: Text = Query("", description=FILTER_DOC["status"]),
-    started_from: Text = Query("", alias="from", description=FILTER_DOC["from"]),
-    started_to: Text = Query("", alias="to", description=FILTER_DOC["to"]),
-    title: Text = Query("", description=FILTER_DOC["title"]),
-    forks: Text = Query("", description=FILTER_DOC["forks"]),
-    empty: Text = Query("", description=FILTER_DOC["empty"]),
-    archived: Text = Query("", description=FILTER_DOC["archived"]),
-    health: Text = Query("", description=FILTER_DOC["health"]),
-    direction: Text = Query("", alias="dir", description="desc (newest first) or asc."),
-    per: Text = Query("", description=FILTER_DOC["per"]),
-    after: Text = Query("", description=FILTER_DOC["after"]),
 ):
     """Sessions whose messages hold the words, grouped by session with their best snippets
     (the console's search), in sessions matching the filters; a keyset page at a time."""
