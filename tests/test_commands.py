@@ -555,12 +555,15 @@ def test_purge_trash_refuses_bad_days_from_the_command_line(argument):
 
 
 def test_purge_trash_purges_past_the_days_given_audited():
-    _trash_entry(age_days=3)
+    old = _trash_entry(age_days=3)
     new = _trash_entry(age_days=1)
     assert "Purged 1 trash entries older than 2.5 days." in _purge("--days", "2.5")
     assert list(TrashEntry.objects.values_list("pk", flat=True)) == [new]
     entry = AuditEntry.objects.get(action="purge_trash")
-    assert entry.outcome == "ok" and entry.before == {"older_than_days": 2.5}
+    assert entry.outcome == "ok" and entry.before["older_than_days"] == 2.5
+    # What it dropped, recorded with its commit (a purge killed after it is completed from it).
+    assert list(entry.before["purging"]["operations"].values()) == [[old]]
+    assert entry.after["purged_entries"] == 1
 
 
 @pytest.mark.parametrize(("setting", "days"), [(7, 7), ("nan", 30), (-3, 30), ("x", 30)])

@@ -73,6 +73,10 @@ POINTS = frozenset(
         "erasure.after_store",
         # An erasure: the dashboard's side half done (trash and job items), not committed.
         "erasure.during_dashboard",
+        # A trash purge: its entries deleted (and its plan on its audit entry), not committed.
+        "purge.before_commit",
+        # A trash purge: committed, its audit entry not yet completed.
+        "purge.after_commit",
         # ledger.actions: the store operation committed, its pending audit entry not yet completed.
         "audit.after_store_commit",
     }

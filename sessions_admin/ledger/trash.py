@@ -6,7 +6,8 @@ action's entries share an ``operation``; restore and purge take whole operations
 parts that stops gives its parts back and drops their entries (``give_back``): the trash holds
 only what the store lost, never half an action. Sessions restored before their parent (one delete
 split over operations) are relinked from ``keep_waiting_link``; ``parents_elsewhere`` names the
-operation to restore first. Purge keeps held operations (``held_trash``); holds see trashed lineage.
+operation to restore first. Purge keeps held operations (``held_trash``) and writes what it drops on
+its audit entry with its commit (``PURGING``); holds see trashed lineage.
 
 Over 800 lines on purpose: the trash's writer (the core's Trash protocol), its settling of what
 dead writes left, its purge and the holds' view of trashed lineage all read the same entries and
@@ -26,7 +27,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Min, Q, Sum
 from django.utils import timezone
 
-from sessions_admin.core import being_deleted, db, holds
+from sessions_admin.core import being_deleted, db, faults, holds
 from sessions_admin.core.deletion import TrashContents, settle_in_store
 from sessions_admin.core.errors import InvalidInput, StoreBusy, StoreError
 from sessions_admin.core.lineage import existing_session_ids
@@ -605,6 +606,8 @@ def held_trash_operations() -> dict[str, str]:
 class PurgeReport:
     purged: int  # operations dropped (what the trash page lists as entries)
     kept: tuple[HeldTrash, ...]  # operations it would have dropped, kept under a legal hold
+    sessions: int = 0  # what the dropped operations held (their entries not restored)
+    messages: int = 0
 
     def kept_text(self) -> str:
         """ "Kept 1 trash entry under legal hold: trash entry #4 (session s-1), hold #3" """
@@ -630,6 +633,10 @@ PURGE_ATTEMPTS = 5
 # the entry is not completed as "nothing was deleted".
 PURGED_TRASH = "trash_purged"
 ERASED_TRASH = "trash_erased_by"
+# A purge's own audit entry: what it drops, written on it (``before``) in the transaction that
+# drops it, so a purge killed after its commit is completed from it
+# (``actions.complete_stale_purges``): recorded means committed, absent means nothing went.
+PURGING = "purging"
 
 
 def pending_cascades_any() -> list[tuple[AuditEntry, str]]:
@@ -699,18 +706,72 @@ def purge_trash_report(*, older_than_days: float | None = None) -> PurgeReport:
                 held = held_trash()
                 operations = _purgeable(older_than_days, held)
                 note_pending_cascades(operations, key=PURGED_TRASH, cause={"purged": True})
+                plan = _purge_plan(operations)
+                _note_purge_plan(plan)
                 for start in range(0, len(operations), 500):
                     TrashEntry.objects.filter(
                         operation__in=operations[start : start + 500]
                     ).exclude(state=TrashEntry.PENDING).delete()
                 if [hold.id for hold in holds.active_holds()] != standing:
                     raise _HoldsChanged
+                faults.checkpoint("purge.before_commit")
         except _HoldsChanged:
             continue
+        faults.checkpoint("purge.after_commit")
         due = set(_purgeable(older_than_days, {}))
         kept = tuple(found for operation, found in sorted(held.items()) if operation in due)
-        return PurgeReport(purged=len(operations), kept=kept)
+        return PurgeReport(
+            purged=len(operations),
+            kept=kept,
+            sessions=plan["purged_sessions"],
+            messages=plan["purged_messages"],
+        )
     raise StoreBusy("purging the trash while legal holds change", PURGE_ATTEMPTS)
+
+
+def _purge_plan(operations: Sequence[str]) -> dict:
+    """What a purge of ``operations`` drops: each operation's entry numbers (every entry but a
+    pending one, as the purge deletes them) and the sessions and messages they hold (entries
+    not restored, as ``purge_size`` counts them). Numbers and counts only, nothing naming a
+    person."""
+    entries: dict[str, list[int]] = {operation: [] for operation in operations}
+    sessions = messages = 0
+    for start in range(0, len(operations), 500):
+        rows = (
+            TrashEntry.objects.filter(operation__in=operations[start : start + 500])
+            .exclude(state=TrashEntry.PENDING)
+            .order_by("pk")
+            .values_list("pk", "operation", "state", "session_count", "message_count")
+        )
+        for pk, operation, state, session_count, message_count in rows:
+            entries[operation].append(pk)
+            if state != TrashEntry.RESTORED:
+                sessions += session_count
+                messages += message_count
+    return {
+        "purged_entries": len(entries),
+        "purged_sessions": sessions,
+        "purged_messages": messages,
+        "operations": entries,
+    }
+
+
+def _note_purge_plan(plan: dict) -> None:
+    """On the running purge's pending audit entry (if any): ``plan``, under ``PURGING``. Called
+    inside the purge's transaction, so it commits with what it describes, or not at all."""
+    entry_id = current_audit_entry()
+    if entry_id is None:
+        return
+    entry = AuditEntry.objects.filter(pk=entry_id, action=AuditAction.PURGE_TRASH)
+    before = entry.values_list("before", flat=True).first()
+    if before is None:
+        return  # not a purge's entry
+    if not entry.filter(outcome=AuditEntry.PENDING).update(before={**before, PURGING: plan}):
+        # Completed meanwhile as failed, its purge taken for dead: it must not purge now.
+        raise StoreError(
+            f"This purge's audit entry #{entry_id} was completed meanwhile (the purge was "
+            "taken for dead): nothing was purged; purge again."
+        )
 
 
 def purge_trash(*, older_than_days: float | None = None) -> int:

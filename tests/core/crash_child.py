@@ -69,6 +69,13 @@ def main(operation: str, arguments: dict) -> object:
 
         execute_from_command_line(["manage.py", *arguments["argv"]])
         return None
+    if operation == "page_post":  # a console form as a signed-in operator's browser posts it
+        from django.contrib.auth.models import User
+        from django.test import Client
+
+        client = Client(HTTP_HOST="localhost")
+        client.force_login(User.objects.get(username=arguments["username"]))
+        return {"status": client.post(arguments["path"], arguments["data"]).status_code}
     if operation == "run_erasure":
         from sessions_admin.ledger import actions
 

@@ -37,6 +37,7 @@ from sessions_admin.ledger.actions.deletion import (
     cancel_bulk_delete,
     cascade_delete,
     complete_stale_deletes,
+    complete_stale_purges,
     complete_stale_restores,
     purge,
     restore,

@@ -1,7 +1,7 @@
 """Deleting and restoring, audited: a cascade delete, bulk delete jobs (start, cancel,
 resume), restoring a trash operation and purging the trash; and settling what dead processes
-and refused dashboard writes left pending (the trash, then the entries of cascades, restores
-and merges) from what the trash and the store hold."""
+and refused dashboard writes left pending (the trash, then the entries of cascades, restores,
+merges and purges) from what the trash and the store hold."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import logging
 from collections.abc import Sequence
 from datetime import timedelta
 
+from django.db import transaction
 from django.utils import timezone
 
 from sessions_admin import core
@@ -34,6 +35,7 @@ from sessions_admin.ledger.models import AuditAction, AuditEntry, DeleteJob, Tra
 from sessions_admin.ledger.trash import (
     LEDGER_TRASH,
     PURGED_TRASH,
+    PURGING,
     PurgeReport,
     purge_trash_report,
     settle_trash,
@@ -263,14 +265,16 @@ def complete_stale_restores(*, older_than_seconds: float = STALE_PENDING_SECONDS
 
 def settle_deletes_and_restores() -> None:
     """What dead processes and refused dashboard writes left unmarked, marked from the store:
-    the trash (``settle_trash``), then the audit entries of cascades and restores. Cheap when
-    there is nothing to settle; run before the trash is shown, restored, purged or added to."""
+    the trash (``settle_trash``), then the audit entries of cascades, restores, merges and
+    purges. Cheap when there is nothing to settle; run before the trash is shown, restored,
+    purged or added to."""
     try:
         settle_trash()
         complete_stale_deletes()
         complete_stale_restores()
         complete_stale_merges()
         complete_stale_unmerges()
+        complete_stale_purges()
     except Exception:  # a database that cannot be written now: settled by a later call
         logger.warning("Could not settle the trash and its audit entries", exc_info=True)
 
@@ -415,10 +419,14 @@ def purge(*, actor, older_than_days: float | None, reason: str) -> PurgeReport:
         action=AuditAction.PURGE_TRASH,
         session_ids=[],
         reason=reason,
-        before={"older_than_days": older_than_days},
+        # Its process: a purge killed before its commit is completed at once once that process
+        # is known dead (complete_stale_purges); the purge adds what it drops (PURGING).
+        before={"older_than_days": older_than_days, "process": this_process()},
         run=lambda: purge_trash_report(older_than_days=older_than_days),
         after=lambda report: {
             "purged_entries": report.purged,
+            "purged_sessions": report.sessions,
+            "purged_messages": report.messages,
             **(
                 {
                     "kept_under_hold": [
@@ -435,4 +443,101 @@ def purge(*, actor, older_than_days: float | None, reason: str) -> PurgeReport:
             ),
         },
         result_ids=lambda report: [kept.session_id for kept in report.kept],
+    )
+
+
+def complete_stale_purges(*, older_than_seconds: float = STALE_PENDING_SECONDS) -> list[int]:
+    """Complete purges' entries left ``pending`` (their process died, or the dashboard database
+    refused the outcome) from what each recorded it was dropping (``ledger.trash.PURGING``,
+    written in the transaction that drops it) and what of that the trash still holds: all of
+    it gone (``ok``, with its counts), none (``failed``), some (``partial``); nothing recorded
+    means the purge never committed (``failed``).
+
+    Taken at once when the purging process is known dead, otherwise only once older than
+    ``older_than_seconds``. Entries recorded before purges named their process are left as
+    they are (nothing says what they dropped). Returns their ids.
+    """
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    completed = []
+    alias = _audit_alias()
+    stale = AuditEntry.objects.using(alias).filter(
+        action=AuditAction.PURGE_TRASH, outcome=AuditEntry.PENDING
+    )
+    for entry in stale.order_by("pk"):
+        process = (entry.before or {}).get("process")
+        if process is None or (not process_dead(process) and entry.created_at >= cutoff):
+            continue
+        with transaction.atomic(using=alias):
+            # On PostgreSQL a dead client's COMMIT may still be finishing: its purge holds
+            # this row (it wrote the plan on it) until then, so the plan is read after it.
+            locked = (
+                AuditEntry.objects.using(alias)
+                .select_for_update()
+                .filter(pk=entry.pk, outcome=AuditEntry.PENDING)
+                .first()
+            )
+            if locked is None:
+                continue
+            outcome, after, detail = _purge_outcome((locked.before or {}).get(PURGING))
+            if complete_later(locked, outcome=outcome, after=after, detail=detail):
+                completed.append(entry.pk)
+    return completed
+
+
+def _purge_outcome(plan: object) -> tuple[str, dict, str]:
+    """A dead purge's outcome from its recorded ``plan``, against what the trash holds now."""
+    if not isinstance(plan, dict):
+        return (
+            AuditEntry.FAILED,
+            {},
+            "Completed later: the purge did not commit (its process died before), so "
+            "nothing was purged.",
+        )
+    operations = {
+        operation: [pk for pk in ids if isinstance(pk, int)]
+        for operation, ids in (plan.get("operations") or {}).items()
+        if isinstance(ids, list)
+    }
+    recorded = [pk for ids in operations.values() for pk in ids]
+    left = {}
+    for start in range(0, len(recorded), 500):
+        left.update(
+            (pk, (state, sessions, messages))
+            for pk, state, sessions, messages in TrashEntry.objects.filter(
+                pk__in=recorded[start : start + 500]
+            ).values_list("pk", "state", "session_count", "message_count")
+        )
+    still = [operation for operation, ids in operations.items() if any(pk in left for pk in ids)]
+    kept_sessions = sum(s for state, s, _m in left.values() if state != TrashEntry.RESTORED)
+    kept_messages = sum(m for state, _s, m in left.values() if state != TrashEntry.RESTORED)
+    after = {
+        "purged_entries": len(operations) - len(still),
+        "purged_sessions": max(int(plan.get("purged_sessions") or 0) - kept_sessions, 0),
+        "purged_messages": max(int(plan.get("purged_messages") or 0) - kept_messages, 0),
+    }
+    said = (
+        f"{after['purged_entries']} trash entries ({after['purged_sessions']} sessions, "
+        f"{after['purged_messages']} messages)"
+    )
+    if not left:
+        return (
+            AuditEntry.OK,
+            after,
+            f"Completed later from what it recorded with its commit: {said} were purged; "
+            "its outcome could not be recorded then (its process died, or the dashboard "
+            "database refused it).",
+        )
+    if len(left) == len(recorded):
+        return (
+            AuditEntry.FAILED,
+            {},
+            "Completed later: every trash entry it was to drop is still in the trash, so "
+            "nothing was purged.",
+        )
+    return (
+        AuditEntry.PARTIAL,
+        after,
+        f"Completed later from what it recorded: {said} were purged; trash entries "
+        f"{', '.join(f'#{pk}' for pk in sorted(left)[:20])} it was to drop are still in the "
+        "trash.",
     )
