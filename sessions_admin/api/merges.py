@@ -26,7 +26,12 @@ from sessions_admin.api.auth import api_auth
 from sessions_admin.api.problems import Problem, invalid_input
 from sessions_admin.api.runtime import Strict
 from sessions_admin.api.schemas import Identifier, Text
-from sessions_admin.core.merge import MAX_MERGE_SESSIONS, MergePlan, confirmation_problem
+from sessions_admin.core.merge import (
+    MAX_MERGE_SESSIONS,
+    MergePlan,
+    MergeSource,
+    confirmation_problem,
+)
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditAction
 from sessions_admin.signin.roles import OPERATE, VIEW
@@ -59,27 +64,13 @@ class DifferenceOut(Schema):
     values: list[str | None]
 
 
-class SourceOut(Schema):
-    session_id: str
-    role: str
-    messages: int
-    active_messages: int
-    started_at: float
-    ended_at: float | None
-    end_reason: str | None
-    session_key: str | None
-    user_id: str | None
-    source: str | None
-    first_user_message: str | None
-
-
 class MergePlanOut(Schema):
     fingerprint: str = Field(description="Send it back with the merge: it merges this plan only.")
     target_id: str
     chosen_id: str
     target_rule: str
     absorbed_ids: list[str]
-    sources: list[SourceOut]
+    sources: list[MergeSource]
     moved_messages: int
     conversations_moved: list[str]
     session_key_for_target: str | None
@@ -141,7 +132,7 @@ def plan_out(plan: MergePlan) -> MergePlanOut:
         chosen_id=plan.chosen_id,
         target_rule=plan.target_rule,
         absorbed_ids=list(plan.absorbed_ids),
-        sources=[SourceOut(**vars(source)) for source in plan.sources],
+        sources=list(plan.sources),
         moved_messages=plan.moved_messages,
         conversations_moved=list(plan.conversations_moved),
         session_key_for_target=plan.session_key_for_target,

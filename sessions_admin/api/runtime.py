@@ -559,11 +559,7 @@ def reset(request: HttpRequest, body: ResetIn):
         after=lambda r: {"ended": r.ended_session_id, "new_session_id": r.new_session_id},
         result_ids=lambda r: [r.ended_session_id, r.new_session_id],
     )
-    return ResetOut(
-        ended_session_id=result.ended_session_id,
-        new_session_id=result.new_session_id,
-        left_to_gateway=result.left_to_gateway,
-    )
+    return result  # the core's ResetResult, read by the schema (ResetOut)
 
 
 @router.post("/resume", response=ResumeOut)
@@ -582,13 +578,7 @@ def resume(request: HttpRequest, body: ResumeIn):
         after=lambda r: {"session_id": r.session_id, "switched_from": r.switched_from_session_id},
         result_ids=lambda r: [r.session_id],
     )
-    return ResumeOut(
-        session_id=result.session_id,
-        matched_session_id=result.matched_session_id,
-        previous_end_reason=result.previous_end_reason,
-        switched_from_session_id=result.switched_from_session_id,
-        message_count=result.message_count,
-    )
+    return result  # the core's ResumeResult, read by the schema (ResumeOut)
 
 
 @router.post("/sessions/{session_id}/branch", response={201: BranchOut})
@@ -627,9 +617,7 @@ def _rewrite(
         run,
         after=lambda r: {"message_ids": list(r.message_ids)[:50]},
     )
-    return RewriteOut(
-        session_id=result.session_id, action=result.action, message_ids=list(result.message_ids)
-    )
+    return RewriteOut.model_validate(result)
 
 
 @router.post("/sessions/{session_id}/undo", response=RewriteOut)
@@ -678,12 +666,7 @@ def save_transcript(request: HttpRequest, session_id: Identifier, body: SaveIn):
         before={"messages": len(messages), "rewrite": body.rewrite},
         after=lambda r: {"kept": r.kept, "appended": r.appended, "deactivated": r.deactivated},
     )
-    return SaveOut(
-        session_id=result.session_id,
-        kept=result.kept,
-        appended=result.appended,
-        deactivated=result.deactivated,
-    )
+    return result  # the core's SaveResult, read by the schema (SaveOut)
 
 
 @router.post("/conversations/resolve", response=ResolveOut)
@@ -710,9 +693,4 @@ def resolve_conversation(request: HttpRequest, body: ResolveIn):
         after=lambda t: {"session_id": t.session_id, "resolved_by": t.resolved_by},
         result_ids=lambda t: [t.session_id],
     )
-    return ResolveOut(
-        session_id=target.session_id,
-        conversation=target.conversation,
-        resolved_by=target.resolved_by,
-        created=target.created,
-    )
+    return target  # the core's ConversationTarget, read by the schema (ResolveOut)

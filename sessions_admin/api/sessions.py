@@ -29,11 +29,15 @@ from sessions_admin.api.problems import invalid_input, not_found
 from sessions_admin.api.schemas import Identifier, Text
 from sessions_admin.core import being_deleted, holds
 from sessions_admin.core.lifecycle import where_it_continues
+from sessions_admin.core.lineage import LineageNode
 from sessions_admin.core.merge import session_differences
 from sessions_admin.core.rows import parse_model_config
 from sessions_admin.ledger import audit_log
 from sessions_admin.ledger.models import AuditEntry
 from sessions_admin.store import listing, overview, transcripts
+from sessions_admin.store.listing.name_search import NameMatch
+from sessions_admin.store.listing.page import SessionRow
+from sessions_admin.store.listing.snippets import SearchHit
 from sessions_admin.store.models import Session
 from sessions_admin.store.transcripts import Handoff, Position
 
@@ -60,53 +64,14 @@ MEMBER_FIELDS = (
 # --- schemas -----------------------------------------------------------------------------------
 
 
-class SessionListRow(Schema):
-    id: str
-    title: str | None
-    source: str
-    user_id: str | None
-    model: str | None
-    started_at: float
-    archived: bool
-    parent_id: str | None
-    branched_from: str | None
-    delegate_from: str | None
-    ended_at: float | None = Field(description="The compression tip's, for a compressed root.")
-    end_reason: str | None
-    message_count: int
-    tokens: int
-    cost: float | None
-    last_activity: float | None
-    tip_id: str | None = Field(description="The segment the figures come from, when not this.")
-    segments: int
-    branches: int
-    delegates: int
-    continuations: int
-    other_children: int
-    is_fork: bool
-    first_message: str | None
-    display_name: str | None
-
-
 class SessionList(Schema):
-    sessions: list[SessionListRow]
+    # The console list's rows as the store reads them (``listing.SessionRow``).
+    sessions: list[SessionRow]
     next_cursor: str | None = Field(description="Pass as `after` for the next page.")
     count: int
     count_capped: bool = Field(description="`count` is a lower bound (the count stops there).")
     fork_marks_pending: bool = Field(
         description="Fork detection is still running: `is_fork` is false for every row."
-    )
-
-
-class SearchHitOut(Schema):
-    message_id: int
-    session_id: str
-    role: str
-    timestamp: float
-    tool_name: str | None
-    active: bool
-    snippet: str = Field(
-        description="Text around the hit; the matched words are between U+E000 and U+E001."
     )
 
 
@@ -121,23 +86,12 @@ class SearchSession(Schema):
     count: int
     count_more: bool
     first_hit_id: int
-    hits: list[SearchHitOut]
-
-
-class NameMatchOut(Schema):
-    session_id: str
-    title: str | None
-    source: str
-    user_id: str | None
-    chat_id: str | None
-    display_name: str | None
-    started_at: float | None
-    matched: str = Field(description="user, chat or name: what equals the search text.")
+    hits: list[SearchHit]
 
 
 class SearchResults(Schema):
     sessions: list[SearchSession]
-    names: list[NameMatchOut]
+    names: list[NameMatch]
     terms: list[str]
     next_cursor: str | None = Field(description="Pass as `after` for the next page.")
     count: int
@@ -145,22 +99,6 @@ class SearchResults(Schema):
     scan_capped: bool = Field(
         description="The page stopped after checking its maximum of matching messages."
     )
-
-
-class LineageNodeOut(Schema):
-    session_id: str
-    lineage_parent_id: str | None
-    edge_kind: str | None = Field(
-        description="compression, branch, delegate, reset, merge or child; null for the root."
-    )
-    depth: int
-    source: str
-    title: str | None
-    started_at: float
-    ended_at: float | None
-    end_reason: str | None
-    message_count: int
-    is_live: bool
 
 
 class HoldOut(Schema):
@@ -198,7 +136,7 @@ class SessionDetail(Schema):
     compression_chain: list[str] = Field(description="The transcript's segments, in order.")
     hold: HoldOut | None
     being_deleted: bool
-    lineage: list[LineageNodeOut] = Field(
+    lineage: list[LineageNode] = Field(
         description="The conversation's tree, root first, depth first (`lineage_parent_id`)."
     )
 
