@@ -10,6 +10,9 @@ again under the store's lock (``deletion.kept_whole``), keeps every session of a
 gained a session the job does not take or that a merge made meanwhile needs; held sessions are
 skipped. A batch that kept or skipped any writes an audit entry naming them and why
 (``KEPT_WHOLE_ACTION``, ``HELD_SKIP_ACTION``), which the job's progress reads.
+A job's done items are exactly the sessions whose rows its trash entries hold: one that
+another delete committed first (a second job of the same set, a cascade) is skipped, and
+the job's progress names who took it (``taken_skips``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import connections, router, transaction
-from django.db.models import F, Q, Sum
+from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, deletion, faults, holds, lineage
@@ -37,6 +40,7 @@ from sessions_admin.ledger.models import (
     DeleteJob,
     DeleteJobItem,
     TrashEntry,
+    TrashSession,
 )
 from sessions_admin.ledger.trash import (
     LEDGER_TRASH,
@@ -83,6 +87,19 @@ class HeldSkip:
 
 
 @dataclass(frozen=True)
+class TakenSkip:
+    """Sessions of a job that another delete committed first (its trash holds them): another
+    job of the same set, or (``job_id`` None) a cascade."""
+
+    job_id: int | None
+    count: int
+
+    def describe(self) -> str:
+        by = f"job #{self.job_id}" if self.job_id else "another delete"
+        return f"{self.count:,} already deleted by {by}"
+
+
+@dataclass(frozen=True)
 class JobProgress:
     job_id: int
     state: str
@@ -99,6 +116,12 @@ class JobProgress:
     # Kept to keep a conversation whole: how many, and the first HELD_SKIPS_NAMED of them.
     kept_skipped: int = 0
     kept: tuple[KeptSkip, ...] = ()
+    # Already deleted by another delete when the job's batch reached them, by deleter.
+    taken: tuple[TakenSkip, ...] = ()
+
+    @property
+    def taken_skipped(self) -> int:
+        return sum(taken.count for taken in self.taken)
 
     @property
     def percent(self) -> int:
@@ -106,8 +129,8 @@ class JobProgress:
 
     @property
     def skipped_text(self) -> str:
-        """ "3 skipped: s-1, hold #3; kept: s-2, its conversation continued in s-9; 1 gone or
-        live again" (empty when none was skipped)."""
+        """ "4 skipped: s-1, hold #3; kept: s-2, its conversation continued in s-9; 1 already
+        deleted by job #7; 1 gone or live again" (empty when none was skipped)."""
         if not self.skipped:
             return ""
         parts = [held.describe() for held in self.held]
@@ -116,7 +139,8 @@ class JobProgress:
         parts += [kept.describe() for kept in self.kept]
         if self.kept_skipped > len(self.kept):
             parts.append(f"{self.kept_skipped - len(self.kept):,} more kept whole")
-        other = self.skipped - self.held_skipped - self.kept_skipped
+        parts += [taken.describe() for taken in self.taken]
+        other = self.skipped - self.held_skipped - self.kept_skipped - self.taken_skipped
         if other > 0:
             parts.append(f"{other:,} gone or live again")
         return f"{self.skipped:,} skipped: " + "; ".join(parts)
@@ -375,10 +399,13 @@ def run_job(
             if gone_or_live and being_deleted.marks_on(gone_or_live):
                 # Started in parts by this job's last run, then held or reopened: kept whole.
                 deletion.stop_deleting(session_ids=gone_or_live, trash=LEDGER_TRASH)
-            deleted = messages = 0
+            messages = 0
+            done_ids: list[str] = []
+            taken: list[str] = []
             if to_delete:
+                deleted: list[str] = []
                 try:
-                    deleted, messages, _ = deletion.delete_batch(
+                    _, messages, _ = deletion.delete_batch(
                         to_delete,
                         actor=job.created_by,
                         reason=job.reason,
@@ -390,6 +417,7 @@ def run_job(
                         part_messages=batch_messages,
                         between_parts=lambda: _renew_lease(job_id),
                         whole=whole,
+                        deleted=deleted,
                     )
                 except StoreBusy:
                     time.sleep(0.5)  # the runtime is busy: try this batch again shortly
@@ -409,17 +437,24 @@ def run_job(
                     continue
                 with _dashboard_write():
                     faults.checkpoint("job.after_batch_commit")
+                # Done: the sessions whose rows this batch's trash entry holds. One another
+                # delete committed first (a second job of the same set, a cascade) was gone
+                # under the lock: skipped, its deleter named on the job's page (``taken_skips``).
+                went = set(deleted)
+                done_ids = [sid for sid in to_delete if sid in went]
+                taken = [sid for sid in to_delete if sid not in went]
+            skipped_ids = gone_or_live + taken
             with _dashboard_write(), transaction.atomic(using="default"):
                 # By primary key: the items table has no index on session_id, and a
                 # 100,000-item job would be scanned whole for every batch.
-                DeleteJobItem.objects.filter(pk__in=[item_pks[s] for s in to_delete]).update(
+                DeleteJobItem.objects.filter(pk__in=[item_pks[s] for s in done_ids]).update(
                     state=DeleteJobItem.DONE
                 )
-                DeleteJobItem.objects.filter(pk__in=[item_pks[s] for s in gone_or_live]).update(
+                DeleteJobItem.objects.filter(pk__in=[item_pks[s] for s in skipped_ids]).update(
                     state=DeleteJobItem.SKIPPED
                 )
-                job.done += len(to_delete)
-                job.skipped += len(gone_or_live)
+                job.done += len(done_ids)
+                job.skipped += len(skipped_ids)
                 job.deleted_messages += messages
                 DeleteJob.objects.filter(pk=job_id).update(
                     done=job.done,
@@ -647,6 +682,24 @@ def held_skips(*, job_id: int, named: int = HELD_SKIPS_NAMED) -> tuple[int, tupl
     )
 
 
+def taken_skips(*, job_id: int) -> tuple[TakenSkip, ...]:
+    """The job's skipped sessions whose rows another delete's trash holds, by that delete: what
+    a second job of the same set (or a cascade) deleted before this job's batch reached it."""
+    skipped = DeleteJobItem.objects.filter(job_id=job_id, state=DeleteJobItem.SKIPPED)
+    rows = (
+        TrashSession.objects.filter(
+            session_id__in=skipped.values("session_id"),
+            entry__state=TrashEntry.COMPLETE,
+            entry__session_count__gt=0,
+        )
+        .exclude(entry__job_id=job_id)
+        .values("entry__job_id")
+        .annotate(count=Count("session_id", distinct=True))
+        .order_by("entry__job_id")
+    )
+    return tuple(TakenSkip(row["entry__job_id"], row["count"]) for row in rows)
+
+
 def job_progress(*, job_id: int) -> JobProgress:
     job = DeleteJob.objects.filter(pk=job_id).first()
     if job is None:
@@ -671,6 +724,7 @@ def job_progress(*, job_id: int) -> JobProgress:
         held=held,
         kept_skipped=kept_count,
         kept=kept,
+        taken=taken_skips(job_id=job_id) if job.skipped else (),
     )
 
 

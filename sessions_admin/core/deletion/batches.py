@@ -57,6 +57,7 @@ def delete_batch(
     between_parts: Callable[[], bool | None] | None = None,
     whole: WholeConversations | None = None,
     committed: list | None = None,
+    deleted: list | None = None,
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
 
@@ -69,7 +70,9 @@ def delete_batch(
     ``DeleteGivenBack``). Nothing of the batch is deleted if, under the lock, a session is live
     with ``keep_live`` (``SessionsWentLive``), held (``SessionsHeld``) or, with ``whole``, in a
     conversation that must stay whole (``ConversationsKept``). ``committed`` receives each store
-    commit as it happens (trash entry, sessions, messages), kept whatever is raised afterwards.
+    commit as it happens (trash entry, sessions, messages), kept whatever is raised afterwards;
+    ``deleted`` the id of each session whose row it deleted (a session of the batch another
+    delete took first is not among them, nor in this batch's trash entry).
     """
     run = DeleteRun(
         actor=actor,
@@ -80,6 +83,7 @@ def delete_batch(
         keep_live=keep_live,
         whole=whole,
         committed=committed,
+        deleted=deleted,
     )
     part_messages = part_messages or BATCH_MESSAGES
     if len(batch) == 1:

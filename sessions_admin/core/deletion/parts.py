@@ -209,5 +209,5 @@ def _locked_delete_part(
     faults.checkpoint("delete.after_trash_copy")
     db.execute(f"DELETE FROM messages WHERE id IN ({db.placeholders(message_ids)})", message_ids)
     faults.checkpoint("delete.before_commit")
-    _complete_on_commit(entry_id, committed, run, sessions=0, messages=len(message_ids))
+    _complete_on_commit(entry_id, committed, run, session_ids=(), messages=len(message_ids))
     return len(message_ids)

@@ -74,6 +74,9 @@ class DeleteRun:
     # Where each store commit is recorded as it happens, (trash entry, sessions, messages):
     # what a delete that fails later knows it committed (``DeletePartlyApplied``).
     committed: list | None = None
+    # Where the id of each session whose row a store commit deleted is added as it commits:
+    # exactly the sessions its trash entries hold, not those another delete took first.
+    deleted: list | None = None
 
     def open_entry(self, session_ids: Sequence[str], rows: dict) -> int:
         try:
@@ -204,21 +207,24 @@ def _locked_delete(
         entry_id,
         committed,
         run,
-        sessions=len(payload["sessions"]),
+        session_ids=[row["id"] for row in payload["sessions"]],
         messages=len(payload["messages"]),
     )
     return len(payload["sessions"]), len(payload["messages"]), entry_id
 
 
 def _complete_on_commit(
-    entry_id: int, committed: list, run: DeleteRun, *, sessions: int, messages: int
+    entry_id: int, committed: list, run: DeleteRun, *, session_ids: Sequence[str], messages: int
 ) -> None:
-    """Once the store commits the delete, its trash entry is complete (its rows only there)."""
+    """Once the store commits the delete, its trash entry is complete (its rows only there).
+    ``session_ids``: the sessions whose rows it deleted (none for a part of a session)."""
 
     def mark_complete() -> None:
         committed.append(entry_id)
         if run.committed is not None:
-            run.committed.append((entry_id, sessions, messages))
+            run.committed.append((entry_id, len(session_ids), messages))
+        if run.deleted is not None:
+            run.deleted.extend(session_ids)
         faults.checkpoint("delete.after_commit")
         try:
             run.trash.mark_complete(entry_id)
