@@ -35,9 +35,9 @@ from sessions_admin.core.rows import parse_model_config
 from sessions_admin.ledger import audit_log
 from sessions_admin.ledger.models import AuditEntry
 from sessions_admin.store import listing, overview, transcripts
+from sessions_admin.store.listing.fulltext import SessionHits
 from sessions_admin.store.listing.name_search import NameMatch
 from sessions_admin.store.listing.page import SessionRow
-from sessions_admin.store.listing.snippets import SearchHit
 from sessions_admin.store.models import Session
 from sessions_admin.store.transcripts import Handoff, Position
 
@@ -75,22 +75,8 @@ class SessionList(Schema):
     )
 
 
-class SearchSession(Schema):
-    session_id: str
-    title: str | None
-    source: str
-    user_id: str | None
-    chat_id: str | None
-    display_name: str | None
-    first_user_text: str | None
-    count: int
-    count_more: bool
-    first_hit_id: int
-    hits: list[SearchHit]
-
-
 class SearchResults(Schema):
-    sessions: list[SearchSession]
+    sessions: list[SessionHits]
     names: list[NameMatch]
     terms: list[str]
     next_cursor: str | None = Field(description="Pass as `after` for the next page.")
@@ -556,15 +542,21 @@ def _after_audit_cursor(entries, after: str):
     return entries.filter(Q(created_at__lt=moment) | Q(created_at=moment, pk__lt=int(pk)))
 
 
+class AuditFilters(Schema):
+    """The audit page's filters (documented for the schema; its form reads them)."""
+
+    action: Text = Field("", description=AUDIT_FILTERS["action"])
+    actor: Text = Field("", description=AUDIT_FILTERS["actor"])
+    session: Text = Field("", description=AUDIT_FILTERS["session"])
+    outcome: Text = Field("", description=AUDIT_FILTERS["outcome"])
+    since: Text = Field("", description=AUDIT_FILTERS["since"])
+    until: Text = Field("", description=AUDIT_FILTERS["until"])
+
+
 @router.get("/audit", response=AuditPage)
 def audit_entries(
     request: HttpRequest,
-    action: Text = Query("", description=AUDIT_FILTERS["action"]),
-    actor: Text = Query("", description=AUDIT_FILTERS["actor"]),
-    session: Text = Query("", description=AUDIT_FILTERS["session"]),
-    outcome: Text = Query("", description=AUDIT_FILTERS["outcome"]),
-    since: Text = Query("", description=AUDIT_FILTERS["since"]),
-    until: Text = Query("", description=AUDIT_FILTERS["until"]),
+    filters: Query[AuditFilters],
     after: Text = Query("", description="The previous page's next_cursor."),
     limit: int = Query(AUDIT_PAGE, ge=1, le=AUDIT_PAGE_MAX),
 ):
@@ -611,15 +603,7 @@ def _audit_entry(entry: AuditEntry, links: audit_log.NoLinks) -> dict:
         }
     },
 )
-def audit_export(
-    request: HttpRequest,
-    action: Text = Query("", description=AUDIT_FILTERS["action"]),
-    actor: Text = Query("", description=AUDIT_FILTERS["actor"]),
-    session: Text = Query("", description=AUDIT_FILTERS["session"]),
-    outcome: Text = Query("", description=AUDIT_FILTERS["outcome"]),
-    since: Text = Query("", description=AUDIT_FILTERS["since"]),
-    until: Text = Query("", description=AUDIT_FILTERS["until"]),
-):
+def audit_export(request: HttpRequest, filters: Query[AuditFilters]):
     """Every entry the filters match, newest first, as the console's CSV (streamed; a cell a
     spreadsheet would run as a formula starts with a quote)."""
     found = _audit_filtered(request)

@@ -414,22 +414,12 @@ def fetchall_in(
     before: Sequence[Any] = (),
     after: Sequence[Any] = (),
     alias: str | None = None,
-) -> list[tuple]:
+    dicts: bool = False,
+) -> list:
     """Every row of ``sql`` whose ``{marks}`` is an IN list of ``values`` (each once), asked
-    ``IN_CHUNK`` values at a time; ``before``/``after``: the parameters around the list."""
-    return _in_chunks(fetchall, sql, values, before, after, alias)
-
-
-def fetchdicts_in(
-    sql: str,
-    values: Iterable[Any],
-    *,
-    before: Sequence[Any] = (),
-    after: Sequence[Any] = (),
-    alias: str | None = None,
-) -> list[dict[str, Any]]:
-    """``fetchall_in`` with each row as a dict."""
-    return _in_chunks(fetchdicts, sql, values, before, after, alias)
+    ``IN_CHUNK`` values at a time; ``before``/``after``: the parameters around the list;
+    ``dicts``: each row as a dict."""
+    return _in_chunks(fetchdicts if dicts else fetchall, sql, values, before, after, alias)
 
 
 def dumps(value: Any) -> str:

@@ -106,8 +106,10 @@ def _first_reasons(reasons: list[str], shown: int = 3) -> list[str]:
 def _session_rows(ids: set[str]) -> dict[str, dict]:
     return {
         row["id"]: row
-        for row in db.fetchdicts_in(
-            "SELECT id, started_at, end_reason FROM sessions WHERE id IN ({marks})", sorted(ids)
+        for row in db.fetchall_in(
+            "SELECT id, started_at, end_reason FROM sessions WHERE id IN ({marks})",
+            sorted(ids),
+            dicts=True,
         )
     }
 

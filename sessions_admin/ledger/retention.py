@@ -129,10 +129,11 @@ def dry_run(policy: RetentionPolicy, *, rows: int = ROWS_SHOWN) -> RetentionPrev
     shown = list(plan.session_ids[:rows])
     found = {
         row["id"]: row
-        for row in db.fetchdicts_in(
+        for row in db.fetchall_in(
             "SELECT id, source, title, started_at, ended_at, end_reason, message_count "
             "FROM sessions WHERE id IN ({marks})",
             shown,
+            dicts=True,
         )
     }
     return RetentionPreview(

@@ -209,10 +209,11 @@ def stranded_conversations() -> list[tuple[str, str]]:
     )
     ended = {
         row["id"]: row
-        for row in db.fetchdicts_in(
+        for row in db.fetchall_in(
             f"SELECT {lineage.SESSION_FIELDS} FROM sessions "
             "WHERE ended_at IS NOT NULL AND id IN ({marks})",
             sorted({sid for _name, sid in recorded}),
+            dicts=True,
         )
     }
     stranded_ids: dict[str, bool] = {}

@@ -240,10 +240,11 @@ def _conversation_rows(
 def _sessions_by_id(ids: Iterable[str]) -> dict[str, dict]:
     return {
         row["id"]: row
-        for row in db.fetchdicts_in(
+        for row in db.fetchall_in(
             "SELECT id, title, source, user_id, started_at, ended_at, end_reason "
             "FROM sessions WHERE id IN ({marks})",
             sorted(set(ids)),
+            dicts=True,
         )
     }
 
