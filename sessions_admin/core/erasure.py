@@ -230,13 +230,36 @@ def plan_from_record(record: dict) -> ErasurePlan:
 
 
 @dataclass(frozen=True)
-class ErasureResult:
+class RowsPresent:
+    """How many of a plan's rows the databases hold: its sessions and their messages, the
+    messages a merge moved elsewhere, its slugs, responses and own-table rows.
+
+    The receipt's counts are what the databases lost: this before the erasure's first run
+    minus this after its last (the request keeps the first, ``as_record``). Counting each
+    delete statement's rows instead counted 0 slugs and responses, since the sessions' own
+    deletes (``delete_in_batches``) had already removed them, missed the own-table rows that
+    go with a session (its delete-in-parts mark), and forgot what a killed run deleted.
+    """
+
     sessions: int
     messages: int
     other_messages: int
     conversations: int
     responses: int
     side_rows: int
+
+    def as_record(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: dict) -> RowsPresent:
+        return cls(**{name: int(record[name]) for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class ErasureResult(RowsPresent):
+    """What one run erased (the counts ``RowsPresent`` names) and how it left no byte."""
+
     storage: tuple[str, ...]  # what was done so no deleted byte is left
     # False while a full-text index still has segments written before the deletes (SQLite:
     # a runtime writing all along kept the merge from finishing); ``merge_search_indexes``
@@ -864,33 +887,6 @@ SIDE_ROW_KEYS = {
     "async_delegations": ("delegation_id",),
     "gateway_routing": ("scope", "session_key"),
 }
-
-
-@dataclass(frozen=True)
-class RowsPresent:
-    """How many of a plan's rows the databases hold: its sessions and their messages, the
-    messages a merge moved elsewhere, its slugs, responses and own-table rows.
-
-    The receipt's counts are what the databases lost: this before the erasure's first run
-    minus this after its last (the request keeps the first, ``as_record``). Counting each
-    delete statement's rows instead counted 0 slugs and responses, since the sessions' own
-    deletes (``delete_in_batches``) had already removed them, missed the own-table rows that
-    go with a session (its delete-in-parts mark), and forgot what a killed run deleted.
-    """
-
-    sessions: int
-    messages: int
-    other_messages: int
-    conversations: int
-    responses: int
-    side_rows: int
-
-    def as_record(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_record(cls, record: dict) -> RowsPresent:
-        return cls(**{name: int(record[name]) for name in cls.__dataclass_fields__})
 
 
 def _count_in(table: str, column: str, values: Sequence, *, alias: str | None = None) -> int:
