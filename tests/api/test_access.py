@@ -48,6 +48,24 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/runtime/sessions/{session_id}/redo"): RUNTIME,
     ("PUT", "/runtime/sessions/{session_id}/transcript"): RUNTIME,
     ("POST", "/runtime/conversations/resolve"): RUNTIME,
+    # governance (api/governance.py): holds as support may, retention and erasure admins only
+    ("GET", "/holds"): OPERATE,
+    ("POST", "/holds"): OPERATE,
+    ("POST", "/holds/{hold_id}/release"): OPERATE,
+    ("GET", "/retention/policies"): DELETE,
+    ("POST", "/retention/policies"): DELETE,
+    ("GET", "/retention/policies/{policy_id}"): DELETE,
+    ("DELETE", "/retention/policies/{policy_id}"): DELETE,
+    ("GET", "/retention/policies/{policy_id}/preview"): DELETE,
+    ("POST", "/retention/policies/{policy_id}/enable"): DELETE,
+    ("POST", "/retention/policies/{policy_id}/disable"): DELETE,
+    ("GET", "/retention/policies/{policy_id}/runs"): DELETE,
+    ("POST", "/retention/policies/{policy_id}/runs"): DELETE,
+    ("POST", "/erasure/preview"): DELETE,
+    ("GET", "/erasure/requests"): DELETE,
+    ("POST", "/erasure/requests"): DELETE,
+    ("GET", "/erasure/requests/{request_id}"): DELETE,
+    ("GET", "/erasure/requests/{request_id}/receipt"): DELETE,
 }
 # A plausible body per route (an allowed call may still be refused by the core: 409, 422).
 BODIES: dict[tuple[str, str], dict] = {
@@ -63,6 +81,17 @@ BODIES: dict[tuple[str, str], dict] = {
     ("POST", "/runtime/sessions/{session_id}/branch"): {},
     ("PUT", "/runtime/sessions/{session_id}/transcript"): {"messages": []},
     ("POST", "/runtime/conversations/resolve"): {"conversation": "seed-slug", "source": "cli"},
+    # governance
+    ("POST", "/holds"): {"kind": "session", "subject": "{session_id}", "reason": "access table"},
+    ("POST", "/holds/{hold_id}/release"): {"reason": "access table"},
+    ("POST", "/retention/policies"): {"name": "access table", "older_than_days": 30},
+    ("POST", "/retention/policies/{policy_id}/runs"): {"fingerprint": "x", "reason": "access"},
+    ("POST", "/erasure/preview"): {"user_id": "u-access-table"},
+    ("POST", "/erasure/requests"): {
+        "user_id": "u-access-table",
+        "reference": "ACCESS-1",
+        "fingerprint": "x",
+    },
 }
 QUERIES = {("GET", "/runtime/live"): "?session_key=cli:seed"}
 SCOPES = ("runtime", "viewer", "support", "admin")
