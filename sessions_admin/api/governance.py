@@ -15,8 +15,9 @@ which may name the person, as the console's is.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema
@@ -41,6 +42,45 @@ RUNS_MAX = 200
 LISTED = 200  # sessions an erasure preview names (the counts say how many in all)
 # A refused erasure call is audited without its words: they may be the person's identifiers.
 ERASURE_REFUSED = "erasure request refused (the subject is not recorded)"
+T = TypeVar("T")
+
+
+def _refused(
+    request: HttpRequest,
+    action: str,
+    error: BaseException,
+    *,
+    why: str | None = None,
+    session_ids: Sequence[str] = (),
+) -> None:
+    """Audit a refused call under the console action's name (``why``: other words than the
+    error's), once: the API's own refusal record then skips it."""
+    entry = actions.record_refusal(
+        request=request,
+        actor=request.auth.actor,
+        action=action,
+        why=why if why is not None else error,
+        session_ids=session_ids,
+    )
+    if entry is not None and getattr(error, "audited_entry", None) is None:
+        error.audited_entry = entry.pk
+
+
+def _attempt(
+    request: HttpRequest,
+    action: str,
+    run: Callable[[], T],
+    *,
+    why: str | None = None,
+    session_ids: Sequence[str] = (),
+) -> T:
+    """``run()``, its refusal (a core error, or a problem of this module) audited as the
+    console's ``attempt`` audits it, then answered as it is."""
+    try:
+        return run()
+    except (StoreError, Problem) as error:
+        _refused(request, action, error, why=why, session_ids=session_ids)
+        raise
 
 
 # --- holds -------------------------------------------------------------------------------------
@@ -102,8 +142,12 @@ def hold_list(request: HttpRequest, active: bool | None = None):
 def hold_place(request: HttpRequest, body: HoldIn):
     """Place a legal hold: no delete (cascade, bulk, retention, trash purge, erasure) can
     remove what it covers until it is released."""
-    hold = actions.place_hold(
-        actor=request.auth.actor, kind=body.kind, subject=body.subject, reason=body.reason
+    hold = _attempt(
+        request,
+        AuditAction.PLACE_HOLD,
+        lambda: actions.place_hold(
+            actor=request.auth.actor, kind=body.kind, subject=body.subject, reason=body.reason
+        ),
     )
     return Status(201, _hold_out(hold))
 
@@ -114,7 +158,13 @@ def hold_release(request: HttpRequest, hold_id: int, body: ReasonIn):
     if holds.get_hold(hold_id=hold_id) is None:
         raise not_found(f"There is no legal hold #{hold_id}.")
     return _hold_out(
-        actions.release_hold(actor=request.auth.actor, hold_id=hold_id, reason=body.reason)
+        _attempt(
+            request,
+            AuditAction.RELEASE_HOLD,
+            lambda: actions.release_hold(
+                actor=request.auth.actor, hold_id=hold_id, reason=body.reason
+            ),
+        )
     )
 
 
@@ -180,6 +230,10 @@ class PolicyIn(Strict):
         return value
 
 
+class OptionalReasonIn(Strict):
+    reason: Text = ""
+
+
 class EnableIn(Strict):
     reason: Text = ""
     confirm_purge: bool = Field(
@@ -235,7 +289,7 @@ class RunIn(Strict):
 
 
 class RunOut(Schema):
-    job: JobOut
+    job: JobOut | None = Field(description="The run's bulk delete job (null: nothing ran).")
 
 
 def _number(value: Any) -> float | None:
@@ -304,7 +358,11 @@ def retention_policy_create(request: HttpRequest, body: PolicyIn):
     """Create a policy, disabled: read its preview, then enable it."""
     fields = body.model_dump()
     reason = fields.pop("reason")
-    policy = actions.create_retention_policy(actor=request.auth.actor, reason=reason, **fields)
+    policy = _attempt(
+        request,
+        AuditAction.RETENTION_POLICY_CREATE,
+        lambda: actions.create_retention_policy(actor=request.auth.actor, reason=reason, **fields),
+    )
     return Status(201, _policy_out(policy))
 
 
@@ -351,22 +409,28 @@ def retention_policy_enable(request: HttpRequest, policy_id: int, body: EnableIn
     """Enable a policy: its first run is one period from now. One that purges needs
     ``confirm_purge``."""
     policy = _policy(policy_id)
-    if not body.confirm_purge and (problem := retention.unconfirmed_purge(policy)):
-        raise invalid_input(problem, [{"field": "confirm_purge", "message": problem}])
-    return _policy_out(
-        actions.set_retention_policy_enabled(
+
+    def enable() -> RetentionPolicy:
+        if not body.confirm_purge and (problem := retention.unconfirmed_purge(policy)):
+            raise invalid_input(problem, [{"field": "confirm_purge", "message": problem}])
+        return actions.set_retention_policy_enabled(
             actor=request.auth.actor, policy_id=policy.pk, enabled=True, reason=body.reason
         )
-    )
+
+    return _policy_out(_attempt(request, AuditAction.RETENTION_POLICY_ENABLE, enable))
 
 
 @router.post("/retention/policies/{policy_id}/disable", response=PolicyOut, auth=api_auth(DELETE))
-def retention_policy_disable(request: HttpRequest, policy_id: int, body: EnableIn):
+def retention_policy_disable(request: HttpRequest, policy_id: int, body: OptionalReasonIn):
     """Disable a policy: it no longer runs (a run already started goes on as its job)."""
     policy = _policy(policy_id)
     return _policy_out(
-        actions.set_retention_policy_enabled(
-            actor=request.auth.actor, policy_id=policy.pk, enabled=False, reason=body.reason
+        _attempt(
+            request,
+            AuditAction.RETENTION_POLICY_DISABLE,
+            lambda: actions.set_retention_policy_enabled(
+                actor=request.auth.actor, policy_id=policy.pk, enabled=False, reason=body.reason
+            ),
         )
     )
 
@@ -375,7 +439,13 @@ def retention_policy_disable(request: HttpRequest, policy_id: int, body: EnableI
 def retention_policy_delete(request: HttpRequest, policy_id: int, reason: Text = Query("")):
     """Delete a policy (its past runs, the jobs, stay)."""
     policy = _policy(policy_id)
-    actions.delete_retention_policy(actor=request.auth.actor, policy_id=policy.pk, reason=reason)
+    _attempt(
+        request,
+        AuditAction.RETENTION_POLICY_DELETE,
+        lambda: actions.delete_retention_policy(
+            actor=request.auth.actor, policy_id=policy.pk, reason=reason
+        ),
+    )
     return Status(204, None)
 
 
@@ -388,37 +458,42 @@ def retention_run_list(
     return [_job_out(job) for job in policy.runs.order_by("-pk")[:limit]]
 
 
-@router.post("/retention/policies/{policy_id}/runs", response={201: RunOut}, auth=api_auth(DELETE))
+@router.post(
+    "/retention/policies/{policy_id}/runs",
+    response={201: RunOut, 200: RunOut},
+    auth=api_auth(DELETE),
+)
 def retention_run(request: HttpRequest, policy_id: int, body: RunIn):
     """Run the policy now, exactly as its preview showed: the preview's fingerprint, a reason,
     ``typed_count`` when the preview asks it, ``confirm_purge`` for a policy that purges. The
-    run is a bulk delete job (follow it with the runs list); held sessions are never in it."""
+    run is a bulk delete job (201; follow it with the runs list); held sessions are never in
+    it. 200 with ``job`` null: what it selected went meanwhile, nothing was deleted."""
     policy = _policy(policy_id)
-    if retention.problem_of(policy) is None:
-        preview = retention.dry_run(policy, rows=0)
-        if body.fingerprint == preview.fingerprint:
-            _check_run_confirmation(policy, preview, body)
-        # A stale fingerprint goes on: the action refuses it (409 plan-changed), audited.
-    job_id = actions.run_retention_policy(
-        actor=request.auth.actor,
-        policy_id=policy.pk,
-        reason=body.reason,
-        expected_fingerprint=body.fingerprint,
-    )
-    if job_id is None:  # everything it selected went meanwhile
-        raise Problem(
-            409,
-            "refused",
-            "Refused",
-            "Nothing to delete: what the policy selected is gone. Nothing was deleted.",
+
+    def run() -> int | None:
+        if retention.problem_of(policy) is None:
+            preview = retention.dry_run(policy, rows=0)
+            if body.fingerprint == preview.fingerprint:
+                _check_run_confirmation(policy, preview, body)
+            # A stale fingerprint goes on: the action refuses it (409 plan-changed), audited.
+        return actions.run_retention_policy(
+            actor=request.auth.actor,
+            policy_id=policy.pk,
+            reason=body.reason,
+            expected_fingerprint=body.fingerprint,
         )
+
+    job_id = _attempt(request, AuditAction.RETENTION_RUN, run)
+    if job_id is None:
+        return Status(200, RunOut(job=None))
     return Status(201, RunOut(job=_job_out(DeleteJob.objects.get(pk=job_id))))
 
 
 def _check_run_confirmation(
     policy: RetentionPolicy, preview: retention.RetentionPreview, body: RunIn
 ) -> None:
-    """Refuse a run the console's "Run now" refuses (422 naming the fields, nothing deleted)."""
+    """Refuse a run the console's "Run now" refuses (nothing deleted): nothing to delete
+    (409), the typed number or the purge's confirmation missing (422 naming the fields)."""
     if problem := retention.stale_or_empty(preview, body.fingerprint):
         raise Problem(409, "refused", "Refused", problem)
     errors = []
@@ -429,7 +504,7 @@ def _check_run_confirmation(
         errors.append(
             {
                 "field": "typed_count",
-                "message": f"To confirm, give typed_count: the number of sessions this deletes "
+                "message": "To confirm, give typed_count: the number of sessions this deletes "
                 f"({preview.count:,}). Nothing was deleted.",
             }
         )
@@ -547,25 +622,9 @@ def _request_out(queued: ErasureRequest, *, receipt: bool = False) -> ErasureReq
     )
 
 
-def _refused_quietly(request: HttpRequest, error: BaseException) -> None:
-    """Audit a refused erasure call without its words (they may name the person), once."""
-    entry = actions.record_refusal(
-        request=request,
-        actor=request.auth.actor,
-        action=AuditAction.ERASURE_REQUEST,
-        why=ERASURE_REFUSED,
-    )
-    if entry is not None and getattr(error, "audited_entry", None) is None:
-        error.audited_entry = entry.pk
-
-
-def _erasure_plan(request: HttpRequest, subject: Subject) -> erasure.FullPlan:
-    try:
-        subject.check()
-        return erasure.plan(subject)
-    except StoreError as error:
-        _refused_quietly(request, error)
-        raise
+def _plan(subject: Subject) -> erasure.FullPlan:
+    subject.check()
+    return erasure.plan(subject)
 
 
 @router.post("/erasure/preview", response=ErasurePlanOut, auth=api_auth(DELETE))
@@ -573,7 +632,11 @@ def erasure_preview(request: HttpRequest, body: SubjectIn):
     """What erasing this person removes (sessions, moved messages, slugs, stored responses,
     trash entries), what it keeps, the holds that stop it, and the fingerprint to confirm
     with. Nothing changes; the subject is in the body, never in a URL."""
-    return _plan_out(_erasure_plan(request, body.subject()))
+    subject = body.subject()
+    full = _attempt(
+        request, AuditAction.ERASURE_REQUEST, lambda: _plan(subject), why=ERASURE_REFUSED
+    )
+    return _plan_out(full)
 
 
 @router.post("/erasure/requests", response={201: ErasureRequestOut}, auth=api_auth(DELETE))
@@ -583,41 +646,44 @@ def erasure_request(request: HttpRequest, body: ErasureIn):
     holds its receipt. Refused (nothing erased) if the store changed since the preview or a
     hold covers any of it."""
     subject = body.subject()
-    full = _erasure_plan(request, subject)
-    plan = full.store
-    errors = []
-    if not body.reference.strip():
-        errors.append(
-            {
-                "field": "reference",
-                "message": "Give the request's reference (a ticket number, not the person's name).",
-            }
-        )
-    sessions = len(plan.session_ids)
-    if (
-        body.fingerprint == full.fingerprint
-        and needs_typed_confirmation(sessions=sessions, messages=plan.message_count)
-        and body.typed_count != sessions
-    ):
-        errors.append(
-            {
-                "field": "typed_count",
-                "message": f"To confirm, give typed_count: the number of sessions this erases "
-                f"({sessions:,}). Nothing was erased.",
-            }
-        )
-    try:
+
+    def queue() -> ErasureRequest:
+        full = _plan(subject)
+        plan = full.store
+        errors = []
+        if not body.reference.strip():
+            errors.append(
+                {
+                    "field": "reference",
+                    "message": "Give the request's reference (a ticket number, not the "
+                    "person's name).",
+                }
+            )
+        sessions = len(plan.session_ids)
+        if (
+            body.fingerprint == full.fingerprint
+            and needs_typed_confirmation(sessions=sessions, messages=plan.message_count)
+            and body.typed_count != sessions
+        ):
+            errors.append(
+                {
+                    "field": "typed_count",
+                    "message": "To confirm, give typed_count: the number of sessions this "
+                    f"erases ({sessions:,}). Nothing was erased.",
+                }
+            )
         if errors:
             raise invalid_input(" ".join(e["message"] for e in errors), errors)
-        queued = actions.request_erasure(
+        # An empty plan is still confirmed, as in the console: freed space may hold the
+        # person's bytes until the files are rewritten, which the receipt then says.
+        return actions.request_erasure(
             actor=request.auth.actor,
             subject=subject,
             reference=body.reference,
             expected_fingerprint=body.fingerprint,
         )
-    except (StoreError, Problem) as error:
-        _refused_quietly(request, error)
-        raise
+
+    queued = _attempt(request, AuditAction.ERASURE_REQUEST, queue, why=ERASURE_REFUSED)
     return Status(201, _request_out(queued))
 
 
