@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema
@@ -43,6 +43,8 @@ LISTED = 200  # sessions an erasure preview names (the counts say how many in al
 # A refused erasure call is audited without its words: they may be the person's identifiers.
 ERASURE_REFUSED = "erasure request refused (the subject is not recorded)"
 T = TypeVar("T")
+# A row number either database can compare (a larger one is a 422, not a database error).
+RowId = Annotated[int, Field(ge=1, le=2**63 - 1)]
 
 
 def _refused(
@@ -153,7 +155,7 @@ def hold_place(request: HttpRequest, body: HoldIn):
 
 
 @router.post("/holds/{hold_id}/release", response=HoldOut, auth=api_auth(OPERATE))
-def hold_release(request: HttpRequest, hold_id: int, body: ReasonIn):
+def hold_release(request: HttpRequest, hold_id: RowId, body: ReasonIn):
     """Release a legal hold (the reason is kept on the hold and in the audit log)."""
     if holds.get_hold(hold_id=hold_id) is None:
         raise not_found(f"There is no legal hold #{hold_id}.")
@@ -367,12 +369,12 @@ def retention_policy_create(request: HttpRequest, body: PolicyIn):
 
 
 @router.get("/retention/policies/{policy_id}", response=PolicyOut, auth=api_auth(DELETE))
-def retention_policy(request: HttpRequest, policy_id: int):
+def retention_policy(request: HttpRequest, policy_id: RowId):
     return _policy_out(_policy(policy_id))
 
 
 @router.get("/retention/policies/{policy_id}/preview", response=PreviewOut, auth=api_auth(DELETE))
-def retention_preview(request: HttpRequest, policy_id: int):
+def retention_preview(request: HttpRequest, policy_id: RowId):
     """What a run now would delete (every session counted, the first listed), the sessions a
     legal hold keeps, and the fingerprint a run must carry."""
     policy = _policy(policy_id)
@@ -405,7 +407,7 @@ def retention_preview(request: HttpRequest, policy_id: int):
 
 
 @router.post("/retention/policies/{policy_id}/enable", response=PolicyOut, auth=api_auth(DELETE))
-def retention_policy_enable(request: HttpRequest, policy_id: int, body: EnableIn):
+def retention_policy_enable(request: HttpRequest, policy_id: RowId, body: EnableIn):
     """Enable a policy: its first run is one period from now. One that purges needs
     ``confirm_purge``."""
     policy = _policy(policy_id)
@@ -421,7 +423,7 @@ def retention_policy_enable(request: HttpRequest, policy_id: int, body: EnableIn
 
 
 @router.post("/retention/policies/{policy_id}/disable", response=PolicyOut, auth=api_auth(DELETE))
-def retention_policy_disable(request: HttpRequest, policy_id: int, body: OptionalReasonIn):
+def retention_policy_disable(request: HttpRequest, policy_id: RowId, body: OptionalReasonIn):
     """Disable a policy: it no longer runs (a run already started goes on as its job)."""
     policy = _policy(policy_id)
     return _policy_out(
@@ -436,7 +438,7 @@ def retention_policy_disable(request: HttpRequest, policy_id: int, body: Optiona
 
 
 @router.delete("/retention/policies/{policy_id}", response={204: None}, auth=api_auth(DELETE))
-def retention_policy_delete(request: HttpRequest, policy_id: int, reason: Text = Query("")):
+def retention_policy_delete(request: HttpRequest, policy_id: RowId, reason: Text = Query("")):
     """Delete a policy (its past runs, the jobs, stay)."""
     policy = _policy(policy_id)
     _attempt(
@@ -451,7 +453,7 @@ def retention_policy_delete(request: HttpRequest, policy_id: int, reason: Text =
 
 @router.get("/retention/policies/{policy_id}/runs", response=list[JobOut], auth=api_auth(DELETE))
 def retention_run_list(
-    request: HttpRequest, policy_id: int, limit: int = Query(50, ge=1, le=RUNS_MAX)
+    request: HttpRequest, policy_id: RowId, limit: int = Query(50, ge=1, le=RUNS_MAX)
 ):
     """The policy's runs (bulk delete jobs), newest first, with their state and progress."""
     policy = _policy(policy_id)
@@ -463,7 +465,7 @@ def retention_run_list(
     response={201: RunOut, 200: RunOut},
     auth=api_auth(DELETE),
 )
-def retention_run(request: HttpRequest, policy_id: int, body: RunIn):
+def retention_run(request: HttpRequest, policy_id: RowId, body: RunIn):
     """Run the policy now, exactly as its preview showed: the preview's fingerprint, a reason,
     ``typed_count`` when the preview asks it, ``confirm_purge`` for a policy that purges. The
     run is a bulk delete job (201; follow it with the runs list); held sessions are never in
@@ -701,7 +703,7 @@ def _erasure_request(request_id: int) -> ErasureRequest:
 
 
 @router.get("/erasure/requests/{request_id}", response=ErasureRequestOut, auth=api_auth(DELETE))
-def erasure_request_detail(request: HttpRequest, request_id: int):
+def erasure_request_detail(request: HttpRequest, request_id: RowId):
     """An erasure request's state and, once done, its signed receipt. Reading a request that
     a restart interrupted (or no worker picked up yet) starts it, as its console page does."""
     queued = _erasure_request(request_id)
@@ -716,7 +718,7 @@ def erasure_request_detail(request: HttpRequest, request_id: int):
     response={200: dict[str, Any]},
     auth=api_auth(DELETE),
 )
-def erasure_receipt(request: HttpRequest, request_id: int):
+def erasure_receipt(request: HttpRequest, request_id: RowId):
     """The receipt file, byte for byte as the console's download (verifiable as issued)."""
     queued = _erasure_request(request_id)
     if queued.state != ErasureRequest.DONE:

@@ -93,6 +93,8 @@ def test_releasing_a_hold_needs_a_reason_and_lets_deletes_through_again(support)
     assert support.post(f"holds/{hold.id}/release", {"reason": ""}).status == 422
     assert holds.get_hold(hold_id=hold.id).active
     assert support.post("holds/999999/release", {"reason": "done"}).status == 404
+    # A number no database column holds is refused before any query (was a 500).
+    assert support.post(f"holds/{2**67}/release", {"reason": "done"}).status == 422
 
     answer = support.post(f"holds/{hold.id}/release", {"reason": "case closed"})
     assert answer.status == 200 and answer.body["active"] is False
