@@ -56,7 +56,10 @@ def _refused(
     session_ids: Sequence[str] = (),
 ) -> None:
     """Audit a refused call under the console action's name (``why``: other words than the
-    error's), once: the API's own refusal record then skips it."""
+    error's), once: the API's own refusal record then skips it, and an error the action
+    audited itself is not recorded again."""
+    if getattr(error, "audited_entry", None) is not None:
+        return
     entry = actions.record_refusal(
         request=request,
         actor=request.auth.actor,
@@ -64,7 +67,7 @@ def _refused(
         why=why if why is not None else error,
         session_ids=session_ids,
     )
-    if entry is not None and getattr(error, "audited_entry", None) is None:
+    if entry is not None:
         error.audited_entry = entry.pk
 
 
