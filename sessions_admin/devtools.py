@@ -267,8 +267,8 @@ def gunicorn_command(bind: str) -> list[str]:
         bind,
         "--config",
         "python:sessions_admin.gunicorn_conf",
-        "--access-logfile",
-        "-",
+        # No gunicorn access log: Django logs one line per request, with its request id and
+        # operator (console/requestlog.py).
     ]
 
 

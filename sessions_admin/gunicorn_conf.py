@@ -44,7 +44,21 @@ control_socket = str(_var_dir() / "gunicorn.ctl")
 control_socket_mode = 0o600
 
 
+def _prepare_metrics_dir() -> None:
+    """Prometheus metrics (README "Observability"): a scrape reaches one worker, so every
+    worker writes its counters to files in this directory and the one answering /metrics sums
+    them all (prometheus-client's multiprocess mode). Set in the master before Django (and so
+    prometheus-client) is imported, so every worker inherits it; emptied as the server starts,
+    its counters starting from zero."""
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(_var_dir() / "prometheus"))
+    directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink(missing_ok=True)
+
+
 def on_starting(server) -> None:
+    _prepare_metrics_dir()
     # gunicorn runs no Django system checks: refuse a store we cannot use, in words, before serving.
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sessions_admin.settings")
     import django

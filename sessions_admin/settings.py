@@ -8,10 +8,12 @@ says what each does): ``DATABASE_URL`` (the dashboard's own tables), ``SESSIONS_
 ``SESSIONS_ADMIN_ALLOWED_HOSTS``, the sign-in limits (``SESSIONS_ADMIN_SIGNIN_*``,
 ``SESSIONS_ADMIN_IDLE_MINUTES``, ``SESSIONS_ADMIN_SESSION_MAX_HOURS``) and production's
 ``SESSIONS_ADMIN_HTTPS``, ``SESSIONS_ADMIN_BEHIND_PROXY``, ``SESSIONS_ADMIN_HSTS_SECONDS``,
-``SESSIONS_ADMIN_CSRF_TRUSTED_ORIGINS``."""
+``SESSIONS_ADMIN_CSRF_TRUSTED_ORIGINS``; observability's ``SESSIONS_ADMIN_METRICS_TOKEN``,
+``SESSIONS_ADMIN_METRICS_NETWORKS``, ``SESSIONS_ADMIN_LOG_FORMAT`` and ``SESSIONS_ADMIN_LOG_LEVEL``."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from datetime import timedelta
@@ -82,6 +84,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: its one line per request (with X-Request-ID) and the latency metric see every answer.
+    "sessions_admin.console.requestlog.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "sessions_admin.console.middleware.PageResponseMiddleware",
@@ -331,9 +335,58 @@ SESSIONS_ADMIN_ERASURE_INDEX_RETRY_SECONDS = float(
 # also looks for jobs this often, for a job whose worker died (its lease runs out).
 SESSIONS_ADMIN_JOB_POLL_SECONDS = float(os.environ.get("SESSIONS_ADMIN_JOB_POLL_SECONDS", "5"))
 
+# Observability (README "Observability"): /healthz, /readyz and /metrics need no sign-in.
+# /metrics answers a caller with this bearer token, or from these networks (comma-separated
+# addresses or CIDRs, compared with the client address the audit uses); anyone else is refused.
+SESSIONS_ADMIN_METRICS_TOKEN = os.environ.get("SESSIONS_ADMIN_METRICS_TOKEN", "").strip()
+if SESSIONS_ADMIN_METRICS_TOKEN and len(SESSIONS_ADMIN_METRICS_TOKEN) < 24:
+    raise ImproperlyConfigured("SESSIONS_ADMIN_METRICS_TOKEN must be at least 24 characters.")
+
+
+def _networks(name: str) -> list:
+    found = []
+    for value in os.environ.get(name, "").split(","):
+        if value.strip():
+            try:
+                found.append(ipaddress.ip_network(value.strip(), strict=False))
+            except ValueError:
+                raise ImproperlyConfigured(
+                    f"{name} must list addresses or networks (10.0.0.0/8), not {value.strip()!r}."
+                ) from None
+    return found
+
+
+SESSIONS_ADMIN_METRICS_NETWORKS = _networks("SESSIONS_ADMIN_METRICS_NETWORKS")
+# A load balancer probing plain http behind TLS termination is not redirected to https.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+
+# One line per request and per action, each with its request id and operator
+# (console/requestlog.py, console/logformat.py); SESSIONS_ADMIN_LOG_FORMAT=json writes one
+# JSON object per line. Expected refusals (a 403) are that one line, without a traceback.
+SESSIONS_ADMIN_LOG_FORMAT = os.environ.get("SESSIONS_ADMIN_LOG_FORMAT", "text").strip().lower()
+if SESSIONS_ADMIN_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(
+        f"SESSIONS_ADMIN_LOG_FORMAT must be text or json, not {SESSIONS_ADMIN_LOG_FORMAT!r}."
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {
+        "request_context": {"()": "sessions_admin.console.logformat.RequestContextFilter"},
+        "expected_answers": {"()": "sessions_admin.console.logformat.ExpectedAnswerFilter"},
+    },
+    "formatters": {
+        "text": {
+            "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s %(operator)s] %(message)s"
+        },
+        "json": {"()": "sessions_admin.console.logformat.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["request_context", "expected_answers"],
+            "formatter": SESSIONS_ADMIN_LOG_FORMAT,
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("SESSIONS_ADMIN_LOG_LEVEL", "INFO")},
 }

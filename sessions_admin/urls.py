@@ -15,6 +15,8 @@ urlpatterns = [
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", api_urlpatterns()),
+    # Health, readiness and metrics for load balancers and Prometheus (no sign-in).
+    path("", include("sessions_admin.console.urls.probes")),
     # One urls module per area of the console.
     path("", include("sessions_admin.console.urls.overview")),
     path("sessions/", include("sessions_admin.console.urls.sessions")),

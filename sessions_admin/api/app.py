@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema
 from ninja.parser import Parser
 
-from sessions_admin.api import governance, problems, runtime
+from sessions_admin.api import deletion, governance, merges, problems, runtime, switches
 from sessions_admin.api.auth import (
     SIGNED_IN,
     VIEW,
@@ -81,6 +81,9 @@ api = SessionsAdminAPI(
 )
 problems.install(api, refused=record_refused_call)
 api.add_router("/runtime", runtime.router)
+api.add_router("/switches", switches.router)
+api.add_router("/merges", merges.router)
+api.add_router("/", deletion.router)
 api.add_router("/", governance.router)
 
 

@@ -39,7 +39,8 @@ from sessions_admin.store.attach import OPERATE_PERMISSIONS
 
 RUNTIME = "api.runtime"  # the lifecycle routes' permission: runtime tokens only
 SIGNED_IN = "api.signed_in"  # any valid token or signed-in operator (GET /me)
-PERMISSIONS = (VIEW, OPERATE, DELETE, RUNTIME, SIGNED_IN)
+SWITCHES = "api.switches"  # the switch stream: runtime tokens and whoever may view
+PERMISSIONS = (VIEW, OPERATE, DELETE, RUNTIME, SIGNED_IN, SWITCHES)
 SCOPE_PERMISSIONS = {
     **{role: frozenset(f"console.{p}" for p in perms) for role, perms in ROLE_PERMISSIONS.items()},
     ApiToken.RUNTIME: frozenset({RUNTIME}),
@@ -67,6 +68,8 @@ class Caller:
     def has(self, permission: str) -> bool:
         if permission == SIGNED_IN:
             return True
+        if permission == SWITCHES:
+            return self.has(RUNTIME) or self.has(VIEW)
         if self.user is not None:
             return bool(self.user.has_perm(permission))
         if read_only() and permission in OPERATE_PERMISSIONS:

@@ -5,7 +5,7 @@ permissions (holds need ``OPERATE``, as support has; retention and erasure ``DEL
 admins only), the same ``ledger.actions`` (each change audited with the caller as actor),
 the same reads and the same rules. A delete is previewed, then confirmed with the
 preview's fingerprint and, where the console asks it, the typed number of sessions
-(``core.needs_typed_confirmation``), a reason and the purge's own confirmation
+(``core.deletion``'s typed-count rule and refusal), a reason and the purge's own confirmation
 (``ledger.retention``): a run deletes exactly what the preview listed or nothing, and
 sessions a legal hold covers are never in it. An erasure's subject travels in request
 bodies only (never in a URL), and a refused erasure call is audited without its words,
@@ -29,7 +29,7 @@ from sessions_admin.api.problems import Problem, invalid_input, not_found
 from sessions_admin.api.runtime import Strict
 from sessions_admin.api.schemas import Identifier, Text
 from sessions_admin.core import holds
-from sessions_admin.core.deletion import needs_typed_confirmation
+from sessions_admin.core.deletion import needs_typed_confirmation, typed_count_problem
 from sessions_admin.core.erasure import Subject
 from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.core.retention import check_days
@@ -45,6 +45,13 @@ ERASURE_REFUSED = "erasure request refused (the subject is not recorded)"
 T = TypeVar("T")
 # A row number either database can compare (a larger one is a 422, not a database error).
 RowId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+
+
+def _typed_count_problem(*, sessions: int, messages: int, typed: int | None) -> str | None:
+    """The core's typed-count refusal (every door's), for ``typed_count`` as given."""
+    return typed_count_problem(
+        sessions=sessions, messages=messages, typed=typed, given=typed is not None
+    )
 
 
 def _refused(
@@ -502,17 +509,10 @@ def _check_run_confirmation(
     if problem := retention.stale_or_empty(preview, body.fingerprint):
         raise Problem(409, "refused", "Refused", problem)
     errors = []
-    if (
-        needs_typed_confirmation(sessions=preview.count, messages=preview.message_count)
-        and body.typed_count != preview.count
+    if problem := _typed_count_problem(
+        sessions=preview.count, messages=preview.message_count, typed=body.typed_count
     ):
-        errors.append(
-            {
-                "field": "typed_count",
-                "message": "To confirm, give typed_count: the number of sessions this deletes "
-                f"({preview.count:,}). Nothing was deleted.",
-            }
-        )
+        errors.append({"field": "typed_count", "message": problem})
     if not body.confirm_purge and (
         problem := retention.unconfirmed_purge(policy, count=preview.count)
     ):
@@ -664,19 +664,14 @@ def erasure_request(request: HttpRequest, body: ErasureIn):
                     "person's name).",
                 }
             )
-        sessions = len(plan.session_ids)
-        if (
-            body.fingerprint == full.fingerprint
-            and needs_typed_confirmation(sessions=sessions, messages=plan.message_count)
-            and body.typed_count != sessions
-        ):
-            errors.append(
-                {
-                    "field": "typed_count",
-                    "message": "To confirm, give typed_count: the number of sessions this "
-                    f"erases ({sessions:,}). Nothing was erased.",
-                }
+        if body.fingerprint == full.fingerprint and (
+            problem := _typed_count_problem(
+                sessions=len(plan.session_ids), messages=plan.message_count, typed=body.typed_count
             )
+        ):
+            # The console's words for an erasure (erasure_confirm).
+            problem = problem.replace("Nothing was deleted.", "Nothing was erased.")
+            errors.append({"field": "typed_count", "message": problem})
         if errors:
             raise invalid_input(" ".join(e["message"] for e in errors), errors)
         # An empty plan is still confirmed, as in the console: freed space may hold the

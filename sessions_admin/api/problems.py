@@ -27,6 +27,7 @@ from sessions_admin.core import db as core_db
 from sessions_admin.core.deletion import (
     ConversationsKept,
     DatabaseNotWritten,
+    DeletePartlyApplied,
     RestoreConflict,
     SessionsWentLive,
 )
@@ -118,6 +119,14 @@ def _session_ended(error: SessionEnded) -> dict[str, Any]:
     }
 
 
+def _partly_applied(error: DeletePartlyApplied) -> dict[str, Any]:
+    return {
+        "deleted_sessions": error.result.deleted_sessions,
+        "deleted_messages": error.result.deleted_messages,
+        "trash_entry_ids": list(error.result.trash_entry_ids),
+    }
+
+
 # (exception class, status, slug, title, extension members): the first class that matches wins.
 PROBLEM_OF: list[tuple[type[BaseException], int, str, str, Callable[[Any], dict]]] = [
     (SessionEnded, 409, "session-ended", "Session ended", _session_ended),
@@ -143,6 +152,7 @@ PROBLEM_OF: list[tuple[type[BaseException], int, str, str, Callable[[Any], dict]
     (DashboardNotWritten, 503, "store-busy", "Database not written", lambda e: {}),
     (InvalidInput, 422, "invalid-input", "Invalid input", lambda e: {}),
     (StoreError, 409, "refused", "Refused", lambda e: {}),
+    (DeletePartlyApplied, 500, "partly-applied", "Partly applied", _partly_applied),
 ]
 
 

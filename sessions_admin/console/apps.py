@@ -10,6 +10,8 @@ class ConsoleConfig(AppConfig):
     verbose_name = "Operator console"
 
     def ready(self) -> None:
+        from sessions_admin.console.metrics import watch_store_busy
         from sessions_admin.signin.roles import ensure_roles_after_migrate
 
         post_migrate.connect(ensure_roles_after_migrate, sender=self)
+        watch_store_busy()  # /metrics counts this process's waits on a busy store

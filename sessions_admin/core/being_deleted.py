@@ -80,14 +80,12 @@ def marks_on(session_ids: Sequence[str]) -> dict[str, DeletionMark]:
     ids = list(dict.fromkeys(session_ids))
     if not ids or not table_present():
         return found
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        for row in db.fetchall(
-            "SELECT session_id, operation, actor, started_at, keep_live "
-            f"FROM sessions_admin_deletions WHERE session_id IN ({db.placeholders(chunk)})",
-            chunk,
-        ):
-            found[row[0]] = DeletionMark(row[0], row[1], row[2], float(row[3]), bool(row[4]))
+    for row in db.fetchall_in(
+        "SELECT session_id, operation, actor, started_at, keep_live "
+        "FROM sessions_admin_deletions WHERE session_id IN ({marks})",
+        ids,
+    ):
+        found[row[0]] = DeletionMark(row[0], row[1], row[2], float(row[3]), bool(row[4]))
     return found
 
 

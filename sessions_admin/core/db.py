@@ -32,6 +32,18 @@ RETRY_SECONDS = 10.0
 # How long one PostgreSQL statement may wait for a row lock before the attempt is retried.
 PG_LOCK_TIMEOUT_MS = 2000
 
+# Told of every wait on a busy store by ``store_operation``: the operation's name and the
+# seconds it sleeps before trying again, or None when it gives up (``StoreBusy``). The
+# dashboard counts them for its metrics (console/metrics.py); a runtime may add its own.
+# An observer that raises is ignored: counting never fails an operation.
+BUSY_OBSERVERS: list[Callable[[str, float | None], None]] = []
+
+
+def _tell_busy(operation: str, pause: float | None) -> None:
+    for observer in list(BUSY_OBSERVERS):
+        with contextlib.suppress(Exception):
+            observer(operation, pause)
+
 
 def is_busy_error(error: BaseException) -> bool:
     """A lock or serialization conflict: worth retrying, and "busy, try again" to an operator.
@@ -233,9 +245,12 @@ def _run_store_operation(func: Callable[..., T], args: tuple, kwargs: dict) -> T
                 error.database = "store"
             if not is_busy_error(error) or time.monotonic() >= deadline:
                 if is_busy_error(error):
+                    _tell_busy(func.__name__, None)
                     raise StoreBusy(func.__name__, attempt) from error
                 raise
-            time.sleep(min(0.5, 0.02 * attempt) * (0.5 + random.random()))
+            pause = min(0.5, 0.02 * attempt) * (0.5 + random.random())
+            _tell_busy(func.__name__, pause)
+            time.sleep(pause)
 
 
 def lock_names(*names: str | None) -> None:
@@ -367,6 +382,54 @@ def contains_pattern(value: str) -> str:
 
 def placeholders(values: Iterable[Any]) -> str:
     return ", ".join("%s" for _ in values)
+
+
+# Values bound in one statement's IN list: far below SQLite's variable limit, and a plan
+# PostgreSQL makes quickly.
+IN_CHUNK = 500
+
+
+def _in_chunks(
+    fetch: Callable[..., list],
+    sql: str,
+    values: Iterable[Any],
+    before: Sequence[Any],
+    after: Sequence[Any],
+    alias: str | None,
+) -> list:
+    wanted = list(dict.fromkeys(values))
+    rows: list = []
+    for start in range(0, len(wanted), IN_CHUNK):
+        chunk = wanted[start : start + IN_CHUNK]
+        # Replaced, not ``format``ed: the statement may hold braces of its own (JSON paths).
+        statement = sql.replace("{marks}", placeholders(chunk))
+        rows += fetch(statement, [*before, *chunk, *after], alias=alias)
+    return rows
+
+
+def fetchall_in(
+    sql: str,
+    values: Iterable[Any],
+    *,
+    before: Sequence[Any] = (),
+    after: Sequence[Any] = (),
+    alias: str | None = None,
+) -> list[tuple]:
+    """Every row of ``sql`` whose ``{marks}`` is an IN list of ``values`` (each once), asked
+    ``IN_CHUNK`` values at a time; ``before``/``after``: the parameters around the list."""
+    return _in_chunks(fetchall, sql, values, before, after, alias)
+
+
+def fetchdicts_in(
+    sql: str,
+    values: Iterable[Any],
+    *,
+    before: Sequence[Any] = (),
+    after: Sequence[Any] = (),
+    alias: str | None = None,
+) -> list[dict[str, Any]]:
+    """``fetchall_in`` with each row as a dict."""
+    return _in_chunks(fetchdicts, sql, values, before, after, alias)
 
 
 def dumps(value: Any) -> str:

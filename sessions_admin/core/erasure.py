@@ -44,7 +44,7 @@ from sessions_admin.core.deletion import (
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.merge import CLOSED_BY_ERASURE
 from sessions_admin.core.rows import recompute_counters
-from sessions_admin.core.schema import existing_tables
+from sessions_admin.core.schema import OWN_TABLES, existing_tables
 from sessions_admin.core.text import exact_id_problem
 from sessions_admin.routers import responses_alias, store_alias
 
@@ -533,6 +533,17 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str], merge
     add("sessions_admin_slug_history", sorted(set(history)))
     # A delete in parts killed midway left the subject's session marked (core.being_deleted).
     add("sessions_admin_deletions", [(sid,) for sid in being_deleted.marks_on(list(ids))])
+    # A runtime's appends to the subject's sessions left their idempotency keys and answers.
+    if "sessions_admin_idempotency" in tables:
+        for chunk in _chunks(list(ids)):
+            add(
+                "sessions_admin_idempotency",
+                db.fetchall(
+                    "SELECT scope, key FROM sessions_admin_idempotency WHERE session_id IN "
+                    f"({db.placeholders(chunk)})",
+                    list(chunk),
+                ),
+            )
     # A cascade of the subject's sessions, running or stopped, claimed them by id: its whole
     # claim goes, also on the sessions it already deleted (they are in the trash the ledger
     # erases, no longer in the store).
@@ -848,6 +859,7 @@ SIDE_ROW_KEYS = {
     "sessions_admin_holds": ("id",),
     "sessions_admin_deletions": ("session_id",),
     "sessions_admin_delete_claims": ("operation",),
+    "sessions_admin_idempotency": ("scope", "key"),
     "compression_locks": ("session_id",),
     "async_delegations": ("delegation_id",),
     "gateway_routing": ("scope", "session_key"),
@@ -1213,16 +1225,11 @@ REWRITE_QUIET_SECONDS = 1.0
 REWRITE_TRIES = 3
 
 # The tables whose rows an erasure deletes or rewrites, by database.
+# A follower's cursor (switch_cursors) names no session: the rest of our tables may.
 STORE_REWRITE_TABLES = (
     "sessions",
     "messages",
-    "sessions_admin_switch_events",
-    "sessions_admin_merges",
-    "sessions_admin_undos",
-    "sessions_admin_slug_history",
-    "sessions_admin_holds",
-    "sessions_admin_deletions",
-    "sessions_admin_delete_claims",
+    *(table for table in OWN_TABLES if table != "sessions_admin_switch_cursors"),
 )
 RESPONSE_REWRITE_TABLES = ("conversations", "responses")
 

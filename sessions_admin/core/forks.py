@@ -104,16 +104,12 @@ def _first_reasons(reasons: list[str], shown: int = 3) -> list[str]:
 
 
 def _session_rows(ids: set[str]) -> dict[str, dict]:
-    rows: dict[str, dict] = {}
-    id_list = sorted(ids)
-    for start in range(0, len(id_list), 500):
-        chunk = id_list[start : start + 500]
-        for row in db.fetchdicts(
-            f"SELECT id, started_at, end_reason FROM sessions WHERE id IN ({db.placeholders(chunk)})",
-            chunk,
-        ):
-            rows[row["id"]] = row
-    return rows
+    return {
+        row["id"]: row
+        for row in db.fetchdicts_in(
+            "SELECT id, started_at, end_reason FROM sessions WHERE id IN ({marks})", sorted(ids)
+        )
+    }
 
 
 def _conversation_groups() -> list[ForkGroup]:

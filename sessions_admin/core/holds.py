@@ -197,13 +197,7 @@ def _users_of(ids: Sequence[str], elsewhere: Elsewhere) -> dict[str, str | None]
     users: dict[str, str | None] = {
         sid: elsewhere.users[sid] for sid in ids if sid in elsewhere.users
     }
-    for start in range(0, len(ids), 500):
-        chunk = list(ids[start : start + 500])
-        users.update(
-            db.fetchall(
-                f"SELECT id, user_id FROM sessions WHERE id IN ({db.placeholders(chunk)})", chunk
-            )
-        )
+    users.update(db.fetchall_in("SELECT id, user_id FROM sessions WHERE id IN ({marks})", ids))
     return users
 
 

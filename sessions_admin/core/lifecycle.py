@@ -268,17 +268,14 @@ def keep_one_live(session_key: str | None, *, prefer: Iterable[str | None] = ())
 def lock_keys_of(session_ids: Iterable[str]) -> set[str]:
     """Lock the keys of these sessions (as they are read now); the keys."""
     ids = list(dict.fromkeys(session_ids))
-    keys: set[str] = set()
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        keys.update(
-            r[0]
-            for r in db.fetchall(
-                f"SELECT DISTINCT session_key FROM sessions WHERE id IN ({db.placeholders(chunk)}) "
-                "AND session_key IS NOT NULL",
-                chunk,
-            )
+    keys = {
+        r[0]
+        for r in db.fetchall_in(
+            "SELECT DISTINCT session_key FROM sessions WHERE id IN ({marks}) "
+            "AND session_key IS NOT NULL",
+            ids,
         )
+    }
     db.lock_names(*(db.key_lock_name(k) for k in keys))
     return keys
 

@@ -64,18 +64,8 @@ def session_row(session_id: str, *, lock: bool = False) -> dict | None:
 
 
 def existing_session_ids(ids: Iterable[str]) -> set[str]:
-    """Which of ``ids`` are sessions in the store (looked up in chunks of 500)."""
-    wanted = sorted(set(ids))
-    found: set[str] = set()
-    for start in range(0, len(wanted), 500):
-        chunk = wanted[start : start + 500]
-        found.update(
-            r[0]
-            for r in db.fetchall(
-                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)})", chunk
-            )
-        )
-    return found
+    """Which of ``ids`` are sessions in the store."""
+    return {r[0] for r in db.fetchall_in("SELECT id FROM sessions WHERE id IN ({marks})", ids)}
 
 
 # --- the edge rule ---------------------------------------------------------------------------

@@ -384,6 +384,19 @@ DELETIONS_SQL = (
     " keep_live INTEGER NOT NULL DEFAULT 0)"
 )
 
+# The tables this project adds to the store (created by ``_ensure_own_tables``).
+OWN_TABLES = (
+    "sessions_admin_switch_events",
+    "sessions_admin_switch_cursors",
+    "sessions_admin_merges",
+    "sessions_admin_undos",
+    "sessions_admin_slug_history",
+    "sessions_admin_holds",
+    "sessions_admin_deletions",
+    "sessions_admin_delete_claims",
+    "sessions_admin_idempotency",
+)
+
 # Sessions a cascade has claimed for its whole run (core/deletion/claims.py): a second cascade
 # confirmed for any of them meanwhile is refused, whatever process or machine it runs in.
 DELETE_CLAIMS_SQL = (

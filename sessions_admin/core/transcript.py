@@ -409,29 +409,30 @@ def save_transcript(
 
 def active_transcript(*, session_id: str) -> list[dict[str, Any]]:
     """The active messages of one session in id order, as dicts (small sessions; views page)."""
-    rows = db.fetchdicts(
-        "SELECT id, role, content, tool_call_id, tool_calls, tool_name, timestamp, reasoning "
-        "FROM messages WHERE session_id = %s AND active = 1 ORDER BY id",
-        [session_id],
+    return _with_tool_calls(
+        db.fetchdicts(
+            "SELECT id, role, content, tool_call_id, tool_calls, tool_name, timestamp, reasoning "
+            "FROM messages WHERE session_id = %s AND active = 1 ORDER BY id",
+            [session_id],
+        )
     )
-    for row in rows:
-        if row["tool_calls"]:
-            try:
-                row["tool_calls"] = json.loads(row["tool_calls"])
-            except ValueError:
-                pass
-    return rows
 
 
 def active_transcript_page(*, session_id: str, after_id: int = 0, limit: int = 100) -> list[dict]:
     """Up to ``limit`` active messages of one session after message ``after_id``, in id order
     (a keyset page: the last id read is the next page's ``after_id``)."""
-    rows = db.fetchdicts(
-        "SELECT id, role, content, tool_call_id, tool_calls, tool_name, timestamp, token_count, "
-        "finish_reason, reasoning FROM messages WHERE session_id = %s AND active = 1 AND id > %s "
-        "ORDER BY id LIMIT %s",
-        [session_id, int(after_id), int(limit)],
+    return _with_tool_calls(
+        db.fetchdicts(
+            "SELECT id, role, content, tool_call_id, tool_calls, tool_name, timestamp, "
+            "token_count, finish_reason, reasoning FROM messages "
+            "WHERE session_id = %s AND active = 1 AND id > %s ORDER BY id LIMIT %s",
+            [session_id, int(after_id), int(limit)],
+        )
     )
+
+
+def _with_tool_calls(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row's ``tool_calls`` parsed where it is JSON (a runtime may have written other text)."""
     for row in rows:
         if row["tool_calls"]:
             try:

@@ -35,7 +35,6 @@ from sessions_admin.ledger.models import RetentionPolicy
 
 MIN_EVERY_HOURS = 0.25
 MAX_EVERY_HOURS = 24 * 366
-CHUNK = 500
 ROWS_SHOWN = 200  # sessions a preview lists (the count says how many more)
 
 
@@ -128,15 +127,14 @@ def dry_run(policy: RetentionPolicy, *, rows: int = ROWS_SHOWN) -> RetentionPrev
     check_stored(policy)
     plan = plan_retention(rule_of(policy))
     shown = list(plan.session_ids[:rows])
-    found = {}
-    for start in range(0, len(shown), CHUNK):
-        chunk = shown[start : start + CHUNK]
-        for row in db.fetchdicts(
+    found = {
+        row["id"]: row
+        for row in db.fetchdicts_in(
             "SELECT id, source, title, started_at, ended_at, end_reason, message_count "
-            f"FROM sessions WHERE id IN ({db.placeholders(chunk)})",
-            chunk,
-        ):
-            found[row["id"]] = row
+            "FROM sessions WHERE id IN ({marks})",
+            shown,
+        )
+    }
     return RetentionPreview(
         plan=plan,
         message_count=deletion.count_messages(plan.session_ids) if plan.session_ids else 0,

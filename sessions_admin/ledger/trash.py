@@ -29,6 +29,7 @@ from django.utils import timezone
 from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.deletion import TrashContents, settle_in_store
 from sessions_admin.core.errors import InvalidInput, StoreBusy, StoreError
+from sessions_admin.core.lineage import existing_session_ids
 from sessions_admin.core.merge import undoable_merges_of
 from sessions_admin.core.processes import process_dead, this_process
 from sessions_admin.core.rows import parse_model_config
@@ -875,15 +876,7 @@ def part_rows_elsewhere(operations: Sequence[str]) -> dict[str, tuple[tuple[str,
     if not parts:
         return {}
     wanted = sorted({sid for _op, sid in parts})
-    in_store = set()
-    for start in range(0, len(wanted), 500):
-        chunk = wanted[start : start + 500]
-        in_store.update(
-            r[0]
-            for r in db.fetchall(
-                f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)})", chunk
-            )
-        )
+    in_store = existing_session_ids(wanted)
     holder = dict(
         TrashSession.objects.filter(
             session_id__in=[s for s in wanted if s not in in_store], entry__session_count__gt=0

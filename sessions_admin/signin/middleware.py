@@ -18,6 +18,10 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout
 
+# What a load balancer and Prometheus call (console/views/probes.py): never a session read
+# here, so they answer while the dashboard's database does not.
+PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
 SIGNED_IN_AT = "sessions_admin_signed_in_at"
 LAST_SEEN_AT = "sessions_admin_last_seen_at"
 TOUCH_EVERY_SECONDS = 60
@@ -54,7 +58,7 @@ class SessionLifetimeMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        if request.user.is_authenticated:
+        if request.path not in PROBE_PATHS and request.user.is_authenticated:
             now = time.time()
             session = request.session
             reason = expiry_reason(session, now)

@@ -38,17 +38,7 @@ from sessions_admin.routers import responses_alias, store_alias
 SQLITE_HEADER = b"SQLite format 3\x00"
 # The newest Hermes Agent state.db layout this version was checked against.
 NEWEST_KNOWN_SCHEMA_VERSION = 30
-OWN_TABLES = (
-    "sessions_admin_switch_events",
-    "sessions_admin_switch_cursors",
-    "sessions_admin_merges",
-    "sessions_admin_undos",
-    "sessions_admin_slug_history",
-    "sessions_admin_holds",
-    "sessions_admin_deletions",
-    "sessions_admin_delete_claims",
-    "sessions_admin_idempotency",
-)
+OWN_TABLES = schema.OWN_TABLES
 OPERATE_PERMISSIONS = ("console.operate_sessions", "console.delete_sessions")
 
 # Columns every session/message INSERT of the core supplies (restore and import

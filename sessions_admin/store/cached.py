@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from django.conf import settings
@@ -246,6 +247,36 @@ FIGURES = (
 )
 # When this store last changed under an operator's hand; kept until the cache is cleared.
 STALE_MARK = "figures-stale-since"
+
+
+@dataclass(frozen=True)
+class FigureState:
+    """What the shared cache holds of one figure, for the metrics (console/metrics.py)."""
+
+    name: str
+    age_seconds: float | None  # since its computation started; None: none cached
+    stale: bool  # computed before an operator's last change: recomputed before it is shown
+    failing: bool  # its last background computation failed (FigureFailed)
+
+
+def figure_states() -> list[FigureState]:
+    """Every figure of this store as the shared cache holds it now: small reads only (each
+    figure's time stamp, never its value), cheap enough for every metrics scrape."""
+    now = time.time()
+    since = stale_since()
+    states = []
+    for name in FIGURES:
+        key = store_key(name)
+        stamp = cache.get(_stamp_key(key))
+        states.append(
+            FigureState(
+                name=name,
+                age_seconds=None if stamp is None else max(0.0, now - stamp),
+                stale=stamp is not None and stamp <= since,
+                failing=cache.get(_failed_key(key)) is not None,
+            )
+        )
+    return states
 
 
 # name -> (compute, fresh_seconds): the figures a dashboard process keeps warm.

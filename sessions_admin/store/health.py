@@ -207,16 +207,14 @@ def stranded_conversations() -> list[tuple[str, str]]:
         "SELECT name, session_id FROM conversations WHERE session_id IS NOT NULL ORDER BY name",
         alias=responses_alias(),
     )
-    ended: dict[str, dict] = {}
-    ids = sorted({sid for _name, sid in recorded})
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        for row in db.fetchdicts(
+    ended = {
+        row["id"]: row
+        for row in db.fetchdicts_in(
             f"SELECT {lineage.SESSION_FIELDS} FROM sessions "
-            f"WHERE ended_at IS NOT NULL AND id IN ({db.placeholders(chunk)})",
-            chunk,
-        ):
-            ended[row["id"]] = row
+            "WHERE ended_at IS NOT NULL AND id IN ({marks})",
+            sorted({sid for _name, sid in recorded}),
+        )
+    }
     stranded_ids: dict[str, bool] = {}
     for session_id, row in ended.items():
         stranded_ids[session_id] = _is_stranded(row, where_it_continues)

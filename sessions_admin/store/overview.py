@@ -23,7 +23,7 @@ from sessions_admin.store import health
 DEFAULT_DAYS = 30
 CONVERSATION_PAGE_SIZE = 50
 # Bound on the parameters of one IN list (SQLite's limit is far higher, but stay small).
-IN_CHUNK = 500
+IN_CHUNK = db.IN_CHUNK
 
 
 # --- store totals ---------------------------------------------------------------------------
@@ -237,17 +237,14 @@ def _conversation_rows(
 
 
 def _sessions_by_id(ids: Iterable[str]) -> dict[str, dict]:
-    id_list = sorted(set(ids))
-    found: dict[str, dict] = {}
-    for start in range(0, len(id_list), IN_CHUNK):
-        chunk = id_list[start : start + IN_CHUNK]
-        for row in db.fetchdicts(
+    return {
+        row["id"]: row
+        for row in db.fetchdicts_in(
             "SELECT id, title, source, user_id, started_at, ended_at, end_reason "
-            f"FROM sessions WHERE id IN ({db.placeholders(chunk)})",
-            chunk,
-        ):
-            found[row["id"]] = row
-    return found
+            "FROM sessions WHERE id IN ({marks})",
+            sorted(set(ids)),
+        )
+    }
 
 
 def conversation_forks(

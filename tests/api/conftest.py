@@ -39,6 +39,8 @@ class ApiClient:
         kwargs = {"content_type": "application/json"} if data is not None else {}
         response = self.client.generic(method, url, data or b"", **kwargs, **extra)
         content_type = response.get("Content-Type", "")
+        if response.streaming:  # a stream (text/event-stream) is read to its end
+            return Answer(response.status_code, b"".join(response.streaming_content), response)
         parsed = (
             json.loads(response.content)
             if "json" in content_type and response.content

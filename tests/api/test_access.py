@@ -18,7 +18,7 @@ from django.test import Client
 from django.utils import timezone
 
 from sessions_admin.api.app import api
-from sessions_admin.api.auth import RUNTIME, SIGNED_IN
+from sessions_admin.api.auth import RUNTIME, SIGNED_IN, SWITCHES
 from sessions_admin.core import lineage
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import ApiToken, AuditEntry
@@ -48,6 +48,21 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/runtime/sessions/{session_id}/redo"): RUNTIME,
     ("PUT", "/runtime/sessions/{session_id}/transcript"): RUNTIME,
     ("POST", "/runtime/conversations/resolve"): RUNTIME,
+    ("GET", "/switches"): SWITCHES,
+    ("GET", "/switches/stream"): SWITCHES,
+    # merges and deletion (apiwrite)
+    ("GET", "/merges/preview"): VIEW,
+    ("POST", "/merges"): OPERATE,
+    ("POST", "/merges/{merge_id}/undo"): OPERATE,
+    ("GET", "/cascades/{session_id}"): DELETE,
+    ("POST", "/cascades/{session_id}"): DELETE,
+    ("POST", "/bulk-deletes/dry-run"): DELETE,
+    ("POST", "/bulk-deletes"): DELETE,
+    ("GET", "/jobs"): DELETE,
+    ("GET", "/jobs/{job_id}"): DELETE,
+    ("POST", "/jobs/{job_id}/cancel"): DELETE,
+    ("GET", "/trash"): DELETE,
+    ("POST", "/trash/{entry_id}/restore"): DELETE,
     # governance (api/governance.py): holds as support may, retention and erasure admins only
     ("GET", "/holds"): OPERATE,
     ("POST", "/holds"): OPERATE,
@@ -81,6 +96,11 @@ BODIES: dict[tuple[str, str], dict] = {
     ("POST", "/runtime/sessions/{session_id}/branch"): {},
     ("PUT", "/runtime/sessions/{session_id}/transcript"): {"messages": []},
     ("POST", "/runtime/conversations/resolve"): {"conversation": "seed-slug", "source": "cli"},
+    # merges and deletion (apiwrite)
+    ("POST", "/merges"): {"session_ids": ["{session_id}", "x"], "fingerprint": "stale"},
+    ("POST", "/cascades/{session_id}"): {"fingerprint": "stale", "reason": "access table"},
+    ("POST", "/bulk-deletes/dry-run"): {"preset": "empty"},
+    ("POST", "/bulk-deletes"): {"preset": "empty", "fingerprint": "stale", "reason": "access"},
     # governance
     ("POST", "/holds"): {"kind": "session", "subject": "{session_id}", "reason": "access table"},
     ("POST", "/holds/{hold_id}/release"): {"reason": "access table"},
@@ -93,7 +113,12 @@ BODIES: dict[tuple[str, str], dict] = {
         "fingerprint": "x",
     },
 }
-QUERIES = {("GET", "/runtime/live"): "?session_key=cli:seed"}
+QUERIES = {
+    ("GET", "/runtime/live"): "?session_key=cli:seed",
+    # merges and deletion (apiwrite)
+    ("GET", "/merges/preview"): "?ids=a&ids=b",
+}
+QUERIES[("GET", "/switches/stream")] = "?after=0&seconds=0"  # the log so far, then it ends
 SCOPES = ("runtime", "viewer", "support", "admin")
 SCOPE_HOLDS = {
     "runtime": {RUNTIME, SIGNED_IN},
@@ -101,6 +126,8 @@ SCOPE_HOLDS = {
     "support": {VIEW, OPERATE, SIGNED_IN},
     "admin": {VIEW, OPERATE, DELETE, SIGNED_IN},
 }
+for held in SCOPE_HOLDS.values():
+    held.add(SWITCHES)  # runtime tokens and every operator scope read the switch log
 SAFE = ("GET", "HEAD")
 
 pytestmark = pytest.mark.usefixtures("no_worker")

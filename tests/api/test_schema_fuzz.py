@@ -36,6 +36,7 @@ def secrets_by_scope(seeded, no_worker) -> dict[str, str]:
 )
 def test_no_generated_request_breaks_the_api(case, secrets_by_scope, settings):
     settings.SESSIONS_ADMIN_API_RATE = ""
+    settings.SESSIONS_ADMIN_SWITCH_STREAM_SECONDS = 0.2  # a switch stream or long poll: short
     for secret in secrets_by_scope.values():
         case.call_and_validate(
             headers={"Authorization": f"Bearer {secret}"}, excluded_checks=EXCLUDED

@@ -20,6 +20,8 @@ from tests.console import urlmap
 
 ANYONE = "anyone"
 VIEWER, SUPPORT, ADMIN = "viewer", "support", "admin"
+# No role is enough: only the metrics token or network (tests/console/test_probes.py).
+TOKEN = "token"
 
 # name: (weakest role allowed to GET, weakest role allowed to POST)
 ACCESS: dict[str, tuple[str | None, str | None]] = {
@@ -84,6 +86,10 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "api_tokens": (ADMIN, None),
     "api_token_create": (None, ADMIN),
     "api_token_revoke": (None, ADMIN),
+    # For load balancers and Prometheus (console/views/probes.py).
+    "healthz": (ANYONE, None),
+    "readyz": (ANYONE, None),
+    "metrics": (TOKEN, None),
 }
 PUBLIC = {name for name, (get, post) in ACCESS.items() if ANYONE in (get, post)}
 # Admin pages about the dashboard itself, not the store: still readable while the store is
@@ -98,7 +104,7 @@ def _rank(role: str | None) -> int:
 
 
 def _allowed(actor: str | None, needed: str | None) -> bool:
-    return needed == ANYONE or (needed is not None and _rank(actor) >= _rank(needed))
+    return needed == ANYONE or (needed in ROLES and _rank(actor) >= _rank(needed))
 
 
 pytestmark = pytest.mark.usefixtures("no_worker")
@@ -131,6 +137,8 @@ def test_it_sends_visitors_who_are_not_signed_in_to_sign_in(name, seeded):
             body = b"".join(response) if response.streaming else response.content
             if name in PUBLIC:
                 assert response.status_code in (200, 302, 405), (method, response.status_code)
+            elif ACCESS[name][0] == TOKEN:  # refused as it is, never sent to sign in
+                assert response.status_code == (403 if method == "GET" else 405), method
             else:
                 assert response.status_code in (302, 403), (method, response.status_code)
                 if response.status_code == 302:
@@ -190,5 +198,7 @@ def test_it_refuses_every_action_while_the_store_is_attached_read_only(name, see
             if needed in (SUPPORT, ADMIN) and name not in NOT_ABOUT_THE_STORE:
                 assert status == 403, (method, status)
                 assert urlmap.state() == before, method
+            elif needed == TOKEN:
+                assert status == 403, (method, status)
             elif needed is not None:
                 assert status not in (403, 405) and status < 500, (method, status)

@@ -78,6 +78,9 @@ GET_PARAMS: dict[str, list[str]] = {
     "export_session": ["scope", "format"],
     "stray_move_preview": [],
     "api_tokens": [],
+    "healthz": [],
+    "readyz": [],
+    "metrics": [],
 }
 REASON = {"reason": "fuzzing the form"}
 # name: (fields to fuzz, the rest of a plausible form)

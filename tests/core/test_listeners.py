@@ -453,9 +453,9 @@ print("not interrupted")
 
 
 def _assert_interrupts(script: str) -> None:
-    """The child is interrupted by its listener's KeyboardInterrupt well before its sleep ends."""
+    """The child is interrupted by its listener's KeyboardInterrupt before its sleep ends (it
+    would print "not interrupted" after it)."""
     connections.close_all()
-    started = time.monotonic()
     finished = subprocess.run(
         [sys.executable, "-c", script],
         cwd=REPO,
@@ -467,7 +467,6 @@ def _assert_interrupts(script: str) -> None:
     assert "KeyboardInterrupt" in finished.stderr
     assert "not interrupted" not in finished.stdout
     assert finished.returncode != 0
-    assert time.monotonic() - started < 9
 
 
 def test_a_keyboard_interrupt_from_a_listener_still_interrupts_the_process():

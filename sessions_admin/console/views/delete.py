@@ -11,7 +11,6 @@ the job deletes the sessions that were shown."""
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -39,7 +38,18 @@ from sessions_admin.console.http import (
     require_perm,
 )
 from sessions_admin.console.refusals import Refused, attempt, refuse
-from sessions_admin.core.deletion import needs_typed_confirmation
+from sessions_admin.core import deletion
+from sessions_admin.core.deletion import (
+    PRESET_MAX_DAYS,
+    PRESETS,
+    SELECTION_MAX,
+    SOURCE_MAX_LENGTH,
+    confirmed_cutoff,
+    days_before,
+    days_text,
+    needs_typed_confirmation,
+    preset_description,
+)
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditAction
@@ -71,20 +81,11 @@ GROUP_ROWS = 50
 LIVE_LISTED = 20
 LIST_NAMES = 100
 
-# Bulk delete.
-PRESETS = {
-    "ended_older_than": "Ended more than N days ago",
-    "empty": "Empty sessions (no messages)",
-    "by_source": "By source",
-}
-MAX_DAYS = 36500
-MAX_DRY_RUN_AGE_DAYS = 1
-SELECTION_MAX = 10_000
+# Bulk delete (its presets and bounds are the core's: core/deletion/selection.py).
 SELECTION_SESSION_KEY = "sessions_admin.bulk_delete.selections"
 SELECTION_TTL_SECONDS = 3600
 SELECTIONS_KEPT = 3
 SOURCE_CHOICES_MAX = 200
-SOURCE_MAX_LENGTH = 500
 
 
 def _session_rows(ids) -> dict[str, Session]:
@@ -130,13 +131,14 @@ def typed_confirmation(*, sessions: int, messages: int) -> TypedConfirmation | N
 
 def typed_count_problem(form, asked: TypedConfirmation | None) -> str | None:
     """Why the number typed in ``form`` does not confirm the delete (None: it does, or none
-    is asked)."""
-    if asked is None or form.cleaned_data.get("typed_count") == asked.sessions:
+    is asked): the core's refusal (``deletion.typed_count_problem``)."""
+    if asked is None:
         return None
-    return (
-        f"To confirm, type the number of sessions this deletes ({asked.sessions:,})"
-        + ("; the number typed does not match." if form.shown_back("typed_count") else ".")
-        + " Nothing was deleted."
+    return deletion.typed_count_problem(
+        sessions=asked.sessions,
+        messages=asked.messages,
+        typed=form.cleaned_data.get("typed_count"),
+        given=form.shown_back("typed_count"),
     )
 
 
@@ -376,22 +378,7 @@ class Selection:
     def describe(self) -> str:
         if self.kind == "ids":
             return f"{plural(len(self.ids), 'session')} selected in the session list"
-        if self.preset == "ended_older_than":
-            return f"Sessions that ended more than {plural_days(self.days)} ago"
-        if self.preset == "empty":
-            return "Empty sessions (no messages)"
-        return f"Sessions from source “{self.source}”"
-
-
-def days_text(days: float) -> str:
-    """Exact (it round-trips through the confirm form), without a needless ".0"."""
-    return str(int(days)) if days.is_integer() else repr(days)
-
-
-def plural_days(days: float | None) -> str:
-    """``"1 day"``, ``"0.5 days"``: a number of days as the confirm form carries it."""
-    value = float(days or 0)
-    return f"{days_text(value)} day" if value == 1 else f"{days_text(value)} days"
+        return preset_description(self.preset, days=self.days, source=self.source)
 
 
 def _stored_selection(request: HtmxHttpRequest, token: str) -> list[str] | None:
@@ -446,18 +433,17 @@ def _selection(
         return None, ["Unknown preset: choose one of the presets below."]
     if preset == "ended_older_than":
         days = data.get("days")
-        if days is None or not 0 <= days <= MAX_DAYS:
-            return None, [f"Give the age in days as a number from 0 to {MAX_DAYS:,}."]
+        if days is None or not 0 <= days <= PRESET_MAX_DAYS:
+            return None, [f"Give the age in days as a number from 0 to {PRESET_MAX_DAYS:,}."]
         now = time.time()
         cutoff = now - days * 86400
         if confirming:
-            shown = data.get("cutoff")
-            age = None if shown is None else cutoff - shown  # how long ago the dry run ran
-            if age is None or not -60 <= age <= MAX_DRY_RUN_AGE_DAYS * 86400:
+            confirmed = confirmed_cutoff(days=days, shown_cutoff=data.get("cutoff"), now=now)
+            if confirmed is None:
                 return Selection(kind="preset", preset=preset, days=days, cutoff=cutoff), [
                     "This dry run is too old or incomplete: review the fresh one below and confirm again."
                 ]
-            cutoff = shown
+            cutoff = confirmed
         return Selection(kind="preset", preset=preset, days=days, cutoff=cutoff), []
     if preset == "by_source":
         if "source" in form.errors:
@@ -476,14 +462,10 @@ def _selected_ids(selection: Selection) -> list[str]:
         return list(selection.ids)
     days = None
     if selection.cutoff is not None:
-        days = min(float(MAX_DAYS), max(0.0, (time.time() - selection.cutoff) / 86400))
+        days = days_before(selection.cutoff, now=time.time())
     return core.preset_session_ids(
         preset=selection.preset, days=days, source=selection.source or None
     )
-
-
-def _digest(ids) -> str:
-    return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -534,7 +516,7 @@ def _dry_run(selection: Selection, include_live: bool) -> tuple[DryRun | None, l
         live_included=_count_live(preview.session_ids) if include_live else 0,
         message_count=preview.message_count,
         sample=sample,
-        digest=_digest(preview.session_ids),
+        digest=preview.digest,
         merge_kept=preview.merge_kept,
         merge_kept_with=preview.merge_kept_with,
         conversation_kept=preview.conversation_kept,
@@ -571,7 +553,7 @@ def _render_bulk(
         "preset": preset,
         "form_days": form_days if form_days is not None else "30",
         "form_source": form_source if form_source is not None else "",
-        "max_days": MAX_DAYS,
+        "max_days": PRESET_MAX_DAYS,
         "trash_days": configured_days(),
     }
     template = fragment(request, BULK_TEMPLATE, "dry-run")

@@ -33,10 +33,10 @@ from sessions_admin.console.http import HtmxHttpRequest, fragment, plural, requi
 from sessions_admin.console.refusals import Refused, attempt, refuse, refuse_form
 from sessions_admin.console.views.delete import (
     TypedConfirmation,
-    plural_days,
     typed_confirmation,
     typed_count_problem,
 )
+from sessions_admin.core.deletion import plural_days
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditAction, DeleteJob, TrashEntry, TrashSession
 from sessions_admin.ledger.trash import (

@@ -44,6 +44,7 @@ from sessions_admin.core.deletion.plan import (
     ordered_children_first,
     plan_cascade_delete,
     response_ids_of,
+    typed_count_problem,
 )
 from sessions_admin.core.deletion.restore import (
     RESTORE_LOCK,
@@ -55,9 +56,19 @@ from sessions_admin.core.deletion.restore import (
     settle_in_store,
 )
 from sessions_admin.core.deletion.selection import (
+    DRY_RUN_MAX_AGE_SECONDS,
+    PRESET_MAX_DAYS,
+    PRESETS,
     SAMPLE_SIZE,
+    SELECTION_MAX,
+    SOURCE_MAX_LENGTH,
     BulkDeletePreview,
+    confirmed_cutoff,
+    days_before,
+    days_text,
     live_session_ids,
+    plural_days,
+    preset_description,
     preset_session_ids,
     preview_bulk_delete,
 )

@@ -82,18 +82,16 @@ def claim(session_ids: Sequence[str], *, operation: str, actor: str) -> None:
     _ensure_table()
     now = time.time()
     taken_over: set[str] = set()
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        rows = db.fetchall(
-            f"SELECT session_id, operation, actor, owner, claimed_at, renewed_at FROM {TABLE} "
-            f"WHERE session_id IN ({db.placeholders(chunk)})" + db.for_update(),
-            chunk,
-        )
-        for session_id, other, other_actor, owner, claimed_at, renewed_at in rows:
-            if other == operation or _expired(owner, other, float(renewed_at), now):
-                taken_over.add(other)
-            else:
-                raise DeleteUnderWay(session_id, other, other_actor, float(claimed_at))
+    rows = db.fetchall_in(
+        f"SELECT session_id, operation, actor, owner, claimed_at, renewed_at FROM {TABLE} "
+        "WHERE session_id IN ({marks})" + db.for_update(),
+        ids,
+    )
+    for session_id, other, other_actor, owner, claimed_at, renewed_at in rows:
+        if other == operation or _expired(owner, other, float(renewed_at), now):
+            taken_over.add(other)
+        else:
+            raise DeleteUnderWay(session_id, other, other_actor, float(claimed_at))
     # A stopped cascade's whole claim goes, also on the sessions it deleted before it stopped.
     for other in sorted(taken_over):
         db.execute(f"DELETE FROM {TABLE} WHERE operation = %s", [other])
@@ -152,15 +150,5 @@ def operations_claiming(session_ids: Sequence[str]) -> list[str]:
     ids = list(dict.fromkeys(session_ids))
     if not ids or TABLE not in existing_tables(store_alias()):
         return []
-    found: set[str] = set()
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        found.update(
-            row[0]
-            for row in db.fetchall(
-                f"SELECT DISTINCT operation FROM {TABLE} "
-                f"WHERE session_id IN ({db.placeholders(chunk)})",
-                chunk,
-            )
-        )
-    return sorted(found)
+    rows = db.fetchall_in(f"SELECT operation FROM {TABLE} WHERE session_id IN ({{marks}})", ids)
+    return sorted({row[0] for row in rows})

@@ -42,6 +42,23 @@ def needs_typed_confirmation(*, sessions: int, messages: int) -> bool:
     return sessions >= TYPED_CONFIRMATION_SESSIONS or messages >= TYPED_CONFIRMATION_MESSAGES
 
 
+def typed_count_problem(
+    *, sessions: int, messages: int, typed: int | None, given: bool
+) -> str | None:
+    """Why ``typed`` does not confirm deleting this many (None: it does, or none is asked).
+
+    The one refusal of every door (cascade, bulk delete and erasure pages, the API);
+    ``given``: the operator typed something (a number that does not match, or not a number).
+    """
+    if not needs_typed_confirmation(sessions=sessions, messages=messages) or typed == sessions:
+        return None
+    return (
+        f"To confirm, type the number of sessions this deletes ({sessions:,})"
+        + ("; the number typed does not match." if given else ".")
+        + " Nothing was deleted."
+    )
+
+
 @dataclass(frozen=True)
 class DeletePlan:
     picked_ids: tuple[str, ...]
@@ -118,15 +135,16 @@ def lineage_closure(roots: list[str], include_branches: bool) -> dict[str, str]:
     return found
 
 
+def _parents_of(ids: list[str]) -> dict[str, str | None]:
+    """session -> its parent, for the sessions among ``ids`` in the store."""
+    return dict(
+        db.fetchall_in("SELECT id, parent_session_id FROM sessions WHERE id IN ({marks})", ids)
+    )
+
+
 def ordered_children_first(ids: list[str]) -> list[str]:
     """Order a set so every session comes before its parent (if the parent is in the set)."""
-    parents: dict[str, str | None] = {}
-    for chunk in _chunks(ids):
-        for sid, parent in db.fetchall(
-            f"SELECT id, parent_session_id FROM sessions WHERE id IN ({db.placeholders(chunk)})",
-            list(chunk),
-        ):
-            parents[sid] = parent
+    parents = _parents_of(ids)
     depth: dict[str, int] = {}
 
     def depth_of(sid: str) -> int:
@@ -149,13 +167,7 @@ def ordered_by_conversation(ids: list[str]) -> list[str]:
     (linked by parent links within the set) are next to each other, children before parents,
     the trees in the order of their first session in ``ids``. A job's batches then take a
     conversation in one transaction, unless it is larger than a batch."""
-    parents: dict[str, str | None] = {}
-    for chunk in _chunks(ids):
-        for sid, parent in db.fetchall(
-            f"SELECT id, parent_session_id FROM sessions WHERE id IN ({db.placeholders(chunk)})",
-            list(chunk),
-        ):
-            parents[sid] = parent
+    parents = _parents_of(ids)
     rank = {sid: n for n, sid in reversed(list(enumerate(ids)))}
 
     def root_and_depth(sid: str) -> tuple[str, int]:
@@ -407,31 +419,25 @@ def conversation_names_of(
     names = {name for name, _sid in slugs_of_sessions(list(ids))}
     if response_ids is None:
         response_ids = response_ids_of(ids)
-    for chunk in _chunks(list(response_ids)):
-        names.update(
-            r[0]
-            for r in db.fetchall(
-                f"SELECT name FROM conversations WHERE response_id IN ({db.placeholders(chunk)})",
-                list(chunk),
-                alias=responses_alias(),
-            )
+    names.update(
+        r[0]
+        for r in db.fetchall_in(
+            "SELECT name FROM conversations WHERE response_id IN ({marks})",
+            response_ids,
+            alias=responses_alias(),
         )
+    )
     return sorted(names)
 
 
 def response_ids_of(ids: Sequence[str]) -> list[str]:
     field = db.json_field("data", "session_id", alias=responses_alias())
-    found: list[str] = []
-    for chunk in _chunks(ids):
-        found += [
-            r[0]
-            for r in db.fetchall(
-                f"SELECT response_id FROM responses WHERE {field} IN ({db.placeholders(chunk)})",
-                list(chunk),
-                alias=responses_alias(),
-            )
-        ]
-    return sorted(found)
+    rows = db.fetchall_in(
+        f"SELECT response_id FROM responses WHERE {field} IN ({{marks}})",
+        ids,
+        alias=responses_alias(),
+    )
+    return sorted(r[0] for r in rows)
 
 
 def _fingerprint(payload: object) -> str:

@@ -5,6 +5,7 @@ The job that works through it in the background is the ledger's (``sessions_admi
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,58 @@ from sessions_admin.core.merge import undoable_merges_of
 
 # Sessions a dry run shows as a sample of what goes.
 SAMPLE_SIZE = 10
+# Sessions one bulk delete takes by id (picked in the list, or sent to the API).
+SELECTION_MAX = 10_000
+# The "by source" preset's source name, at most this long.
+SOURCE_MAX_LENGTH = 500
+# The "ended more than N days ago" preset's bounds, and how old its dry run may be when the
+# job is confirmed (the confirmation carries the dry run's cutoff instant).
+PRESET_MAX_DAYS = 36_500
+DRY_RUN_MAX_AGE_SECONDS = 86_400
+# A dry run's cutoff may be this far ahead of the confirmation's clock (another host's clock).
+CLOCK_SKEW_SECONDS = 60
+PRESETS = {
+    "ended_older_than": "Ended more than N days ago",
+    "empty": "Empty sessions (no messages)",
+    "by_source": "By source",
+}
+
+
+def days_text(days: float) -> str:
+    """Exact (it round-trips through a confirmation), without a needless ".0"."""
+    return str(int(days)) if float(days).is_integer() else repr(float(days))
+
+
+def plural_days(days: float | None) -> str:
+    """``"1 day"``, ``"0.5 days"``."""
+    value = float(days or 0)
+    return f"{days_text(value)} day" if value == 1 else f"{days_text(value)} days"
+
+
+def preset_description(preset: str, *, days: float | None = None, source: str | None = None) -> str:
+    """What a preset selects, in words (a job's description, the dry run's heading)."""
+    if preset == "ended_older_than":
+        return f"Sessions that ended more than {plural_days(days)} ago"
+    if preset == "empty":
+        return PRESETS["empty"]
+    return f"Sessions from source “{source}”"
+
+
+def confirmed_cutoff(*, days: float, shown_cutoff: float | None, now: float) -> float | None:
+    """The instant the confirmed dry run of "ended more than ``days`` ago" used, or None when
+    it is missing or older than ``DRY_RUN_MAX_AGE_SECONDS`` (the operator reviews a fresh one)."""
+    fresh = now - days * 86400
+    if shown_cutoff is None:
+        return None
+    age = fresh - shown_cutoff
+    if not -CLOCK_SKEW_SECONDS <= age <= DRY_RUN_MAX_AGE_SECONDS:
+        return None
+    return shown_cutoff
+
+
+def days_before(cutoff: float, *, now: float) -> float:
+    """The preset's age in days that selects what ended before ``cutoff``."""
+    return min(float(PRESET_MAX_DAYS), max(0.0, (now - cutoff) / 86400))
 
 
 @dataclass(frozen=True)
@@ -45,6 +98,12 @@ class BulkDeletePreview:
     @property
     def merge_excluded(self) -> int:
         return len(self.merge_kept) + self.merge_kept_with
+
+    @property
+    def digest(self) -> str:
+        """What the job's confirmation carries: the set the dry run showed, whatever its order
+        (the job is created only if the dry run run again finds the same digest)."""
+        return hashlib.sha256("\n".join(sorted(self.session_ids)).encode()).hexdigest()[:32]
 
 
 def preset_session_ids(

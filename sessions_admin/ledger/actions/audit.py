@@ -40,6 +40,34 @@ DETAIL_MAX = 4000
 STALE_PENDING_SECONDS = 600
 
 logger = logging.getLogger(__name__)
+# One line per action as its audit entry gets its outcome (ok, failed, partial, refused), with
+# the request's id and operator (console/logformat.py); never a traceback for a refusal.
+action_log = logging.getLogger("sessions_admin.action")
+
+
+def _log_outcome(
+    *, entry_id: int, action: str, outcome: str, actor: str, sessions: int, detail: str
+) -> None:
+    fields = {
+        "action": action,
+        "outcome": outcome,
+        "entry": entry_id,
+        "actor": actor,
+        "sessions": sessions,
+    }
+    level = logging.WARNING if outcome in (AuditEntry.FAILED, AuditEntry.PARTIAL) else logging.INFO
+    why = f": {' '.join(detail.split())[:300]}" if detail else ""
+    action_log.log(
+        level,
+        "%s %s by %s (audit #%s, %s sessions)%s",
+        action,
+        outcome,
+        actor,
+        entry_id,
+        sessions,
+        why,
+        extra={"action_fields": fields},
+    )
 
 
 class AuditIncomplete(RuntimeError):
@@ -134,6 +162,15 @@ def record(
             completed_at=None if outcome == AuditEntry.PENDING else timezone.now(),
         )
         _link_sessions(entry, ids)
+    if outcome != AuditEntry.PENDING:
+        _log_outcome(
+            entry_id=entry.pk,
+            action=action,
+            outcome=outcome,
+            actor=entry.actor_name,
+            sessions=len(ids),
+            detail=entry.detail,
+        )
     return entry
 
 
@@ -164,6 +201,14 @@ def _complete(
         if updated != 1:
             raise RuntimeError(f"audit entry #{entry.pk} is no longer pending (or was deleted)")
         _link_sessions(entry, more, already=linked)
+    _log_outcome(
+        entry_id=entry.pk,
+        action=entry.action,
+        outcome=outcome,
+        actor=entry.actor_name,
+        sessions=len(ids),
+        detail=detail,
+    )
 
 
 def complete_later(entry: AuditEntry, *, outcome: str, after: dict, detail: str) -> bool:

@@ -1,0 +1,280 @@
+"""Session switches for runtimes in other languages: the switch log over HTTP.
+
+``core.events`` numbers every switch ``seq`` with no gap, in commit order, in the store's
+``sessions_admin_switch_events``; the subscriber keeps the last ``seq`` it handled as its
+cursor, so it gets every switch once and in order across reconnects and server restarts
+(the server keeps nothing per subscriber). Two doors read it: long polling
+(``GET /switches?after=&wait=``, a JSON page and the next cursor) and Server-Sent Events
+(``GET /switches/stream``, ``id:`` = seq, resumed from ``Last-Event-ID``).
+
+Delivered as the Python follower (``core.follower``) tells its listeners: the ``new`` events
+of loaded history and the tombstones an erasure leaves (both of origin ``history``) are never
+delivered, but the cursor moves past them (an SSE block with only ``id:``). A runtime token
+limited to sources sees only switches into sessions of those sources. Who may read: runtime
+tokens and every operator scope (a switch names session ids and keys, which a viewer sees in
+the console anyway).
+
+A stream holds one of gunicorn's worker threads (``gunicorn_conf``: gthread workers), so it
+ends after ``SESSIONS_ADMIN_SWITCH_STREAM_SECONDS`` (15 by default, under gunicorn's
+``graceful_timeout`` of 20 s: a restart lets open streams end rather than cutting them); a
+long poll waits at most as long. The client then reconnects with ``Last-Event-ID``
+(``EventSource`` does so by itself, after the ``retry:`` the stream announces). Heartbeats
+(SSE comments) every ``SESSIONS_ADMIN_SWITCH_HEARTBEAT_SECONDS`` keep proxies from closing a
+quiet stream and let the server notice a subscriber that left.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+
+from django.conf import settings
+from django.http import HttpRequest, StreamingHttpResponse
+from ninja import Field, Header, Query, Router, Schema
+
+from sessions_admin.api.auth import SWITCHES, Caller, api_auth
+from sessions_admin.api.problems import invalid_input
+from sessions_admin.api.schemas import Text
+from sessions_admin.core import db, events
+
+logger = logging.getLogger(__name__)
+router = Router(tags=["switches"], auth=api_auth(SWITCHES))
+
+SEQ_MAX = 2**63 - 1
+PAGE_MAX = 1000
+# Defaults of the settings (or environment variables) of the same names, in seconds.
+STREAM_SECONDS = 15.0
+HEARTBEAT_SECONDS = 10.0
+POLL_SECONDS = 0.5
+# What EventSource waits before reconnecting (milliseconds), announced on each stream.
+RETRY_MS = 1000
+SCAN = 500  # log rows read per query
+
+
+def _seconds(name: str, default: float) -> float:
+    value = getattr(settings, name, None)
+    if value is None:
+        value = os.environ.get(name, "")
+    try:
+        seconds = float(value) if value != "" else default
+    except (TypeError, ValueError):
+        logger.warning("%s=%r is not a number of seconds; using %s", name, value, default)
+        return default
+    return max(0.0, seconds)
+
+
+def stream_seconds() -> float:
+    return _seconds("SESSIONS_ADMIN_SWITCH_STREAM_SECONDS", STREAM_SECONDS)
+
+
+def heartbeat_seconds() -> float:
+    return max(0.1, _seconds("SESSIONS_ADMIN_SWITCH_HEARTBEAT_SECONDS", HEARTBEAT_SECONDS))
+
+
+def poll_seconds() -> float:
+    return max(0.05, _seconds("SESSIONS_ADMIN_SWITCH_POLL_SECONDS", POLL_SECONDS))
+
+
+# --- schemas -----------------------------------------------------------------------------------
+
+
+class SwitchEventOut(Schema):
+    """One switch, with the fields of ``core.SwitchEvent`` (what the Python listeners get)."""
+
+    seq: int = Field(description="Its number in the log: the cursor after it.")
+    created_at: float
+    new_session_id: str
+    previous_session_id: str | None
+    parent_session_id: str | None
+    reset: bool
+    reason: str = Field(description="new, reset, resume, branch, compression, merge, ...")
+    session_key: str | None
+    source: str | None
+    origin: str | None = Field(description="The process that made the switch.")
+
+
+class SwitchPage(Schema):
+    events: list[SwitchEventOut]
+    next_after: int = Field(
+        description="Pass as `after` next time: past every event read, delivered or not."
+    )
+
+
+# One event of the stream, as an SSE parser hands it over (blocks without `data:` are not events).
+SSE_EVENT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string", "enum": ["switch"]},
+        "id": {"type": "string", "pattern": "^[0-9]+$", "description": "The switch's seq."},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"$ref": "#/components/schemas/SwitchEventOut"},
+        },
+        "retry": {"type": "integer"},
+    },
+    "required": ["event", "id", "data"],
+}
+
+
+# --- reading the log ---------------------------------------------------------------------------
+
+
+def _delivered(caller: Caller, event: events.SwitchEvent) -> bool:
+    """What the Python follower tells a listener, within what the caller may see."""
+    if event.origin == events.HISTORY_ORIGIN or not event.new_session_id:
+        return False
+    return caller.may_touch_source(event.source)
+
+
+def _end_of_log() -> int:
+    (last,) = db.fetchone("SELECT COALESCE(MAX(seq), 0) FROM sessions_admin_switch_events")
+    return int(last)
+
+
+def _read(caller: Caller, after: int, limit: int) -> tuple[list[events.SwitchEvent], int]:
+    """Up to ``limit`` deliverable events after ``after`` (one scan of the log), and the
+    cursor past everything scanned: skipped events are not read again."""
+    batch = events.read_switch_events(after_seq=after, limit=max(limit, SCAN))
+    found: list[events.SwitchEvent] = []
+    cursor = after
+    for event in batch:
+        if len(found) == limit:
+            break
+        if _delivered(caller, event):
+            found.append(event)
+        cursor = event.seq
+    return found, cursor
+
+
+def _start(after: int | None) -> int:
+    # Numbering is serialized until commit (core.events), so everything up to the current
+    # end is committed: starting after it misses nothing committed later.
+    return _end_of_log() if after is None else after
+
+
+AFTER = Query(
+    None,
+    ge=0,
+    le=SEQ_MAX,
+    description="The last seq handled (0: the whole log); omitted: from now on.",
+)
+
+
+@router.get("", response=SwitchPage)
+def switches(
+    request: HttpRequest,
+    after: int | None = AFTER,
+    wait: float = Query(
+        0,
+        ge=0,
+        le=300,
+        description="Seconds to wait for a first event (at most the server's bound, 15 s "
+        "by default); 0 answers at once.",
+    ),
+    limit: int = Query(100, ge=1, le=PAGE_MAX),
+):
+    """Long polling: the switches after ``after``, in order; when there are none yet, waits up
+    to ``wait`` seconds for the first. Call again with ``next_after``."""
+    cursor = _start(after)
+    deadline = time.monotonic() + _bounded(wait)
+    while True:
+        found, cursor = _read(request.auth, cursor, limit)
+        if found or time.monotonic() >= deadline:
+            break
+        time.sleep(min(poll_seconds(), max(0.0, deadline - time.monotonic())))
+    return SwitchPage(events=[asdict(e) for e in found], next_after=cursor)
+
+
+def _last_event_id(value: str | None) -> int | None:
+    if value is None or value.strip() == "":
+        return None
+    text = value.strip()
+    if not text.isdigit() or int(text) > SEQ_MAX:
+        raise invalid_input(
+            "Last-Event-ID must be the seq of the last event received (a whole number).",
+            [{"field": "Last-Event-ID", "message": "not a sequence number"}],
+        )
+    return int(text)
+
+
+@router.get(
+    "/stream",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "Server-Sent Events: `id:` the seq, `data:` one switch as JSON "
+                "(SwitchEventOut); a block with only `id:` moves the cursor past events not "
+                "delivered; `:` comments are heartbeats. Ends after the server's bound: "
+                "reconnect with `Last-Event-ID`.",
+                "content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}},
+            }
+        }
+    },
+)
+def switch_stream(
+    request: HttpRequest,
+    after: int | None = AFTER,
+    last_event_id: Text | None = Header(
+        None, alias="Last-Event-ID", description="Resume after this seq (wins over `after`)."
+    ),
+    seconds: float | None = Query(
+        None,
+        ge=0,
+        le=3600,
+        description="End the stream after this long (at most the server's bound, 15 s by "
+        "default); 0 sends what is in the log and ends.",
+    ),
+):
+    """Server-Sent Events: every switch after the cursor, in order, as it happens (``id:`` is
+    its seq). Resumes after ``Last-Event-ID`` (or ``after``; neither: from now on)."""
+    resumed = _last_event_id(last_event_id)
+    cursor = _start(resumed if resumed is not None else after)
+    response = StreamingHttpResponse(
+        _stream(request.auth, cursor, _bounded(seconds)),
+        content_type="text/event-stream; charset=utf-8",
+    )
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # a buffering proxy would hold events back
+    return response
+
+
+def _bounded(seconds: float | None) -> float:
+    bound = stream_seconds()
+    return bound if seconds is None else min(seconds, bound)
+
+
+def _stream(caller: Caller, cursor: int, seconds: float) -> Iterator[bytes]:
+    started = time.monotonic()
+    ends = started + seconds
+    beat = heartbeat_seconds()
+    next_beat = started + beat
+    # The cursor first: a client that connected without one knows where it stands.
+    yield f"retry: {RETRY_MS}\nid: {cursor}\n\n".encode()
+    try:
+        while True:
+            found, scanned = _read(caller, cursor, SCAN)
+            for event in found:
+                data = json.dumps(asdict(event), separators=(",", ":"))
+                yield f"id: {event.seq}\nevent: switch\ndata: {data}\n\n".encode()
+            if scanned != cursor:
+                if not found or found[-1].seq != scanned:
+                    yield f"id: {scanned}\n\n".encode()
+                cursor = scanned
+                next_beat = time.monotonic() + beat
+                continue  # a backlog is read at once, without waiting
+            now = time.monotonic()
+            if now >= ends:
+                return
+            if now >= next_beat:
+                yield b": heartbeat\n\n"
+                next_beat = now + beat
+            time.sleep(max(0.0, min(poll_seconds(), ends - now, next_beat - now)))
+    except Exception:
+        # Ending the stream is the only answer left once it started: the client resumes
+        # from the last id it received, so nothing is lost.
+        logger.exception("switch stream stopped at seq %s", cursor)

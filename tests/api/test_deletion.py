@@ -1,0 +1,331 @@
+"""Deletion over HTTP: cascade plan and delete by fingerprint, bulk delete dry run and job,
+job status and cancel, the trash and its restore.
+
+Each test drives the API with an admin token and asserts on the store and the dashboard's
+database (trash entries, jobs, audit entries) afterwards; a refused confirmation changes
+nothing and is audited as the console's refused action.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sessions_admin import core
+from sessions_admin.core import db
+from sessions_admin.ledger import jobs
+from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
+from tests.api.conftest import ApiClient
+from tests.builders import cascade_lineage, store_snapshot
+from tests.helpers import session_ids
+
+PARTS = ("sessions", "messages", "conversations", "responses", "merges")
+
+pytestmark = pytest.mark.usefixtures("no_worker")
+
+
+@pytest.fixture
+def admin(make_token) -> ApiClient:
+    return ApiClient(make_token("admin", name="ops-bot"))
+
+
+def entries(action: str, outcome: str | None = None):
+    found = AuditEntry.objects.filter(action=action)
+    return found.filter(outcome=outcome) if outcome else found
+
+
+def ended_sessions(n: int, *, source: str = "cli", messages: int = 2) -> list[str]:
+    ids = []
+    for i in range(n):
+        sid = core.create_session(source=source, started_at=1000.0 + i).session_id
+        if messages:
+            core.append_messages(
+                session_id=sid,
+                messages=[{"role": "user", "content": f"m{i}-{k}"} for k in range(messages)],
+            )
+        core.end_session(session_id=sid, end_reason="user_exit")
+        ids.append(sid)
+    # Ended long ago.
+    db.execute(f"UPDATE sessions SET ended_at = 5000 WHERE id IN ({db.placeholders(ids)})", ids)
+    return ids
+
+
+# --- cascade -----------------------------------------------------------------------------------
+
+
+def test_the_cascade_plan_is_the_cores_with_its_fingerprint(admin, make_token):
+    root, delegate, grand, tip, branch, child, other = cascade_lineage()
+    answer = admin.get(f"cascades/{root}")
+    assert answer.status == 200, answer.body
+    plan = core.plan_cascade_delete(session_ids=[root])
+    assert answer.body["fingerprint"] == plan.fingerprint
+    assert set(answer.body["session_ids"]) == {root, delegate, grand, tip}
+    assert {c["session_id"] for c in answer.body["kept_children"]} == {branch, child}
+    assert answer.body["typed_count_required"] is None
+    with_branches = admin.get(f"cascades/{root}?include_branches=true").body
+    assert branch in with_branches["session_ids"]
+    assert admin.get("cascades/no-such-session").status == 404
+    # Deletion is the admin's: support may not even see the plan, as in the console.
+    assert ApiClient(make_token("support")).get(f"cascades/{root}").status == 403
+
+
+def test_a_cascade_delete_by_fingerprint_moves_the_plan_to_the_trash(admin):
+    root, delegate, grand, tip, branch, child, other = cascade_lineage()
+    fingerprint = admin.get(f"cascades/{root}").body["fingerprint"]
+    answer = admin.post(f"cascades/{root}", {"fingerprint": fingerprint, "reason": "GDPR 42"})
+    assert answer.status == 200, answer.body
+    assert answer.body["deleted_sessions"] == 4
+    assert session_ids() == {branch, child, other}
+    entry = TrashEntry.objects.get()
+    assert set(entry.session_ids) == {root, delegate, grand, tip}
+    assert (entry.actor_name, entry.reason) == ("api:ops-bot", "GDPR 42")
+    assert answer.body["trash_entry_ids"] == [entry.pk]
+    audit = entries("cascade_delete").get()
+    assert (audit.outcome, audit.actor_name, audit.reason) == ("ok", "api:ops-bot", "GDPR 42")
+    assert audit.after["deleted_sessions"] == 4
+
+
+def test_a_stale_cascade_fingerprint_is_plan_changed_and_changes_nothing(admin):
+    root, *_ = cascade_lineage()
+    fingerprint = admin.get(f"cascades/{root}").body["fingerprint"]
+    # The runtime starts another sub-agent of the conversation meanwhile.
+    core.create_session(
+        source="tool", parent_session_id=root, model_config={"_delegate_from": root}
+    )
+    before = store_snapshot(*PARTS)
+    answer = admin.post(f"cascades/{root}", {"fingerprint": fingerprint, "reason": "r"})
+    assert answer.status == 409, answer.body
+    assert answer.body["type"].endswith("/plan-changed")
+    assert store_snapshot(*PARTS) == before
+    assert not TrashEntry.objects.exists()
+    audit = entries("cascade_delete").get()
+    assert (audit.outcome, audit.actor_name) == ("refused", "api:ops-bot")
+
+
+@pytest.mark.parametrize("reason", ["", "   ", "a\x00b"], ids=["empty", "blank", "nul"])
+def test_a_cascade_needs_a_reason(admin, reason):
+    root, *_ = cascade_lineage()
+    fingerprint = admin.get(f"cascades/{root}").body["fingerprint"]
+    before = store_snapshot(*PARTS)
+    answer = admin.post(f"cascades/{root}", {"fingerprint": fingerprint, "reason": reason})
+    assert answer.status == 422, answer.body
+    assert answer.body["errors"][0]["field"] == "reason"
+    assert store_snapshot(*PARTS) == before
+    assert not TrashEntry.objects.exists()
+
+
+def test_a_large_cascade_needs_its_number_of_sessions_typed(admin):
+    sid = core.create_session(source="cli").session_id
+    core.append_messages(
+        session_id=sid, messages=[{"role": "user", "content": f"m{n}"} for n in range(1000)]
+    )
+    plan = admin.get(f"cascades/{sid}").body
+    assert plan["typed_count_required"] == 1
+    before = store_snapshot(*PARTS)
+    for typed in (None, 1000):
+        answer = admin.post(
+            f"cascades/{sid}",
+            {"fingerprint": plan["fingerprint"], "reason": "r", "typed_count": typed},
+        )
+        assert answer.status == 422, answer.body
+        assert answer.body["errors"][0]["field"] == "typed_count"
+        assert store_snapshot(*PARTS) == before
+    assert entries("cascade_delete", "refused").count() == 2
+    answer = admin.post(
+        f"cascades/{sid}", {"fingerprint": plan["fingerprint"], "reason": "r", "typed_count": 1}
+    )
+    assert answer.status == 200, answer.body
+    assert answer.body["deleted_messages"] == 1000
+    assert session_ids() == set()
+
+
+def test_a_cascade_losing_a_merges_undo_needs_lose_undo(admin):
+    first = core.create_session(source="cli", user_id="u", started_at=1.0).session_id
+    second = core.create_session(source="cli", user_id="u", started_at=2.0).session_id
+    for sid in (first, second):
+        core.append_message(session_id=sid, role="user", content=f"in {sid}")
+    merge = core.merge_sessions(
+        session_ids=[first, second],
+        expected_fingerprint=core.plan_merge(session_ids=[first, second]).fingerprint,
+    )
+    plan = admin.get(f"cascades/{first}").body
+    assert plan["lost_undos"] == [merge.merge_id]
+    before = store_snapshot(*PARTS)
+    body = {"fingerprint": plan["fingerprint"], "reason": "r"}
+    answer = admin.post(f"cascades/{first}", body)
+    assert answer.status == 422, answer.body
+    assert answer.body["errors"][0]["field"] == "lose_undo"
+    assert store_snapshot(*PARTS) == before
+    answer = admin.post(f"cascades/{first}", body | {"lose_undo": True})
+    assert answer.status == 200, answer.body
+    assert answer.body["lost_undos"] == [merge.merge_id]
+    assert first not in session_ids()
+
+
+# --- bulk delete -------------------------------------------------------------------------------
+
+
+def test_a_bulk_delete_runs_the_dry_runs_set_as_a_job(admin):
+    old = ended_sessions(5)
+    live = core.create_session(source="cli").session_id
+    other = ended_sessions(1, source="telegram")
+    before = store_snapshot(*PARTS)
+    dry = admin.post("bulk-deletes/dry-run", {"preset": "by_source", "source": "cli"})
+    assert dry.status == 200, dry.body
+    assert (dry.body["count"], dry.body["live_excluded"]) == (5, 1)
+    assert dry.body["message_count"] == 10 and dry.body["typed_count_required"] is None
+    assert store_snapshot(*PARTS) == before  # a dry run changes nothing
+    answer = admin.post(
+        "bulk-deletes",
+        {
+            "preset": "by_source",
+            "source": "cli",
+            "fingerprint": dry.body["fingerprint"],
+            "reason": "retention",
+        },
+    )
+    assert answer.status == 201, answer.body
+    job = DeleteJob.objects.get()
+    assert answer.body["job_id"] == job.pk and answer.body["state"] == "pending"
+    assert (job.total, job.reason, job.created_by) == (5, "retention", "api:ops-bot")
+    audit = entries("bulk_delete").get()
+    assert (audit.outcome, audit.actor_name) == ("ok", "api:ops-bot")
+    jobs.run_job(job_id=job.pk)
+    assert session_ids() == {live, *other}
+    assert set(old).isdisjoint(session_ids())
+    status = admin.get(f"jobs/{job.pk}").body
+    assert (status["state"], status["deleted"], status["deleted_messages"]) == ("done", 5, 10)
+    assert [j["job_id"] for j in admin.get("jobs").body] == [job.pk]
+    assert TrashEntry.objects.filter(job=job).exists()
+
+
+def test_a_stale_bulk_fingerprint_is_plan_changed_and_creates_no_job(admin):
+    ended_sessions(3)
+    dry = admin.post("bulk-deletes/dry-run", {"preset": "by_source", "source": "cli"}).body
+    ended_sessions(1)  # the selection finds one more now
+    before = store_snapshot(*PARTS)
+    answer = admin.post(
+        "bulk-deletes",
+        {"preset": "by_source", "source": "cli", "fingerprint": dry["fingerprint"], "reason": "r"},
+    )
+    assert answer.status == 409, answer.body
+    assert answer.body["type"].endswith("/plan-changed")
+    assert not DeleteJob.objects.exists()
+    assert store_snapshot(*PARTS) == before
+    assert (entries("bulk_delete").get().outcome) == "refused"
+
+
+def test_the_ended_older_than_preset_keeps_the_dry_runs_cutoff(admin):
+    ended_sessions(2)
+    dry = admin.post("bulk-deletes/dry-run", {"preset": "ended_older_than", "days": 1}).body
+    assert dry["count"] == 2 and dry["cutoff"] is not None
+    body = {"preset": "ended_older_than", "days": 1, "fingerprint": dry["fingerprint"]}
+    missing = admin.post("bulk-deletes", body | {"reason": "r"})
+    assert missing.status == 422 and missing.body["errors"][0]["field"] == "cutoff"
+    assert not DeleteJob.objects.exists()
+    answer = admin.post("bulk-deletes", body | {"reason": "r", "cutoff": dry["cutoff"]})
+    assert answer.status == 201, answer.body
+    assert DeleteJob.objects.get().total == 2
+
+
+def test_picked_live_sessions_need_confirm_live_and_large_sets_the_typed_count(admin):
+    ids = ended_sessions(19) + [core.create_session(source="cli").session_id]
+    dry = admin.post("bulk-deletes/dry-run", {"session_ids": ids, "include_live": True}).body
+    assert (dry["count"], dry["live_included"], dry["typed_count_required"]) == (20, 1, 20)
+    body = {
+        "session_ids": ids,
+        "include_live": True,
+        "fingerprint": dry["fingerprint"],
+        "reason": "r",
+    }
+    answer = admin.post("bulk-deletes", body)
+    assert answer.status == 422, answer.body
+    assert {e["field"] for e in answer.body["errors"]} == {"confirm_live", "typed_count"}
+    assert not DeleteJob.objects.exists()
+    answer = admin.post("bulk-deletes", body | {"confirm_live": True, "typed_count": 20})
+    assert answer.status == 201, answer.body
+    assert DeleteJob.objects.get().include_live is True
+
+
+def test_a_selection_is_a_preset_or_picked_ids(admin):
+    too_many = {"session_ids": [f"s{n}" for n in range(10_001)]}
+    for body in ({}, {"preset": "empty", "session_ids": ["a"]}, {"preset": "by_source"}, too_many):
+        answer = admin.post("bulk-deletes/dry-run", body)
+        assert answer.status == 422, (body, answer.body)
+
+
+def test_cancelling_a_job_stops_it_and_is_audited(admin):
+    ids = ended_sessions(6)
+    dry = admin.post("bulk-deletes/dry-run", {"session_ids": ids}).body
+    job_id = admin.post(
+        "bulk-deletes", {"session_ids": ids, "fingerprint": dry["fingerprint"], "reason": "r"}
+    ).body["job_id"]
+    jobs.run_job(job_id=job_id, batch_sessions=2, max_batches=1)
+    answer = admin.post(f"jobs/{job_id}/cancel", {"reason": "wrong set"})
+    assert answer.status == 200, answer.body
+    assert answer.body["state"] == "cancelled" and answer.body["processed"] == 2
+    assert DeleteJob.objects.get(pk=job_id).state == DeleteJob.CANCELLED
+    jobs.run_job(job_id=job_id)
+    assert len(session_ids()) == 4
+    audit = entries("cancel_bulk_delete").get()
+    assert (audit.outcome, audit.actor_name, audit.reason) == ("ok", "api:ops-bot", "wrong set")
+    again = admin.post(f"jobs/{job_id}/cancel", {})
+    assert again.status == 409 and "already cancelled" in again.body["detail"]
+    assert entries("cancel_bulk_delete", "ok").count() == 1
+    assert admin.get("jobs/999999").status == 404
+
+
+# --- trash -------------------------------------------------------------------------------------
+
+
+def cascade_into_trash(admin: ApiClient, sid: str) -> int:
+    fingerprint = admin.get(f"cascades/{sid}?include_branches=true").body["fingerprint"]
+    answer = admin.post(
+        f"cascades/{sid}",
+        {"fingerprint": fingerprint, "reason": "oops", "include_branches": True},
+    )
+    assert answer.status == 200, answer.body
+    return answer.body["trash_entry_ids"][0]
+
+
+def test_the_trash_lists_operations_and_a_restore_gives_back_the_exact_rows(admin):
+    root, delegate, grand, tip, branch, child, other = cascade_lineage()
+    before = store_snapshot(*PARTS)
+    entry_id = cascade_into_trash(admin, tip)
+    assert store_snapshot(*PARTS) != before
+    listing = admin.get("trash").body
+    assert listing["total"] == 1
+    (row,) = listing["operations"]
+    assert row["entry_id"] == entry_id and row["state"] == "complete"
+    assert tip in row["session_ids"] and row["actor"] == "api:ops-bot"
+    assert admin.get(f"trash?q={other}").body["operations"] == []
+    answer = admin.post(f"trash/{entry_id}/restore", {"reason": "deleted by mistake"})
+    assert answer.status == 200, answer.body
+    restored = set(answer.body["restored_sessions"])
+    assert tip in restored and restored == set(TrashEntry.objects.get().session_ids)
+    assert store_snapshot(*PARTS) == before
+    assert TrashEntry.objects.get().state == TrashEntry.RESTORED
+    audit = entries("restore").get()
+    assert (audit.outcome, audit.actor_name) == ("ok", "api:ops-bot")
+    assert admin.get("trash").body["operations"][0]["state"] == "restored"
+    again = admin.post(f"trash/{entry_id}/restore", {})
+    assert again.status == 422 and "already restored" in again.body["detail"]
+    assert store_snapshot(*PARTS) == before
+
+
+def test_a_restore_conflict_is_409_and_changes_nothing(admin):
+    (sid,) = ended_sessions(1)
+    entry_id = cascade_into_trash(admin, sid)
+    core.create_session(source="cli", session_id=sid)  # the id is taken again meanwhile
+    before = store_snapshot(*PARTS)
+    answer = admin.post(f"trash/{entry_id}/restore", {})
+    assert answer.status == 409, answer.body
+    assert answer.body["type"].endswith("/restore-conflict")
+    assert store_snapshot(*PARTS) == before
+    assert TrashEntry.objects.get(pk=entry_id).state == TrashEntry.COMPLETE
+    assert entries("restore", "failed").count() == 1
+
+
+def test_restoring_an_unknown_entry_is_not_found_and_recorded(admin):
+    answer = admin.post("trash/999999/restore", {})
+    assert answer.status == 404
+    assert entries("restore", "refused").count() == 1
