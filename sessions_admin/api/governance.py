@@ -121,7 +121,7 @@ class HoldIn(Strict):
     reason: Text
 
 
-class ReasonIn(Strict):
+class HoldReleaseIn(Strict):
     reason: Text
 
 
@@ -165,7 +165,7 @@ def hold_place(request: HttpRequest, body: HoldIn):
 
 
 @router.post("/holds/{hold_id}/release", response=HoldOut, auth=api_auth(OPERATE))
-def hold_release(request: HttpRequest, hold_id: RowId, body: ReasonIn):
+def hold_release(request: HttpRequest, hold_id: RowId, body: HoldReleaseIn):
     """Release a legal hold (the reason is kept on the hold and in the audit log)."""
     if holds.get_hold(hold_id=hold_id) is None:
         raise not_found(f"There is no legal hold #{hold_id}.")
@@ -183,7 +183,7 @@ def hold_release(request: HttpRequest, hold_id: RowId, body: ReasonIn):
 # --- retention ---------------------------------------------------------------------------------
 
 
-class JobOut(Schema):
+class RetentionJobOut(Schema):
     id: int
     state: str
     total: int
@@ -218,7 +218,7 @@ class PolicyOut(Schema):
     would_delete: int = Field(description="Sessions a run would delete now.")
     would_delete_messages: int
     held_left_out: int = Field(description="Sessions it matches that a legal hold keeps.")
-    runs: list[JobOut] = Field(description=f"Its latest {RUNS_SHOWN} runs, newest first.")
+    runs: list[RetentionJobOut] = Field(description=f"Its latest {RUNS_SHOWN} runs, newest first.")
 
 
 class PolicyIn(Strict):
@@ -263,7 +263,7 @@ class PreviewSession(Schema):
     message_count: int | None
 
 
-class HeldOut(Schema):
+class RetentionHeldOut(Schema):
     session_id: str
     hold_id: int
     hold: str
@@ -283,7 +283,9 @@ class PreviewOut(Schema):
         description=f"The first {retention.ROWS_SHOWN}, oldest first."
     )
     more: int
-    held: list[HeldOut] = Field(description="Matched, kept by a legal hold (never deleted).")
+    held: list[RetentionHeldOut] = Field(
+        description="Matched, kept by a legal hold (never deleted)."
+    )
     purge: bool
     fingerprint: str = Field(description="Pass it to the run: it deletes exactly this or nothing.")
     typed_confirmation: TypedConfirmationOut | None = Field(
@@ -301,15 +303,17 @@ class RunIn(Strict):
 
 
 class RunOut(Schema):
-    job: JobOut | None = Field(description="The run's bulk delete job (null: nothing ran).")
+    job: RetentionJobOut | None = Field(
+        description="The run's bulk delete job (null: nothing ran)."
+    )
 
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
-def _job_out(job: DeleteJob) -> JobOut:
-    return JobOut(
+def _job_out(job: DeleteJob) -> RetentionJobOut:
+    return RetentionJobOut(
         id=job.pk,
         state=job.state,
         total=job.total,
@@ -398,7 +402,7 @@ def retention_preview(request: HttpRequest, policy_id: RowId):
         sessions=[PreviewSession(**row) for row in preview.rows],
         more=preview.more,
         held=[
-            HeldOut(
+            RetentionHeldOut(
                 session_id=skip.session_id,
                 hold_id=skip.hold_id,
                 hold=skip.hold,
@@ -461,7 +465,9 @@ def retention_policy_delete(request: HttpRequest, policy_id: RowId, reason: Text
     return Status(204, None)
 
 
-@router.get("/retention/policies/{policy_id}/runs", response=list[JobOut], auth=api_auth(DELETE))
+@router.get(
+    "/retention/policies/{policy_id}/runs", response=list[RetentionJobOut], auth=api_auth(DELETE)
+)
 def retention_run_list(
     request: HttpRequest, policy_id: RowId, limit: int = Query(50, ge=1, le=RUNS_MAX)
 ):
