@@ -20,7 +20,15 @@ from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema
 from ninja.parser import Parser
 
-from sessions_admin.api import deletion, merges, problems, runtime, sessions, switches
+from sessions_admin.api import (
+    deletion,
+    governance,
+    merges,
+    problems,
+    runtime,
+    sessions,
+    switches,
+)
 from sessions_admin.api.auth import (
     SIGNED_IN,
     VIEW,
@@ -85,6 +93,7 @@ api.add_router("/switches", switches.router)
 api.add_router("/merges", merges.router)
 api.add_router("/", deletion.router)
 api.add_router("/", sessions.router)
+api.add_router("/", governance.router)
 
 
 class MeOut(Schema):

@@ -143,6 +143,39 @@ def dry_run(policy: RetentionPolicy, *, rows: int = ROWS_SHOWN) -> RetentionPrev
     )
 
 
+def stale_or_empty(preview: RetentionPreview, fingerprint: str | None) -> str | None:
+    """Why a run confirmed with ``fingerprint`` deletes nothing before its other checks: the
+    selection changed since the preview with that fingerprint, or nothing matches (None: go
+    on). The console's "Run now" and the API's run ask the same."""
+    if fingerprint != preview.fingerprint:
+        return (
+            "What the policy selects changed since its preview was shown (or no preview "
+            f"was shown): it now deletes {preview.count:,} session"
+            f"{'' if preview.count == 1 else 's'}. Nothing was deleted: review the new preview "
+            "and confirm again."
+        )
+    if preview.count == 0:
+        return "Nothing to delete: no whole conversation matches the policy now."
+    return None
+
+
+def unconfirmed_purge(policy: RetentionPolicy, *, count: int | None = None) -> str | None:
+    """Why enabling (``count`` None) or running (``count`` sessions) a purging policy without
+    its explicit confirmation is refused (None: it does not purge)."""
+    if policy.mode != RetentionPolicy.PURGE:
+        return None
+    if count is None:
+        return (
+            "This policy purges: every run deletes its sessions permanently, with no copy in "
+            "the trash. Tick the box (confirm_purge) to confirm that, then enable it."
+        )
+    return (
+        f"This policy purges: the {count:,} session{'' if count == 1 else 's'} are deleted "
+        "permanently and cannot be restored. Tick the box (confirm_purge) to confirm. "
+        "Nothing was deleted."
+    )
+
+
 def describe(policy: RetentionPolicy) -> str:
     try:
         check(policy)

@@ -73,6 +73,24 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/sessions/{session_id}/forks"): VIEW,
     ("GET", "/audit"): VIEW,
     ("GET", "/audit/export"): VIEW,
+    # governance (api/governance.py): holds as support may, retention and erasure admins only
+    ("GET", "/holds"): OPERATE,
+    ("POST", "/holds"): OPERATE,
+    ("POST", "/holds/{hold_id}/release"): OPERATE,
+    ("GET", "/retention/policies"): DELETE,
+    ("POST", "/retention/policies"): DELETE,
+    ("GET", "/retention/policies/{policy_id}"): DELETE,
+    ("DELETE", "/retention/policies/{policy_id}"): DELETE,
+    ("GET", "/retention/policies/{policy_id}/preview"): DELETE,
+    ("POST", "/retention/policies/{policy_id}/enable"): DELETE,
+    ("POST", "/retention/policies/{policy_id}/disable"): DELETE,
+    ("GET", "/retention/policies/{policy_id}/runs"): DELETE,
+    ("POST", "/retention/policies/{policy_id}/runs"): DELETE,
+    ("POST", "/erasure/preview"): DELETE,
+    ("GET", "/erasure/requests"): DELETE,
+    ("POST", "/erasure/requests"): DELETE,
+    ("GET", "/erasure/requests/{request_id}"): DELETE,
+    ("GET", "/erasure/requests/{request_id}/receipt"): DELETE,
 }
 # A plausible body per route (an allowed call may still be refused by the core: 409, 422).
 BODIES: dict[tuple[str, str], dict] = {
@@ -93,6 +111,17 @@ BODIES: dict[tuple[str, str], dict] = {
     ("POST", "/cascades/{session_id}"): {"fingerprint": "stale", "reason": "access table"},
     ("POST", "/bulk-deletes/dry-run"): {"preset": "empty"},
     ("POST", "/bulk-deletes"): {"preset": "empty", "fingerprint": "stale", "reason": "access"},
+    # governance
+    ("POST", "/holds"): {"kind": "session", "subject": "{session_id}", "reason": "access table"},
+    ("POST", "/holds/{hold_id}/release"): {"reason": "access table"},
+    ("POST", "/retention/policies"): {"name": "access table", "older_than_days": 30},
+    ("POST", "/retention/policies/{policy_id}/runs"): {"fingerprint": "x", "reason": "access"},
+    ("POST", "/erasure/preview"): {"user_id": "u-access-table"},
+    ("POST", "/erasure/requests"): {
+        "user_id": "u-access-table",
+        "reference": "ACCESS-1",
+        "fingerprint": "x",
+    },
 }
 QUERIES = {
     ("GET", "/runtime/live"): "?session_key=cli:seed",

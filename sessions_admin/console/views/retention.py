@@ -126,16 +126,14 @@ def retention_create(request: HtmxHttpRequest) -> HttpResponse:
 def retention_switch(request: HtmxHttpRequest, policy_id: int) -> HttpResponse:
     form = RetentionSwitchForm(request.POST)
     unchanged = f"Policy #{policy_id} is unchanged: "
+    policy = RetentionPolicy.objects.filter(pk=policy_id).first()
     if (
         form.is_valid()
         and form.cleaned_data["enable"]
         and not form.cleaned_data["confirm_purge"]
-        and RetentionPolicy.objects.filter(pk=policy_id, mode=RetentionPolicy.PURGE).exists()
+        and policy is not None
+        and (problem := retention.unconfirmed_purge(policy))
     ):
-        problem = (
-            "This policy purges: every run deletes its sessions permanently, with no copy in "
-            "the trash. Tick the box to confirm that, then enable it."
-        )
         refuse(request, AuditAction.RETENTION_POLICY_ENABLE, problem, message=unchanged)
         return redirect("retention")
     policy = attempt_form(
@@ -203,24 +201,16 @@ def _run_problems(
 ) -> list[str]:
     """Why running ``preview`` with this form deletes nothing (none: go ahead)."""
     problems = [str(error) for error in form.errors.get("reason", [])]
-    if form.cleaned_data.get("digest") != preview.fingerprint:
-        problems.append(
-            "What the policy selects changed since its preview was shown (or no preview "
-            f"was shown): it now deletes {plural(preview.count, 'session')}. Nothing was "
-            "deleted: review the list below and confirm again."
-        )
-    elif preview.count == 0:
-        problems.append("Nothing to delete: no whole conversation matches the policy now.")
+    if problem := retention.stale_or_empty(preview, form.cleaned_data.get("digest")):
+        problems.append(problem)
     else:
         asked = typed_confirmation(sessions=preview.count, messages=preview.message_count)
         if problem := typed_count_problem(form, asked):
             problems.append(problem)
-        if policy.mode == RetentionPolicy.PURGE and not form.cleaned_data["confirm_purge"]:
-            problems.append(
-                f"This policy purges: the {plural(preview.count, 'session')} are deleted "
-                "permanently and cannot be restored. Tick the box to confirm. Nothing was "
-                "deleted."
-            )
+        if not form.cleaned_data["confirm_purge"] and (
+            problem := retention.unconfirmed_purge(policy, count=preview.count)
+        ):
+            problems.append(problem)
     return problems
 
 
