@@ -31,7 +31,7 @@ from sessions_admin.api.auth import api_auth
 from sessions_admin.api.merges import refused
 from sessions_admin.api.problems import Problem, invalid_input, not_found
 from sessions_admin.api.runtime import Strict
-from sessions_admin.api.schemas import Identifier, Text
+from sessions_admin.api.schemas import Identifier, SessionSummary, Text
 from sessions_admin.core.deletion import (
     PRESET_MAX_DAYS,
     SELECTION_MAX,
@@ -270,16 +270,6 @@ class KeptOut(Schema):
     why: str
 
 
-class SampleOut(Schema):
-    id: str
-    source: str | None
-    title: str | None
-    started_at: float | None
-    ended_at: float | None
-    end_reason: str | None
-    message_count: int | None
-
-
 class DryRunOut(Schema):
     fingerprint: str = Field(description="Send it back to start the job: it takes this set only.")
     cutoff: float | None = Field(description="Send it back too (ended_older_than).")
@@ -293,7 +283,7 @@ class DryRunOut(Schema):
     merge_kept: list[KeptOut]
     merge_kept_with: int
     conversation_kept: list[KeptOut]
-    sample: list[SampleOut]
+    sample: list[SessionSummary]
     typed_count_required: int | None
 
 
@@ -385,7 +375,7 @@ def _dry_run_out(selected: list[str], cutoff, preview, include_live: bool) -> Dr
         merge_kept=[KeptOut(session_id=s, why=w) for s, w in preview.merge_kept],
         merge_kept_with=preview.merge_kept_with,
         conversation_kept=[KeptOut(session_id=s, why=w) for s, w in preview.conversation_kept],
-        sample=[SampleOut(**row) for row in sample],
+        sample=[SessionSummary(**row) for row in sample],
         typed_count_required=_typed_count_required(
             sessions=len(preview.session_ids), messages=preview.message_count
         ),

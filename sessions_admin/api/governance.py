@@ -27,7 +27,7 @@ from pydantic import field_validator
 from sessions_admin.api.auth import DELETE, OPERATE, api_auth
 from sessions_admin.api.problems import Problem, invalid_input, not_found
 from sessions_admin.api.runtime import Strict
-from sessions_admin.api.schemas import Identifier, Text
+from sessions_admin.api.schemas import Identifier, SessionSummary, Text
 from sessions_admin.core import holds
 from sessions_admin.core.deletion import needs_typed_confirmation, typed_count_problem
 from sessions_admin.core.erasure import Subject
@@ -253,16 +253,6 @@ class EnableIn(Strict):
     )
 
 
-class PreviewSession(Schema):
-    id: str
-    source: str | None
-    title: str | None
-    started_at: float | None
-    ended_at: float | None
-    end_reason: str | None
-    message_count: int | None
-
-
 class RetentionHeldOut(Schema):
     session_id: str
     hold_id: int
@@ -279,7 +269,7 @@ class PreviewOut(Schema):
     policy: PolicyOut
     count: int = Field(description="Sessions the run deletes (whole conversations).")
     message_count: int
-    sessions: list[PreviewSession] = Field(
+    sessions: list[SessionSummary] = Field(
         description=f"The first {retention.ROWS_SHOWN}, oldest first."
     )
     more: int
@@ -313,20 +303,7 @@ def _number(value: Any) -> float | None:
 
 
 def _job_out(job: DeleteJob) -> RetentionJobOut:
-    return RetentionJobOut(
-        id=job.pk,
-        state=job.state,
-        total=job.total,
-        done=job.done,
-        skipped=job.skipped,
-        deleted_messages=job.deleted_messages,
-        purge=job.purge,
-        created_by=job.created_by,
-        created_at=job.created_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        error=job.error,
-    )
+    return RetentionJobOut.model_validate(job)  # the job's own fields
 
 
 def _policy_out(policy: RetentionPolicy) -> PolicyOut:
@@ -399,7 +376,7 @@ def retention_preview(request: HttpRequest, policy_id: RowId):
         policy=_policy_out(policy),
         count=preview.count,
         message_count=preview.message_count,
-        sessions=[PreviewSession(**row) for row in preview.rows],
+        sessions=[SessionSummary(**row) for row in preview.rows],
         more=preview.more,
         held=[
             RetentionHeldOut(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from ninja import Schema
 from pydantic import AfterValidator, StringConstraints
 
 from sessions_admin.core.text import IDENTIFIER_MAX, storability_problem
@@ -25,3 +26,15 @@ Text = Annotated[str, AfterValidator(_storable)]
 Identifier = Annotated[
     str, StringConstraints(min_length=1, max_length=IDENTIFIER_MAX), AfterValidator(_storable)
 ]
+
+
+class SessionSummary(Schema):
+    """A session as a dry run or a retention preview lists it."""
+
+    id: str
+    source: str | None
+    title: str | None
+    started_at: float | None
+    ended_at: float | None
+    end_reason: str | None
+    message_count: int | None
