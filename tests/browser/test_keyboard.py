@@ -210,6 +210,8 @@ def test_focus_after_a_swap_lands_on_the_answer_not_the_top_of_the_page(signed_i
     )
     page = signed_in_page("support")
     page.goto(f"/sessions/{sid}/")
+    tab_to(page, "#session-actions summary.sa-summary")
+    page.keyboard.press("Enter")  # opens the support actions panel (one line until opened)
     tab_to(page, "#sa-undo summary")
     page.keyboard.press("Enter")  # opens the disclosure with the undo preview
     tab_to(page, '#sa-undo form button[type="submit"]')

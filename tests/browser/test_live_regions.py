@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 from sessions_admin import core
 from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import DeleteJob
+from tests.browser import open_support_actions
 from tests.browser.test_deletion import gated_worker  # noqa: F401 - a fixture
 from tests.browser.test_keyboard import tab_to
 from tests.browser.test_live import poll_now
@@ -91,6 +92,8 @@ def test_a_refused_action_is_announced_and_takes_focus(signed_in_page):
     sid = _chat()
     page = signed_in_page("support")
     page.goto(f"/sessions/{sid}/")
+    tab_to(page, "#session-actions summary.sa-summary")
+    page.keyboard.press("Enter")  # opens the support actions panel (one line until opened)
     tab_to(page, "#sa-undo summary")
     page.keyboard.press("Enter")
     tab_to(page, '#sa-undo form button[type="submit"]')
@@ -109,6 +112,7 @@ def test_an_answer_htmx_does_not_swap_is_said_in_the_messages_region(signed_in_p
     sid = _chat()
     page = signed_in_page("support")
     page.goto(f"/sessions/{sid}/")
+    open_support_actions(page)
     page.locator("#sa-undo summary").click()
     # Deleted by someone else while the page was open: the action answers 404.
     plan = core.plan_cascade_delete(session_ids=[sid])

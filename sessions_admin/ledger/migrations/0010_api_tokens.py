@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("ledger", "0009_trash_owner_and_restore_intent"),
+        ("ledger", "0001_squashed_0009_trash_owner_and_restore_intent"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
