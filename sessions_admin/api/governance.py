@@ -107,8 +107,8 @@ class HoldOut(Schema):
     placed_at: float
     active: bool
     released_at: float | None
-    released_by: str
-    release_reason: str
+    released_by: str | None
+    release_reason: str | None
     description: str
 
 
@@ -126,19 +126,7 @@ class HoldReleaseIn(Strict):
 
 
 def _hold_out(hold: holds.Hold) -> HoldOut:
-    return HoldOut(
-        id=hold.id,
-        kind=hold.kind,
-        subject=hold.subject,
-        reason=hold.reason,
-        placed_by=hold.placed_by,
-        placed_at=hold.placed_at,
-        active=hold.active,
-        released_at=hold.released_at,
-        released_by=hold.released_by or "",
-        release_reason=hold.release_reason or "",
-        description=hold.describe(),
-    )
+    return HoldOut.model_validate(hold)  # the core's Hold, its state and words included
 
 
 @router.get("/holds", response=list[HoldOut], auth=api_auth(OPERATE))

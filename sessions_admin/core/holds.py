@@ -54,6 +54,10 @@ class Hold:
     def active(self) -> bool:
         return self.released_at is None
 
+    @property
+    def description(self) -> str:
+        return self.describe()
+
     def describe(self) -> str:
         """The hold in words, as every refusal names it."""
         if self.kind == SESSION:
