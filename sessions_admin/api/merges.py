@@ -28,6 +28,7 @@ from sessions_admin.api.runtime import Strict
 from sessions_admin.api.schemas import Identifier, Text
 from sessions_admin.core.merge import (
     MAX_MERGE_SESSIONS,
+    MergeDifference,
     MergePlan,
     MergeSource,
     confirmation_problem,
@@ -58,12 +59,6 @@ class PreviewQuery(Schema):
     target: Identifier | None = None
 
 
-class DifferenceOut(Schema):
-    column: str
-    label: str
-    values: list[str | None]
-
-
 class MergePlanOut(Schema):
     fingerprint: str = Field(description="Send it back with the merge: it merges this plan only.")
     target_id: str
@@ -80,7 +75,7 @@ class MergePlanOut(Schema):
         description="The default of continue_history: the next API turn reads the merged "
         "transcript."
     )
-    differences: list[DifferenceOut]
+    differences: list[MergeDifference]
     typed_count_required: int | None = Field(
         description="The sessions' users, sources or keys differ: the merge needs this number "
         "typed (typed_count) and a reason; null when they do not."
@@ -139,10 +134,7 @@ def plan_out(plan: MergePlan) -> MergePlanOut:
         reparented_children=list(plan.reparented_children),
         reopen_target=plan.reopen_target,
         is_api_conversation=plan.is_api_conversation,
-        differences=[
-            DifferenceOut(column=d.column, label=d.label, values=list(d.values))
-            for d in plan.differences
-        ],
+        differences=list(plan.differences),
         typed_count_required=len(plan.absorbed_ids) if plan.differs else None,
         held=list(plan.held),
     )

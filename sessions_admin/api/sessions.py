@@ -30,7 +30,7 @@ from sessions_admin.api.schemas import Identifier, Text
 from sessions_admin.core import being_deleted, holds
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.core.lineage import LineageNode
-from sessions_admin.core.merge import session_differences
+from sessions_admin.core.merge import MergeDifference, session_differences
 from sessions_admin.core.rows import parse_model_config
 from sessions_admin.ledger import audit_log
 from sessions_admin.ledger.models import AuditEntry
@@ -172,12 +172,6 @@ class ForkMember(Schema):
     message_count: int | None = None
 
 
-class ForkDifference(Schema):
-    column: str
-    label: str
-    values: list[str | None]
-
-
 class ForkGroupOut(Schema):
     group_id: str = Field(description="`<kind>:<key>`.")
     kind: str = Field(description="conversation (one slug) or session_key.")
@@ -185,7 +179,7 @@ class ForkGroupOut(Schema):
     session_ids: list[str] = Field(description="Oldest first.")
     evidence: list[str]
     sessions: list[ForkMember]
-    differences: list[ForkDifference] = Field(
+    differences: list[MergeDifference] = Field(
         description="Identity columns not the same for all its sessions (a merge warns of them)."
     )
 
