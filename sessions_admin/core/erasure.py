@@ -461,9 +461,19 @@ def _mentions(subject: Subject, id_set: set[str]) -> list[str]:
     return sorted(found)
 
 
-def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str], merges) -> dict:
+def _side_rows(
+    subject: Subject,
+    ids: Sequence[str],
+    names: Sequence[str],
+    merges,
+    *,
+    trashed_ids: Sequence[str] = (),
+    trashed_slugs: Sequence[str] = (),
+) -> dict:
     """sessions_admin's own rows about the subject's sessions or slugs (what ``erase`` drops;
-    the switch events are rewritten as tombstones instead, see ``_tombstone_switch_events``)."""
+    the switch events are rewritten as tombstones instead, see ``_tombstone_switch_events``).
+    ``trashed_ids``/``trashed_slugs``: the subject's sessions and slugs in the dashboard's trash
+    (no longer in the store): the rows about them go too."""
     found: dict[str, list] = {}
     tables = existing_tables(store_alias())
     id_set = set(ids)
@@ -534,10 +544,11 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str], merge
             if {target, *absorbed} <= id_set
         ],
     )
-    names_set = set(names)
+    names_set = set(names) | set(trashed_slugs)
+    gone_ids = sorted(set(ids) | set(trashed_ids))
     history = [
         (r[0],)
-        for chunk in _chunks(list(ids) or [""])
+        for chunk in _chunks(gone_ids or [""])
         for r in db.fetchall(
             "SELECT id, slug, session_id FROM sessions_admin_slug_history WHERE session_id IN "
             f"({db.placeholders(chunk)})",
@@ -558,7 +569,7 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str], merge
     add("sessions_admin_deletions", [(sid,) for sid in being_deleted.marks_on(list(ids))])
     # A runtime's appends to the subject's sessions left their idempotency keys and answers.
     if "sessions_admin_idempotency" in tables:
-        for chunk in _chunks(list(ids)):
+        for chunk in _chunks(gone_ids):
             add(
                 "sessions_admin_idempotency",
                 db.fetchall(
@@ -572,7 +583,7 @@ def _side_rows(subject: Subject, ids: Sequence[str], names: Sequence[str], merge
     # erases, no longer in the store).
     add(
         "sessions_admin_delete_claims",
-        [(operation,) for operation in claims.operations_claiming(list(ids))],
+        [(operation,) for operation in claims.operations_claiming(gone_ids)],
     )
     # Released holds on the subject or their sessions, matched exactly (a standing one
     # refuses the erasure). Other holds whose reason names them are redacted by the ledger.
@@ -607,8 +618,12 @@ def _identifiers_of(ids: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...
     return tuple(sorted(chats)), tuple(sorted(keys))
 
 
-def plan_erasure(*, subject: Subject) -> ErasurePlan:
-    """Everything ``erase`` would remove for ``subject`` (nothing changes).
+def plan_erasure(
+    *, subject: Subject, trashed_ids: Sequence[str] = (), trashed_slugs: Sequence[str] = ()
+) -> ErasurePlan:
+    """Everything ``erase`` would remove for ``subject`` (nothing changes). ``trashed_ids`` and
+    ``trashed_slugs``: the subject's sessions and slugs the dashboard's trash holds, whose
+    rows in the store's own tables (slug history, ...) go too.
 
     Refused (``InvalidInput``) for a value that cannot be matched exactly, or when the
     sessions found belong to more than one user id.
@@ -658,7 +673,14 @@ def plan_erasure(*, subject: Subject) -> ErasurePlan:
         chat_ids=tuple(dict.fromkeys([*subject.chat_ids, *erased_chat_ids])),
         session_keys=tuple(dict.fromkeys([*subject.session_keys, *erased_keys])),
     )
-    side = _side_rows(subject, ids, sorted(names), merges)
+    side = _side_rows(
+        subject,
+        ids,
+        sorted(names),
+        merges,
+        trashed_ids=trashed_ids,
+        trashed_slugs=trashed_slugs,
+    )
     messages = count_messages(ids) if ids else 0
     mentions = _mentions(subject, id_set)
     side_rows = {table: [list(row) for row in rows] for table, rows in side.items()}

@@ -413,6 +413,8 @@ class TrashPlan:
     # operator text with the store's (a session deleted before the erasure named them there).
     chat_ids: tuple[str, ...] = ()
     session_keys: tuple[str, ...] = ()
+    # The slugs those trashed sessions had (their conversations rows in the trash).
+    slugs: tuple[str, ...] = ()
 
     def redaction_subject(self, store_side: Subject) -> Subject:
         """``store_side`` (the store plan's ``redaction_subject``) with these chat ids and keys."""
@@ -443,6 +445,7 @@ class TrashPlan:
             "switch_events": list(self.switch_events),
             "chat_ids": list(self.chat_ids),
             "session_keys": list(self.session_keys),
+            "slugs": list(self.slugs),
         }
 
     @classmethod
@@ -457,6 +460,7 @@ class TrashPlan:
             switch_events=tuple(int(seq) for seq in record.get("switch_events", ())),
             chat_ids=tuple(record.get("chat_ids", ())),
             session_keys=tuple(record.get("session_keys", ())),
+            slugs=tuple(record.get("slugs", ())),
         )
 
 
@@ -504,6 +508,7 @@ def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
         subjects |= more
         grew = bool(more)
     purge, prune, found, kept, held, other_users = [], [], set(), [], {}, set()
+    slugs: set[str] = set()
     kept_holds: set[int] = set()
     for operation, entries in operations.items():
         rows = {str(row.get("id")): row for _pk, _payload, rs in entries for row in rs}
@@ -518,6 +523,12 @@ def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
             if sid in rows and rows[sid].get("user_id") not in (None, "", subject.user_id)
         }
         found |= theirs
+        slugs |= {
+            str(_value(row.get("name")))
+            for _pk, payload, _rs in entries
+            for row in payload.get("conversations", [])
+            if _value(row.get("session_id")) in theirs and row.get("name")
+        }
         for sid, hold in holds.held_among_rows([rows[s] for s in theirs if s in rows]).items():
             held[sid] = hold
         entry_ids = {
@@ -550,6 +561,7 @@ def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
         switch_events=erasure.switch_events_of(session_ids=sorted(found - store_ids)),
         chat_ids=_field_of(every_row, found, "chat_id"),
         session_keys=_field_of(every_row, found, "session_key"),
+        slugs=tuple(sorted(slugs)),
     )
 
 
@@ -584,6 +596,11 @@ def plan(subject: Subject) -> FullPlan:
     """The preview of an erasure request (nothing changes)."""
     store = erasure.plan_erasure(subject=subject)
     trash = plan_trash(subject, store.session_ids)
+    if trash.session_ids:
+        # The store's own rows about the trashed sessions and their slugs go with the rest.
+        store = erasure.plan_erasure(
+            subject=subject, trashed_ids=trash.session_ids, trashed_slugs=trash.slugs
+        )
     fingerprint = hashlib.sha256(
         json.dumps([store.fingerprint, trash.as_list()]).encode()
     ).hexdigest()[:32]

@@ -85,3 +85,37 @@ def test_an_erasure_after_a_cascade_leaves_no_key_of_the_trashed_sessions_anywhe
         )
         assert key not in text, (entry.action, text)
         assert first not in text, (entry.action, text)
+
+
+def test_an_erasure_after_a_cascade_takes_the_slug_history_of_the_trashed_sessions():
+    """The attack's round-4 break: the sessions were in the trash at erasure time, so the
+    store's slug history about them (core, recorded and removed rows) stayed."""
+    mine = core.create_session(source="api_server", user_id="alice77").session_id
+    core.record_turn(response_id="resp_alice77_1", session_id=mine, conversation="alice77-slug")
+    theirs = core.create_session(source="api_server", user_id="bob").session_id
+    core.record_turn(response_id="resp_bob_1", session_id=theirs, conversation="bob-slug")
+    plan = core.plan_cascade_delete(session_ids=[mine])
+    actions.cascade_delete(
+        actor="ada",
+        session_ids=[mine],
+        include_branches=False,
+        expected_fingerprint=plan.fingerprint,
+        reason="clean-up",
+    )
+    assert db.fetchall(
+        "SELECT id FROM sessions_admin_slug_history WHERE slug = 'alice77-slug' OR session_id = %s",
+        [mine],
+    )
+
+    _erase("alice77")
+
+    assert (
+        db.fetchall(
+            "SELECT id FROM sessions_admin_slug_history WHERE slug = 'alice77-slug' "
+            "OR session_id = %s OR response_id = 'resp_alice77_1'",
+            [mine],
+        )
+        == []
+    )
+    # Another person's history stays.
+    assert db.fetchall("SELECT id FROM sessions_admin_slug_history WHERE slug = 'bob-slug'")
