@@ -15,21 +15,11 @@ from django.test import TransactionTestCase
 
 from sessions_admin.core import db as core_db
 from sessions_admin.core import events
+from sessions_admin.core.schema import OWN_TABLES
 from sessions_admin.routers import responses_alias, store_alias
 
-STORE_TABLES = [
-    "sessions_admin_switch_events",
-    "sessions_admin_switch_cursors",
-    "sessions_admin_merges",
-    "sessions_admin_undos",
-    "sessions_admin_slug_history",
-    "sessions_admin_holds",
-    "sessions_admin_deletions",
-    "sessions_admin_delete_claims",
-    "sessions_admin_idempotency",
-    "messages",
-    "sessions",
-]
+# Emptied between tests: the store's own tables, then the runtime's (children first).
+STORE_TABLES = [*OWN_TABLES, "messages", "sessions"]
 RESPONSE_TABLES = ["conversations", "responses"]
 
 
