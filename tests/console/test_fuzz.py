@@ -50,6 +50,7 @@ GET_PARAMS: dict[str, list[str]] = {
     "health_panel": [],
     "conversation_list": ["q", "forks", "after"],
     "session_list": LISTING,
+    "session_export": LISTING,
     "session_detail": ["after", "before", "around", "inactive", "text", "part", "q", "at"],
     "session_transcript": ["after", "before", "around", "inactive", "text", "at"],
     "session_tail": ["after", "inactive", "text"],
