@@ -255,23 +255,23 @@ class LedgerTrash:
     def keep_waiting_link(
         self, *, child: str, parent: str, holder: str | None = None
     ) -> int | None:
-        held = holder or parent
+        held_row = holder or parent
         with transaction.atomic(using="default"):
-            holder = (
+            entry = (
                 TrashEntry.objects.select_for_update()
-                .filter(session_count__gt=0, sessions__session_id=held)
+                .filter(session_count__gt=0, sessions__session_id=held_row)
                 .exclude(state=TrashEntry.RESTORED)
                 .order_by("-pk")
                 .first()
             )
-            if holder is None:
+            if entry is None:
                 return None
-            kept = holder.payload.get("kept_children") or []
+            kept = entry.payload.get("kept_children") or []
             if [child, parent] not in kept:
-                holder.payload = {**holder.payload, "kept_children": [*kept, [child, parent]]}
-                holder.save(update_fields=["payload"])
+                entry.payload = {**entry.payload, "kept_children": [*kept, [child, parent]]}
+                entry.save(update_fields=["payload"])
             first = (
-                TrashEntry.objects.filter(operation=holder.operation)
+                TrashEntry.objects.filter(operation=entry.operation)
                 .order_by("pk")
                 .values_list("pk", flat=True)
                 .first()
