@@ -104,7 +104,9 @@ class Read:
     key: str
     what: str
     console: str  # the console's page
-    hermes: str  # the JSON call Hermes's web UI makes for the same thing
+    # The JSON call Hermes's web UI makes for the same thing; several, joined by " + ", are
+    # made one after the other and timed as one read (what its UI loads for one view).
+    hermes: str
 
 
 @dataclass
@@ -189,12 +191,29 @@ def build_reads(state: Path, common: str, rare: str) -> tuple[list[Read], dict]:
     ]
     if len(chain) > 1:
         middle = chain[len(chain) // 2]
+        root, tip = q(chain[0], safe=""), q(chain[-1], safe="")
         reads.append(
             Read(
                 "lineage",
                 f"{len(chain)}-segment compression chain",
                 f"/sessions/{q(middle, safe='')}/",
-                f"/api/sessions/{q(chain[0], safe='')}/latest-descendant",
+                f"/api/sessions/{root}/latest-descendant",
+            )
+        )
+        # Like for like (issue 30): what Hermes's web UI loads to show the conversation. Its
+        # chat view, opened on the chain's first session, asks for the session and its latest
+        # descendant, then reopens on the descendant; the messages it renders are
+        # /api/sessions/{id}/messages (the sessions page's expanded row; Hermes resolves the
+        # id to the live segment). The console's page shows the whole lineage and the
+        # transcript from the segment opened, in one response.
+        reads.append(
+            Read(
+                "lineage_full",
+                f"{len(chain)}-segment compression chain, like for like",
+                f"/sessions/{q(middle, safe='')}/",
+                f"/api/sessions/{root} + /api/sessions/{root}/latest-descendant"
+                f" + /api/sessions/{tip} + /api/sessions/{tip}/latest-descendant"
+                f" + /api/sessions/{tip}/messages",
             )
         )
     return reads, {"sessions": total, "messages": messages, "chain": len(chain)}
@@ -235,19 +254,22 @@ class Server:
             return response.status, dict(response.getheaders()), data
         raise AssertionError("unreachable")
 
-    def timed_get(self, path: str, timing: Timing) -> None:
+    def timed_get(self, paths: str, timing: Timing) -> None:
+        """One read: ``paths`` (one path, or several joined by " + ") requested in turn."""
         start = time.perf_counter()
-        try:
-            status, _, data = self.request("GET", path)
-        except OSError as error:
-            timing.errors.append(f"{path}: {error}")
-            return
-        elapsed = (time.perf_counter() - start) * 1000
-        if status != 200:
-            timing.errors.append(f"{path}: HTTP {status}")
-            return
-        timing.samples.append(elapsed)
-        timing.bytes = len(data)
+        size = 0
+        for path in paths.split(" + "):
+            try:
+                status, _, data = self.request("GET", path)
+            except OSError as error:
+                timing.errors.append(f"{path}: {error}")
+                return
+            if status != 200:
+                timing.errors.append(f"{path}: HTTP {status}")
+                return
+            size += len(data)
+        timing.samples.append((time.perf_counter() - start) * 1000)
+        timing.bytes = size
 
     def close(self) -> None:
         if self.connection is not None:
@@ -731,7 +753,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--only",
         type=lambda text: [k for k in text.split(",") if k],
         default=None,
-        help="reads to measure (list,search_common,search_rare,overview,messages,lineage)",
+        help="reads to measure (list,search_common,search_rare,overview,messages,lineage,lineage_full)",
     )
     parser.add_argument("--word-common", default=WORD_COMMON)
     parser.add_argument("--word-rare", default=WORD_RARE)
