@@ -16,7 +16,6 @@ from django.urls import reverse
 
 from sessions_admin import core
 from sessions_admin.core import db, deletion
-from sessions_admin.core.deletion import claims
 from sessions_admin.demo.consistency import check_store, check_trash
 from sessions_admin.ledger import actions, jobs, worker
 from sessions_admin.ledger.models import AuditAction, AuditEntry, DeleteJob, TrashEntry
@@ -64,7 +63,9 @@ def confirmation(plan: core.DeletePlan) -> dict:
         "reason": "customer asked",
         "include_branches": "1",
     }
-    if deletion.needs_typed_confirmation(sessions=len(plan.session_ids), messages=plan.message_count):
+    if deletion.needs_typed_confirmation(
+        sessions=len(plan.session_ids), messages=plan.message_count
+    ):
         data["typed_count"] = str(len(plan.session_ids))
     return data
 
