@@ -270,3 +270,47 @@ def test_a_cascade_job_killed_halfway_is_finished_by_the_next_worker(admin_clien
 
     actions.restore(actor="ada", entry_id=trash.order_by("pk").first().pk)
     assert store_state() == before
+
+
+def test_a_large_session_killed_between_its_parts_is_finished_whole(admin_client, long_deletes):
+    """One session of 120 messages, deleted in parts of 50 by the job's worker, killed after
+    its first part: the next worker finishes it in the same operation, the bar moving by part."""
+    sid = core.create_session(source="cli", session_key="cli:big").session_id
+    core.append_messages(
+        session_id=sid,
+        messages=[{"role": "user", "content": f"line {n}"} for n in range(120)],
+    )
+    core.end_session(session_id=sid, end_reason="user_exit")
+    before = store_state()
+    plan = core.plan_cascade_delete(session_ids=[sid])
+    admin_client.post(reverse("cascade_delete_confirm", args=[sid]), confirmation(plan))
+    job = DeleteJob.objects.get()
+
+    child = run_crash_child(
+        "run_jobs",
+        {"idle_exit": 0.5},
+        crash_at="delete.between_parts@1",
+        env={"CRASH_CHILD_BATCH_MESSAGES": "50"},
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert present([sid]) == {sid}
+    halfway = jobs.job_progress(job_id=job.pk)
+    assert halfway.deleted_messages == 50 and 0 < halfway.percent < 100
+    assert AuditEntry.objects.get(action=AuditAction.CASCADE_DELETE).outcome == "pending"
+
+    expire_lease(job.pk)
+    finished = run_crash_child(
+        "run_jobs", {"idle_exit": 0.5}, crash_at="", env={"CRASH_CHILD_BATCH_MESSAGES": "50"}
+    )
+    assert finished.returncode == 0, finished.stderr
+    job.refresh_from_db()
+    assert job.state == DeleteJob.DONE, job.error
+    assert present([sid]) == set()
+    assert set(TrashEntry.objects.values_list("operation", flat=True)) == {job.operation}
+    entry = AuditEntry.objects.get(action=AuditAction.CASCADE_DELETE)
+    assert entry.outcome == AuditEntry.OK
+    assert (entry.after["deleted_sessions"], entry.after["deleted_messages"]) == (1, 120)
+    assert jobs.job_progress(job_id=job.pk).percent == 100
+    assert check_store() == [] and check_trash() == [] and claimed() == 0
+    actions.restore(actor="ada", entry_id=TrashEntry.objects.order_by("pk").first().pk)
+    assert store_state() == before

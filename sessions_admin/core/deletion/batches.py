@@ -105,6 +105,7 @@ def delete_in_batches(
     operation: str | None = None,
     whole: WholeConversations | None = None,
     committed: list | None = None,
+    between_parts: Callable[[], bool | None] | None = None,
 ) -> Iterable[tuple[list[str], int, int, int]]:
     """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id).
 
@@ -136,6 +137,7 @@ def delete_in_batches(
             trash=trash,
             operation=operation,
             part_messages=batch_messages,
+            between_parts=between_parts,
             whole=whole,
             committed=committed,
         )
@@ -252,10 +254,12 @@ def delete_claimed_cascade(
     plan: DeletePlan | None = None,
     job_id: int | None = None,
     after_batch: Callable[[list[str], int, int], None] | None = None,
+    between_parts: Callable[[], None] | None = None,
 ) -> DeleteResult:
     """Delete a claimed cascade's sessions (children first) in batches of ``operation``.
 
-    ``after_batch(batch, sessions, messages)`` after each commit (a job's progress). Raises
+    ``after_batch(batch, sessions, messages)`` after each commit (a job's progress);
+    ``between_parts()`` between the parts of a large session (a job renews its lease). Raises
     ``DeletePartlyApplied`` when a batch fails after others committed (of this call)."""
     committed: list[tuple[int, int, int]] = []
     try:
@@ -268,6 +272,7 @@ def delete_claimed_cascade(
             operation=operation,
             whole=whole,
             committed=committed,
+            between_parts=between_parts,
         ):
             faults.checkpoint("cascade.between_batches")
             claims.renew(operation=operation)

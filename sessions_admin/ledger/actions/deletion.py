@@ -195,6 +195,11 @@ def _run_cascade_job(job: DeleteJob, worker_name: str) -> None:
         ).update(state=DeleteJobItem.DONE)
         jobs.renew_lease(job.pk)
 
+    def still_working() -> None:
+        # A large session's parts can outlast a lease: still worked on, still claimed.
+        jobs.renew_lease(job.pk)
+        claims.renew(operation=job.operation)
+
     try:
         if left:
             claims.claim(left, operation=job.operation, actor=job.created_by)
@@ -213,6 +218,7 @@ def _run_cascade_job(job: DeleteJob, worker_name: str) -> None:
                     ),
                     job_id=job.pk,
                     after_batch=batch_done,
+                    between_parts=still_working,
                 )
             finally:
                 claims.release(operation=job.operation)
