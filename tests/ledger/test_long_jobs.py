@@ -314,3 +314,40 @@ def test_a_large_session_killed_between_its_parts_is_finished_whole(admin_client
     assert check_store() == [] and check_trash() == [] and claimed() == 0
     actions.restore(actor="ada", entry_id=TrashEntry.objects.order_by("pk").first().pk)
     assert store_state() == before
+
+
+@pytest.mark.parametrize("crash_at", ["restore.before_commit", "restore.after_commit"])
+def test_a_restore_job_killed_is_settled_by_the_next_worker(admin_client, long_deletes, crash_at):
+    """Killed before its commit, the next worker restores; killed after it, the next worker
+    finds it committed: either way the store is back whole and the audit entry ok, once."""
+    ids, plan = big_conversation()
+    before = store_state()
+    long_deletes.SESSIONS_ADMIN_CASCADE_JOB_MESSAGES = plan.message_count + 1
+    actions.cascade_delete(
+        actor="ada",
+        session_ids=[ids["tip"]],
+        include_branches=True,
+        expected_fingerprint=plan.fingerprint,
+        reason="customer asked",
+    )
+    first = TrashEntry.objects.order_by("pk").first()
+    admin_client.post(reverse("trash_restore", args=[first.pk]), {})
+    job = DeleteJob.objects.get(kind=DeleteJob.RESTORE)
+
+    child = run_crash_child("run_jobs", {"idle_exit": 0.5}, crash_at=crash_at)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    entry = AuditEntry.objects.get(action=AuditAction.RESTORE)
+    assert entry.outcome == AuditEntry.PENDING
+    assert actions.complete_stale_restores(older_than_seconds=0) == []  # the job's to complete
+
+    expire_lease(job.pk)
+    finished = run_crash_child("run_jobs", {"idle_exit": 0.5}, crash_at="")
+    assert finished.returncode == 0, finished.stderr
+    job.refresh_from_db()
+    assert job.state == DeleteJob.DONE, job.error
+    assert store_state() == before
+    assert not TrashEntry.objects.exclude(state=TrashEntry.RESTORED).exists()
+    entry.refresh_from_db()
+    assert entry.outcome == AuditEntry.OK
+    assert entry.after["restored_sessions"] == len(plan.session_ids)
+    assert check_store() == [] and check_trash() == []
