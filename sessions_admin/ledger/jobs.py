@@ -64,11 +64,11 @@ logger = logging.getLogger(__name__)
 LEASE_SECONDS = 30
 
 # From what size a confirmed cascade or restore runs as a job instead of in the request.
-# Measured on the shared 2-core machine (tests/ledger/test_long_jobs.py's sizes, one session
-# of N messages, audited, SQLite and PostgreSQL): a cascade deletes about 0.09-0.10 ms a
-# message (6,000 in 0.53-0.61 s), a restore puts back about 0.18-0.47 ms a message (6,000
-# in 1.1-2.0 s); the demo store's longer messages cost more (20,000 took 6.8 s to delete
-# and 11.8 s to restore, issue 29). So from 5,000 messages a cascade, and from 2,500 a
+# Measured on the shared 2-core machine (one session of 2,000 and of 6,000 short messages,
+# ``actions.cascade_delete`` then ``actions.restore``, SQLite and PostgreSQL): a cascade
+# deletes about 0.09-0.10 ms a message (6,000 in 0.53-0.61 s), a restore puts back about
+# 0.18-0.47 ms a message (6,000 in 1.1-2.0 s); the demo store's longer messages cost more
+# (20,000 took 6.8 s to delete and 11.8 s to restore, issue 29). So from 5,000 messages a cascade, and from 2,500 a
 # restore, can take a second or more; and a plan of more than one batch of sessions
 # (``deletion.BATCH_SESSIONS``) too. Settings, so tests use small sessions.
 CASCADE_JOB_MESSAGES = 5_000
