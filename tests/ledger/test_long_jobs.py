@@ -18,6 +18,7 @@ from django.urls import reverse
 
 from sessions_admin import core
 from sessions_admin.core import db, deletion
+from sessions_admin.core.deletion import claims
 from sessions_admin.demo.consistency import check_store, check_trash
 from sessions_admin.ledger import actions, jobs, worker
 from sessions_admin.ledger.models import AuditAction, AuditEntry, DeleteJob, TrashEntry
@@ -357,3 +358,31 @@ def test_a_restore_job_killed_is_settled_by_the_next_worker(admin_client, long_d
     assert entry.outcome == AuditEntry.OK
     assert entry.after["restored_sessions"] == len(plan.session_ids)
     assert check_store() == [] and check_trash() == []
+
+
+def test_a_job_whose_claim_ran_out_before_it_started_deletes_nothing_and_says_so(
+    admin_client, long_deletes
+):
+    """A cascade job that waited past its claim's lease (the worker busy with a long job):
+    a second confirmation may then run, and the job fails having deleted nothing."""
+    ids, plan = big_conversation()
+    admin_client.post(reverse("cascade_delete_confirm", args=[ids["tip"]]), confirmation(plan))
+    job = DeleteJob.objects.get()
+    db.execute(
+        "UPDATE sessions_admin_delete_claims SET renewed_at = renewed_at - %s",
+        [claims.CLAIM_LEASE_SECONDS + 1],
+    )
+    long_deletes.SESSIONS_ADMIN_CASCADE_JOB_MESSAGES = plan.message_count + 1
+    admin_client.post(reverse("cascade_delete_confirm", args=[ids["tip"]]), confirmation(plan))
+    assert present(plan.session_ids) == set()  # the second confirmation ran, in the request
+
+    progress = jobs.run_job(job_id=job.pk)
+
+    assert progress.state == DeleteJob.FAILED
+    assert not TrashEntry.objects.filter(operation=job.operation).exists()
+    entry = AuditEntry.objects.get(pk=job.audit_entry)
+    assert entry.outcome == AuditEntry.FAILED and "nothing was deleted" in entry.detail
+    ran = AuditEntry.objects.exclude(pk=job.audit_entry).get(action=AuditAction.CASCADE_DELETE)
+    assert ran.outcome == AuditEntry.OK
+    assert ran.after["deleted_sessions"] == len(plan.session_ids)
+    assert claimed() == 0

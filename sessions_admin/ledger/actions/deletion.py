@@ -237,6 +237,13 @@ def _run_cascade_job(job: DeleteJob, worker_name: str) -> None:
         "job": job.pk,
         **({"lost_undo_of_merges": params["lost_undos"]} if params.get("lost_undos") else {}),
     }
+    if error is None and not entries:
+        # Gone before the job reached them (its claim expired while it waited, and another
+        # delete of the same sessions ran): this action deleted nothing.
+        error = InvalidInput(
+            "The plan's sessions were deleted by another delete before this job reached them "
+            "(it waited too long for the worker): nothing was deleted by it."
+        )
     if error is None:
         outcome, detail = AuditEntry.OK, f"Deleted by job #{job.pk}."
     elif entries:
