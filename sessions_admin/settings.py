@@ -334,6 +334,15 @@ SESSIONS_ADMIN_ERASURE_INDEX_RETRY_SECONDS = float(
 # A waiting delete-job worker is woken the moment a job is created (ledger/wake.py); it
 # also looks for jobs this often, for a job whose worker died (its lease runs out).
 SESSIONS_ADMIN_JOB_POLL_SECONDS = float(os.environ.get("SESSIONS_ADMIN_JOB_POLL_SECONDS", "5"))
+# A confirmed cascade delete or restore this large (messages, or more sessions than this)
+# runs as a job with a progress page instead of in the request (ledger/jobs.py, measured).
+SESSIONS_ADMIN_CASCADE_JOB_MESSAGES = int(
+    os.environ.get("SESSIONS_ADMIN_CASCADE_JOB_MESSAGES", "5000")
+)
+SESSIONS_ADMIN_RESTORE_JOB_MESSAGES = int(
+    os.environ.get("SESSIONS_ADMIN_RESTORE_JOB_MESSAGES", "2500")
+)
+SESSIONS_ADMIN_LONG_JOB_SESSIONS = int(os.environ.get("SESSIONS_ADMIN_LONG_JOB_SESSIONS", "200"))
 
 # Observability (README "Observability"): /healthz, /readyz and /metrics need no sign-in.
 # /metrics answers a caller with this bearer token, or from these networks (comma-separated

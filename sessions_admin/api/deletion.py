@@ -22,7 +22,8 @@ from typing import Annotated, Literal
 
 from django.core.paginator import Paginator
 from django.db.models import Max
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 from ninja import Field, Path, Query, Router, Schema
 from ninja.responses import Status
 
@@ -45,7 +46,7 @@ from sessions_admin.core.deletion import (
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.text import operator_text
 from sessions_admin.ledger import actions, worker
-from sessions_admin.ledger.jobs import job_progress
+from sessions_admin.ledger.jobs import cascade_runs_as_job, job_progress, restore_runs_as_job
 from sessions_admin.ledger.models import AuditAction, DeleteJob, TrashEntry, TrashSession
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
@@ -143,6 +144,35 @@ class CascadeIn(Strict):
     lose_undo: bool = False
 
 
+class JobOut(Schema):
+    job_id: int
+    state: str
+    description: str
+    reason: str
+    created_by: str
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    include_live: bool
+    purge: bool
+    total: int
+    processed: int
+    deleted: int
+    skipped: int
+    deleted_messages: int
+    percent: int
+    sessions_per_second: float | None
+    error: str
+    skipped_text: str
+    kind: str = Field(
+        "bulk",
+        description="bulk | cascade | restore (a confirmed delete or restore too "
+        "large for one request)",
+    )
+    total_messages: int = Field(0, description="A cascade's or a restore's planned messages.")
+    url: str = Field("", description="This job's status: GET it until its state is done.")
+
+
 class DeleteOut(Schema):
     deleted_sessions: int
     deleted_messages: int
@@ -183,10 +213,14 @@ def cascade_plan(request: HttpRequest, session_id: Identifier, query: Query[Casc
     return _cascade_plan_out(session_id, plan)
 
 
-@router.post("/cascades/{session_id}", response=DeleteOut)
-def cascade_delete(request: HttpRequest, session_id: Identifier, body: CascadeIn):
+@router.post("/cascades/{session_id}", response={200: DeleteOut, 202: JobOut})
+def cascade_delete(
+    request: HttpRequest, session_id: Identifier, body: CascadeIn, response: HttpResponse
+):
     """Delete exactly the plan that was shown (its ``fingerprint``) into the trash; 409
-    ``plan-changed`` if the store changed since, nothing deleted."""
+    ``plan-changed`` if the store changed since, nothing deleted. A plan too large to delete
+    within about a second is checked and claimed now, then deleted in the background: 202
+    with its job (``url``, also the ``Location``: ``GET /jobs/{job_id}`` until ``done``)."""
     audit = {"session_ids": [session_id], "before": {"fingerprint": body.fingerprint}}
     reason = _checked_reason(request, AuditAction.CASCADE_DELETE, body.reason, **audit)
     plan = core.plan_cascade_delete(
@@ -219,6 +253,16 @@ def cascade_delete(request: HttpRequest, session_id: Identifier, body: CascadeIn
             sessions=len(plan.session_ids), messages=plan.message_count
         )
         raise refused(request, AuditAction.CASCADE_DELETE, problem, **audit)
+    if cascade_runs_as_job(sessions=len(plan.session_ids), messages=plan.message_count):
+        job_id = actions.start_cascade_delete(
+            actor=request.auth.actor,
+            session_ids=[session_id],
+            include_branches=body.include_branches,
+            expected_fingerprint=body.fingerprint,
+            reason=reason,
+            lose_undo=body.lose_undo,
+        )
+        return _accepted(response, job_id)
     result = actions.cascade_delete(
         actor=request.auth.actor,
         session_ids=[session_id],
@@ -285,28 +329,6 @@ class DryRunOut(Schema):
     conversation_kept: list[KeptOut]
     sample: list[SessionSummary]
     typed_count_required: int | None
-
-
-class JobOut(Schema):
-    job_id: int
-    state: str
-    description: str
-    reason: str
-    created_by: str
-    created_at: dt.datetime
-    started_at: dt.datetime | None
-    finished_at: dt.datetime | None
-    include_live: bool
-    purge: bool
-    total: int
-    processed: int
-    deleted: int
-    skipped: int
-    deleted_messages: int
-    percent: int
-    sessions_per_second: float | None
-    error: str
-    skipped_text: str
 
 
 def _selection(request: HttpRequest, body: BulkSelectionIn, action: str | None, *, cutoff=None):
@@ -414,7 +436,17 @@ def _job_out(job: DeleteJob) -> JobOut:
         sessions_per_second=progress.sessions_per_second,
         error=progress.error,
         skipped_text=progress.skipped_text,
+        kind=job.kind,
+        total_messages=progress.total_messages,
+        url=reverse("api:job_status", kwargs={"job_id": job.pk}),
     )
+
+
+def _accepted(response: HttpResponse, job_id: int) -> Status:
+    """202: the work goes on in the job; its status is at ``url`` (and ``Location``)."""
+    out = _job_out(DeleteJob.objects.get(pk=job_id))
+    response["Location"] = out.url
+    return Status(202, out)
 
 
 @router.post("/bulk-deletes", response={201: JobOut})
@@ -625,10 +657,12 @@ class RestoreOut(Schema):
     lost_links: list[LinkOut]
 
 
-@router.post("/trash/{entry_id}/restore", response=RestoreOut)
-def trash_restore(request: HttpRequest, entry_id: RowId, body: ReasonIn):
+@router.post("/trash/{entry_id}/restore", response={200: RestoreOut, 202: JobOut})
+def trash_restore(request: HttpRequest, entry_id: RowId, body: ReasonIn, response: HttpResponse):
     """Restore a trash entry with the rest of its operation. A row taken again meanwhile (a
-    session id, a title, a message id) is a 409 ``restore-conflict``: nothing restored."""
+    session id, a title, a message id) is a 409 ``restore-conflict``: nothing restored. An
+    operation too large to restore within about a second is restored in the background: 202
+    with its job (``url``, also the ``Location``), its outcome on the job and the audit log."""
     if not TrashEntry.objects.filter(pk=entry_id).exists():
         actions.record_refusal(
             request=request,
@@ -638,6 +672,12 @@ def trash_restore(request: HttpRequest, entry_id: RowId, body: ReasonIn):
             before={"trash_entry": entry_id},
         )
         raise not_found(f"No trash entry #{entry_id}.")
+    sessions, messages = actions.restore_size(entry_id=entry_id)
+    if restore_runs_as_job(sessions=sessions, messages=messages):
+        job_id = actions.start_restore(
+            actor=request.auth.actor, entry_id=entry_id, reason=body.reason
+        )
+        return _accepted(response, job_id)
     result = actions.restore(actor=request.auth.actor, entry_id=entry_id, reason=body.reason)
     return RestoreOut(
         trash_entry_id=result.trash_entry_id,

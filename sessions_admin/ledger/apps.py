@@ -62,5 +62,9 @@ class LedgerConfig(AppConfig):
         deletion.set_default_trash(LEDGER_TRASH)
         # A legal hold covers the sessions of its lineage that are in the trash too.
         holds.set_lineage_elsewhere(trashed_lineage)
+        # The actions register the runners of cascade and restore jobs (``ledger.jobs``): a
+        # worker thread or ``run_jobs`` finds them whichever module it imported first.
+        import sessions_admin.ledger.actions  # noqa: F401
+
         post_migrate.connect(create_cache_table, sender=self)
         checks.register(partly_squashed_history, checks.Tags.database)

@@ -172,9 +172,16 @@ class TrashSession(models.Model):
 
 
 class DeleteJob(models.Model):
-    """A bulk delete running in small batches in the background; resumable after a restart."""
+    """A delete running in small batches in the background; resumable after a restart.
+
+    ``kind``: a bulk delete (its items, skipping what it must), or a confirmed cascade delete
+    or a trash restore too long to run in the request (``ledger.jobs.runs_as_job``): those
+    carry their audit entry (completed by the worker), their trash ``operation`` and the
+    confirmed plan (``params``); a cascade's items are its planned sessions, children first.
+    """
 
     PENDING, RUNNING, DONE, FAILED, CANCELLED = "pending", "running", "done", "failed", "cancelled"
+    BULK, CASCADE, RESTORE = "bulk", "cascade", "restore"
 
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150)
@@ -196,6 +203,12 @@ class DeleteJob(models.Model):
     policy = models.ForeignKey(
         "RetentionPolicy", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
+    kind = models.CharField(max_length=20, default=BULK)
+    # A cascade's or a restore's: its trash operation, its pending audit entry, its plan.
+    operation = models.CharField(max_length=100, blank=True)
+    audit_entry = models.BigIntegerField(null=True, blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    total_messages = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -84,6 +84,41 @@ def test_a_cascade_delete_by_fingerprint_moves_the_plan_to_the_trash(admin):
     assert audit.after["deleted_sessions"] == 4
 
 
+def test_a_long_cascade_and_its_restore_are_202_with_their_job(admin, settings):
+    """Over the configured size (about a second of work), each runs as a job: 202 with the
+    job's URL, the plan intact until the worker runs it, then the audit entry ok."""
+    settings.SESSIONS_ADMIN_CASCADE_JOB_MESSAGES = 1
+    settings.SESSIONS_ADMIN_RESTORE_JOB_MESSAGES = 1
+    root, delegate, grand, tip, branch, child, other = cascade_lineage()
+    before = store_snapshot(*PARTS)
+    fingerprint = admin.get(f"cascades/{root}").body["fingerprint"]
+    answer = admin.post(f"cascades/{root}", {"fingerprint": fingerprint, "reason": "GDPR 42"})
+    assert answer.status == 202, answer.body
+    job = DeleteJob.objects.get()
+    assert answer.body["kind"] == "cascade" and answer.body["job_id"] == job.pk
+    assert answer.body["url"] == f"/api/v1/jobs/{job.pk}"
+    assert answer.headers["Location"] == answer.body["url"]
+    assert store_snapshot(*PARTS) == before
+    assert entries("cascade_delete").get().outcome == "pending"
+    # The same confirmation again is refused while the job holds the plan: nothing changes.
+    again = admin.post(f"cascades/{root}", {"fingerprint": fingerprint, "reason": "GDPR 42"})
+    assert again.status >= 400 and DeleteJob.objects.count() == 1
+
+    jobs.run_job(job_id=job.pk)
+    status = admin.get(f"jobs/{job.pk}").body
+    assert (status["state"], status["deleted"]) == ("done", 4)
+    assert session_ids() == {branch, child, other}
+    assert entries("cascade_delete", "ok").get().after["deleted_sessions"] == 4
+
+    entry_id = TrashEntry.objects.get().pk
+    restoring = admin.post(f"trash/{entry_id}/restore", {"reason": "by mistake"})
+    assert restoring.status == 202, restoring.body
+    assert restoring.body["kind"] == "restore"
+    jobs.run_job(job_id=restoring.body["job_id"])
+    assert store_snapshot(*PARTS) == before
+    assert entries("restore", "ok").get().after["restored_sessions"] == 4
+
+
 def test_a_stale_cascade_fingerprint_is_plan_changed_and_changes_nothing(admin):
     root, *_ = cascade_lineage()
     fingerprint = admin.get(f"cascades/{root}").body["fingerprint"]

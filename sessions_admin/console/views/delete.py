@@ -52,6 +52,7 @@ from sessions_admin.core.deletion import (
 )
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.ledger import actions
+from sessions_admin.ledger.jobs import cascade_runs_as_job
 from sessions_admin.ledger.models import AuditAction
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
@@ -291,6 +292,8 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
             before={"fingerprint": form.shown_back("fingerprint")[:200]},
         )
         return _render_cascade(request, session_id, plan, reason=reason, problems=problems)
+    if cascade_runs_as_job(sessions=len(plan.session_ids), messages=plan.message_count):
+        return _start_cascade_job(request, session_id, plan, form, reason)
     try:
         result = attempt(
             request,
@@ -333,6 +336,41 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
         ),
     )
     return redirect("trash")
+
+
+def _start_cascade_job(
+    request: HtmxHttpRequest,
+    session_id: str,
+    plan: core.DeletePlan,
+    form: CascadeConfirmForm,
+    reason: str,
+) -> HttpResponse:
+    """A cascade too long for the request: checked and claimed now, deleted by the worker;
+    the operator follows it on its job page."""
+    job_id = attempt(
+        request,
+        AuditAction.CASCADE_DELETE,
+        lambda: actions.start_cascade_delete(
+            actor=request.user,
+            session_ids=[session_id],
+            include_branches=form.cleaned_data["include_branches"],
+            expected_fingerprint=form.cleaned_data["fingerprint"],
+            reason=reason,
+            lose_undo=form.cleaned_data["lose_undo"],
+        ),
+        session_ids=[session_id],
+    )
+    if isinstance(job_id, Refused):
+        plan = _plan_or_404(session_id, form.cleaned_data["include_branches"])
+        said = "" if isinstance(job_id.error, core.PlanChanged) else "Nothing was deleted: "
+        return _render_cascade(request, session_id, plan, reason=reason, problems=job_id.said(said))
+    messages.success(
+        request,
+        f"Deleting {plural(len(plan.session_ids), 'session')} and "
+        f"{plural(plan.message_count, 'message')} in the background (job #{job_id}); "
+        "restorable from the trash once done.",
+    )
+    return redirect_to(request, reverse("job_detail", kwargs={"job_id": job_id}))
 
 
 # ---------------------------------------------------------------------------

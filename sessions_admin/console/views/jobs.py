@@ -19,7 +19,7 @@ from sessions_admin.console.http import HtmxHttpRequest, fragment, require_perm
 from sessions_admin.console.refusals import Refused, attempt_form
 from sessions_admin.ledger import actions, worker
 from sessions_admin.ledger.jobs import job_progress
-from sessions_admin.ledger.models import AuditAction, DeleteJob
+from sessions_admin.ledger.models import AuditAction, DeleteJob, TrashEntry
 from sessions_admin.signin.roles import DELETE
 
 JOB_TEMPLATE = "console/job.html"
@@ -27,6 +27,7 @@ JOB_TEMPLATE = "console/job.html"
 ACTIVE_JOB_STATES = (DeleteJob.PENDING, DeleteJob.RUNNING)
 JOBS_LISTED = 50
 JOB_FINISHED_EVENT = "jobFinished"
+RESTORED_LISTED = 20
 
 
 def _job_or_404(job_id: int) -> DeleteJob:
@@ -43,11 +44,26 @@ def _job_context(job: DeleteJob) -> dict:
     if active and progress.sessions_per_second:
         remaining = (progress.total - progress.processed) / progress.sessions_per_second
         remaining = remaining if remaining >= 1 else None
+    trash_entry = None
+    if job.kind == DeleteJob.CASCADE and job.operation:
+        trash_entry = (
+            TrashEntry.objects.filter(operation=job.operation)
+            .exclude(state=TrashEntry.PENDING)
+            .order_by("pk")
+            .values("pk", "session_ids")
+            .first()
+        )
     return {
         "job": job,
         "progress": progress,
         "active": active,
         "remaining_seconds": remaining,
+        # A cascade's trash entry (what undoes it), a restore's sessions back in the store.
+        "trash_entry": trash_entry,
+        "trash_search": (trash_entry["session_ids"] or [""])[0] if trash_entry else "",
+        "restored": list((job.params or {}).get("restored") or [])[:RESTORED_LISTED],
+        "restored_more": max(0, len((job.params or {}).get("restored") or []) - RESTORED_LISTED),
+        "plan_start": ((job.params or {}).get("session_ids") or [""])[0],
     }
 
 
@@ -90,6 +106,7 @@ def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     if job.state not in ACTIVE_JOB_STATES:
         messages.info(request, f"Job #{job.pk} is already {job.state}; nothing to cancel.")
         return redirect("job_detail", job_id=job.pk)
+    # A cascade or a restore is not cancellable (the core refuses it too): said, audited.
     done = attempt_form(
         request,
         AuditAction.CANCEL_BULK_DELETE,

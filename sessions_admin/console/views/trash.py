@@ -30,7 +30,13 @@ from sessions_admin.console.forms import (
     TrashPurgeForm,
     TrashRestoreForm,
 )
-from sessions_admin.console.http import HtmxHttpRequest, fragment, plural, require_perm
+from sessions_admin.console.http import (
+    HtmxHttpRequest,
+    fragment,
+    plural,
+    redirect_to,
+    require_perm,
+)
 from sessions_admin.console.refusals import Refused, attempt, refuse, refuse_form
 from sessions_admin.console.views.delete import (
     TypedConfirmation,
@@ -39,6 +45,7 @@ from sessions_admin.console.views.delete import (
 )
 from sessions_admin.core.deletion import plural_days
 from sessions_admin.ledger import actions
+from sessions_admin.ledger.jobs import restore_runs_as_job
 from sessions_admin.ledger.models import AuditAction, DeleteJob, TrashEntry, TrashSession
 from sessions_admin.ledger.trash import (
     ParentsElsewhere,
@@ -297,6 +304,23 @@ def trash_restore(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
         messages.info(request, f"Trash entry #{entry.pk} was already restored.")
         return redirect(back)
     first = TrashEntry.objects.filter(operation=entry.operation).order_by("pk").first() or entry
+    sessions, restored_messages = actions.restore_size(entry_id=entry.pk)
+    if restore_runs_as_job(sessions=sessions, messages=restored_messages):
+        # Too long for the request: the worker restores it; its job page follows it.
+        job_id = attempt(
+            request,
+            AuditAction.RESTORE,
+            lambda: actions.start_restore(actor=request.user, entry_id=entry.pk),
+            message="Nothing was restored: ",
+        )
+        if isinstance(job_id, Refused):
+            return redirect(back)
+        messages.success(
+            request,
+            f"Restoring {plural(sessions, 'session')} and {plural(restored_messages, 'message')} "
+            f"from trash entry #{first.pk} in the background (job #{job_id}).",
+        )
+        return redirect_to(request, reverse("job_detail", kwargs={"job_id": job_id}))
     result = attempt(
         request,
         AuditAction.RESTORE,

@@ -105,6 +105,7 @@ def delete_in_batches(
     operation: str | None = None,
     whole: WholeConversations | None = None,
     committed: list | None = None,
+    between_parts: Callable[[], bool | None] | None = None,
 ) -> Iterable[tuple[list[str], int, int, int]]:
     """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id).
 
@@ -136,6 +137,7 @@ def delete_in_batches(
             trash=trash,
             operation=operation,
             part_messages=batch_messages,
+            between_parts=between_parts,
             whole=whole,
             committed=committed,
         )
@@ -162,14 +164,53 @@ def execute_cascade_delete(
     runs only with ``lose_undo``: the operator confirmed that the merge can no longer be
     undone (until the trash entry is restored; the trash page names the merge).
     """
+    # The caller's id, when it records it before the delete runs (its audit entry): what
+    # committed can then be read from the trash even if the caller never learns the result.
+    operation = operation or new_operation_id()
+    plan = claim_cascade(
+        session_ids=session_ids,
+        include_branches=include_branches,
+        expected_fingerprint=expected_fingerprint,
+        actor=actor,
+        reason=reason,
+        lose_undo=lose_undo,
+        operation=operation,
+    )
+    try:
+        return delete_claimed_cascade(
+            plan.session_ids,
+            actor=actor,
+            reason=reason,
+            trash=trash,
+            operation=operation,
+            whole=cascade_whole(plan),
+            plan=plan,
+        )
+    finally:
+        claims.release(operation=operation)
+
+
+def claim_cascade(
+    *,
+    session_ids: Sequence[str],
+    include_branches: bool,
+    expected_fingerprint: str,
+    actor: str,
+    reason: str,
+    lose_undo: bool,
+    operation: str,
+) -> DeletePlan:
+    """Every check a confirmed cascade makes before its first batch, and its claim: the plan
+    against the preview's fingerprint, the claim on its sessions (``claims``), the plan again
+    under the claim, its holds and the merges whose undo it loses. Returns the plan, claimed
+    for ``operation`` (the caller deletes it and releases the claim); refused, nothing is
+    claimed. A cascade too long for a request (``ledger.jobs``) is checked here in the
+    request and deleted by the worker, as one that runs in the request is."""
     if not reason or not reason.strip():
         raise InvalidInput("A reason is required for a delete.")
     plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
     if plan.fingerprint != expected_fingerprint:
         raise PlanChanged("delete")
-    # The caller's id, when it records it before the delete runs (its audit entry): what
-    # committed can then be read from the trash even if the caller never learns the result.
-    operation = operation or new_operation_id()
     faults.checkpoint("cascade.checked")
     # A second confirmation of the same preview passed the check above too: the claim lets
     # one of them run, and the plan is checked again under it (the other may have finished).
@@ -180,57 +221,63 @@ def execute_cascade_delete(
             raise DatabaseNotWritten("store", where) from error
         raise
     try:
-        return _run_cascade(
-            session_ids=session_ids,
-            include_branches=include_branches,
-            expected_fingerprint=expected_fingerprint,
-            actor=actor,
-            reason=reason,
-            trash=trash,
-            lose_undo=lose_undo,
-            operation=operation,
-        )
-    finally:
+        plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
+        if plan.fingerprint != expected_fingerprint:
+            raise PlanChanged("delete")
+        holds.refuse_held(plan.session_ids)
+        if plan.merges and not lose_undo:
+            raise InvalidInput(lost_undo_words(plan) + " Confirm that, or undo the merge first.")
+    except BaseException:
         claims.release(operation=operation)
+        raise
+    return plan
 
 
-def _run_cascade(
-    *,
-    session_ids: Sequence[str],
-    include_branches: bool,
-    expected_fingerprint: str,
-    actor: str,
-    reason: str,
-    trash: Trash | None,
-    lose_undo: bool,
-    operation: str,
-) -> DeleteResult:
-    plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
-    if plan.fingerprint != expected_fingerprint:
-        raise PlanChanged("delete")
-    holds.refuse_held(plan.session_ids)
-    if plan.merges and not lose_undo:
-        raise InvalidInput(lost_undo_words(plan) + " Confirm that, or undo the merge first.")
-    # Between its batches, a session the runtime links to one still to go (a delegate, a
-    # continuation) or a merge made meanwhile stops the cascade before that batch.
-    whole = WholeConversations(
+def cascade_whole(plan: DeletePlan) -> WholeConversations:
+    """Between its batches, a session the runtime links to one still to go (a delegate, a
+    continuation) or a merge made meanwhile stops the cascade before that batch."""
+    return WholeConversations(
         remaining=set(plan.session_ids),
         cut=frozenset(child for child, _ in plan.kept_children),
         lose_undo_of=frozenset(plan.lost_undos),
     )
+
+
+def delete_claimed_cascade(
+    session_ids: Sequence[str],
+    *,
+    actor: str,
+    reason: str,
+    trash: Trash | None,
+    operation: str,
+    whole: WholeConversations,
+    plan: DeletePlan | None = None,
+    job_id: int | None = None,
+    after_batch: Callable[[list[str], int, int], None] | None = None,
+    between_parts: Callable[[], None] | None = None,
+) -> DeleteResult:
+    """Delete a claimed cascade's sessions (children first) in batches of ``operation``.
+
+    ``after_batch(batch, sessions, messages)`` after each commit (a job's progress);
+    ``between_parts()`` between the parts of a large session (a job renews its lease). Raises
+    ``DeletePartlyApplied`` when a batch fails after others committed (of this call)."""
     committed: list[tuple[int, int, int]] = []
     try:
-        for _batch in delete_in_batches(
-            plan.session_ids,
+        for batch, sessions, messages, _entry in delete_in_batches(
+            session_ids,
             actor=actor,
             reason=reason,
+            job_id=job_id,
             trash=trash,
             operation=operation,
             whole=whole,
             committed=committed,
+            between_parts=between_parts,
         ):
             faults.checkpoint("cascade.between_batches")
             claims.renew(operation=operation)
+            if after_batch is not None:
+                after_batch(batch, sessions, messages)
     except Exception as error:
         if not committed:
             if where := db.storage_failure(error):
@@ -238,15 +285,15 @@ def _run_cascade(
             raise
         raise DeletePartlyApplied(
             result=_committed_result(committed, operation, plan),
-            planned_sessions=len(plan.session_ids),
-            planned_messages=plan.message_count,
+            planned_sessions=len(session_ids),
+            planned_messages=plan.message_count if plan else 0,
             error=error,
         ) from error
     return _committed_result(committed, operation, plan)
 
 
 def _committed_result(
-    committed: Sequence[tuple[int, int, int]], operation: str, plan: DeletePlan
+    committed: Sequence[tuple[int, int, int]], operation: str, plan: DeletePlan | None
 ) -> DeleteResult:
     """What the store committed, commit by commit (a session's parts count its messages)."""
     return DeleteResult(
@@ -254,7 +301,7 @@ def _committed_result(
         deleted_messages=sum(messages for _entry, _sessions, messages in committed),
         trash_entry_ids=tuple(entry for entry, _sessions, _messages in committed),
         operation=operation,
-        lost_undos=plan.lost_undos,
+        lost_undos=plan.lost_undos if plan else (),
     )
 
 

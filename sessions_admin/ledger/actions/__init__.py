@@ -41,9 +41,12 @@ from sessions_admin.ledger.actions.deletion import (
     complete_stale_restores,
     purge,
     restore,
+    restore_size,
     resume_bulk_delete,
     settle_deletes_and_restores,
     start_bulk_delete,
+    start_cascade_delete,
+    start_restore,
 )
 from sessions_admin.ledger.actions.erasure import (
     _complete_stopped_erasure_runs,

@@ -269,6 +269,7 @@ def _audited(
     result_ids: Callable[[T], Sequence[str | None]] = lambda _: (),
     failed_ids: Callable[[Exception], Sequence[str]] = lambda _: (),
     partly: Callable[[Exception], T | None] = lambda _: None,
+    leave_pending: bool = False,
 ) -> T:
     """Record the intent (committed), run the store operation, then record its outcome.
 
@@ -277,7 +278,8 @@ def _audited(
     keeps the batches it committed), linked to the failed entry. ``partly``: what a
     failed operation committed all the same (a delete's first batches), or None; the
     entry is then ``partial``, its ``after`` that result (the trash operation with it)
-    and its detail what stopped the rest.
+    and its detail what stopped the rest. ``leave_pending``: ``run`` handed the work to a
+    job (a long cascade or restore) that completes the entry; it stays pending here.
     """
     audit = _caller_transaction()
     if audit:
@@ -344,6 +346,8 @@ def _audited(
                 detail,
             )
         raise
+    if leave_pending:
+        return result
     # The store change is committed; until the next line completes, the entry says "pending".
     faults.checkpoint("audit.after_store_commit")
     # The operator who merged or deleted expects the fork groups and counts to show it.
