@@ -253,24 +253,17 @@ def cascade_delete(
             sessions=len(plan.session_ids), messages=plan.message_count
         )
         raise refused(request, AuditAction.CASCADE_DELETE, problem, **audit)
+    confirmed = {
+        "actor": request.auth.actor,
+        "session_ids": [session_id],
+        "include_branches": body.include_branches,
+        "expected_fingerprint": body.fingerprint,
+        "reason": reason,
+        "lose_undo": body.lose_undo,
+    }
     if cascade_runs_as_job(sessions=len(plan.session_ids), messages=plan.message_count):
-        job_id = actions.start_cascade_delete(
-            actor=request.auth.actor,
-            session_ids=[session_id],
-            include_branches=body.include_branches,
-            expected_fingerprint=body.fingerprint,
-            reason=reason,
-            lose_undo=body.lose_undo,
-        )
-        return _accepted(response, job_id)
-    result = actions.cascade_delete(
-        actor=request.auth.actor,
-        session_ids=[session_id],
-        include_branches=body.include_branches,
-        expected_fingerprint=body.fingerprint,
-        reason=reason,
-        lose_undo=body.lose_undo,
-    )
+        return _accepted(response, actions.start_cascade_delete(**confirmed))
+    result = actions.cascade_delete(**confirmed)
     return DeleteOut(
         deleted_sessions=result.deleted_sessions,
         deleted_messages=result.deleted_messages,

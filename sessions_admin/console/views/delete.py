@@ -292,20 +292,21 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
             before={"fingerprint": form.shown_back("fingerprint")[:200]},
         )
         return _render_cascade(request, session_id, plan, reason=reason, problems=problems)
+    confirmed = {
+        "actor": request.user,
+        "session_ids": [session_id],
+        "include_branches": include_branches,
+        "expected_fingerprint": form.cleaned_data["fingerprint"],
+        "reason": reason,
+        "lose_undo": form.cleaned_data["lose_undo"],
+    }
     if cascade_runs_as_job(sessions=len(plan.session_ids), messages=plan.message_count):
-        return _start_cascade_job(request, session_id, plan, form, reason)
+        return _start_cascade_job(request, session_id, plan, confirmed)
     try:
         result = attempt(
             request,
             AuditAction.CASCADE_DELETE,
-            lambda: actions.cascade_delete(
-                actor=request.user,
-                session_ids=[session_id],
-                include_branches=include_branches,
-                expected_fingerprint=form.cleaned_data["fingerprint"],
-                reason=reason,
-                lose_undo=form.cleaned_data["lose_undo"],
-            ),
+            lambda: actions.cascade_delete(**confirmed),
             session_ids=[session_id],
         )
     except core.DeletePartlyApplied as partly:
@@ -319,10 +320,7 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
             request, session_id, plan, reason=reason, problems=[str(partly)], partly=partly
         )
     if isinstance(result, Refused):
-        plan = _plan_or_404(session_id, include_branches)
-        # A changed plan is shown again as it is now; any other refusal changed nothing.
-        said = "" if isinstance(result.error, core.PlanChanged) else "Nothing was deleted: "
-        return _render_cascade(request, session_id, plan, reason=reason, problems=result.said(said))
+        return _cascade_refused(request, session_id, confirmed, result)
     messages.success(
         request,
         f"Deleted {plural(result.deleted_sessions, 'session')} and "
@@ -338,32 +336,30 @@ def cascade_delete_confirm(request: HtmxHttpRequest, session_id: str) -> HttpRes
     return redirect("trash")
 
 
+def _cascade_refused(
+    request: HtmxHttpRequest, session_id: str, confirmed: dict, refused: Refused
+) -> HttpResponse:
+    """The preview again: a changed plan as it is now; any other refusal changed nothing."""
+    plan = _plan_or_404(session_id, confirmed["include_branches"])
+    said = "" if isinstance(refused.error, core.PlanChanged) else "Nothing was deleted: "
+    return _render_cascade(
+        request, session_id, plan, reason=confirmed["reason"], problems=refused.said(said)
+    )
+
+
 def _start_cascade_job(
-    request: HtmxHttpRequest,
-    session_id: str,
-    plan: core.DeletePlan,
-    form: CascadeConfirmForm,
-    reason: str,
+    request: HtmxHttpRequest, session_id: str, plan: core.DeletePlan, confirmed: dict
 ) -> HttpResponse:
     """A cascade too long for the request: checked and claimed now, deleted by the worker;
     the operator follows it on its job page."""
     job_id = attempt(
         request,
         AuditAction.CASCADE_DELETE,
-        lambda: actions.start_cascade_delete(
-            actor=request.user,
-            session_ids=[session_id],
-            include_branches=form.cleaned_data["include_branches"],
-            expected_fingerprint=form.cleaned_data["fingerprint"],
-            reason=reason,
-            lose_undo=form.cleaned_data["lose_undo"],
-        ),
+        lambda: actions.start_cascade_delete(**confirmed),
         session_ids=[session_id],
     )
     if isinstance(job_id, Refused):
-        plan = _plan_or_404(session_id, form.cleaned_data["include_branches"])
-        said = "" if isinstance(job_id.error, core.PlanChanged) else "Nothing was deleted: "
-        return _render_cascade(request, session_id, plan, reason=reason, problems=job_id.said(said))
+        return _cascade_refused(request, session_id, confirmed, job_id)
     messages.success(
         request,
         f"Deleting {plural(len(plan.session_ids), 'session')} and "

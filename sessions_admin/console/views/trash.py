@@ -305,30 +305,24 @@ def trash_restore(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
         return redirect(back)
     first = TrashEntry.objects.filter(operation=entry.operation).order_by("pk").first() or entry
     sessions, restored_messages = actions.restore_size(entry_id=entry.pk)
-    if restore_runs_as_job(sessions=sessions, messages=restored_messages):
-        # Too long for the request: the worker restores it; its job page follows it.
-        job_id = attempt(
-            request,
-            AuditAction.RESTORE,
-            lambda: actions.start_restore(actor=request.user, entry_id=entry.pk),
-            message="Nothing was restored: ",
-        )
-        if isinstance(job_id, Refused):
-            return redirect(back)
-        messages.success(
-            request,
-            f"Restoring {plural(sessions, 'session')} and {plural(restored_messages, 'message')} "
-            f"from trash entry #{first.pk} in the background (job #{job_id}).",
-        )
-        return redirect_to(request, reverse("job_detail", kwargs={"job_id": job_id}))
+    # Too long for the request: the worker restores it; its job page follows it.
+    as_job = restore_runs_as_job(sessions=sessions, messages=restored_messages)
+    run = actions.start_restore if as_job else actions.restore
     result = attempt(
         request,
         AuditAction.RESTORE,
-        lambda: actions.restore(actor=request.user, entry_id=entry.pk),
+        lambda: run(actor=request.user, entry_id=entry.pk),
         message="Nothing was restored: ",
     )
     if isinstance(result, Refused):
         return redirect(back)
+    if as_job:
+        messages.success(
+            request,
+            f"Restoring {plural(sessions, 'session')} and {plural(restored_messages, 'message')} "
+            f"from trash entry #{first.pk} in the background (job #{result}).",
+        )
+        return redirect_to(request, reverse("job_detail", kwargs={"job_id": result}))
     batches = len(result.trash_entry_ids)
     messages.success(
         request,

@@ -55,6 +55,21 @@ from sessions_admin.ledger.trash import (
 logger = logging.getLogger(__name__)
 
 
+def _confirmed_cascade(
+    session_ids: Sequence[str], expected_fingerprint: str, reason: str
+) -> tuple[list[str], str, str]:
+    """A cascade confirmation's input checked (ids, fingerprint, reason), what earlier deletes
+    left unsettled settled, and the trash operation it will write: recorded with the intent,
+    so an entry whose outcome could not be written is completed later from what this
+    operation's trash holds (``complete_stale_deletes``)."""
+    ids = operator_identifiers(session_ids)
+    _check_fingerprint(expected_fingerprint)
+    reason = operator_text(reason, field="reason", required=True)
+    settle_deletes_and_restores()
+    release_finished_claims()
+    return ids, reason, new_operation_id()
+
+
 def cascade_delete(
     *,
     actor,
@@ -64,14 +79,7 @@ def cascade_delete(
     reason: str,
     lose_undo: bool = False,
 ) -> core.DeleteResult:
-    ids = operator_identifiers(session_ids)
-    _check_fingerprint(expected_fingerprint)
-    reason = operator_text(reason, field="reason", required=True)
-    settle_deletes_and_restores()
-    release_finished_claims()
-    # Recorded with the intent: an entry whose outcome could not be written is completed
-    # later from what this operation's trash holds (complete_stale_deletes).
-    operation = new_operation_id()
+    ids, reason, operation = _confirmed_cascade(session_ids, expected_fingerprint, reason)
     return _audited(
         actor=actor,
         action=AuditAction.CASCADE_DELETE,
@@ -116,12 +124,7 @@ def start_cascade_delete(
     the same plan is refused by the claim), with its audit entry pending and naming its trash
     operation; then the worker deletes it (``_run_cascade_job``) and completes that entry.
     Returns the job's id."""
-    ids = operator_identifiers(session_ids)
-    _check_fingerprint(expected_fingerprint)
-    reason = operator_text(reason, field="reason", required=True)
-    settle_deletes_and_restores()
-    release_finished_claims()
-    operation = new_operation_id()
+    ids, reason, operation = _confirmed_cascade(session_ids, expected_fingerprint, reason)
 
     def claim_and_record() -> int:
         plan = deletion.claim_cascade(
@@ -156,18 +159,28 @@ def start_cascade_delete(
             claims.release(operation=operation)
             raise
 
-    job_id = _audited(
+    return _audited_job(
         actor=actor,
         action=AuditAction.CASCADE_DELETE,
         session_ids=ids,
         reason=reason,
-        before={
-            **_counts(ids),
-            "trash_operation": operation,
-            "process": this_process(),
-            "as_job": True,
-        },
-        run=claim_and_record,
+        before={**_counts(ids), "trash_operation": operation},
+        create=claim_and_record,
+    )
+
+
+def _audited_job(
+    *, actor, action: str, session_ids: Sequence[str], reason: str, before: dict, create
+) -> int:
+    """``create()`` the job under a pending audit entry the job completes, then wake the
+    worker; the job's id."""
+    job_id = _audited(
+        actor=actor,
+        action=action,
+        session_ids=session_ids,
+        reason=reason,
+        before={**before, "process": this_process(), "as_job": True},
+        run=create,
         after=lambda job: {"job": job},
         leave_pending=True,
     )
@@ -628,18 +641,13 @@ def start_restore(*, actor, entry_id: int, reason: str = "") -> int:
     if entry is None:
         raise InvalidInput(f"No trash entry #{entry_id}.")
     sessions, messages = restore_size(entry_id=entry_id)
-    job_id = _audited(
+    return _audited_job(
         actor=actor,
         action=AuditAction.RESTORE,
         session_ids=ids or list(entry.session_ids),
         reason=reason,
-        before={
-            "trash_entry": entry_id,
-            "trash_operation": operation,
-            "process": this_process(),
-            "as_job": True,
-        },
-        run=lambda: jobs.create_action_job(
+        before={"trash_entry": entry_id, "trash_operation": operation},
+        create=lambda: jobs.create_action_job(
             kind=DeleteJob.RESTORE,
             actor=_name(actor),
             reason=reason or "restore",
@@ -650,11 +658,7 @@ def start_restore(*, actor, entry_id: int, reason: str = "") -> int:
             total=sessions,
             total_messages=messages,
         ),
-        after=lambda job: {"job": job},
-        leave_pending=True,
     )
-    worker.ensure_worker_running()
-    return job_id
 
 
 def _run_restore_job(job: DeleteJob, worker_name: str) -> None:
