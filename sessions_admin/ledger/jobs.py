@@ -21,6 +21,10 @@ its audit entry (pending) and the job; the worker runs it with a runner its acti
 registers (``register_runner``: ``ledger.actions`` imports this module, not the reverse)
 and completes that audit entry. Such a job cannot be cancelled: stopped halfway it would
 leave half a cascade, or, for a restore (one store transaction), nothing to stop.
+
+Over 800 lines on purpose: creating a job, its lease, its run, the skips it records and the
+progress read from them are one protocol over the same item states and lease columns; split,
+each part would have to restate the others' rules about them.
 """
 
 from __future__ import annotations
