@@ -344,11 +344,9 @@ def _subject_sessions(subject: Subject) -> tuple[list[str], list[str]]:
     # Another user's session stays among the roots: ``_refuse_other_users`` refuses it.
     no_user = {
         r[0]
-        for chunk in _chunks(sorted(by_value))
-        for r in db.fetchall(
-            f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)}) "
-            "AND (user_id IS NULL OR user_id = '')",
-            list(chunk),
+        for r in db.fetchall_in(
+            "SELECT id FROM sessions WHERE id IN ({marks}) AND (user_id IS NULL OR user_id = '')",
+            sorted(by_value),
         )
     }
     kept = sorted(_merge_targets(sorted(no_user)))
@@ -362,11 +360,10 @@ def _subject_sessions(subject: Subject) -> tuple[list[str], list[str]]:
 def _user_ids_of(ids: Sequence[str]) -> set[str]:
     return {
         r[0]
-        for chunk in _chunks(list(ids))
-        for r in db.fetchall(
-            f"SELECT DISTINCT user_id FROM sessions WHERE id IN ({db.placeholders(chunk)}) "
+        for r in db.fetchall_in(
+            "SELECT DISTINCT user_id FROM sessions WHERE id IN ({marks}) "
             "AND user_id IS NOT NULL AND user_id <> ''",
-            list(chunk),
+            ids,
         )
     }
 
