@@ -7,6 +7,7 @@ import contextlib
 import os
 import secrets
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -139,12 +140,32 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def run_test_child(
+    module: str, *args: str, settings: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    """``python -m tests.core.<module> <args>`` (crash_child, audit_child) on this test's
+    databases, its output captured; ``settings``: its environment over ``child_env`` (where it
+    crashes, which database is full...), no crash point unless they name one. Nothing of ours
+    may hold a SQLite read snapshot or a PostgreSQL lock the child waits on: closed first."""
+    env = child_env()
+    env.pop("SESSIONS_ADMIN_CRASH_AT", None)
+    env.update(settings or {})
+    connections.close_all()
+    return subprocess.run(
+        [sys.executable, "-m", f"tests.core.{module}", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def start_simulator(
     ledger: Path, *, seed: int, label: str, duration: float, chats: int, env: dict, extra=()
 ):
     """A ``manage.py simulate_runtime`` process (a runtime writing as a gateway would) on this
     test's databases, keeping its acknowledgements in ``ledger``."""
-    import sys
 
     return subprocess.Popen(
         [
