@@ -248,8 +248,7 @@ def _extend_backward(rows: list[dict], need: int) -> int:
 
 
 class _Walk:
-    """A chunk being read across a chain's segments, forward or back: its rows (with their
-    segment) and handoffs so far, nearest first, and the budget they leave."""
+    """A chunk being read across a chain's segments, forward or back, nearest rows first."""
 
     def __init__(self, chain: list[str], *, limit: int, hide_inactive: bool, forward: bool):
         self.chain = chain
@@ -260,8 +259,7 @@ class _Walk:
         self.budget = _Budget()
 
     def read(self, segment: int, mark: int | None) -> tuple[int | None, bool, bool]:
-        """Read on in ``segment`` from ``mark`` (the message id past which to read); the new
-        mark, whether the segment holds more rows past it, whether the chunk is full."""
+        """Read on in ``segment`` past ``mark``: the new mark, more rows left, the chunk full."""
         need = self.limit - sum(1 for i in self.items if not isinstance(i, Handoff))
         fetch = need + LOOKAHEAD
         keyset = {"after": mark} if self.forward else {"before": mark}
@@ -536,10 +534,8 @@ def cut_long_fields(row: dict) -> tuple[str, ...]:
 
 
 # The row's columns a TranscriptMessage holds as they are (its cut fields already cut).
-_SHOWN_AS_STORED = (
-    "session_id", "segment", "role", "content", "tool_call_id", "tool_name", "timestamp",
-    "token_count", "finish_reason", "reasoning",
-)  # fmt: skip
+_SHOWN_AS_STORED = ("session_id", "segment", "role", "content", "tool_call_id", "tool_name",
+                    "timestamp", "token_count", "finish_reason", "reasoning")  # fmt: skip
 
 
 def _message(row: dict) -> TranscriptMessage:
