@@ -1,10 +1,17 @@
-"""Helpers for tests that look at the store's rows directly."""
+"""Helpers for tests: the store's rows read directly, and processes on this test's databases
+(a runtime's simulator, a real gunicorn)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+import subprocess
+import sys
 import threading
-from collections.abc import Callable
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -12,6 +19,7 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import connections
 
+from sessions_admin import devtools
 from sessions_admin.core import db
 from sessions_admin.routers import responses_alias
 
@@ -132,13 +140,32 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def run_test_child(
+    module: str, *args: str, settings: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    """``python -m tests.core.<module> <args>`` (crash_child, audit_child) on this test's
+    databases, its output captured; ``settings``: its environment over ``child_env`` (where it
+    crashes, which database is full...), no crash point unless they name one. Nothing of ours
+    may hold a SQLite read snapshot or a PostgreSQL lock the child waits on: closed first."""
+    env = child_env()
+    env.pop("SESSIONS_ADMIN_CRASH_AT", None)
+    env.update(settings or {})
+    connections.close_all()
+    return subprocess.run(
+        [sys.executable, "-m", f"tests.core.{module}", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def start_simulator(
     ledger: Path, *, seed: int, label: str, duration: float, chats: int, env: dict, extra=()
 ):
     """A ``manage.py simulate_runtime`` process (a runtime writing as a gateway would) on this
     test's databases, keeping its acknowledgements in ``ledger``."""
-    import subprocess
-    import sys
 
     return subprocess.Popen(
         [
@@ -165,3 +192,86 @@ def start_simulator(
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def server_env(var_dir: Path, *, scheduler: bool = False, **settings: str) -> dict[str, str]:
+    """The environment of a dashboard server on this test's databases (``child_env``): its var
+    directory and home ``var_dir``, a secret key, the slug-history poller off and, unless
+    ``scheduler``, the retention scheduler too; ``settings`` over that."""
+    env = {k: v for k, v in child_env().items() if not k.startswith("PYTEST_")}
+    env.update(
+        SESSIONS_ADMIN_VAR_DIR=str(var_dir),
+        SESSIONS_ADMIN_SECRET_KEY=secrets.token_urlsafe(50),
+        SESSIONS_ADMIN_SLUG_HISTORY_SECONDS="0",
+        HOME=str(var_dir),
+    )
+    if not scheduler:
+        env["SESSIONS_ADMIN_RETENTION_CHECK_SECONDS"] = "0"
+    env.update(settings)
+    return env
+
+
+def answers(url: str) -> bool:
+    """``url`` answers 200 now."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+class Gunicorn:
+    """The real gunicorn (``devtools.gunicorn_command``) on a free loopback port with ``env``,
+    its output appended to ``log``; ready once ``ready`` (a path) answers 200. A test may stop
+    and start it again, as a deployment restarts it."""
+
+    def __init__(self, env: dict[str, str], log: Path, *, ready: str = "/api/v1/openapi.json"):
+        self.env = env
+        self.log = log
+        self.ready = ready
+        self.port = devtools.free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def launch(self) -> None:
+        """Start the process, not waiting for it (start several, then wait for each)."""
+        with self.log.open("a") as output:
+            self.process = subprocess.Popen(
+                devtools.gunicorn_command(f"127.0.0.1:{self.port}"),
+                cwd=REPO,
+                env=self.env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_ready(self, *, deadline: float) -> None:
+        """Wait until it answers, failing with its log if it exits or ``deadline`` passes."""
+        while not answers(self.base + self.ready):
+            assert self.process is not None and self.process.poll() is None, self._log_tail()
+            assert time.monotonic() < deadline, self._log_tail()
+            time.sleep(0.2)
+
+    def start(self, *, within: float = 90) -> None:
+        self.launch()
+        self.wait_ready(deadline=time.monotonic() + within)
+
+    def stop(self) -> None:
+        devtools.stop_process(self.process, timeout=30)
+
+    def _log_tail(self) -> str:
+        return self.log.read_text()[-3000:]
+
+
+@contextlib.contextmanager
+def serving(*servers: Gunicorn, within: float = 90) -> Iterator[None]:
+    """``servers`` started together and ready (within ``within`` seconds), stopped after."""
+    try:
+        for server in servers:
+            server.launch()
+        deadline = time.monotonic() + within
+        for server in servers:
+            server.wait_ready(deadline=deadline)
+        yield
+    finally:
+        for server in servers:
+            server.stop()

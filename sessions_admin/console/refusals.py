@@ -5,7 +5,8 @@ A view validates its input with a form, then calls ``ledger.actions``; either ca
 action already audited itself) and, given ``message``, shows it; ``refuse_form`` does that for
 an invalid form; ``attempt`` runs an action and turns its ``StoreError`` into a ``Refused`` the
 view renders (its form again, or a redirect with the message); ``attempt_form`` is the two in
-one, for an action whose form has one message to show (``ConsoleForm.problem``).
+one, for an action whose form has one message to show (``ConsoleForm.problem``), and
+``attempt_valid`` for a page that lists all of an invalid form's problems (``Refused.said``).
 """
 
 from __future__ import annotations
@@ -100,6 +101,22 @@ def attempt(
         return refuse(
             request, action, error, session_ids=session_ids, before=before, message=message
         )
+
+
+def attempt_valid(
+    request: Any,
+    action: str,
+    form: forms.Form,
+    run: Callable[[dict], T],
+    *,
+    session_ids: Sequence[str] = (),
+    before: dict | None = None,
+) -> T | Refused:
+    """``attempt`` of ``run(form.cleaned_data)`` once ``form`` is valid; until then all its
+    problems, refused (``refuse_form``)."""
+    return refuse_form(request, action, form, session_ids=session_ids, before=before) or attempt(
+        request, action, lambda: run(form.cleaned_data), session_ids=session_ids, before=before
+    )
 
 
 def attempt_form(

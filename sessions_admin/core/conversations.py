@@ -138,12 +138,7 @@ def resolve_conversation(
         recorded = _recorded_session(conversation)
         if recorded:
             with responses_transaction():
-                db.execute(
-                    "INSERT INTO conversations (name, response_id, session_id) "
-                    "VALUES (%s, '', %s) ON CONFLICT (name) DO NOTHING",
-                    [conversation, recorded],
-                    alias=_alias(),
-                )
+                _claim_slug(conversation, recorded)
             row = conversation_row(conversation)
     if row is not None:
         session_id = row[1] or response_session(row[0]) or _recorded_session(conversation)
@@ -175,12 +170,7 @@ def resolve_conversation(
     with responses_transaction():
         # The slug is claimed before the session exists, so racing requests for
         # one new slug agree on one session id (ON CONFLICT waits for the winner).
-        db.execute(
-            "INSERT INTO conversations (name, response_id, session_id) VALUES (%s, '', %s) "
-            "ON CONFLICT (name) DO NOTHING",
-            [conversation, candidate],
-            alias=_alias(),
-        )
+        _claim_slug(conversation, candidate)
         session_id = conversation_session(conversation)
     created = session_id == candidate
     create_session(session_id=session_id, source=source, user_id=user_id, model=model)
@@ -188,6 +178,16 @@ def resolve_conversation(
         remember_core_session(slug=conversation, session_id=session_id)
         return ConversationTarget(session_id, conversation, "new", True)
     return _live_target(session_id, conversation, "conversation")
+
+
+def _claim_slug(conversation: str, session_id: str) -> None:
+    """A row for the slug naming ``session_id``, unless the slug has one (the first wins)."""
+    db.execute(
+        "INSERT INTO conversations (name, response_id, session_id) VALUES (%s, '', %s) "
+        "ON CONFLICT (name) DO NOTHING",
+        [conversation, session_id],
+        alias=_alias(),
+    )
 
 
 def _recorded_session(conversation: str) -> str | None:

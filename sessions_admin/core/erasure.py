@@ -38,6 +38,7 @@ from sessions_admin.core.deletion import (
     delete_in_batches,
     failed_database,
     lineage_closure,
+    live_session_ids,
     ordered_children_first,
     response_ids_of,
 )
@@ -278,19 +279,18 @@ def _chunks(items: Sequence, size: int = CHUNK) -> Iterable[Sequence]:
         yield items[start : start + size]
 
 
+def _first_values_in(sql: str, values: Sequence[str]) -> set[str]:
+    """The first column of ``sql``'s rows, ``{marks}`` being an IN list of ``values``."""
+    return {r[0] for r in db.fetchall_in(sql, values)}
+
+
 def _merge_targets(ids: Sequence[str]) -> set[str]:
     """Those of ``ids`` that a merge (not undone) moved other sessions into."""
-    found: set[str] = set()
-    for chunk in _chunks(list(ids)):
-        found |= {
-            r[0]
-            for r in db.fetchall(
-                "SELECT target_session_id FROM sessions_admin_merges WHERE undone_at IS NULL "
-                f"AND target_session_id IN ({db.placeholders(chunk)})",
-                list(chunk),
-            )
-        }
-    return found
+    return _first_values_in(
+        "SELECT target_session_id FROM sessions_admin_merges WHERE undone_at IS NULL "
+        "AND target_session_id IN ({marks})",
+        ids,
+    )
 
 
 def _descendants(ids: Sequence[str]) -> set[str]:
@@ -342,15 +342,10 @@ def _subject_sessions(subject: Subject) -> tuple[list[str], list[str]]:
         else set()
     )
     # Another user's session stays among the roots: ``_refuse_other_users`` refuses it.
-    no_user = {
-        r[0]
-        for chunk in _chunks(sorted(by_value))
-        for r in db.fetchall(
-            f"SELECT id FROM sessions WHERE id IN ({db.placeholders(chunk)}) "
-            "AND (user_id IS NULL OR user_id = '')",
-            list(chunk),
-        )
-    }
+    no_user = _first_values_in(
+        "SELECT id FROM sessions WHERE id IN ({marks}) AND (user_id IS NULL OR user_id = '')",
+        sorted(by_value),
+    )
     kept = sorted(_merge_targets(sorted(no_user)))
     roots = sorted(by_user | (by_value - set(kept)))
     if not roots:
@@ -360,15 +355,11 @@ def _subject_sessions(subject: Subject) -> tuple[list[str], list[str]]:
 
 
 def _user_ids_of(ids: Sequence[str]) -> set[str]:
-    return {
-        r[0]
-        for chunk in _chunks(list(ids))
-        for r in db.fetchall(
-            f"SELECT DISTINCT user_id FROM sessions WHERE id IN ({db.placeholders(chunk)}) "
-            "AND user_id IS NOT NULL AND user_id <> ''",
-            list(chunk),
-        )
-    }
+    return _first_values_in(
+        "SELECT DISTINCT user_id FROM sessions WHERE id IN ({marks}) "
+        "AND user_id IS NOT NULL AND user_id <> ''",
+        ids,
+    )
 
 
 def _refuse_other_users(subject: Subject, ids: Sequence[str], merged_in: Sequence[str]) -> None:
@@ -644,14 +635,7 @@ def plan_erasure(
         }
     )
     _refuse_other_users(subject, ids, merged_in)
-    live = sorted(
-        r[0]
-        for chunk in _chunks(ids)
-        for r in db.fetchall(
-            f"SELECT id FROM sessions WHERE ended_at IS NULL AND id IN ({db.placeholders(chunk)})",
-            list(chunk),
-        )
-    )
+    live = sorted(live_session_ids(ids))
     moved = _moved_messages(merges, id_set)
     responses = set(response_ids_of(ids)) if ids else set()
     responses |= _moved_responses(merges, id_set)

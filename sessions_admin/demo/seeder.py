@@ -21,7 +21,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -370,7 +370,7 @@ class Seeder:
                 forks = pick(rng, FORK_COUNTS)
                 mode = "latest" if rng.random() < 0.6 else "original"
                 return self._api_plan(rng, None, forks=forks, mode=mode)
-            plan = Plan(kind="api_plain", start=0.0, seed=rng.getrandbits(63), sessions=1)
+            plan = self._one_session_plan(rng, "api_plain", 0.0)
             plan.options = {"turns": rng.randint(1, 4)}
             plan.start = self._random_start(
                 rng, span=plan.options["turns"] * TURN_WORST_SECONDS + 60
@@ -382,6 +382,11 @@ class Seeder:
         if kind == "cli":
             return self._cli_plan(rng, None)
         return self._empty_plan(rng, None)
+
+    @staticmethod
+    def _one_session_plan(rng: random.Random, kind: str, start: float, **fields: Any) -> Plan:
+        """A plan of one session of ``kind`` from ``start``, its seed the next of ``rng``."""
+        return Plan(kind=kind, start=start, seed=rng.getrandbits(63), sessions=1, **fields)
 
     def _evictor(self, rng: random.Random) -> Plan:
         # The runtime's response LRU: evict at a few moments, keeping the newer half.
@@ -398,11 +403,10 @@ class Seeder:
         # The long transcript first: asked for explicitly, or a full-size seed.
         if self.long_messages:
             plans.append(
-                Plan(
-                    kind="long",
-                    start=self.now - 11 * day,
-                    seed=rng.getrandbits(63),
-                    sessions=1,
+                self._one_session_plan(
+                    rng,
+                    "long",
+                    self.now - 11 * day,
                     source="telegram",
                     options={"messages": self.long_messages},
                 )
@@ -479,13 +483,7 @@ class Seeder:
 
         # A slug-less API client chaining previous_response_id.
         plans.append(
-            Plan(
-                kind="api_plain",
-                start=self.now - 5 * day,
-                seed=rng.getrandbits(63),
-                sessions=1,
-                options={"turns": 3},
-            )
+            self._one_session_plan(rng, "api_plain", self.now - 5 * day, options={"turns": 3})
         )
 
         if self.long_chain:
@@ -826,6 +824,17 @@ class Seeder:
             th.extras = list(ep.extras)
             yield from self._episode_turns(plan, th, ep, rng)
 
+    def _take_back_reply(
+        self, th: Thread, after: float, rewrite: Callable[..., object]
+    ) -> Iterator[float]:
+        """``after`` seconds on, undo or retry (``rewrite``) the thread's last turn: its last
+        reply is no longer one a branch can start at."""
+        th.t += after
+        yield th.t
+        rewrite(session_id=th.session_id)
+        if th.reply_ids:
+            th.reply_ids.pop()
+
     def _episode_turns(
         self, plan: Plan, th: Thread, ep: Episode, rng: random.Random
     ) -> Iterator[float]:
@@ -845,19 +854,11 @@ class Seeder:
                 )
                 core.set_title(session_id=th.session_id, title=self.unique_title(title))
             if i == ep.undo_after:
-                th.t += rng.uniform(5, 60)
-                yield th.t
-                core.undo_last_turn(session_id=th.session_id)
+                yield from self._take_back_reply(th, rng.uniform(5, 60), core.undo_last_turn)
                 self.stats.undone += 1
-                if th.reply_ids:
-                    th.reply_ids.pop()
             elif i == ep.retry_after:
-                th.t += rng.uniform(3, 30)
-                yield th.t
-                core.retry_last_turn(session_id=th.session_id)
+                yield from self._take_back_reply(th, rng.uniform(3, 30), core.retry_last_turn)
                 self.stats.retried += 1
-                if th.reply_ids:
-                    th.reply_ids.pop()
                 th.t += rng.uniform(3, 40)
                 reply = self._reply(th)
                 yield th.t

@@ -16,7 +16,7 @@ first and says why.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 
 from django.utils import timezone
@@ -39,14 +39,9 @@ ROWS_SHOWN = 200  # sessions a preview lists (the count says how many more)
 
 
 def rule_of(policy: RetentionPolicy) -> RetentionRule:
-    """The policy's rule, its values as stored (``RetentionRule.check`` judges them)."""
-    return RetentionRule(
-        older_than_days=policy.older_than_days,
-        source=policy.source,
-        status=policy.status,
-        end_reason=policy.end_reason,
-        title=policy.title,
-    )
+    """The policy's rule, its values as stored (``RetentionRule.check`` judges them): a policy
+    stores each of the rule's fields under the field's own name."""
+    return RetentionRule(**{f.name: getattr(policy, f.name) for f in fields(RetentionRule)})
 
 
 def check(policy: RetentionPolicy) -> None:

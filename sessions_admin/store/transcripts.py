@@ -11,7 +11,6 @@ segment boundaries with a handoff item."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 from collections import defaultdict
@@ -121,17 +120,17 @@ class TranscriptMessage:
 
     @property
     def time_iso(self) -> str:
-        at = _when(self.timestamp)
+        at = moment_of(self.timestamp)
         return at.isoformat() if at else ""
 
     @property
     def time_full(self) -> str:
-        at = _when(self.timestamp)
+        at = moment_of(self.timestamp)
         return at.strftime("%Y-%m-%d %H:%M:%S UTC") if at else ""
 
     @property
     def time_short(self) -> str:
-        at = _when(self.timestamp)
+        at = moment_of(self.timestamp)
         if at is None:
             return ""
         return at.strftime("%Y-%m-%d %H:%M:%S" if self.with_date else "%H:%M:%S")
@@ -161,10 +160,6 @@ class Chunk:
     reached_end: bool = False  # a forward read found the end of the transcript
     # With reached_end: the last position shown, where a live transcript's next rows follow.
     tail: Position | None = None
-
-
-def _when(timestamp: float | None) -> dt.datetime | None:
-    return moment_of(timestamp)
 
 
 # --- messages -------------------------------------------------------------------------------
@@ -252,59 +247,70 @@ def _extend_backward(rows: list[dict], need: int) -> int:
     return take
 
 
+class _Walk:
+    """A chunk being read across a chain's segments, forward or back, nearest rows first."""
+
+    def __init__(self, chain: list[str], *, limit: int, hide_inactive: bool, forward: bool):
+        self.chain = chain
+        self.limit = limit
+        self.hide_inactive = hide_inactive
+        self.forward = forward
+        self.items: list[dict | Handoff] = []
+        self.budget = _Budget()
+
+    def read(self, segment: int, mark: int | None) -> tuple[int | None, bool, bool]:
+        """Read on in ``segment`` past ``mark``: the new mark, more rows left, the chunk full."""
+        need = self.limit - sum(1 for i in self.items if not isinstance(i, Handoff))
+        fetch = need + LOOKAHEAD
+        keyset = {"after": mark} if self.forward else {"before": mark}
+        rows = _rows(self.chain[segment], **keyset, limit=fetch, hide_inactive=self.hide_inactive)
+        extend = _extend_forward if self.forward else _extend_backward
+        take = self.budget.fit(rows, extend(rows, need))
+        self.items.extend(dict(row, segment=segment) for row in rows[:take])
+        if take:
+            mark = rows[take - 1]["id"]
+        return mark, take < len(rows) or len(rows) == fetch, take >= need
+
+
 def read_after(
     chain: list[str], position: Position, *, limit: int, hide_inactive: bool
 ) -> tuple[list[dict | Handoff], Position | None]:
     """Up to ``limit`` rows (and handoffs) following ``position``; the position to read on from."""
-    items: list[dict | Handoff] = []
-    budget = _Budget()
+    walk = _Walk(chain, limit=limit, hide_inactive=hide_inactive, forward=True)
     segment, after = position.segment, position.message_id
     while segment < len(chain):
-        need = limit - sum(1 for i in items if not isinstance(i, Handoff))
-        fetch = need + LOOKAHEAD
-        rows = _rows(chain[segment], after=after, limit=fetch, hide_inactive=hide_inactive)
-        take = budget.fit(rows, _extend_forward(rows, need))
-        items.extend(dict(row, segment=segment) for row in rows[:take])
-        if take:
-            after = rows[take - 1]["id"]
-        if take < len(rows) or len(rows) == fetch:
-            return items, Position(segment, after)  # more rows in this segment
+        after, more, full = walk.read(segment, after)
+        if more:
+            return walk.items, Position(segment, after)  # more rows in this segment
         if segment + 1 >= len(chain):
-            return items, None  # the end of the transcript
-        if take >= need:
+            return walk.items, None  # the end of the transcript
+        if full:
             # Full, and this segment is done: the next read starts with the handoff.
-            return items, Position(segment, after)
-        items.append(Handoff(segment, chain[segment], chain[segment + 1]))
+            return walk.items, Position(segment, after)
+        walk.items.append(Handoff(segment, chain[segment], chain[segment + 1]))
         segment, after = segment + 1, 0
-    return items, None
+    return walk.items, None
 
 
 def read_before(
     chain: list[str], position: Position, *, limit: int, hide_inactive: bool
 ) -> tuple[list[dict | Handoff], Position | None]:
     """Up to ``limit`` rows (and handoffs) preceding ``position``, in order; where to read back from."""
-    backwards: list[dict | Handoff] = []
-    budget = _Budget()
+    walk = _Walk(chain, limit=limit, hide_inactive=hide_inactive, forward=False)
     segment = position.segment
     before: int | None = position.message_id
     while segment >= 0:
-        need = limit - sum(1 for i in backwards if not isinstance(i, Handoff))
-        fetch = need + LOOKAHEAD
-        rows = _rows(chain[segment], before=before, limit=fetch, hide_inactive=hide_inactive)
-        take = budget.fit(rows, _extend_backward(rows, need))
-        backwards.extend(dict(row, segment=segment) for row in rows[:take])
-        if take:
-            before = rows[take - 1]["id"]
-        if take < len(rows) or len(rows) == fetch:
-            return backwards[::-1], Position(segment, before)  # more rows in this segment
+        before, more, full = walk.read(segment, before)
+        if more:
+            return walk.items[::-1], Position(segment, before)  # more rows in this segment
         if segment == 0:
-            return backwards[::-1], None  # the start of the transcript
-        if take >= need:
+            return walk.items[::-1], None  # the start of the transcript
+        if full:
             # Full, and this segment is done: what precedes it ends with the handoff into it.
-            return backwards[::-1], Position(segment, 0 if before is None else before)
-        backwards.append(Handoff(segment - 1, chain[segment - 1], chain[segment]))
+            return walk.items[::-1], Position(segment, 0 if before is None else before)
+        walk.items.append(Handoff(segment - 1, chain[segment - 1], chain[segment]))
         segment, before = segment - 1, None
-    return backwards[::-1], None
+    return walk.items[::-1], None
 
 
 def _has_rows_before(session_id: str, message_id: int, *, hide_inactive: bool) -> bool:
@@ -527,21 +533,17 @@ def cut_long_fields(row: dict) -> tuple[str, ...]:
     return tuple(cut)
 
 
+# The row's columns a TranscriptMessage holds as they are (its cut fields already cut).
+_SHOWN_AS_STORED = ("session_id", "segment", "role", "content", "tool_call_id", "tool_name",
+                    "timestamp", "token_count", "finish_reason", "reasoning")  # fmt: skip
+
+
 def _message(row: dict) -> TranscriptMessage:
     row = dict(row)
     cut = cut_long_fields(row)
     message = TranscriptMessage(
         id=int(row["id"]),
-        session_id=row["session_id"],
-        segment=row["segment"],
-        role=row["role"],
-        content=row["content"],
-        tool_call_id=row["tool_call_id"],
-        tool_name=row["tool_name"],
-        timestamp=row["timestamp"],
-        token_count=row["token_count"],
-        finish_reason=row["finish_reason"],
-        reasoning=row["reasoning"],
+        **{name: row[name] for name in _SHOWN_AS_STORED},
         active=bool(row["active"]),
         compacted=bool(row["compacted"]),
         cut=cut,

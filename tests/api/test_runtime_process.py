@@ -11,66 +11,28 @@ session the answer named, active unless an undo took it), the live sessions it e
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 
-from sessions_admin import devtools
 from sessions_admin.core import db
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditEntry
-from tests.helpers import REPO, child_env
+from tests.helpers import Gunicorn, server_env, serving
 
 CLIENT = Path(__file__).parent / "clients" / "runtime_client.py"
 
 
-def _up(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base}/api/v1/openapi.json", timeout=5) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def server(tmp_path) -> Iterator[str]:
-    env = {k: v for k, v in child_env().items() if not k.startswith("PYTEST_")}
-    env.update(
-        SESSIONS_ADMIN_VAR_DIR=str(tmp_path),
-        SESSIONS_ADMIN_SECRET_KEY=secrets.token_urlsafe(50),
-        SESSIONS_ADMIN_SLUG_HISTORY_SECONDS="0",
-        SESSIONS_ADMIN_RETENTION_CHECK_SECONDS="0",
-        SESSIONS_ADMIN_API_RATE="",
-        SESSIONS_ADMIN_THREADS="8",
-        HOME=str(tmp_path),
-    )
-    port = devtools.free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = tmp_path / "server.log"
-    with log.open("w") as output:
-        process = subprocess.Popen(
-            devtools.gunicorn_command(f"127.0.0.1:{port}"),
-            cwd=REPO,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 90
-        while not _up(base):
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
-        yield base
-    finally:
-        devtools.stop_process(process, timeout=30)
+    env = server_env(tmp_path, SESSIONS_ADMIN_API_RATE="", SESSIONS_ADMIN_THREADS="8")
+    gunicorn = Gunicorn(env, tmp_path / "server.log")
+    with serving(gunicorn):
+        yield gunicorn.base
 
 
 def test_a_runtime_speaking_only_http_keeps_the_store_whole(server, tmp_path):

@@ -14,11 +14,9 @@ history left out, no switch twice, none missing.
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -28,71 +26,28 @@ import pytest
 from sessions_admin import core, devtools
 from sessions_admin.core import db, events, lineage
 from sessions_admin.ledger import actions
-from tests.helpers import REPO, child_env
+from tests.helpers import Gunicorn, server_env, serving
 
 CLIENTS = Path(__file__).parent / "clients"
 
 
-def _up(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base}/api/v1/openapi.json", timeout=5) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
-class Server:
-    """gunicorn on a fixed port, stopped and started again as a deployment restarts it."""
-
-    def __init__(self, tmp_path: Path):
-        self.env = {k: v for k, v in child_env().items() if not k.startswith("PYTEST_")}
-        self.env.update(
-            SESSIONS_ADMIN_VAR_DIR=str(tmp_path),
-            SESSIONS_ADMIN_SECRET_KEY=secrets.token_urlsafe(50),
-            SESSIONS_ADMIN_SLUG_HISTORY_SECONDS="0",
-            SESSIONS_ADMIN_RETENTION_CHECK_SECONDS="0",
-            SESSIONS_ADMIN_API_RATE="",
-            SESSIONS_ADMIN_THREADS="8",
-            SESSIONS_ADMIN_SWITCH_STREAM_SECONDS="3",
-            SESSIONS_ADMIN_SWITCH_HEARTBEAT_SECONDS="0.5",
-            SESSIONS_ADMIN_SWITCH_POLL_SECONDS="0.1",
-            HOME=str(tmp_path),
-        )
-        self.port = devtools.free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = tmp_path / "server.log"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with self.log.open("a") as output:
-            self.process = subprocess.Popen(
-                devtools.gunicorn_command(f"127.0.0.1:{self.port}"),
-                cwd=REPO,
-                env=self.env,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 90
-        while not _up(self.base):
-            assert self.process.poll() is None, self.log.read_text()[-3000:]
-            assert time.monotonic() < deadline, self.log.read_text()[-3000:]
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        devtools.stop_process(self.process, timeout=30)
-
-
 @pytest.fixture
-def server(tmp_path) -> Iterator[Server]:
-    running = Server(tmp_path)
-    running.start()
-    try:
+def server(tmp_path) -> Iterator[Gunicorn]:
+    """gunicorn on a fixed port, which the test stops and starts again as a deployment would."""
+    env = server_env(
+        tmp_path,
+        SESSIONS_ADMIN_API_RATE="",
+        SESSIONS_ADMIN_THREADS="8",
+        SESSIONS_ADMIN_SWITCH_STREAM_SECONDS="3",
+        SESSIONS_ADMIN_SWITCH_HEARTBEAT_SECONDS="0.5",
+        SESSIONS_ADMIN_SWITCH_POLL_SECONDS="0.1",
+    )
+    running = Gunicorn(env, tmp_path / "server.log")
+    with serving(running):
         yield running
-    finally:
-        running.stop()
 
 
-def _drive(server: Server, secret: str, seed: int, tmp_path: Path) -> None:
+def _drive(server: Gunicorn, secret: str, seed: int, tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-I", str(CLIENTS / "runtime_client.py"), server.base, secret]
         + ["3", "10", str(seed)],
@@ -105,7 +60,7 @@ def _drive(server: Server, secret: str, seed: int, tmp_path: Path) -> None:
     assert run.returncode == 0, (run.stderr[-3000:], run.stdout[-3000:])
 
 
-def _reader(server: Server, secret: str, mode: str, stop_file: Path, tmp_path: Path):
+def _reader(server: Gunicorn, secret: str, mode: str, stop_file: Path, tmp_path: Path):
     return subprocess.Popen(
         [sys.executable, "-I", str(CLIENTS / "switch_reader.py"), server.base, secret, mode]
         + [str(stop_file)],

@@ -13,7 +13,6 @@ import http.cookiejar
 import json
 import re
 import secrets
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -26,9 +25,9 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import User
 from django.urls import reverse
 
-from sessions_admin import core, devtools
+from sessions_admin import core
 from sessions_admin.signin.roles import assign_role
-from tests.helpers import REPO, child_env
+from tests.helpers import Gunicorn, server_env, serving
 
 TOKEN = "process-metrics-" + secrets.token_urlsafe(24)
 PASSWORD = "a long enough password 7"
@@ -46,45 +45,17 @@ def _get(opener, url: str, headers: dict | None = None, data: bytes | None = Non
 
 @pytest.fixture
 def server(tmp_path) -> Iterator[tuple[str, Path]]:
-    env = {k: v for k, v in child_env().items() if not k.startswith("PYTEST_")}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # gunicorn_conf.py's own, under this var dir
-    env.update(
-        SESSIONS_ADMIN_VAR_DIR=str(tmp_path),
-        SESSIONS_ADMIN_SECRET_KEY=secrets.token_urlsafe(50),
-        SESSIONS_ADMIN_SLUG_HISTORY_SECONDS="0",
-        SESSIONS_ADMIN_RETENTION_CHECK_SECONDS="0",
+    env = server_env(
+        tmp_path,
         SESSIONS_ADMIN_LOG_FORMAT="json",
         SESSIONS_ADMIN_METRICS_TOKEN=TOKEN,
         WEB_CONCURRENCY="2",
         SESSIONS_ADMIN_THREADS="4",
-        HOME=str(tmp_path),
     )
-    port = devtools.free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = tmp_path / "server.log"
-    with log.open("w") as output:
-        process = subprocess.Popen(
-            devtools.gunicorn_command(f"127.0.0.1:{port}"),
-            cwd=REPO,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/readyz", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
-        yield base, log
-    finally:
-        devtools.stop_process(process, timeout=30)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # gunicorn_conf.py's own, under this var dir
+    gunicorn = Gunicorn(env, tmp_path / "server.log", ready="/readyz")
+    with serving(gunicorn):
+        yield gunicorn.base, gunicorn.log
 
 
 def _records(log: Path) -> list[dict]:

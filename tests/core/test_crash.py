@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 from sessions_admin import core
@@ -30,7 +27,7 @@ from sessions_admin.ledger import jobs, trash
 from sessions_admin.ledger.models import DeleteJob, DeleteJobItem, TrashEntry, TrashSession
 from sessions_admin.routers import responses_alias
 from tests.builders import cascade_lineage, old_sessions, store_forked_conversation
-from tests.helpers import child_env
+from tests.helpers import run_test_child
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT = 60
@@ -41,21 +38,13 @@ MESSAGES_SQL = "SELECT m.id, m.session_id, m.* FROM messages m"
 
 def run_child(operation: str, arguments: dict, *, crash_at: str | None, batch_sessions=None):
     """Run the operation in a child process; return it once it exited."""
-    env = child_env()
-    env.pop("SESSIONS_ADMIN_CRASH_AT", None)
+    settings = {}
     if crash_at:
-        env["SESSIONS_ADMIN_CRASH_AT"] = crash_at
+        settings["SESSIONS_ADMIN_CRASH_AT"] = crash_at
     if batch_sessions:
-        env["CRASH_CHILD_BATCH_SESSIONS"] = str(batch_sessions)
-    # Nothing of ours may hold a SQLite read snapshot or a PostgreSQL lock the child waits on.
-    connections.close_all()
-    return subprocess.run(
-        [sys.executable, "-m", "tests.core.crash_child", operation, json.dumps(arguments)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT,
+        settings["CRASH_CHILD_BATCH_SESSIONS"] = str(batch_sessions)
+    return run_test_child(
+        "crash_child", operation, json.dumps(arguments), settings=settings, timeout=CHILD_TIMEOUT
     )
 
 

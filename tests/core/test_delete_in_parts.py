@@ -28,7 +28,7 @@ from sessions_admin.demo.consistency import check_store
 from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import DeleteJob, TrashEntry
 from sessions_admin.ledger.trash import LEDGER_TRASH, job_operation
-from tests.helpers import child_env
+from tests.helpers import child_env, run_test_child
 
 REPO = Path(__file__).resolve().parents[2]
 MESSAGES_SQL = "SELECT m.id, m.session_id, m.* FROM messages m"
@@ -240,16 +240,8 @@ def test_another_process_is_refused_between_parts_and_a_raw_runtime_write_is_kep
 
 
 def run_crash_child(operation: str, arguments: dict, *, crash_at: str, env: dict | None = None):
-    environment = {**child_env(), "SESSIONS_ADMIN_CRASH_AT": crash_at, **(env or {})}
-    connections.close_all()
-    return subprocess.run(
-        [sys.executable, "-m", "tests.core.crash_child", operation, json.dumps(arguments)],
-        cwd=REPO,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    settings = {"SESSIONS_ADMIN_CRASH_AT": crash_at, **(env or {})}
+    return run_test_child("crash_child", operation, json.dumps(arguments), settings=settings)
 
 
 def cascade_killed_after_first_part(sid: str):

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 
 import pytest
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, transaction
 
 from sessions_admin import core
 from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger.models import AuditEntry, AuditSession, DeleteJob, TrashEntry
 from tests.builders import cascade_lineage, store_forked_conversation
-from tests.core.test_crash import CHILD_TIMEOUT, REPO, assert_killed, store_state
-from tests.helpers import child_env
+from tests.core.test_crash import CHILD_TIMEOUT, assert_killed, store_state
+from tests.helpers import run_test_child
 
 BAD_TEXT = {"nul": "bad\x00text", "lone surrogate": "bad\ud800text"}
 
@@ -280,18 +278,9 @@ def test_record_keeps_working_after_the_fact_and_never_fails_on_its_text(ada):
 
 
 def run_action_in_child(action: str, arguments: dict, *, crash_at: str | None):
-    env = child_env()
-    env.pop("SESSIONS_ADMIN_CRASH_AT", None)
-    if crash_at:
-        env["SESSIONS_ADMIN_CRASH_AT"] = crash_at
-    connections.close_all()
-    return subprocess.run(
-        [sys.executable, "-m", "tests.core.audit_child", action, json.dumps(arguments)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT,
+    settings = {"SESSIONS_ADMIN_CRASH_AT": crash_at} if crash_at else {}
+    return run_test_child(
+        "audit_child", action, json.dumps(arguments), settings=settings, timeout=CHILD_TIMEOUT
     )
 
 

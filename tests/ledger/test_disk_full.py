@@ -19,12 +19,10 @@ from __future__ import annotations
 import json
 import resource
 import signal
-import subprocess
-import sys
 from contextlib import contextmanager
 
 import pytest
-from django.db import OperationalError, connections
+from django.db import OperationalError
 
 from sessions_admin import core
 from sessions_admin.core import db, deletion, faults
@@ -36,11 +34,10 @@ from tests.builders import cascade_lineage, old_sessions
 from tests.core.crash_child import fill
 from tests.core.test_crash import (
     CHILD_TIMEOUT,
-    REPO,
     assert_each_session_in_store_or_trash,
     store_state,
 )
-from tests.helpers import child_env
+from tests.helpers import run_test_child
 
 # The third of the plan's four one-session batches is the one that fails.
 FAILING_BATCH = 3
@@ -51,24 +48,12 @@ def run_full_child(
 ):
     """``actions.cascade_delete`` (or another of crash_child's operations) in a child whose
     ``database`` cannot grow from ``at`` on."""
-    env = child_env()
-    env.pop("SESSIONS_ADMIN_CRASH_AT", None)
-    env["CRASH_CHILD_BATCH_SESSIONS"] = "1"
-    env["CRASH_CHILD_FULL_AT"] = at
-    env["CRASH_CHILD_FULL_DATABASE"] = database
-    connections.close_all()
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.core.crash_child",
-            operation,
-            json.dumps(arguments),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+    full = {"CRASH_CHILD_FULL_AT": at, "CRASH_CHILD_FULL_DATABASE": database}
+    return run_test_child(
+        "crash_child",
+        operation,
+        json.dumps(arguments),
+        settings={"CRASH_CHILD_BATCH_SESSIONS": "1", **full},
         timeout=CHILD_TIMEOUT,
     )
 
@@ -335,22 +320,14 @@ def test_a_job_stopped_by_a_full_store_counts_its_trash_and_finishes(monkeypatch
         session_ids=selected, include_live=False, actor="ada", reason="retention"
     )
     before = store_state()
-    env = child_env()
-    env["CRASH_CHILD_FULL_AT"] = "job.after_batch_commit@2"
-    env["CRASH_CHILD_FULL_DATABASE"] = "store"
-    connections.close_all()
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.core.crash_child",
-            "run_job",
-            json.dumps({"job_id": job_id, "worker": "w", "batch_sessions": 3}),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+    child = run_test_child(
+        "crash_child",
+        "run_job",
+        json.dumps({"job_id": job_id, "worker": "w", "batch_sessions": 3}),
+        settings={
+            "CRASH_CHILD_FULL_AT": "job.after_batch_commit@2",
+            "CRASH_CHILD_FULL_DATABASE": "store",
+        },
         timeout=CHILD_TIMEOUT,
     )
 

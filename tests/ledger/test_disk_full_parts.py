@@ -11,11 +11,8 @@ all, and the audit entry says what committed.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from django.db import connections
 
 from sessions_admin import core
 from sessions_admin.core import being_deleted, db
@@ -24,9 +21,9 @@ from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from sessions_admin.store import health
 from tests.builders import store_forked_conversation
-from tests.core.test_crash import CHILD_TIMEOUT, MESSAGES_SQL, REPO, store_state
+from tests.core.test_crash import CHILD_TIMEOUT, MESSAGES_SQL, store_state
 from tests.core.test_delete_in_parts import big_session
-from tests.helpers import child_env
+from tests.helpers import run_test_child
 
 
 @pytest.fixture(autouse=True)
@@ -36,17 +33,11 @@ def _sqlite_only():
 
 
 def run_with_full_store(operation: str, arguments: dict, *, at: str):
-    env = child_env()
-    env.pop("SESSIONS_ADMIN_CRASH_AT", None)
-    env["CRASH_CHILD_FULL_AT"] = at
-    env["CRASH_CHILD_FULL_DATABASE"] = "store"
-    connections.close_all()
-    return subprocess.run(
-        [sys.executable, "-m", "tests.core.crash_child", operation, json.dumps(arguments)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+    return run_test_child(
+        "crash_child",
+        operation,
+        json.dumps(arguments),
+        settings={"CRASH_CHILD_FULL_AT": at, "CRASH_CHILD_FULL_DATABASE": "store"},
         timeout=CHILD_TIMEOUT,
     )
 

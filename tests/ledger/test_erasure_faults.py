@@ -36,7 +36,7 @@ from sessions_admin.demo.consistency import check_store
 from sessions_admin.ledger import actions, erasure
 from sessions_admin.ledger.models import AuditEntry, ErasureRequest, TrashEntry, TrashSession
 from tests.core.test_crash import CHILD_TIMEOUT, REPO
-from tests.helpers import child_env
+from tests.helpers import child_env, run_test_child
 from tests.ledger.test_erasure_resume import (
     BATCH_MESSAGES,
     BATCH_SESSIONS,
@@ -59,26 +59,18 @@ ARGV = ["erase_subject", "--user", USER, "--chat", CHAT, "--key", KEY]
 def erase_subject_in_child(*, full: str | None = None, database: str = "store"):
     """``manage.py erase_subject --yes`` in a child process (small batches and parts); with
     ``full`` ("point@N"), ``database`` cannot grow from that point on (SQLite)."""
-    env = child_env()
-    env.pop("SESSIONS_ADMIN_CRASH_AT", None)
-    env["CRASH_CHILD_BATCH_SESSIONS"] = str(BATCH_SESSIONS)
-    env["CRASH_CHILD_BATCH_MESSAGES"] = str(BATCH_MESSAGES)
+    settings = {
+        "CRASH_CHILD_BATCH_SESSIONS": str(BATCH_SESSIONS),
+        "CRASH_CHILD_BATCH_MESSAGES": str(BATCH_MESSAGES),
+    }
     if full:
-        env["CRASH_CHILD_FULL_AT"] = full
-        env["CRASH_CHILD_FULL_DATABASE"] = database
-    connections.close_all()
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.core.crash_child",
-            "command",
-            json.dumps({"argv": [*ARGV, "--reference", REFERENCE, "--yes"]}),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+        settings["CRASH_CHILD_FULL_AT"] = full
+        settings["CRASH_CHILD_FULL_DATABASE"] = database
+    return run_test_child(
+        "crash_child",
+        "command",
+        json.dumps({"argv": [*ARGV, "--reference", REFERENCE, "--yes"]}),
+        settings=settings,
         timeout=CHILD_TIMEOUT * 2,
     )
 

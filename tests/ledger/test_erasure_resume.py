@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
 from django.urls import reverse
 
 from sessions_admin import core
@@ -41,7 +40,7 @@ from sessions_admin.ledger.models import (
     TrashSession,
 )
 from sessions_admin.routers import responses_alias, store_alias
-from tests.helpers import child_env
+from tests.helpers import run_test_child
 
 REPO = Path(__file__).resolve().parents[2]
 USER = "u-resume-6621"
@@ -182,23 +181,15 @@ def rows_naming(values) -> dict[str, list]:
 
 
 def run_child(request_id: int, *, crash_at: str):
-    env = child_env()
-    env["SESSIONS_ADMIN_CRASH_AT"] = crash_at
-    env["CRASH_CHILD_BATCH_SESSIONS"] = str(BATCH_SESSIONS)
-    env["CRASH_CHILD_BATCH_MESSAGES"] = str(BATCH_MESSAGES)
-    connections.close_all()
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.core.crash_child",
-            "run_erasure",
-            json.dumps({"request_id": request_id}),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+    return run_test_child(
+        "crash_child",
+        "run_erasure",
+        json.dumps({"request_id": request_id}),
+        settings={
+            "SESSIONS_ADMIN_CRASH_AT": crash_at,
+            "CRASH_CHILD_BATCH_SESSIONS": str(BATCH_SESSIONS),
+            "CRASH_CHILD_BATCH_MESSAGES": str(BATCH_MESSAGES),
+        },
         timeout=120,
     )
 

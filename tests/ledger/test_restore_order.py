@@ -26,7 +26,7 @@ from sessions_admin.core import db, deletion, holds
 from sessions_admin.ledger import actions, jobs, trash
 from sessions_admin.ledger.models import AuditEntry, TrashEntry
 from tests.builders import cascade_split_by_a_fault, linked_conversation, store_snapshot
-from tests.helpers import child_env, parent_links
+from tests.helpers import child_env, parent_links, run_test_child
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -168,9 +168,6 @@ def test_a_hold_on_a_session_waiting_for_its_parent_keeps_the_parents_operation(
 def _killed_cascade(start: str, crash_at: str) -> None:
     """The cascade of ``start``'s conversation in a process killed (SIGKILL) at ``crash_at``."""
     plan = core.plan_cascade_delete(session_ids=[start], include_branches=True)
-    env = child_env()
-    env["SESSIONS_ADMIN_CRASH_AT"] = crash_at
-    env["CRASH_CHILD_BATCH_SESSIONS"] = "2"
     arguments = {
         "session_ids": [start],
         "include_branches": True,
@@ -178,14 +175,11 @@ def _killed_cascade(start: str, crash_at: str) -> None:
         "actor": "ada",
         "reason": "killed",
     }
-    connections.close_all()  # no snapshot or lock of ours for the child to wait on
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.core.crash_child", "cascade_delete", json.dumps(arguments)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    child = run_test_child(
+        "crash_child",
+        "cascade_delete",
+        json.dumps(arguments),
+        settings={"SESSIONS_ADMIN_CRASH_AT": crash_at, "CRASH_CHILD_BATCH_SESSIONS": "2"},
     )
     assert child.returncode == -signal.SIGKILL, (child.returncode, child.stderr)
 

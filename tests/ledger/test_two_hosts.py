@@ -11,88 +11,45 @@ from __future__ import annotations
 import http.cookiejar
 import re
 import secrets
-import subprocess
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import User
 from django.db import connections
 
-from sessions_admin import devtools
 from sessions_admin.core import db
 from sessions_admin.ledger.models import DeleteJob
 from sessions_admin.signin.roles import assign_role
 from tests.builders import old_sessions
 from tests.console.test_deletion_views import form
-from tests.helpers import REPO, child_env
+from tests.helpers import Gunicorn, server_env, serving
 
 PASSWORD = "correct horse battery staple"
 FIGURE_TIMES = re.compile(r'<time datetime="([^"]+)" data-ago>')
 WORKED_ON = "worked on by"
 
 
-@dataclass(frozen=True)
-class Host:
-    base: str
-    log: Path
-
-
-def _environment(var_dir: Path, secret: str) -> dict[str, str]:
-    env = {k: v for k, v in child_env().items() if not k.startswith("PYTEST_")}
-    env.update(
-        SESSIONS_ADMIN_VAR_DIR=str(var_dir),
-        SESSIONS_ADMIN_CACHE_URL="db://",
-        SESSIONS_ADMIN_SECRET_KEY=secret,  # one key, as hosts behind one balancer share
-        SESSIONS_ADMIN_THREADS="4",
-        SESSIONS_ADMIN_SLUG_HISTORY_SECONDS="0",
-        HOME=str(var_dir),
-    )
-    return env
-
-
-def _up(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base}/login/", timeout=5) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture
-def hosts(tmp_path) -> Iterator[list[Host]]:
+def hosts(tmp_path) -> Iterator[list[Gunicorn]]:
     secret = secrets.token_urlsafe(50)
-    started: list[tuple[subprocess.Popen, Host]] = []
-    try:
-        for name in ("a", "b"):
-            var_dir = tmp_path / f"host-{name}"
-            var_dir.mkdir()
-            port = devtools.free_port()
-            log = tmp_path / f"host-{name}.log"
-            with log.open("w") as output:
-                process = subprocess.Popen(
-                    devtools.gunicorn_command(f"127.0.0.1:{port}"),
-                    cwd=REPO,
-                    env=_environment(var_dir, secret),
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
-                )
-            started.append((process, Host(base=f"http://127.0.0.1:{port}", log=log)))
-        deadline = time.monotonic() + 90
-        for process, host in started:
-            while not _up(host.base):
-                assert process.poll() is None, host.log.read_text()
-                assert time.monotonic() < deadline, host.log.read_text()
-                time.sleep(0.2)
-        yield [host for _, host in started]
-    finally:
-        for process, _ in started:
-            devtools.stop_process(process, timeout=30)
+    started = []
+    for name in ("a", "b"):
+        var_dir = tmp_path / f"host-{name}"
+        var_dir.mkdir()
+        env = server_env(
+            var_dir,
+            scheduler=True,
+            SESSIONS_ADMIN_CACHE_URL="db://",
+            SESSIONS_ADMIN_SECRET_KEY=secret,  # one key, as hosts behind one balancer share
+            SESSIONS_ADMIN_THREADS="4",
+        )
+        started.append(Gunicorn(env, tmp_path / f"host-{name}.log", ready="/login/"))
+    with serving(*started):
+        yield started
 
 
 class Browser:
@@ -113,7 +70,7 @@ class Browser:
             return response.geturl(), response.read().decode()
 
 
-def _figure_times(browser: Browser, host: Host) -> list[str]:
+def _figure_times(browser: Browser, host: Gunicorn) -> list[str]:
     """When the overview's counts and health checks were computed (/health/ without htmx:
     the overview with its health panel inline). A figure not computed yet is a placeholder
     that a page asks for again, in the background (issue 16): so does this."""

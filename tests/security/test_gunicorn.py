@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from sessions_admin import devtools
+from tests.helpers import Gunicorn, serving
 
 pytestmark = pytest.mark.own_db
 
@@ -84,32 +84,11 @@ def server(tmp_path_factory) -> Iterator[Server]:
         check=True,
         timeout=120,
     )
-    port = devtools.free_port()
-    log = tmp / "gunicorn.log"
-    with log.open("w") as output:
-        process = subprocess.Popen(
-            devtools.gunicorn_command(f"127.0.0.1:{port}"),
-            cwd=ROOT,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, log.read_text()
-            try:
-                if _get(port, "/login/", timeout=5)[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+    gunicorn = Gunicorn(env, tmp / "gunicorn.log", ready="/login/")
+    with serving(gunicorn, within=60):
         for _ in range(10):  # every worker has loaded and rendered the page once
-            _get(port, "/login/", timeout=5)
-        yield Server(port=port, var_dir=tmp / "var", home=tmp / "home", log=log)
-    finally:
-        devtools.stop_process(process, timeout=30)
+            _get(gunicorn.port, "/login/", timeout=5)
+        yield Server(port=gunicorn.port, var_dir=tmp / "var", home=tmp / "home", log=gunicorn.log)
 
 
 def _slow_headers(port: int, stop: threading.Event, ready: threading.Barrier) -> None:

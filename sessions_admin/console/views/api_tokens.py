@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sessions_admin.console.forms import ApiTokenForm, ApiTokenRevokeForm
 from sessions_admin.console.http import HtmxHttpRequest
-from sessions_admin.console.refusals import Refused, attempt, refuse, refuse_form
+from sessions_admin.console.refusals import Refused, attempt, attempt_valid, refuse
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import ApiToken, AuditAction
 from sessions_admin.signin.roles import role_of
@@ -62,17 +62,16 @@ def api_token_create(request: HtmxHttpRequest) -> HttpResponse:
     _admin_only(request, AuditAction.API_TOKEN_CREATE)
     form = ApiTokenForm(request.POST)
     values = {name: form.shown_back(name) for name in ("name", "scope", "sources", "expires_days")}
-    if refused := refuse_form(request, AuditAction.API_TOKEN_CREATE, form):
-        return _render(request, values=values, problems=refused.problems, status=400)
-    created = attempt(
+    created = attempt_valid(
         request,
         AuditAction.API_TOKEN_CREATE,
-        lambda: actions.create_api_token(
+        form,
+        lambda data: actions.create_api_token(
             actor=request.user,
-            name=form.cleaned_data["name"],
-            scope=form.cleaned_data["scope"],
-            sources=form.cleaned_data["sources"],
-            expires_days=form.cleaned_data["expires_days"],
+            name=data["name"],
+            scope=data["scope"],
+            sources=data["sources"],
+            expires_days=data["expires_days"],
         ),
     )
     if isinstance(created, Refused):

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sessions_admin.console.forms import HoldForm, HoldReleaseForm
 from sessions_admin.console.http import HtmxHttpRequest, require_perm
-from sessions_admin.console.refusals import Refused, attempt, attempt_form, refuse_form
+from sessions_admin.console.refusals import Refused, attempt_form, attempt_valid
 from sessions_admin.core import holds, lineage
 from sessions_admin.core.ids import addressable
 from sessions_admin.ledger import actions
@@ -75,16 +75,12 @@ def hold_place(request: HtmxHttpRequest) -> HttpResponse:
         "subject": form.shown_back("subject"),
         "reason": form.shown_back("reason"),
     }
-    if refused := refuse_form(request, AuditAction.PLACE_HOLD, form):
-        return _render(request, form_values=values, problems=refused.problems, status=400)
-    hold = attempt(
+    hold = attempt_valid(
         request,
         AuditAction.PLACE_HOLD,
-        lambda: actions.place_hold(
-            actor=request.user,
-            kind=form.cleaned_data["kind"],
-            subject=form.cleaned_data["subject"],
-            reason=form.cleaned_data["reason"],
+        form,
+        lambda data: actions.place_hold(
+            actor=request.user, kind=data["kind"], subject=data["subject"], reason=data["reason"]
         ),
     )
     if isinstance(hold, Refused):

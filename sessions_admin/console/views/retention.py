@@ -28,7 +28,7 @@ from sessions_admin.console.forms import (
     RetentionSwitchForm,
 )
 from sessions_admin.console.http import HtmxHttpRequest, plural, require_perm
-from sessions_admin.console.refusals import Refused, attempt, attempt_form, refuse, refuse_form
+from sessions_admin.console.refusals import Refused, attempt, attempt_form, attempt_valid, refuse
 from sessions_admin.console.views.delete import typed_confirmation, typed_count_problem
 from sessions_admin.core.retention import STATUSES, TITLES
 from sessions_admin.ledger import actions, retention
@@ -102,14 +102,11 @@ def retention_list(request: HtmxHttpRequest) -> HttpResponse:
 def retention_create(request: HtmxHttpRequest) -> HttpResponse:
     form = RetentionPolicyForm(request.POST)
     values = {name: form.shown_back(name) for name in form.fields}
-    if refused := refuse_form(request, AuditAction.RETENTION_POLICY_CREATE, form):
-        return _render(request, values=values, problems=refused.problems, status=400)
-    data = dict(form.cleaned_data)
-    reason = data.pop("reason")
-    policy = attempt(
+    policy = attempt_valid(
         request,
         AuditAction.RETENTION_POLICY_CREATE,
-        lambda: actions.create_retention_policy(actor=request.user, reason=reason, **data),
+        form,
+        lambda data: actions.create_retention_policy(actor=request.user, **data),
     )
     if isinstance(policy, Refused):
         return _render(request, values=values, problems=policy.said(""), status=400)

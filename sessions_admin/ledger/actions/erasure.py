@@ -260,16 +260,29 @@ def finish_erasure_index_merges() -> list[int]:
     if not merge.finished:
         return []
     erasure_ledger.index_merged(pending, merge.notes)
-    for request_id in pending:
+    _record_each(
+        pending,
+        actor=None,
+        action=AuditAction.ERASURE_INDEX_MERGED,
+        after={"search_index": "merged", "notes": list(merge.notes)},
+        reason="the erasure's search index merge finished",
+    )
+    return pending
+
+
+def _record_each(
+    request_ids: list[int], *, actor, action: AuditAction, after: dict, reason: str
+) -> None:
+    """Audit a step the erasure requests ``request_ids`` finished together, one entry each."""
+    for request_id in request_ids:
         record(
-            actor=None,
-            action=AuditAction.ERASURE_INDEX_MERGED,
+            actor=actor,
+            action=action,
             session_ids=[],
             before={"erasure_request": request_id},
-            after={"search_index": "merged", "notes": list(merge.notes)},
-            reason="the erasure's search index merge finished",
+            after=after,
+            reason=reason,
         )
-    return pending
 
 
 def rewrites_automatically() -> bool:
@@ -313,19 +326,17 @@ def finish_erasure_rewrites(
         logger.info("erasure file rewrite not finished: %s", "; ".join(notes))
         return []
     erasure_ledger.files_rewritten(pending, notes)
-    for request_id in pending:
-        record(
-            actor=actor,
-            action=AuditAction.ERASURE_FILES_REWRITTEN,
-            session_ids=[],
-            before={"erasure_request": request_id},
-            after={
-                "file_rewrite": "done",
-                "longest_lock_seconds": round(max(store.longest_lock_seconds, dashboard_lock), 3),
-                "notes": notes,
-            },
-            reason="the erasure's file rewrite ran",
-        )
+    _record_each(
+        pending,
+        actor=actor,
+        action=AuditAction.ERASURE_FILES_REWRITTEN,
+        after={
+            "file_rewrite": "done",
+            "longest_lock_seconds": round(max(store.longest_lock_seconds, dashboard_lock), 3),
+            "notes": notes,
+        },
+        reason="the erasure's file rewrite ran",
+    )
     return pending
 
 
