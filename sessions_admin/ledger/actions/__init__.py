@@ -5,7 +5,8 @@ here. ``audit`` is the machinery every action goes through (the pending entry co
 before the store changes, then completed; refusals; the words of a failure), and why it
 runs in those steps; the other modules hold one domain's actions each: ``sessions``
 (resume, reset, rewrite, stray messages), ``merges``, ``deletion`` (cascades, bulk delete
-jobs, restore, purge, and settling what dead processes left pending), ``holds``,
+jobs, restore, purge, and settling what dead processes left pending), ``long_deletes``
+(cascades and restores too large for one request, as jobs), ``holds``,
 ``retention``, ``erasure``, ``portability`` (imports) and ``tokens`` (API tokens). Each action calls the others in
 its own module, so a test that replaces one patches it there (``actions.erasure``), not
 here. Names with a leading underscore are shared between these modules only.
@@ -41,12 +42,9 @@ from sessions_admin.ledger.actions.deletion import (
     complete_stale_restores,
     purge,
     restore,
-    restore_size,
     resume_bulk_delete,
     settle_deletes_and_restores,
     start_bulk_delete,
-    start_cascade_delete,
-    start_restore,
 )
 from sessions_admin.ledger.actions.erasure import (
     _complete_stopped_erasure_runs,
@@ -64,6 +62,11 @@ from sessions_admin.ledger.actions.erasure import (
 from sessions_admin.ledger.actions.holds import (
     place_hold,
     release_hold,
+)
+from sessions_admin.ledger.actions.long_deletes import (
+    restore_size,
+    start_cascade_delete,
+    start_restore,
 )
 from sessions_admin.ledger.actions.merges import (
     complete_stale_merges,
