@@ -760,6 +760,12 @@ def parse_args(argv: list[str] | None):
         action="store_true",
         help="reads: also time each page with the figure cache emptied before every request",
     )
+    parser.add_argument(
+        "--store-database",
+        default=None,
+        help="postgres reads: this database of the bench cluster as the store, not the seeded "
+        "one (another layout of the same store, e.g. bench/partition.py's copy)",
+    )
     parser.add_argument("--child-result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.size is not None and args.sessions is not None:
@@ -793,7 +799,7 @@ def run_reads(args, db: str) -> None:
             env = stores.sqlite_env(stores.sqlite_store(args.size))
         else:
             stores.postgres_store(args.size)
-            env = stores.postgres_env(args.size)
+            env = stores.postgres_env(args.size, store_database=args.store_database)
         print(f"== Read pages, {stores.size_label(args.size)} on {db} ==", flush=True)
         _run_reads_child(args, db, env, Path(tmp))
 
