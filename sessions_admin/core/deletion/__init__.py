@@ -22,6 +22,7 @@ from sessions_admin.core.deletion.batches import (
     execute_cascade_delete,
     failed_database,
 )
+from sessions_admin.core.deletion.fts_merges import defer_merges as defer_fts_merges
 from sessions_admin.core.deletion.give_back import stop_deleting
 from sessions_admin.core.deletion.plan import (
     CHUNK,
