@@ -8,6 +8,7 @@ deleted session, and the FTS triggers keep the search index in step.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ from django.db import transaction
 
 from sessions_admin.core import being_deleted, db, faults, holds, idempotency
 from sessions_admin.core.db import store_operation
-from sessions_admin.core.deletion import fts_merges
+from sessions_admin.core.deletion import fts_merges, pacing
 from sessions_admin.core.deletion.give_back import _give_back_parts
 from sessions_admin.core.deletion.plan import ConversationsKept, WholeConversations, kept_whole
 from sessions_admin.core.deletion.trash import (
@@ -279,7 +280,12 @@ def _copy_then_delete(
     committed: list = []
     try:
         # Keyed here, before the lock: the runtime waits only for the re-read's key.
-        done = locked((entry_id, rows_key(payload), payload), committed)
+        key = rows_key(payload)
+        started = time.perf_counter()
+        done = locked((entry_id, key, payload), committed)
+        pacing.observe(
+            messages=len(payload.get("messages", ())), seconds=time.perf_counter() - started
+        )
     except Exception:
         if not committed:  # the store delete never committed: the copy is not needed
             run.trash.discard(entry_id)
