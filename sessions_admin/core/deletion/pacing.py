@@ -6,7 +6,7 @@ more than per message) and its commit: 500 messages held it 25-130 ms on this 2-
 (bench/writes.py, issue 30). A fixed size is too small when messages are short (more commits,
 more FTS5 segments, a slower job) and too large when they are long (the runtime waits). A
 job's ``BatchPace`` measures each of its store transactions (the delete and its commit,
-``observe``, called by ``steps``) and sizes the next batch to hold the lock about
+``observe_on_commit``, called by ``steps`` and ``parts``) and sizes the next batch to hold the lock about
 ``TARGET_LOCK_SECONDS``, between ``MIN_MESSAGES`` and ``MAX_MESSAGES``. On PostgreSQL an append
 never waits for the delete's row locks; the pace then bounds each transaction's length the
 same way.
@@ -16,6 +16,11 @@ from __future__ import annotations
 
 import math
 import threading
+import time
+
+from django.db import transaction
+
+from sessions_admin.routers import store_alias
 
 TARGET_LOCK_SECONDS = 0.035
 MIN_MESSAGES = 100
@@ -57,8 +62,18 @@ def pace_batches(messages: int) -> BatchPace:
     return pace
 
 
-def observe(*, messages: int, seconds: float) -> None:
-    """Called by a delete after each store transaction: counted if a job paces its batches."""
+def now() -> float:
+    return time.perf_counter()
+
+
+def observe_on_commit(*, messages: int, since: float) -> None:
+    """Called by a delete under the lock (``since``: when its transaction began): once the
+    store commits, the time it held the lock is counted if a job paces its batches. Measured
+    to the commit, not to the end of what runs after it (the trash entry marked complete in
+    the dashboard's database, which holds no store lock)."""
     pace = getattr(_active, "pace", None)
-    if pace is not None:
-        pace.observe(messages=messages, seconds=seconds)
+    if pace is None:
+        return
+    transaction.on_commit(
+        lambda: pace.observe(messages=messages, seconds=now() - since), using=store_alias()
+    )

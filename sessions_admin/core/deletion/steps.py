@@ -8,7 +8,6 @@ deleted session, and the FTS triggers keep the search index in step.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -136,6 +135,7 @@ def _locked_delete(
     in parts, which goes only while its session is still marked (a cancel, or another delete
     keeping it, gave it back meanwhile: ``DeleteGivenBack``, nothing deleted).
     """
+    lock_started = pacing.now()
     batch, payload = snapshot_rows(batch, lock=True)
     # Under the lock: a hold placed after the preview, or while a job runs, still stops it.
     marked = being_deleted.marks_on(batch)
@@ -205,6 +205,7 @@ def _locked_delete(
         run.trash.discard(entry_id)
         raise
     faults.checkpoint("delete.before_commit")
+    pacing.observe_on_commit(messages=len(payload["messages"]), since=lock_started)
     _complete_on_commit(
         entry_id,
         committed,
@@ -280,12 +281,7 @@ def _copy_then_delete(
     committed: list = []
     try:
         # Keyed here, before the lock: the runtime waits only for the re-read's key.
-        key = rows_key(payload)
-        started = time.perf_counter()
-        done = locked((entry_id, key, payload), committed)
-        pacing.observe(
-            messages=len(payload.get("messages", ())), seconds=time.perf_counter() - started
-        )
+        done = locked((entry_id, rows_key(payload), payload), committed)
     except Exception:
         if not committed:  # the store delete never committed: the copy is not needed
             run.trash.discard(entry_id)
