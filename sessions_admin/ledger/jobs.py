@@ -316,13 +316,10 @@ def run_job(
     job_id: int,
     worker: str | None = None,
     batch_sessions: int = deletion.BATCH_SESSIONS,
-    batch_messages: int | None = None,
+    batch_messages: int = deletion.BATCH_MESSAGES,
     max_batches: int | None = None,
 ) -> JobProgress:
-    """Work on a job until it is done (or ``max_batches`` ran, or another worker holds it).
-
-    ``batch_messages``: the messages a batch holds at most; by default paced by the time its
-    store transactions hold the write lock (``deletion.pace_batches``), from ``BATCH_MESSAGES``."""
+    """Work on a job until it is done (or ``max_batches`` ran, or another worker holds it)."""
     worker = worker or worker_name()
     if not _claim(job_id, worker):
         return job_progress(job_id=job_id)
@@ -340,8 +337,6 @@ def run_job(
     batches = 0
     # SQLite: the full-text indexes merge in short steps after each batch, not in its commit.
     merges = deletion.defer_fts_merges()
-    pace = deletion.pace_batches(batch_messages or deletion.BATCH_MESSAGES)
-    paced = batch_messages is None
     try:
         while max_batches is None or batches < max_batches:
             state = DeleteJob.objects.filter(pk=job_id).values_list("state", flat=True).first()
@@ -372,7 +367,7 @@ def run_job(
                 remaining,
                 every_link=every_link,
                 batch_sessions=batch_sessions,
-                batch_messages=pace.messages if paced else batch_messages,
+                batch_messages=batch_messages,
             )
             live = set() if job.include_live else deletion.live_session_ids(batch)
             # A hold placed after the job was confirmed keeps its sessions (skipped, not failed),
@@ -421,7 +416,7 @@ def run_job(
                         operation=job_operation(job_id),
                         keep_live=not job.include_live,
                         # A session larger than a batch goes in parts of a batch each.
-                        part_messages=pace.messages if paced else batch_messages,
+                        part_messages=batch_messages,
                         between_parts=lambda: _renew_lease(job_id),
                         whole=whole,
                         deleted=deleted,
@@ -500,7 +495,6 @@ def run_job(
         raise
     finally:
         merges.stop()
-        pace.stop()
         if batches:
             # Its deletions show on the overview at once, as ledger.actions does for every
             # other action (once per run: each batch would make every read recompute).

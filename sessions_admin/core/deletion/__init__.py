@@ -24,7 +24,6 @@ from sessions_admin.core.deletion.batches import (
 )
 from sessions_admin.core.deletion.fts_merges import defer_merges as defer_fts_merges
 from sessions_admin.core.deletion.give_back import stop_deleting
-from sessions_admin.core.deletion.pacing import pace_batches
 from sessions_admin.core.deletion.plan import (
     CHUNK,
     TYPED_CONFIRMATION_MESSAGES,

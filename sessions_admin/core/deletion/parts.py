@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 
 from sessions_admin.core import being_deleted, db, faults, holds
 from sessions_admin.core.db import store_operation
-from sessions_admin.core.deletion import pacing
 from sessions_admin.core.deletion.give_back import stop_deleting
 from sessions_admin.core.deletion.plan import kept_whole
 from sessions_admin.core.deletion.steps import (
@@ -185,7 +184,6 @@ def _locked_delete_part(
     run: DeleteRun,
 ) -> int | KeptFromDelete | None:
     """Under the store's write lock: delete one part's messages if they are still as copied."""
-    lock_started = pacing.now()
     row = db.fetchone(
         "SELECT id, ended_at FROM sessions WHERE id = %s" + db.for_update(), [session_id]
     )
@@ -211,6 +209,5 @@ def _locked_delete_part(
     faults.checkpoint("delete.after_trash_copy")
     db.execute(f"DELETE FROM messages WHERE id IN ({db.placeholders(message_ids)})", message_ids)
     faults.checkpoint("delete.before_commit")
-    pacing.observe_on_commit(messages=len(message_ids), since=lock_started)
     _complete_on_commit(entry_id, committed, run, session_ids=(), messages=len(message_ids))
     return len(message_ids)

@@ -15,7 +15,7 @@ from django.db import transaction
 
 from sessions_admin.core import being_deleted, db, faults, holds, idempotency
 from sessions_admin.core.db import store_operation
-from sessions_admin.core.deletion import fts_merges, pacing
+from sessions_admin.core.deletion import fts_merges
 from sessions_admin.core.deletion.give_back import _give_back_parts
 from sessions_admin.core.deletion.plan import ConversationsKept, WholeConversations, kept_whole
 from sessions_admin.core.deletion.trash import (
@@ -135,7 +135,6 @@ def _locked_delete(
     in parts, which goes only while its session is still marked (a cancel, or another delete
     keeping it, gave it back meanwhile: ``DeleteGivenBack``, nothing deleted).
     """
-    lock_started = pacing.now()
     batch, payload = snapshot_rows(batch, lock=True)
     # Under the lock: a hold placed after the preview, or while a job runs, still stops it.
     marked = being_deleted.marks_on(batch)
@@ -205,7 +204,6 @@ def _locked_delete(
         run.trash.discard(entry_id)
         raise
     faults.checkpoint("delete.before_commit")
-    pacing.observe_on_commit(messages=len(payload["messages"]), since=lock_started)
     _complete_on_commit(
         entry_id,
         committed,
