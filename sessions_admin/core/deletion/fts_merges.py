@@ -5,9 +5,10 @@ Deleting a message writes delete markers into ``messages_fts`` and ``messages_ft
 FTS5 writes them as a new segment when the batch commits and, with its default ``automerge``
 (4), merges segments level by level right there, under the write lock: a commit that cascades
 into a large level held the runtime's appends for over a second (bench/writes.py, issue 30).
-During a job, ``automerge`` is 0 and after each batch ``merge_step`` runs positive ``'merge'``
-commands of ``MERGE_STEP_PAGES`` pages, each its own store transaction: the same merges the
-default would do (a level with ``usermerge``, 4, segments), in bounded steps. When the job
+During a job, ``automerge`` is 0 and after each store commit of its deletes (a batch, a part
+of a large session) one positive ``'merge'`` of ``MERGE_STEP_PAGES`` pages runs on each index,
+its own store transaction: the same merges the default would do (a level with ``usermerge``,
+4, segments), in bounded steps the runtime's writes can come between. When the job
 stops, ``automerge`` is set back to FTS5's default (which Hermes never changes) and the merge
 steps run until none has work left. A job killed meanwhile leaves ``automerge`` at 0: the next
 job run sets it back when it stops, and FTS5's ``crisismerge`` (16 segments on a level) still
@@ -30,10 +31,12 @@ logger = logging.getLogger(__name__)
 
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 AUTOMERGE_DEFAULT = 4  # FTS5's own default; Hermes's SessionDB never sets it
-# Pages one merge step writes: a step is one short store transaction (a few milliseconds).
-MERGE_STEP_PAGES = 100
-# Steps after a batch, at most: enough to keep up with what a batch's deletes add.
-STEPS_AFTER_BATCH = 4
+# Pages one merge step writes, in one store transaction of its own. One step of 200 pages per
+# index after each commit kept up with a job's deletes and, beside main's merges in the commit,
+# kept its rate with a lower append p99; four steps of 100 cost rate (docs/benchmarks.md).
+MERGE_STEP_PAGES = 200
+# Steps per index after each commit, at most.
+STEPS_AFTER_BATCH = 1
 # When the job stops: steps until no merge is left, within this many seconds.
 FINAL_MERGE_SECONDS = 30.0
 
