@@ -463,6 +463,8 @@ def run_job(
     every_link = job.policy_id is not None  # a retention run's conversations hold every link
     left_out: set[str] = set()  # sessions of the job it kept live or held: they continue
     batches = 0
+    # SQLite: the full-text indexes merge in short steps after each batch, not in its commit.
+    merges = deletion.defer_fts_merges()
     try:
         while max_batches is None or batches < max_batches:
             state = DeleteJob.objects.filter(pk=job_id).values_list("state", flat=True).first()
@@ -620,6 +622,7 @@ def run_job(
         )
         raise
     finally:
+        merges.stop()
         if batches:
             # Its deletions show on the overview at once, as ledger.actions does for every
             # other action (once per run: each batch would make every read recompute).

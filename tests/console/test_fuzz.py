@@ -68,7 +68,7 @@ GET_PARAMS: dict[str, list[str]] = {
     "bulk_delete": ["preset", "days", "source", "selection", "include_live"],
     "job_list": [],
     "job_detail": ["part"],
-    "trash": ["q", "page"],
+    "trash": ["q", "after"],
     "holds": ["kind", "subject"],
     "retention": [],
     "retention_preview": [],

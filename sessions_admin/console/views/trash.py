@@ -16,8 +16,7 @@ from datetime import timedelta
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.core.paginator import Paginator
-from django.db.models import F, Max, Window
+from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -56,6 +55,7 @@ from sessions_admin.ledger.trash import (
     purge_sizes,
     still_deleting,
 )
+from sessions_admin.ledger.trash_page import decode_trash_cursor, trash_operations_page
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
 
@@ -64,6 +64,7 @@ TRASH_TEMPLATE = "console/trash.html"
 TRASH_PAGE_SIZE = 25
 TRASH_SESSIONS_SHOWN = 12
 NUL_SEARCH = "A session id cannot contain a NUL character: showing every entry."
+BAD_CURSOR = "That page link is not valid (it was cut or changed): showing the newest entries."
 
 
 @dataclass(frozen=True)
@@ -142,8 +143,8 @@ class TrashRow:
         return max(restored, key=lambda e: e.restored_at) if restored else None
 
 
-def _trash_url(q: str = "", page: str = "") -> str:
-    params = {k: v for k, v in {"q": q, "page": page}.items() if v}
+def _trash_url(q: str = "", after: str = "") -> str:
+    params = {k: v for k, v in {"q": q, "after": after}.items() if v}
     return reverse("trash") + ("?" + urlencode(params) if params else "")
 
 
@@ -173,7 +174,9 @@ def _render_trash(
     request: HtmxHttpRequest,
     *,
     q: str,
-    page_number: str | None = None,
+    after: int | None = None,
+    page_problem: str = "",
+    status: int = 200,
     problems=(),
     purge_reason: str = "",
     purge_scope: str = "expired",
@@ -184,21 +187,11 @@ def _render_trash(
     days = configured_days()
     now = timezone.now()
     retention = timedelta(days=days)
-    operations = (
-        TrashEntry.objects.values("operation")
-        .annotate(newest=Max("created_at"), last_id=Max("id"))
-        .order_by("-newest", "-last_id")
-    )
-    matching = TrashSession.objects.filter(session_id__startswith=q) if q else None
-    if matching is not None:
-        operations = operations.filter(operation__in=matching.values("entry__operation").distinct())
-    page = Paginator(operations, TRASH_PAGE_SIZE).get_page(page_number)
-    newest = {row["operation"]: row["newest"] for row in page.object_list}
-    entries: dict[str, list[TrashEntry]] = {}
-    for entry in (
-        TrashEntry.objects.defer("payload").filter(operation__in=list(newest)).order_by("pk")
-    ):
-        entries.setdefault(entry.operation, []).append(entry)
+    page = trash_operations_page(q=q, after=after, limit=TRASH_PAGE_SIZE)
+    entries = {operation: list(batches) for operation, batches in page.operations}
+    newest = {
+        operation: max(e.created_at for e in batches) for operation, batches in entries.items()
+    }
     running_jobs = set(
         DeleteJob.objects.filter(
             pk__in={e.job_id for batch in entries.values() for e in batch if e.job_id},
@@ -212,12 +205,10 @@ def _render_trash(
     writing = still_deleting()
     # The sessions each row names, for the whole page in one query each (not two a row).
     first_by_operation = _first_sessions(list(newest))
-    found_by_operation = _first_sessions(list(newest), starting=q) if matching is not None else {}
+    found_by_operation = _first_sessions(list(newest), starting=q) if q else {}
     rows = []
     for operation in newest:
-        batches = entries.get(operation, [])
-        if not batches:
-            continue  # purged between the two reads
+        batches = entries[operation]
         whole = {s for e in batches if e.session_count for s in e.session_ids}
         parts = tuple(
             dict.fromkeys(
@@ -253,8 +244,9 @@ def _render_trash(
         )
     context = {
         "q": q,
-        "page": page,
+        "total": page.total,
         "rows": rows,
+        "page_problem": page_problem,
         "problems": list(problems),
         "trash_days": days,
         "purge_reason": purge_reason,
@@ -264,23 +256,28 @@ def _render_trash(
         **_purge_choices(days, held),
         # Operations a legal hold keeps: no purge drops them.
         "held_count": len(held),
-        "prev_url": _trash_url(q, str(page.previous_page_number()))
-        if page.has_previous()
-        else None,
-        "next_url": _trash_url(q, str(page.next_page_number())) if page.has_next() else None,
+        # Keyset pages (ledger.trash_page): the newest, and the next older one.
+        "first_url": _trash_url(q) if after is not None else None,
+        "next_url": _trash_url(q, page.next_cursor) if page.next_cursor else None,
     }
-    return render(request, fragment(request, TRASH_TEMPLATE, "entries"), context)
+    return render(request, fragment(request, TRASH_TEMPLATE, "entries"), context, status=status)
 
 
 @require_GET
 @require_perm(DELETE)
 def trash(request: HtmxHttpRequest) -> HttpResponse:
-    """Deleted rows, restorable until purged; searchable by session id."""
+    """Deleted rows, restorable until purged; searchable by session id. ``?after=`` is a
+    page's cursor; a link of the old numbered pages (``?page=``) shows the newest."""
     problems = [NUL_SEARCH] if "\x00" in (request.GET.get("q") or "") else []
+    token = (request.GET.get("after") or "").strip()
+    after = decode_trash_cursor(token) if token else None
+    bad_cursor = bool(token) and after is None
     return _render_trash(
         request,
         q=SearchTermField().clean(request.GET.get("q")),
-        page_number=request.GET.get("page"),
+        after=after,
+        page_problem=BAD_CURSOR if bad_cursor else "",
+        status=400 if bad_cursor else 200,
         problems=problems,
     )
 

@@ -6,7 +6,9 @@ protocol of where deleted rows are kept and the row snapshots put there. ``steps
 of a delete under the store's lock (trash copy first, then one short transaction), shared by
 ``batches`` (whole sessions, a cascade, a job's batch) and ``parts`` (one large session in
 several transactions; its mark lives in ``core.being_deleted``), and ``give_back`` returns the
-parts of a session such a delete must keep. ``restore`` puts a trash operation back. Names
+parts of a session such a delete must keep. ``restore`` puts a trash operation back.
+``fts_merges`` defers SQLite's full-text merges during a job to short steps between its
+commits. Names
 with a leading underscore are shared between these modules only.
 """
 
@@ -25,6 +27,7 @@ from sessions_admin.core.deletion.batches import (
     execute_cascade_delete,
     failed_database,
 )
+from sessions_admin.core.deletion.fts_merges import defer_merges as defer_fts_merges
 from sessions_admin.core.deletion.give_back import stop_deleting
 from sessions_admin.core.deletion.plan import (
     CHUNK,

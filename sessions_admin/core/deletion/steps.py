@@ -15,6 +15,7 @@ from django.db import transaction
 
 from sessions_admin.core import being_deleted, db, faults, holds, idempotency
 from sessions_admin.core.db import store_operation
+from sessions_admin.core.deletion import fts_merges
 from sessions_admin.core.deletion.give_back import _give_back_parts
 from sessions_admin.core.deletion.plan import ConversationsKept, WholeConversations, kept_whole
 from sessions_admin.core.deletion.trash import (
@@ -257,6 +258,7 @@ def _delete_whole(
     done = _locked_delete(batch, copied=None, committed=[], run=run, in_parts=in_parts)
     if isinstance(done, KeptFromDelete):
         raise done.error()
+    fts_merges.after_commit()
     return done
 
 
@@ -286,6 +288,8 @@ def _copy_then_delete(
         run.trash.discard(entry_id)
     if isinstance(done, KeptFromDelete):
         raise done.error()
+    if done is not None:
+        fts_merges.after_commit()
     return done
 
 

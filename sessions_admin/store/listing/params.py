@@ -328,8 +328,9 @@ def _session_id(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= MAX_TEXT and "\x00" not in value
 
 
-def decode_cursor(token: str, filters: Filters) -> Cursor | None:
-    """The cursor in ``token`` if it is well formed and fits ``filters``' sort, else None."""
+def cursor_values(token: str, *, kind: str, direction: str) -> tuple[Any, ...] | None:
+    """The values of an ``encode_cursor`` token made for ``kind`` and ``direction``, else None
+    (not a cursor, or one of another list or order); their types are the caller's to check."""
     if len(token) > MAX_CURSOR:
         return None
     try:
@@ -337,11 +338,16 @@ def decode_cursor(token: str, filters: Filters) -> Cursor | None:
         data = json.loads(raw.decode(), parse_constant=_reject_constant)
     except (ValueError, binascii.Error, UnicodeDecodeError, RecursionError):
         return None
-    if not isinstance(data, list) or len(data) < 3:
+    if not isinstance(data, list) or len(data) < 3 or data[:2] != [kind, direction]:
         return None
-    kind, direction, values = data[0], data[1], tuple(data[2:])
-    expected = "search" if filters.is_search else filters.sort
-    if kind != expected or direction != filters.direction:
+    return tuple(data[2:])
+
+
+def decode_cursor(token: str, filters: Filters) -> Cursor | None:
+    """The cursor in ``token`` if it is well formed and fits ``filters``' sort, else None."""
+    kind = "search" if filters.is_search else filters.sort
+    values = cursor_values(token, kind=kind, direction=filters.direction)
+    if values is None:
         return None
     if kind == "search":
         ok = len(values) == 1 and isinstance(values[0], int) and _number(values[0])
@@ -356,4 +362,4 @@ def decode_cursor(token: str, filters: Filters) -> Cursor | None:
         )
     else:
         ok = len(values) == 2 and _number(values[0]) and _session_id(values[1])
-    return Cursor(kind, direction, values) if ok else None
+    return Cursor(kind, filters.direction, values) if ok else None
