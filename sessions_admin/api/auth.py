@@ -80,12 +80,20 @@ class Caller:
         return not self.sources or source in self.sources
 
     def require_source(self, source: str | None, session_id: str = "") -> None:
-        """403 unless this runtime token may write sessions of ``source``."""
+        """403 unless this runtime token may write sessions of ``source``.
+
+        With ``session_id`` (a session the call reads or changes, perhaps found from a key, a
+        title or a merge) neither the session nor its source is named: a limited token is
+        never told which session of another source a key, title or slug leads to."""
         if not self.may_touch_source(source):
-            what = f"session {session_id}" if session_id else "this session"
+            what = (
+                "a session this call acts on is of a source it may not use"
+                if session_id
+                else f"this session is from {source!r}"
+            )
             raise forbidden(
                 f"The token {self.name} is limited to the sources {', '.join(self.sources)}; "
-                f"{what} is from {source!r}."
+                f"{what}. Nothing was changed."
             )
 
     def __str__(self) -> str:
