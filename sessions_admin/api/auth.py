@@ -122,7 +122,11 @@ class BearerToken(HttpBearer):
         super().__init__()
 
     def authenticate(self, request: HttpRequest, token: str) -> Caller:
-        found = ApiToken.objects.filter(secret_hash=hash_secret(token)).first()
+        found = (
+            ApiToken.objects.select_related("created_by")
+            .filter(secret_hash=hash_secret(token))
+            .first()
+        )
         if found is None:
             raise unauthorized("This token is not known (mistyped, or never created).")
         request.api_token_name = found.name
@@ -131,6 +135,12 @@ class BearerToken(HttpBearer):
             raise unauthorized(f"The token {found.name} was revoked.")
         if found.expires_at is not None and found.expires_at <= now:
             raise unauthorized(f"The token {found.name} expired.")
+        creator_gone = found.creator_gone()
+        if creator_gone:
+            raise unauthorized(
+                f"The token {found.name} no longer works: {creator_gone}. An active admin "
+                "creates a new token."
+            )
         if found.last_used_at is None or now - found.last_used_at >= TOUCH_EVERY:
             ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
         caller = Caller(
