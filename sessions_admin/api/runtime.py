@@ -4,7 +4,8 @@ A runtime in another language calls these instead of writing the store itself; e
 one core call (its transaction, its rules, its errors: a write to an ended session is a 409
 naming ``live_session_id``, as ``SessionEnded`` does). Only ``runtime`` tokens call them, and a
 token limited to sources touches only sessions of those sources (checked before the call, on
-the session the call names). A runtime is not an operator, so these routes call the core
+every session the call reads or changes, not only the one it names: a merge may lead into
+another source's), and is never told the id of another source's session. A runtime is not an operator, so these routes call the core
 directly rather than ``ledger.actions`` (pyproject's writes contract lists them), but each
 changing request still gets one audit entry (``api:<token name>``, outcome ok or failed),
 written after the store committed: a process killed in between leaves the change unaudited,
