@@ -18,6 +18,7 @@ from django.http import Http404, HttpResponseNotAllowed
 from django.urls import re_path
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema
+from ninja.operation import PathView
 from ninja.parser import Parser
 
 from sessions_admin.api import (
@@ -115,6 +116,21 @@ def me(request):
     )
 
 
+def _operation_names(view) -> dict[str, str]:
+    """{method: route function name} of one path's ninja view (its ``PathView``), so a refused
+    call is audited under its own route's action (``auth.refused_action``), not the name of
+    the path's first route."""
+    for cell in getattr(view, "__closure__", None) or ():
+        path_view = cell.cell_contents
+        if isinstance(path_view, PathView):
+            return {
+                method: operation.view_func.__name__
+                for operation in path_view.operations
+                for method in operation.methods
+            }
+    return {}
+
+
 def _answering_problems(view):
     """``view`` with ninja's plain-text 405 (and its root's 404) answered as problem details."""
 
@@ -135,6 +151,7 @@ def _answering_problems(view):
             return problems.response(problem)
         return answer
 
+    wrapped.operation_names = _operation_names(view)
     # Token calls carry no CSRF token: ninja checks it itself for signed-in sessions.
     wrapped.csrf_exempt = True
     wrapped.login_required = False

@@ -33,7 +33,7 @@ from sessions_admin.core.db import read_only
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.actions.tokens import hash_secret
 from sessions_admin.ledger.context import client_address
-from sessions_admin.ledger.models import ApiToken
+from sessions_admin.ledger.models import ApiToken, AuditAction
 from sessions_admin.signin.roles import DELETE, OPERATE, ROLE_PERMISSIONS, VIEW
 from sessions_admin.store.attach import OPERATE_PERMISSIONS
 
@@ -80,12 +80,20 @@ class Caller:
         return not self.sources or source in self.sources
 
     def require_source(self, source: str | None, session_id: str = "") -> None:
-        """403 unless this runtime token may write sessions of ``source``."""
+        """403 unless this runtime token may write sessions of ``source``.
+
+        With ``session_id`` (a session the call reads or changes, perhaps found from a key, a
+        title or a merge) neither the session nor its source is named: a limited token is
+        never told which session of another source a key, title or slug leads to."""
         if not self.may_touch_source(source):
-            what = f"session {session_id}" if session_id else "this session"
+            what = (
+                "a session this call acts on is of a source it may not use"
+                if session_id
+                else f"this session is from {source!r}"
+            )
             raise forbidden(
                 f"The token {self.name} is limited to the sources {', '.join(self.sources)}; "
-                f"{what} is from {source!r}."
+                f"{what}. Nothing was changed."
             )
 
     def __str__(self) -> str:
@@ -114,7 +122,11 @@ class BearerToken(HttpBearer):
         super().__init__()
 
     def authenticate(self, request: HttpRequest, token: str) -> Caller:
-        found = ApiToken.objects.filter(secret_hash=hash_secret(token)).first()
+        found = (
+            ApiToken.objects.select_related("created_by")
+            .filter(secret_hash=hash_secret(token))
+            .first()
+        )
         if found is None:
             raise unauthorized("This token is not known (mistyped, or never created).")
         request.api_token_name = found.name
@@ -123,6 +135,12 @@ class BearerToken(HttpBearer):
             raise unauthorized(f"The token {found.name} was revoked.")
         if found.expires_at is not None and found.expires_at <= now:
             raise unauthorized(f"The token {found.name} expired.")
+        creator_gone = found.creator_gone()
+        if creator_gone:
+            raise unauthorized(
+                f"The token {found.name} no longer works: {creator_gone}. An active admin "
+                "creates a new token."
+            )
         if found.last_used_at is None or now - found.last_used_at >= TOUCH_EVERY:
             ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
         caller = Caller(
@@ -179,6 +197,53 @@ def api_auth(permission: str) -> list:
     return [BearerToken(permission), SignedInSession(permission)]
 
 
+# The audit action a refused call of a changing route is recorded under: the one its success
+# records (by the route function's name), so an auditor filtering ``cascade_delete`` sees the
+# refused attempts too. A route not listed (a POST that reads: a dry run, a preview) is
+# recorded as ``api_<its function>``.
+REFUSED_AS = {
+    "start_session": AuditAction.START_SESSION,
+    "append": AuditAction.APPEND,
+    "record_turn": AuditAction.TURN,
+    "add_usage": AuditAction.USAGE,
+    "rotate": AuditAction.ROTATE_FOR_COMPRESSION,
+    "reset": AuditAction.RESET,
+    "resume": AuditAction.RESUME,
+    "branch": AuditAction.BRANCH,
+    "undo": AuditAction.UNDO,
+    "retry": AuditAction.RETRY,
+    "redo": AuditAction.REDO,
+    "save_transcript": AuditAction.SAVE_TRANSCRIPT,
+    "resolve_conversation": AuditAction.RESOLVE_CONVERSATION,
+    "merge_sessions": AuditAction.MERGE,
+    "unmerge": AuditAction.UNMERGE,
+    "cascade_delete": AuditAction.CASCADE_DELETE,
+    "bulk_delete_start": AuditAction.BULK_DELETE,
+    "job_cancel": AuditAction.CANCEL_BULK_DELETE,
+    "trash_restore": AuditAction.RESTORE,
+    "hold_place": AuditAction.PLACE_HOLD,
+    "hold_release": AuditAction.RELEASE_HOLD,
+    "retention_policy_create": AuditAction.RETENTION_POLICY_CREATE,
+    "retention_policy_enable": AuditAction.RETENTION_POLICY_ENABLE,
+    "retention_policy_disable": AuditAction.RETENTION_POLICY_DISABLE,
+    "retention_policy_delete": AuditAction.RETENTION_POLICY_DELETE,
+    "retention_run": AuditAction.RETENTION_RUN,
+    "erasure_request": AuditAction.ERASURE_REQUEST,
+}
+
+
+def refused_action(request: HttpRequest, match: Any) -> str:
+    """The action a refused call is audited under: its route's (``REFUSED_AS``), found by the
+    request's method, not the URL's name, which a GET and a POST of one path share."""
+    if match is None:
+        return "api"
+    names = getattr(match.func, "operation_names", {})
+    name = names.get(request.method) or match.url_name
+    if not name:
+        return "api"
+    return str(REFUSED_AS.get(name) or f"api_{name}")
+
+
 def record_refused_call(request: HttpRequest, problem: Problem, error: BaseException) -> None:
     """Audit a refused changing call: who (as far as known), what, from where, why. An error
     the action already audited (``audited_entry``) is not recorded twice."""
@@ -192,7 +257,7 @@ def record_refused_call(request: HttpRequest, problem: Problem, error: BaseExcep
     else:
         actor = "anonymous"
     match = getattr(request, "resolver_match", None)
-    action = f"api_{match.url_name}" if match and match.url_name else "api"
+    action = refused_action(request, match)
     session_id = match.kwargs.get("session_id") if match else None
     actions.record_refusal(
         request=request,

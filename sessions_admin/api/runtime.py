@@ -4,7 +4,8 @@ A runtime in another language calls these instead of writing the store itself; e
 one core call (its transaction, its rules, its errors: a write to an ended session is a 409
 naming ``live_session_id``, as ``SessionEnded`` does). Only ``runtime`` tokens call them, and a
 token limited to sources touches only sessions of those sources (checked before the call, on
-the session the call names). A runtime is not an operator, so these routes call the core
+every session the call reads or changes, not only the one it names: a merge may lead into
+another source's), and is never told the id of another source's session. A runtime is not an operator, so these routes call the core
 directly rather than ``ledger.actions`` (pyproject's writes contract lists them), but each
 changing request still gets one audit entry (``api:<token name>``, outcome ok or failed),
 written after the store committed: a process killed in between leaves the change unaudited,
@@ -30,12 +31,12 @@ from pydantic import ConfigDict
 
 from sessions_admin import core
 from sessions_admin.api.auth import RUNTIME, Caller, api_auth
-from sessions_admin.api.problems import not_found
+from sessions_admin.api.problems import Problem, invalid_input, not_found
 from sessions_admin.api.schemas import Identifier, Text
 from sessions_admin.core import idempotency, lineage, rows
 from sessions_admin.core import transcript as core_transcript
-from sessions_admin.core.errors import StoreError
-from sessions_admin.core.lifecycle import where_it_continues
+from sessions_admin.core.errors import AmbiguousSessionRef, SessionEnded, StoreError
+from sessions_admin.core.lifecycle import plan_resume, where_it_continues
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditAction, AuditEntry
 from sessions_admin.routers import store_alias
@@ -256,6 +257,66 @@ def _session(request: HttpRequest, session_id: str) -> dict:
     return row
 
 
+def _require_sources_of(caller: Caller, session_ids: Sequence[str | None]) -> None:
+    """403 unless every one of ``session_ids`` that exists is of the token's sources."""
+    if not caller.sources:
+        return
+    for session_id in dict.fromkeys(sid for sid in session_ids if sid):
+        row = lineage.session_row(session_id)
+        if row is not None:
+            caller.require_source(row["source"], session_id)
+
+
+def _visible_continuation(caller: Caller, live_session_id: str | None) -> str | None:
+    """``live_session_id`` when the token may use its source, else None: a limited token is
+    not told the id of another source's session (a merge may have carried its own there)."""
+    if live_session_id is None or not caller.sources:
+        return live_session_id
+    row = lineage.session_row(live_session_id)
+    return live_session_id if row is not None and caller.may_touch_source(row["source"]) else None
+
+
+def _ended_for(caller: Caller, error: SessionEnded) -> SessionEnded | Problem:
+    """A write to an ended session, as this token may hear it: where it continues is named only
+    when that session is of the token's sources."""
+    if _visible_continuation(caller, error.live_session_id) == error.live_session_id:
+        return error
+    return Problem(
+        409,
+        "session-ended",
+        "Session ended",
+        f"Session {error.session_id} has ended ({error.end_reason or 'no reason recorded'}). "
+        f"It continues in a session of a source the token {caller.name} may not use: "
+        "nothing was changed.",
+        {
+            "session_id": error.session_id,
+            "end_reason": error.end_reason,
+            "live_session_id": None,
+            "via": None,
+        },
+    )
+
+
+def _where_resolving_leads(
+    *, response_id: str | None, conversation: str | None
+) -> list[str | None]:
+    """The sessions resolving a conversation would continue in: the ones the response and the
+    slug name, and for an ended one the live session carrying it on (its merge target, its
+    compression tip, its key's live session)."""
+    named = [
+        rows.response_session(response_id) if response_id else None,
+        rows.conversation_session(conversation) if conversation else None,
+    ]
+    leads: list[str | None] = []
+    for session_id in dict.fromkeys(sid for sid in named if sid):
+        current = lineage.current_session(session_id=session_id)
+        row = lineage.session_row(current)
+        leads += [session_id, current]
+        if row is not None and row["ended_at"] is not None:
+            leads.append(where_it_continues(row)[0])
+    return leads
+
+
 def _require_sources_named(
     caller: Caller, *, response_id: str | None, conversation: str | None
 ) -> None:
@@ -305,8 +366,11 @@ def _audited(
             result = run()
     except StoreError as error:
         entry = _record(actor, action, ids, before, {}, AuditEntry.FAILED, str(error))
+        answer = _ended_for(_caller(request), error) if isinstance(error, SessionEnded) else error
         if entry is not None:
-            error.audited_entry = entry.pk  # its refusal is not recorded a second time
+            answer.audited_entry = entry.pk  # its refusal is not recorded a second time
+        if answer is not error:
+            raise answer from None
         raise
     try:
         state = after(result)
@@ -338,8 +402,12 @@ def _messages(messages: list[MessageIn]) -> list[dict[str, Any]]:
     return [m.model_dump(exclude_none=True) for m in messages]
 
 
-def _session_out(row: dict) -> SessionOut:
-    live = row["id"] if row["ended_at"] is None else where_it_continues(row)[0]
+def _session_out(caller: Caller, row: dict) -> SessionOut:
+    live = (
+        row["id"]
+        if row["ended_at"] is None
+        else _visible_continuation(caller, where_it_continues(row)[0])
+    )
     return SessionOut(
         session_id=row["id"],
         source=row["source"],
@@ -397,7 +465,7 @@ def live_session(request: HttpRequest, session_key: Identifier = Query(...)):
 @router.get("/sessions/{session_id}", response=SessionOut)
 def session(request: HttpRequest, session_id: Identifier):
     """A session, and where its conversation is written now (``live_session_id``)."""
-    return _session_out(_session(request, session_id))
+    return _session_out(_caller(request), _session(request, session_id))
 
 
 @router.get("/sessions/{session_id}/messages", response=MessagePage)
@@ -564,16 +632,35 @@ def reset(request: HttpRequest, body: ResetIn):
 
 @router.post("/resume", response=ResumeOut)
 def resume(request: HttpRequest, body: ResumeIn):
-    """Reopen the latest session of the lineage ``ref`` (an id, a title or an id prefix) names."""
-    target = core.resolve_session_ref(body.ref)
-    _session(request, target)
+    """Reopen the latest session of the lineage ``ref`` (an id, a title or an id prefix) names.
+
+    A token limited to sources resumes only when every session the resume reads or changes is
+    of its sources (the one the ref names, the one it makes live, possibly another source's
+    merge target, and those it ends), and only as checked: a plan that changed meanwhile is a
+    409 ``plan-changed``."""
+    caller = _caller(request)
     if body.current_session_id:
         _session(request, body.current_session_id)
+    try:
+        plan = plan_resume(ref=body.ref, current_session_id=body.current_session_id)
+    except AmbiguousSessionRef as error:
+        if not caller.sources:
+            raise
+        # The candidates may be other sources' sessions: their ids are not this token's to see.
+        raise invalid_input(
+            f"{error.ref!r} matches {len(error.candidates)} sessions; give more of the id."
+        ) from None
+    _require_sources_of(caller, plan.touched_ids)
+    checked = plan.fingerprint if caller.sources else None
     result = _audited(
         request,
         AuditAction.RESUME,
-        [target, body.current_session_id],
-        lambda: core.resume_session(ref=body.ref, current_session_id=body.current_session_id),
+        [plan.target_id, body.current_session_id],
+        lambda: core.resume_session(
+            ref=body.ref,
+            current_session_id=body.current_session_id,
+            expected_fingerprint=checked,
+        ),
         before={"ref": body.ref},
         after=lambda r: {"session_id": r.session_id, "switched_from": r.switched_from_session_id},
         result_ids=lambda r: [r.session_id],
@@ -675,8 +762,11 @@ def resolve_conversation(request: HttpRequest, body: ResolveIn):
     conversation starts one."""
     caller = _caller(request)
     caller.require_source(body.source)
-    _require_sources_named(
-        caller, response_id=body.previous_response_id, conversation=body.conversation
+    _require_sources_of(
+        caller,
+        _where_resolving_leads(
+            response_id=body.previous_response_id, conversation=body.conversation
+        ),
     )
     target = _audited(
         request,

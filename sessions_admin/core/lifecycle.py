@@ -121,6 +121,14 @@ class ResumePlan:
     def nothing_to_do(self) -> bool:
         return self.already_live and not self.ending_ids
 
+    @property
+    def touched_ids(self) -> tuple[str, ...]:
+        """Every session the resume reads or changes: the one the reference names, the one
+        made live, those it ends. A caller limited to some sessions checks all of them, not
+        only the one it named (a merge may have carried that one into another's lineage)."""
+        ids = [self.asked_id, self.target_id, *self.ending_ids, *(r[0] for r in self.recoverable)]
+        return tuple(dict.fromkeys(ids))
+
 
 @dataclass(frozen=True)
 class ResetResult:

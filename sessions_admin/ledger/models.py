@@ -304,7 +304,11 @@ class ApiToken(models.Model):
     signs nobody in. ``viewer``, ``support`` and ``admin`` carry exactly the console roles'
     permissions; ``runtime`` carries the lifecycle routes only, limited to ``sources`` when
     that list is not empty. A revoked or expired token is refused from the next request on
-    (every request reads its row); ``last_used_at`` is written at most once a minute.
+    (every request reads its row); ``last_used_at`` is written at most once a minute. A token an
+    operator created on the console (``created_by_operator``) works only while that operator's
+    account does: once it is deactivated or deleted (``created_by`` then NULL) the token is
+    refused too, as the operator's own sign-in is; one the ``api_token`` command created (no
+    operator) is not tied to any account.
     """
 
     RUNTIME, VIEWER, SUPPORT, ADMIN = "runtime", "viewer", "support", "admin"
@@ -318,6 +322,9 @@ class ApiToken(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
     created_by_name = models.CharField(max_length=150)
+    # True when an operator created it: ``created_by`` NULL then means that account was deleted
+    # (not a command's token), and the token stops with it.
+    created_by_operator = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -335,4 +342,17 @@ class ApiToken(models.Model):
             return "revoked"
         if self.expires_at is not None and self.expires_at <= now:
             return "expired"
+        if self.creator_gone():
+            return "creator inactive"
         return "active"
+
+    def creator_gone(self) -> str | None:
+        """Why the operator who created the token no longer vouches for it (deactivated or
+        deleted), or None (still active, or created by the command)."""
+        if not self.created_by_operator:
+            return None
+        if self.created_by is None:
+            return f"the account of {self.created_by_name}, who created it, was deleted"
+        if not self.created_by.is_active:
+            return f"the account of {self.created_by_name}, who created it, is deactivated"
+        return None

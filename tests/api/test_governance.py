@@ -78,12 +78,12 @@ def test_a_bad_hold_is_refused_audited_and_stores_nothing(support):
     assert holds.recent_holds() == []
     assert store_snapshot("sessions") == before
     assert not _entries("place_hold")
-    # The core's refusals are audited under the console's action; a body the schema refuses
-    # (the unknown kind) under the route's name.
+    # Every refusal is audited under the console's action, a body the schema refuses (the
+    # unknown kind) too.
     assert (
         len(_entries("place_hold", AuditEntry.REFUSED))
         + len(_entries("place_hold", AuditEntry.FAILED))
-        == 3
+        == 4
     )
 
 

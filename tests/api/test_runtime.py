@@ -347,7 +347,7 @@ def test_a_refused_changing_call_is_audited_once(runtime, live):
         AuditEntry.objects.order_by("pk").values_list("actor_name", "action", "outcome", "detail")
     )
     assert [e[:3] for e in entries] == [
-        ("api:runtime-main", "api_messages", AuditEntry.REFUSED),
+        ("api:runtime-main", AuditAction.APPEND, AuditEntry.REFUSED),
         ("api:runtime-main", AuditAction.ROTATE_FOR_COMPRESSION, AuditEntry.OK),
         ("api:runtime-main", AuditAction.APPEND, AuditEntry.FAILED),
     ]

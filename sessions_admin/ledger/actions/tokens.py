@@ -93,6 +93,7 @@ def create_api_token(
             sources=sources,
             secret_hash=hash_secret(secret),
             created_by=actor if getattr(actor, "pk", None) else None,
+            created_by_operator=bool(getattr(actor, "pk", None)),
             created_by_name=_name(actor)[:150],
             expires_at=now + timedelta(days=expires_days) if expires_days else None,
         )
