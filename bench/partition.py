@@ -15,13 +15,19 @@ the parent, so PostgreSQL builds one per partition. The primary key of a partiti
 must hold the partition key: it is ``(id, timestamp)``, so the database no longer refuses a
 second row with the same id alone; the sequence still hands out each id once.
 
-Prints the time each step took, the partitions and their rows.
+Prints the time each step took, the partitions and their rows. ``--appends N`` then measures
+N runtime processes appending through the core (``core.append_messages``, one message a call,
+each to a live session of its own) for ``--seconds`` on a fresh copy of the seeded store and on
+the partitioned one, one after the other: appends per second and p50 / p99 of one append.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import multiprocessing
+import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -137,6 +143,57 @@ def build(size: int, every: str = "month") -> str:
     return name
 
 
+def _appender(env: dict, label: str, start: float, seconds: float, out) -> None:
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sessions_admin.settings")
+    import django
+
+    django.setup()
+    from sessions_admin import core
+
+    session_id = core.create_session(
+        source="partbench", session_key=f"partbench:{label}", join_live=True
+    ).session_id
+    while time.time() < start:
+        time.sleep(0.001)
+    latencies = []
+    n = 0
+    while time.time() < start + seconds:
+        began = time.perf_counter()
+        core.append_messages(
+            session_id=session_id, messages=[{"role": "user", "content": f"{label} {n}"}]
+        )
+        latencies.append((time.perf_counter() - began) * 1000)
+        n += 1
+    out.put(latencies)
+
+
+def measure_appends(size: int, database: str, processes: int, seconds: float) -> dict:
+    env = {
+        k: v
+        for k, v in stores.postgres_env(size, store_database=database).items()
+        if isinstance(v, str)
+    }
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    start = time.time() + 5 + processes  # every process set up before the window opens
+    workers = [
+        context.Process(target=_appender, args=(env, f"{database}-{i}", start, seconds, out))
+        for i in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    latencies = [ms for _ in workers for ms in out.get()]
+    for worker in workers:
+        worker.join()
+    latencies.sort()
+    return {
+        "per_second": len(latencies) / seconds,
+        "p50": statistics.median(latencies),
+        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="100k")
@@ -146,8 +203,26 @@ def main(argv: list[str] | None = None) -> None:
         default="month",
         help="one partition a day, week or month (the seeded stores span about two months)",
     )
+    parser.add_argument("--appends", type=int, default=0, help="runtime processes (0: none)")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--no-build", action="store_true", help="the partitioned copy exists")
     args = parser.parse_args(argv)
-    build(stores.parse_size(args.size), args.every)
+    size = stores.parse_size(args.size)
+    name = f"{stores.postgres_database(size)}_part"
+    if not args.no_build:
+        build(size, args.every)
+    if args.appends:
+        flat = f"{stores.postgres_database(size)}_flat"
+        stores.clone_postgres_store(size, flat)
+        for database in (flat, name):
+            found = measure_appends(size, database, args.appends, args.seconds)
+            print(
+                f"{database}: {args.appends} runtimes, {found['per_second']:.0f} appends/s, "
+                f"p50 {found['p50']:.1f} ms, p99 {found['p99']:.1f} ms (load average "
+                f"{os.getloadavg()[0]:.2f})",
+                flush=True,
+            )
+        stores.drop_postgres_database(flat)
 
 
 if __name__ == "__main__":
