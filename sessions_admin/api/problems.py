@@ -119,6 +119,12 @@ def _session_ended(error: SessionEnded) -> dict[str, Any]:
     }
 
 
+def _invalid_field(error: InvalidInput) -> dict[str, Any]:
+    if not error.field:
+        return {}
+    return {"errors": [{"field": error.field, "message": str(error)}]}
+
+
 def _partly_applied(error: DeletePartlyApplied) -> dict[str, Any]:
     return {
         "deleted_sessions": error.result.deleted_sessions,
@@ -150,7 +156,7 @@ PROBLEM_OF: list[tuple[type[BaseException], int, str, str, Callable[[Any], dict]
     (StoreBusy, 503, "store-busy", "Store busy", lambda e: {}),
     (DatabaseNotWritten, 503, "store-busy", "Database not written", lambda e: {}),
     (DashboardNotWritten, 503, "store-busy", "Database not written", lambda e: {}),
-    (InvalidInput, 422, "invalid-input", "Invalid input", lambda e: {}),
+    (InvalidInput, 422, "invalid-input", "Invalid input", _invalid_field),
     (StoreError, 409, "refused", "Refused", lambda e: {}),
     (DeletePartlyApplied, 500, "partly-applied", "Partly applied", _partly_applied),
 ]
