@@ -58,6 +58,7 @@ class Caller:
     permissions: frozenset[str]
     sources: tuple[str, ...] = ()
     token_key: str | None = None  # a prefix of the token's hash: the throttle's key
+    token_id: int | None = None  # the token's row, read again by long-lived requests
     user: Any = None  # the signed-in operator
 
     @property
@@ -149,10 +150,46 @@ class BearerToken(HttpBearer):
             permissions=SCOPE_PERMISSIONS.get(found.scope, frozenset()),
             sources=tuple(found.sources or ()),
             token_key=found.secret_hash[:24],
+            token_id=found.pk,
         )
         if not caller.has(self.permission):
             raise _refuse_permission(request, caller, self.permission)
         return caller
+
+
+def _token_refusal(found: ApiToken, now) -> Problem | None:
+    """The 401 a request with this token gets at ``now``, or None while it may act."""
+    if found.revoked_at is not None:
+        return unauthorized(f"The token {found.name} was revoked.")
+    if found.expires_at is not None and found.expires_at <= now:
+        return unauthorized(f"The token {found.name} expired.")
+    return None
+
+
+def no_longer_valid(request: HttpRequest) -> Problem | None:
+    """The 401 a new request of this caller would get now, or None while it may still act.
+
+    A long-lived request (a switch stream, a long poll) was authenticated once, when it began;
+    it asks again before each delivery and heartbeat, so a token revoked or expired (an
+    operator signed out or deactivated) meanwhile stops receiving, as its next request would.
+    """
+    caller = getattr(request, "auth", None)
+    if caller is None:
+        return unauthorized("Give a token (Authorization: Bearer sa_...) or sign in.")
+    if caller.token_id is not None:
+        found = ApiToken.objects.filter(pk=caller.token_id).first()
+        if found is None:
+            return unauthorized(f"The token {caller.name} no longer exists.")
+        return _token_refusal(found, timezone.now())
+    if caller.user is not None:
+        user_model = type(caller.user)
+        if not user_model.objects.filter(pk=caller.user.pk, is_active=True).exists():
+            return unauthorized(f"The operator {caller.name} was deactivated or deleted.")
+        session = getattr(request, "session", None)
+        key = getattr(session, "session_key", None)
+        if key and not session.exists(key):
+            return unauthorized(f"The operator {caller.name} signed out.")
+    return None
 
 
 class SignedInSession(APIKeyCookie):
