@@ -40,6 +40,7 @@ from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Header, Query, Router, Schema
 
+from sessions_admin.api import long_requests
 from sessions_admin.api.auth import SWITCHES, Caller, api_auth, no_longer_valid
 from sessions_admin.api.problems import Problem, invalid_input
 from sessions_admin.api.schemas import Text
@@ -187,17 +188,24 @@ def switches(
     """Long polling: the switches after ``after``, in order; when there are none yet, waits up
     to ``wait`` seconds for the first. Call again with ``next_after``."""
     cursor = _start(after)
-    deadline = time.monotonic() + _bounded(wait)
-    while True:
-        found, cursor = _read(request.auth, cursor, limit)
-        if found or time.monotonic() >= deadline:
-            break
-        time.sleep(min(poll_seconds(), max(0.0, deadline - time.monotonic())))
-        # Asked after each wait, so before anything it delivers: a token revoked or expired
-        # while it waited gets the 401 its next request would.
-        refusal = no_longer_valid(request)
-        if refusal is not None:
-            raise refusal
+    waits = _bounded(wait)
+    # Only a poll that may wait holds a thread long: it takes a slot (429 when none is free).
+    slot = long_requests.take(str(request.auth), "long polls and streams") if waits else None
+    try:
+        deadline = time.monotonic() + waits
+        while True:
+            found, cursor = _read(request.auth, cursor, limit)
+            if found or time.monotonic() >= deadline:
+                break
+            time.sleep(min(poll_seconds(), max(0.0, deadline - time.monotonic())))
+            # Asked after each wait, so before anything it delivers: a token revoked or
+            # expired while it waited gets the 401 its next request would.
+            refusal = no_longer_valid(request)
+            if refusal is not None:
+                raise refusal
+    finally:
+        if slot is not None:
+            slot.release()
     return SwitchPage(events=[asdict(e) for e in found], next_after=cursor)
 
 
@@ -245,8 +253,10 @@ def switch_stream(
     its seq). Resumes after ``Last-Event-ID`` (or ``after``; neither: from now on)."""
     resumed = _last_event_id(last_event_id)
     cursor = _start(resumed if resumed is not None else after)
+    slot = long_requests.take(str(request.auth), "long polls and streams")
+    blocks = _stream(request.auth, cursor, _bounded(seconds), lambda: no_longer_valid(request))
     response = StreamingHttpResponse(
-        _stream(request.auth, cursor, _bounded(seconds), lambda: no_longer_valid(request)),
+        long_requests.HeldWhileStreaming(blocks, slot),
         content_type="text/event-stream; charset=utf-8",
     )
     response["Cache-Control"] = "no-cache"

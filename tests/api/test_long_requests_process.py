@@ -149,3 +149,80 @@ def test_a_pending_long_poll_answers_401_once_its_token_is_revoked_or_expired(se
     assert status == 401, body
     assert body["type"].endswith("/unauthorized") and "events" not in body
     assert time.monotonic() - started < 6
+
+
+# --- long-lived requests cannot take every thread ---------------------------------------------
+
+
+@pytest.fixture
+def small_server(tmp_path) -> Iterator[Server]:
+    """One worker of 8 threads, as the attack ran it (at most 2 long-lived requests per token,
+    and 8 // 4 = 2 per worker by default: this test allows 3 in all)."""
+    running = Server(tmp_path)
+    running.env.update(
+        WEB_CONCURRENCY="1",
+        SESSIONS_ADMIN_THREADS="8",
+        SESSIONS_ADMIN_LONG_REQUESTS_PER_WORKER="3",
+        SESSIONS_ADMIN_SWITCH_STREAM_SECONDS="15",
+        SESSIONS_ADMIN_SWITCH_HEARTBEAT_SECONDS="5",
+    )
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _open_streams(server: Server, secret: str, count: int, query: str = "") -> list[StreamReader]:
+    readers = [StreamReader(server, secret, query) for _ in range(count)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        assert reader.opened.wait(30)
+    return readers
+
+
+def _timed_get(server: Server, path: str, secret: str) -> tuple[int, dict, dict, float]:
+    started = time.monotonic()
+    status, body, headers = _get(server, path, secret)
+    return status, body, headers, time.monotonic() - started
+
+
+def test_one_token_holds_at_most_its_share_of_threads(small_server):
+    viewer, admin = _token("many-streams"), _token("admin-me", "admin")
+    readers = _open_streams(small_server, viewer, 10)
+    statuses = sorted(reader.status for reader in readers)
+    assert statuses == [200, 200] + [429] * 8, statuses
+    # The refused ones were answered at once, not after a stream's length.
+    for reader in (r for r in readers if r.status == 429):
+        reader.join(2)
+        assert not reader.is_alive()
+    status, body, headers, took = _timed_get(small_server, "/api/v1/me", admin)
+    assert status == 200 and took < 2, took
+    status, body, headers, took = _timed_get(
+        small_server, "/api/v1/switches?after=0&wait=10", viewer
+    )
+    assert status == 429 and took < 2
+    assert body["type"].endswith("/throttled") and int(headers["Retry-After"]) >= 1
+    # A poll that does not wait is no long-lived request.
+    assert _get(small_server, "/api/v1/switches?after=0", viewer)[0] == 200
+
+
+def test_the_worker_keeps_most_threads_for_other_requests(small_server):
+    first, second, third = (_token(f"share-{n}") for n in range(3))
+    admin = _token("admin-share", "admin")
+    held = _open_streams(small_server, first, 2, "?seconds=3")
+    held += _open_streams(small_server, second, 1, "?seconds=3")
+    assert [reader.status for reader in held] == [200, 200, 200]
+    # The worker serves 3 at most (this test's setting): another token is refused too.
+    assert _open_streams(small_server, third, 1)[0].status == 429
+    status, _body, headers, took = _timed_get(
+        small_server, "/api/v1/switches?after=0&wait=5", third
+    )
+    assert status == 429 and "Retry-After" in headers and took < 2
+    assert _timed_get(small_server, "/api/v1/me", admin)[0] == 200
+    # Streams that end give their place back.
+    for reader in held:
+        reader.join(20)
+    again = _open_streams(small_server, third, 2, "?seconds=1")
+    assert [reader.status for reader in again] == [200, 200]
