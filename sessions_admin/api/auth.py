@@ -14,6 +14,8 @@ is audited; requests are throttled per token (``TokenRateThrottle``).
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ from sessions_admin.ledger.models import ApiToken, AuditAction
 from sessions_admin.signin.roles import DELETE, OPERATE, ROLE_PERMISSIONS, VIEW
 from sessions_admin.store.attach import OPERATE_PERMISSIONS
 
+logger = logging.getLogger(__name__)
 RUNTIME = "api.runtime"  # the lifecycle routes' permission: runtime tokens only
 SIGNED_IN = "api.signed_in"  # any valid token or signed-in operator (GET /me)
 SWITCHES = "api.switches"  # the switch stream: runtime tokens and whoever may view
@@ -324,17 +327,56 @@ class TokenRateThrottle(SimpleRateThrottle):
         allowed, period = self.parse_rate(rate)
         caller = getattr(request, "auth", None)
         ident = str(caller) if caller is not None else f"addr:{client_address(request)}"
-        now = time.time()
-        window = int(now // period)
-        key = f"api_throttle:{ident}:{period}:{window}"
-        cache.add(key, 0, period + 1)
-        try:
-            count = cache.incr(key)
-        except ValueError:  # the window's entry expired between add and incr
-            cache.set(key, 1, period + 1)
-            count = 1
-        self._local.wait = (window + 1) * period - now
+        count, self._local.wait = _count_in_window(f"api_throttle:{ident}", period)
         return count <= allowed
 
     def wait(self) -> float | None:
         return max(1.0, getattr(self._local, "wait", 1.0))
+
+
+def _count_in_window(ident: str, period: int) -> tuple[int, float]:
+    """One more in ``ident``'s current fixed window of ``period`` seconds (the shared cache):
+    the count so far, and the seconds until the window ends."""
+    now = time.time()
+    window = int(now // period)
+    key = f"{ident}:{period}:{window}"
+    cache.add(key, 0, period + 1)
+    try:
+        count = cache.incr(key)
+    except ValueError:  # the window's entry expired between add and incr
+        cache.set(key, 1, period + 1)
+        count = 1
+    return count, (window + 1) * period - now
+
+
+_RATES = TokenRateThrottle()  # parses "N/min" as the throttle does
+
+
+def throttle_refused_authentication(request: HttpRequest, problem: Problem) -> Problem:
+    """A refused authentication (a 401), counted per client address: within
+    ``SESSIONS_ADMIN_API_AUTH_FAIL_RATE`` it is answered (and, for a changing call, audited)
+    as it is; past it the answer is a 429 with ``Retry-After``, which is not audited (the
+    request log line and the requests metric count it), so a flood of requests without a valid
+    token neither grows the audit log nor gets the token check answered at full speed."""
+    rate = getattr(settings, "SESSIONS_ADMIN_API_AUTH_FAIL_RATE", "")
+    if not rate:
+        return problem
+    allowed, period = _RATES.parse_rate(rate)
+    address = client_address(request) or "unknown"
+    count, wait = _count_in_window(f"api_auth_refused:{address}", period)
+    if count <= allowed:
+        return problem
+    if count == allowed + 1:
+        logger.warning(
+            "API: %s refused authentications from %s in %s s; throttled until the window ends",
+            count,
+            address,
+            period,
+        )
+    return Problem(
+        429,
+        "throttled",
+        "Too many requests",
+        "Too many requests without a valid token from this address: wait and retry.",
+        headers={"Retry-After": str(max(1, math.ceil(wait)))},
+    )

@@ -325,13 +325,20 @@ AUDITED_REFUSALS = frozenset({400, 401, 403, 409, 413, 422})
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
-def install(api, *, refused: Callable[[HttpRequest, Problem, BaseException], None]) -> None:
+def install(
+    api,
+    *,
+    refused: Callable[[HttpRequest, Problem, BaseException], None],
+    unauthenticated: Callable[[HttpRequest, Problem], Problem] | None = None,
+) -> None:
     """Route every exception of ``api`` through ``problem_for``; ``refused`` records a refused
     changing call (an error the action audited itself is marked ``audited_entry`` and skipped
-    there)."""
+    there); ``unauthenticated`` may answer a 401 otherwise (a throttle's 429)."""
 
     def handle(request: HttpRequest, error: Exception) -> HttpResponse:
         problem = problem_for(error)
+        if problem.status == 401 and unauthenticated is not None:
+            problem = unauthenticated(request, problem)
         if problem.status >= 500:
             logger.error(
                 "API %s %s answered %s",
