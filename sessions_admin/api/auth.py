@@ -9,7 +9,9 @@ roles' permissions (``signin.roles.ROLE_PERMISSIONS``), and a signed-in operator
 ``runtime`` tokens hold only ``RUNTIME``, the lifecycle routes', limited to their ``sources``
 when the token names any (``Caller.require_source``). While the store is attached read-only no
 token operates or deletes, as no operator does. A refused changing call (401, 403, invalid input)
-is audited; requests are throttled per token (``TokenRateThrottle``).
+is audited; requests are throttled per token (``TokenRateThrottle``), and refused
+authentications per client address (``throttle_refused_authentication``: past its rate a 429,
+not audited). A long-lived request asks ``no_longer_valid`` again before each delivery.
 """
 
 from __future__ import annotations
