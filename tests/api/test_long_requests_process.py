@@ -1,7 +1,7 @@
 """Long-lived requests (the switch stream, the long poll) on a real gunicorn: a token revoked
 or expired while one is open stops receiving, and a few of them cannot take every thread.
 
-The server runs on this test's databases (``test_switches_process.Server``); the requests are
+The server runs on this test's databases (``tests.helpers.Gunicorn``); the requests are
 plain ``http.client`` from threads of this process, as a subscriber in another language makes
 them.
 """
@@ -21,22 +21,25 @@ from django.utils import timezone
 from sessions_admin import core
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import ApiToken
-from tests.api.test_switches_process import Server
+from tests.helpers import Gunicorn, server_env, serving
+
+
+def _serve(tmp_path, **settings: str) -> Iterator[Gunicorn]:
+    env = server_env(
+        tmp_path,
+        SESSIONS_ADMIN_API_RATE="",
+        SESSIONS_ADMIN_SWITCH_POLL_SECONDS="0.1",
+        SESSIONS_ADMIN_SWITCH_HEARTBEAT_SECONDS="5",
+        **settings,
+    )
+    running = Gunicorn(env, tmp_path / "server.log")
+    with serving(running):
+        yield running
 
 
 @pytest.fixture
-def server(tmp_path) -> Iterator[Server]:
-    running = Server(tmp_path)
-    running.env.update(
-        SESSIONS_ADMIN_SWITCH_STREAM_SECONDS="12",
-        SESSIONS_ADMIN_SWITCH_HEARTBEAT_SECONDS="5",
-        SESSIONS_ADMIN_SWITCH_POLL_SECONDS="0.1",
-    )
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+def server(tmp_path) -> Iterator[Gunicorn]:
+    yield from _serve(tmp_path, SESSIONS_ADMIN_SWITCH_STREAM_SECONDS="12")
 
 
 def _token(name: str, scope: str = "viewer") -> str:
@@ -54,7 +57,7 @@ def _end(name: str, how: str) -> None:
 class StreamReader(threading.Thread):
     """Reads one switch stream, each line with the time it came (monotonic)."""
 
-    def __init__(self, server: Server, secret: str, query: str = ""):
+    def __init__(self, server: Gunicorn, secret: str, query: str = ""):
         super().__init__(daemon=True)
         self.server, self.secret, self.query = server, secret, query
         self.status: int | None = None
@@ -87,7 +90,7 @@ class StreamReader(threading.Thread):
             connection.close()
 
 
-def _get(server: Server, path: str, secret: str) -> tuple[int, dict, dict]:
+def _get(server: Gunicorn, path: str, secret: str) -> tuple[int, dict, dict]:
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     try:
         connection.request("GET", path, headers={"Authorization": f"Bearer {secret}"})
@@ -155,25 +158,19 @@ def test_a_pending_long_poll_answers_401_once_its_token_is_revoked_or_expired(se
 
 
 @pytest.fixture
-def small_server(tmp_path) -> Iterator[Server]:
+def small_server(tmp_path) -> Iterator[Gunicorn]:
     """One worker of 8 threads, as the attack ran it (at most 2 long-lived requests per token,
     and 8 // 4 = 2 per worker by default: this test allows 3 in all)."""
-    running = Server(tmp_path)
-    running.env.update(
+    yield from _serve(
+        tmp_path,
         WEB_CONCURRENCY="1",
         SESSIONS_ADMIN_THREADS="8",
         SESSIONS_ADMIN_LONG_REQUESTS_PER_WORKER="3",
         SESSIONS_ADMIN_SWITCH_STREAM_SECONDS="15",
-        SESSIONS_ADMIN_SWITCH_HEARTBEAT_SECONDS="5",
     )
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
-def _open_streams(server: Server, secret: str, count: int, query: str = "") -> list[StreamReader]:
+def _open_streams(server: Gunicorn, secret: str, count: int, query: str = "") -> list[StreamReader]:
     readers = [StreamReader(server, secret, query) for _ in range(count)]
     for reader in readers:
         reader.start()
@@ -182,7 +179,7 @@ def _open_streams(server: Server, secret: str, count: int, query: str = "") -> l
     return readers
 
 
-def _timed_get(server: Server, path: str, secret: str) -> tuple[int, dict, dict, float]:
+def _timed_get(server: Gunicorn, path: str, secret: str) -> tuple[int, dict, dict, float]:
     started = time.monotonic()
     status, body, headers = _get(server, path, secret)
     return status, body, headers, time.monotonic() - started
