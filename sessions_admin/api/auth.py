@@ -25,6 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.http import HttpRequest
 from django.utils import timezone
@@ -162,15 +163,6 @@ class BearerToken(HttpBearer):
         return caller
 
 
-def _token_refusal(found: ApiToken, now) -> Problem | None:
-    """The 401 a request with this token gets at ``now``, or None while it may act."""
-    if found.revoked_at is not None:
-        return unauthorized(f"The token {found.name} was revoked.")
-    if found.expires_at is not None and found.expires_at <= now:
-        return unauthorized(f"The token {found.name} expired.")
-    return None
-
-
 def no_longer_valid(request: HttpRequest) -> Problem | None:
     """The 401 a new request of this caller would get now, or None while it may still act.
 
@@ -182,13 +174,13 @@ def no_longer_valid(request: HttpRequest) -> Problem | None:
     if caller is None:
         return unauthorized("Give a token (Authorization: Bearer sa_...) or sign in.")
     if caller.token_id is not None:
+        # The token's state as every request's authentication judges it (``state_at``).
         found = ApiToken.objects.filter(pk=caller.token_id).first()
-        if found is None:
-            return unauthorized(f"The token {caller.name} no longer exists.")
-        return _token_refusal(found, timezone.now())
+        state = "deleted" if found is None else found.state_at(timezone.now())
+        if state != "active":
+            return unauthorized(f"The token {caller.name} is no longer valid: {state}.")
     if caller.user is not None:
-        user_model = type(caller.user)
-        if not user_model.objects.filter(pk=caller.user.pk, is_active=True).exists():
+        if not get_user_model().objects.filter(pk=caller.user.pk, is_active=True).exists():
             return unauthorized(f"The operator {caller.name} was deactivated or deleted.")
         session = getattr(request, "session", None)
         key = getattr(session, "session_key", None)
