@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from sessions_admin import core
@@ -42,16 +43,22 @@ def server(tmp_path) -> Iterator[Gunicorn]:
     yield from _serve(tmp_path, SESSIONS_ADMIN_SWITCH_STREAM_SECONDS="12")
 
 
-def _token(name: str, scope: str = "viewer") -> str:
-    return actions.create_api_token(actor=None, name=name, scope=scope).secret
+def _token(name: str, scope: str = "viewer", *, by=None) -> str:
+    return actions.create_api_token(actor=by, name=name, scope=scope).secret
+
+
+def _operator() -> User:
+    return User.objects.create_user("token-maker")
 
 
 def _end(name: str, how: str) -> None:
     if how == "revoked":
         actions.revoke_api_token(actor=None, name=name)
-    else:
+    elif how == "expired":
         past = timezone.now() - timedelta(seconds=1)
         ApiToken.objects.filter(name=name).update(expires_at=past)
+    else:  # the operator who created it is deactivated: the token stops with their account
+        User.objects.filter(username="token-maker").update(is_active=False)
 
 
 class StreamReader(threading.Thread):
@@ -106,9 +113,11 @@ def _switch(n: int) -> None:
     core.create_session(source="telegram", session_key=f"tg:revoke:{n}")
 
 
-@pytest.mark.parametrize("how", ["revoked", "expired"])
+@pytest.mark.parametrize("how", ["revoked", "expired", "creator deactivated"])
 def test_an_open_stream_ends_once_its_token_is_revoked_or_expired(server, how):
-    secret = _token(f"stream-{how}")
+    maker = _operator() if how == "creator deactivated" else None
+    how = how.replace(" ", "-")
+    secret = _token(f"stream-{how}", by=maker)
     reader = StreamReader(server, secret, "?seconds=12")
     reader.start()
     assert reader.opened.wait(30) and reader.status == 200
