@@ -318,6 +318,20 @@ DATA_UPLOAD_MAX_NUMBER_FIELDS = 20_000
 # The HTTP API (docs/api.md): requests per token (or signed-in operator) per window, as
 # "N/s", "N/min", "N/hour"; empty: no limit. Over it: 429 with Retry-After.
 SESSIONS_ADMIN_API_RATE = os.environ.get("SESSIONS_ADMIN_API_RATE", "18000/min").strip()
+# Refused authentications (no token, an unknown, revoked or expired one) per client address per
+# window, as SESSIONS_ADMIN_API_RATE; past it 429 with Retry-After, not audited. Empty: no limit.
+SESSIONS_ADMIN_API_AUTH_FAIL_RATE = os.environ.get(
+    "SESSIONS_ADMIN_API_AUTH_FAIL_RATE", "60/min"
+).strip()
+# Long-lived API requests (switch streams, long polls that wait) each worker process serves at
+# once: per token (or operator), and in all, a quarter of the worker's threads by default, so
+# most threads are always left for other requests. Over either: 429 with Retry-After.
+_threads = os.environ.get("SESSIONS_ADMIN_THREADS", "").strip()  # as gunicorn_conf reads it
+_threads = int(_threads) if _threads.isdigit() and int(_threads) > 0 else 16
+SESSIONS_ADMIN_LONG_REQUESTS_PER_TOKEN = _env_int("SESSIONS_ADMIN_LONG_REQUESTS_PER_TOKEN", 2)
+SESSIONS_ADMIN_LONG_REQUESTS_PER_WORKER = _env_int(
+    "SESSIONS_ADMIN_LONG_REQUESTS_PER_WORKER", max(1, _threads // 4)
+)
 
 # Deleted sessions stay restorable from the trash for this many days.
 SESSIONS_ADMIN_TRASH_DAYS = int(os.environ.get("SESSIONS_ADMIN_TRASH_DAYS", "30"))

@@ -85,6 +85,9 @@ def _test_settings(settings):
     # its figures on the first GET; tests/console/test_cold_pages.py turns this off to test
     # what a dashboard does: a placeholder, and the figure computed in the background.
     settings.SESSIONS_ADMIN_COLD_FIGURES_INLINE = True
+    # Every test client comes from one address and many tests are refused on purpose (401):
+    # the refused-authentication throttle is tested on its own (tests/api/test_auth_throttle.py).
+    settings.SESSIONS_ADMIN_API_AUTH_FAIL_RATE = ""
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ from sessions_admin.api.auth import (
     TokenRateThrottle,
     api_auth,
     record_refused_call,
+    throttle_refused_authentication,
 )
 
 
@@ -88,7 +89,7 @@ api = SessionsAdminAPI(
     parser=StrictJSONParser(),
     docs_decorator=login_not_required,
 )
-problems.install(api, refused=record_refused_call)
+problems.install(api, refused=record_refused_call, unauthenticated=throttle_refused_authentication)
 api.add_router("/runtime", runtime.router)
 api.add_router("/switches", switches.router)
 api.add_router("/merges", merges.router)

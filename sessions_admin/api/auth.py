@@ -9,11 +9,15 @@ roles' permissions (``signin.roles.ROLE_PERMISSIONS``), and a signed-in operator
 ``runtime`` tokens hold only ``RUNTIME``, the lifecycle routes', limited to their ``sources``
 when the token names any (``Caller.require_source``). While the store is attached read-only no
 token operates or deletes, as no operator does. A refused changing call (401, 403, invalid input)
-is audited; requests are throttled per token (``TokenRateThrottle``).
+is audited; requests are throttled per token (``TokenRateThrottle``), and refused
+authentications per client address (``throttle_refused_authentication``: past its rate a 429,
+not audited). A long-lived request asks ``no_longer_valid`` again before each delivery.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -21,6 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.http import HttpRequest
 from django.utils import timezone
@@ -37,6 +42,7 @@ from sessions_admin.ledger.models import ApiToken, AuditAction
 from sessions_admin.signin.roles import DELETE, OPERATE, ROLE_PERMISSIONS, VIEW
 from sessions_admin.store.attach import OPERATE_PERMISSIONS
 
+logger = logging.getLogger(__name__)
 RUNTIME = "api.runtime"  # the lifecycle routes' permission: runtime tokens only
 SIGNED_IN = "api.signed_in"  # any valid token or signed-in operator (GET /me)
 SWITCHES = "api.switches"  # the switch stream: runtime tokens and whoever may view
@@ -58,6 +64,7 @@ class Caller:
     permissions: frozenset[str]
     sources: tuple[str, ...] = ()
     token_key: str | None = None  # a prefix of the token's hash: the throttle's key
+    token_id: int | None = None  # the token's row, read again by long-lived requests
     user: Any = None  # the signed-in operator
 
     @property
@@ -149,10 +156,37 @@ class BearerToken(HttpBearer):
             permissions=SCOPE_PERMISSIONS.get(found.scope, frozenset()),
             sources=tuple(found.sources or ()),
             token_key=found.secret_hash[:24],
+            token_id=found.pk,
         )
         if not caller.has(self.permission):
             raise _refuse_permission(request, caller, self.permission)
         return caller
+
+
+def no_longer_valid(request: HttpRequest) -> Problem | None:
+    """The 401 a new request of this caller would get now, or None while it may still act.
+
+    A long-lived request (a switch stream, a long poll) was authenticated once, when it began;
+    it asks again before each delivery and heartbeat, so a token revoked or expired (an
+    operator signed out or deactivated) meanwhile stops receiving, as its next request would.
+    """
+    caller = getattr(request, "auth", None)
+    if caller is None:
+        return unauthorized("Give a token (Authorization: Bearer sa_...) or sign in.")
+    if caller.token_id is not None:
+        # The token's state as every request's authentication judges it (``state_at``).
+        found = ApiToken.objects.filter(pk=caller.token_id).first()
+        state = "deleted" if found is None else found.state_at(timezone.now())
+        if state != "active":
+            return unauthorized(f"The token {caller.name} is no longer valid: {state}.")
+    if caller.user is not None:
+        if not get_user_model().objects.filter(pk=caller.user.pk, is_active=True).exists():
+            return unauthorized(f"The operator {caller.name} was deactivated or deleted.")
+        session = getattr(request, "session", None)
+        key = getattr(session, "session_key", None)
+        if key and not session.exists(key):
+            return unauthorized(f"The operator {caller.name} signed out.")
+    return None
 
 
 class SignedInSession(APIKeyCookie):
@@ -287,17 +321,56 @@ class TokenRateThrottle(SimpleRateThrottle):
         allowed, period = self.parse_rate(rate)
         caller = getattr(request, "auth", None)
         ident = str(caller) if caller is not None else f"addr:{client_address(request)}"
-        now = time.time()
-        window = int(now // period)
-        key = f"api_throttle:{ident}:{period}:{window}"
-        cache.add(key, 0, period + 1)
-        try:
-            count = cache.incr(key)
-        except ValueError:  # the window's entry expired between add and incr
-            cache.set(key, 1, period + 1)
-            count = 1
-        self._local.wait = (window + 1) * period - now
+        count, self._local.wait = _count_in_window(f"api_throttle:{ident}", period)
         return count <= allowed
 
     def wait(self) -> float | None:
         return max(1.0, getattr(self._local, "wait", 1.0))
+
+
+def _count_in_window(ident: str, period: int) -> tuple[int, float]:
+    """One more in ``ident``'s current fixed window of ``period`` seconds (the shared cache):
+    the count so far, and the seconds until the window ends."""
+    now = time.time()
+    window = int(now // period)
+    key = f"{ident}:{period}:{window}"
+    cache.add(key, 0, period + 1)
+    try:
+        count = cache.incr(key)
+    except ValueError:  # the window's entry expired between add and incr
+        cache.set(key, 1, period + 1)
+        count = 1
+    return count, (window + 1) * period - now
+
+
+_RATES = TokenRateThrottle()  # parses "N/min" as the throttle does
+
+
+def throttle_refused_authentication(request: HttpRequest, problem: Problem) -> Problem:
+    """A refused authentication (a 401), counted per client address: within
+    ``SESSIONS_ADMIN_API_AUTH_FAIL_RATE`` it is answered (and, for a changing call, audited)
+    as it is; past it the answer is a 429 with ``Retry-After``, which is not audited (the
+    request log line and the requests metric count it), so a flood of requests without a valid
+    token neither grows the audit log nor gets the token check answered at full speed."""
+    rate = getattr(settings, "SESSIONS_ADMIN_API_AUTH_FAIL_RATE", "")
+    if not rate:
+        return problem
+    allowed, period = _RATES.parse_rate(rate)
+    address = client_address(request) or "unknown"
+    count, wait = _count_in_window(f"api_auth_refused:{address}", period)
+    if count <= allowed:
+        return problem
+    if count == allowed + 1:
+        logger.warning(
+            "API: %s refused authentications from %s in %s s; throttled until the window ends",
+            count,
+            address,
+            period,
+        )
+    return Problem(
+        429,
+        "throttled",
+        "Too many requests",
+        "Too many requests without a valid token from this address: wait and retry.",
+        headers={"Retry-After": str(max(1, math.ceil(wait)))},
+    )

@@ -119,6 +119,12 @@ def _session_ended(error: SessionEnded) -> dict[str, Any]:
     }
 
 
+def _invalid_field(error: InvalidInput) -> dict[str, Any]:
+    if not error.field:
+        return {}
+    return {"errors": [{"field": error.field, "message": str(error)}]}
+
+
 def _partly_applied(error: DeletePartlyApplied) -> dict[str, Any]:
     return {
         "deleted_sessions": error.result.deleted_sessions,
@@ -150,7 +156,7 @@ PROBLEM_OF: list[tuple[type[BaseException], int, str, str, Callable[[Any], dict]
     (StoreBusy, 503, "store-busy", "Store busy", lambda e: {}),
     (DatabaseNotWritten, 503, "store-busy", "Database not written", lambda e: {}),
     (DashboardNotWritten, 503, "store-busy", "Database not written", lambda e: {}),
-    (InvalidInput, 422, "invalid-input", "Invalid input", lambda e: {}),
+    (InvalidInput, 422, "invalid-input", "Invalid input", _invalid_field),
     (StoreError, 409, "refused", "Refused", lambda e: {}),
     (DeletePartlyApplied, 500, "partly-applied", "Partly applied", _partly_applied),
 ]
@@ -319,13 +325,20 @@ AUDITED_REFUSALS = frozenset({400, 401, 403, 409, 413, 422})
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
-def install(api, *, refused: Callable[[HttpRequest, Problem, BaseException], None]) -> None:
+def install(
+    api,
+    *,
+    refused: Callable[[HttpRequest, Problem, BaseException], None],
+    unauthenticated: Callable[[HttpRequest, Problem], Problem] | None = None,
+) -> None:
     """Route every exception of ``api`` through ``problem_for``; ``refused`` records a refused
     changing call (an error the action audited itself is marked ``audited_entry`` and skipped
-    there)."""
+    there); ``unauthenticated`` may answer a 401 otherwise (a throttle's 429)."""
 
     def handle(request: HttpRequest, error: Exception) -> HttpResponse:
         problem = problem_for(error)
+        if problem.status == 401 and unauthenticated is not None:
+            problem = unauthenticated(request, problem)
         if problem.status >= 500:
             logger.error(
                 "API %s %s answered %s",

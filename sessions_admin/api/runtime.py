@@ -65,7 +65,7 @@ class MessageIn(Strict):
     tool_calls: Any = None
     tool_name: Text | None = None
     timestamp: float | None = None
-    token_count: int | None = Field(None, ge=0)
+    token_count: int | None = Field(None, ge=0, le=rows.COUNT_MAX)
     finish_reason: Text | None = None
     reasoning: Text | None = None
 
@@ -151,12 +151,13 @@ class TurnIn(Strict):
 
 
 class UsageIn(Strict):
-    input_tokens: int = Field(0, ge=0, lt=2**63)
-    output_tokens: int = Field(0, ge=0, lt=2**63)
-    cache_read_tokens: int = Field(0, ge=0, lt=2**63)
-    cache_write_tokens: int = Field(0, ge=0, lt=2**63)
-    reasoning_tokens: int = Field(0, ge=0, lt=2**63)
-    cost_usd: float = Field(0.0, ge=0, allow_inf_nan=False)
+    # The core's bounds (rows.COUNT_MAX, rows.COST_MAX_USD), also on the session's totals.
+    input_tokens: int = Field(0, ge=0, le=rows.COUNT_MAX)
+    output_tokens: int = Field(0, ge=0, le=rows.COUNT_MAX)
+    cache_read_tokens: int = Field(0, ge=0, le=rows.COUNT_MAX)
+    cache_write_tokens: int = Field(0, ge=0, le=rows.COUNT_MAX)
+    reasoning_tokens: int = Field(0, ge=0, le=rows.COUNT_MAX)
+    cost_usd: float = Field(0.0, ge=0, le=rows.COST_MAX_USD, allow_inf_nan=False)
 
 
 class OkOut(Schema):

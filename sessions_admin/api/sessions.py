@@ -31,7 +31,7 @@ from sessions_admin.core import being_deleted, holds
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.core.lineage import LineageNode
 from sessions_admin.core.merge import MergeDifference, session_differences
-from sessions_admin.core.rows import parse_model_config
+from sessions_admin.core.rows import parse_model_config, stored_cost, stored_count
 from sessions_admin.ledger import audit_log
 from sessions_admin.ledger.models import AuditEntry
 from sessions_admin.store import listing, overview, transcripts
@@ -56,6 +56,13 @@ AUDIT_FILTERS = {
     "since": "Created on or after this day (YYYY-MM-DD).",
     "until": "Created on or before this day.",
 }
+TOKEN_TOTALS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
 MEMBER_FIELDS = (
     "id title source user_id session_key started_at ended_at end_reason message_count".split()
 )
@@ -110,11 +117,12 @@ class SessionDetail(Schema):
     end_reason: str | None
     message_count: int
     tool_call_count: int
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    reasoning_tokens: int
+    # null: a total another writer left out of range (core.rows.stored_count, stored_cost).
+    input_tokens: int | None
+    output_tokens: int | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    reasoning_tokens: int | None
     estimated_cost_usd: float | None
     title: str | None
     archived: bool
@@ -350,6 +358,7 @@ def session_read(request: HttpRequest, session_id: Identifier):
             }
         )
     hold = holds.holds_on([session.id]).get(session.id)
+    totals = {name: stored_count(getattr(session, name)) for name in TOKEN_TOTALS}
     return {
         **{
             name: getattr(session, name)
@@ -357,6 +366,8 @@ def session_read(request: HttpRequest, session_id: Identifier):
             if name not in ("model_config_", "archived", "parent_session_id")
             and hasattr(session, name)
         },
+        **totals,
+        "estimated_cost_usd": stored_cost(session.estimated_cost_usd),
         "model_config": parse_model_config(session.model_config) if session.model_config else None,
         "parent_session_id": session.parent_id,
         "archived": bool(session.archived),

@@ -21,6 +21,10 @@ long poll waits at most as long. The client then reconnects with ``Last-Event-ID
 (``EventSource`` does so by itself, after the ``retry:`` the stream announces). Heartbeats
 (SSE comments) every ``SESSIONS_ADMIN_SWITCH_HEARTBEAT_SECONDS`` keep proxies from closing a
 quiet stream and let the server notice a subscriber that left.
+
+Both were authenticated once, when they began: each asks ``auth.no_longer_valid`` again before
+each delivery and heartbeat (and at least every ``RECHECK_SECONDS``), so a token revoked or
+expired meanwhile ends its stream, and its pending long poll answers 401.
 """
 
 from __future__ import annotations
@@ -29,15 +33,16 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 
 from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Header, Query, Router, Schema
 
-from sessions_admin.api.auth import SWITCHES, Caller, api_auth
-from sessions_admin.api.problems import invalid_input
+from sessions_admin.api import long_requests
+from sessions_admin.api.auth import SWITCHES, Caller, api_auth, no_longer_valid
+from sessions_admin.api.problems import Problem, invalid_input
 from sessions_admin.api.schemas import Text
 from sessions_admin.core import db, events
 
@@ -53,6 +58,8 @@ POLL_SECONDS = 0.5
 # What EventSource waits before reconnecting (milliseconds), announced on each stream.
 RETRY_MS = 1000
 SCAN = 500  # log rows read per query
+# How often an open stream asks whether its token is still valid while it delivers nothing.
+RECHECK_SECONDS = 1.0
 
 
 def _seconds(name: str, default: float) -> float:
@@ -181,12 +188,24 @@ def switches(
     """Long polling: the switches after ``after``, in order; when there are none yet, waits up
     to ``wait`` seconds for the first. Call again with ``next_after``."""
     cursor = _start(after)
-    deadline = time.monotonic() + _bounded(wait)
-    while True:
-        found, cursor = _read(request.auth, cursor, limit)
-        if found or time.monotonic() >= deadline:
-            break
-        time.sleep(min(poll_seconds(), max(0.0, deadline - time.monotonic())))
+    waits = _bounded(wait)
+    # Only a poll that may wait holds a thread long: it takes a slot (429 when none is free).
+    slot = long_requests.take(str(request.auth), "long polls and streams") if waits else None
+    try:
+        deadline = time.monotonic() + waits
+        while True:
+            found, cursor = _read(request.auth, cursor, limit)
+            if found or time.monotonic() >= deadline:
+                break
+            time.sleep(min(poll_seconds(), max(0.0, deadline - time.monotonic())))
+            # Asked after each wait, so before anything it delivers: a token revoked or
+            # expired while it waited gets the 401 its next request would.
+            refusal = no_longer_valid(request)
+            if refusal is not None:
+                raise refusal
+    finally:
+        if slot is not None:
+            slot.release()
     return SwitchPage(events=[asdict(e) for e in found], next_after=cursor)
 
 
@@ -234,8 +253,10 @@ def switch_stream(
     its seq). Resumes after ``Last-Event-ID`` (or ``after``; neither: from now on)."""
     resumed = _last_event_id(last_event_id)
     cursor = _start(resumed if resumed is not None else after)
+    slot = long_requests.take(str(request.auth), "long polls and streams")
+    blocks = _stream(request.auth, cursor, _bounded(seconds), lambda: no_longer_valid(request))
     response = StreamingHttpResponse(
-        _stream(request.auth, cursor, _bounded(seconds)),
+        long_requests.HeldWhileStreaming(blocks, slot),
         content_type="text/event-stream; charset=utf-8",
     )
     response["Cache-Control"] = "no-cache"
@@ -248,16 +269,30 @@ def _bounded(seconds: float | None) -> float:
     return bound if seconds is None else min(seconds, bound)
 
 
-def _stream(caller: Caller, cursor: int, seconds: float) -> Iterator[bytes]:
+def _stream(
+    caller: Caller, cursor: int, seconds: float, refusal: Callable[[], Problem | None]
+) -> Iterator[bytes]:
+    """The stream's blocks; ``refusal`` (what a new request of the caller would get now) is
+    asked before each delivery and heartbeat, and at least every ``RECHECK_SECONDS``: once
+    the token is revoked or expired the stream ends, and the client's reconnection gets 401."""
     started = time.monotonic()
     ends = started + seconds
     beat = heartbeat_seconds()
     next_beat = started + beat
+    next_check = started + RECHECK_SECONDS
     # The cursor first: a client that connected without one knows where it stands.
     yield f"retry: {RETRY_MS}\nid: {cursor}\n\n".encode()
     try:
         while True:
             found, scanned = _read(caller, cursor, SCAN)
+            now = time.monotonic()
+            if scanned != cursor or now >= next_beat or now >= next_check:
+                refused = refusal()
+                if refused is not None:
+                    logger.info("switch stream of %s ended: %s", caller.name, refused.detail)
+                    yield f": ended: {' '.join(refused.detail.split())}\n\n".encode()
+                    return
+                next_check = now + RECHECK_SECONDS
             for event in found:
                 data = json.dumps(asdict(event), separators=(",", ":"))
                 yield f"id: {event.seq}\nevent: switch\ndata: {data}\n\n".encode()

@@ -47,7 +47,14 @@ class SessionEnded(StoreError):
 
 
 class InvalidInput(StoreError):
-    pass
+    """Input the store refuses; ``field`` names the one at fault when there is one."""
+
+    field: str | None = None
+
+    def __init__(self, *args: object, field: str | None = None):
+        super().__init__(*args)
+        if field is not None:
+            self.field = field
 
 
 class TruncationRefused(StoreError):

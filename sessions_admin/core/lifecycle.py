@@ -31,6 +31,10 @@ from sessions_admin.core.errors import (
     TitleTaken,
 )
 from sessions_admin.core.rows import (
+    COST_MAX_USD,
+    COUNT_MAX,
+    checked_cost,
+    checked_count,
     config_text,
     conversations_of_session,
     epoch_seconds,
@@ -982,17 +986,35 @@ def add_usage(
 
     Usage belongs to the session that is live for the conversation: an ended
     session refuses it (``SessionEnded`` naming the live one), as an append does.
+    Each figure, and each total it adds to, stays within ``rows.COUNT_MAX`` (a cost
+    within ``rows.COST_MAX_USD``): a call that would take a total past its bound (or
+    add to a total another writer left out of range) is refused naming the field,
+    and nothing of it is recorded.
     """
-    values = [input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens]
-    if (
-        any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63 for v in values)
-        or isinstance(cost_usd, bool)
-        or not isinstance(cost_usd, int | float)
-        or not math.isfinite(cost_usd)
-        or cost_usd < 0
-    ):
-        raise InvalidInput("Usage figures must be finite, non-negative numbers.")
-    require_writable(session_id)
+    counts = {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cache_read_tokens": cache_read_tokens,
+        "cache_write_tokens": cache_write_tokens,
+        "reasoning_tokens": reasoning_tokens,
+    }
+    counts = {name: checked_count(name, value) for name, value in counts.items()}
+    cost = checked_cost("cost_usd", cost_usd)
+    require_writable(session_id)  # locks the row: the totals read here are the ones added to
+    (totals,) = db.fetchdicts(
+        f"SELECT {', '.join(counts)}, estimated_cost_usd FROM sessions WHERE id = %s",
+        [session_id],
+    )
+    adding = {**counts, "estimated_cost_usd": cost}
+    for column, value in adding.items():
+        bound = COST_MAX_USD if column == "estimated_cost_usd" else COUNT_MAX
+        if value and not _total_within(totals[column], value, bound):
+            field = "cost_usd" if column == "estimated_cost_usd" else column
+            raise InvalidInput(
+                f"{field}: adding {value!r} to the session's {column} ({totals[column]!r}) "
+                f"would pass its bound of {bound:,.0f}; nothing was recorded.",
+                field=field,
+            )
     db.execute(
         "UPDATE sessions SET input_tokens = COALESCE(input_tokens, 0) + %s, "
         "output_tokens = COALESCE(output_tokens, 0) + %s, "
@@ -1000,5 +1022,19 @@ def add_usage(
         "cache_write_tokens = COALESCE(cache_write_tokens, 0) + %s, "
         "reasoning_tokens = COALESCE(reasoning_tokens, 0) + %s, "
         "estimated_cost_usd = COALESCE(estimated_cost_usd, 0) + %s WHERE id = %s",
-        [*values, float(cost_usd), session_id],
+        [*counts.values(), cost, session_id],
     )
+
+
+def _total_within(total: Any, adding: int | float, bound: int | float) -> bool:
+    """Whether a stored total (whatever another writer left there) plus ``adding`` is
+    a number within ``bound``."""
+    if total is None:
+        total = 0
+    if isinstance(total, int) and not isinstance(total, bool):
+        return 0 <= total and total + adding <= bound
+    try:
+        number = float(total)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(number) and 0 <= number and number + adding <= bound

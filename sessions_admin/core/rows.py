@@ -25,6 +25,55 @@ MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool"})
 SESSION_ID_MAX = 4000  # lookups accept any stored id; new ids are shorter (create_session)
 # Seconds since the epoch: 1970 to 2286. Anything else is a caller's bug (milliseconds, NaN).
 TIMESTAMP_RANGE = (0.0, 1e10)
+# What a runtime may record as a count (a message's token_count, a session's token totals)
+# and as a cost in USD (a session's estimated cost), per call and as a running total. Far
+# above any real use, and inside what every reader carries: a count stays an integer a JSON
+# parser holds exactly (a double's 2**53), a cost a finite number (docs/api.md, Bounds).
+COUNT_MAX = 2**53 - 1
+COST_MAX_USD = 1e9
+
+
+def stored_count(value: Any) -> int | None:
+    """A stored count as a reader answers it: a whole number a BIGINT holds, else None (what
+    another writer may have left: a REAL past 2**63, an infinity, text)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and 0 <= value < 2**63 else None
+
+
+def stored_cost(value: Any) -> float | None:
+    """A stored cost as a reader answers it: a finite number, else None (JSON has no
+    infinity; ``Infinity`` in an answer is not JSON)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def checked_count(name: str, value: Any) -> int:
+    """``value`` if it is a whole number from 0 to ``COUNT_MAX``, else ``InvalidInput``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= COUNT_MAX:
+        raise InvalidInput(
+            f"{name} must be a whole number from 0 to {COUNT_MAX:,}, not {value!r}.", field=name
+        )
+    return value
+
+
+def checked_cost(name: str, value: Any) -> float:
+    """``value`` as a float if it is a finite number from 0 to ``COST_MAX_USD``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= COST_MAX_USD
+    ):
+        raise InvalidInput(
+            f"{name} must be a number of USD from 0 to {COST_MAX_USD:,.0f}, not {value!r}.",
+            field=name,
+        )
+    return float(value)
 
 
 def parse_model_config(text: str | None) -> dict:
@@ -135,10 +184,8 @@ def message_values(session_id: str, message: Mapping[str, Any]) -> list[Any]:
     if tool_calls is not None and not isinstance(tool_calls, str):
         tool_calls = json_text("tool_calls", tool_calls) if tool_calls else None
     token_count = message.get("token_count")
-    if token_count is not None and (
-        isinstance(token_count, bool) or not isinstance(token_count, int) or token_count < 0
-    ):
-        raise InvalidInput("token_count must be a non-negative whole number.")
+    if token_count is not None:
+        checked_count("token_count", token_count)
     values = [
         session_id,
         role,

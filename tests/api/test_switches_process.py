@@ -41,6 +41,10 @@ def server(tmp_path) -> Iterator[Gunicorn]:
         SESSIONS_ADMIN_SWITCH_STREAM_SECONDS="3",
         SESSIONS_ADMIN_SWITCH_HEARTBEAT_SECONDS="0.5",
         SESSIONS_ADMIN_SWITCH_POLL_SECONDS="0.1",
+        # A stream the reader drops on purpose holds its place until the server's next write
+        # notices: room for that (the reader also honours a 429's Retry-After).
+        SESSIONS_ADMIN_LONG_REQUESTS_PER_TOKEN="4",
+        SESSIONS_ADMIN_LONG_REQUESTS_PER_WORKER="6",
     )
     running = Gunicorn(env, tmp_path / "server.log")
     with serving(running):

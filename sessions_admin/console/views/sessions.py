@@ -231,7 +231,7 @@ def _row(row: listing.SessionRow, detail: _DetailLinks, selectable: bool) -> Lis
         last=when(row.last_activity),
         status=end_reason_words(row.end_reason),
         messages=f"{row.message_count:,}",
-        tokens=f"{row.tokens:,}",
+        tokens="—" if row.tokens is None else f"{row.tokens:,}",
         cost=None if row.cost is None else f"${row.cost:,.4f}",
         selectable=selectable,
     )

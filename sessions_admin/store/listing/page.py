@@ -9,11 +9,13 @@ the page only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sessions_admin.core import db, lineage
+from sessions_admin.core.rows import stored_cost, stored_count
 from sessions_admin.store.listing import conditions
 from sessions_admin.store.listing.activity import (
     activity_rows,
@@ -59,7 +61,7 @@ class SessionRow:
     ended_at: float | None
     end_reason: str | None
     message_count: int
-    tokens: int
+    tokens: int | None  # None (as cost): a total no reader can show (core.rows.stored_count)
     cost: float | None
     last_activity: float | None
     tip_id: str | None = None  # set when the figures come from another segment
@@ -224,7 +226,15 @@ def _list_sessions(filters: Filters, cursor: Cursor | None, with_choices: bool) 
     )
 
 
+def _tokens(figures: dict) -> int | None:
+    """Tokens in + out; None when either total is not a count (another writer's overflow)."""
+    counts = [stored_count(figures[name] or 0) for name in ("input_tokens", "output_tokens")]
+    return None if None in counts else sum(counts)
+
+
 def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "inf", "-inf", "nan": a sort key another writer left (params)
     if isinstance(value, int | float):
         return value
     # PostgreSQL may hand back Decimal for numeric expressions.
@@ -343,10 +353,8 @@ def _enrich(
                 ended_at=fig["ended_at"],
                 end_reason=fig["end_reason"],
                 message_count=int(fig["message_count"] or 0),
-                tokens=int(fig["input_tokens"] or 0) + int(fig["output_tokens"] or 0),
-                cost=float(fig["estimated_cost_usd"])
-                if fig["estimated_cost_usd"] is not None
-                else None,
+                tokens=_tokens(fig),
+                cost=stored_cost(fig["estimated_cost_usd"]),
                 last_activity=times.get(last_id) if last_id is not None else None,
                 tip_id=tip_id if tip_id != sid else None,
                 segments=segments,

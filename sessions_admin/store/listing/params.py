@@ -307,6 +307,10 @@ def search_terms(q: str) -> tuple[str, ...]:
 # Cursors
 
 
+# A sort key another writer left non-finite (a cost of inf), written in a cursor as text.
+NON_FINITE_KEYS = frozenset({"inf", "-inf", "nan"})
+
+
 def encode_cursor(kind: str, direction: str, values: Sequence[Any]) -> str:
     raw = json.dumps([kind, direction, *values], separators=(",", ":"), allow_nan=False)
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
@@ -361,5 +365,9 @@ def decode_cursor(token: str, filters: Filters) -> Cursor | None:
             len(values) == 3 and values[0] == "e" and _number(values[1]) and _session_id(values[2])
         )
     else:
-        ok = len(values) == 2 and _number(values[0]) and _session_id(values[1])
+        non_finite = len(values) == 2 and str(values[0]) in NON_FINITE_KEYS
+        non_finite = non_finite and isinstance(values[0], str)
+        ok = len(values) == 2 and (_number(values[0]) or non_finite) and _session_id(values[1])
+        if ok and non_finite:
+            values = (float(values[0]), values[1])
     return Cursor(kind, filters.direction, values) if ok else None

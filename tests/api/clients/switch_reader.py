@@ -36,6 +36,7 @@ class Reader:
         self.connections = 0
         self.unreachable = 0
         self.heartbeats = 0
+        self.retries_after_429 = 0
 
     def target(self):
         try:
@@ -68,6 +69,16 @@ class Reader:
         self.connections += 1
         return connection, response
 
+    def throttled(self, response):
+        """A 429 (the server's long-lived requests are capped, and a connection this reader
+        dropped holds its place until the server notices): wait ``Retry-After``, then retry."""
+        if response.status != 429:
+            return False
+        response.read()
+        self.retries_after_429 += 1
+        time.sleep(float(response.getheader("Retry-After", "1")))
+        return True
+
     # --- Server-Sent Events ------------------------------------------------------------------
 
     def stream_once(self):
@@ -77,6 +88,8 @@ class Reader:
             headers["Last-Event-ID"] = str(self.cursor)
         connection, response = self.connect("/api/v1/switches/stream?after=0", headers)
         try:
+            if self.throttled(response):
+                return
             if response.status != 200:
                 raise RuntimeError(f"stream answered {response.status}: {response.read()[:300]}")
             if not response.getheader("Content-Type", "").startswith("text/event-stream"):
@@ -117,6 +130,8 @@ class Reader:
         query = urllib.parse.urlencode({"after": self.cursor, "wait": 2, "limit": 7})
         connection, response = self.connect("/api/v1/switches?" + query, {})
         try:
+            if self.throttled(response):
+                return
             body = response.read()
             if response.status != 200:
                 raise RuntimeError(f"poll answered {response.status}: {body[:300]}")
@@ -156,6 +171,7 @@ def main():
             "connections": reader.connections,
             "unreachable": reader.unreachable,
             "heartbeats": reader.heartbeats,
+            "retries_after_429": reader.retries_after_429,
             "errors": reader.errors,
         },
         sys.stdout,
