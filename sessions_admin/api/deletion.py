@@ -20,8 +20,6 @@ import datetime as dt
 import time
 from typing import Annotated, Literal
 
-from django.core.paginator import Paginator
-from django.db.models import Max
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from ninja import Field, Path, Query, Router, Schema
@@ -48,6 +46,7 @@ from sessions_admin.core.text import operator_text
 from sessions_admin.ledger import actions, worker
 from sessions_admin.ledger.jobs import cascade_runs_as_job, job_progress, restore_runs_as_job
 from sessions_admin.ledger.models import AuditAction, DeleteJob, TrashEntry, TrashSession
+from sessions_admin.ledger.trash_page import decode_trash_cursor, trash_operations_page
 from sessions_admin.ledger.trash_retention import configured_days
 from sessions_admin.signin.roles import DELETE
 from sessions_admin.store.models import Session
@@ -541,7 +540,9 @@ def job_cancel(request: HttpRequest, job_id: RowId, body: ReasonIn):
 
 class TrashQuery(Schema):
     q: Text = Field("", max_length=200, description="Operations holding a session id starting so.")
-    page: int = Field(1, ge=1, lt=2**31)
+    after: Text = Field(
+        "", max_length=200, description="The previous page's next_cursor (empty: the newest)."
+    )
 
 
 class TrashOperationOut(Schema):
@@ -561,8 +562,7 @@ class TrashOperationOut(Schema):
 
 class TrashPage(Schema):
     operations: list[TrashOperationOut]
-    page: int
-    pages: int
+    next_cursor: str | None = Field(description="The next (older) page's `after`; null: the last.")
     total: int
     trash_days: float
 
@@ -578,30 +578,21 @@ def _state(entries: list[TrashEntry]) -> str:
 
 @router.get("/trash", response=TrashPage)
 def trash_list(request: HttpRequest, query: Query[TrashQuery]):
-    """What deletes put in the trash, one row per operation (restored whole), newest first."""
+    """What deletes put in the trash, one row per operation (restored whole), newest first, a
+    keyset page at a time (``ledger.trash_page``, as the console's trash page)."""
     actions.settle_deletes_and_restores()  # as the console's page: a dead delete's rows marked
+    after = None
+    if query.after:
+        after = decode_trash_cursor(query.after)
+        if after is None:
+            raise invalid_input(
+                "after must be a trash page's next_cursor, as an earlier answer gave it.",
+                [{"field": "after", "message": "not a trash page cursor"}],
+            )
     days = configured_days()
-    operations = (
-        TrashEntry.objects.values("operation")
-        .annotate(newest=Max("created_at"), last_id=Max("id"))
-        .order_by("-newest", "-last_id")
-    )
-    if query.q:
-        matching = TrashSession.objects.filter(session_id__startswith=query.q)
-        operations = operations.filter(operation__in=matching.values("entry__operation").distinct())
-    paginator = Paginator(operations, TRASH_PAGE_SIZE)
-    page = paginator.get_page(query.page)
-    newest = {row["operation"]: row["newest"] for row in page.object_list}
-    entries: dict[str, list[TrashEntry]] = {}
-    for entry in (
-        TrashEntry.objects.defer("payload").filter(operation__in=list(newest)).order_by("pk")
-    ):
-        entries.setdefault(entry.operation, []).append(entry)
+    page = trash_operations_page(q=query.q, after=after, limit=TRASH_PAGE_SIZE)
     rows = []
-    for operation, created in newest.items():
-        batches = entries.get(operation, [])
-        if not batches:
-            continue  # purged between the two reads
+    for operation, batches in page.operations:
         first = batches[0]
         left = [e for e in batches if e.state != TrashEntry.RESTORED] or batches
         shown = TrashSession.objects.filter(
@@ -612,9 +603,9 @@ def trash_list(request: HttpRequest, query: Query[TrashQuery]):
                 operation=operation,
                 entry_id=first.pk,
                 entry_ids=[e.pk for e in batches],
-                state=_state(batches),
+                state=_state(list(batches)),
                 created_at=first.created_at,
-                expires_at=created + dt.timedelta(days=days),
+                expires_at=max(e.created_at for e in batches) + dt.timedelta(days=days),
                 actor=first.actor_name,
                 reason=first.reason,
                 job_id=first.job_id,
@@ -624,11 +615,7 @@ def trash_list(request: HttpRequest, query: Query[TrashQuery]):
             )
         )
     return TrashPage(
-        operations=rows,
-        page=page.number,
-        pages=paginator.num_pages,
-        total=paginator.count,
-        trash_days=days,
+        operations=rows, next_cursor=page.next_cursor, total=page.total, trash_days=days
     )
 
 

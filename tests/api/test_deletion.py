@@ -347,6 +347,30 @@ def test_the_trash_lists_operations_and_a_restore_gives_back_the_exact_rows(admi
     assert store_snapshot(*PARTS) == before
 
 
+def test_the_trash_list_pages_by_cursor_each_operation_once_while_the_trash_changes(
+    admin, monkeypatch
+):
+    from sessions_admin.api import deletion as api_deletion
+
+    monkeypatch.setattr(api_deletion, "TRASH_PAGE_SIZE", 3)
+    first_entries = []
+    for sid in ended_sessions(8):
+        first_entries.append(cascade_into_trash(admin, sid))
+    newest_first = sorted(first_entries, reverse=True)
+    page = admin.get("trash").body
+    assert page["total"] == 8 and page["next_cursor"]
+    seen = [row["entry_id"] for row in page["operations"]]
+    # A delete after the first page is newer than every page still to come: never shown.
+    cascade_into_trash(admin, ended_sessions(1)[0])
+    while page["next_cursor"]:
+        page = admin.get(f"trash?after={page['next_cursor']}").body
+        seen += [row["entry_id"] for row in page["operations"]]
+    assert seen == newest_first
+    for bad in ("garbage", page["operations"][0]["operation"], "W10"):
+        refused = admin.get(f"trash?after={bad}")
+        assert refused.status == 422 and refused.body["type"].endswith("invalid-input")
+
+
 def test_a_restore_conflict_is_409_and_changes_nothing(admin):
     (sid,) = ended_sessions(1)
     entry_id = cascade_into_trash(admin, sid)
