@@ -6,6 +6,9 @@ token once took every thread of a worker, and an admin's ``GET /me`` waited for 
 worker process counts the ones it serves, per caller (``SESSIONS_ADMIN_LONG_REQUESTS_PER_TOKEN``,
 2 by default) and in all (``SESSIONS_ADMIN_LONG_REQUESTS_PER_WORKER``, a quarter of its
 threads by default): one more is answered 429 with ``Retry-After`` at once, holding no thread.
+Runtime tokens and operators (viewer, support, admin tokens and signed-in browsers) have a
+pool each, of that size: the switch feed is what runtimes follow their sessions by, and a
+viewer holding streams must not shut them out of it (nor a runtime the operators).
 The counts live in the process (a slot is taken and given back by the thread that serves the
 request), so nothing outlives a worker that is restarted.
 """
@@ -25,7 +28,9 @@ from sessions_admin.api.problems import Problem
 RETRY_AFTER_SECONDS = 5
 
 _lock = threading.Lock()
-_open: Counter[str] = Counter()  # caller -> its long-lived requests open in this process
+# (pool, caller) -> its long-lived requests open in this process
+_open: Counter[tuple[str, str]] = Counter()
+RUNTIMES, OPERATORS = "runtimes", "operators"
 
 
 def per_token() -> int:
@@ -44,8 +49,8 @@ def open_count() -> int:
 class Slot:
     """One long-lived request's place; ``release`` gives it back (once, whoever calls it)."""
 
-    def __init__(self, caller: str):
-        self.caller = caller
+    def __init__(self, key: tuple[str, str]):
+        self.key = key
         self._held = True
 
     def release(self) -> None:
@@ -53,15 +58,18 @@ class Slot:
             if not self._held:
                 return
             self._held = False
-            _open[self.caller] -= 1
-            if _open[self.caller] <= 0:
-                del _open[self.caller]
+            _open[self.key] -= 1
+            if _open[self.key] <= 0:
+                del _open[self.key]
 
 
-def take(caller: str, what: str) -> Slot:
-    """A slot for one more long-lived request of ``caller``, or the 429 problem to answer."""
+def take(caller: str, what: str, *, pool: str = OPERATORS) -> Slot:
+    """A slot for one more long-lived request of ``caller`` in ``pool`` (``RUNTIMES`` for a
+    runtime token), or the 429 problem to answer."""
+    key = (pool, caller)
     with _lock:
-        mine, total = _open[caller], sum(_open.values())
+        mine = _open[key]
+        total = sum(n for (in_pool, _), n in _open.items() if in_pool == pool)
         if mine >= per_token():
             refusal = (
                 f"This token already has {mine} {what} open (at most {per_token()} per token "
@@ -69,14 +77,14 @@ def take(caller: str, what: str) -> Slot:
             )
         elif total >= per_worker():
             refusal = (
-                f"The server is serving its most long-lived requests at once ({per_worker()}, "
-                "SESSIONS_ADMIN_LONG_REQUESTS_PER_WORKER): retry later."
+                f"The server is serving its most long-lived requests of {pool} at once "
+                f"({per_worker()}, SESSIONS_ADMIN_LONG_REQUESTS_PER_WORKER): retry later."
             )
         else:
-            _open[caller] += 1
-            return Slot(caller)
-        if not _open[caller]:
-            del _open[caller]
+            _open[key] += 1
+            return Slot(key)
+        if not _open[key]:
+            del _open[key]
     raise Problem(
         429,
         "throttled",

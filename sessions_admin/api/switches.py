@@ -10,7 +10,8 @@ cursor, so it gets every switch once and in order across reconnects and server r
 Delivered as the Python follower (``core.follower``) tells its listeners: the ``new`` events
 of loaded history and the tombstones an erasure leaves (both of origin ``history``) are never
 delivered, but the cursor moves past them (an SSE block with only ``id:``). A runtime token
-limited to sources sees only switches into sessions of those sources. Who may read: runtime
+limited to sources sees only switches into sessions of those sources, and no other source's
+session id in them (``_named_for``). Who may read: runtime
 tokens and every operator scope (a switch names session ids and keys, which a viewer sees in
 the console anyway).
 
@@ -34,14 +35,14 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Header, Query, Router, Schema
 
 from sessions_admin.api import long_requests
-from sessions_admin.api.auth import SWITCHES, Caller, api_auth, no_longer_valid
+from sessions_admin.api.auth import RUNTIME, SWITCHES, Caller, api_auth, no_longer_valid
 from sessions_admin.api.problems import Problem, invalid_input
 from sessions_admin.api.schemas import Text
 from sessions_admin.core import db, events
@@ -138,6 +139,30 @@ def _delivered(caller: Caller, event: events.SwitchEvent) -> bool:
     return caller.may_touch_source(event.source)
 
 
+def _named_for(caller: Caller, found: list[events.SwitchEvent]) -> list[events.SwitchEvent]:
+    """The events as the caller may read them: a token limited to sources is never told the
+    id of a session of another source (a merge into its session names the absorbed one as
+    previous and parent), nor of one no longer in the store, whose source nobody can check."""
+    if not caller.sources or not found:
+        return found
+    named = {sid for e in found for sid in (e.previous_session_id, e.parent_session_id) if sid}
+    mine = {
+        sid
+        for sid, source in db.fetchall_in(
+            "SELECT id, source FROM sessions WHERE id IN ({marks})", named
+        )
+        if caller.may_touch_source(source)
+    }
+    return [
+        replace(
+            e,
+            previous_session_id=e.previous_session_id if e.previous_session_id in mine else None,
+            parent_session_id=e.parent_session_id if e.parent_session_id in mine else None,
+        )
+        for e in found
+    ]
+
+
 def _end_of_log() -> int:
     (last,) = db.fetchone("SELECT COALESCE(MAX(seq), 0) FROM sessions_admin_switch_events")
     return int(last)
@@ -155,7 +180,7 @@ def _read(caller: Caller, after: int, limit: int) -> tuple[list[events.SwitchEve
         if _delivered(caller, event):
             found.append(event)
         cursor = event.seq
-    return found, cursor
+    return _named_for(caller, found), cursor
 
 
 def _start(after: int | None) -> int:
@@ -190,7 +215,7 @@ def switches(
     cursor = _start(after)
     waits = _bounded(wait)
     # Only a poll that may wait holds a thread long: it takes a slot (429 when none is free).
-    slot = long_requests.take(str(request.auth), "long polls and streams") if waits else None
+    slot = _slot(request) if waits else None
     try:
         deadline = time.monotonic() + waits
         while True:
@@ -253,7 +278,7 @@ def switch_stream(
     its seq). Resumes after ``Last-Event-ID`` (or ``after``; neither: from now on)."""
     resumed = _last_event_id(last_event_id)
     cursor = _start(resumed if resumed is not None else after)
-    slot = long_requests.take(str(request.auth), "long polls and streams")
+    slot = _slot(request)
     blocks = _stream(request.auth, cursor, _bounded(seconds), lambda: no_longer_valid(request))
     response = StreamingHttpResponse(
         long_requests.HeldWhileStreaming(blocks, slot),
@@ -262,6 +287,13 @@ def switch_stream(
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # a buffering proxy would hold events back
     return response
+
+
+def _slot(request: HttpRequest) -> long_requests.Slot:
+    """A long-lived request's slot, from the runtimes' pool for a runtime token."""
+    caller = request.auth
+    pool = long_requests.RUNTIMES if caller.has(RUNTIME) else long_requests.OPERATORS
+    return long_requests.take(str(caller), "long polls and streams", pool=pool)
 
 
 def _bounded(seconds: float | None) -> float:

@@ -232,3 +232,21 @@ def test_the_worker_keeps_most_threads_for_other_requests(small_server):
         reader.join(20)
     again = _open_streams(small_server, third, 2, "?seconds=1")
     assert [reader.status for reader in again] == [200, 200]
+
+
+def test_operators_holding_every_stream_never_shut_the_runtimes_out(small_server):
+    # Attack round i: viewers filling the worker's cap got every runtime's stream a 429.
+    viewers = [_token(f"viewer-{n}") for n in range(2)]
+    held = _open_streams(small_server, viewers[0], 2, "?seconds=4")
+    held += _open_streams(small_server, viewers[1], 1, "?seconds=4")
+    assert [reader.status for reader in held] == [200, 200, 200]
+    assert _open_streams(small_server, _token("viewer-more"), 1)[0].status == 429
+    runtime = _token("gateway", "runtime")
+    (stream,) = _open_streams(small_server, runtime, 1, "?seconds=1")
+    assert stream.status == 200
+    status, _body, _headers, took = _timed_get(
+        small_server, "/api/v1/switches?after=0&wait=1", runtime
+    )
+    assert status == 200, status
+    for reader in held:
+        reader.join(20)

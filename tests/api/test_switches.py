@@ -184,3 +184,29 @@ def test_a_malformed_last_event_id_is_refused(make_token, bad):
     answer = ApiClient(make_token("viewer")).get("switches/stream", **{"Last-Event-ID": bad})
     assert answer.status == 422, answer.body
     assert answer.body["errors"][0]["field"] == "Last-Event-ID"
+
+
+def test_a_limited_token_is_never_told_another_sources_session_in_a_switch(make_token):
+    # Attack round i: a discord session merged into a telegram one; the telegram-limited token
+    # heard the merge with the discord session as previous and parent.
+    start = end_of_log()
+    tg = core.create_session(source="telegram", session_key="tg:merge:1").session_id
+    core.append_message(session_id=tg, role="user", content="telegram")
+    dc = core.create_session(source="discord", session_key="dc:merge:1").session_id
+    core.append_message(session_id=dc, role="user", content="discord")
+    core.merge_sessions(session_ids=[tg, dc], target_id=tg)
+    limited = ApiClient(make_token("runtime", sources=["telegram"]))
+    polled = limited.get(f"switches?after={start}").body["events"]
+    streamed = [
+        json.loads(b["data"])
+        for b in read_stream(limited, f"?after={start}&seconds=0")
+        if b.get("event") == "switch"
+    ]
+    assert polled == streamed and polled
+    merged = [e for e in polled if e["reason"] == "merge"]
+    assert merged and all(e["new_session_id"] == tg for e in merged)
+    for event in polled:
+        assert dc not in json.dumps(event)
+    # An unlimited reader is still told which session went into it.
+    unlimited = ApiClient(make_token("runtime")).get(f"switches?after={start}").body["events"]
+    assert any(dc in (e["previous_session_id"], e["parent_session_id"]) for e in unlimited)
