@@ -26,7 +26,14 @@ from typing import IO, Any
 from sessions_admin.core import clock, db, ids, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
-from sessions_admin.core.rows import MESSAGE_ROLES, epoch_seconds, json_text, recompute_counters
+from sessions_admin.core.rows import (
+    MESSAGE_ROLES,
+    checked_cost,
+    checked_count,
+    epoch_seconds,
+    json_text,
+    recompute_counters,
+)
 from sessions_admin.core.schema import existing_columns
 from sessions_admin.core.text import storability_problem
 
@@ -123,7 +130,6 @@ _JSON_TEXT_COLUMNS = frozenset(
 )
 # How deep a stored JSON value may nest (a Hermes message part is 4 or 5 levels deep).
 MAX_JSON_DEPTH = 64
-COST_MAX = 1e12
 TEXT_MAX = 50_000_000  # rows.json_text's bound for a JSON value; also for any imported text
 # A live session in the file is imported ended with this reason.
 IMPORTED_END_REASON = "imported"
@@ -635,9 +641,9 @@ def _number_value(name: str, value: Any) -> int | float | None:
     if isinstance(number, float) and not math.isfinite(number):
         raise InvalidInput(f"{name} is {number!r}, not a finite number")
     if kind == "cost":
-        if not 0 <= number <= COST_MAX:
-            raise InvalidInput(f"{name} {number!r} is not a cost between 0 and {COST_MAX:g}")
-        return float(number)
+        # The bound a runtime's usage is held to (core.rows), so an import cannot store what
+        # the runtime routes refuse.
+        return checked_cost(name, float(number))
     if number != int(number):
         raise InvalidInput(f"{name} {number!r} is not a whole number")
     number = int(number)
@@ -645,9 +651,7 @@ def _number_value(name: str, value: Any) -> int | float | None:
         if number not in (0, 1):
             raise InvalidInput(f"{name} must be 0 or 1, not {number}")
         return number
-    if not 0 <= number < _INT64:
-        raise InvalidInput(f"{name} {number} is not a count between 0 and 2**63")
-    return number
+    return checked_count(name, number)
 
 
 def _content_value(value: Any, *, sqlite: bool) -> str | None:

@@ -328,6 +328,22 @@ def test_bad_files_are_refused_with_the_reason():
             portability.import_sessions(sessions=portability.read_export(text))
 
 
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("estimated_cost_usd", 2e9),  # past the 1e9 USD a runtime may record
+        ("input_tokens", 2**60),  # past the 2**53 - 1 a runtime may record
+        ("api_call_count", 2**53),
+    ],
+)
+def test_an_import_is_held_to_the_bounds_a_runtime_is_held_to(field, value):
+    # One rule (core.rows): an import cannot store a count or cost the runtime routes refuse
+    # and the reads would have to show as unknown.
+    with pytest.raises(portability.ImportRefused, match=field):
+        portability.import_sessions(sessions=[_hermes_export("too-big", **{field: value})])
+    assert not db.fetchall("SELECT id FROM sessions WHERE id = 'too-big'")
+
+
 def test_read_only_mode_refuses_imports_but_exports(settings):
     ids = _conversation()
     settings.SESSIONS_ADMIN_READ_ONLY = True
