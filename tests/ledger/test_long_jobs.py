@@ -22,6 +22,7 @@ from sessions_admin.core.deletion import claims
 from sessions_admin.demo.consistency import check_store, check_trash
 from sessions_admin.ledger import actions, jobs, worker
 from sessions_admin.ledger.models import AuditAction, AuditEntry, DeleteJob, TrashEntry
+from sessions_admin.ledger.trash import LEDGER_TRASH
 from tests.builders import linked_conversation
 from tests.core.test_crash import store_state
 from tests.core.test_delete_in_parts import expire_lease, run_crash_child
@@ -386,3 +387,24 @@ def test_a_job_whose_claim_ran_out_before_it_started_deletes_nothing_and_says_so
     assert ran.outcome == AuditEntry.OK
     assert ran.after["deleted_sessions"] == len(plan.session_ids)
     assert claimed() == 0
+
+
+def test_a_restore_of_an_entry_already_restored_is_refused_in_the_request(long_deletes):
+    # Attack round j: a second restore sent after the first one's job had finished was answered
+    # 202 with a job that could only fail.
+    ids, plan = big_conversation()
+    deleted = core.execute_cascade_delete(
+        session_ids=[ids["tip"]],
+        include_branches=True,
+        expected_fingerprint=plan.fingerprint,
+        actor="ada",
+        reason="cleanup",
+        trash=LEDGER_TRASH,
+    )
+    entry_id = deleted.trash_entry_ids[0]
+    actions.restore(actor=None, entry_id=entry_id, reason="by mistake")
+    jobs_before = DeleteJob.objects.count()
+    with pytest.raises(core.InvalidInput, match="already restored"):
+        actions.start_restore(actor=None, entry_id=entry_id, reason="again")
+    assert DeleteJob.objects.count() == jobs_before
+    assert not AuditEntry.objects.filter(action=AuditAction.RESTORE, outcome="pending").exists()

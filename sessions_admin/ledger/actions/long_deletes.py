@@ -237,6 +237,9 @@ def start_restore(*, actor, entry_id: int, reason: str = "") -> int:
     entry, ids, operation = _restorable(entry_id)
     if entry is None:
         raise InvalidInput(f"No trash entry #{entry_id}.")
+    if not ids:
+        # Refused here, as ``restore`` refuses it, not by a job that could only fail.
+        raise InvalidInput(f"Trash entry {entry_id} was already restored.")
     sessions, messages = restore_size(entry_id=entry_id)
     return _audited_job(
         actor=actor,
