@@ -203,7 +203,7 @@ BAD_VALUES = {
     "ended_at in milliseconds": ({"ended_at": 1_700_000_000_000}, "ended_at"),
     "23-digit token count": ({"input_tokens": 10**22}, "23-digit integer"),
     "23-digit timestamp": ({"started_at": 10**22}, "23-digit integer"),
-    "negative count": ({"output_tokens": -5}, "output_tokens -5 is not a count"),
+    "negative count": ({"output_tokens": -5}, "output_tokens must be a whole number from 0"),
     "fractional count": ({"api_call_count": 1.5}, "not a whole number"),
     "boolean time": ({"started_at": True}, "must be a number"),
     "cost nan": ({"estimated_cost_usd": "nan"}, "not a finite number"),
