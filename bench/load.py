@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import stores  # noqa: E402
+from bench import machine, stores  # noqa: E402
 from sessions_admin.devtools import free_port, stop_process  # noqa: E402
 
 OPERATOR = "loadbench"
@@ -308,6 +308,8 @@ def render_section(result: dict) -> str:
         "Writes meanwhile: " + "; ".join(s.rstrip(".") for s in result["simulators"]) + ".",
         "",
     ]
+    if result.get("profile"):
+        lines += render_profile(result["profile"]) + [""]
     consistency = result.get("consistency")
     if consistency:
         lines += [
@@ -324,6 +326,72 @@ def render_section(result: dict) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def render_profile(profile: dict) -> list[str]:
+    """The ``--profile`` figures as Markdown lines (bench/machine.py says how they are read)."""
+    requests, appends, wall = profile["requests"], profile["appends"], profile["wall"]
+    cores = os.cpu_count() or 1
+    lines = [
+        f"Where the machine's time went ({wall:.0f} s measured; the {cores} cores "
+        f"{profile['machine_busy']:.0%} busy): CPU seconds per process group, and per console "
+        f"request ({requests:,}) or simulated append ({appends:,.0f}).",
+        "",
+        "| processes | CPU s | share of the cores | CPU ms per request | CPU ms per append |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, seconds in profile["cpu_seconds"].items():
+        per_append = (
+            f"{seconds * 1000 / appends:.1f}" if appends and name.startswith("runtimes") else ""
+        )
+        lines.append(
+            f"| {name} | {seconds:.1f} | {seconds / (wall * cores):.0%} | "
+            f"{seconds * 1000 / max(1, requests):.1f} | {per_append} |"
+        )
+    pg = profile.get("postgres")
+    if pg:
+        lines += ["", "PostgreSQL over the same window, per database:", ""]
+        lines += [
+            "| database | transactions | per request | connections opened | per request |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for name, counters in pg["counters"].items():
+            xacts = counters["xact_commit"] + counters["xact_rollback"]
+            lines.append(
+                f"| {name} | {xacts:,} | {xacts / max(1, requests):.1f} | "
+                f"{counters['sessions']:,} | {counters['sessions'] / max(1, requests):.2f} |"
+            )
+        busy = ", ".join(f"{app} {n:.2f}" for app, n in sorted(pg["busy_backends"].items()))
+        lines += [
+            "",
+            f"Active backends on average ({pg['samples']:,} samples of `pg_stat_activity`): "
+            f"{busy or 'none'}. What they were doing (share of samples with a backend active):",
+            "",
+            "| connection | doing | share |",
+            "| --- | --- | ---: |",
+        ]
+        total = sum(count for _key, count in pg["waits"]) or 1
+        for (app, what), count in pg["waits"]:
+            lines.append(f"| {app} | {what} | {count / total:.0%} |")
+        totals = pg.get("statement_totals")
+        if totals:
+            lines += [
+                "",
+                f"Statements (`pg_stat_statements`): {totals['calls']:,} "
+                f"({totals['calls'] / max(1, requests):.1f} per console request, runtimes' "
+                f"included), {totals['exec_ms'] / 1000:.1f} s executing and "
+                f"{totals['plan_ms'] / 1000:.1f} s planning. The costliest:",
+                "",
+                "| database | calls | exec ms | plan ms | statement |",
+                "| --- | ---: | ---: | ---: | --- |",
+            ]
+            for row in pg["statements"]:
+                query = row["query"].replace("|", "\\|")
+                lines.append(
+                    f"| {row['database']} | {row['calls']:,} | {row['exec_ms']:.0f} | "
+                    f"{row['plan_ms']:.0f} | `{query}` |"
+                )
+    return lines
 
 
 def _heading(result: dict) -> str:
@@ -372,6 +440,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--hosts", type=int, default=1, help="gunicorn instances (separate var dirs; PostgreSQL)"
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also measure CPU per process group and, on PostgreSQL, the server's statements, "
+        "connections and waits over the measured window (bench/machine.py)",
+    )
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--no-report", action="store_true", help="print, don't write the report")
     args = parser.parse_args(argv)
@@ -404,6 +478,64 @@ def _environment(args) -> tuple[dict, str, Callable[[], None]]:
     clone = stores.STORES_DIR / f"{size}-{LOAD_CLONE}"
     stores.clone_sqlite_store(size, clone)
     return stores.sqlite_env(clone), label, lambda: shutil.rmtree(clone, ignore_errors=True)
+
+
+def _named_connections(env: dict, name: str) -> dict:
+    """``env`` with its PostgreSQL URLs asking for ``application_name=name``."""
+    named = dict(env)
+    for key in ("DATABASE_URL", "SESSIONS_ADMIN_STORE_URL"):
+        url = named.get(key, "")
+        if url.startswith("postgres"):
+            named[key] = url + ("&" if "?" in url else "?") + f"application_name={name}"
+    return named
+
+
+def _meters(args, servers, simulators, env: dict) -> list:
+    groups = {
+        "server (gunicorn)": lambda: [s.pid for s in servers],
+        "runtimes (simulate_runtime)": lambda: [p.pid for p in simulators],
+        "clients (this process)": lambda: [os.getpid()],
+    }
+    meters: list = []
+    if args.db == "postgres" and args.var_dir is None:
+        postmaster = machine.postmaster_pid(stores.PG_DIR / "data")
+        groups["database (PostgreSQL)"] = lambda: [postmaster] if postmaster else []
+        urls = [env["DATABASE_URL"], env["SESSIONS_ADMIN_STORE_URL"]]
+        names = [urllib.parse.urlparse(url).path.lstrip("/") for url in urls]
+        meters.append(machine.PostgresProfile(url=urls[0].split("?")[0], databases=names))
+    meters.insert(0, machine.CpuMeter(groups, own_only=frozenset({"clients (this process)"})))
+    return meters
+
+
+_APPENDS = re.compile(r"(\d+) appends \(([\d.]+)/s\)")
+
+
+def _profile(meters: list, requests: int, elapsed: float, summaries: list) -> dict:
+    cpu = meters[0]
+    # The simulators report appends over their whole run; their rate times the window.
+    appends = sum(
+        float(m.group(2)) * elapsed
+        for _code, summary, _out in summaries
+        if (m := _APPENDS.search(summary))
+    )
+    profile = {
+        "cpu_seconds": cpu.seconds,
+        "wall": cpu.wall,
+        "machine_busy": cpu.machine_busy,
+        "requests": requests,
+        "appends": appends,
+    }
+    if len(meters) > 1:
+        pg = meters[1]
+        profile["postgres"] = {
+            "counters": pg.counters,
+            "busy_backends": pg.busy_backends(),
+            "waits": pg.waits.most_common(12),
+            "samples": pg.samples,
+            "statement_totals": pg.statement_totals,
+            "statements": pg.statements,
+        }
+    return profile
 
 
 def _wait_for_writes(workdir: Path, processes: int, timeout: float = 120) -> None:
@@ -439,6 +571,9 @@ def run(args) -> dict:
     }
     if args.hosts > 1:
         env["SESSIONS_ADMIN_CACHE_URL"] = "db://"  # one figure cache for every host
+    # PostgreSQL's statistics tell the console's connections from the runtimes' by name.
+    sim_env = _named_connections(env, "runtime")
+    env = _named_connections(env, "console")
     host = "127.0.0.1"
     ports = [free_port() for _ in range(args.hosts)]
     _manage(env, "migrate", "--noinput", "-v", "0")
@@ -446,6 +581,7 @@ def run(args) -> dict:
     _manage(env, "create_operator", OPERATOR, "--role", "viewer", "--if-missing", stdin=PASSWORD)
     servers: list[subprocess.Popen] = []
     simulators = None
+    meters: list = []
     consistency = None
     # A file, not a pipe: a pipe nobody reads while the load runs would fill and stall gunicorn.
     server_log_file = tempfile.TemporaryFile(mode="w+")
@@ -484,7 +620,7 @@ def run(args) -> dict:
                 + ["--label", f"load{n}-{os.getpid()}", "--seed", str(n)]
                 + ["--ledger", str(Path(workdir.name) / f"ledger-{n}.jsonl")],
                 cwd=ROOT,
-                env=env,
+                env=sim_env,
                 # Files, not pipes: nothing reads them until the end.
                 stdout=sim_logs[n],
                 stderr=subprocess.STDOUT,
@@ -502,9 +638,16 @@ def run(args) -> dict:
         ]
         for thread in threads:
             thread.start()
+        meters = _meters(args, servers, simulators, env) if args.profile else []
+        if meters:
+            time.sleep(max(0.0, started - time.monotonic()))
+            for meter in meters:
+                meter.start()
         for thread in threads:
             thread.join()
         elapsed = time.monotonic() - started
+        for meter in meters:
+            meter.stop()
         if args.hosts > 1:
             consistency = compare_hosts(host, ports, cookie)
     finally:
@@ -547,6 +690,7 @@ def run(args) -> dict:
         "simulators": [s[1].splitlines()[0] if s[1] else f"exit {s[0]}" for s in summaries],
         "simulator_failures": len(failed_simulators),
         "rows": rows,
+        "profile": _profile(meters, rows[-1]["requests"], elapsed, summaries) if meters else None,
         "slowest": [
             (s.seconds * 1000, s.status, s.path)
             for s in sorted(samples, key=lambda s: s.seconds, reverse=True)[:5]
@@ -617,6 +761,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {line}")
     if result.get("consistency"):
         print(f"  hosts: {result['consistency']}")
+    if result.get("profile"):
+        print("\n".join(render_profile(result["profile"])))
     print("slowest requests:")
     for ms, status, path in result["slowest"]:
         print(f"  {ms:8.1f} ms  {status}  {path}")

@@ -216,7 +216,13 @@ def postgres_server() -> str:
     port = free_port()
     # Durability settings stay at their defaults: the read benchmarks don't care, and the
     # write benchmarks should see the cost of a real commit.
-    options = f"-h 127.0.0.1 -p {port} -k {PG_DIR} -c shared_buffers=256MB"
+    # pg_stat_statements is loaded for bench/load.py --profile (statement counts and times);
+    # it costs nothing measurable until a statement's planning is tracked, which only the
+    # profile turns on, for its window.
+    options = (
+        f"-h 127.0.0.1 -p {port} -k {PG_DIR} -c shared_buffers=256MB"
+        " -c shared_preload_libraries=pg_stat_statements"
+    )
     subprocess.run(
         _as_postgres_user(
             ["pg_ctl", "-D", str(data), "-l", str(PG_DIR / "server.log"), "-o", options]

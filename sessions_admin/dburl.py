@@ -25,10 +25,22 @@ SQLITE_INIT_COMMAND = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGM
 PG_CONNECTION_OPTIONS = "-c jit=off -c TimeZone=UTC"
 
 
-def parse_database_url(url: str, *, base_dir: Path, conn_max_age: int = 0) -> dict:
-    """A DATABASES entry for ``url``; ``conn_max_age`` seconds of persistent connections on
-    PostgreSQL (0: a new connection per request, Django's default). SQLite connections are
-    kept ``SQLITE_CONN_MAX_AGE`` seconds whatever ``conn_max_age`` says."""
+# A pooled connection idle this long is closed (down to the pool's one kept connection), so a
+# burst's connections are given back to PostgreSQL's max_connections within a minute.
+PG_POOL_MAX_IDLE_SECONDS = 60
+# How long a request waits for a pooled connection when all of them are in use before it fails.
+PG_POOL_TIMEOUT_SECONDS = 30
+
+
+def parse_database_url(
+    url: str, *, base_dir: Path, conn_max_age: int = 0, pool_size: int = 0
+) -> dict:
+    """A DATABASES entry for ``url``.
+
+    PostgreSQL: with ``conn_max_age`` seconds, each thread keeps its own connection that long;
+    otherwise, with ``pool_size``, the process's threads share a pool of at most that many
+    (Django's psycopg pool); with neither, a new connection per request (Django's default).
+    SQLite connections are kept ``SQLITE_CONN_MAX_AGE`` seconds whatever either says."""
     parsed = urlparse(url)
     scheme = parsed.scheme.lower()
     if scheme == "sqlite":
@@ -71,6 +83,18 @@ def parse_database_url(url: str, *, base_dir: Path, conn_max_age: int = 0) -> di
         options["options"] = " ".join(
             part for part in (PG_CONNECTION_OPTIONS, options.get("options", "")) if part
         )
+        if pool_size and not conn_max_age:
+            # A connection per request cost PostgreSQL more CPU than the request's own
+            # queries (a backend forked, signed in, its catalog caches cold: 27 ms against 10
+            # per console page, docs/benchmarks.md); a pool reuses warm ones. Django gives a
+            # connection back when it closes it: at the end of each request, and in the
+            # background threads after each round of work.
+            options["pool"] = {
+                "min_size": 1,
+                "max_size": pool_size,
+                "max_idle": PG_POOL_MAX_IDLE_SECONDS,
+                "timeout": PG_POOL_TIMEOUT_SECONDS,
+            }
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": name,
@@ -80,9 +104,9 @@ def parse_database_url(url: str, *, base_dir: Path, conn_max_age: int = 0) -> di
             "PORT": str(parsed.port or ""),
             "OPTIONS": options,
             "CONN_MAX_AGE": conn_max_age,
-            # A kept connection the server dropped (a restart, an idle timeout) is noticed
-            # before a request uses it, not as that request's error.
-            "CONN_HEALTH_CHECKS": conn_max_age > 0,
+            # A kept or pooled connection the server dropped (a restart, an idle timeout) is
+            # noticed before a request uses it, not as that request's error.
+            "CONN_HEALTH_CHECKS": conn_max_age > 0 or "pool" in options,
         }
     raise DatabaseUrlError(
         f"Unsupported database URL scheme {scheme!r} in {url!r}: use sqlite:/// or postgres://"

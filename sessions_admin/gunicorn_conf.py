@@ -83,6 +83,11 @@ def on_starting(server) -> None:
     from sessions_admin.ledger.apps import create_cache_table
 
     create_cache_table()
+    # The workers are forked from this process: they must not share its connections or
+    # inherit its PostgreSQL pools, whose threads do not run in them.
+    from sessions_admin.core.db import release_connections
+
+    release_connections()
 
 
 def post_worker_init(worker) -> None:

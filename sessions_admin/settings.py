@@ -126,27 +126,37 @@ TEMPLATES = [
     }
 ]
 
-# PostgreSQL connections kept between requests: off by default, because each gunicorn thread
-# keeps its own per database, so workers x threads x 2 stay open per host (64 with the
-# defaults), which a PostgreSQL shared with the runtime must have room for (max_connections).
+# PostgreSQL connections come from a pool in each process (README "Connections to
+# PostgreSQL"): at most SESSIONS_ADMIN_DB_POOL_SIZE per database, by default a gunicorn
+# worker's threads and four for its background threads, so no thread ever waits for another's
+# connection; idle ones are closed after a minute, down to one. SESSIONS_ADMIN_DB_POOL_SIZE=0:
+# a new connection per request (for a pooler in front, such as PgBouncer).
+# SESSIONS_ADMIN_DB_CONN_MAX_AGE > 0 keeps one connection per thread instead, as before pools.
 _CONN_MAX_AGE = _env_int("SESSIONS_ADMIN_DB_CONN_MAX_AGE", 0, minimum=0)
+_POOL_SIZE = _env_int(
+    "SESSIONS_ADMIN_DB_POOL_SIZE",
+    _env_int("SESSIONS_ADMIN_THREADS", 16) + 4,
+    minimum=0,
+)
 DATABASES = {
     # VAR_DIR is absolute, so these defaults read sqlite:////abs/path.
     "default": parse_database_url(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR}/dashboard.db"),
         base_dir=BASE_DIR,
         conn_max_age=_CONN_MAX_AGE,
+        pool_size=_POOL_SIZE,
     ),
     "store": parse_database_url(
         os.environ.get("SESSIONS_ADMIN_STORE_URL", f"sqlite:///{VAR_DIR}/state.db"),
         base_dir=BASE_DIR,
         conn_max_age=_CONN_MAX_AGE,
+        pool_size=_POOL_SIZE,
     ),
 }
 _responses_url = os.environ.get("SESSIONS_ADMIN_RESPONSES_URL", "").strip()
 if _responses_url:
     DATABASES["responses"] = parse_database_url(
-        _responses_url, base_dir=BASE_DIR, conn_max_age=_CONN_MAX_AGE
+        _responses_url, base_dir=BASE_DIR, conn_max_age=_CONN_MAX_AGE, pool_size=_POOL_SIZE
     )
 
 # Test databases are per process, so test runs in one checkout never share a

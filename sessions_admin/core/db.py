@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -110,6 +111,31 @@ def close_broken_connections() -> None:
             continue
         if not connection.is_usable():
             connection.close()
+
+
+def release_connections() -> None:
+    """Close this process's connections and its PostgreSQL connection pools, so a process it
+    forks (gunicorn's workers, from the master that checked the store) opens its own."""
+    for connection in connections.all(initialized_only=True):
+        connection.close()
+        close_pool = getattr(connection, "close_pool", None)
+        if close_pool is not None:
+            close_pool()
+
+
+def _forget_inherited_pools() -> None:
+    """In a forked child: a parent's connection pools cannot serve it. The threads that open
+    and hand out their connections were the parent's, so a request would wait for a connection
+    forever, and the connections' sockets are still the parent's. The child makes its own on
+    first use (Django keeps the pools per process, by alias)."""
+    try:
+        from django.db.backends.postgresql.base import DatabaseWrapper
+    except ImportError:  # no psycopg: no pools
+        return
+    DatabaseWrapper._connection_pools.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_pools)
 
 
 SERVER_BACK_SECONDS = 10.0
@@ -347,6 +373,21 @@ def json_field(column: str, key: str, *, alias: str | None = None) -> str:
         # model_config is text a runtime wrote; only parse what looks like an object.
         return f"(CASE WHEN {column} LIKE '{{%%' THEN ({column}::jsonb ->> '{key}') END)"
     return f"json_extract(CASE WHEN json_valid({column}) THEN {column} END, '$.{key}')"
+
+
+def json_text_holds(column: str, value: str, *, alias: str | None = None) -> tuple[str, list]:
+    """A cheap first test, `` AND ...`` SQL and its parameters, that ``column``'s JSON text may
+    hold the string ``value``: on PostgreSQL a LIKE on the raw text, which it checks before
+    parsing the JSON of every row (a scan of the stored responses for one session's slugs
+    parsed each one: 18 ms a page at 100,000 sessions). Nothing on SQLite (its index answers),
+    nor for a value a JSON writer may escape (quotes, backslashes, slashes, control or
+    non-ASCII characters), which the raw text would then not hold as is."""
+    if vendor(alias) != "postgresql" or not value.isascii() or not value.isprintable():
+        return "", []
+    if any(character in value for character in '"\\/'):
+        return "", []
+    escaped = value.replace("%", "\\%").replace("_", "\\_")
+    return f" AND {column} LIKE %s", [f'%"{escaped}"%']
 
 
 def json_array_length(column: str) -> str:

@@ -372,8 +372,11 @@ def conversations_of_session(session_id: str) -> list[tuple[str, str | None]]:
     }
     field = db.json_field("data", "session_id", alias=alias)
     slug = db.json_field("data", "conversation", alias=alias)
+    holds, holds_params = db.json_text_holds("data", session_id, alias=alias)
     for (name,) in db.fetchall(
-        f"SELECT DISTINCT {slug} FROM responses WHERE {field} = %s", [session_id], alias=alias
+        f"SELECT DISTINCT {slug} FROM responses WHERE {field} = %s{holds}",
+        [session_id, *holds_params],
+        alias=alias,
     ):
         if name:
             names.add(name)
