@@ -377,17 +377,16 @@ def json_field(column: str, key: str, *, alias: str | None = None) -> str:
 
 def json_text_holds(column: str, value: str, *, alias: str | None = None) -> tuple[str, list]:
     """A cheap first test, `` AND ...`` SQL and its parameters, that ``column``'s JSON text may
-    hold the string ``value``: on PostgreSQL a LIKE on the raw text, which it checks before
-    parsing the JSON of every row (a scan of the stored responses for one session's slugs
-    parsed each one: 18 ms a page at 100,000 sessions). Nothing on SQLite (its index answers),
+    hold the string ``value``: on PostgreSQL a search of the raw text for it in quotes, which
+    it checks before parsing the JSON of every row (a scan of the stored responses for one
+    session's slugs parsed each one: 8 to 18 ms a page at 100,000 sessions, 1 with this). Nothing on SQLite (its index answers),
     nor for a value a JSON writer may escape (quotes, backslashes, slashes, control or
     non-ASCII characters), which the raw text would then not hold as is."""
     if vendor(alias) != "postgresql" or not value.isascii() or not value.isprintable():
         return "", []
     if any(character in value for character in '"\\/'):
         return "", []
-    escaped = value.replace("%", "\\%").replace("_", "\\_")
-    return f" AND {column} LIKE %s", [f'%"{escaped}"%']
+    return f" AND strpos({column}, %s) > 0", [f'"{value}"']
 
 
 def json_array_length(column: str) -> str:
