@@ -38,6 +38,7 @@ from sessions_admin.core.rows import (
     config_text,
     conversations_of_session,
     epoch_seconds,
+    insert_counted_messages,
     insert_messages,
     optional_text,
     parse_model_config,
@@ -521,13 +522,6 @@ def create_session(
     return SessionRef(session_id=session_id, created=True)
 
 
-def _counters(session_id: str) -> tuple[int, int]:
-    row = db.fetchone(
-        "SELECT message_count, tool_call_count FROM sessions WHERE id = %s", [session_id]
-    )
-    return int(row[0] or 0), int(row[1] or 0)
-
-
 def require_writable(session_id: str) -> dict:
     """Lock the session row and refuse if it has ended, naming where to write instead."""
     row = _require_session(session_id, lock=True)
@@ -547,8 +541,7 @@ def append_messages(*, session_id: str, messages: Iterable[Mapping[str, Any]]) -
     if not messages:
         raise InvalidInput("No messages to append.")
     require_writable(session_id)
-    ids = insert_messages(session_id, messages)
-    count, tools = _counters(session_id)
+    ids, count, tools = insert_counted_messages(session_id, messages)
     return AppendResult(session_id, tuple(ids), count, tools)
 
 

@@ -218,6 +218,14 @@ def tool_call_total(tool_calls: str | None) -> int:
 
 def insert_messages(session_id: str, messages: Iterable[Mapping[str, Any]]) -> list[int]:
     """Insert rows and bump the counters; the caller holds the transaction and checks the session."""
+    return insert_counted_messages(session_id, messages)[0]
+
+
+def insert_counted_messages(
+    session_id: str, messages: Iterable[Mapping[str, Any]]
+) -> tuple[list[int], int, int]:
+    """``insert_messages``, and the session's message and tool call counts after it, read by
+    the counters' own UPDATE (one round trip fewer for every append on PostgreSQL)."""
     ids: list[int] = []
     tool_calls = 0
     with db.cursor() as c:
@@ -226,13 +234,24 @@ def insert_messages(session_id: str, messages: Iterable[Mapping[str, Any]]) -> l
             c.execute(NEW_MESSAGE_SQL + " RETURNING id", values)
             ids.append(int(c.fetchone()[0]))
             tool_calls += tool_call_total(values[4])
-        if ids:
-            c.execute(
-                "UPDATE sessions SET message_count = COALESCE(message_count, 0) + %s, "
-                "tool_call_count = COALESCE(tool_call_count, 0) + %s WHERE id = %s",
-                [len(ids), tool_calls, session_id],
-            )
-    return ids
+        if not ids:
+            return ids, *counters(session_id)
+        c.execute(
+            "UPDATE sessions SET message_count = COALESCE(message_count, 0) + %s, "
+            "tool_call_count = COALESCE(tool_call_count, 0) + %s WHERE id = %s "
+            "RETURNING message_count, tool_call_count",
+            [len(ids), tool_calls, session_id],
+        )
+        count, tools = c.fetchone()
+    return ids, int(count or 0), int(tools or 0)
+
+
+def counters(session_id: str) -> tuple[int, int]:
+    """The session's message and tool call counts as stored."""
+    row = db.fetchone(
+        "SELECT message_count, tool_call_count FROM sessions WHERE id = %s", [session_id]
+    )
+    return int(row[0] or 0), int(row[1] or 0)
 
 
 def recompute_counters(session_id: str) -> tuple[int, int]:
@@ -249,10 +268,7 @@ def recompute_counters(session_id: str) -> tuple[int, int]:
         """,
         [session_id, session_id, session_id],
     )
-    row = db.fetchone(
-        "SELECT message_count, tool_call_count FROM sessions WHERE id = %s", [session_id]
-    )
-    return int(row[0] or 0), int(row[1] or 0)
+    return counters(session_id)
 
 
 # --- slug rows (``conversations`` and ``responses``, maybe in another database) ----------------
