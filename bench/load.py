@@ -278,7 +278,7 @@ def render_section(result: dict) -> str:
         f"Measured {result['when']} on {os.cpu_count()} cores ({cpu_model()}; load average "
         f"{result['load_average']:.1f} before the run), "
         f"Python {platform.python_version()}, with `{result['command']}`: gunicorn "
-        f"({result['workers']} sync workers, `sessions_admin.gunicorn_conf`) on loopback, "
+        f"({result['workers']} gthread workers, `sessions_admin.gunicorn_conf`) on loopback, "
         f"{result['clients']} client threads signed in as one operator for {result['duration']:.0f} s "
         f"after {result['warmup']:.0f} s of warm-up "
         f"(`http.client`, a connection per client, reopened when the server closes it), while "
@@ -404,6 +404,8 @@ def _heading(result: dict) -> str:
     )
     if kept:
         where += f", connections kept {kept} s"
+    elif result.get("pool_size") == 0 and result["backend"] == "PostgreSQL":
+        where += ", a connection per request"
     return f"{HEADING}, {where}, {result['store']} ({result['backend']})"
 
 
@@ -680,6 +682,9 @@ def run(args) -> dict:
         "workers": args.workers,
         "hosts": args.hosts,
         "conn_max_age": int(env.get("SESSIONS_ADMIN_DB_CONN_MAX_AGE") or 0),
+        "pool_size": int(env["SESSIONS_ADMIN_DB_POOL_SIZE"])
+        if env.get("SESSIONS_ADMIN_DB_POOL_SIZE", "").strip()
+        else None,
         "consistency": consistency,
         "clients": args.clients,
         "duration": elapsed,
@@ -695,10 +700,11 @@ def run(args) -> dict:
             (s.seconds * 1000, s.status, s.path)
             for s in sorted(samples, key=lambda s: s.seconds, reverse=True)[:5]
         ],
-        "command": (
-            f"SESSIONS_ADMIN_DB_CONN_MAX_AGE={env['SESSIONS_ADMIN_DB_CONN_MAX_AGE']} "
-            if env.get("SESSIONS_ADMIN_DB_CONN_MAX_AGE", "0") not in ("", "0")
-            else ""
+        "command": "".join(
+            f"{name}={env[name]} "
+            for name in ("SESSIONS_ADMIN_DB_CONN_MAX_AGE", "SESSIONS_ADMIN_DB_POOL_SIZE")
+            if env.get(name, "").strip()
+            and not (name == "SESSIONS_ADMIN_DB_CONN_MAX_AGE" and env[name].strip() == "0")
         )
         + "python bench/load.py "
         + (
@@ -708,6 +714,7 @@ def run(args) -> dict:
         )
         + f" --duration {args.duration:g} --warmup {args.warmup:g} --workers {args.workers}"
         + f" --clients {args.clients} --sim-processes {args.sim_processes}"
+        + (" --profile" if args.profile else "")
         + (f" --hosts {args.hosts}" if args.hosts > 1 else ""),
     }
 
