@@ -361,6 +361,24 @@ def render_profile(profile: dict) -> list[str]:
                 f"| {name} | {xacts:,} | {xacts / max(1, requests):.1f} | "
                 f"{counters['sessions']:,} | {counters['sessions'] / max(1, requests):.2f} |"
             )
+        by_app = pg.get("cpu_by_application") or {}
+        if by_app:
+            lines += [
+                "",
+                "PostgreSQL's CPU by the connections it served (backends seen in the samples): "
+                + ", ".join(
+                    f"{app} {seconds:.1f} s"
+                    + (
+                        f" ({seconds * 1000 / requests:.1f} ms per console request)"
+                        if app == "console" and requests
+                        else f" ({seconds * 1000 / appends:.1f} ms per append)"
+                        if app == "runtime" and appends
+                        else ""
+                    )
+                    for app, seconds in sorted(by_app.items())
+                )
+                + ".",
+            ]
         busy = ", ".join(f"{app} {n:.2f}" for app, n in sorted(pg["busy_backends"].items()))
         lines += [
             "",
@@ -532,6 +550,7 @@ def _profile(meters: list, requests: int, elapsed: float, summaries: list) -> di
         profile["postgres"] = {
             "counters": pg.counters,
             "busy_backends": pg.busy_backends(),
+            "cpu_by_application": pg.cpu_by_application(),
             "waits": pg.waits.most_common(12),
             "samples": pg.samples,
             "statement_totals": pg.statement_totals,

@@ -143,6 +143,7 @@ class PostgresProfile:
     statements: list[dict] = field(default_factory=list)
     statement_totals: dict[str, float] = field(default_factory=dict)
     has_statements: bool = False
+    _backends: dict[int, list] = field(default_factory=dict)  # pid -> [app, first, last ticks]
 
     def _database_counters(self, conn) -> dict[str, dict[str, int]]:
         rows = conn.execute(
@@ -178,14 +179,34 @@ class PostgresProfile:
         with psycopg.connect(self.url, autocommit=True, application_name="profiler") as conn:
             while not self._stop.wait(self.interval):
                 rows = conn.execute(
-                    "SELECT application_name, wait_event_type, wait_event FROM pg_stat_activity "
-                    "WHERE state = 'active' AND backend_type = 'client backend' "
+                    "SELECT pid, application_name, state, wait_event_type, wait_event "
+                    "FROM pg_stat_activity WHERE backend_type = 'client backend' "
                     "AND application_name <> 'profiler'"
                 ).fetchall()
                 self.samples += 1
-                for app, kind, event in rows:
-                    what = "on a core" if kind is None else f"{kind}: {event}"
-                    self.waits[(app or "(unnamed)", what)] += 1
+                for pid, app, state, kind, event in rows:
+                    app = app or "(unnamed)"
+                    self._backend_ticks(pid, app)
+                    if state == "active":
+                        what = "on a core" if kind is None else f"{kind}: {event}"
+                        self.waits[(app, what)] += 1
+
+    def _backend_ticks(self, pid: int, app: str) -> None:
+        """A backend's own CPU ticks when first and last seen, by the application it serves
+        (pooled and kept connections live through the window, so this is their whole use)."""
+        stat = _stat(pid)
+        if stat is None:
+            return
+        first = self._backends.setdefault(pid, [app, stat[1], stat[1]])
+        first[2] = stat[1]
+
+    def cpu_by_application(self) -> dict[str, float]:
+        """CPU seconds PostgreSQL's backends spent for each application over the window
+        (what connections opened and closed between two samples used is not in it)."""
+        seconds: Counter = Counter()
+        for app, first, last in self._backends.values():
+            seconds[app] += (last - first) / CLOCK_TICKS
+        return dict(seconds)
 
     def _set_planning(self, value: str) -> None:
         """Planning time is tracked for the window only (new connections see it at once)."""

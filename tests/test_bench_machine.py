@@ -77,6 +77,8 @@ def test_postgres_profile_counts_the_windows_transactions_and_samples_what_backe
     assert profile.samples >= 5
     busy_seen = profile.busy_backends()
     assert busy_seen.get("console", 0) > 0.3, busy_seen
+    # The worker's backend was seen, and its CPU (little: it slept) is put down to it.
+    assert "console" in profile.cpu_by_application()
     # Waiting in pg_sleep is a timeout wait event, not time on a core.
     assert any(app == "console" and "PgSleep" in what for (app, what) in profile.waits)
 
