@@ -28,8 +28,11 @@ PG_CONNECTION_OPTIONS = "-c jit=off -c TimeZone=UTC"
 # A pooled connection idle this long is closed (down to the pool's one kept connection), so a
 # burst's connections are given back to PostgreSQL's max_connections within a minute.
 PG_POOL_MAX_IDLE_SECONDS = 60
-# How long a request waits for a pooled connection when all of them are in use before it fails.
-PG_POOL_TIMEOUT_SECONDS = 30
+# How long a request waits for a pooled connection before it fails. The pool holds more than a
+# worker's threads, so a request waits only while the pool opens a connection: when PostgreSQL
+# is down, this is how long a page (or /readyz) takes to say so (psycopg's default, 30 s, held
+# every request that long).
+PG_POOL_TIMEOUT_SECONDS = 5
 
 
 def parse_database_url(

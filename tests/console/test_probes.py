@@ -42,7 +42,7 @@ pytestmark = pytest.mark.usefixtures("no_worker")
 def _pointed_away(alias: str):
     """The alias's server or file is not there (a stopped PostgreSQL, a missing disk)."""
     connection = connections[alias]
-    connection.close()
+    _closed_for_good(connection)
     saved = dict(connection.settings_dict)
     if connection.vendor == "sqlite":
         connection.settings_dict["NAME"] = "/nonexistent-sessions-admin-dir/gone/state.db"
@@ -53,9 +53,16 @@ def _pointed_away(alias: str):
     try:
         yield
     finally:
-        connection.close()
+        _closed_for_good(connection)
         connection.settings_dict.clear()
         connection.settings_dict.update(saved)
+
+
+def _closed_for_good(connection) -> None:
+    """Closed, and its pool too: a pool keeps the server it was made for (PostgreSQL)."""
+    connection.close()
+    if getattr(connection, "pool", None) is not None:
+        connection.close_pool()
 
 
 @contextmanager
