@@ -22,7 +22,7 @@ SQLITE_CONN_MAX_AGE = 600  # seconds a request thread keeps its SQLite connectio
 SQLITE_INIT_COMMAND = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"
 
 
-PG_CONNECTION_OPTIONS = "-c jit=off -c TimeZone=UTC"
+PG_CONNECTION_OPTIONS = "-c jit=off -c TimeZone=UTC -c max_parallel_workers_per_gather=0"
 
 
 # A pooled connection idle this long is closed (down to the pool's one kept connection), so a
@@ -81,7 +81,10 @@ def parse_database_url(
         # - jit off: the lineage CTEs get huge row estimates; JIT compiling them costs more
         #   than running them (and a SET LOCAL per page was a round trip, in a transaction);
         # - TimeZone UTC, settings.TIME_ZONE: Django sends its own SET on every new connection
-        #   whose server default differs.
+        #   whose server default differs;
+        # - no parallel workers: the console's statements read a page through indexes, and a
+        #   worker process started for one (a search's bitmap scan, a count) cost more CPU than
+        #   it saved: under load 50-51 requests/s with them, 58 without (bench/load.py).
         # An operator's own ?options= come after ours, so theirs win.
         options["options"] = " ".join(
             part for part in (PG_CONNECTION_OPTIONS, options.get("options", "")) if part

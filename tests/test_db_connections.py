@@ -92,3 +92,19 @@ def test_sqlite_connections_are_kept_between_requests(tmp_path):
         assert result.returncode == 0, result.stderr
         for alias in ("default", "store"):
             assert f"('{alias}', {SQLITE_CONN_MAX_AGE}, None, None)" in result.stdout.split("\n")
+
+
+@pytest.mark.django_db(databases=["default", "store"])
+def test_postgres_connections_start_without_jit_or_parallel_workers():
+    # The console's statements read pages through indexes: a JIT compile or a parallel worker
+    # process started for one costs more than it saves (docs/benchmarks.md, load).
+    from django.db import connections
+
+    if connections["store"].vendor != "postgresql":
+        pytest.skip("PostgreSQL's settings")
+    for alias in ("default", "store"):
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SHOW max_parallel_workers_per_gather")
+            assert cursor.fetchone()[0] == "0"
+            cursor.execute("SHOW jit")
+            assert cursor.fetchone()[0] == "off"
