@@ -67,15 +67,16 @@ def _failing_first(monkeypatch, attempts: int, kind: str) -> list[int]:
     from sessions_admin.core import lifecycle
 
     calls: list[int] = []
-    real = lifecycle._counters
+    real = lifecycle.insert_counted_messages
 
-    def flaky(session_id):
+    def flaky(session_id, messages):
+        inserted = real(session_id, messages)  # the rows and the counters' update ran
         calls.append(1)
         if len(calls) <= attempts:
             raise _failure(kind)
-        return real(session_id)
+        return inserted
 
-    monkeypatch.setattr(lifecycle, "_counters", flaky)
+    monkeypatch.setattr(lifecycle, "insert_counted_messages", flaky)
     return calls
 
 
@@ -113,14 +114,14 @@ def test_other_database_errors_are_not_retried(monkeypatch):
 
     calls: list[int] = []
 
-    def broken(session_id):
+    def broken(session_id, messages):
         calls.append(1)
         error = IntegrityError("duplicate key value violates unique constraint")
         error.__cause__ = psycopg.errors.UniqueViolation("duplicate key")
         raise error
 
     ref = core.create_session(source="cli").session_id
-    monkeypatch.setattr(lifecycle, "_counters", broken)
+    monkeypatch.setattr(lifecycle, "insert_counted_messages", broken)
     with pytest.raises(IntegrityError):
         core.append_message(session_id=ref, role="user", content="x")
     assert len(calls) == 1
