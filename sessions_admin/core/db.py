@@ -88,6 +88,8 @@ _CONNECTION_LOST_WORDS = (
     # Not back yet: a new connection to a server still down (or starting) is refused.
     "connection refused",
     "could not connect to server",
+    # The same through the connection pool: it could not open one before its timeout.
+    "couldn't get a connection after",
 )
 
 
