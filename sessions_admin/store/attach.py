@@ -35,7 +35,6 @@ from sessions_admin.core.schema import (
 )
 from sessions_admin.routers import responses_alias, store_alias
 
-SQLITE_HEADER = b"SQLite format 3\x00"
 # The newest Hermes Agent state.db layout this version was checked against.
 NEWEST_KNOWN_SCHEMA_VERSION = 30
 OWN_TABLES = schema.OWN_TABLES
@@ -198,31 +197,34 @@ def inspect_sqlite(path: str, *, alias: str, role: str) -> StoreInspection:
         )
     if file.is_dir():
         return unusable("not_sqlite", f"The {role} path {path} is a directory.")
-    try:
-        with file.open("rb") as handle:
-            header = handle.read(100)
-    except OSError as error:
-        return unusable("unreadable", f"Cannot read the {role} {path}: {error}.")
-    if header and header[: len(SQLITE_HEADER)] != SQLITE_HEADER:
-        return unusable(
-            "not_sqlite",
-            f"The {role} {path} is not a SQLite database (its header is not 'SQLite format 3').",
-            "Point the URL at Hermes's state.db (or response_store.db), not at another file.",
-        )
+    # Everything below reads the file through SQLite only, never open(): closing any other
+    # handle on a database file drops every lock this process's SQLite connections hold on it
+    # (POSIX record locks belong to the process), and a runtime closing its connection then
+    # takes itself for the last one and deletes the -wal and -shm files from under ours
+    # (tests/store/test_inspect_keeps_locks.py).
     try:
         conn = _open_read_only(path)
     except sqlite3.Error as error:
         return unusable("unreadable", f"Cannot open the {role} {path}: {error}.")
     try:
         found = _inspect_open_sqlite(conn, path=path, alias=alias, role=role, location=location)
+        journal_mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
     except sqlite3.DatabaseError as error:
+        if "file is not a database" in str(error):
+            return unusable(
+                "not_sqlite",
+                f"The {role} {path} is not a SQLite database (its header is not "
+                "'SQLite format 3').",
+                "Point the URL at Hermes's state.db (or response_store.db), not at another file.",
+            )
         return unusable(
             "unreadable", f"The {role} {path} cannot be read as a SQLite database: {error}."
         )
+    except OSError as error:
+        return unusable("unreadable", f"Cannot read the {role} {path}: {error}.")
     finally:
         conn.close()
-    # Header bytes 18-19 are 2 in WAL mode, 1 in rollback-journal mode.
-    if len(header) >= 20 and header[18] == 1 and found.tables and not read_only():
+    if journal_mode != "wal" and found.tables and not read_only():
         extra = Finding(
             "warning",
             "journal_mode",
