@@ -140,6 +140,14 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def file_bytes(path: Path) -> bytes:
+    """A database file's bytes, read by a child process: a handle this process opened and
+    closed on it would drop the locks its SQLite connections hold there (POSIX locks are the
+    process's), and the next process to close its own connection would delete the -wal and
+    -shm files from under them (tests/store/test_inspect_keeps_locks.py)."""
+    return subprocess.run(["cat", str(path)], capture_output=True, check=True).stdout
+
+
 def run_test_child(
     module: str, *args: str, settings: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess:

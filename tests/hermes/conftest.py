@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 from django.db import connections
 
+from tests.helpers import file_bytes
+
 BASE_DIR = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("driver.py")
 HERMES_VERSION = "0.19.0"
@@ -247,7 +249,7 @@ def attach(hermes_home, settings, monkeypatch):
 
 
 def file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(file_bytes(path)).hexdigest()
 
 
 def raw_rows(path: Path, query: str, params: tuple = ()) -> list[tuple]:

@@ -29,6 +29,7 @@ from tests.builders import (
     erasures_run_inline,  # noqa: F401 - an autouse fixture
     store_snapshot,
 )
+from tests.helpers import file_bytes
 
 USER = "u-erase-7781"
 CHAT = "chat-erase-5512"
@@ -172,14 +173,14 @@ def test_no_byte_of_the_subject_is_left_in_any_database_file():
         pytest.skip("byte-level check of the database files: SQLite")
     subject_everywhere(mentioned=False)
     files = [*_files(store_alias()), *_files(responses_alias()), *_files("default")]
-    before = b"".join(path.read_bytes() for path in files)
+    before = b"".join(file_bytes(path) for path in files)
     assert all(value.encode() in before for value in (USER, SECRET, TITLE)), "the test saw no data"
 
     _erase(Subject(user_id=USER, chat_ids=(CHAT,)))
 
     files = [*_files(store_alias()), *_files(responses_alias()), *_files("default")]
     leftovers = {
-        value: [path.name for path in files if value.encode() in path.read_bytes()]
+        value: [path.name for path in files if value.encode() in file_bytes(path)]
         for value in DISTINCTIVE
     }
     assert {value: names for value, names in leftovers.items() if names} == {}
@@ -240,7 +241,7 @@ def _leftovers(*, kept: tuple[str, ...] = ()) -> dict[str, list[str]]:
     """``kept``: values someone else's kept text holds (a colleague's message naming them)."""
     files = [*_files(store_alias()), *_files(responses_alias()), *_files("default")]
     found = {
-        value: [path.name for path in files if value.encode() in path.read_bytes()]
+        value: [path.name for path in files if value.encode() in file_bytes(path)]
         for value in DISTINCTIVE
         if value not in kept
     }

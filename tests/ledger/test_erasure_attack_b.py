@@ -29,6 +29,7 @@ from tests.builders import (
     erasures_run_inline,  # noqa: F401 - an autouse fixture
     store_snapshot,
 )
+from tests.helpers import file_bytes
 from tests.ledger.test_erasure_resume import run_child
 
 ALICE = "u-alice-attackb-4471"
@@ -212,7 +213,7 @@ def _store_files() -> list[Path]:
 
 
 def _bytes_left() -> list[str]:
-    return [str(p) for p in _store_files() if IVAN_SECRET.encode() in p.read_bytes()]
+    return [str(p) for p in _store_files() if IVAN_SECRET.encode() in file_bytes(p)]
 
 
 def _check_empty_erasure(request: ErasureRequest) -> None:

@@ -28,6 +28,7 @@ from sessions_admin.ledger import actions, erasure, schedule
 from sessions_admin.ledger.models import AuditEntry, ErasureRequest
 from sessions_admin.routers import responses_alias, store_alias
 from tests.builders import erasures_run_inline  # noqa: F401 - an autouse fixture
+from tests.helpers import file_bytes
 
 USER = "u-bytes-60613"
 CHAT = "chat-bytes-73302"
@@ -150,7 +151,7 @@ def _sqlite_files() -> list[Path]:
 
 
 def _found(files: list[Path], values: list[str]) -> dict[str, list[str]]:
-    contents = {path: path.read_bytes() for path in files}
+    contents = {path: file_bytes(path) for path in files}
     found = {
         value: [str(path) for path, data in contents.items() if value.encode() in data]
         for value in values
