@@ -301,3 +301,28 @@ def test_the_jsonl_export_never_writes_infinity_or_nan(tmp_path):
     db.execute("DELETE FROM sessions WHERE id = %s", [ref.session_id])
     message = _refused(tmp_path, "".join(lines))
     assert "estimated_cost_usd is inf" in message or "estimated_cost_usd 'inf'" in message
+
+
+# --- a database file named as the export ------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
+def test_a_database_file_given_as_the_export_is_refused_unread(suffix):
+    """The dashboard's own SQLite files are refused before they are opened (a handle closed on
+    one would cost this process its locks there), audited, and nothing is written."""
+    from django.db import connections
+
+    from sessions_admin.routers import store_alias
+
+    store = connections[store_alias()]
+    if store.vendor != "sqlite":
+        pytest.skip("SQLite files")
+    core.create_session(source="cli")  # the store is open, with its write-ahead files
+    path = store.settings_dict["NAME"] + suffix
+    before = db.fetchone("SELECT COUNT(*) FROM sessions")[0]
+    with pytest.raises(CommandError) as refused:
+        call_command("import_sessions", path, stdout=io.StringIO())
+    assert "is a database the dashboard uses" in str(refused.value)
+    assert db.fetchone("SELECT COUNT(*) FROM sessions")[0] == before
+    entry = AuditEntry.objects.filter(action="import_sessions", outcome="failed").get()
+    assert entry.detail == str(refused.value)
