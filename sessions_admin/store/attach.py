@@ -14,13 +14,16 @@ operate/delete, and the console hides its actions."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.core.checks import Error, Warning
 from django.core.exceptions import PermissionDenied
@@ -120,6 +123,25 @@ def sqlite_path(settings_dict: dict) -> str:
     if name.startswith("file:"):
         return unquote(name[len("file:") :].split("?", 1)[0])
     return name
+
+
+def database_file_named(path: str | Path) -> str | None:
+    """The alias whose SQLite file (or its write-ahead, shared-memory or journal file) ``path``
+    is, if any. A command given such a path for a file of its own (an export to write, an
+    import or an id list to read) refuses it before opening it: writing would destroy the
+    database, and even a read closes a handle, which drops this process's SQLite locks there
+    (tests/store/test_inspect_keeps_locks.py says why that loses data)."""
+    for alias, settings_dict in settings.DATABASES.items():
+        if not settings_dict["ENGINE"].endswith("sqlite3"):
+            continue
+        database = sqlite_path(settings_dict)
+        if not database or database == ":memory:":
+            continue
+        for name in (database, *(database + suffix for suffix in ("-wal", "-shm", "-journal"))):
+            with contextlib.suppress(OSError):
+                if os.path.samefile(path, name):
+                    return alias
+    return None
 
 
 def read_only_uri(path: str) -> str:

@@ -326,3 +326,27 @@ def test_a_database_file_given_as_the_export_is_refused_unread(suffix):
     assert db.fetchone("SELECT COUNT(*) FROM sessions")[0] == before
     entry = AuditEntry.objects.filter(action="import_sessions", outcome="failed").get()
     assert entry.detail == str(refused.value)
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal"])
+@pytest.mark.parametrize("option", ["--output", "--ids-file"])
+def test_an_export_never_writes_over_or_reads_a_database_file(option, suffix):
+    """``export_sessions -o state.db`` would have truncated the store; it is refused, and the
+    store keeps every row (read back through a new connection, after a checkpoint)."""
+    from django.db import connections
+
+    from sessions_admin.routers import store_alias
+
+    store = connections[store_alias()]
+    if store.vendor != "sqlite":
+        pytest.skip("SQLite files")
+    session_id = core.create_session(source="cli").session_id
+    core.append_message(session_id=session_id, role="user", content="keep me")
+    path = store.settings_dict["NAME"] + suffix
+    arguments = ["--session", session_id] if option == "--output" else []
+    with pytest.raises(CommandError) as refused:
+        call_command("export_sessions", *arguments, option, path, stdout=io.StringIO())
+    assert "is a database the dashboard uses" in str(refused.value)
+    connections.close_all()
+    assert [m["content"] for m in messages(session_id)] == ["keep me"]
+    assert db.fetchone("PRAGMA integrity_check")[0] == "ok"

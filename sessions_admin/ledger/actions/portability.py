@@ -2,43 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 from typing import IO
-
-from django.conf import settings
 
 from sessions_admin.core import portability as portability_core
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.text import operator_text
 from sessions_admin.ledger.actions.audit import _audited, _failure_detail, record
 from sessions_admin.ledger.models import AuditAction, AuditEntry
-from sessions_admin.store.attach import sqlite_path
+from sessions_admin.store.attach import database_file_named
 
 IMPORT = AuditAction.IMPORT_SESSIONS
-
-
-def _database_file_named(file: str) -> str | None:
-    """The database whose SQLite file (or write-ahead, shared-memory or journal file) ``file``
-    is, if it is one. Such a file is refused before it is opened: closing a handle on it would
-    drop this process's SQLite locks there (tests/store/test_inspect_keeps_locks.py says why
-    that loses data), and it is no export anyway."""
-    for alias, settings_dict in settings.DATABASES.items():
-        if not settings_dict["ENGINE"].endswith("sqlite3"):
-            continue
-        database = sqlite_path(settings_dict)
-        for name in (database, *(database + suffix for suffix in ("-wal", "-shm", "-journal"))):
-            with contextlib.suppress(OSError):
-                if os.path.samefile(file, name):
-                    return alias
-    return None
 
 
 def _read_export(file: str, stream: IO[bytes] | None) -> list[dict]:
     """The session objects of an export: ``stream`` when given (standard input), else ``file``."""
     if stream is not None:
         return portability_core.read_export(stream)
-    alias = _database_file_named(file)
+    alias = database_file_named(file)
     if alias is not None:
         raise InvalidInput(
             f"{file} is a database the dashboard uses ({alias!r}), not an export: import a "

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from sessions_admin.core import portability
 from sessions_admin.core.errors import StoreError
 from sessions_admin.store import listing
+from sessions_admin.store.attach import database_file_named
 
 
 def _conversations_of_source(source: str) -> tuple[int, list[str]]:
@@ -59,6 +60,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         ids = options["ids"]
         if options["ids_file"]:
+            _refuse_database_file(options["ids_file"])
             try:
                 text = Path(options["ids_file"]).read_text(encoding="utf-8")
             except OSError as error:
@@ -84,6 +86,7 @@ class Command(BaseCommand):
             sys.stdout.flush()
             return
         output = Path(options["output"])
+        _refuse_database_file(output)
         try:
             with output.open("w", encoding="utf-8") as handle:
                 for chunk in render(session_ids):
@@ -92,3 +95,13 @@ class Command(BaseCommand):
             raise CommandError(f"Cannot write {output}: {error}") from error
         of = f" of {conversations} conversation(s)" if conversations is not None else ""
         self.stderr.write(f"Exported {len(session_ids)} session(s){of} to {output}.")
+
+
+def _refuse_database_file(path) -> None:
+    """An export written over (or an id list read from) a database the dashboard uses would
+    destroy it, or cost this process its locks on it: refused before it is opened."""
+    alias = database_file_named(path)
+    if alias is not None:
+        raise CommandError(
+            f"{path} is a database the dashboard uses ({alias!r}): name another file."
+        )
