@@ -138,6 +138,10 @@ def database_file_named(path: str | Path) -> str | None:
         if not database or database == ":memory:":
             continue
         for name in (database, *(database + suffix for suffix in ("-wal", "-shm", "-journal"))):
+            # The same file by any link, or the name it would have (a -wal not there right now
+            # is still SQLite's to create).
+            if os.path.realpath(path) == os.path.realpath(name):
+                return alias
             with contextlib.suppress(OSError):
                 if os.path.samefile(path, name):
                     return alias

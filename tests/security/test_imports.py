@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -328,7 +329,7 @@ def test_a_database_file_given_as_the_export_is_refused_unread(suffix):
     assert entry.detail == str(refused.value)
 
 
-@pytest.mark.parametrize("suffix", ["", "-wal"])
+@pytest.mark.parametrize("suffix", ["", "-wal", "-journal"])
 @pytest.mark.parametrize("option", ["--output", "--ids-file"])
 def test_an_export_never_writes_over_or_reads_a_database_file(option, suffix):
     """``export_sessions -o state.db`` would have truncated the store; it is refused, and the
@@ -349,4 +350,25 @@ def test_an_export_never_writes_over_or_reads_a_database_file(option, suffix):
     assert "is a database the dashboard uses" in str(refused.value)
     connections.close_all()
     assert [m["content"] for m in messages(session_id)] == ["keep me"]
+    assert db.fetchone("PRAGMA integrity_check")[0] == "ok"
+
+
+def test_a_link_to_the_store_is_refused_as_the_store(tmp_path):
+    from django.db import connections
+
+    from sessions_admin.routers import store_alias
+
+    store = connections[store_alias()]
+    if store.vendor != "sqlite":
+        pytest.skip("SQLite files")
+    core.create_session(source="cli")
+    target = Path(store.settings_dict["NAME"])
+    (tmp_path / "soft.jsonl").symlink_to(target)
+    (tmp_path / "hard.jsonl").hardlink_to(target)
+    (tmp_path / "dir").symlink_to(target.parent, target_is_directory=True)
+    for name in ("soft.jsonl", "hard.jsonl", f"dir/{target.name}-wal"):
+        with pytest.raises(CommandError, match="is a database the dashboard uses"):
+            call_command("export_sessions", "--source", "cli", "-o", str(tmp_path / name))
+        with pytest.raises(CommandError, match="is a database the dashboard uses"):
+            call_command("import_sessions", str(tmp_path / name), stdout=io.StringIO())
     assert db.fetchone("PRAGMA integrity_check")[0] == "ok"
