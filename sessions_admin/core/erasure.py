@@ -1225,6 +1225,8 @@ def erase(
 REWRITE_BUSY_MS = 250
 REWRITE_QUIET_SECONDS = 1.0
 REWRITE_TRIES = 3
+# PostgreSQL: how long a rewrite waits for the transactions that began before it.
+REWRITE_OLD_SNAPSHOT_WAIT_SECONDS = 10.0
 
 # The tables whose rows an erasure deletes or rewrites, by database.
 # A follower's cursor (switch_cursors) names no session: the rest of our tables may.
@@ -1352,6 +1354,14 @@ def vacuum_full_postgresql(
             )
             if too_large := _too_large(alias, int(cursor.fetchone()[0]), max_bytes):
                 return False, too_large, 0.0
+        if holders := _wait_for_older_snapshots(cursor, REWRITE_OLD_SNAPSHOT_WAIT_SECONDS):
+            return (
+                False,
+                f"{alias}: not rewritten: a transaction older than the rewrite still sees the "
+                f"erased rows, and VACUUM FULL would copy them ({'; '.join(holders)}); "
+                "tried again later",
+                0.0,
+            )
         cursor.execute(f"SET lock_timeout = {int(lock_ms)}")
         try:
             for table in tables:
@@ -1383,6 +1393,49 @@ def vacuum_full_postgresql(
     return statistics[0], f"{note}; {statistics[1]}", longest
 
 
+def _older_snapshot_holders(cursor, horizon: str) -> list[str]:
+    """What keeps row versions older than ``horizon`` (an xid) visible on this database:
+    other backends' snapshots and transaction ids, prepared transactions, replication
+    slots. ``age()`` compares xids modulo wraparound: older means a larger age."""
+    cursor.execute(
+        "SELECT format('pid %%s (%%s, %%s since %%s)', pid, "
+        "COALESCE(NULLIF(application_name, ''), backend_type), state, "
+        "to_char(xact_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')) "
+        "FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+        "AND datname = current_database() "
+        "AND (age(backend_xmin) > age(%s::xid) OR age(backend_xid) > age(%s::xid)) "
+        # A plain (lazy) VACUUM's snapshot does not hold rows back (PROC_IN_VACUUM).
+        "AND NOT (backend_type = 'autovacuum worker' AND query LIKE 'autovacuum: VACUUM %%' "
+        "AND query NOT LIKE '%%ANALYZE%%') "
+        "UNION ALL SELECT format('prepared transaction %%L', gid) FROM pg_prepared_xacts "
+        "WHERE database = current_database() AND age(transaction) > age(%s::xid) "
+        "UNION ALL SELECT format('replication slot %%L', slot_name) FROM pg_replication_slots "
+        "WHERE age(xmin) > age(%s::xid) OR age(catalog_xmin) > age(%s::xid)",
+        [horizon] * 5,
+    )
+    return [row[0] for row in cursor.fetchall()]
+
+
+def _wait_for_older_snapshots(cursor, seconds: float) -> list[str]:
+    """Wait at most ``seconds`` until no transaction that began before now can still see a
+    row the erasure deleted; what still does then (nothing: go on).
+
+    VACUUM FULL copies every row version some running transaction may still see (it keeps
+    them "recently dead"), so an erasure's rows would come through the rewrite into the
+    new files while, say, a report's transaction or an ANALYZE from before it is open.
+    Every transaction begun after now sees them deleted; waiting for the older ones to end
+    is what makes a rewrite that says done true.
+    """
+    cursor.execute("SELECT xid(pg_snapshot_xmax(pg_current_snapshot()))::text")
+    horizon = cursor.fetchone()[0]
+    deadline = time.monotonic() + seconds
+    while holders := _older_snapshot_holders(cursor, horizon):
+        if time.monotonic() >= deadline:
+            return holders
+        time.sleep(0.1)
+    return []
+
+
 def _refresh_statistics(cursor, tables: Sequence[str]) -> tuple[bool, str]:
     """ANALYZE keeps sample values of each column (``pg_statistic``: a user id common enough
     is one): re-analyze the tables from what is left, then rewrite ``pg_statistic`` so
@@ -1391,6 +1444,12 @@ def _refresh_statistics(cursor, tables: Sequence[str]) -> tuple[bool, str]:
     if not tables:
         return True, "no statistics to refresh"
     cursor.execute("ANALYZE " + ", ".join(tables))
+    # The old samples are dead from the ANALYZE on; a snapshot older than it still sees them.
+    if holders := _wait_for_older_snapshots(cursor, REWRITE_OLD_SNAPSHOT_WAIT_SECONDS):
+        return False, (
+            "statistics re-analyzed; pg_statistic not rewritten: a transaction older than "
+            f"the ANALYZE still sees the old samples ({'; '.join(holders)})"
+        )
     try:
         cursor.execute("VACUUM (FULL) pg_catalog.pg_statistic")
     except Exception as error:  # noqa: BLE001 - a missing privilege is reported, not raised

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connections
 from django.db.backends.signals import connection_created
 
@@ -293,10 +293,70 @@ def test_postgresql_no_byte_is_left_once_the_rewrite_ran():
     assert request.receipt["file_rewrite"]["state"] == "done"
     assert any("VACUUM FULL" in note for note in request.receipt["storage"])
     _checkpoint()
-    assert _found(_postgres_files(), values) == {}
+    left = _found(_postgres_files(), values)
+    assert left == {}, _relations(sorted({p for paths in left.values() for p in paths}))
     assert db.fetchone("SELECT content FROM messages WHERE session_id = %s", [ids["other"]]) == (
         "bystander text 31337",
     )
+
+
+def _relations(paths: list[str]) -> list[str]:
+    """The tables and indexes behind data files (for a failure's message)."""
+    names = []
+    with connections[store_alias()].cursor() as cursor:
+        for path in paths:
+            node = Path(path).name.split(".")[0].split("_")[0]
+            cursor.execute(
+                "SELECT relname FROM pg_class WHERE pg_relation_filenode(oid)::text = %s", [node]
+            )
+            row = cursor.fetchone()
+            names.append(f"{path}: {row[0] if row else '?'}")
+    return names
+
+
+def test_postgresql_a_rewrite_waits_for_a_transaction_that_still_sees_the_erased_rows(
+    monkeypatch,
+):
+    """VACUUM FULL copies the row versions an open transaction may still see: a report's
+    snapshot from before the erasure kept the subject's rows alive through the rewrite,
+    and the receipt said done. The rewrite now waits for such transactions (a bound),
+    says why it did not run, and runs once they ended."""
+    if connections[store_alias()].vendor != "postgresql":
+        pytest.skip("PostgreSQL's snapshots")
+    import psycopg
+
+    from sessions_admin.core import erasure as erasure_core
+
+    monkeypatch.setattr(erasure_core, "REWRITE_OLD_SNAPSHOT_WAIT_SECONDS", 0.5)
+    ids = subject_with_freed_bytes()
+    values = [*DISTINCTIVE, ids["first"], ids["second"], ids["old"]]
+    params = connections[store_alias()].get_connection_params()
+    report = psycopg.connect(**params)
+    try:
+        # A long transaction: one snapshot, from before the erasure, still open after it.
+        # It holds no lock on the store's tables (it read none yet), so VACUUM FULL's lock
+        # does not wait for it.
+        report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        report.execute("SELECT 1")
+        request = _erase(Subject(user_id=USER, chat_ids=(CHAT,)))
+        with pytest.raises(CommandError):
+            call_command("erasure_rewrite", "--request", str(request.pk), stdout=io.StringIO())
+        request.refresh_from_db()
+        assert request.receipt["file_rewrite"]["state"] == "pending"
+        # What the report sees is still there for it, so nothing may say otherwise.
+        assert report.execute(
+            "SELECT count(*) FROM messages WHERE content LIKE %s", [f"%{SECRET}%"]
+        ).fetchone()[0] > 0
+    finally:
+        report.rollback()
+        report.close()
+
+    call_command("erasure_rewrite", "--request", str(request.pk), stdout=io.StringIO())
+    request.refresh_from_db()
+    assert request.receipt["file_rewrite"]["state"] == "done"
+    _checkpoint()
+    left = _found(_postgres_files(), values)
+    assert left == {}, _relations(sorted({p for paths in left.values() for p in paths}))
 
 
 def test_a_large_store_is_left_to_the_operators_rewrite(settings):
