@@ -344,9 +344,12 @@ def test_postgresql_a_rewrite_waits_for_a_transaction_that_still_sees_the_erased
         request.refresh_from_db()
         assert request.receipt["file_rewrite"]["state"] == "pending"
         # What the report sees is still there for it, so nothing may say otherwise.
-        assert report.execute(
-            "SELECT count(*) FROM messages WHERE content LIKE %s", [f"%{SECRET}%"]
-        ).fetchone()[0] > 0
+        assert (
+            report.execute(
+                "SELECT count(*) FROM messages WHERE content LIKE %s", [f"%{SECRET}%"]
+            ).fetchone()[0]
+            > 0
+        )
     finally:
         report.rollback()
         report.close()
