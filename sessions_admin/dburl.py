@@ -33,6 +33,13 @@ PG_POOL_MAX_IDLE_SECONDS = 60
 # is down, this is how long a page (or /readyz) takes to say so (psycopg's default, 30 s, held
 # every request that long).
 PG_POOL_TIMEOUT_SECONDS = 5
+# How long the pool keeps retrying a connection it could not open before giving up on that
+# try (the next request that finds no connection starts a new one, at once). psycopg's
+# default, 300 s, doubles its wait between tries (1, 2, 4, 8 ... s): after PostgreSQL was down
+# for a quarter of a minute, a worker went on answering 503 for as long again once it was
+# back, longer after a longer outage. Kept under the timeout above, so a request waiting
+# for a connection sees the server's return.
+PG_POOL_RECONNECT_SECONDS = 3
 
 
 def parse_database_url(
@@ -100,6 +107,7 @@ def parse_database_url(
                 "max_size": pool_size,
                 "max_idle": PG_POOL_MAX_IDLE_SECONDS,
                 "timeout": PG_POOL_TIMEOUT_SECONDS,
+                "reconnect_timeout": PG_POOL_RECONNECT_SECONDS,
             }
         return {
             "ENGINE": "django.db.backends.postgresql",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import subprocess
 import sys
 import threading
@@ -283,3 +284,37 @@ def serving(*servers: Gunicorn, within: float = 90) -> Iterator[None]:
     finally:
         for server in servers:
             server.stop()
+
+
+@contextlib.contextmanager
+def postgres_stopped() -> Iterator[None]:
+    """This test run's PostgreSQL stopped as a crash would (``-m immediate``: every connection
+    cut), then started again as it was (the options it was started with, ``postmaster.opts``).
+    This process's connection pools are closed first, so its own reads afterwards open new
+    ones on the new server."""
+    data = Path(db.fetchone("SHOW data_directory")[0])
+    argv = shlex.split((data / "postmaster.opts").read_text())[1:]
+    options = []
+    while argv:
+        flag = argv.pop(0)
+        if flag == "-D":
+            argv.pop(0)  # given to pg_ctl on its own
+        else:
+            options.append(flag)
+    db.release_connections()
+
+    def pg_ctl(*args: str) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", "pg_ctl", "-D", str(data), *args, "-w"],
+            check=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # the new server keeps its output: never a pipe we wait on
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+        )
+
+    pg_ctl("stop", "-m", "immediate")
+    try:
+        yield
+    finally:
+        pg_ctl("start", "-o", shlex.join(options))

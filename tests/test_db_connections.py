@@ -44,6 +44,9 @@ def test_postgres_urls_pool_keep_or_open_connections_as_asked(tmp_path):
     assert pooled["OPTIONS"]["pool"]["max_size"] == 7
     assert pooled["CONN_MAX_AGE"] == 0  # Django's pool refuses persistent connections
     assert pooled["CONN_HEALTH_CHECKS"] is True
+    # A failed try gives up before a request's wait ends (tests/test_db_pool_process.py).
+    pool = pooled["OPTIONS"]["pool"]
+    assert pool["reconnect_timeout"] < pool["timeout"]
     # Kept connections, when asked for, win over the pool (Django allows one or the other).
     both = parse_database_url("postgres://u@h/db", base_dir=tmp_path, conn_max_age=60, pool_size=7)
     assert both["CONN_MAX_AGE"] == 60 and "pool" not in both["OPTIONS"]
