@@ -129,11 +129,7 @@ class BearerToken(HttpBearer):
         super().__init__()
 
     def authenticate(self, request: HttpRequest, token: str) -> Caller:
-        found = (
-            ApiToken.objects.select_related("created_by")
-            .filter(secret_hash=hash_secret(token))
-            .first()
-        )
+        found = ApiToken.with_secret_hash(hash_secret(token))
         if found is None:
             raise unauthorized("This token is not known (mistyped, or never created).")
         request.api_token_name = found.name
