@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from django.db import connections, router, transaction
+from django.db import connections, models, router, transaction
 from django.utils import timezone
 
 from sessions_admin.core import DeletePartlyApplied, faults
@@ -117,16 +117,52 @@ def _storable(value: Any) -> Any:
     return value
 
 
+def _insert_row(instance: models.Model, alias: str) -> None:
+    """INSERT ``instance`` as a new row and set its primary key, as ``save()`` does for a new
+    row (each field's ``pre_save`` and database value, defaults and ``auto_now_add``
+    included) without the ORM's query building, which cost more than the write itself: an
+    audit entry is written for every API append (docs/benchmarks.md, "HTTP API appends")."""
+    meta = instance._meta
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    fields = [field for field in meta.concrete_fields if field is not meta.pk]
+    values = [
+        field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields
+    ]
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))})"
+    )
+    with connection.cursor() as cursor:
+        if connection.features.can_return_columns_from_insert:
+            cursor.execute(f"{sql} RETURNING {quote(meta.pk.column)}", values)
+            instance.pk = cursor.fetchone()[0]
+        else:
+            cursor.execute(sql, values)
+            instance.pk = cursor.lastrowid
+    instance._state.adding = False
+    instance._state.db = alias
+
+
 def _link_sessions(entry: AuditEntry, session_ids, *, already=()) -> None:
     """One AuditSession row per session id not linked yet (up to the maximum)."""
     skip = set(already)
     wanted = [sid for sid in dict.fromkeys(session_ids) if sid not in skip]
     room = MAX_AUDIT_SESSIONS - len(skip)
     # A bulk delete can name 100k sessions: its job items hold the full list.
-    AuditSession.objects.using(_audit_alias()).bulk_create(
-        (AuditSession(entry=entry, session_id=sid) for sid in wanted[: max(room, 0)]),
-        batch_size=1000,
-    )
+    linked = wanted[: max(room, 0)]
+    if not linked:
+        return
+    connection = connections[_audit_alias()]
+    quote = connection.ops.quote_name
+    meta = AuditSession._meta
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {quote(meta.db_table)} "
+            f"({quote(meta.get_field('entry').column)}, {quote(meta.get_field('session_id').column)}) "
+            "VALUES (%s, %s)",
+            [(entry.pk, sid) for sid in linked],
+        )
 
 
 def record(
@@ -146,21 +182,22 @@ def record(
     """
     ids = [_storable(str(sid)) for sid in session_ids]
     client = current_client()
+    entry = AuditEntry(
+        client_address=client.address,
+        user_agent=_storable(client.user_agent),
+        actor=actor if getattr(actor, "pk", None) else None,
+        actor_name=_storable(_name(actor))[:150],
+        action=action,
+        session_ids=ids[:ENTRY_SESSION_IDS],
+        before=_storable(before or {}),
+        after=_storable(after or {}),
+        reason=_storable(reason or ""),
+        outcome=outcome,
+        detail=_storable(detail)[:DETAIL_MAX],
+        completed_at=None if outcome == AuditEntry.PENDING else timezone.now(),
+    )
     with transaction.atomic(using=_audit_alias()):
-        entry = AuditEntry.objects.using(_audit_alias()).create(
-            client_address=client.address,
-            user_agent=_storable(client.user_agent),
-            actor=actor if getattr(actor, "pk", None) else None,
-            actor_name=_storable(_name(actor))[:150],
-            action=action,
-            session_ids=ids[:ENTRY_SESSION_IDS],
-            before=_storable(before or {}),
-            after=_storable(after or {}),
-            reason=_storable(reason or ""),
-            outcome=outcome,
-            detail=_storable(detail)[:DETAIL_MAX],
-            completed_at=None if outcome == AuditEntry.PENDING else timezone.now(),
-        )
+        _insert_row(entry, _audit_alias())
         _link_sessions(entry, ids)
     if outcome != AuditEntry.PENDING:
         _log_outcome(
