@@ -520,7 +520,8 @@ def append(
             [session_id],
             lambda: core.append_messages(session_id=session_id, messages=messages),
             before={"messages": len(messages)},
-            after=lambda r: {"message_ids": [r.message_ids[0], r.message_ids[-1]]},
+            # Every id (at most 1,000 a request): the audit log reads the list as the messages.
+            after=lambda r: {"message_ids": list(r.message_ids)},
         )
         return Status(
             201,
@@ -543,7 +544,8 @@ def append(
             messages=messages,
         ),
         before={"messages": len(messages), "idempotency_key": idempotency_key},
-        after=lambda r: {"replayed": r.replayed, "message_ids": r.response["message_ids"][:1]},
+        # A replay stored nothing: it names the first request's messages, marked replayed.
+        after=lambda r: {"replayed": r.replayed, "message_ids": list(r.response["message_ids"])},
     )
     answer = HttpResponse(json.dumps(once.response), status=201, content_type="application/json")
     answer[REPLAYED_HEADER] = "true" if once.replayed else "false"
@@ -703,7 +705,7 @@ def _rewrite(
         action,
         [session_id],
         run,
-        after=lambda r: {"message_ids": list(r.message_ids)[:50]},
+        after=lambda r: {"message_ids": list(r.message_ids)},
     )
     return RewriteOut.model_validate(result)
 

@@ -251,6 +251,31 @@ def test_each_changing_call_writes_one_audit_entry_naming_the_token(runtime, liv
     assert tuple(usage) == (5, 7)
 
 
+def test_an_appends_audit_entry_names_exactly_the_messages_it_stored(runtime, live):
+    """The audit log reads ``message_ids`` as the messages an append stored: a keyed append of
+    two named only the first, an unkeyed append of one was read as two (first and last)."""
+    from sessions_admin.ledger.audit_log import NoLinks, readable
+
+    AuditEntry.objects.all().delete()
+    two = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+    keyed = runtime.post(f"runtime/sessions/{live}/messages", two, **{"Idempotency-Key": "k-2"})
+    replay = runtime.post(f"runtime/sessions/{live}/messages", two, **{"Idempotency-Key": "k-2"})
+    single = runtime.post(
+        f"runtime/sessions/{live}/messages", {"messages": [{"role": "user", "content": "c"}]}
+    )
+    assert keyed.status == replay.status == single.status == 201
+    entries = list(AuditEntry.objects.order_by("pk"))
+    assert [e.after["message_ids"] for e in entries] == [
+        keyed.body["message_ids"],
+        keyed.body["message_ids"],
+        single.body["message_ids"],
+    ]
+    assert [e.after.get("replayed") for e in entries] == [False, True, None]
+    assert len(keyed.body["message_ids"]) == 2 and len(single.body["message_ids"]) == 1
+    said = [readable(e, NoLinks()).text for e in entries]
+    assert "(2 messages)" in said[0] and "(1 message)" in said[2], said
+
+
 def test_a_lifecycle_over_the_routes(runtime, live):
     key = "tg:42"
     _append(runtime, live, "one")
