@@ -40,6 +40,7 @@ from sessions_admin.ledger.actions.tokens import hash_secret
 from sessions_admin.ledger.context import client_address
 from sessions_admin.ledger.models import ApiToken, AuditAction
 from sessions_admin.signin.roles import DELETE, OPERATE, ROLE_PERMISSIONS, VIEW
+from sessions_admin.signin.tokens import creator_demoted, token_state
 from sessions_admin.store.attach import OPERATE_PERMISSIONS
 
 logger = logging.getLogger(__name__)
@@ -144,6 +145,12 @@ class BearerToken(HttpBearer):
                 f"The token {found.name} no longer works: {creator_gone}. An active admin "
                 "creates a new token."
             )
+        if creator_demoted(found):
+            raise unauthorized(
+                f"The token {found.name} no longer works: the account of "
+                f"{found.created_by_name}, who created it, is no longer an admin. An active "
+                "admin creates a new token."
+            )
         if found.last_used_at is None or now - found.last_used_at >= TOUCH_EVERY:
             ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
         caller = Caller(
@@ -172,7 +179,7 @@ def no_longer_valid(request: HttpRequest) -> Problem | None:
     if caller.token_id is not None:
         # The token's state as every request's authentication judges it (``state_at``).
         found = ApiToken.objects.filter(pk=caller.token_id).first()
-        state = "deleted" if found is None else found.state_at(timezone.now())
+        state = "deleted" if found is None else token_state(found, timezone.now())
         if state != "active":
             return unauthorized(f"The token {caller.name} is no longer valid: {state}.")
     if caller.user is not None:

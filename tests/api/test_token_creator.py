@@ -83,3 +83,34 @@ def test_a_token_the_command_created_is_tied_to_no_account(admin_client):
     User.objects.all().delete()
     answer = client.get("me")
     assert answer.status == 200 and answer.body["scope"] == "runtime"
+
+
+@pytest.mark.parametrize("role", ["support", "viewer"])
+def test_a_token_stops_when_its_creator_is_no_longer_an_admin(admin_client, role):
+    """Only admins create tokens: an admin demoted to support or viewer no longer vouches for
+    the admin token they created, which kept deleting for them (found by the attack round)."""
+    from django.utils import timezone
+
+    from sessions_admin.signin.roles import assign_role
+    from sessions_admin.signin.tokens import token_state
+
+    client = ApiClient(_console_token(admin_client, f"ops-{role}"))
+    assert client.get("trash").status == 200
+    creator = User.objects.get(username="walking-admin")
+    assign_role(creator, role)
+    for method, path, body in [
+        ("GET", "me", None),
+        ("GET", "trash", None),
+        ("POST", "holds", {"kind": "user", "subject": "u-1", "reason": "x"}),
+    ]:
+        answer = client.call(method, path, body)
+        assert answer.status == 401, (path, answer.body)
+        assert "no longer an admin" in answer.body["detail"]
+    token = ApiToken.objects.get(name=f"ops-{role}")
+    assert token_state(token, timezone.now()) == "creator not an admin"
+    listed = io.StringIO()
+    call_command("api_token", "list", stdout=listed)
+    assert f"ops-{role}\tadmin\tcreator not an admin" in listed.getvalue()
+    # Made an admin again: vouching for its tokens again.
+    assign_role(creator, "admin")
+    assert client.get("trash").status == 200

@@ -21,6 +21,7 @@ from sessions_admin.console.refusals import Refused, attempt, attempt_valid, ref
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import ApiToken, AuditAction
 from sessions_admin.signin.roles import role_of
+from sessions_admin.signin.tokens import token_state
 
 TEMPLATE = "console/api_tokens.html"
 
@@ -42,7 +43,7 @@ def _render(
 ) -> HttpResponse:
     now = timezone.now()
     context = {
-        "tokens": [(token, token.state_at(now)) for token in ApiToken.objects.all()],
+        "tokens": [(token, token_state(token, now)) for token in ApiToken.objects.all()],
         "scopes": [scope for scope, _ in ApiToken.SCOPES],
         "created": created,
         "values": values or {"scope": ApiToken.RUNTIME},

@@ -17,6 +17,7 @@ from sessions_admin.core.errors import StoreError
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.actions.tokens import SCOPES
 from sessions_admin.ledger.models import ApiToken
+from sessions_admin.signin.tokens import token_state
 
 
 class Command(BaseCommand):
@@ -69,7 +70,7 @@ class Command(BaseCommand):
                     expires = f"{token.expires_at:%Y-%m-%d %H:%M}" if token.expires_at else "never"
                     sources = ",".join(token.sources) or "-"
                     self.stdout.write(
-                        f"{token.name}\t{token.scope}\t{token.state_at(now)}\t{sources}\t"
+                        f"{token.name}\t{token.scope}\t{token_state(token, now)}\t{sources}\t"
                         f"created {token.created_at:%Y-%m-%d %H:%M} by {token.created_by_name}\t"
                         f"expires {expires}\tlast used {used}"
                     )
