@@ -339,7 +339,9 @@ def test_postgresql_a_rewrite_waits_for_a_transaction_that_still_sees_the_erased
         report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         report.execute("SELECT 1")
         request = _erase(Subject(user_id=USER, chat_ids=(CHAT,)))
-        with pytest.raises(CommandError):
+        # The operator is told why: the transaction, by pid.
+        pid = report.info.backend_pid
+        with pytest.raises(CommandError, match=rf"older than the rewrite .*pid {pid} "):
             call_command("erasure_rewrite", "--request", str(request.pk), stdout=io.StringIO())
         request.refresh_from_db()
         assert request.receipt["file_rewrite"]["state"] == "pending"

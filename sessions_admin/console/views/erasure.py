@@ -204,14 +204,15 @@ def erasure_rewrite(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
     if queued is None:
         raise Http404("No finished erasure request with this number")
     actions.finish_erasure_index_merges()
-    done = actions.finish_erasure_rewrites(actor=request.user)
+    rewrite = actions.rewrite_erasure_files(actor=request.user)
     queued.refresh_from_db()
     problem = None
-    if queued.pk not in done and (queued.receipt.get("file_rewrite") or {}).get("state") != "done":
-        problem = (
-            "The files were not rewritten: the runtime was writing or held a lock (or the "
-            "search index merge has not finished). Nothing changed; try again at a quieter moment."
-        )
+    if (
+        queued.pk not in rewrite.done
+        and (queued.receipt.get("file_rewrite") or {}).get("state") != "done"
+    ):
+        why = "; ".join(rewrite.notes) or "the search index merge has not finished"
+        problem = f"The files were not rewritten ({why}). Nothing changed; try again later."
     return render(
         request,
         "console/erasure_request.html",

@@ -55,6 +55,7 @@ from sessions_admin.ledger.actions.erasure import (
     request_erasure,
     resume_interrupted_erasures,
     rewrite_auto_max_bytes,
+    rewrite_erasure_files,
     rewrites_automatically,
     run_erasure,
     start_erasures,

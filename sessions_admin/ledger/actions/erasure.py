@@ -6,6 +6,7 @@ store's side is ``core.erasure``."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -302,6 +303,14 @@ def rewrite_auto_max_bytes() -> int:
     return int(float(megabytes) * 1_000_000)
 
 
+@dataclass(frozen=True)
+class ErasureRewrite:
+    done: list[int]  # the requests whose rewrite is now done (each audited)
+    # What each database's try said: why one was not rewritten (the runtime's lock, an
+    # older transaction still open, too large for an automatic run), for the operator.
+    notes: tuple[str, ...] = ()
+
+
 def finish_erasure_rewrites(
     *, actor=None, busy_ms: int | None = None, automatic: bool = False
 ) -> list[int]:
@@ -311,11 +320,18 @@ def finish_erasure_rewrites(
     Nothing of the subject is left in free space afterwards; a busy runtime makes it wait
     (nothing done, the receipts stay pending). ``automatic`` (the erasure's own try, the
     scheduler): databases over ``rewrite_auto_max_bytes`` are left to the operator.
-    Returns the requests now done (each audited).
+    Returns the requests now done (each audited); ``rewrite_erasure_files`` says why not.
     """
+    return rewrite_erasure_files(actor=actor, busy_ms=busy_ms, automatic=automatic).done
+
+
+def rewrite_erasure_files(
+    *, actor=None, busy_ms: int | None = None, automatic: bool = False
+) -> ErasureRewrite:
+    """``finish_erasure_rewrites``, with each database's note (why one was not rewritten)."""
     pending = erasure_ledger.requests_awaiting_rewrite()
     if not pending:
-        return []
+        return ErasureRewrite([])
     waits: dict = {} if busy_ms is None else {"busy_ms": busy_ms}
     if automatic:
         waits["max_bytes"] = rewrite_auto_max_bytes()
@@ -324,7 +340,7 @@ def finish_erasure_rewrites(
     notes = [*store.notes, dashboard_note]
     if not (store.done and dashboard_done):
         logger.info("erasure file rewrite not finished: %s", "; ".join(notes))
-        return []
+        return ErasureRewrite([], tuple(notes))
     erasure_ledger.files_rewritten(pending, notes)
     _record_each(
         pending,
@@ -337,7 +353,7 @@ def finish_erasure_rewrites(
         },
         reason="the erasure's file rewrite ran",
     )
-    return pending
+    return ErasureRewrite(pending, tuple(notes))
 
 
 def resume_interrupted_erasures() -> list[int]:

@@ -55,11 +55,12 @@ class Command(BaseCommand):
         if not pending:
             self.stdout.write("No erasure awaits a file rewrite.")
             return
-        done = actions.finish_erasure_rewrites(busy_ms=busy_ms)
+        rewrite = actions.rewrite_erasure_files(busy_ms=busy_ms)
+        done = rewrite.done
         if not done:
             raise CommandError(
-                "The files were not rewritten: the runtime was writing or held a lock. "
-                "Nothing changed; try again at a quieter moment."
+                "The files were not rewritten; nothing changed, try again later. "
+                + " ".join(f"({note})" for note in rewrite.notes)
             )
         for request_id in done:
             self.stdout.write(f"Erasure request #{request_id}: files rewritten.")
