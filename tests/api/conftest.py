@@ -60,7 +60,11 @@ class ApiClient:
 
 @pytest.fixture
 def make_token(ada):
-    """``make_token(scope, name=..., sources=..., expires_days=...)`` -> its secret."""
+    """``make_token(scope, name=..., sources=..., expires_days=...)`` -> its secret, created by
+    ada as an admin (a token works while its creator is an active admin)."""
+    from sessions_admin.signin.roles import assign_role
+
+    assign_role(ada, "admin")
     count = iter(range(1, 1000))
 
     def make(scope: str, *, name: str | None = None, sources=(), expires_days=None) -> str:

@@ -48,7 +48,11 @@ def _token(name: str, scope: str = "viewer", *, by=None) -> str:
 
 
 def _operator() -> User:
-    return User.objects.create_user("token-maker")
+    from sessions_admin.signin.roles import assign_role
+
+    operator = User.objects.create_user("token-maker")
+    assign_role(operator, "admin")  # only an admin's tokens work
+    return operator
 
 
 def _end(name: str, how: str) -> None:
