@@ -35,7 +35,12 @@ from sessions_admin.api.problems import Problem, invalid_input, not_found
 from sessions_admin.api.schemas import Identifier, Text
 from sessions_admin.core import idempotency, lineage, rows
 from sessions_admin.core import transcript as core_transcript
-from sessions_admin.core.errors import AmbiguousSessionRef, SessionEnded, StoreError
+from sessions_admin.core.errors import (
+    AmbiguousSessionRef,
+    SessionEnded,
+    SessionNotFound,
+    StoreError,
+)
 from sessions_admin.core.lifecycle import plan_resume, where_it_continues
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditAction, AuditEntry
@@ -649,10 +654,21 @@ def resume(request: HttpRequest, body: ResumeIn):
     except AmbiguousSessionRef as error:
         if not caller.sources:
             raise
-        # The candidates may be other sources' sessions: their ids are not this token's to see.
+        # The candidates may be other sources' sessions: neither their ids nor how many there
+        # are is this token's to see.
         raise invalid_input(
-            f"{error.ref!r} matches {len(error.candidates)} sessions; give more of the id."
+            f"{error.ref!r} matches more than one session; give more of the id."
         ) from None
+    asked = lineage.session_row(plan.asked_id)
+    if (
+        caller.sources
+        and plan.asked_id != body.ref
+        and (asked is None or not caller.may_touch_source(asked["source"]))
+    ):
+        # A title or id prefix that finds only another source's session is answered as one
+        # that finds none: a 403 would tell the token such a title exists. (A whole session
+        # id is refused with a 403, as on every route that names one.)
+        raise SessionNotFound(body.ref)
     _require_sources_of(caller, plan.touched_ids)
     checked = plan.fingerprint if caller.sources else None
     result = _audited(

@@ -192,7 +192,37 @@ def test_refusals_do_not_name_other_sources_sessions(telegram, merged):
         ),
     ]
     for answer in answers:
-        assert answer.status in (403, 422), answer.body
+        # 404: a title or prefix finding only another source's session finds none.
+        assert answer.status in (403, 404, 422), answer.body
         _names_none_of(answer, [dc, dc_live])
-        assert "Discord secret plans" not in json.dumps(answer.body)
+        if answer.status != 404:  # a 404 repeats the caller's own ref, finding nothing
+            assert "Discord secret plans" not in json.dumps(answer.body)
     assert _unchanged(before)
+
+
+def test_a_limited_token_cannot_learn_that_another_sources_session_exists_by_resuming(telegram):
+    """A title or id prefix finding only another source's session was a 403 (a no-match is a
+    404), and an ambiguous one said how many sessions of any source matched: both told a
+    telegram token about discord's sessions (found by the attack round)."""
+    dc = core.create_session(source="discord", session_key=DC_KEY).session_id
+    core.set_title(session_id=dc, title="Discord secret plans")
+    core.end_session(session_id=dc, end_reason="user_exit")
+    core.create_session(source="telegram", session_key=TG_KEY)
+    nothing = telegram.post("runtime/resume", {"ref": "No such title at all"})
+    assert nothing.status == 404, nothing.body
+    before = urlmap.state()
+    for ref in ("Discord secret plans", dc[:20]):
+        answer = telegram.post("runtime/resume", {"ref": ref})
+        assert answer.status == 404, (ref, answer.body)
+        assert answer.body["type"] == nothing.body["type"]
+        _names_none_of(answer, [dc])
+    # A whole session id is refused as on every route that names one.
+    assert telegram.post("runtime/resume", {"ref": dc}).status == 403
+    # Two sessions (one of them the token's own) share the date prefix: how many is not said.
+    ambiguous = telegram.post("runtime/resume", {"ref": dc[:9]})
+    assert ambiguous.status == 422, ambiguous.body
+    assert "more than one" in ambiguous.body["detail"] and "2 sessions" not in json.dumps(
+        ambiguous.body
+    )
+    assert _unchanged(before)
+    assert lineage.session_row(dc)["ended_at"] is not None
