@@ -18,6 +18,7 @@ from django.http import Http404, HttpResponseNotAllowed
 from django.urls import re_path
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema
+from ninja.errors import ValidationError
 from ninja.operation import PathView
 from ninja.parser import Parser
 
@@ -45,6 +46,19 @@ class StrictJSONParser(Parser):
         data = json.loads(request.body)
         problems.check_storable(data)
         return data
+
+    def parse_querydict(self, data, list_fields, request):
+        """A parameter given twice is a 422 unless the route takes a list: ninja kept the last
+        value (``?active=junk&active=true`` was answered as ``active=true``)."""
+        repeated = [key for key in data if key not in list_fields and len(data.getlist(key)) > 1]
+        if repeated:
+            raise ValidationError(
+                [
+                    {"loc": ("query", key), "msg": "given more than once", "type": "repeated"}
+                    for key in repeated
+                ]
+            )
+        return super().parse_querydict(data, list_fields, request)
 
 
 PROBLEM_SCHEMA = {

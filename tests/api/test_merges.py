@@ -5,6 +5,8 @@ Each test drives the API with a token and asserts on the store and the audit log
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sessions_admin import core
@@ -190,3 +192,19 @@ def test_an_unknown_merge_is_not_found(support):
     assert answer.status == 404
     assert answer.body["type"].endswith("/not-found")
     assert answer.body["detail"] == "No merge 999999."
+
+
+def test_a_parameter_given_twice_is_refused_unless_the_route_takes_a_list(make_token):
+    """ninja kept the last of repeated values (``?active=junk&active=true`` answered as
+    ``active=true``; schemathesis, full run): a scalar given twice is a 422 naming it, a list
+    parameter (the preview's ``ids``) still takes every value."""
+    viewer = ApiClient(make_token("viewer"))
+    support = ApiClient(make_token("support"))
+    twice = support.get("holds?active=junk&active=true")
+    assert twice.status == 422, twice.body
+    assert "active" in json.dumps(twice.body)
+    assert support.get("holds?active=true").status == 200
+    ids = forked_conversation()
+    assert preview(viewer, ids).status == 200
+    target_twice = preview(viewer, ids, target=f"{ids[0]}&target={ids[1]}")
+    assert target_twice.status == 422, target_twice.body
