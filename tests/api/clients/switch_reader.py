@@ -124,6 +124,25 @@ class Reader:
         finally:
             connection.close()
 
+    def await_heartbeat(self):
+        """Once caught up, one more stream with nothing left to deliver: it must keep the
+        connection alive with heartbeats (while switches flow, a stream has none to send)."""
+        connection, response = self.connect(
+            "/api/v1/switches/stream?after=0",
+            {"Accept": "text/event-stream", "Last-Event-ID": str(self.cursor)},
+        )
+        try:
+            if response.status != 200:
+                raise RuntimeError(f"stream answered {response.status}: {response.read()[:300]}")
+            while raw := response.readline():
+                if raw.startswith(b":"):
+                    self.heartbeats += 1
+                    return
+                if raw.startswith(b"data"):
+                    self.errors.append(f"a switch after the last one: {raw[:200]!r}")
+        finally:
+            connection.close()
+
     # --- long polling ------------------------------------------------------------------------
 
     def poll_once(self):
@@ -156,6 +175,8 @@ class Reader:
             except (OSError, http.client.HTTPException):
                 self.unreachable += 1  # a restart: try again shortly
                 time.sleep(0.2)
+        if mode == "stream":
+            self.await_heartbeat()
 
 
 def main():
