@@ -1444,6 +1444,30 @@ def _refresh_statistics(cursor, tables: Sequence[str]) -> tuple[bool, str]:
     if not tables:
         return True, "no statistics to refresh"
     cursor.execute("ANALYZE " + ", ".join(tables))
+    # ANALYZE of an empty table leaves its statistics as they were (it has no sample to
+    # replace them with): an erasure that emptied a table (the one person's responses) kept
+    # that person's values there, live, through the rewrite. Those rows are deleted.
+    empty = []
+    for table in tables:
+        cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {table})")
+        if not cursor.fetchone()[0]:
+            empty.append(table)
+    if empty:
+        try:
+            cursor.execute(
+                "DELETE FROM pg_catalog.pg_statistic WHERE starelid IN ("
+                "SELECT unnest(%s::regclass[])::oid "
+                "UNION SELECT indexrelid FROM pg_catalog.pg_index "
+                "WHERE indrelid = ANY(%s::regclass[]))",
+                [empty, empty],
+            )
+        except Exception as error:  # noqa: BLE001 - a missing privilege is reported, not raised
+            if "permission" not in str(error).lower() and "must be" not in str(error).lower():
+                raise
+            return False, (
+                "statistics re-analyzed; the old statistics of the tables it emptied "
+                f"({', '.join(empty)}) not deleted (needs a superuser)"
+            )
     # The old samples are dead from the ANALYZE on; a snapshot older than it still sees them.
     if holders := _wait_for_older_snapshots(cursor, REWRITE_OLD_SNAPSHOT_WAIT_SECONDS):
         return False, (
