@@ -286,35 +286,35 @@ def serving(*servers: Gunicorn, within: float = 90) -> Iterator[None]:
             server.stop()
 
 
+def pg_ctl(data: str, *args: str) -> None:
+    """``pg_ctl -D data <args> -w`` as the postgres user (PostgreSQL refuses to run as root)."""
+    subprocess.run(
+        ["runuser", "-u", "postgres", "--", "pg_ctl", "-D", data, *args, "-w"],
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,  # the new server keeps its output: never a pipe we wait on
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
+def server_options(data: str) -> str:
+    """The options this test run's PostgreSQL was started with (its port, its address), for a
+    start after a stop (``pg_ctl restart`` reads them itself)."""
+    opts = shlex.split(Path(data, "postmaster.opts").read_text())
+    return " ".join(shlex.quote(option) for option in opts[1:] if option != data and option != "-D")
+
+
 @contextlib.contextmanager
 def postgres_stopped() -> Iterator[None]:
     """This test run's PostgreSQL stopped as a crash would (``-m immediate``: every connection
-    cut), then started again as it was (the options it was started with, ``postmaster.opts``).
-    This process's connection pools are closed first, so its own reads afterwards open new
-    ones on the new server."""
-    data = Path(db.fetchone("SHOW data_directory")[0])
-    argv = shlex.split((data / "postmaster.opts").read_text())[1:]
-    options = []
-    while argv:
-        flag = argv.pop(0)
-        if flag == "-D":
-            argv.pop(0)  # given to pg_ctl on its own
-        else:
-            options.append(flag)
+    cut), then started again as it was. This process's connection pools are closed first, so
+    its own reads afterwards open new ones on the new server."""
+    data = db.fetchone("SHOW data_directory")[0]
+    options = server_options(data)
     db.release_connections()
-
-    def pg_ctl(*args: str) -> None:
-        subprocess.run(
-            ["runuser", "-u", "postgres", "--", "pg_ctl", "-D", str(data), *args, "-w"],
-            check=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,  # the new server keeps its output: never a pipe we wait on
-            stderr=subprocess.DEVNULL,
-            timeout=120,
-        )
-
-    pg_ctl("stop", "-m", "immediate")
+    pg_ctl(data, "stop", "-m", "immediate")
     try:
         yield
     finally:
-        pg_ctl("start", "-o", shlex.join(options))
+        pg_ctl(data, "start", "-o", options, "-l", "/dev/null")

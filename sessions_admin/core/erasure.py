@@ -1436,6 +1436,12 @@ def _wait_for_older_snapshots(cursor, seconds: float) -> list[str]:
     return []
 
 
+def _needs_privilege(error: Exception) -> bool:
+    """PostgreSQL refused a step only a superuser (or the owner) may take."""
+    text = str(error).lower()
+    return "permission" in text or "must be" in text
+
+
 def _refresh_statistics(cursor, tables: Sequence[str]) -> tuple[bool, str]:
     """ANALYZE keeps sample values of each column (``pg_statistic``: a user id common enough
     is one): re-analyze the tables from what is left, then rewrite ``pg_statistic`` so
@@ -1462,7 +1468,7 @@ def _refresh_statistics(cursor, tables: Sequence[str]) -> tuple[bool, str]:
                 [empty, empty],
             )
         except Exception as error:  # noqa: BLE001 - a missing privilege is reported, not raised
-            if "permission" not in str(error).lower() and "must be" not in str(error).lower():
+            if not _needs_privilege(error):
                 raise
             return False, (
                 "statistics re-analyzed; the old statistics of the tables it emptied "
@@ -1479,7 +1485,7 @@ def _refresh_statistics(cursor, tables: Sequence[str]) -> tuple[bool, str]:
     except Exception as error:  # noqa: BLE001 - a missing privilege is reported, not raised
         if db.is_busy_error(error):
             return False, "statistics re-analyzed; pg_statistic busy, not rewritten"
-        if "permission" not in str(error).lower() and "must be" not in str(error).lower():
+        if not _needs_privilege(error):
             raise
         return False, (
             "statistics re-analyzed; pg_statistic not rewritten (needs a superuser): its old "

@@ -15,7 +15,6 @@ and ``check_consistency`` is clean. SQLite has no server to restart: skipped the
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
 from sessions_admin.ledger.trash import job_operation
 from tests.builders import old_sessions
 from tests.core.test_crash import MESSAGES_SQL, REPO, store_state
-from tests.helpers import child_env
+from tests.helpers import child_env, pg_ctl, server_options
 
 
 @pytest.fixture(autouse=True)
@@ -47,26 +46,7 @@ def restart_postgres() -> None:
     # growing backoff, and the test's own read right after the server is back could wait past
     # the pool's timeout (PoolTimeout). The next read opens a new pool on the new server.
     db.release_connections()
-    subprocess.run(
-        [
-            "runuser",
-            "-u",
-            "postgres",
-            "--",
-            "pg_ctl",
-            "-D",
-            data,
-            "restart",
-            "-m",
-            "immediate",
-            "-w",
-        ],
-        check=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,  # the new server keeps its output: never a pipe we wait on
-        stderr=subprocess.DEVNULL,
-        timeout=120,
-    )
+    pg_ctl(data, "restart", "-m", "immediate")
 
 
 def job_paused_at(
@@ -280,24 +260,6 @@ def test_a_job_cut_by_a_postgres_restart_between_a_sessions_parts_finishes_it(
     assert check_store() == []
 
 
-def _pg_ctl(data: str, *arguments: str) -> None:
-    subprocess.run(
-        ["runuser", "-u", "postgres", "--", "pg_ctl", "-D", data, *arguments, "-w"],
-        check=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,  # the server keeps its output: never a pipe we wait on
-        stderr=subprocess.DEVNULL,
-        timeout=120,
-    )
-
-
-def _server_options(data: str) -> str:
-    """The options the server was started with (its port, its address), for a start after a
-    stop (``pg_ctl restart`` reads them itself)."""
-    opts = shlex.split(Path(data, "postmaster.opts").read_text())
-    return " ".join(shlex.quote(option) for option in opts[1:] if option != data and option != "-D")
-
-
 def test_a_cascade_whose_server_is_down_a_few_seconds_is_audited_once_it_is_back(tmp_path):
     from sessions_admin import core
     from tests.builders import cascade_lineage
@@ -321,14 +283,14 @@ def test_a_cascade_whose_server_is_down_a_few_seconds_is_audited_once_it_is_back
         env={"CRASH_CHILD_BATCH_SESSIONS": "1"},
     )
     data = db.fetchone("SHOW data_directory")[0]
-    options = _server_options(data)
+    options = server_options(data)
     connections.close_all()
-    _pg_ctl(data, "stop", "-m", "immediate")
+    pg_ctl(data, "stop", "-m", "immediate")
     try:
         (tmp_path / f"{point.partition('@')[0]}.release").touch()
         time.sleep(3)  # the child fails its next batch and tries to record it: no server yet
     finally:
-        _pg_ctl(data, "start", "-o", options, "-l", "/dev/null")
+        pg_ctl(data, "start", "-o", options, "-l", "/dev/null")
     _, err = child.communicate(timeout=120)
     connections.close_all()
 
@@ -402,14 +364,14 @@ def test_a_job_whose_server_is_down_a_few_seconds_fails_counted_once_it_is_back(
     point = "job.after_batch_commit@1"
     child = job_paused_at(point, {"job_id": job_id, "worker": "w", "batch_sessions": 2}, tmp_path)
     data = db.fetchone("SHOW data_directory")[0]
-    options = _server_options(data)
+    options = server_options(data)
     connections.close_all()
-    _pg_ctl(data, "stop", "-m", "immediate")
+    pg_ctl(data, "stop", "-m", "immediate")
     try:
         (tmp_path / f"{point.partition('@')[0]}.release").touch()
         time.sleep(3)  # the child's next write fails: no server yet
     finally:
-        _pg_ctl(data, "start", "-o", options, "-l", "/dev/null")
+        pg_ctl(data, "start", "-o", options, "-l", "/dev/null")
     _, err = child.communicate(timeout=120)
     connections.close_all()
 
