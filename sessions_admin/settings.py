@@ -53,9 +53,16 @@ DEBUG = _env_bool("SESSIONS_ADMIN_DEBUG", False)
 # No built-in fallback: a key everyone can read lets anyone forge a signed cookie. The
 # dashboard server refuses to start without one (sessions_admin/signin/checks.py: gunicorn,
 # the WSGI module, ``check --deploy``); commands and runtimes that sign nothing run without.
-# The demo keeps a generated key in var/secret_key (devtools); pytest (which sets
-# PYTEST_VERSION for the length of a run) gets a throwaway key per process.
+# The demo keeps a generated key in var/secret_key (devtools.demo_secret_key), read here too
+# when no key is set, so a command run beside the demo (erase_subject, verify_receipt) signs
+# and checks with the key its server uses; pytest (which sets PYTEST_VERSION for the length of
+# a run) gets a throwaway key per process.
 SECRET_KEY = os.environ.get("SESSIONS_ADMIN_SECRET_KEY", "").strip()
+if not SECRET_KEY:
+    try:
+        SECRET_KEY = (VAR_DIR / "secret_key").read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        SECRET_KEY = ""
 if not SECRET_KEY and os.environ.get("PYTEST_VERSION"):
     SECRET_KEY = "tests-only-" + secrets.token_urlsafe(48)
 ALLOWED_HOSTS = [

@@ -69,17 +69,36 @@ HASHING = (
 MAX_RECEIPT_BYTES = 32 * 1024 * 1024
 
 
+MISSING_ERASURE_KEY = (
+    "Erasure requests and receipts are keyed and signed with the dashboard's secret key, and "
+    "none is set here: set SESSIONS_ADMIN_SECRET_KEY (or SESSIONS_ADMIN_ERASURE_KEY) to the one "
+    "the dashboard serves with (the demo's is in var/secret_key, read when neither is set)."
+)
+
+
+def key_problem() -> str | None:
+    """Why no erasure request or receipt can be keyed or signed here, or None."""
+    try:
+        _secret()
+    except ImproperlyConfigured as error:
+        return str(error)
+    return None
+
+
 def _secret() -> bytes:
     """The server-side secret receipts are keyed and signed with, never shown anywhere.
 
     ``SESSIONS_ADMIN_ERASURE_KEY`` when set (so rotating ``SECRET_KEY`` keeps receipts
     verifiable), otherwise Django's ``SECRET_KEY``.
     """
-    key = getattr(settings, "SESSIONS_ADMIN_ERASURE_KEY", "") or settings.SECRET_KEY
+    key = getattr(settings, "SESSIONS_ADMIN_ERASURE_KEY", "")
     if not key:
-        raise ImproperlyConfigured(
-            "Erasure receipts need SECRET_KEY or SESSIONS_ADMIN_ERASURE_KEY."
-        )
+        try:
+            key = settings.SECRET_KEY
+        except ImproperlyConfigured:  # Django refuses to hand out an empty key
+            key = ""
+    if not key:
+        raise ImproperlyConfigured(MISSING_ERASURE_KEY)
     return key.encode("utf-8", "surrogatepass")
 
 

@@ -18,7 +18,8 @@ MISSING_SECRET_KEY = (
     "the same across restarts and workers:\n"
     "    export SESSIONS_ADMIN_SECRET_KEY=$(python3 -c "
     "'import secrets; print(secrets.token_urlsafe(50))')\n"
-    "(python3 -m sessions_admin demo keeps a key of its own in var/secret_key.)"
+    "(python3 -m sessions_admin demo generates one into var/secret_key, which the server and\n"
+    "the commands on that var directory read when the variable is not set.)"
 )
 
 

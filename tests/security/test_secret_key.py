@@ -110,3 +110,50 @@ def test_the_demo_environment_serves_with_its_own_key(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) >= 50
+
+
+@pytest.mark.own_db
+def test_commands_beside_the_demo_use_its_key_from_the_var_directory(tmp_path):
+    # A receipt signed by the demo's server verifies with ``manage.py verify_receipt`` run on the
+    # same var directory with no variable set (the README's demo, then its commands).
+    env = _production_env(tmp_path)
+    demo_key = devtools.demo_secret_key(env)
+    script = (
+        "import django; django.setup(); from django.conf import settings; "
+        "print(settings.SECRET_KEY)"
+    )
+    result = _run([sys.executable, "-c", script], env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == demo_key
+    # The server loads with it too, and a key set in the environment still wins.
+    assert _run([sys.executable, "-c", "import sessions_admin.wsgi"], env).returncode == 0
+    result = _run([sys.executable, "-c", script], {**env, "SESSIONS_ADMIN_SECRET_KEY": "k" * 60})
+    assert result.stdout.strip() == "k" * 60
+
+
+@pytest.mark.own_db
+def test_commands_that_sign_say_so_without_a_key_and_change_nothing(tmp_path):
+    env = _production_env(tmp_path)
+    for command in (["migrate", "--noinput", "-v", "0"], ["init_store"]):
+        assert _run([sys.executable, "manage.py", *command], env).returncode == 0
+    receipt = tmp_path / "receipt.json"
+    receipt.write_text("{}")
+    for command in (
+        ["verify_receipt", str(receipt)],
+        ["erase_subject", "--user", "someone", "--reference", "T-1", "--yes"],
+    ):
+        result = _run([sys.executable, "manage.py", *command], env)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr
+        assert "SESSIONS_ADMIN_SECRET_KEY" in result.stderr
+    count = _run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); "
+            "from sessions_admin.ledger.models import ErasureRequest, AuditEntry; "
+            "print(ErasureRequest.objects.count(), AuditEntry.objects.count())",
+        ],
+        env,
+    )
+    assert count.stdout.split() == ["0", "0"], count.stdout + count.stderr

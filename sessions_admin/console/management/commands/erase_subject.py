@@ -41,6 +41,8 @@ class Command(BaseCommand):
         parser.add_argument("--yes", action="store_true", help="erase (otherwise: preview only)")
 
     def handle(self, *args, **options):
+        if options["yes"] and (problem := erasure.key_problem()):
+            raise CommandError(problem)  # before anything is erased
         subject = Subject(
             user_id=options["user"],
             chat_ids=tuple(options["chat"]),

@@ -25,6 +25,8 @@ class Command(BaseCommand):
         parser.add_argument("file", help="the receipt (JSON) as downloaded; - for stdin")
 
     def handle(self, *args, **options):
+        if problem := erasure.key_problem():
+            raise CommandError(problem)
         name = options["file"]
         limit = erasure.MAX_RECEIPT_BYTES + 1  # never read more than a receipt can be
         try:
