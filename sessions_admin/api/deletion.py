@@ -402,8 +402,9 @@ def bulk_delete_dry_run(request: HttpRequest, body: BulkSelectionIn):
     merge's undo needs left out, each counted), with the fingerprint that starts its job.
     Changes nothing."""
     ids, cutoff, _description = _selection(request, body, None)
-    preview = core.preview_bulk_delete(session_ids=ids, include_live=body.include_live)
-    return _dry_run_out(ids, cutoff, preview, body.include_live)
+    include_live = core.takes_live(preset=body.preset, include_live=body.include_live)
+    preview = core.preview_bulk_delete(session_ids=ids, include_live=include_live)
+    return _dry_run_out(ids, cutoff, preview, include_live)
 
 
 def _job_out(job: DeleteJob) -> JobOut:
@@ -450,7 +451,8 @@ def bulk_delete_start(request: HttpRequest, body: BulkStartIn):
     audit = {"before": {"digest": body.fingerprint}}
     reason = _checked_reason(request, action, body.reason, **audit)
     ids, _cutoff, description = _selection(request, body, action, cutoff=body.cutoff)
-    preview = core.preview_bulk_delete(session_ids=ids, include_live=body.include_live)
+    include_live = core.takes_live(preset=body.preset, include_live=body.include_live)
+    preview = core.preview_bulk_delete(session_ids=ids, include_live=include_live)
     audit["session_ids"] = ids
     if preview.digest != body.fingerprint:
         problem = _plan_changed(
@@ -463,7 +465,7 @@ def bulk_delete_start(request: HttpRequest, body: BulkStartIn):
     errors = []
     if not preview.session_ids:
         errors.append({"field": "", "message": "Nothing to delete: no session matches."})
-    live = _count_live(preview.session_ids) if body.include_live else 0
+    live = _count_live(preview.session_ids) if include_live else 0
     if live and not body.confirm_live:
         errors.append(
             {
@@ -483,9 +485,9 @@ def bulk_delete_start(request: HttpRequest, body: BulkStartIn):
     job_id = actions.start_bulk_delete(
         actor=request.auth.actor,
         session_ids=ids,
-        include_live=body.include_live,
+        include_live=include_live,
         reason=reason,
-        description=description + (" (live sessions included)" if body.include_live else ""),
+        description=description + (" (live sessions included)" if include_live else ""),
         expected_ids=preview.session_ids,
     )
     return Status(201, _job_out(DeleteJob.objects.get(pk=job_id)))

@@ -41,6 +41,7 @@ from sessions_admin.core.deletion import (
     restore_trash_entry,
     set_default_trash,
     stop_deleting,
+    takes_live,
 )
 from sessions_admin.core.errors import (
     AmbiguousSessionRef,

@@ -233,6 +233,27 @@ def test_a_bulk_delete_runs_the_dry_runs_set_as_a_job(admin):
     assert TrashEntry.objects.filter(job=job).exists()
 
 
+def test_the_empty_preset_never_takes_a_live_session_even_when_asked(admin):
+    # An empty live session is a chat's current one (docs/attach.md): include_live does not
+    # reach it, neither in the dry run nor in a job's batches after the session went live again.
+    emptied = ended_sessions(2, messages=0)
+    live = core.create_session(source="cli").session_id
+    body = {"preset": "empty", "include_live": True}
+    dry = admin.post("bulk-deletes/dry-run", body)
+    assert dry.status == 200, dry.body
+    assert (dry.body["count"], dry.body["live_included"]) == (2, 0)
+    answer = admin.post(
+        "bulk-deletes", {**body, "fingerprint": dry.body["fingerprint"], "reason": "tidy"}
+    )
+    assert answer.status == 201, answer.body
+    job = DeleteJob.objects.get()
+    assert not job.include_live and "live sessions included" not in job.description
+    resumed = emptied[0]
+    db.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?", [resumed])
+    jobs.run_job(job_id=job.pk)
+    assert session_ids() == {live, resumed}
+
+
 def test_a_stale_bulk_fingerprint_is_plan_changed_and_creates_no_job(admin):
     ended_sessions(3)
     dry = admin.post("bulk-deletes/dry-run", {"preset": "by_source", "source": "cli"}).body

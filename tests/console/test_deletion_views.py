@@ -518,6 +518,21 @@ def test_the_dry_run_counts_exactly_and_leaves_live_sessions_out(admin):
     assert b"<html" not in fragment.content and b"Dry run" in fragment.content
 
 
+def test_the_empty_preset_never_offers_or_counts_live_sessions(admin):
+    # "empty" never takes a live session (docs/attach.md): the page must not offer to include
+    # them nor say it did, whatever the URL says.
+    ended = ended_sessions(1, messages=0)
+    live = core.create_session(source="cli").session_id
+    for params in ({"preset": "empty"}, {"preset": "empty", "include_live": "1"}):
+        body = admin.get(reverse("bulk_delete"), params).content.decode()
+        assert re.search(r"data-count>1<", body), body
+        assert 'name="include_live" value="1"' not in body  # no checkbox to tick
+        assert "live session included" not in body and 'name="confirm_live"' not in body
+        assert "Live sessions are never part of this preset" in body
+        assert "live ones only if you include them" not in body
+    assert {*ended, live} <= session_ids()
+
+
 @pytest.mark.parametrize(
     "params",
     [

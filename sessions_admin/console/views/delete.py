@@ -533,6 +533,11 @@ def _count_live(ids) -> int:
     )
 
 
+def _takes_live(selection: Selection | None, include_live: bool) -> bool:
+    preset = selection.preset if selection is not None and selection.kind == "preset" else None
+    return core.takes_live(preset=preset, include_live=include_live)
+
+
 def _dry_run(selection: Selection, include_live: bool) -> tuple[DryRun | None, list[str]]:
     try:
         ids = _selected_ids(selection)
@@ -603,7 +608,7 @@ def bulk_delete(request: HtmxHttpRequest) -> HttpResponse:
     form = BulkSelectionForm(request.GET)
     form.is_valid()
     selection, problems = _selection(request, form, confirming=False)
-    include_live = form.cleaned_data["include_live"]
+    include_live = _takes_live(selection, form.cleaned_data["include_live"])
     dry_run = None
     if selection is not None and not problems:
         dry_run, problems = _dry_run(selection, include_live)
@@ -683,7 +688,7 @@ def bulk_delete_start(request: HtmxHttpRequest) -> HttpResponse:
     form = BulkStartForm(request.POST)
     form.is_valid()
     selection, problems = _selection(request, form, confirming=True)
-    include_live = form.cleaned_data["include_live"]
+    include_live = _takes_live(selection, form.cleaned_data["include_live"])
     reason = form.cleaned_data.get("reason", form.shown_back("reason"))
     dry_run = None
     if selection is None and not problems:

@@ -77,6 +77,7 @@ from sessions_admin.core.deletion.selection import (
     preset_description,
     preset_session_ids,
     preview_bulk_delete,
+    takes_live,
 )
 from sessions_admin.core.deletion.steps import COPY_ATTEMPTS, DeleteGivenBack, SessionsWentLive
 from sessions_admin.core.deletion.trash import (

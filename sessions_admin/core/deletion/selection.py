@@ -60,6 +60,14 @@ def preset_description(preset: str, *, days: float | None = None, source: str | 
     return f"Sessions from source “{source}”"
 
 
+def takes_live(*, preset: str | None, include_live: bool) -> bool:
+    """Whether a bulk delete of this selection takes live sessions: only when asked, and never
+    for the "empty" preset (an empty live session is a chat's current one, a reset made a
+    moment ago; deleting one is a pick by id). The job keeps the answer for every batch, so a
+    session resumed after the dry run is left out again."""
+    return bool(include_live) and preset != "empty"
+
+
 def confirmed_cutoff(*, days: float, shown_cutoff: float | None, now: float) -> float | None:
     """The instant the confirmed dry run of "ended more than ``days`` ago" used, or None when
     it is missing or older than ``DRY_RUN_MAX_AGE_SECONDS`` (the operator reviews a fresh one)."""
