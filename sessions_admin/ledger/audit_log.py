@@ -270,7 +270,9 @@ def readable(entry: AuditEntry, links: NoLinks) -> Readable:
             mentions[sid] = Mention(sid, links.session(sid))
         return mentions[sid]
 
-    for sid in ids[:SESSION_LINKS_SHOWN]:
+    # The page links the first few sessions ("and N more"); the CSV names every one.
+    shown = None if _WHOLE_VALUES.get() else SESSION_LINKS_SHOWN
+    for sid in ids[:shown]:
         mention(sid)
     used: set[tuple[str, str]] = set()  # (side, key) said already
 
@@ -290,7 +292,7 @@ def readable(entry: AuditEntry, links: NoLinks) -> Readable:
                 mention(sid).roles.append(role)
             used.add(("before", key))
     if entry.action == "merge":
-        for sid in ids[:SESSION_LINKS_SHOWN]:
+        for sid in ids[:shown]:
             if not mentions[sid].roles:
                 mentions[sid].roles.append("merged in")
     closed = after.get("closed_recoverable")
@@ -311,7 +313,7 @@ def readable(entry: AuditEntry, links: NoLinks) -> Readable:
         for key, value in values.items():
             if _is_counts(value):
                 used.add((side, key))
-                if key in mentions or len(mentions) < SESSION_LINKS_SHOWN:
+                if key in mentions or shown is None or len(mentions) < shown:
                     mention(key)
     # An undo, redo or retry records the one session's active count after it: its counts
     # read before → after.
@@ -338,6 +340,7 @@ def readable(entry: AuditEntry, links: NoLinks) -> Readable:
     if job is not None:
         used |= {("after", "job"), ("before", "job")}
         say("Job", Part(f"#{_identifier(job)}", links.job(job), code=True))
+    trash_said: list[list] = []  # the same entries before and after are said once
     for side, values in (("after", after), ("before", before)):
         for key in TRASH_KEYS:
             entries = values.get(key)
@@ -345,6 +348,9 @@ def readable(entry: AuditEntry, links: NoLinks) -> Readable:
                 continue
             used.add((side, key))
             entries = entries if isinstance(entries, list) else [entries]
+            if entries in trash_said:
+                continue
+            trash_said.append(entries)
             parts: list[Part] = []
             limit = None if _WHOLE_VALUES.get() else VALUES_SHOWN
             for n, trash_id in enumerate(entries[:limit]):
@@ -380,8 +386,7 @@ def readable(entry: AuditEntry, links: NoLinks) -> Readable:
             say(label, Part(_words(after[key])))
         else:
             say(label, Part(_words(before[key])))
-    shown = list(mentions.values())
-    return Readable(shown, len(set(ids) - set(mentions)), changes)
+    return Readable(list(mentions.values()), len(set(ids) - set(mentions)), changes)
 
 
 # --- CSV export -------------------------------------------------------------------------------

@@ -442,3 +442,24 @@ def test_the_csv_export_names_every_change_whole(signed_in):
     assert long_reason in changes
     assert all(sid in changes for sid in many)
     assert "#30" in changes
+
+
+def test_the_csv_export_names_every_session_of_an_entry_and_each_trash_entry_once(signed_in):
+    # A restore of 15 sessions: the changes column names all 15 (the page links 12 and says
+    # "and 3 more"), and a trash entry recorded before and after is named once.
+    sessions = [f"20261001_0000{n:02d}_abcdef{n:02d}" for n in range(15)]
+    counts = {sid: {"messages": 2, "ended": True} for sid in sessions}
+    actions.record(
+        actor=None,
+        action="restore",
+        session_ids=sessions,
+        before={"trash_entry": 6},
+        after={"trash_entry": 6, **counts},
+    )
+    viewer = signed_in("viewer")
+    _, rows = export(viewer)
+    header, entry = rows
+    changes = dict(zip(header, entry, strict=True))["changes"]
+    assert all(sid in changes for sid in sessions), changes
+    assert changes.count("Trash entry") == 1, changes
+    assert "and 3 more" in audit(viewer)
