@@ -97,7 +97,7 @@ class Caller:
             what = (
                 "a session this call acts on is of a source it may not use"
                 if session_id
-                else f"this session is from {source!r}"
+                else f"this call names the source {source!r}"
             )
             raise forbidden(
                 f"The token {self.name} is limited to the sources {', '.join(self.sources)}; "

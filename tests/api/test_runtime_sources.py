@@ -226,3 +226,24 @@ def test_a_limited_token_cannot_learn_that_another_sources_session_exists_by_res
     )
     assert _unchanged(before)
     assert lineage.session_row(dc)["ended_at"] is not None
+
+
+def test_a_limited_token_naming_another_source_is_told_it_named_it(telegram):
+    # A resolve (or a start) of a source the token may not use is refused for the source the
+    # call names, not for a session: the slug may lead nowhere yet.
+    before = urlmap.state()
+    for path, body in (
+        ("runtime/conversations/resolve", {"conversation": "fresh-slug"}),
+        ("runtime/conversations/resolve", {"conversation": "fresh-slug", "source": "discord"}),
+        ("runtime/sessions", {"source": "discord", "session_key": "agent:main:discord:dm:9"}),
+    ):
+        answer = telegram.post(path, body)
+        assert answer.status == 403, answer.body
+        assert "this call names the source" in answer.body["detail"], answer.body
+        assert "this session is from" not in answer.body["detail"]
+    assert _unchanged(before)
+    ok = telegram.post(
+        "runtime/conversations/resolve", {"conversation": "fresh-slug", "source": "telegram"}
+    )
+    assert ok.status in (200, 201), ok.body
+    assert lineage.session_row(ok.body["session_id"])["source"] == "telegram"
