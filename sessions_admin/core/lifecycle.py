@@ -856,7 +856,10 @@ def branch_session(
             [at_message_id, session_id],
         )
     ):
-        raise InvalidInput(f"Message {at_message_id} is not an active message of {session_id}.")
+        raise InvalidInput(
+            f"Message {at_message_id} is not an active message of {session_id}.",
+            field="at_message_id",
+        )
     new_id = new_session_id()
     _check_title(title, session_id=new_id)
     if row["ended_at"] is None:

@@ -294,6 +294,9 @@ def test_a_lifecycle_over_the_routes(runtime, live):
     assert [m["content"] for m in rest.body["messages"]] == ["three"]
     assert rest.body["next_after"] is None
 
+    nowhere = runtime.post(f"runtime/sessions/{live}/branch", {"at_message_id": 10**9})
+    assert nowhere.status == 422
+    assert [e["field"] for e in nowhere.body["errors"]] == ["at_message_id"]
     branch = runtime.post(f"runtime/sessions/{live}/branch", {})
     assert branch.status == 201 and branch.body["copied_messages"] == 3
     assert (
