@@ -243,10 +243,16 @@ def differing_words(labels: Sequence[str]) -> str:
 def confirmation_problem(plan: MergePlan, *, typed_count: int | None, reason: str) -> str | None:
     """Why a merge of sessions that differ (``plan.differences``) is not confirmed yet; None
     when it is, or when nothing differs. The rule the preview states: the number of sessions
-    merged into the target typed, and a reason given."""
-    if not plan.differs:
-        return None
+    merged into the target typed, and a reason given. A number typed where none is asked must
+    still match: one that contradicts the plan (another plan's, a stale script's) is no yes."""
     count = len(plan.absorbed_ids)
+    if not plan.differs:
+        if typed_count is not None and typed_count != count:
+            return (
+                f"The number typed ({typed_count}) is not the number of sessions this merges "
+                f"into the target ({count}): type {count} to confirm, or leave it out."
+            )
+        return None
     differing = differing_words([d.label for d in plan.differences])
     if typed_count != count:
         return (

@@ -84,6 +84,28 @@ def test_a_cascade_delete_by_fingerprint_moves_the_plan_to_the_trash(admin):
     assert audit.after["deleted_sessions"] == 4
 
 
+def test_a_typed_count_that_contradicts_the_plan_is_refused_even_when_none_is_asked(admin):
+    # A small plan asks no typed count; a number sent anyway must be the plan's (a stale
+    # script's count is no confirmation): 422 naming typed_count, nothing deleted, no job.
+    root, delegate, grand, tip, branch, child, other = cascade_lineage()
+    plan = admin.get(f"cascades/{root}").body
+    assert plan["typed_count_required"] is None
+    before = store_snapshot(*PARTS)
+    confirm = {"fingerprint": plan["fingerprint"], "reason": "GDPR 42"}
+    answer = admin.post(f"cascades/{root}", {**confirm, "typed_count": 48})
+    assert answer.status == 422, answer.body
+    assert [e["field"] for e in answer.body["errors"]] == ["typed_count"]
+    assert store_snapshot(*PARTS) == before
+    old = ended_sessions(3)
+    dry = admin.post("bulk-deletes/dry-run", {"session_ids": old}).body
+    job = {"session_ids": old, "fingerprint": dry["fingerprint"], "reason": "tidy"}
+    answer = admin.post("bulk-deletes", {**job, "typed_count": 1234})
+    assert answer.status == 422, answer.body
+    assert [e["field"] for e in answer.body["errors"]] == ["typed_count"]
+    assert {root, *old} <= session_ids() and not DeleteJob.objects.exists()
+    assert admin.post(f"cascades/{root}", {**confirm, "typed_count": 4}).status == 200
+
+
 def test_a_long_cascade_and_its_restore_are_202_with_their_job(admin, settings):
     """Over the configured size (about a second of work), each runs as a job: 202 with the
     job's URL, the plan intact until the worker runs it, then the audit entry ok."""

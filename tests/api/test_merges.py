@@ -85,6 +85,18 @@ def test_a_merge_by_fingerprint_moves_the_rows_and_is_audited_as_the_token(suppo
     assert set(AuditSession.objects.values_list("session_id", flat=True)) == set(ids)
 
 
+def test_a_typed_count_that_contradicts_the_plan_is_refused_even_when_none_is_asked(support):
+    ids = forked_conversation()  # one customer: the plan asks no typed count
+    fingerprint = preview(support, ids).body["fingerprint"]
+    before = store_snapshot(*PARTS)
+    body = {"session_ids": ids, "fingerprint": fingerprint, "reason": "cold starts"}
+    answer = support.post("merges", {**body, "typed_count": 48})
+    assert answer.status == 422, answer.body
+    assert [e["field"] for e in answer.body["errors"]] == ["typed_count"]
+    assert store_snapshot(*PARTS) == before
+    assert support.post("merges", {**body, "typed_count": len(ids) - 1}).status == 201
+
+
 def test_a_stale_fingerprint_is_plan_changed_and_changes_nothing(support):
     ids = forked_conversation()
     fingerprint = preview(support, ids).body["fingerprint"]

@@ -49,8 +49,12 @@ def typed_count_problem(
 
     The one refusal of every door (cascade, bulk delete and erasure pages, the API);
     ``given``: the operator typed something (a number that does not match, or not a number).
+    A number given where none is asked must still match: a confirmation that contradicts the
+    plan is a mistake (another plan's count, a stale script), never a yes.
     """
-    if not needs_typed_confirmation(sessions=sessions, messages=messages) or typed == sessions:
+    if typed == sessions:
+        return None
+    if not given and not needs_typed_confirmation(sessions=sessions, messages=messages):
         return None
     return (
         f"To confirm, type the number of sessions this deletes ({sessions:,})"
