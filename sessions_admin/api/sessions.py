@@ -235,7 +235,7 @@ def _parsed(request: HttpRequest) -> listing.Parsed:
     parsed = listing.parse(request.GET)
     if parsed.field_problems:
         raise invalid_input(
-            "; ".join(message for _name, message in parsed.field_problems) + " Nothing was listed.",
+            " ".join(message for _name, message in parsed.field_problems) + " Nothing was listed.",
             [{"field": name, "message": message} for name, message in parsed.field_problems],
         )
     return parsed

@@ -64,7 +64,8 @@ class TruncationRefused(StoreError):
         self.offered = offered
         super().__init__(
             f"Refusing to save {offered} messages over the {stored} stored for session "
-            f"{session_id}: {reason}. Pass rewrite=True only for an intentional rewrite."
+            f"{session_id}: {reason}. Save it as a rewrite (rewrite=True in Python, "
+            '"rewrite": true over the API) only when that is meant.'
         )
 
 

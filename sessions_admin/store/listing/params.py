@@ -137,16 +137,24 @@ class Parsed:
     filters: Filters
     cursor: Cursor | None
     problems: tuple[str, ...]
-    # The same problems, each with the query parameter it is about (the API's field errors).
+    # Each problem's fault alone, with the query parameter it is about (the API's field
+    # errors: the API lists nothing, so the page's "it is ignored" would be untrue there).
     field_problems: tuple[tuple[str, str], ...] = ()
+
+
+def _said(fault: str, instead: str, separator: str) -> str:
+    if instead:
+        return f"{fault}{separator}{instead}."
+    return fault if fault.endswith(".") else fault + "."
 
 
 def parse(params: Mapping[str, Any]) -> Parsed:
     """Validate query parameters; bad ones are dropped with a problem to show, never raised."""
-    problems: list[tuple[str, str]] = []  # (parameter, message)
+    # (parameter, the fault, what the page does instead, the words between them)
+    problems: list[tuple[str, str, str, str]] = []
 
-    def problem(name: str, message: str) -> None:
-        problems.append((name, message))
+    def problem(name: str, fault: str, instead: str = "", separator: str = "; ") -> None:
+        problems.append((name, fault, instead, separator))
 
     def text(name: str, label: str, limit: int = MAX_TEXT) -> str:
         value = params.get(name, "")
@@ -154,10 +162,10 @@ def parse(params: Mapping[str, Any]) -> Parsed:
             return ""
         value = value.strip()
         if "\x00" in value:
-            problem(name, f"{label} contains a NUL character; that filter is ignored.")
+            problem(name, f"{label} contains a NUL character", "that filter is ignored")
             return ""
         if len(value) > limit:
-            problem(name, f"{label} is longer than {limit} characters; that filter is ignored.")
+            problem(name, f"{label} is longer than {limit} characters", "that filter is ignored")
             return ""
         return value
 
@@ -169,8 +177,8 @@ def parse(params: Mapping[str, Any]) -> Parsed:
             shown = value if len(value) <= 40 else value[:40] + "…"
             problem(
                 name,
-                f"{label}: {shown!r} is not one of {', '.join(repr(a) for a in allowed if a)}; "
-                "it is ignored.",
+                f"{label}: {shown!r} is not one of {', '.join(repr(a) for a in allowed if a)}",
+                "it is ignored",
             )
             return default
         return value
@@ -208,8 +216,8 @@ def parse(params: Mapping[str, Any]) -> Parsed:
         else:
             problem(
                 "per",
-                f"Page size must be one of {', '.join(map(str, PAGE_SIZES))}; "
-                f"showing {PAGE_SIZE} per page.",
+                f"Page size must be one of {', '.join(map(str, PAGE_SIZES))}",
+                f"showing {PAGE_SIZE} per page",
             )
     filters = Filters(
         q=q,
@@ -238,13 +246,15 @@ def parse(params: Mapping[str, Any]) -> Parsed:
         if cursor is None:
             problem(
                 "after",
-                "That page link is not valid (or belongs to another sort): showing the first page.",
+                "That page link is not valid (or belongs to another sort)",
+                "showing the first page",
+                separator=": ",
             )
     return Parsed(
         filters=filters,
         cursor=cursor,
-        problems=tuple(message for _name, message in problems),
-        field_problems=tuple(problems),
+        problems=tuple(_said(fault, instead, sep) for _name, fault, instead, sep in problems),
+        field_problems=tuple((name, _said(fault, "", "")) for name, fault, *_ in problems),
     )
 
 
