@@ -168,7 +168,11 @@ class JobOut(Schema):
         description="bulk | cascade | restore (a confirmed delete or restore too "
         "large for one request)",
     )
-    total_messages: int = Field(0, description="A cascade's or a restore's planned messages.")
+    total_messages: int = Field(
+        0,
+        description="A cascade's or a restore's planned messages; 0 for a bulk delete, whose "
+        "messages are counted as its batches go (deleted_messages).",
+    )
     url: str = Field("", description="This job's status: GET it until its state is done.")
 
 

@@ -213,3 +213,11 @@ def test_apply_retention_counts_with_dry_run_and_runs_a_pass_without_it():
     call_command("apply_retention", stdout=out)
     assert "1 sessions and 2 messages deleted" in out.getvalue()
     assert session_ids() == {stays}
+
+
+def test_apply_retention_says_so_when_no_policy_is_enabled():
+    # A cron line that prints nothing looks like one that works.
+    for args in ((), ("--dry-run",)):
+        out = io.StringIO()
+        call_command("apply_retention", *args, stdout=out)
+        assert "No retention policy is enabled" in out.getvalue()

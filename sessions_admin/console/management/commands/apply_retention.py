@@ -38,6 +38,13 @@ class Command(BaseCommand):
                 raise CommandError(f"There is no retention policy #{options['policy']}.")
         else:
             policies = policies.filter(enabled=True)
+            if not policies.exists():
+                # A cron line that silently does nothing looks like one that works.
+                self.stdout.write(
+                    "No retention policy is enabled: nothing to run (enable one on the "
+                    "Retention page, or name one with --policy)."
+                )
+                return
         refused = []
         for policy in policies:
             label = f"#{policy.pk} {policy.name} ({retention.describe(policy)})"
