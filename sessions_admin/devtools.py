@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,21 +149,39 @@ def ensure_hermes() -> str | None:
     return str(python) if _hermes_works(python) else None
 
 
+def _install_hermes_in_background(ready_file: Path) -> threading.Thread:
+    """``ensure_hermes`` in a thread; the interpreter's path (empty: none) is then written to
+    ``ready_file`` in one rename, which the Hermes tests wait for (tests/hermes/conftest.py,
+    ``SESSIONS_ADMIN_HERMES_READY_FILE``): the install overlaps the suite's first minutes."""
+
+    def install() -> None:
+        try:
+            python = ensure_hermes() or ""
+        except Exception as error:  # noqa: BLE001 - said, and the Hermes tests say why they skip
+            print(f"hermes-agent could not be installed ({error})", flush=True)
+            python = ""
+        partial = ready_file.with_suffix(".partial")
+        partial.write_text(python)
+        partial.replace(ready_file)
+
+    thread = threading.Thread(target=install, name="hermes-install", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_tests(pytest_args: list[str]) -> int:
     """The whole suite on SQLite and, side by side, on a throwaway PostgreSQL.
 
     The two runs share no database, var directory or port, and much of each one's time is
     spent waiting on the processes, servers and browsers its tests start: side by side they
     take little more than the longer of the two (CI must stay under 30 minutes). The
-    SQLite run prints as it goes; the PostgreSQL run's output follows it.
+    PostgreSQL run starts first (it needs neither the browser nor hermes-agent); hermes-agent
+    installs while the SQLite run begins. The SQLite run prints as it goes; the PostgreSQL
+    run's output follows it.
     """
     # The slowest tests of each run are listed at its end.
     pytest_args = ["--durations=25", *pytest_args]
-    ensure_chromium()
     env = {**os.environ}
-    hermes_python = ensure_hermes()
-    if hermes_python:
-        env["SESSIONS_ADMIN_HERMES_PYTHON"] = hermes_python
     env.pop("DATABASE_URL", None)
     env.pop("SESSIONS_ADMIN_STORE_URL", None)
     env.pop("SESSIONS_ADMIN_RESPONSES_URL", None)
@@ -188,14 +207,19 @@ def run_tests(pytest_args: list[str]) -> int:
                 stdout=pg_log,
                 stderr=subprocess.STDOUT,
             )
-        sqlite_env = {
-            **env,
-            "SESSIONS_ADMIN_VAR_DIR": stack.enter_context(
-                tempfile.TemporaryDirectory(prefix="sessions_admin_test_")
-            ),
-        }
-        print("== Test suite on SQLite ==", flush=True)
         try:
+            ensure_chromium()
+            sqlite_env = {
+                **env,
+                "SESSIONS_ADMIN_VAR_DIR": stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix="sessions_admin_test_")
+                ),
+            }
+            if not env.get("SESSIONS_ADMIN_HERMES_PYTHON"):
+                ready = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "hermes"
+                _install_hermes_in_background(ready)
+                sqlite_env["SESSIONS_ADMIN_HERMES_READY_FILE"] = str(ready)
+            print("== Test suite on SQLite ==", flush=True)
             sqlite_code = subprocess.call(
                 [sys.executable, "-m", "pytest", *pytest_args], cwd=BASE_DIR, env=sqlite_env
             )

@@ -16,6 +16,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,27 @@ def _has_hermes(python: str) -> bool:
         return False
 
 
+# ``python3 -m sessions_admin test`` installs hermes-agent while the suite starts and names
+# the file it writes the interpreter's path to once done (devtools.run_tests).
+INSTALL_WAIT_SECONDS = 900
+
+
+def _installed_meanwhile() -> str:
+    ready = os.environ.get("SESSIONS_ADMIN_HERMES_READY_FILE")
+    if not ready:
+        return ""
+    deadline = time.monotonic() + INSTALL_WAIT_SECONDS
+    while not Path(ready).exists():
+        if time.monotonic() > deadline:
+            return ""
+        time.sleep(0.5)
+    return Path(ready).read_text().strip()
+
+
 def find_hermes_python() -> str | None:
     candidates = [
         os.environ.get("SESSIONS_ADMIN_HERMES_PYTHON", ""),
+        _installed_meanwhile(),
         str(BASE_DIR / "var" / f"hermes-agent-{HERMES_VERSION}" / "bin" / "python"),
         sys.executable,
     ]
