@@ -42,7 +42,7 @@ from sessions_admin.core.deletion import (
     ordered_children_first,
     response_ids_of,
 )
-from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.core.merge import CLOSED_BY_ERASURE
 from sessions_admin.core.rows import recompute_counters
 from sessions_admin.core.schema import OWN_TABLES, existing_tables
@@ -150,6 +150,11 @@ class ErasurePlan:
     # redacted from operator text like the subject's own (``redaction_subject``).
     erased_chat_ids: tuple[str, ...] = ()
     erased_session_keys: tuple[str, ...] = ()
+    # Every merge record naming one of the sessions when the plan was made (undone or not);
+    # None for a plan recorded before they were kept. Another merge found under the lock
+    # while the erasure runs stops it (``MergedSincePlan``): its rows may be another
+    # person's, or the subject's now in another person's session.
+    known_merges: tuple[int, ...] | None = None
 
     @property
     def redaction_subject(self) -> Subject:
@@ -198,6 +203,7 @@ def plan_record(plan: ErasurePlan) -> dict:
         "kept_targets": list(plan.kept_targets),
         "erased_chat_ids": list(plan.erased_chat_ids),
         "erased_session_keys": list(plan.erased_session_keys),
+        "known_merges": None if plan.known_merges is None else list(plan.known_merges),
     }
 
 
@@ -227,6 +233,11 @@ def plan_from_record(record: dict) -> ErasurePlan:
         kept_targets=tuple(record.get("kept_targets", ())),
         erased_chat_ids=tuple(record.get("erased_chat_ids", ())),
         erased_session_keys=tuple(record.get("erased_session_keys", ())),
+        known_merges=(
+            None
+            if record.get("known_merges") is None
+            else tuple(int(m) for m in record["known_merges"])
+        ),
     )
 
 
@@ -712,7 +723,41 @@ def plan_erasure(
         kept_targets=tuple(kept),
         erased_chat_ids=erased_chat_ids,
         erased_session_keys=erased_keys,
+        known_merges=tuple(merge_id for merge_id, *_ in merges),
     )
+
+
+class MergedSincePlan(StoreError):
+    """A merge made after the erasure's plan names one of the sessions it is deleting: nothing
+    of that batch is deleted (another person's messages may be in the subject's session now,
+    or the subject's in another person's)."""
+
+    def __init__(self, merges: Sequence[tuple[int, str, list[str]]]):
+        self.merge_ids = tuple(m[0] for m in merges)
+        said = "; ".join(
+            f"merge #{merge_id} (into {target}, of {', '.join(absorbed)})"
+            for merge_id, target, absorbed in merges
+        )
+        super().__init__(
+            f"The store changed since the erasure was planned: {said} now joins one of the "
+            "subject's sessions with other sessions. Nothing more was erased: undo that merge "
+            "(support can, from the session's page), and the erasure finishes when it runs "
+            "again."
+        )
+
+
+def _merges_since(plan: ErasurePlan, batch: Sequence[str]) -> StoreError | None:
+    """Under the delete's lock: a standing merge naming a session of ``batch`` that the plan
+    did not know, as the refusal that stops the batch."""
+    if plan.known_merges is None:
+        return None
+    known = set(plan.known_merges)
+    found = [
+        (merge_id, target, absorbed)
+        for merge_id, target, absorbed, _prior, undone_at in _merges_touching(set(batch))
+        if undone_at is None and merge_id not in known
+    ]
+    return MergedSincePlan(found) if found else None
 
 
 def _secure_delete(on: bool) -> list[str]:
@@ -1167,7 +1212,11 @@ def erase(
     _secure_delete(True)
     try:
         for _batch in delete_in_batches(
-            plan.session_ids, actor="erasure", reason="erasure", trash=NO_TRASH
+            plan.session_ids,
+            actor="erasure",
+            reason="erasure",
+            trash=NO_TRASH,
+            refuse=lambda batch: _merges_since(plan, batch),
         ):
             # A batch committed, the next not begun: a kill here is resumed from the plan.
             faults.checkpoint("erasure.between_batches")

@@ -58,6 +58,7 @@ def delete_batch(
     whole: WholeConversations | None = None,
     committed: list | None = None,
     deleted: list | None = None,
+    refuse: Callable[[list[str]], StoreError | None] | None = None,
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
 
@@ -72,7 +73,9 @@ def delete_batch(
     conversation that must stay whole (``ConversationsKept``). ``committed`` receives each store
     commit as it happens (trash entry, sessions, messages), kept whatever is raised afterwards;
     ``deleted`` the id of each session whose row it deleted (a session of the batch another
-    delete took first is not among them, nor in this batch's trash entry).
+    delete took first is not among them, nor in this batch's trash entry). ``refuse``: the
+    caller's own check under the lock, for the batch (or the session in parts) about to go;
+    the error it returns stops the batch as a hold does.
     """
     run = DeleteRun(
         actor=actor,
@@ -84,6 +87,7 @@ def delete_batch(
         whole=whole,
         committed=committed,
         deleted=deleted,
+        refuse=refuse,
     )
     part_messages = part_messages or BATCH_MESSAGES
     if len(batch) == 1:
@@ -106,6 +110,7 @@ def delete_in_batches(
     whole: WholeConversations | None = None,
     committed: list | None = None,
     between_parts: Callable[[], bool | None] | None = None,
+    refuse: Callable[[list[str]], StoreError | None] | None = None,
 ) -> Iterable[tuple[list[str], int, int, int]]:
     """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id).
 
@@ -140,6 +145,7 @@ def delete_in_batches(
             between_parts=between_parts,
             whole=whole,
             committed=committed,
+            refuse=refuse,
         )
         yield batch, deleted, messages, trash_id
 

@@ -103,6 +103,9 @@ def _kept_whole(session_id: str, ended_at: float | None, run: DeleteRun) -> Kept
         if kept:
             _give_back([session_id], run)
             return KeptFromDelete(whole=kept)
+    if run.refuse is not None and (refused := run.refuse([session_id])) is not None:
+        _give_back([session_id], run)
+        return KeptFromDelete(refused=refused)
     return None
 
 

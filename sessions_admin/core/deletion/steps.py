@@ -78,6 +78,9 @@ class DeleteRun:
     # Where the id of each session whose row a store commit deleted is added as it commits:
     # exactly the sessions its trash entries hold, not those another delete took first.
     deleted: list | None = None
+    # The caller's own check under the lock (an erasure's: no merge made since its plan):
+    # the refusal that stops the batch, or None to go on.
+    refuse: Callable[[list[str]], StoreError | None] | None = None
 
     def open_entry(self, session_ids: Sequence[str], rows: dict) -> int:
         try:
@@ -103,8 +106,11 @@ class KeptFromDelete:
     live: tuple[str, ...] = ()
     given_back: str | None = None
     whole: dict | None = None  # session -> why its conversation stays whole
+    refused: StoreError | None = None  # ``DeleteRun.refuse``'s
 
     def error(self) -> StoreError:
+        if self.refused is not None:
+            return self.refused
         if self.given_back:
             return DeleteGivenBack(self.given_back)
         if self.whole:
@@ -144,6 +150,9 @@ def _locked_delete(
     if held:
         _give_back([sid for sid in batch if sid in marked and sid in held], run)
         return KeptFromDelete(held=held)
+    if run.refuse is not None and batch and (refused := run.refuse(batch)) is not None:
+        _give_back([sid for sid in batch if sid in marked], run)
+        return KeptFromDelete(refused=refused)
     if run.whole is not None and batch:
         # A conversation continued, or merged, after the preview stays whole.
         kept = kept_whole(batch, run.whole, lock=True)

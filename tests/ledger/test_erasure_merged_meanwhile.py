@@ -1,0 +1,90 @@
+"""A merge made while an erasure runs (or between a failed run and its retry) never lets the
+erasure take another person's messages, nor leave the subject's in another person's session
+while it says they were erased (attack round 38: G-merge, merge2, R, T).
+
+The erasure carries out the plan it recorded; each delete batch, and each part of a large
+session, checks under the store's lock that no merge the plan did not know names one of its
+sessions. One that does stops the erasure with that merge named and nothing of the batch
+deleted; once support undoes the merge, running it again finishes, and the other person's
+messages are all still there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sessions_admin import core
+from sessions_admin.core import db
+from sessions_admin.core import erasure as erasure_core
+from sessions_admin.core.erasure import MergedSincePlan, Subject
+
+ALICE = "alice-38"
+BOB = "bob-38"
+
+
+def _session(user: str, n: int, words: str) -> str:
+    sid = core.create_session(source="telegram", user_id=user).session_id
+    core.append_messages(
+        session_id=sid,
+        messages=[{"role": "user", "content": f"{words} {k}"} for k in range(n)],
+    )
+    core.end_session(session_id=sid, end_reason="user_exit")
+    return sid
+
+
+def _messages_saying(words: str) -> int:
+    return db.fetchone("SELECT COUNT(*) FROM messages WHERE content LIKE %s", [f"{words}%"])[0]
+
+
+@pytest.fixture(params=["whole", "in parts"])
+def batch_messages(request, monkeypatch) -> str:
+    if request.param == "in parts":
+        # Alice's sessions are larger than a batch: deleted in parts, each part checked.
+        monkeypatch.setattr("sessions_admin.core.deletion.batches.BATCH_MESSAGES", 4)
+    return request.param
+
+
+@pytest.mark.parametrize("direction", ["bob into alice", "alice into bob"])
+def test_a_merge_made_after_the_plan_stops_the_erasure_until_it_is_undone(
+    batch_messages, direction
+):
+    alice = [_session(ALICE, 6, "ALICE-WORDS"), _session(ALICE, 6, "ALICE-WORDS")]
+    bob = _session(BOB, 5, "BOB-WORDS")
+    plan = erasure_core.plan_erasure(subject=Subject(user_id=ALICE))
+    assert set(plan.session_ids) == set(alice)
+    before = erasure_core.rows_present(plan=plan)
+    # Support merges while the erasure is queued (or between a failed run and its retry).
+    if direction == "bob into alice":
+        merge = core.merge_sessions(session_ids=[alice[1], bob], target_id=alice[1])
+    else:
+        merge = core.merge_sessions(session_ids=[bob, alice[1]], target_id=bob)
+    with pytest.raises(MergedSincePlan) as refused:
+        erasure_core.erase(subject=Subject(user_id=ALICE), plan=plan, before=before)
+    assert f"merge #{merge.merge_id}" in str(refused.value)
+    assert _messages_saying("BOB-WORDS") == 5  # never another person's messages
+    if direction == "alice into bob":
+        # Her moved messages were not erased behind a receipt that says so: they wait.
+        assert _messages_saying("ALICE-WORDS") >= 6
+    core.unmerge(merge_id=merge.merge_id)
+    result = erasure_core.erase(subject=Subject(user_id=ALICE), plan=plan, before=before)
+    assert _messages_saying("BOB-WORDS") == 5
+    assert _messages_saying("ALICE-WORDS") == 0
+    assert result.messages == 12
+    assert db.fetchone("SELECT COUNT(*) FROM sessions WHERE id = %s", [bob])[0] == 1
+
+
+def test_the_plans_own_merges_do_not_stop_it():
+    # Alice's own sessions merged before the plan: the erasure takes them as planned.
+    alice = [_session(ALICE, 3, "ALICE-WORDS"), _session(ALICE, 3, "ALICE-WORDS")]
+    core.merge_sessions(session_ids=alice, target_id=alice[0])
+    plan = erasure_core.plan_erasure(subject=Subject(user_id=ALICE))
+    erasure_core.erase(subject=Subject(user_id=ALICE), plan=plan)
+    assert _messages_saying("ALICE-WORDS") == 0
+
+
+def test_a_recorded_plan_keeps_the_merges_it_knew():
+    alice = _session(ALICE, 2, "ALICE-WORDS")
+    plan = erasure_core.plan_erasure(subject=Subject(user_id=ALICE))
+    again = erasure_core.plan_from_record(erasure_core.plan_record(plan))
+    assert again.known_merges == plan.known_merges == ()
+    assert alice in again.session_ids
