@@ -64,9 +64,18 @@ def operator_text(
         raise InvalidInput(
             f"The {field} is {len(value):,} characters long; keep it under {max_length:,}."
         )
-    if required and not value:
+    if required and not says_something(value):
         raise InvalidInput(f"Give a {field}: it is required for destructive actions.")
     return value
+
+
+def says_something(value: str) -> bool:
+    """Whether ``value`` holds a character a reader sees: a reason made only of spaces,
+    zero-width or other invisible format characters (U+200B, U+FEFF...) is none."""
+    return any(
+        not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc", "Zs", "Zl", "Zp")
+        for ch in value
+    )
 
 
 def operator_identifier(

@@ -158,7 +158,11 @@ def test_a_stale_cascade_fingerprint_is_plan_changed_and_changes_nothing(admin):
     assert (audit.outcome, audit.actor_name) == ("refused", "api:ops-bot")
 
 
-@pytest.mark.parametrize("reason", ["", "   ", "a\x00b"], ids=["empty", "blank", "nul"])
+@pytest.mark.parametrize(
+    "reason",
+    ["", "   ", "a\x00b", "\u200b\u200b", " \ufeff\u2060 "],
+    ids=["empty", "blank", "nul", "zero-width", "invisible"],
+)
 def test_a_cascade_needs_a_reason(admin, reason):
     root, *_ = cascade_lineage()
     fingerprint = admin.get(f"cascades/{root}").body["fingerprint"]
