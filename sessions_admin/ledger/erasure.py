@@ -348,6 +348,40 @@ def recorded_run(request: ErasureRequest) -> tuple[FullPlan, RowsPresent] | None
     return full, RowsPresent.from_record(run["before"])
 
 
+class SessionsUnderErasure(StoreError):
+    """Sessions an erasure that began is taking (in the store or the trash): another operator
+    restoring, deleting or trashing them meanwhile would bring back, or keep in the trash, what
+    its receipt counts as erased."""
+
+    def __init__(self, request_id: int, session_ids: Sequence[str]):
+        self.request_id = request_id
+        self.session_ids = tuple(session_ids)
+        shown = ", ".join(self.session_ids[:5]) + (" ..." if len(self.session_ids) > 5 else "")
+        super().__init__(
+            f"Erasure request #{request_id} is erasing {len(self.session_ids)} of these "
+            f"sessions ({shown}): nothing was changed. Let it finish (a failed one is finished "
+            "from its page)."
+        )
+
+
+def refuse_under_erasure(session_ids: Sequence[str]) -> None:
+    """``SessionsUnderErasure`` if an erasure that began and has not finished (running, or
+    failed and waiting to be run again) is taking one of these sessions."""
+    wanted = set(session_ids)
+    if not wanted:
+        return
+    for request in ErasureRequest.objects.filter(
+        state__in=[ErasureRequest.RUNNING, ErasureRequest.FAILED]
+    ).order_by("pk"):
+        recorded = recorded_run(request)
+        if recorded is None:
+            continue
+        full, _before = recorded
+        taken = wanted & {*full.store.session_ids, *full.trash.session_ids}
+        if taken:
+            raise SessionsUnderErasure(request.pk, sorted(taken))
+
+
 def unfinished_request_for(subject: Subject) -> ErasureRequest | None:
     """An earlier request for the same subject that began erasing and did not finish (killed,
     or failed): running it again finishes it, where a new request would look the subject

@@ -88,3 +88,88 @@ def test_a_recorded_plan_keeps_the_merges_it_knew():
     again = erasure_core.plan_from_record(erasure_core.plan_record(plan))
     assert again.known_merges == plan.known_merges == ()
     assert alice in again.session_ids
+
+
+@pytest.fixture
+def failed_midway():
+    """Alice's erasure began (its plan recorded) and failed before erasing: a session of hers
+    in the store, one in the trash; then the second admin's moves below."""
+    from sessions_admin.core import faults
+    from sessions_admin.ledger import actions
+    from sessions_admin.ledger import erasure as erasure_ledger
+    from sessions_admin.ledger.models import ErasureRequest, TrashEntry
+
+    kept = _session(ALICE, 3, "ALICE-WORDS")
+    trashed = _session(ALICE, 3, "ALICE-WORDS")
+    fingerprint = core.plan_cascade_delete(session_ids=[trashed]).fingerprint
+    actions.cascade_delete(
+        actor=None,
+        session_ids=[trashed],
+        include_branches=False,
+        expected_fingerprint=fingerprint,
+        reason="tidy",
+    )
+    entry = TrashEntry.objects.get()
+    subject = Subject(user_id=ALICE)
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-38",
+        expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
+        start=False,
+    )
+
+    def stop() -> None:
+        raise RuntimeError("the worker stopped here")
+
+    faults.run_at("erasure.after_plan_recorded", stop)
+    try:
+        with pytest.raises(RuntimeError):
+            actions.run_erasure(request_id=request.pk)
+    finally:
+        faults._actions.clear()
+        faults._hits.clear()
+    request.refresh_from_db()
+    assert request.state == ErasureRequest.FAILED
+    return {"kept": kept, "trashed": trashed, "entry": entry, "request": request}
+
+
+def test_nobody_restores_or_deletes_what_an_unfinished_erasure_is_taking(failed_midway):
+    from sessions_admin.core.errors import StoreError
+    from sessions_admin.ledger import actions
+    from sessions_admin.ledger.erasure import SessionsUnderErasure
+    from sessions_admin.ledger.models import DeleteJob, ErasureRequest, TrashEntry
+
+    kept, trashed = failed_midway["kept"], failed_midway["trashed"]
+    request = failed_midway["request"]
+    before = (_messages_saying("ALICE-WORDS"), list(TrashEntry.objects.values_list("pk", "state")))
+    attempts = [
+        lambda: actions.restore(actor=None, entry_id=failed_midway["entry"].pk),
+        lambda: actions.cascade_delete(
+            actor=None,
+            session_ids=[kept],
+            include_branches=False,
+            expected_fingerprint=core.plan_cascade_delete(session_ids=[kept]).fingerprint,
+            reason="second admin",
+        ),
+        lambda: actions.start_bulk_delete(
+            actor=None, session_ids=[kept], include_live=False, reason="second admin"
+        ),
+    ]
+    for attempt in attempts:
+        with pytest.raises(SessionsUnderErasure) as refused:
+            attempt()
+        assert isinstance(refused.value, StoreError)
+        assert f"#{request.pk}" in str(refused.value)
+    assert (
+        _messages_saying("ALICE-WORDS"),
+        list(TrashEntry.objects.values_list("pk", "state")),
+    ) == before
+    assert not DeleteJob.objects.exists()
+    actions.run_erasure(request_id=request.pk)
+    request.refresh_from_db()
+    assert request.state == ErasureRequest.DONE
+    assert _messages_saying("ALICE-WORDS") == 0
+    assert not any(
+        trashed in ids for ids in TrashEntry.objects.values_list("session_ids", flat=True)
+    )

@@ -61,6 +61,7 @@ def _confirmed_cascade(
     ids = operator_identifiers(session_ids)
     _check_fingerprint(expected_fingerprint)
     reason = operator_text(reason, field="reason", required=True)
+    erasure_ledger.refuse_under_erasure(ids)
     settle_deletes_and_restores()
     release_finished_claims()
     return ids, reason, new_operation_id()
@@ -311,6 +312,7 @@ def start_bulk_delete(
     expected = None if expected_ids is None else operator_identifiers(expected_ids)
     reason = operator_text(reason, field="reason", required=True)
     description = operator_text(description, field="description", max_length=DESCRIPTION_MAX)
+    erasure_ledger.refuse_under_erasure(ids)
     job_id = _audited(
         actor=actor,
         action=AuditAction.BULK_DELETE,
@@ -400,6 +402,7 @@ def _restorable(entry_id: int) -> tuple[TrashEntry | None, list[str], str]:
             .values_list("session_ids", flat=True)
         ):
             ids += session_ids
+        erasure_ledger.refuse_under_erasure(ids)
     return entry, ids, operation
 
 
