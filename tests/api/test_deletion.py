@@ -275,7 +275,7 @@ def test_the_empty_preset_never_takes_a_live_session_even_when_asked(admin):
     job = DeleteJob.objects.get()
     assert not job.include_live and "live sessions included" not in job.description
     resumed = emptied[0]
-    db.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?", [resumed])
+    db.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = %s", [resumed])
     jobs.run_job(job_id=job.pk)
     assert session_ids() == {live, resumed}
 
