@@ -329,7 +329,20 @@ def _descendants(ids: Sequence[str]) -> set[str]:
     return found
 
 
-def _subject_sessions(subject: Subject) -> tuple[list[str], list[str]]:
+def _theirs_or_nobodys(subject: Subject, ids: Sequence[str]) -> set[str]:
+    """Those of ``ids`` in the store whose user id is the subject's or empty."""
+    return {
+        sid
+        for sid, user_id in db.fetchall_in(
+            "SELECT id, user_id FROM sessions WHERE id IN ({marks})", list(ids)
+        )
+        if not user_id or user_id == subject.user_id
+    }
+
+
+def _subject_sessions(
+    subject: Subject, extra_roots: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
     """The sessions whose user id, chat id or session key is one of the subject's, each
     compared whole, and everything below them by ``parent_session_id`` (continuations,
     delegates, branches, children); and the sessions kept although a chat id or key of the
@@ -358,7 +371,7 @@ def _subject_sessions(subject: Subject) -> tuple[list[str], list[str]]:
         sorted(by_value),
     )
     kept = sorted(_merge_targets(sorted(no_user)))
-    roots = sorted(by_user | (by_value - set(kept)))
+    roots = sorted(by_user | (by_value - set(kept)) | _theirs_or_nobodys(subject, extra_roots))
     if not roots:
         return [], kept
     found = set(lineage_closure(roots, include_branches=True)) | _descendants(roots)
@@ -621,17 +634,24 @@ def _identifiers_of(ids: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...
 
 
 def plan_erasure(
-    *, subject: Subject, trashed_ids: Sequence[str] = (), trashed_slugs: Sequence[str] = ()
+    *,
+    subject: Subject,
+    trashed_ids: Sequence[str] = (),
+    trashed_slugs: Sequence[str] = (),
+    cut_children: Sequence[str] = (),
 ) -> ErasurePlan:
     """Everything ``erase`` would remove for ``subject`` (nothing changes). ``trashed_ids`` and
     ``trashed_slugs``: the subject's sessions and slugs the dashboard's trash holds, whose
-    rows in the store's own tables (slug history, ...) go too.
+    rows in the store's own tables (slug history, ...) go too. ``cut_children``: sessions a
+    delete of one of the subject's sessions kept with their parent link cleared (the trash
+    records the link): those with no user id (or the subject's) are the subject's
+    conversation going on, erased with everything below them as a linked child would be.
 
     Refused (``InvalidInput``) for a value that cannot be matched exactly, or when the
     sessions found belong to more than one user id.
     """
     subject.check()
-    found, kept = _subject_sessions(subject)
+    found, kept = _subject_sessions(subject, cut_children)
     ids = ordered_children_first(found)
     id_set = set(ids)
     merges = _merges_touching(id_set)

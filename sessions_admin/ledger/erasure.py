@@ -650,14 +650,32 @@ def plan(subject: Subject) -> FullPlan:
     store = erasure.plan_erasure(subject=subject)
     trash = plan_trash(subject, store.session_ids)
     if trash.session_ids:
-        # The store's own rows about the trashed sessions and their slugs go with the rest.
+        # The store's own rows about the trashed sessions and their slugs go with the rest,
+        # and the children a delete of theirs kept (their link is in the trash entry).
         store = erasure.plan_erasure(
-            subject=subject, trashed_ids=trash.session_ids, trashed_slugs=trash.slugs
+            subject=subject,
+            trashed_ids=trash.session_ids,
+            trashed_slugs=trash.slugs,
+            cut_children=_cut_children_of(trash.session_ids),
         )
     fingerprint = hashlib.sha256(
         json.dumps([store.fingerprint, trash.as_list()]).encode()
     ).hexdigest()[:32]
     return FullPlan(store=store, trash=trash, fingerprint=fingerprint)
+
+
+def _cut_children_of(session_ids: Sequence[str]) -> list[str]:
+    """Sessions a delete kept in the store with their link to one of ``session_ids`` (in the
+    trash) cleared: the (child, parent) pairs its trash entries recorded."""
+    parents = set(session_ids)
+    children: set[str] = set()
+    for payload in TrashEntry.objects.exclude(state=TrashEntry.RESTORED).values_list(
+        "payload", flat=True
+    ):
+        for pair in payload.get("kept_children", []) if isinstance(payload, dict) else []:
+            if isinstance(pair, list | tuple) and len(pair) == 2 and str(pair[1]) in parents:
+                children.add(str(pair[0]))
+    return sorted(children)
 
 
 def trash_to_purge(subject: Subject, session_ids: Sequence[str]) -> list[str]:

@@ -173,3 +173,42 @@ def test_nobody_restores_or_deletes_what_an_unfinished_erasure_is_taking(failed_
     assert not any(
         trashed in ids for ids in TrashEntry.objects.values_list("session_ids", flat=True)
     )
+
+
+def test_a_child_a_cascade_kept_is_erased_with_the_trashed_parent():
+    # Attack round 38, E: amy's root cascaded first (its child, with no user id as Hermes
+    # writes a sub-agent run, kept with its link cleared; the trash records the link), then
+    # amy's erasure: the child is hers and goes, and another user's kept child stays.
+    from sessions_admin.ledger import actions
+    from sessions_admin.ledger import erasure as erasure_ledger
+
+    root = _session(ALICE, 2, "ALICE-WORDS")
+    kid = core.create_session(source="tool", parent_session_id=root).session_id
+    core.append_messages(session_id=kid, messages=[{"role": "user", "content": "ALICE-WORDS kid"}])
+    core.end_session(session_id=kid, end_reason="user_exit")
+    other = core.create_session(source="tool", parent_session_id=root, user_id=BOB).session_id
+    core.append_messages(session_id=other, messages=[{"role": "user", "content": "BOB-WORDS"}])
+    core.end_session(session_id=other, end_reason="user_exit")
+    plan = core.plan_cascade_delete(session_ids=[root])
+    assert kid not in plan.session_ids  # an untyped child: kept, its link cleared
+    actions.cascade_delete(
+        actor=None,
+        session_ids=[root],
+        include_branches=False,
+        expected_fingerprint=plan.fingerprint,
+        reason="tidy",
+    )
+    assert db.fetchone("SELECT parent_session_id FROM sessions WHERE id = %s", [kid])[0] is None
+    subject = Subject(user_id=ALICE)
+    full = erasure_ledger.plan(subject)
+    assert kid in full.store.session_ids and other not in full.store.session_ids
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-E",
+        expected_fingerprint=full.fingerprint,
+        start=False,
+    )
+    actions.run_erasure(request_id=request.pk)
+    assert _messages_saying("ALICE-WORDS") == 0
+    assert _messages_saying("BOB-WORDS") == 1
