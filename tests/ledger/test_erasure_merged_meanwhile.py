@@ -142,6 +142,7 @@ def test_nobody_restores_or_deletes_what_an_unfinished_erasure_is_taking(failed_
 
     kept, trashed = failed_midway["kept"], failed_midway["trashed"]
     request = failed_midway["request"]
+    bob = _session(BOB, 5, "BOB-WORDS")
     before = (_messages_saying("ALICE-WORDS"), list(TrashEntry.objects.values_list("pk", "state")))
     attempts = [
         lambda: actions.restore(actor=None, entry_id=failed_midway["entry"].pk),
@@ -154,6 +155,16 @@ def test_nobody_restores_or_deletes_what_an_unfinished_erasure_is_taking(failed_
         ),
         lambda: actions.start_bulk_delete(
             actor=None, session_ids=[kept], include_live=False, reason="second admin"
+        ),
+        lambda: actions.merge(
+            actor=None,
+            session_ids=[kept, bob],
+            target_id=kept,
+            expected_fingerprint=core.plan_merge(
+                session_ids=[kept, bob], target_id=kept
+            ).fingerprint,
+            reason="second admin",
+            typed_count=1,
         ),
     ]
     for attempt in attempts:

@@ -14,6 +14,7 @@ from sessions_admin.core import db as core_db
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.merge import confirmation_problem
 from sessions_admin.core.text import operator_identifier, operator_identifiers, operator_text
+from sessions_admin.ledger import erasure as erasure_ledger
 from sessions_admin.ledger.actions.audit import (
     STALE_PENDING_SECONDS,
     _audit_alias,
@@ -43,6 +44,9 @@ def merge(
     target_id = operator_identifier(target_id, field="target session id", required=False)
     _check_fingerprint(expected_fingerprint)
     reason = operator_text(reason, field="reason")
+    # The erasure itself stops on a merge made after its plan (``core.erasure``); refused
+    # here first, so the request is not left waiting for an unmerge.
+    erasure_ledger.refuse_under_erasure([*ids, *([target_id] if target_id else [])])
     before = _counts(ids)
     try:
         plan = core.plan_merge(session_ids=ids, target_id=target_id)
