@@ -1126,6 +1126,8 @@ def finish(request: ErasureRequest, receipt: dict) -> None:
         receipt=signed(receipt),
         finished_at=timezone.now(),
         lease_expires_at=None,
+        # An earlier run's failure ("... Nothing was deleted") no longer describes it.
+        error="",
     )
     if not finished:
         raise ErasureTakenOver(request.pk)
