@@ -199,9 +199,17 @@ def run_tests(pytest_args: list[str]) -> int:
                 "SESSIONS_ADMIN_STORE_URL": f"{base}/sessions_store",
             }
             pg_log = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
-            # Browser tests exercise the pages, not the backend: once (on SQLite) is enough.
+            # Browser tests exercise the pages, not the backend: once (on SQLite) is enough; so
+            # are tests whose processes use SQLite files of their own whatever the pass.
             postgres = subprocess.Popen(
-                [sys.executable, "-m", "pytest", "-m", "not browser", *pytest_args],
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-m",
+                    "not browser and not own_sqlite",
+                    *pytest_args,
+                ],
                 cwd=BASE_DIR,
                 env=pg_env,
                 stdout=pg_log,

@@ -89,6 +89,7 @@ def _settings_under(env: dict[str, str]) -> dict:
 
 
 @pytest.mark.own_db
+@pytest.mark.own_sqlite
 def test_check_deploy_is_clean_with_the_production_environment(tmp_path):
     result = _check_deploy(_production_env(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -96,6 +97,7 @@ def test_check_deploy_is_clean_with_the_production_environment(tmp_path):
 
 
 @pytest.mark.own_db
+@pytest.mark.own_sqlite
 def test_check_deploy_is_clean_behind_a_tls_terminating_proxy(tmp_path):
     env = _production_env(tmp_path, SESSIONS_ADMIN_BEHIND_PROXY="1")
     result = _check_deploy(env)
@@ -104,6 +106,7 @@ def test_check_deploy_is_clean_behind_a_tls_terminating_proxy(tmp_path):
 
 
 @pytest.mark.own_db
+@pytest.mark.own_sqlite
 @pytest.mark.parametrize(
     ("overrides", "warning"),
     [
@@ -120,6 +123,7 @@ def test_check_deploy_fails_on_an_insecure_setting(tmp_path, overrides, warning)
 
 
 @pytest.mark.own_db
+@pytest.mark.own_sqlite
 def test_the_demo_environment_stays_plain_http_without_debug(tmp_path):
     # What ``python -m sessions_admin demo`` runs with: nothing set.
     demo = _settings_under(_env(tmp_path))

@@ -17,6 +17,8 @@ from sessions_admin import devtools
 from sessions_admin.ledger.models import AuditEntry, ErasureRequest
 from sessions_admin.signin.checks import MISSING_SECRET_KEY
 
+# Every process here runs on SQLite files of its own (``_production_env``), whatever the pass.
+pytestmark = pytest.mark.own_sqlite
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_LINE = MISSING_SECRET_KEY.splitlines()[0]
 
