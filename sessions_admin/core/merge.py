@@ -39,6 +39,7 @@ from sessions_admin.core.rows import (
     slugs_of_sessions,
 )
 from sessions_admin.core.schema import USAGE_COLUMNS
+from sessions_admin.core.text import says_something
 from sessions_admin.routers import responses_alias
 
 SAVED_COLUMNS = (
@@ -259,7 +260,7 @@ def confirmation_problem(plan: MergePlan, *, typed_count: int | None, reason: st
             f"These sessions' {differing} differ: type {count} (the number of sessions merged "
             "into the target) to confirm the merge."
         )
-    if not (reason or "").strip():
+    if not says_something(reason or ""):
         return f"These sessions' {differing} differ: give a reason for merging them."
     return None
 

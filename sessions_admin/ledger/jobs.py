@@ -46,6 +46,7 @@ from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, deletion, faults, holds, lineage
 from sessions_admin.core.errors import InvalidInput, StoreBusy
+from sessions_admin.core.text import says_something
 from sessions_admin.ledger.models import (
     AuditAction,
     AuditEntry,
@@ -298,7 +299,7 @@ def create_bulk_delete_job(
     A continuation or delegate the runtime linked to one of them since the preview is left
     out, and its conversation stays whole: the job's batches keep it and name it.
     """
-    if not reason or not reason.strip():
+    if not says_something(reason or ""):
         raise InvalidInput("A reason is required for a bulk delete.")
     preview = deletion.preview_bulk_delete(session_ids=session_ids, include_live=include_live)
     chosen = list(preview.session_ids)

@@ -31,6 +31,7 @@ from sessions_admin.core.deletion.trash import (
 )
 from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.core.merge import PlanChanged
+from sessions_admin.core.text import says_something
 
 # One store transaction deletes at most this many sessions / messages, so a
 # runtime writer waits on us for tens of milliseconds, not seconds (a session
@@ -212,7 +213,7 @@ def claim_cascade(
     for ``operation`` (the caller deletes it and releases the claim); refused, nothing is
     claimed. A cascade too long for a request (``ledger.jobs``) is checked here in the
     request and deleted by the worker, as one that runs in the request is."""
-    if not reason or not reason.strip():
+    if not says_something(reason or ""):
         raise InvalidInput("A reason is required for a delete.")
     plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
     if plan.fingerprint != expected_fingerprint:
