@@ -216,6 +216,19 @@ def drop_parts(session_ids: Sequence[str]) -> int:
     )
 
 
+def kept_part_ids(session_ids: Sequence[str]) -> list[int]:
+    """The ids of the messages a purge's parts keep of these sessions (none outside a purge)."""
+    ids = list(session_ids)
+    if not ids or not parts_table_present():
+        return []
+    return [
+        int(row[0])
+        for row in db.fetchall(
+            f"SELECT id FROM {PARTS_TABLE} WHERE session_id IN ({db.placeholders(ids)})", ids
+        )
+    ]
+
+
 def kept_part_messages(session_id: str) -> int:
     """How many messages of the session a purge's parts keep (none outside a purge)."""
     if not parts_table_present():

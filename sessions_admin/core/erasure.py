@@ -20,10 +20,10 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from django.db import OperationalError, connections
+from django.db import OperationalError, connections, transaction
 
 from sessions_admin.core import being_deleted, db, events, faults, holds, lineage
 from sessions_admin.core.db import store_operation
@@ -277,6 +277,42 @@ class ErasureResult(RowsPresent):
     # a runtime writing all along kept the merge from finishing); ``merge_search_indexes``
     # is run again later until it is True.
     index_merged: bool = True
+    # The plan as carried out: the recorded one, with the sessions a runtime started below
+    # the subject's while it ran (``LateRows``). None only where no erasure ran.
+    plan: ErasurePlan | None = None
+
+
+@dataclass(frozen=True)
+class LateRows:
+    """What an erasure deleted that was not there when its rows were counted (``before``),
+    so the receipt counts it too.
+
+    ``added``: the sessions a runtime started below the subject's while it ran, put in the
+    plan (and recorded) before they are deleted; like the plan's own, they count as erased
+    once they are no longer in the store. ``messages``: those deleted so far, across every
+    run, that a runtime appended with its own SQL after the count (ids above ``mark``, the
+    store's highest message id then; None for a run recorded before marks were kept: they
+    are not told apart). Each run records them after every batch that deleted some, so only
+    a run killed between a batch's commit and that record leaves that batch's out.
+    """
+
+    mark: int | None
+    added: tuple[str, ...] = ()
+    messages: int = 0
+
+    def as_record(self) -> dict:
+        return {**asdict(self), "added": list(self.added)}
+
+    @classmethod
+    def from_record(cls, record: dict | None) -> LateRows:
+        if not record:
+            return cls(mark=None)
+        mark = record.get("mark")
+        return cls(
+            mark=None if mark is None else int(mark),
+            added=tuple(record.get("added", ())),
+            messages=int(record.get("messages", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -780,6 +816,70 @@ def _merges_since(plan: ErasurePlan, batch: Sequence[str]) -> StoreError | None:
     return MergedSincePlan(found) if found else None
 
 
+class ChildrenSincePlan(StoreError):
+    """Under a delete batch's lock: sessions a runtime started below the batch's after the plan
+    (a delegate, a compression), with the subject's user id or none. Nothing of the batch was
+    deleted, so their links still stand: ``erase`` adds them to its plan (``_grown``) and goes
+    on, children first. Another user's child is not among them: it stays, unlinked."""
+
+    def __init__(self, session_ids: Sequence[str]):
+        self.session_ids = tuple(session_ids)
+        super().__init__(
+            f"{len(self.session_ids)} sessions were started below the subject's while the "
+            f"erasure ran ({', '.join(self.session_ids[:5])})."
+        )
+
+
+def _children_since(plan: ErasurePlan, batch: Sequence[str]) -> StoreError | None:
+    """Under the delete's lock: the subject's (or nobody's) children of ``batch`` that the
+    plan does not name, as ``ChildrenSincePlan``."""
+    planned = {*plan.session_ids, *plan.kept_targets}
+    found = sorted(
+        sid
+        for sid, user_id in db.fetchall(
+            f"SELECT id, user_id FROM sessions WHERE parent_session_id IN "
+            f"({db.placeholders(batch)})",
+            list(batch),
+        )
+        if sid not in planned and (not user_id or user_id == plan.subject.user_id)
+    )
+    return ChildrenSincePlan(found) if found else None
+
+
+def _grown(plan: ErasurePlan, started: Sequence[str]) -> tuple[ErasurePlan, tuple[str, ...]]:
+    """``plan`` with the sessions a runtime started below it while it ran, and everything below
+    those that is the subject's or nobody's (children first, before the rest); and the
+    sessions added."""
+    below = _descendants(started)
+    added = tuple(
+        sid
+        for sid in ordered_children_first(sorted(_theirs_or_nobodys(plan.subject, sorted(below))))
+        if sid not in set(plan.session_ids) | set(plan.kept_targets)
+    )
+    side = _side_rows(plan.subject, added, [], [])
+    side_rows = {table: [list(row) for row in rows] for table, rows in plan.side_rows.items()}
+    for table, rows in side.items():
+        kept = side_rows.setdefault(table, [])
+        kept += [list(row) for row in rows if list(row) not in kept]
+    chats, keys = _identifiers_of(added)
+    return (
+        replace(
+            plan,
+            session_ids=(*added, *plan.session_ids),
+            side_rows=side_rows,
+            erased_chat_ids=tuple(dict.fromkeys([*plan.erased_chat_ids, *chats])),
+            erased_session_keys=tuple(dict.fromkeys([*plan.erased_session_keys, *keys])),
+        ),
+        added,
+    )
+
+
+# A runtime that keeps starting children below the subject's sessions makes the erasure add
+# them again and again; after this many rounds it stops (run it again once the runtime is
+# stopped or the sessions reset).
+MAX_GROWTH_ROUNDS = 50
+
+
 def _secure_delete(on: bool) -> list[str]:
     """SQLite: zero what deletes free, on every connection this erasure writes through."""
     done = []
@@ -996,6 +1096,19 @@ def rows_present(*, plan: ErasurePlan) -> RowsPresent:
     )
 
 
+def counted_before(*, plan: ErasurePlan) -> tuple[RowsPresent, LateRows]:
+    """``rows_present`` before an erasure's first run, and the store's highest message id as
+    of the same count (one snapshot): a message above it was appended afterwards
+    (``LateRows``). Messages ids only grow (AUTOINCREMENT on SQLite, a sequence on
+    PostgreSQL)."""
+    with transaction.atomic(using=store_alias()):
+        if db.vendor() == "postgresql":
+            db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        mark = int(db.fetchone("SELECT COALESCE(MAX(id), 0) FROM messages")[0])
+        before = rows_present(plan=plan)
+    return before, LateRows(mark=mark)
+
+
 def _checkpoint(alias: str) -> str:
     return checkpoint_wal(alias)[1]
 
@@ -1128,18 +1241,26 @@ def _purge_leftovers() -> tuple[bool, list[str]]:
     return merge.finished, done
 
 
-def _erased_so_far(plan: ErasurePlan, before: RowsPresent) -> RowsPresent | None:
-    """The plan's rows gone since ``before`` (every run's), or None if the store cannot be read."""
+def _erased(before: RowsPresent, now: RowsPresent, late: LateRows) -> dict[str, int]:
+    """The counts gone: the plan's rows counted ``before`` minus those left ``now``, and the
+    rows written after that count which the erasure deleted (``late``)."""
+    gone = {
+        name: getattr(before, name) - getattr(now, name)
+        for name in RowsPresent.__dataclass_fields__
+    }
+    # ``now`` counts the added sessions still there (the plan holds them), ``before`` none.
+    gone["sessions"] += len(late.added)
+    gone["messages"] += late.messages
+    return gone
+
+
+def _erased_so_far(plan: ErasurePlan, before: RowsPresent, late: LateRows) -> RowsPresent | None:
+    """The rows gone since ``before`` (every run's), or None if the store cannot be read."""
     try:
         now = rows_present(plan=plan)
     except Exception:
         return None
-    return RowsPresent(
-        **{
-            name: getattr(before, name) - getattr(now, name)
-            for name in RowsPresent.__dataclass_fields__
-        }
-    )
+    return RowsPresent(**_erased(before, now, late))
 
 
 class ErasureStopped(Exception):
@@ -1207,6 +1328,8 @@ def erase(
     expected_fingerprint: str | None = None,
     plan: ErasurePlan | None = None,
     before: RowsPresent | None = None,
+    late: LateRows | None = None,
+    progress: Callable[[ErasurePlan, LateRows], None] | None = None,
     between_batches: Callable[[], None] | None = None,
     switch_events: Sequence[int] = (),
 ) -> ErasureResult:
@@ -1216,11 +1339,20 @@ def erase(
     what the plan is now). ``plan``: carry out this plan as it was recorded instead (a
     resumed erasure: its earlier run changed the store, so no fingerprint is compared);
     every step is idempotent, so what a killed run did is not done twice and what it left
-    is done. ``before``: the plan's rows counted before its first run (``rows_present``),
-    so the counts are what the databases lost across every run. ``between_batches`` is
-    called after each committed delete batch (the caller renews its lease there).
-    ``switch_events``: more events to tombstone, those of the subject's sessions that are
-    no longer in the store (the trash's: ``switch_events_of``). Refused while a hold stands.
+    is done. ``before`` and ``late``: the plan's rows counted before its first run and what
+    was deleted since that the count did not see (``counted_before``, ``LateRows``), so the
+    counts are what the databases lost across every run. ``progress`` is called with the
+    plan and ``LateRows`` whenever either changed (after a batch that deleted late rows, or
+    once sessions a runtime started meanwhile were added to the plan), for the caller to
+    record before going on;
+    ``between_batches`` after each committed delete batch (the caller renews its lease
+    there). ``switch_events``: more events to tombstone, those of the subject's sessions
+    that are no longer in the store (the trash's: ``switch_events_of``). Refused while a
+    hold stands.
+
+    A session a runtime starts below one of the subject's while this runs (the subject's
+    user id, or none) is erased with it and counted (``ChildrenSincePlan``); so is a message
+    a runtime appends to one of them with its own SQL (the core's writers are refused).
     """
     if plan is None:
         plan = plan_erasure(subject=subject)
@@ -1228,20 +1360,50 @@ def erase(
             raise PlanChanged("erasure")
     holds.refuse_held(plan.held_scope)
     if before is None:
-        before = rows_present(plan=plan)
+        before, late = counted_before(plan=plan)
+    tally = [late or LateRows(mark=None)]
+    recorded = list(tally)  # what ``progress`` was last told (the record holds the plan too)
+
+    def gone(_session_ids: Sequence[str], message_ids: Sequence[int]) -> None:
+        mark = tally[0].mark
+        if mark is not None:
+            late_ids = sum(1 for message_id in message_ids if message_id > mark)
+            tally[0] = replace(tally[0], messages=tally[0].messages + late_ids)
+
+    def refuse(batch: Sequence[str]) -> StoreError | None:
+        return _merges_since(plan, batch) or _children_since(plan, batch)
+
     _secure_delete(True)
     try:
-        for _batch in delete_in_batches(
-            plan.session_ids,
-            actor="erasure",
-            reason="erasure",
-            trash=NO_TRASH,
-            refuse=lambda batch: _merges_since(plan, batch),
-        ):
-            # A batch committed, the next not begun: a kill here is resumed from the plan.
-            faults.checkpoint("erasure.between_batches")
-            if between_batches is not None:
-                between_batches()
+        done: set[str] = set()
+        for _round in range(MAX_GROWTH_ROUNDS + 1):
+            try:
+                for batch, *_counts in delete_in_batches(
+                    [sid for sid in plan.session_ids if sid not in done],
+                    actor="erasure",
+                    reason="erasure",
+                    trash=NO_TRASH,
+                    refuse=refuse,
+                    gone=gone,
+                ):
+                    done.update(batch)
+                    # A batch committed, the next not begun: a kill here is resumed from the plan.
+                    faults.checkpoint("erasure.between_batches")
+                    if progress is not None and tally[0] != recorded[0]:
+                        progress(plan, tally[0])
+                        recorded[0] = tally[0]
+                    if between_batches is not None:
+                        between_batches()
+                break
+            except ChildrenSincePlan as started:
+                if _round == MAX_GROWTH_ROUNDS:
+                    raise
+                plan, added = _grown(plan, started.session_ids)
+                tally[0] = replace(tally[0], added=(*tally[0].added, *added))
+                # Recorded before they are deleted: a resumed run erases and counts them too.
+                if progress is not None:
+                    progress(plan, tally[0])
+                    recorded[0] = tally[0]
         ids = [message_id for message_id, _ in plan.other_messages]
         for chunk in _chunks(ids):
             _delete_other_messages(list(chunk))
@@ -1259,20 +1421,16 @@ def erase(
     except Exception as error:
         if db.storage_failure(error):
             raise ErasureStopped(
-                error=error, planned=before, erased=_erased_so_far(plan, before)
+                error=error, planned=before, erased=_erased_so_far(plan, before, tally[0])
             ) from error
         raise
     finally:
         _secure_delete(False)
     return ErasureResult(
-        sessions=before.sessions - after.sessions,
-        messages=before.messages - after.messages,
-        other_messages=before.other_messages - after.other_messages,
-        conversations=before.conversations - after.conversations,
-        responses=before.responses - after.responses,
-        side_rows=before.side_rows - after.side_rows,
+        **_erased(before, after, tally[0]),
         storage=tuple(storage),
         index_merged=index_merged,
+        plan=plan,
     )
 
 

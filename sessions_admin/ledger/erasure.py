@@ -30,7 +30,13 @@ from django.utils import timezone
 
 from sessions_admin.core import db, erasure, faults, holds
 from sessions_admin.core.deletion import TRASH_DATABASE
-from sessions_admin.core.erasure import ErasurePlan, ErasureStopped, RowsPresent, Subject
+from sessions_admin.core.erasure import (
+    ErasurePlan,
+    ErasureStopped,
+    LateRows,
+    RowsPresent,
+    Subject,
+)
 from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.core.processes import process_dead, this_process
 from sessions_admin.ledger.models import (
@@ -317,16 +323,42 @@ def renew(request: ErasureRequest) -> None:
         raise ErasureTakenOver(request.pk)
 
 
-def record_run(request: ErasureRequest, full: FullPlan, before: RowsPresent) -> None:
+def record_run(
+    request: ErasureRequest, full: FullPlan, before: RowsPresent, late: LateRows
+) -> None:
     """Keep the confirmed plan and the rows counted before anything is erased on the request
     (plain ids: it is running; ``finish`` drops them), so a killed run is resumed from it."""
-    record = _record(
+    _update_run(
         request,
         plan=erasure.plan_record(full.store),
         trash=full.trash.as_record(),
         fingerprint=full.fingerprint,
         before=before.as_record(),
+        late=late.as_record(),
     )
+
+
+def record_progress(request: ErasureRequest, plan: ErasurePlan, late: LateRows) -> None:
+    """Keep what a running erasure learnt (the sessions a runtime started below the subject's,
+    added to its plan; the rows written after its count that it deleted): a resumed run
+    erases and counts them too. ``ErasureTakenOver`` if another worker took the request."""
+    try:
+        _update_run(request, plan=erasure.plan_record(plan), late=late.as_record())
+    except ErasureTakenOver:
+        raise
+    except Exception as error:
+        error.database = TRASH_DATABASE  # the dashboard's, not the store (``ErasureStopped``)
+        raise
+
+
+def recorded_late(request: ErasureRequest) -> LateRows:
+    """The ``LateRows`` an earlier run of ``request`` recorded (none counted yet: no mark)."""
+    run = (request.receipt or {}).get(RUN) if request.state != ErasureRequest.DONE else None
+    return LateRows.from_record((run or {}).get("late"))
+
+
+def _update_run(request: ErasureRequest, **fields) -> None:
+    record = _record(request, **fields)
     recorded = ErasureRequest.objects.filter(
         pk=request.pk, state=ErasureRequest.RUNNING, started_at=request.started_at
     ).update(receipt=record)

@@ -60,6 +60,7 @@ def delete_batch(
     committed: list | None = None,
     deleted: list | None = None,
     refuse: Callable[[list[str]], StoreError | None] | None = None,
+    gone: Callable[[Sequence[str], Sequence[int]], None] | None = None,
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
 
@@ -76,7 +77,8 @@ def delete_batch(
     ``deleted`` the id of each session whose row it deleted (a session of the batch another
     delete took first is not among them, nor in this batch's trash entry). ``refuse``: the
     caller's own check under the lock, for the batch (or the session in parts) about to go;
-    the error it returns stops the batch as a hold does.
+    the error it returns stops the batch as a hold does. ``gone``: told of each store commit's
+    deleted sessions and messages (``DeleteRun.gone``).
     """
     run = DeleteRun(
         actor=actor,
@@ -89,6 +91,7 @@ def delete_batch(
         committed=committed,
         deleted=deleted,
         refuse=refuse,
+        gone=gone,
     )
     part_messages = part_messages or BATCH_MESSAGES
     if len(batch) == 1:
@@ -112,6 +115,7 @@ def delete_in_batches(
     committed: list | None = None,
     between_parts: Callable[[], bool | None] | None = None,
     refuse: Callable[[list[str]], StoreError | None] | None = None,
+    gone: Callable[[Sequence[str], Sequence[int]], None] | None = None,
 ) -> Iterable[tuple[list[str], int, int, int]]:
     """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id).
 
@@ -147,6 +151,7 @@ def delete_in_batches(
             whole=whole,
             committed=committed,
             refuse=refuse,
+            gone=gone,
         )
         yield batch, deleted, messages, trash_id
 

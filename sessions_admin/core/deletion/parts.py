@@ -212,5 +212,13 @@ def _locked_delete_part(
     faults.checkpoint("delete.after_trash_copy")
     db.execute(f"DELETE FROM messages WHERE id IN ({db.placeholders(message_ids)})", message_ids)
     faults.checkpoint("delete.before_commit")
-    _complete_on_commit(entry_id, committed, run, session_ids=(), messages=len(message_ids))
+    _complete_on_commit(
+        entry_id,
+        committed,
+        run,
+        session_ids=(),
+        messages=len(message_ids),
+        # A purge's part is kept in the store until its session's row goes (counted then).
+        message_ids=() if isinstance(run.trash, NoTrash) else message_ids,
+    )
     return len(message_ids)

@@ -81,6 +81,11 @@ class DeleteRun:
     # The caller's own check under the lock (an erasure's: no merge made since its plan):
     # the refusal that stops the batch, or None to go on.
     refuse: Callable[[list[str]], StoreError | None] | None = None
+    # Called as each store commit happens, with the sessions whose rows it deleted and the
+    # messages it took out of the store (a purge's parts count when their session's row
+    # goes: until then they can be put back): an erasure counts there what a runtime wrote
+    # after its rows were counted.
+    gone: Callable[[Sequence[str], Sequence[int]], None] | None = None
 
     def open_entry(self, session_ids: Sequence[str], rows: dict) -> int:
         try:
@@ -202,6 +207,9 @@ def _locked_delete(
                     response_ids,
                     alias=responses_alias(),
                 )
+        message_ids = [row["id"] for row in payload["messages"]]
+        if marked:  # the last step of a purge in parts: the parts it kept go now
+            message_ids += being_deleted.kept_part_ids(batch)
         db.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", batch)
         # Children before parents inside the batch too (the foreign key is checked per statement).
         db.execute(f"DELETE FROM sessions WHERE id IN ({marks})", batch)
@@ -219,15 +227,23 @@ def _locked_delete(
         run,
         session_ids=[row["id"] for row in payload["sessions"]],
         messages=len(payload["messages"]),
+        message_ids=message_ids,
     )
     return len(payload["sessions"]), len(payload["messages"]), entry_id
 
 
 def _complete_on_commit(
-    entry_id: int, committed: list, run: DeleteRun, *, session_ids: Sequence[str], messages: int
+    entry_id: int,
+    committed: list,
+    run: DeleteRun,
+    *,
+    session_ids: Sequence[str],
+    messages: int,
+    message_ids: Sequence[int],
 ) -> None:
     """Once the store commits the delete, its trash entry is complete (its rows only there).
-    ``session_ids``: the sessions whose rows it deleted (none for a part of a session)."""
+    ``session_ids``: the sessions whose rows it deleted (none for a part of a session);
+    ``message_ids``: the messages it took out of the store for ``DeleteRun.gone``."""
 
     def mark_complete() -> None:
         committed.append(entry_id)
@@ -235,6 +251,8 @@ def _complete_on_commit(
             run.committed.append((entry_id, len(session_ids), messages))
         if run.deleted is not None:
             run.deleted.extend(session_ids)
+        if run.gone is not None:
+            run.gone(session_ids, message_ids)
         faults.checkpoint("delete.after_commit")
         try:
             run.trash.mark_complete(entry_id)

@@ -132,11 +132,11 @@ def run_erasure(*, request_id: int) -> dict | None:
             ):
                 raise core.PlanChanged("erasure")
             erasure_ledger.refuse_held(full)
-            before = erasure_core.rows_present(plan=full.store)
+            before, late = erasure_core.counted_before(plan=full.store)
             try:
                 # While the store still shows what they committed (nothing is erased yet).
                 erasure_ledger.settle_pending_deletes(full.trash)
-                erasure_ledger.record_run(request, full, before)
+                erasure_ledger.record_run(request, full, before, late)
             except Exception as error:
                 if storage := core_db.storage_failure(error):
                     raise DashboardNotWritten("erasure", storage, error) from error
@@ -144,16 +144,20 @@ def run_erasure(*, request_id: int) -> dict | None:
             faults.checkpoint("erasure.after_plan_recorded")
         else:
             full, before = recorded
+            late = erasure_ledger.recorded_late(request)
             erasure_ledger.refuse_held(full)
         result = erasure_core.erase(
             subject=subject,
             plan=full.store,
             before=before,
+            late=late,
+            progress=lambda plan, late: erasure_ledger.record_progress(request, plan, late),
             between_batches=lambda: erasure_ledger.renew(request),
             switch_events=full.trash.switch_events,
         )
         faults.checkpoint("erasure.after_store")
-        return erasure_ledger.complete(request, full.store, result, trash=full.trash)
+        # The plan as carried out: with the sessions a runtime started meanwhile.
+        return erasure_ledger.complete(request, result.plan, result, trash=full.trash)
 
     try:
         receipt = _audited(

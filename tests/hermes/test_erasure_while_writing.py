@@ -1,0 +1,200 @@
+"""An erasure while hermes-agent keeps writing to the subject's sessions with its own SQL
+(attack round 38, A and H).
+
+Hermes's ``SessionDB`` does not go through the core, so nothing refuses its writes while an
+erasure runs. What it appends to one of the subject's sessions, and the sessions it starts
+below them (a delegate, with no user id), are erased too and counted in the receipt; a child
+it starts there for another user stays, whole. The runtime writes exactly between two of the
+erasure's delete batches, in its own process.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sessions_admin.core import db, faults
+from sessions_admin.core.erasure import Subject
+from sessions_admin.ledger import actions
+from sessions_admin.ledger import erasure as erasure_ledger
+from sessions_admin.ledger.models import ErasureRequest
+from tests.hermes.checks import assert_healthy
+from tests.hermes.conftest import call
+
+ALICE = "alice-h38"
+BOB = "bob-h38"
+
+
+def _session_ops(session_id: str, user: str | None, words: str, count: int, **more) -> list:
+    kwargs = {"user_id": user, **more} if user else more
+    return [
+        call("state.create_session", session_id, "telegram" if user else "cli", **kwargs),
+        *(call("state.append_message", session_id, "user", f"{words} {k}") for k in range(count)),
+    ]
+
+
+def _count(sql: str, *params) -> int:
+    return int(db.fetchone(sql, list(params))[0])
+
+
+@pytest.fixture
+def one_session_a_batch(monkeypatch):
+    monkeypatch.setattr("sessions_admin.core.deletion.batches.BATCH_SESSIONS", 1)
+
+
+@pytest.fixture
+def no_hook():
+    yield
+    faults._actions.clear()
+    faults._hits.clear()
+
+
+def test_what_hermes_writes_during_an_erasure_is_erased_and_counted(
+    hermes, attach, one_session_a_batch, no_hook
+):
+    hermes.run(
+        [
+            *_session_ops("al-1", ALICE, "ALICE-WORDS", 4),
+            call("state.end_session", "al-1", "user_exit"),
+            *_session_ops("al-2", ALICE, "ALICE-WORDS", 5),
+            call("state.end_session", "al-2", "user_exit"),
+            *_session_ops("al-3", ALICE, "ALICE-WORDS", 6),  # live: the runtime's
+            *_session_ops("bob-1", BOB, "BOB-WORDS", 3),
+        ]
+    )
+    attach()
+    subject = Subject(user_id=ALICE)
+    plan = erasure_ledger.plan(subject)
+    assert set(plan.store.session_ids) == {"al-1", "al-2", "al-3"}
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-H38",
+        expected_fingerprint=plan.fingerprint,
+        start=False,
+    )
+    written: dict[str, int] = {}
+
+    def runtime_writes() -> None:
+        # One of Alice's sessions is gone; Hermes goes on with those left, in its own process.
+        left = sorted(
+            r[0] for r in db.fetchall("SELECT id FROM sessions WHERE user_id = %s", [ALICE])
+        )
+        assert len(left) == 2
+        parent = left[0]
+        hermes.run(
+            [
+                *(
+                    call("state.append_message", sid, "assistant", f"ALICE-WORDS late {k}")
+                    for sid in left
+                    for k in range(3)
+                ),
+                # A delegate the runtime starts below her session: no user id of its own.
+                *_session_ops("al-child", None, "ALICE-WORDS child", 2, parent_session_id=parent),
+                # Bob's session started below hers (another user): his, kept.
+                *_session_ops("bob-child", BOB, "BOB-WORDS child", 2, parent_session_id=parent),
+            ]
+        )
+        written["late"] = 3 * len(left) + 2
+
+    faults.run_at("erasure.between_batches", runtime_writes)
+    receipt = actions.run_erasure(request_id=request.pk)
+
+    assert written["late"] == 8
+    request.refresh_from_db()
+    assert request.state == ErasureRequest.DONE
+    # Nothing of hers is left, the delegate's messages included; Bob's are all there.
+    assert _count("SELECT COUNT(*) FROM messages WHERE content LIKE %s", "ALICE-WORDS%") == 0
+    assert (
+        _count("SELECT COUNT(*) FROM sessions WHERE id IN ('al-1','al-2','al-3','al-child')") == 0
+    )
+    assert _count("SELECT COUNT(*) FROM messages WHERE content LIKE %s", "BOB-WORDS%") == 5
+    assert _count("SELECT COUNT(*) FROM sessions WHERE id = 'bob-child'") == 1
+    # The receipt counts what went: 15 messages counted before, 8 written during, 4 sessions.
+    assert receipt["erased"]["messages"] == 15 + 8
+    assert receipt["erased"]["sessions"] == 4
+    assert erasure_ledger.hash_of(request.salt, "al-child") in receipt["session_ids_sha256"]
+    assert_healthy(hermes)
+
+
+def test_a_run_killed_after_a_late_child_was_added_resumes_with_it(
+    hermes, attach, one_session_a_batch, no_hook
+):
+    """The child added to the plan is recorded before it is deleted: a run that stops right
+    after (here: a database error on the next batch) is finished by running it again, which
+    erases and counts it too."""
+    hermes.run(
+        [
+            *_session_ops("al-1", ALICE, "ALICE-WORDS", 2),
+            call("state.end_session", "al-1", "user_exit"),
+            *_session_ops("al-2", ALICE, "ALICE-WORDS", 2),
+        ]
+    )
+    attach()
+    subject = Subject(user_id=ALICE)
+    plan = erasure_ledger.plan(subject)
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-H38b",
+        expected_fingerprint=plan.fingerprint,
+        start=False,
+    )
+
+    def runtime_starts_a_child() -> None:
+        left = [r[0] for r in db.fetchall("SELECT id FROM sessions WHERE user_id = %s", [ALICE])]
+        hermes.run(_session_ops("al-kid", None, "ALICE-WORDS kid", 3, parent_session_id=left[0]))
+
+    def the_run_dies() -> None:
+        raise RuntimeError("the worker stopped")
+
+    faults.run_at("erasure.between_batches", runtime_starts_a_child)
+    # The next batch is the child's: the run stops right after it committed.
+    faults.run_at("delete.after_commit", the_run_dies, nth=2)
+    with pytest.raises(RuntimeError):
+        actions.run_erasure(request_id=request.pk)
+    request.refresh_from_db()
+    assert request.state == ErasureRequest.FAILED
+    assert "al-kid" in erasure_ledger.recorded_run(request)[0].store.session_ids
+    faults._actions.clear()
+    receipt = actions.run_erasure(request_id=request.pk)
+    assert _count("SELECT COUNT(*) FROM messages WHERE content LIKE %s", "ALICE-WORDS%") == 0
+    assert receipt["erased"]["sessions"] == 3
+    assert erasure_ledger.hash_of(request.salt, "al-kid") in receipt["session_ids_sha256"]
+    assert_healthy(hermes)
+
+
+def test_what_hermes_appends_to_a_session_erased_in_parts_is_counted(
+    hermes, attach, monkeypatch, no_hook
+):
+    # Larger than a batch: erased in parts, the runtime appending between two of them.
+    monkeypatch.setattr("sessions_admin.core.deletion.batches.BATCH_MESSAGES", 3)
+    hermes.run(
+        [
+            *_session_ops("al-big", ALICE, "ALICE-WORDS", 10),
+            *_session_ops("bob-1", BOB, "BOB-WORDS", 3),
+        ]
+    )
+    attach()
+    subject = Subject(user_id=ALICE)
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-H38c",
+        expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
+        start=False,
+    )
+    faults.run_at(
+        "delete.between_parts",
+        lambda: hermes.run(
+            [
+                call("state.append_message", "al-big", "user", f"ALICE-WORDS more {k}")
+                for k in range(4)
+            ]
+        ),
+    )
+    receipt = actions.run_erasure(request_id=request.pk)
+    assert _count("SELECT COUNT(*) FROM messages WHERE content LIKE %s", "ALICE-WORDS%") == 0
+    assert _count("SELECT COUNT(*) FROM messages WHERE content LIKE %s", "BOB-WORDS%") == 3
+    assert receipt["erased"]["messages"] == 14
+    assert receipt["erased"]["sessions"] == 1
+    assert_healthy(hermes)
