@@ -25,10 +25,11 @@ from pathlib import Path
 
 from django.db import OperationalError, connections, transaction
 
-from sessions_admin.core import being_deleted, db, events, faults, holds, lineage
+from sessions_admin.core import being_deleted, db, events, faults, holds, lineage, slug_history
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.deletion import (
     NO_TRASH,
+    GoneRows,
     PlanChanged,
     as_sentence,
     claims,
@@ -294,11 +295,17 @@ class LateRows:
     store's highest message id then; None for a run recorded before marks were kept: they
     are not told apart). Each run records them after every batch that deleted some, so only
     a run killed between a batch's commit and that record leaves that batch's out.
+    ``conversations``, ``responses``, ``side_rows``: the slugs, stored responses and slug
+    history rows a runtime wrote for an erased session meanwhile, put in the plan (and
+    recorded with these counts) before they are deleted (``_slugs_written_meanwhile``).
     """
 
     mark: int | None
     added: tuple[str, ...] = ()
     messages: int = 0
+    conversations: int = 0
+    responses: int = 0
+    side_rows: int = 0
 
     def as_record(self) -> dict:
         return {**asdict(self), "added": list(self.added)}
@@ -312,6 +319,9 @@ class LateRows:
             mark=None if mark is None else int(mark),
             added=tuple(record.get("added", ())),
             messages=int(record.get("messages", 0)),
+            conversations=int(record.get("conversations", 0)),
+            responses=int(record.get("responses", 0)),
+            side_rows=int(record.get("side_rows", 0)),
         )
 
 
@@ -874,10 +884,66 @@ def _grown(plan: ErasurePlan, started: Sequence[str]) -> tuple[ErasurePlan, tupl
     )
 
 
-# A runtime that keeps starting children below the subject's sessions makes the erasure add
-# them again and again; after this many rounds it stops (run it again once the runtime is
-# stopped or the sessions reset).
+# A runtime that keeps starting children below the subject's sessions (or writing erased ones
+# again) makes the erasure go round again and again; after this many rounds it stops.
 MAX_GROWTH_ROUNDS = 50
+
+
+class RuntimeOutpacedErasure(StoreError):
+    """A runtime kept starting sessions below the subject's, or writing erased sessions again,
+    round after round: what was erased stays erased, the rest waits for a run once it stops."""
+
+    def __init__(self, rounds: int):
+        super().__init__(
+            f"A runtime kept starting sessions below the subject's, or writing erased sessions "
+            f"again, through {rounds} rounds of the erasure: what it erased stays erased. Stop "
+            "the runtime (or reset the subject's sessions), then run the erasure again: it "
+            "finishes from where it stopped."
+        )
+
+
+def _present(ids: Sequence[str]) -> set[str]:
+    return _first_values_in("SELECT id FROM sessions WHERE id IN ({marks})", list(ids))
+
+
+def _slugs_written_meanwhile(plan: ErasurePlan, late: LateRows) -> tuple[ErasurePlan, LateRows]:
+    """``plan`` with the slugs and stored responses a runtime wrote for an erased session
+    while the erasure ran (a turn's response names the session, its slug points at that
+    response), which the plan did not list: they go with the plan's own, and the receipt
+    counts and hashes them. The slug history's rows naming the sessions are swept here too
+    (the poller may have recorded such a turn meanwhile). ``late`` counts them."""
+    ids = list(plan.session_ids)
+    responses = sorted(set(response_ids_of(ids)) - set(plan.response_ids))
+    names = sorted(
+        set(conversation_names_of(ids, response_ids=responses)) - set(plan.conversation_names)
+    )
+    listed = {tuple(row) for row in plan.side_rows.get(slug_history.TABLE, [])}
+    history = [
+        [row[0]]
+        for chunk in _chunks(ids)
+        for row in db.fetchall(
+            f"SELECT id FROM {slug_history.TABLE} WHERE session_id IN ({db.placeholders(chunk)})",
+            list(chunk),
+        )
+        if (row[0],) not in listed
+    ]
+    if not (responses or names or history):
+        return plan, late
+    side_rows = dict(plan.side_rows)
+    if history:
+        side_rows[slug_history.TABLE] = [*plan.side_rows.get(slug_history.TABLE, []), *history]
+    plan = replace(
+        plan,
+        conversation_names=(*plan.conversation_names, *names),
+        response_ids=(*plan.response_ids, *responses),
+        side_rows=side_rows,
+    )
+    return plan, replace(
+        late,
+        conversations=late.conversations + len(names),
+        responses=late.responses + len(responses),
+        side_rows=late.side_rows + len(history),
+    )
 
 
 def _secure_delete(on: bool) -> list[str]:
@@ -1250,7 +1316,8 @@ def _erased(before: RowsPresent, now: RowsPresent, late: LateRows) -> dict[str, 
     }
     # ``now`` counts the added sessions still there (the plan holds them), ``before`` none.
     gone["sessions"] += len(late.added)
-    gone["messages"] += late.messages
+    for name in ("messages", "conversations", "responses", "side_rows"):
+        gone[name] += getattr(late, name)
     return gone
 
 
@@ -1364,11 +1431,17 @@ def erase(
     tally = [late or LateRows(mark=None)]
     recorded = list(tally)  # what ``progress`` was last told (the record holds the plan too)
 
-    def gone(_session_ids: Sequence[str], message_ids: Sequence[int]) -> None:
-        mark = tally[0].mark
-        if mark is not None:
-            late_ids = sum(1 for message_id in message_ids if message_id > mark)
-            tally[0] = replace(tally[0], messages=tally[0].messages + late_ids)
+    def gone(rows: GoneRows) -> None:
+        # Slugs and responses the plan did not list were written after it: late too.
+        now, mark = tally[0], tally[0].mark
+        tally[0] = replace(
+            now,
+            messages=now.messages
+            + (0 if mark is None else sum(1 for mid in rows.message_ids if mid > mark)),
+            conversations=now.conversations
+            + len(set(rows.conversation_names) - set(plan.conversation_names)),
+            responses=now.responses + len(set(rows.response_ids) - set(plan.response_ids)),
+        )
 
     def refuse(batch: Sequence[str]) -> StoreError | None:
         return _merges_since(plan, batch) or _children_since(plan, batch)
@@ -1394,16 +1467,26 @@ def erase(
                         recorded[0] = tally[0]
                     if between_batches is not None:
                         between_batches()
-                break
+                # A runtime still holding an erased session's id writes it again (Hermes's
+                # API server re-creates the session of a slug's stored response): it goes too.
+                back = sorted(_present(plan.session_ids))
+                if not back:
+                    break
+                done -= set(back)
             except ChildrenSincePlan as started:
-                if _round == MAX_GROWTH_ROUNDS:
-                    raise
                 plan, added = _grown(plan, started.session_ids)
                 tally[0] = replace(tally[0], added=(*tally[0].added, *added))
                 # Recorded before they are deleted: a resumed run erases and counts them too.
                 if progress is not None:
                     progress(plan, tally[0])
                     recorded[0] = tally[0]
+        else:
+            raise RuntimeOutpacedErasure(MAX_GROWTH_ROUNDS)
+        grown_plan, tally[0] = _slugs_written_meanwhile(plan, tally[0])
+        if grown_plan is not plan:
+            plan = grown_plan
+            if progress is not None:  # recorded before they go, as added sessions are
+                progress(plan, tally[0])
         ids = [message_id for message_id, _ in plan.other_messages]
         for chunk in _chunks(ids):
             _delete_other_messages(list(chunk))

@@ -198,3 +198,87 @@ def test_what_hermes_appends_to_a_session_erased_in_parts_is_counted(
     assert receipt["erased"]["messages"] == 14
     assert receipt["erased"]["sessions"] == 1
     assert_healthy(hermes)
+
+
+def test_a_conversation_hermes_goes_on_with_during_an_erasure_leaves_nothing(
+    hermes, attach, one_session_a_batch, no_hook
+):
+    """Hermes's API server goes on with the subject's slug while the erasure runs, and the
+    slug history poller records that turn; later a runtime holding the erased session's id
+    writes it again. The turn's response and slug, the history row and the session written
+    again all go, and the receipt counts them."""
+    from sessions_admin.core import slug_history
+
+    turn = {"api_turn": {"conversation": "alice-chat", "input": "ALICE-WORDS hi", "reply": "ok"}}
+    hermes.run(
+        [
+            *_session_ops("al-1", ALICE, "ALICE-WORDS", 2),
+            call("state.end_session", "al-1", "user_exit"),
+            # Her API conversation: a session the slug's stored response names.
+            *_session_ops("al-api", ALICE, "ALICE-WORDS", 2),
+            call(
+                "responses.put",
+                "resp-al-0",
+                {
+                    "response": {"id": "resp-al-0", "object": "response", "status": "completed"},
+                    "conversation_history": [],
+                    "instructions": None,
+                    "session_id": "al-api",
+                },
+            ),
+            call("responses.set_conversation", "alice-chat", "resp-al-0"),
+            *_session_ops("bob-1", BOB, "BOB-WORDS", 2),
+        ]
+    )
+    attach()
+    slug_history.capture_slug_history()
+    subject = Subject(user_id=ALICE)
+    plan = erasure_ledger.plan(subject)
+    # Children first, then by id: al-1 goes in the first batch, al-api in the second.
+    assert plan.store.session_ids == ("al-1", "al-api")
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-H38d",
+        expected_fingerprint=plan.fingerprint,
+        start=False,
+    )
+
+    def hermes_turn() -> None:
+        assert hermes.run([turn])[0]["session_id"] == "al-api"  # she goes on
+        slug_history.capture_slug_history()
+        faults.run_at("erasure.between_batches", stale_runtime_writes_again, nth=2)
+
+    def stale_runtime_writes_again() -> None:
+        assert _count("SELECT COUNT(*) FROM sessions WHERE id = 'al-api'") == 0
+        hermes.run(_session_ops("al-api", None, "ALICE-WORDS again", 1))
+
+    faults.run_at("erasure.between_batches", hermes_turn)
+    receipt = actions.run_erasure(request_id=request.pk)
+
+    assert _count("SELECT COUNT(*) FROM sessions WHERE id IN ('al-1', 'al-api')") == 0
+    assert _count("SELECT COUNT(*) FROM messages WHERE content LIKE %s", "ALICE-WORDS%") == 0
+    assert _count("SELECT COUNT(*) FROM messages WHERE content LIKE %s", "BOB-WORDS%") == 2
+    history = _count(
+        "SELECT COUNT(*) FROM sessions_admin_slug_history WHERE slug = %s OR session_id = %s",
+        "alice-chat",
+        "al-api",
+    )
+    assert history == 0
+    left = hermes.run(
+        [
+            {"sql": "SELECT COUNT(*) FROM conversations", "on": "responses"},
+            {"sql": "SELECT COUNT(*) FROM responses", "on": "responses"},
+        ]
+    )
+    assert left == [[[0]], [[0]]]
+    assert (
+        erasure_ledger.hash_of(request.salt, "alice-chat") in receipt["conversation_slugs_sha256"]
+    )
+    # 4 counted before; the turn's 2 and the stale runtime's 1 written while it ran.
+    assert receipt["erased"]["messages"] == 4 + 2 + 1
+    assert receipt["erased"]["sessions"] == 2
+    # resp-al-0 and the turn's; the slug once (deleted, written again by the turn, deleted).
+    assert receipt["erased"]["stored_responses"] == 2
+    assert receipt["erased"]["conversation_slugs"] == 1
+    assert_healthy(hermes)

@@ -79,7 +79,12 @@ from sessions_admin.core.deletion.selection import (
     preview_bulk_delete,
     takes_live,
 )
-from sessions_admin.core.deletion.steps import COPY_ATTEMPTS, DeleteGivenBack, SessionsWentLive
+from sessions_admin.core.deletion.steps import (
+    COPY_ATTEMPTS,
+    DeleteGivenBack,
+    GoneRows,
+    SessionsWentLive,
+)
 from sessions_admin.core.deletion.trash import (
     NO_TRASH,
     TRASH_DATABASE,

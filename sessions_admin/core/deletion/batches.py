@@ -22,7 +22,7 @@ from sessions_admin.core.deletion.plan import (
     lost_undo_words,
     plan_cascade_delete,
 )
-from sessions_admin.core.deletion.steps import DeleteRun, _delete_whole
+from sessions_admin.core.deletion.steps import DeleteRun, GoneRows, _delete_whole
 from sessions_admin.core.deletion.trash import (
     TRASH_DATABASE,
     Trash,
@@ -60,7 +60,7 @@ def delete_batch(
     committed: list | None = None,
     deleted: list | None = None,
     refuse: Callable[[list[str]], StoreError | None] | None = None,
-    gone: Callable[[Sequence[str], Sequence[int]], None] | None = None,
+    gone: Callable[[GoneRows], None] | None = None,
 ) -> tuple[int, int, int]:
     """Trash then delete one batch (children first). Returns (sessions, messages, trash id).
 
@@ -77,8 +77,8 @@ def delete_batch(
     ``deleted`` the id of each session whose row it deleted (a session of the batch another
     delete took first is not among them, nor in this batch's trash entry). ``refuse``: the
     caller's own check under the lock, for the batch (or the session in parts) about to go;
-    the error it returns stops the batch as a hold does. ``gone``: told of each store commit's
-    deleted sessions and messages (``DeleteRun.gone``).
+    the error it returns stops the batch as a hold does. ``gone``: told what each store commit
+    deleted (``DeleteRun.gone``).
     """
     run = DeleteRun(
         actor=actor,
@@ -115,7 +115,7 @@ def delete_in_batches(
     committed: list | None = None,
     between_parts: Callable[[], bool | None] | None = None,
     refuse: Callable[[list[str]], StoreError | None] | None = None,
-    gone: Callable[[Sequence[str], Sequence[int]], None] | None = None,
+    gone: Callable[[GoneRows], None] | None = None,
 ) -> Iterable[tuple[list[str], int, int, int]]:
     """Delete sessions (given children first) in short batches; yield (batch, sessions, messages, trash id).
 

@@ -19,6 +19,7 @@ from sessions_admin.core.deletion.steps import (
     COPY_ATTEMPTS,
     DeleteGivenBack,
     DeleteRun,
+    GoneRows,
     KeptFromDelete,
     _complete_on_commit,
     _copy_then_delete,
@@ -216,9 +217,11 @@ def _locked_delete_part(
         entry_id,
         committed,
         run,
-        session_ids=(),
         messages=len(message_ids),
         # A purge's part is kept in the store until its session's row goes (counted then).
-        message_ids=() if isinstance(run.trash, NoTrash) else message_ids,
+        gone=GoneRows(
+            session_ids=(),
+            message_ids=() if isinstance(run.trash, NoTrash) else tuple(message_ids),
+        ),
     )
     return len(message_ids)

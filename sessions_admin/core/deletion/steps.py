@@ -60,6 +60,18 @@ class DeleteGivenBack(StoreError):
 
 
 @dataclass(frozen=True)
+class GoneRows:
+    """What one store commit of a delete took out of the databases: the sessions whose rows it
+    deleted, the messages (a purge's parts count when their session's row goes: until then
+    they can be put back), the slugs and the stored responses."""
+
+    session_ids: tuple[str, ...]
+    message_ids: tuple[int, ...]
+    conversation_names: tuple[str, ...] = ()
+    response_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class DeleteRun:
     """One delete, as each of its steps sees it: who and why, the trash and operation its
     entries go to, and whether a session found live under the lock is kept."""
@@ -81,11 +93,9 @@ class DeleteRun:
     # The caller's own check under the lock (an erasure's: no merge made since its plan):
     # the refusal that stops the batch, or None to go on.
     refuse: Callable[[list[str]], StoreError | None] | None = None
-    # Called as each store commit happens, with the sessions whose rows it deleted and the
-    # messages it took out of the store (a purge's parts count when their session's row
-    # goes: until then they can be put back): an erasure counts there what a runtime wrote
-    # after its rows were counted.
-    gone: Callable[[Sequence[str], Sequence[int]], None] | None = None
+    # Called as each store commit happens, with what it took out of the databases
+    # (``GoneRows``): an erasure counts there what a runtime wrote after its rows were counted.
+    gone: Callable[[GoneRows], None] | None = None
 
     def open_entry(self, session_ids: Sequence[str], rows: dict) -> int:
         try:
@@ -225,25 +235,23 @@ def _locked_delete(
         entry_id,
         committed,
         run,
-        session_ids=[row["id"] for row in payload["sessions"]],
         messages=len(payload["messages"]),
-        message_ids=message_ids,
+        gone=GoneRows(
+            session_ids=tuple(row["id"] for row in payload["sessions"]),
+            message_ids=tuple(message_ids),
+            conversation_names=tuple(names),
+            response_ids=tuple(response_ids),
+        ),
     )
     return len(payload["sessions"]), len(payload["messages"]), entry_id
 
 
 def _complete_on_commit(
-    entry_id: int,
-    committed: list,
-    run: DeleteRun,
-    *,
-    session_ids: Sequence[str],
-    messages: int,
-    message_ids: Sequence[int],
+    entry_id: int, committed: list, run: DeleteRun, *, messages: int, gone: GoneRows
 ) -> None:
     """Once the store commits the delete, its trash entry is complete (its rows only there).
-    ``session_ids``: the sessions whose rows it deleted (none for a part of a session);
-    ``message_ids``: the messages it took out of the store for ``DeleteRun.gone``."""
+    ``gone``: what it deleted (no session for a part of one), for ``DeleteRun.gone``."""
+    session_ids = gone.session_ids
 
     def mark_complete() -> None:
         committed.append(entry_id)
@@ -252,7 +260,7 @@ def _complete_on_commit(
         if run.deleted is not None:
             run.deleted.extend(session_ids)
         if run.gone is not None:
-            run.gone(session_ids, message_ids)
+            run.gone(gone)
         faults.checkpoint("delete.after_commit")
         try:
             run.trash.mark_complete(entry_id)
