@@ -827,10 +827,17 @@ def _redact(value, replacements: dict[str, str]):
     return value
 
 
-def redact_audit(subject: Subject, session_ids: Sequence[str], salt: str) -> int:
-    """Replace the subject's identifiers and the erased session ids, each as a whole token,
-    by their hashes in earlier audit entries; returns how many entries changed."""
-    replacements = _replacements(subject, session_ids, salt)
+# Values looked for in one LIKE query of the audit log (each is four LIKEs).
+AUDIT_LIKE_CHUNK = 50
+
+
+def redact_audit(
+    subject: Subject, session_ids: Sequence[str], salt: str, *, names: Sequence[str] = ()
+) -> int:
+    """Replace the subject's identifiers, the erased session ids and ``names`` (the erased
+    slugs and stored response ids: a runtime's turn and resolve entries name them), each as
+    a whole token, by their hashes in earlier audit entries; returns how many changed."""
+    replacements = _replacements(subject, [*session_ids, *names], salt)
     if not replacements:
         return 0
     candidates = set(
@@ -840,21 +847,24 @@ def redact_audit(subject: Subject, session_ids: Sequence[str], salt: str) -> int
     )
     table = AuditEntry._meta.db_table
     alias = router.db_for_write(AuditEntry)
-    strings = list(subject.values)
-    # A LIKE narrows the entries; the whole-token replacement decides what changes.
-    where = " OR ".join(
-        "(CAST(before AS TEXT) LIKE %s ESCAPE '\\' OR CAST(after AS TEXT) LIKE %s ESCAPE '\\' "
-        "OR reason LIKE %s ESCAPE '\\' OR detail LIKE %s ESCAPE '\\')"
-        for _ in strings
-    )
-    params = [
-        p
-        for s in strings
-        for p in [db.contains_pattern(json.dumps(s)[1:-1])] * 2 + [db.contains_pattern(s)] * 2
-    ]
-    with connections[alias].cursor() as cursor:
-        cursor.execute(f"SELECT id FROM {table} WHERE {where}", params)
-        candidates |= {row[0] for row in cursor.fetchall()}
+    strings = list(dict.fromkeys([*subject.values, *(name for name in names if name)]))
+    # A LIKE narrows the entries; the whole-token replacement decides what changes. In
+    # chunks: an erasure of many sessions has as many slugs.
+    for start in range(0, len(strings), AUDIT_LIKE_CHUNK):
+        chunk = strings[start : start + AUDIT_LIKE_CHUNK]
+        where = " OR ".join(
+            "(CAST(before AS TEXT) LIKE %s ESCAPE '\\' OR CAST(after AS TEXT) LIKE %s "
+            "ESCAPE '\\' OR reason LIKE %s ESCAPE '\\' OR detail LIKE %s ESCAPE '\\')"
+            for _ in chunk
+        )
+        params = [
+            p
+            for s in chunk
+            for p in [db.contains_pattern(json.dumps(s)[1:-1])] * 2 + [db.contains_pattern(s)] * 2
+        ]
+        with connections[alias].cursor() as cursor:
+            cursor.execute(f"SELECT id FROM {table} WHERE {where}", params)
+            candidates |= {row[0] for row in cursor.fetchall()}
     changed = 0
     for entry in AuditEntry.objects.filter(pk__in=candidates):
         fields = {
@@ -1004,7 +1014,10 @@ def _complete_dashboard(
             "job_items": items,
             # The erased sessions' own chat ids and keys too, not only the values given.
             "audit_entries_redacted": redact_audit(
-                trash.redaction_subject(plan.redaction_subject), session_ids, request.salt
+                trash.redaction_subject(plan.redaction_subject),
+                session_ids,
+                request.salt,
+                names=[*plan.conversation_names, *trash.slugs, *plan.response_ids],
             ),
             "operator_texts_redacted": redact_operator_text(
                 trash.redaction_subject(plan.redaction_subject), request.salt

@@ -364,3 +364,36 @@ def test_a_large_erasure_needs_the_typed_count(admin):
     assert not ErasureRequest.objects.exists()
     assert admin.post("erasure/requests", {**body, "typed_count": 20}).status == 201
     assert ErasureRequest.objects.count() == 1
+
+
+def test_an_erasure_leaves_no_slug_or_response_id_of_the_subject_in_the_audit(admin, runtime):
+    """A runtime's resolve and turn entries name the slug and the response id (attack round
+    38, K): after the erasure they are hashes; another person's slug stays readable."""
+    slug, other_slug = "alice-support-conv-9921", "bob-support-conv-9921"
+    ids = {}
+    for name, user in ((slug, USER), (other_slug, "someone-else")):
+        target = runtime.post(
+            "runtime/conversations/resolve",
+            {"conversation": name, "source": "api_server", "user_id": user},
+        )
+        assert target.status == 200, target.body
+        ids[name] = target.body["session_id"]
+        turn = runtime.post(
+            f"runtime/sessions/{ids[name]}/turns",
+            {"response_id": f"resp-{name}", "conversation": name},
+        )
+        assert turn.status == 201, turn.body
+    audit_text = " ".join(f"{e.before} {e.after}" for e in AuditEntry.objects.all())
+    assert slug in audit_text and f"resp-{slug}" in audit_text
+    plan = admin.post("erasure/preview", {"user_id": USER})
+    queued = admin.post(
+        "erasure/requests",
+        {"user_id": USER, "fingerprint": plan.body["fingerprint"], "reference": "DSR-K"},
+    )
+    assert queued.status == 201, queued.body
+    actions.run_erasure(request_id=queued.body["id"])
+    assert core.lineage.existing_session_ids([ids[slug]]) == set()
+    audit_text = " ".join(f"{e.before} {e.after} {e.detail}" for e in AuditEntry.objects.all())
+    assert slug not in audit_text and f"resp-{slug}" not in audit_text
+    assert other_slug in audit_text and f"resp-{other_slug}" in audit_text
+    _no_subject_in_the_audit()
