@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from sessions_admin.core import db, erasure, faults, holds
@@ -985,6 +985,27 @@ def note_pending_deletes(request: ErasureRequest, trash: TrashPlan) -> int:
     )
 
 
+def note_erased_job_items(items, *, request_id: int) -> None:
+    """Before ``items`` go: each job whose pending items are among them keeps how many this
+    erasure took from it (``DeleteJob.params["erased"]``, by request), so its page says so
+    instead of ending "1 of 2" without a word (``jobs.job_progress``)."""
+    pending = (
+        items.filter(state=DeleteJobItem.PENDING)
+        .values("job_id")
+        .annotate(count=Count("pk"))
+        .order_by("job_id")
+    )
+    for row in pending:
+        job = DeleteJob.objects.select_for_update().filter(pk=row["job_id"]).first()
+        if job is None:
+            continue
+        erased = dict((job.params or {}).get(DeleteJob.ERASED_ITEMS) or {})
+        erased[str(request_id)] = int(erased.get(str(request_id), 0)) + row["count"]
+        DeleteJob.objects.filter(pk=job.pk).update(
+            params={**(job.params or {}), DeleteJob.ERASED_ITEMS: erased}
+        )
+
+
 def _counts_of(result: erasure.ErasureResult) -> dict:
     return {name: getattr(result, name) for name in RowsPresent.__dataclass_fields__}
 
@@ -1004,9 +1025,9 @@ def _complete_dashboard(
         session_ids = [*session_ids, *trash.session_ids]
         items = 0
         for start in range(0, len(session_ids), 500):
-            items += DeleteJobItem.objects.filter(
-                session_id__in=session_ids[start : start + 500]
-            ).delete()[0]
+            chunk = DeleteJobItem.objects.filter(session_id__in=session_ids[start : start + 500])
+            note_erased_job_items(chunk, request_id=request.pk)
+            items += chunk.delete()[0]
         faults.checkpoint("erasure.during_dashboard")
         dashboard = {
             "trash_operations": len(operations),

@@ -211,6 +211,26 @@ class HeldSkip:
 
 
 @dataclass(frozen=True)
+class ErasedSkip:
+    """Pending sessions of a job that an erasure request took before the job reached them
+    (their items go with the person: ``ledger.erasure.note_erased_job_items``)."""
+
+    request_id: int
+    count: int
+
+    def describe(self) -> str:
+        return f"{self.count:,} erased by erasure request #{self.request_id}"
+
+
+def erased_skips(job: DeleteJob) -> tuple[ErasedSkip, ...]:
+    erased = (job.params or {}).get(DeleteJob.ERASED_ITEMS) or {}
+    return tuple(
+        ErasedSkip(int(request_id), int(count))
+        for request_id, count in sorted(erased.items(), key=lambda pair: int(pair[0]))
+    )
+
+
+@dataclass(frozen=True)
 class TakenSkip:
     """Sessions of a job that another delete committed first (its trash holds them): another
     job of the same set, or (``job_id`` None) a cascade."""
@@ -242,6 +262,8 @@ class JobProgress:
     kept: tuple[KeptSkip, ...] = ()
     # Already deleted by another delete when the job's batch reached them, by deleter.
     taken: tuple[TakenSkip, ...] = ()
+    # Taken by an erasure before the job reached them (counted in ``skipped``), by request.
+    erased: tuple[ErasedSkip, ...] = ()
     kind: str = DeleteJob.BULK
     total_messages: int = 0  # a cascade's or a restore's planned messages
 
@@ -274,7 +296,9 @@ class JobProgress:
         if self.kept_skipped > len(self.kept):
             parts.append(f"{self.kept_skipped - len(self.kept):,} more kept whole")
         parts += [taken.describe() for taken in self.taken]
-        other = self.skipped - self.held_skipped - self.kept_skipped - self.taken_skipped
+        parts += [erased.describe() for erased in self.erased]
+        erased = sum(e.count for e in self.erased)
+        other = self.skipped - self.held_skipped - self.kept_skipped - self.taken_skipped - erased
         if other > 0:
             parts.append(f"{other:,} gone or live again")
         return f"{self.skipped:,} skipped: " + "; ".join(parts)
@@ -848,6 +872,8 @@ def job_progress(*, job_id: int) -> JobProgress:
         raise InvalidInput(f"No job {job_id}.")
     if job.kind != DeleteJob.BULK:
         return _action_progress(job)
+    erased = erased_skips(job)
+    skipped = job.skipped + sum(e.count for e in erased)
     held_count, held = held_skips(job_id=job_id) if job.skipped else (0, ())
     kept_count, kept = kept_skips(job_id=job_id) if job.skipped else (0, ())
     rate = None
@@ -858,9 +884,9 @@ def job_progress(*, job_id: int) -> JobProgress:
         job_id=job.pk,
         state=job.state,
         total=job.total,
-        processed=job.done + job.skipped,
+        processed=job.done + skipped,
         deleted=job.done,
-        skipped=job.skipped,
+        skipped=skipped,
         deleted_messages=job.deleted_messages,
         sessions_per_second=rate,
         error=job.error,
@@ -869,6 +895,7 @@ def job_progress(*, job_id: int) -> JobProgress:
         kept_skipped=kept_count,
         kept=kept,
         taken=taken_skips(job_id=job_id) if job.skipped else (),
+        erased=erased,
     )
 
 

@@ -183,6 +183,10 @@ class DeleteJob(models.Model):
     PENDING, RUNNING, DONE, FAILED, CANCELLED = "pending", "running", "done", "failed", "cancelled"
     BULK, CASCADE, RESTORE = "bulk", "cascade", "restore"
 
+    # ``params`` key: how many of the job's pending sessions an erasure took, by request id
+    # (``ledger.erasure.note_erased_job_items``): never deleted, nor skipped, by the job.
+    ERASED_ITEMS = "erased"
+
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150)
     reason = models.TextField()
