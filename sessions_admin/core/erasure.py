@@ -1002,15 +1002,40 @@ def _tombstone_switch_events(seqs: Sequence[int]) -> int:
     skips an event; deleting these rows would leave gaps. A tombstone keeps its ``seq``,
     time and reason, names no session (``new_session_id`` empty, the rest NULL) and has the
     history origin, so a follower reading it tells no listener.
+
+    An event whose new session is another person's, still in the store (a group chat's key
+    reset from the subject's session to theirs), stays theirs: only the fields naming a
+    session no longer in the store (the subject's, erased) are emptied, so that person's
+    listeners still hear their session switch.
     """
     changed = 0
     for chunk in _chunks(list(seqs)):
-        changed += db.execute(
-            "UPDATE sessions_admin_switch_events SET new_session_id = %s, "
-            "previous_session_id = NULL, parent_session_id = NULL, session_key = NULL, "
-            f"source = NULL, origin = %s WHERE seq IN ({db.placeholders(chunk)})",
-            [ERASED_SESSION, events.HISTORY_ORIGIN, *chunk],
+        rows = db.fetchall(
+            "SELECT seq, new_session_id, previous_session_id, parent_session_id FROM "
+            f"sessions_admin_switch_events WHERE seq IN ({db.placeholders(chunk)})",
+            list(chunk),
         )
+        kept = _present([sid for row in rows for sid in row[1:] if sid])
+        whole = [row[0] for row in rows if row[1] not in kept]
+        if whole:
+            changed += db.execute(
+                "UPDATE sessions_admin_switch_events SET new_session_id = %s, "
+                "previous_session_id = NULL, parent_session_id = NULL, session_key = NULL, "
+                f"source = NULL, origin = %s WHERE seq IN ({db.placeholders(whole)})",
+                [ERASED_SESSION, events.HISTORY_ORIGIN, *whole],
+            )
+        for seq, _new, previous, parent in rows:
+            if seq in whole:
+                continue
+            changed += db.execute(
+                "UPDATE sessions_admin_switch_events SET previous_session_id = %s, "
+                "parent_session_id = %s WHERE seq = %s",
+                [
+                    previous if previous in kept else None,
+                    parent if parent in kept else None,
+                    seq,
+                ],
+            )
     return changed
 
 

@@ -210,3 +210,31 @@ def test_a_limited_token_is_never_told_another_sources_session_in_a_switch(make_
     # An unlimited reader is still told which session went into it.
     unlimited = ApiClient(make_token("runtime")).get(f"switches?after={start}").body["events"]
     assert any(dc in (e["previous_session_id"], e["parent_session_id"]) for e in unlimited)
+
+
+def test_a_shared_keys_switch_to_another_persons_session_survives_an_erasure(make_token):
+    """A group chat's key: the subject's session reset, another person's started on the same
+    key (attack round 38, S). Erasing the subject empties only what named her session: the
+    other person's listeners still hear their session start, with the key."""
+    start = end_of_log()
+    key = "tg:group-38"
+    hers = core.create_session(source="telegram", session_key=key, user_id="u-her-38").session_id
+    core.append_message(session_id=hers, role="user", content="hi")
+    theirs = core.create_session(source="telegram", session_key=key, user_id="u-him-38")
+    theirs = theirs.session_id
+    switch = [e for e in delivered_by_the_core(start) if e["new_session_id"] == theirs]
+    assert len(switch) == 1 and switch[0]["previous_session_id"] == hers
+    call_command("erase_subject", user="u-her-38", reference="T-S", yes=True, stdout=None)
+
+    after = delivered_by_the_core(start)
+    assert [e["new_session_id"] for e in after] == [theirs]
+    assert after[0]["seq"] == switch[0]["seq"] and after[0]["session_key"] == key
+    assert after[0]["previous_session_id"] is None
+    logged = db.fetchall(
+        "SELECT new_session_id, previous_session_id, parent_session_id "
+        "FROM sessions_admin_switch_events WHERE seq > %s",
+        [start],
+    )
+    assert hers not in {value for row in logged for value in row}
+    client = ApiClient(make_token("runtime"))
+    assert client.get(f"switches?after={start}").body["events"] == after
