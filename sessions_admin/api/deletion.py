@@ -143,6 +143,11 @@ class CascadeIn(Strict):
     lose_undo: bool = False
 
 
+class UnlinkedOut(Schema):
+    session_id: str
+    parent_session_id: str
+
+
 class JobOut(Schema):
     job_id: int
     state: str
@@ -172,6 +177,14 @@ class JobOut(Schema):
         0,
         description="A cascade's or a restore's planned messages; 0 for a bulk delete, whose "
         "messages are counted as its batches go (deleted_messages).",
+    )
+    unlinked_count: int = Field(
+        0,
+        description="Once finished: sessions kept in the store with their link to a session "
+        "it deleted cleared, that its preview did not name (started below it meanwhile).",
+    )
+    unlinked: list[UnlinkedOut] = Field(
+        default_factory=list, description="The first of those, with the deleted parent."
     )
     url: str = Field("", description="This job's status: GET it until its state is done.")
 
@@ -435,6 +448,11 @@ def _job_out(job: DeleteJob) -> JobOut:
         skipped_text=progress.skipped_text,
         kind=job.kind,
         total_messages=progress.total_messages,
+        unlinked_count=progress.unlinked_count,
+        unlinked=[
+            UnlinkedOut(session_id=child, parent_session_id=parent)
+            for child, parent in progress.unlinked
+        ],
         url=reverse("api:job_status", kwargs={"job_id": job.pk}),
     )
 

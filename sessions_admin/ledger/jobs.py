@@ -264,6 +264,10 @@ class JobProgress:
     taken: tuple[TakenSkip, ...] = ()
     # Taken by an erasure before the job reached them (counted in ``skipped``), by request.
     erased: tuple[ErasedSkip, ...] = ()
+    # Kept in the store with their link to a deleted parent cleared, its preview not naming
+    # them (a child a runtime started meanwhile): how many, and (child, parent) of the first.
+    unlinked_count: int = 0
+    unlinked: tuple[tuple[str, str], ...] = ()
     kind: str = DeleteJob.BULK
     total_messages: int = 0  # a cascade's or a restore's planned messages
 
@@ -866,6 +870,35 @@ def taken_skips(*, job_id: int) -> tuple[TakenSkip, ...]:
     return tuple(TakenSkip(row["entry__job_id"], row["count"]) for row in rows)
 
 
+# Sessions named on a finished job's page as kept with their parent link cleared, at most.
+UNLINKED_NAMED = 20
+
+
+def unlinked_children(job: DeleteJob) -> tuple[int, tuple[tuple[str, str], ...]]:
+    """(child, parent) for each session a finished bulk or cascade job kept in the store with
+    its link to a session it deleted cleared, that its preview did not name (a cascade's
+    preview lists the children it cuts: ``params["cut"]``), such as a child a runtime
+    started during the job; how many, and the first ``UNLINKED_NAMED``. A restore of the
+    job's trash links them again. Read from its trash entries once it has finished."""
+    if job.state in (DeleteJob.PENDING, DeleteJob.RUNNING) or job.kind == DeleteJob.RESTORE:
+        return 0, ()
+    entries = (
+        TrashEntry.objects.filter(operation=job.operation)
+        if job.kind == DeleteJob.CASCADE and job.operation
+        else TrashEntry.objects.filter(job_id=job.pk)
+    )
+    named = set((job.params or {}).get("cut") or [])
+    found: dict[str, str] = {}
+    for pairs in entries.exclude(state=TrashEntry.PENDING).values_list(
+        "payload__kept_children", flat=True
+    ):
+        for child, parent in pairs or []:
+            if str(child) not in named:
+                found.setdefault(str(child), str(parent))
+    ordered = sorted(found.items())
+    return len(ordered), tuple(ordered[:UNLINKED_NAMED])
+
+
 def job_progress(*, job_id: int) -> JobProgress:
     job = DeleteJob.objects.filter(pk=job_id).first()
     if job is None:
@@ -896,7 +929,13 @@ def job_progress(*, job_id: int) -> JobProgress:
         kept=kept,
         taken=taken_skips(job_id=job_id) if job.skipped else (),
         erased=erased,
+        **_unlinked_fields(job),
     )
+
+
+def _unlinked_fields(job: DeleteJob) -> dict:
+    count, named = unlinked_children(job)
+    return {"unlinked_count": count, "unlinked": named}
 
 
 def _action_progress(job: DeleteJob) -> JobProgress:
@@ -925,6 +964,7 @@ def _action_progress(job: DeleteJob) -> JobProgress:
         error=job.error,
         kind=job.kind,
         total_messages=job.total_messages,
+        **_unlinked_fields(job),
     )
 
 
