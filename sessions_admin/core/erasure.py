@@ -484,6 +484,43 @@ def _moved_messages(merges, id_set: set[str]) -> list[tuple[int, str]]:
     return sorted(found.items())
 
 
+# The columns a branch copies (``lifecycle.branch_session``) that tell a copy of a message
+# from another message: the same words at the same instant, by the same role.
+COPY_COLUMNS = ("role", "content", "timestamp", "tool_calls", "reasoning")
+
+
+def _branch_copies(moved: Sequence[tuple[int, str]], id_set: set[str]) -> list[tuple[int, str]]:
+    """Copies of the subject's moved messages that a branch of the session holding them made
+    (a branch copies the active transcript, every written column as it is): rows of the
+    sessions below it (``parent_session_id``, at any depth) with the same role, content,
+    timestamp, tool calls and reasoning. (message id, session) of each, outside ``id_set``."""
+    holders = sorted({sid for _mid, sid in moved})
+    if not holders:
+        return []
+    below = sorted(_descendants(holders) - set(holders) - id_set)
+    if not below:
+        return []
+    columns = ", ".join(COPY_COLUMNS)
+    originals = {
+        tuple(row)
+        for row in db.fetchall_in(
+            f"SELECT {columns} FROM messages WHERE id IN ({{marks}})", [m for m, _ in moved]
+        )
+    }
+    stamps = sorted({row[2] for row in originals})
+    found = []
+    for chunk in _chunks(below):
+        for message_id, session_id, *copied in db.fetchall_in(
+            f"SELECT id, session_id, {columns} FROM messages WHERE timestamp IN ({{marks}}) "
+            f"AND session_id IN ({db.placeholders(chunk)})",
+            stamps,
+            after=list(chunk),
+        ):
+            if tuple(copied) in originals:
+                found.append((int(message_id), session_id))
+    return found
+
+
 def _moved_responses(merges, id_set: set[str]) -> set[str]:
     """Stored responses of the subject's sessions that a standing merge re-pointed elsewhere."""
     return {
@@ -714,6 +751,7 @@ def plan_erasure(
     _refuse_other_users(subject, ids, merged_in)
     live = sorted(live_session_ids(ids))
     moved = _moved_messages(merges, id_set)
+    moved = sorted({*moved, *_branch_copies(moved, id_set)})
     responses = set(response_ids_of(ids)) if ids else set()
     responses |= _moved_responses(merges, id_set)
     names = set(conversation_names_of(ids, response_ids=sorted(responses))) if ids else set()
@@ -1192,8 +1230,9 @@ def counted_before(*, plan: ErasurePlan) -> tuple[RowsPresent, LateRows]:
     of the same count (one snapshot): a message above it was appended afterwards
     (``LateRows``). Messages ids only grow (AUTOINCREMENT on SQLite, a sequence on
     PostgreSQL)."""
+    outer = connections[store_alias()].in_atomic_block  # a caller's transaction: its snapshot
     with transaction.atomic(using=store_alias()):
-        if db.vendor() == "postgresql":
+        if db.vendor() == "postgresql" and not outer:
             db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         mark = int(db.fetchone("SELECT COALESCE(MAX(id), 0) FROM messages")[0])
         before = rows_present(plan=plan)
