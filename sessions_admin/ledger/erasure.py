@@ -783,6 +783,10 @@ def _in_text(replacements: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in replacements.items() if len(k) >= erasure.MIN_MENTION}
 
 
+# Values looked for in one LIKE query of the audit log or operator texts (each is a few LIKEs).
+AUDIT_LIKE_CHUNK = 50
+
+
 def redact_operator_text(subject: Subject, salt: str) -> int:
     """Bulk delete reasons and descriptions and trash entry reasons that name the subject
     (a whole token): those words become their hashes. Returns how many rows changed."""
@@ -792,11 +796,16 @@ def redact_operator_text(subject: Subject, salt: str) -> int:
         return 0
     changed = 0
     for model, fields in ((DeleteJob, ("reason", "description")), (TrashEntry, ("reason",))):
-        query = Q()
-        for value in strings:
-            for name in fields:
-                query |= Q(**{f"{name}__contains": value})
-        for row in model.objects.filter(query).values("pk", *fields):
+        # In chunks: a subject of many chats has as many values (SQLite refuses an expression
+        # deeper than 1,000).
+        found: set[int] = set()
+        for start in range(0, len(strings), AUDIT_LIKE_CHUNK):
+            query = Q()
+            for value in strings[start : start + AUDIT_LIKE_CHUNK]:
+                for name in fields:
+                    query |= Q(**{f"{name}__contains": value})
+            found |= set(model.objects.filter(query).values_list("pk", flat=True))
+        for row in model.objects.filter(pk__in=sorted(found)).values("pk", *fields):
             new = {name: erasure.redact_text(row[name], _in_text(replacements)) for name in fields}
             if any(new[name] != row[name] for name in fields):
                 model.objects.filter(pk=row["pk"]).update(**new)
@@ -825,10 +834,6 @@ def _redact(value, replacements: dict[str, str]):
     if isinstance(value, dict):
         return {_redact(k, replacements): _redact(v, replacements) for k, v in value.items()}
     return value
-
-
-# Values looked for in one LIKE query of the audit log (each is four LIKEs).
-AUDIT_LIKE_CHUNK = 50
 
 
 def redact_audit(
