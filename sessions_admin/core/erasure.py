@@ -25,7 +25,7 @@ from pathlib import Path
 
 from django.db import OperationalError, connections, transaction
 
-from sessions_admin.core import being_deleted, db, events, faults, holds, lineage, slug_history
+from sessions_admin.core import being_deleted, db, events, faults, holds, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.deletion import (
     NO_TRASH,
@@ -302,6 +302,8 @@ class LateRows:
 
     mark: int | None
     added: tuple[str, ...] = ()
+    # Sessions of the plan a runtime wrote again (same id) after their delete, deleted again.
+    recreated: int = 0
     messages: int = 0
     conversations: int = 0
     responses: int = 0
@@ -318,6 +320,7 @@ class LateRows:
         return cls(
             mark=None if mark is None else int(mark),
             added=tuple(record.get("added", ())),
+            recreated=int(record.get("recreated", 0)),
             messages=int(record.get("messages", 0)),
             conversations=int(record.get("conversations", 0)),
             responses=int(record.get("responses", 0)),
@@ -700,6 +703,17 @@ def _side_rows(
     return found
 
 
+def _holds_naming(redaction: Subject, gone_holds: set) -> list[int]:
+    """Holds (other than ``gone_holds``) whose reason or release reason names the subject as a
+    whole token: they stay, those words are redacted."""
+    return sorted(
+        int(r[0])
+        for r in db.fetchall("SELECT id, reason, release_reason FROM sessions_admin_holds")
+        if r[0] not in gone_holds
+        and (names_subject(r[1], redaction) or names_subject(r[2] or "", redaction))
+    )
+
+
 def _identifiers_of(ids: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The distinct chat ids and session keys of these sessions."""
     chats: set[str] = set()
@@ -784,12 +798,7 @@ def plan_erasure(
     mentions = _mentions(subject, id_set)
     side_rows = {table: [list(row) for row in rows] for table, rows in side.items()}
     gone_holds = {row[0] for row in side_rows.get("sessions_admin_holds", [])}
-    redacted_holds = sorted(
-        int(r[0])
-        for r in db.fetchall("SELECT id, reason, release_reason FROM sessions_admin_holds")
-        if r[0] not in gone_holds
-        and (names_subject(r[1], redaction) or names_subject(r[2] or "", redaction))
-    )
+    redacted_holds = _holds_naming(redaction, gone_holds)
     fingerprint = hashlib.sha256(
         json.dumps(
             [
@@ -944,43 +953,55 @@ def _present(ids: Sequence[str]) -> set[str]:
     return _first_values_in("SELECT id FROM sessions WHERE id IN ({marks})", list(ids))
 
 
-def _slugs_written_meanwhile(plan: ErasurePlan, late: LateRows) -> tuple[ErasurePlan, LateRows]:
-    """``plan`` with the slugs and stored responses a runtime wrote for an erased session
-    while the erasure ran (a turn's response names the session, its slug points at that
-    response), which the plan did not list: they go with the plan's own, and the receipt
-    counts and hashes them. The slug history's rows naming the sessions are swept here too
-    (the poller may have recorded such a turn meanwhile). ``late`` counts them."""
+def _written_meanwhile(
+    plan: ErasurePlan, late: LateRows, trashed_ids: Sequence[str]
+) -> tuple[ErasurePlan, LateRows]:
+    """``plan`` with what was written about the subject while the erasure ran (or between a
+    failed run and its retry) that it did not list, after its sessions are gone: the slugs
+    and stored responses a runtime's turn wrote for an erased session, the slug history the
+    poller recorded of it, a hold on the subject placed and released meanwhile, and the
+    other rows of sessions_admin's own tables naming an erased session (``_side_rows``,
+    again); and the holds whose reason names the subject (redacted). They go with the plan's
+    own, and ``late`` counts them (the receipt hashes the slugs and responses too)."""
     ids = list(plan.session_ids)
     responses = sorted(set(response_ids_of(ids)) - set(plan.response_ids))
     names = sorted(
         set(conversation_names_of(ids, response_ids=responses)) - set(plan.conversation_names)
     )
-    listed = {tuple(row) for row in plan.side_rows.get(slug_history.TABLE, [])}
-    history = [
-        [row[0]]
-        for chunk in _chunks(ids)
-        for row in db.fetchall(
-            f"SELECT id FROM {slug_history.TABLE} WHERE session_id IN ({db.placeholders(chunk)})",
-            list(chunk),
-        )
-        if (row[0],) not in listed
-    ]
-    if not (responses or names or history):
-        return plan, late
-    side_rows = dict(plan.side_rows)
-    if history:
-        side_rows[slug_history.TABLE] = [*plan.side_rows.get(slug_history.TABLE, []), *history]
-    plan = replace(
+    side = _side_rows(
+        plan.subject,
+        ids,
+        sorted({*plan.conversation_names, *names}),
+        [],
+        trashed_ids=trashed_ids,
+    )
+    side_rows = {table: [list(row) for row in rows] for table, rows in plan.side_rows.items()}
+    fresh = 0
+    for table, rows in side.items():
+        listed = {tuple(row) for row in side_rows.get(table, [])}
+        added = [list(row) for row in rows if tuple(row) not in listed]
+        if added:
+            side_rows.setdefault(table, []).extend(added)
+            # Switch events are tombstoned, not deleted: not counted as lost.
+            fresh += 0 if table == "sessions_admin_switch_events" else len(added)
+    gone_holds = {row[0] for row in side_rows.get("sessions_admin_holds", [])}
+    redacted = sorted(
+        set(plan.redacted_holds) | set(_holds_naming(plan.redaction_subject, gone_holds))
+    )
+    grown = replace(
         plan,
         conversation_names=(*plan.conversation_names, *names),
         response_ids=(*plan.response_ids, *responses),
         side_rows=side_rows,
+        redacted_holds=tuple(redacted),
     )
-    return plan, replace(
+    if grown == plan:
+        return plan, late
+    return grown, replace(
         late,
         conversations=late.conversations + len(names),
         responses=late.responses + len(responses),
-        side_rows=late.side_rows + len(history),
+        side_rows=late.side_rows + fresh,
     )
 
 
@@ -1379,7 +1400,7 @@ def _erased(before: RowsPresent, now: RowsPresent, late: LateRows) -> dict[str, 
         for name in RowsPresent.__dataclass_fields__
     }
     # ``now`` counts the added sessions still there (the plan holds them), ``before`` none.
-    gone["sessions"] += len(late.added)
+    gone["sessions"] += len(late.added) + late.recreated
     for name in ("messages", "conversations", "responses", "side_rows"):
         gone[name] += getattr(late, name)
     return gone
@@ -1463,6 +1484,7 @@ def erase(
     progress: Callable[[ErasurePlan, LateRows], None] | None = None,
     between_batches: Callable[[], None] | None = None,
     switch_events: Sequence[int] = (),
+    trashed_ids: Sequence[str] = (),
 ) -> ErasureResult:
     """Purge everything ``plan_erasure`` lists for ``subject`` (no trash; nothing restorable).
 
@@ -1478,8 +1500,9 @@ def erase(
     record before going on;
     ``between_batches`` after each committed delete batch (the caller renews its lease
     there). ``switch_events``: more events to tombstone, those of the subject's sessions
-    that are no longer in the store (the trash's: ``switch_events_of``). Refused while a
-    hold stands.
+    that are no longer in the store (the trash's: ``switch_events_of``). ``trashed_ids``:
+    the subject's sessions the dashboard's trash holds (a runtime writing one of them again
+    meanwhile has it erased too). Refused while a hold stands.
 
     A session a runtime starts below one of the subject's while this runs (the subject's
     user id, or none) is erased with it and counted (``ChildrenSincePlan``); so is a message
@@ -1534,9 +1557,22 @@ def erase(
                 # A runtime still holding an erased session's id writes it again (Hermes's
                 # API server re-creates the session of a slug's stored response): it goes too.
                 back = sorted(_present(plan.session_ids))
-                if not back:
+                # The same for a session of the plan's trash: it is the subject's again.
+                reborn = sorted(
+                    _theirs_or_nobodys(plan.subject, sorted(set(trashed_ids) - set(back)))
+                )
+                if not (back or reborn):
                     break
                 done -= set(back)
+                plan, added = _grown(plan, reborn) if reborn else (plan, ())
+                tally[0] = replace(
+                    tally[0],
+                    added=(*tally[0].added, *added),
+                    recreated=tally[0].recreated + len(back),
+                )
+                if progress is not None:  # recorded before they go, as children started are
+                    progress(plan, tally[0])
+                    recorded[0] = tally[0]
             except ChildrenSincePlan as started:
                 plan, added = _grown(plan, started.session_ids)
                 tally[0] = replace(tally[0], added=(*tally[0].added, *added))
@@ -1546,7 +1582,7 @@ def erase(
                     recorded[0] = tally[0]
         else:
             raise RuntimeOutpacedErasure(MAX_GROWTH_ROUNDS)
-        grown_plan, tally[0] = _slugs_written_meanwhile(plan, tally[0])
+        grown_plan, tally[0] = _written_meanwhile(plan, tally[0], trashed_ids)
         if grown_plan is not plan:
             plan = grown_plan
             if progress is not None:  # recorded before they go, as added sessions are

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from sessions_admin import core
 from sessions_admin.core import db, faults
 from sessions_admin.core.erasure import Subject
 from sessions_admin.ledger import actions
@@ -277,8 +278,68 @@ def test_a_conversation_hermes_goes_on_with_during_an_erasure_leaves_nothing(
     )
     # 4 counted before; the turn's 2 and the stale runtime's 1 written while it ran.
     assert receipt["erased"]["messages"] == 4 + 2 + 1
-    assert receipt["erased"]["sessions"] == 2
+    # Two sessions, and al-api's row written again by the stale runtime, deleted again.
+    assert receipt["erased"]["sessions"] == 3
     # resp-al-0 and the turn's; the slug once (deleted, written again by the turn, deleted).
     assert receipt["erased"]["stored_responses"] == 2
     assert receipt["erased"]["conversation_slugs"] == 1
+    assert_healthy(hermes)
+
+
+def test_a_trashed_session_a_runtime_writes_again_during_the_erasure_goes_too(
+    hermes, attach, one_session_a_batch, no_hook
+):
+    """One of the subject's sessions was in the dashboard's trash when the erasure began;
+    a runtime holding its id wrote it again (same id, her user id) and started a delegate
+    below it while the erasure ran (attack round 39). Both go, and are counted."""
+    hermes.run(
+        [
+            *_session_ops("al-trashed", ALICE, "ALICE-WORDS", 2),
+            call("state.end_session", "al-trashed", "user_exit"),
+            *_session_ops("al-1", ALICE, "ALICE-WORDS", 2),
+            call("state.end_session", "al-1", "user_exit"),
+            *_session_ops("al-2", ALICE, "ALICE-WORDS", 2),
+            call("state.end_session", "al-2", "user_exit"),
+            *_session_ops("bob-1", BOB, "BOB-WORDS", 2),
+        ]
+    )
+    attach()
+    actions.cascade_delete(
+        actor=None,
+        session_ids=["al-trashed"],
+        include_branches=False,
+        expected_fingerprint=core.plan_cascade_delete(session_ids=["al-trashed"]).fingerprint,
+        reason="tidy",
+    )
+    subject = Subject(user_id=ALICE)
+    plan = erasure_ledger.plan(subject)
+    assert plan.trash.session_ids == ("al-trashed",)
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-H39",
+        expected_fingerprint=plan.fingerprint,
+        start=False,
+    )
+
+    def runtime_writes_the_trashed_one_again() -> None:
+        hermes.run(
+            [
+                *_session_ops("al-trashed", ALICE, "ALICE-WORDS again", 1),
+                *_session_ops(
+                    "al-trashed-kid", None, "ALICE-WORDS kid", 1, parent_session_id="al-trashed"
+                ),
+            ]
+        )
+
+    faults.run_at("erasure.between_batches", runtime_writes_the_trashed_one_again)
+    receipt = actions.run_erasure(request_id=request.pk)
+    assert _count("SELECT COUNT(*) FROM sessions WHERE id LIKE 'al-%'") == 0
+    assert _count("SELECT COUNT(*) FROM messages WHERE content LIKE %s", "ALICE-WORDS%") == 0
+    assert _count("SELECT COUNT(*) FROM messages WHERE content LIKE %s", "BOB-WORDS%") == 2
+    # al-1, al-2 and the trashed one (in the trash), then its row written again and the kid.
+    assert receipt["erased"]["sessions"] == 2 + 2
+    assert receipt["erased"]["messages"] == 4 + 2
+    hashes = set(receipt["session_ids_sha256"])
+    assert erasure_ledger.hash_of(request.salt, "al-trashed-kid") in hashes
     assert_healthy(hermes)

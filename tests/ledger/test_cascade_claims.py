@@ -104,7 +104,11 @@ def test_two_confirmations_of_one_preview_at_once_delete_the_plan_once_and_whole
     ran = [out for code, out, _err in outcomes if code == 0]
     refused = [err for code, _out, err in outcomes if code != 0]
     assert len(ran) == 1 and len(refused) == 1, outcomes
-    assert "DeleteUnderWay" in refused[0] or "PlanChanged" in refused[0], refused[0]
+    # Refused by the first one's claim, or (the first one finished before the second got
+    # there, a loaded machine) by its plan: the sessions are gone, nothing more deleted.
+    assert any(
+        words in refused[0] for words in ("DeleteUnderWay", "PlanChanged", "No session matches")
+    ), refused[0]
     result = json.loads(ran[0])
     assert result["deleted_sessions"] == len(plan.session_ids)
     assert result["deleted_messages"] == plan.message_count

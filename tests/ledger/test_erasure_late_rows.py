@@ -126,3 +126,56 @@ def test_a_runtimes_own_writes_during_an_erasure_are_erased_and_counted(monkeypa
         erasure_ledger.hash_of(request.salt, sid) for sid in ["late-kid", "late-grandkid", *alice]
     } <= hashes
     assert erasure_ledger.hash_of(request.salt, "bob-kid") not in hashes
+
+
+def test_a_hold_placed_and_released_while_it_ran_is_erased_by_the_run_that_finishes(
+    monkeypatch, hooks
+):
+    """A hold on the subject placed while the erasure runs stops it (holds win); released, the
+    request is run again and finishes: the released hold names the subject, so it goes too,
+    and another hold whose reason names them is redacted (attack round 39). The run again
+    carries out the first run's recorded plan, which knew neither hold."""
+    from sessions_admin.core import holds as holds_core
+
+    monkeypatch.setattr("sessions_admin.core.deletion.batches.BATCH_SESSIONS", 1)
+    for _ in range(3):
+        sid = core.create_session(source="telegram", user_id=ALICE).session_id
+        core.append_message(session_id=sid, role="user", content="ALICE-WORDS")
+        core.end_session(session_id=sid, end_reason="user_exit")
+    bob = core.create_session(source="telegram", user_id=BOB).session_id
+    subject = Subject(user_id=ALICE)
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-HOLD",
+        expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
+        start=False,
+    )
+    placed = []
+
+    def legal_places_holds() -> None:
+        placed.append(
+            actions.place_hold(
+                actor=None, kind=holds_core.USER, subject=ALICE, reason="litigation L-39"
+            )
+        )
+        placed.append(
+            actions.place_hold(
+                actor=None,
+                kind=holds_core.SESSION,
+                subject=bob,
+                reason=f"bob's, asked about {ALICE}",
+            )
+        )
+
+    faults.run_at("erasure.between_batches", legal_places_holds)
+    with pytest.raises(holds_core.SessionsHeld):
+        actions.run_erasure(request_id=request.pk)
+    assert _count_saying("ALICE-WORDS") == 2  # held: the rest waits
+    faults._actions.clear()
+    actions.release_hold(actor=None, hold_id=placed[0].id, reason="settled")
+    receipt = actions.run_erasure(request_id=request.pk)
+    assert receipt is not None and _count_saying("ALICE-WORDS") == 0
+    rows = db.fetchall("SELECT id, kind, subject, reason FROM sessions_admin_holds ORDER BY id")
+    assert [r[0] for r in rows] == [placed[1].id]  # bob's hold stays, standing
+    assert ALICE not in str(rows) and "[erased]" in rows[0][3]

@@ -154,6 +154,7 @@ def run_erasure(*, request_id: int) -> dict | None:
             progress=lambda plan, late: erasure_ledger.record_progress(request, plan, late),
             between_batches=lambda: erasure_ledger.renew(request),
             switch_events=full.trash.switch_events,
+            trashed_ids=full.trash.session_ids,
         )
         faults.checkpoint("erasure.after_store")
         # The plan as carried out: with the sessions a runtime started meanwhile.
