@@ -295,9 +295,9 @@ class LateRows:
     store's highest message id then; None for a run recorded before marks were kept: they
     are not told apart). Each run records them after every batch that deleted some, so only
     a run killed between a batch's commit and that record leaves that batch's out.
-    ``conversations``, ``responses``, ``side_rows``: the slugs, stored responses and slug
-    history rows a runtime wrote for an erased session meanwhile, put in the plan (and
-    recorded with these counts) before they are deleted (``_slugs_written_meanwhile``).
+    ``conversations``, ``responses``, ``side_rows``: the slugs, stored responses and own-table
+    rows (slug history, a released hold) written about the subject meanwhile, put in the plan (and
+    recorded with these counts) before they are deleted (``_written_meanwhile``).
     """
 
     mark: int | None
