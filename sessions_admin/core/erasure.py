@@ -1415,6 +1415,27 @@ def _erased_so_far(plan: ErasurePlan, before: RowsPresent, late: LateRows) -> Ro
     return RowsPresent(**_erased(before, now, late))
 
 
+class HeldMidway(holds.SessionsHeld):
+    """A legal hold placed while the erasure ran stopped it after it had erased some of the
+    plan: the held sessions and the rest wait, nothing of them changed. Once the hold is
+    released, running the request again finishes it."""
+
+    def __init__(self, held: holds.SessionsHeld, *, erased: RowsPresent, planned: RowsPresent):
+        StoreError.__init__(
+            self,
+            str(held).replace(
+                "Nothing was deleted: release the hold first, or leave those sessions out.",
+                f"It was placed while the erasure ran: {erased.sessions} of "
+                f"{planned.sessions} sessions ({erased.messages} messages) were erased "
+                "before it; the rest waits. Once the hold is released, run the erasure "
+                "again: it finishes from where it stopped.",
+            ),
+        )
+        self.held = held.held
+        self.erased = erased
+        self.planned = planned
+
+
 class ErasureStopped(Exception):
     """An erasure stopped because a database could not be written (a full disk, a read-only
     file): the store (``database`` "store") or the dashboard's (``deletion.TRASH_DATABASE``,
@@ -1533,10 +1554,47 @@ def erase(
     def refuse(batch: Sequence[str]) -> StoreError | None:
         return _merges_since(plan, batch) or _children_since(plan, batch)
 
-    _secure_delete(True)
-    try:
+    rounds = [0]
+
+    def another_round() -> None:
+        rounds[0] += 1
+        if rounds[0] > MAX_GROWTH_ROUNDS:
+            raise RuntimeOutpacedErasure(MAX_GROWTH_ROUNDS)
+
+    def record() -> None:
+        if progress is not None:
+            progress(plan, tally[0])
+            recorded[0] = tally[0]
+
+    def written_again() -> tuple[list[str], list[str]]:
+        """The plan's sessions a runtime still holding their ids wrote again after their
+        delete (Hermes's API server re-creates the session a slug's stored response names),
+        and the subject's sessions in the trash written again: they go too."""
+        back = sorted(_present(plan.session_ids))
+        reborn = sorted(_theirs_or_nobodys(plan.subject, sorted(set(trashed_ids) - set(back))))
+        return back, reborn
+
+    def take_written_again() -> list[str] | None:
+        """``written_again``'s sessions, put in the plan (and recorded) to go in another round;
+        None when there are none."""
+        nonlocal plan
+        back, reborn = written_again()
+        if not (back or reborn):
+            return None
+        another_round()
+        plan, added = _grown(plan, reborn) if reborn else (plan, ())
+        tally[0] = replace(
+            tally[0],
+            added=(*tally[0].added, *added),
+            recreated=tally[0].recreated + len(back),
+        )
+        record()  # before they go, as the children started are
+        return back
+
+    def delete_sessions() -> None:
+        nonlocal plan
         done: set[str] = set()
-        for _round in range(MAX_GROWTH_ROUNDS + 1):
+        while True:
             try:
                 for batch, *_counts in delete_in_batches(
                     [sid for sid in plan.session_ids if sid not in done],
@@ -1549,58 +1607,55 @@ def erase(
                     done.update(batch)
                     # A batch committed, the next not begun: a kill here is resumed from the plan.
                     faults.checkpoint("erasure.between_batches")
-                    if progress is not None and tally[0] != recorded[0]:
-                        progress(plan, tally[0])
-                        recorded[0] = tally[0]
+                    if tally[0] != recorded[0]:
+                        record()
                     if between_batches is not None:
                         between_batches()
-                # A runtime still holding an erased session's id writes it again (Hermes's
-                # API server re-creates the session of a slug's stored response): it goes too.
-                back = sorted(_present(plan.session_ids))
-                # The same for a session of the plan's trash: it is the subject's again.
-                reborn = sorted(
-                    _theirs_or_nobodys(plan.subject, sorted(set(trashed_ids) - set(back)))
-                )
-                if not (back or reborn):
-                    break
+                back = take_written_again()
+                if back is None:
+                    return
                 done -= set(back)
-                plan, added = _grown(plan, reborn) if reborn else (plan, ())
-                tally[0] = replace(
-                    tally[0],
-                    added=(*tally[0].added, *added),
-                    recreated=tally[0].recreated + len(back),
-                )
-                if progress is not None:  # recorded before they go, as children started are
-                    progress(plan, tally[0])
-                    recorded[0] = tally[0]
             except ChildrenSincePlan as started:
+                another_round()
                 plan, added = _grown(plan, started.session_ids)
                 tally[0] = replace(tally[0], added=(*tally[0].added, *added))
                 # Recorded before they are deleted: a resumed run erases and counts them too.
-                if progress is not None:
-                    progress(plan, tally[0])
-                    recorded[0] = tally[0]
-        else:
-            raise RuntimeOutpacedErasure(MAX_GROWTH_ROUNDS)
-        grown_plan, tally[0] = _written_meanwhile(plan, tally[0], trashed_ids)
-        if grown_plan is not plan:
-            plan = grown_plan
-            if progress is not None:  # recorded before they go, as added sessions are
-                progress(plan, tally[0])
-        ids = [message_id for message_id, _ in plan.other_messages]
-        for chunk in _chunks(ids):
-            _delete_other_messages(list(chunk))
-        _delete_slug_rows(plan.conversation_names, plan.response_ids)
-        if plan.side_rows:
-            _delete_side_rows(plan.side_rows)
-        if switch_events:
-            _delete_side_rows({"sessions_admin_switch_events": [[seq] for seq in switch_events]})
-        if plan.closed_merges:
-            _close_merges(plan.closed_merges, plan.session_ids)
-        if plan.redacted_holds:
-            _redact_holds(plan.redacted_holds, plan.redaction_subject)
-        after = rows_present(plan=plan)
-        index_merged, storage = _purge_leftovers()
+                record()
+
+    _secure_delete(True)
+    try:
+        while True:
+            delete_sessions()
+            grown_plan, tally[0] = _written_meanwhile(plan, tally[0], trashed_ids)
+            if grown_plan is not plan:
+                plan = grown_plan
+                record()  # before they go, as added sessions are
+            ids = [message_id for message_id, _ in plan.other_messages]
+            for chunk in _chunks(ids):
+                _delete_other_messages(list(chunk))
+            _delete_slug_rows(plan.conversation_names, plan.response_ids)
+            if plan.side_rows:
+                _delete_side_rows(plan.side_rows)
+            if switch_events:
+                _delete_side_rows(
+                    {"sessions_admin_switch_events": [[seq] for seq in switch_events]}
+                )
+            if plan.closed_merges:
+                _close_merges(plan.closed_merges, plan.session_ids)
+            if plan.redacted_holds:
+                _redact_holds(plan.redacted_holds, plan.redaction_subject)
+            after = rows_present(plan=plan)
+            index_merged, storage = _purge_leftovers()
+            # Once more, after all of it: what a runtime wrote meanwhile goes in another round.
+            if take_written_again() is None:
+                if not set(response_ids_of(list(plan.session_ids))) - set(plan.response_ids):
+                    break
+                another_round()
+    except holds.SessionsHeld as held:
+        erased = _erased_so_far(plan, before, tally[0])
+        if erased is None or not any(asdict(erased).values()):
+            raise
+        raise HeldMidway(held, erased=erased, planned=before) from held
     except Exception as error:
         if db.storage_failure(error):
             raise ErasureStopped(

@@ -18,7 +18,7 @@ from sessions_admin.core import db, faults
 from sessions_admin.core.erasure import Subject
 from sessions_admin.ledger import actions
 from sessions_admin.ledger import erasure as erasure_ledger
-from sessions_admin.ledger.models import ErasureRequest
+from sessions_admin.ledger.models import AuditEntry, ErasureRequest
 
 ALICE = "alice-late"
 BOB = "bob-late"
@@ -172,6 +172,12 @@ def test_a_hold_placed_and_released_while_it_ran_is_erased_by_the_run_that_finis
     with pytest.raises(holds_core.SessionsHeld):
         actions.run_erasure(request_id=request.pk)
     assert _count_saying("ALICE-WORDS") == 2  # held: the rest waits
+    request.refresh_from_db()
+    assert "1 of 3 sessions (1 messages) were erased before it" in request.error
+    assert "Nothing was deleted" not in request.error
+    entry = AuditEntry.objects.filter(action="erasure").order_by("pk").last()
+    assert entry.outcome == AuditEntry.PARTIAL
+    assert entry.after["erased_so_far"]["sessions"] == 1
     faults._actions.clear()
     actions.release_hold(actor=None, hold_id=placed[0].id, reason="settled")
     receipt = actions.run_erasure(request_id=request.pk)
@@ -179,3 +185,41 @@ def test_a_hold_placed_and_released_while_it_ran_is_erased_by_the_run_that_finis
     rows = db.fetchall("SELECT id, kind, subject, reason FROM sessions_admin_holds ORDER BY id")
     assert [r[0] for r in rows] == [placed[1].id]  # bob's hold stays, standing
     assert ALICE not in str(rows) and "[erased]" in rows[0][3]
+
+
+def test_a_session_written_again_after_the_last_batch_goes_in_another_round(monkeypatch):
+    """A runtime holding an erased session's id writes it again while the erasure clears what
+    the deletes left (the index merge, the checkpoint): the erasure looks once more after
+    all of it, and goes round again (attack round 39: re-created rows written after the
+    erasure's only check stayed behind a "done" receipt)."""
+    from sessions_admin.core import erasure as erasure_core
+
+    sid = core.create_session(source="telegram", user_id=ALICE).session_id
+    core.append_message(session_id=sid, role="user", content="ALICE-WORDS 0")
+    core.end_session(session_id=sid, end_reason="user_exit")
+    subject = Subject(user_id=ALICE)
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-AGAIN",
+        expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
+        start=False,
+    )
+    purge = erasure_core._purge_leftovers
+    calls = []
+
+    def runtime_writes_during_the_purge():
+        calls.append(1)
+        if len(calls) == 1:
+            session = _session(sid, None, ALICE)
+            _runtime_sql(
+                [(session[0], [sid, ALICE, time.time(), None]), _message(sid, "ALICE-WORDS again")]
+            )
+        return purge()
+
+    monkeypatch.setattr(erasure_core, "_purge_leftovers", runtime_writes_during_the_purge)
+    receipt = actions.run_erasure(request_id=request.pk)
+    assert len(calls) == 2
+    assert _count_saying("ALICE-WORDS") == 0
+    assert db.fetchone("SELECT COUNT(*) FROM sessions WHERE id = %s", [sid])[0] == 0
+    assert receipt["erased"]["sessions"] == 2 and receipt["erased"]["messages"] == 2

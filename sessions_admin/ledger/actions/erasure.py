@@ -172,7 +172,8 @@ def run_erasure(*, request_id: int) -> dict | None:
             # Erased before a database refused a write: stays erased, said so (``partial``).
             partly=lambda error: (
                 error
-                if isinstance(error, erasure_core.ErasureStopped) and error.erased_any
+                if (isinstance(error, erasure_core.ErasureStopped) and error.erased_any)
+                or isinstance(error, erasure_core.HeldMidway)
                 else None
             ),
         )
@@ -214,9 +215,18 @@ def _complete_stopped_erasure_runs(request: ErasureRequest) -> None:
             continue
 
 
-def _erasure_after(request: ErasureRequest, outcome: dict | erasure_core.ErasureStopped) -> dict:
+def _erasure_after(
+    request: ErasureRequest, outcome: dict | erasure_core.ErasureStopped | erasure_core.HeldMidway
+) -> dict:
     """An erasure's ``after``: its receipt's counts and hashes, or, stopped by a database that
-    could not be written, what was erased so far (counts only)."""
+    could not be written or a hold placed meanwhile, what was erased so far (counts only)."""
+    if isinstance(outcome, erasure_core.HeldMidway):
+        return {
+            "erasure_request": request.pk,
+            "erased_so_far": outcome.erased.as_record(),
+            "planned": outcome.planned.as_record(),
+            "stopped_by_holds": sorted({hold.id for hold in outcome.held.values()}),
+        }
     if isinstance(outcome, erasure_core.ErasureStopped):
         return {
             "erasure_request": request.pk,
@@ -237,7 +247,9 @@ def _fail_erasure(request: ErasureRequest, error: Exception) -> None:
     dashboard database that refuses this write too leaves the request running: its process
     gone, a retry takes it over at once."""
     lost = core_db.connection_lost(getattr(error, "error", None) or error)
-    if isinstance(error, DashboardNotWritten | erasure_core.ErasureStopped):
+    if isinstance(
+        error, DashboardNotWritten | erasure_core.ErasureStopped | erasure_core.HeldMidway
+    ):
         words = str(error)
     elif lost:
         words = (
