@@ -1432,7 +1432,7 @@ class HeldMidway(holds.SessionsHeld):
             ),
         )
         self.held = held.held
-        self.erased = erased
+        self.erased_so_far = erased
         self.planned = planned
 
 
@@ -1528,6 +1528,9 @@ def erase(
     A session a runtime starts below one of the subject's while this runs (the subject's
     user id, or none) is erased with it and counted (``ChildrenSincePlan``); so is a message
     a runtime appends to one of them with its own SQL (the core's writers are refused).
+    A refusal met midway (a ``StoreError``: a hold placed, a merge made, a runtime that
+    kept writing) after some of the plan was erased carries ``erased_so_far`` and
+    ``planned`` (a hold's is ``HeldMidway``).
     """
     if plan is None:
         plan = plan_erasure(subject=subject)
@@ -1651,11 +1654,18 @@ def erase(
                 if not set(response_ids_of(list(plan.session_ids))) - set(plan.response_ids):
                     break
                 another_round()
-    except holds.SessionsHeld as held:
+    except StoreError as stopped:
+        # Refused midway (a hold placed, a merge made, a runtime that kept writing): what was
+        # erased before stays erased; the error carries how much (``erased_so_far``), for the
+        # request and its audit entry (``partial``).
         erased = _erased_so_far(plan, before, tally[0])
         if erased is None or not any(asdict(erased).values()):
             raise
-        raise HeldMidway(held, erased=erased, planned=before) from held
+        if isinstance(stopped, holds.SessionsHeld):
+            raise HeldMidway(stopped, erased=erased, planned=before) from stopped
+        stopped.erased_so_far = erased
+        stopped.planned = before
+        raise
     except Exception as error:
         if db.storage_failure(error):
             raise ErasureStopped(

@@ -223,3 +223,49 @@ def test_a_session_written_again_after_the_last_batch_goes_in_another_round(monk
     assert _count_saying("ALICE-WORDS") == 0
     assert db.fetchone("SELECT COUNT(*) FROM sessions WHERE id = %s", [sid])[0] == 0
     assert receipt["erased"]["sessions"] == 2 and receipt["erased"]["messages"] == 2
+
+
+def test_a_runtime_that_keeps_writing_erased_ids_again_stops_the_run_partly_done(monkeypatch):
+    """A runtime re-creating an erased session's id round after round outpaces the erasure: it
+    stops after ``MAX_GROWTH_ROUNDS`` with what it erased kept erased, and says so on the
+    request and in a ``partial`` audit entry (it said "0 sessions", ``after`` empty); run
+    again once the runtime stops, it finishes."""
+    from sessions_admin.core import erasure as erasure_core
+
+    monkeypatch.setattr(erasure_core, "MAX_GROWTH_ROUNDS", 2)
+    sessions = []
+    for _ in range(2):
+        sid = core.create_session(source="telegram", user_id=ALICE).session_id
+        core.append_message(session_id=sid, role="user", content="ALICE-WORDS 0")
+        core.end_session(session_id=sid, end_reason="user_exit")
+        sessions.append(sid)
+    subject = Subject(user_id=ALICE)
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-OUTPACED",
+        expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
+        start=False,
+    )
+    purge = erasure_core._purge_leftovers
+
+    def runtime_writes_it_again_every_time():
+        session = _session(sessions[0], None, ALICE)
+        _runtime_sql([(session[0], [sessions[0], ALICE, time.time(), None])])
+        return purge()
+
+    monkeypatch.setattr(erasure_core, "_purge_leftovers", runtime_writes_it_again_every_time)
+    with pytest.raises(erasure_core.RuntimeOutpacedErasure):
+        actions.run_erasure(request_id=request.pk)
+    request.refresh_from_db()
+    assert request.state == ErasureRequest.FAILED
+    assert "sessions (2 messages) were erased before it stopped" in request.error
+    entry = AuditEntry.objects.filter(action="erasure").order_by("pk").last()
+    assert entry.outcome == AuditEntry.PARTIAL
+    assert entry.after["erased_so_far"]["messages"] == 2
+    assert entry.after["stopped_by"] == "RuntimeOutpacedErasure"
+
+    monkeypatch.setattr(erasure_core, "_purge_leftovers", purge)  # the runtime stopped
+    receipt = actions.run_erasure(request_id=request.pk)
+    assert receipt is not None and _count_saying("ALICE-WORDS") == 0
+    assert db.fetchone("SELECT COUNT(*) FROM sessions WHERE user_id = %s", [ALICE])[0] == 0

@@ -173,7 +173,7 @@ def run_erasure(*, request_id: int) -> dict | None:
             partly=lambda error: (
                 error
                 if (isinstance(error, erasure_core.ErasureStopped) and error.erased_any)
-                or isinstance(error, erasure_core.HeldMidway)
+                or getattr(error, "erased_so_far", None) is not None
                 else None
             ),
         )
@@ -215,17 +215,21 @@ def _complete_stopped_erasure_runs(request: ErasureRequest) -> None:
             continue
 
 
-def _erasure_after(
-    request: ErasureRequest, outcome: dict | erasure_core.ErasureStopped | erasure_core.HeldMidway
-) -> dict:
+def _erasure_after(request: ErasureRequest, outcome) -> dict:
     """An erasure's ``after``: its receipt's counts and hashes, or, stopped by a database that
-    could not be written or a hold placed meanwhile, what was erased so far (counts only)."""
-    if isinstance(outcome, erasure_core.HeldMidway):
+    could not be written or refused midway (a hold placed, a merge made, a runtime that kept
+    writing), what was erased so far (counts only)."""
+    if getattr(outcome, "erased_so_far", None) is not None:
         return {
             "erasure_request": request.pk,
-            "erased_so_far": outcome.erased.as_record(),
+            "erased_so_far": outcome.erased_so_far.as_record(),
             "planned": outcome.planned.as_record(),
-            "stopped_by_holds": sorted({hold.id for hold in outcome.held.values()}),
+            "stopped_by": type(outcome).__name__,
+            **(
+                {"stopped_by_holds": sorted({hold.id for hold in outcome.held.values()})}
+                if isinstance(outcome, erasure_core.HeldMidway)
+                else {}
+            ),
         }
     if isinstance(outcome, erasure_core.ErasureStopped):
         return {
@@ -258,6 +262,14 @@ def _fail_erasure(request: ErasureRequest, error: Exception) -> None:
         )
     else:
         words = f"{type(error).__name__}: {error}"
+        erased = getattr(error, "erased_so_far", None)
+        if erased is not None:
+            planned = error.planned
+            words += (
+                f" {erased.sessions} of {planned.sessions} sessions ({erased.messages} "
+                "messages) were erased before it stopped; running the request again "
+                "finishes it."
+            )
     try:
         core_db.when_server_back(lambda: erasure_ledger.fail(request, words), lost=lost)
     except Exception:
