@@ -906,24 +906,19 @@ def _children_since(plan: ErasurePlan, batch: Sequence[str]) -> StoreError | Non
 def _grown(plan: ErasurePlan, started: Sequence[str]) -> tuple[ErasurePlan, tuple[str, ...]]:
     """``plan`` with the sessions a runtime started below it while it ran, and everything below
     those that is the subject's or nobody's (children first, before the rest); and the
-    sessions added."""
+    sessions added. Their rows in sessions_admin's own tables are found, and counted, with
+    the rest written meanwhile (``_written_meanwhile``, after the sessions are gone)."""
     below = _descendants(started)
     added = tuple(
         sid
         for sid in ordered_children_first(sorted(_theirs_or_nobodys(plan.subject, sorted(below))))
         if sid not in set(plan.session_ids) | set(plan.kept_targets)
     )
-    side = _side_rows(plan.subject, added, [], [])
-    side_rows = {table: [list(row) for row in rows] for table, rows in plan.side_rows.items()}
-    for table, rows in side.items():
-        kept = side_rows.setdefault(table, [])
-        kept += [list(row) for row in rows if list(row) not in kept]
     chats, keys = _identifiers_of(added)
     return (
         replace(
             plan,
             session_ids=(*added, *plan.session_ids),
-            side_rows=side_rows,
             erased_chat_ids=tuple(dict.fromkeys([*plan.erased_chat_ids, *chats])),
             erased_session_keys=tuple(dict.fromkeys([*plan.erased_session_keys, *keys])),
         ),
