@@ -15,11 +15,12 @@ step from what each step recorded.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 from django.conf import settings
@@ -291,7 +292,8 @@ def claim(request_id: int) -> ErasureRequest | None:
     now = timezone.now()
     lease = now + timezone.timedelta(seconds=LEASE_SECONDS)
     request = ErasureRequest.objects.filter(pk=request_id).first()
-    if request is None or request.state == ErasureRequest.DONE:
+    if request is None or request.state == ErasureRequest.DONE or not request.subject:
+        # Done, or superseded by another request's erasure of the person (no subject left).
         return None
     record = _record(request, owner=this_process())
     if request.state == ErasureRequest.RUNNING:
@@ -428,15 +430,41 @@ def unfinished_request_for(subject: Subject) -> ErasureRequest | None:
 
 
 def open_request_for(subject: Subject) -> ErasureRequest | None:
-    """A request for the same subject that is queued, running, or began erasing and did not
-    finish: a second one is refused and points to it (two runs of one subject would each
-    count and hash what the other deleted)."""
+    """A request for the same person (user id) that is queued, running, or began erasing and
+    did not finish: a second one is refused and points to it (two runs of one person would
+    each count and hash what the other deleted). Called inside ``requests_serialized``."""
     for request in ErasureRequest.objects.filter(
         state__in=[ErasureRequest.PENDING, ErasureRequest.RUNNING]
     ).order_by("pk"):
-        if subject_from_json(request.subject) == subject:
+        if request.subject and subject_from_json(request.subject).user_id == subject.user_id:
             return request
-    return unfinished_request_for(subject)
+    for request in ErasureRequest.objects.filter(state=ErasureRequest.FAILED).order_by("pk"):
+        if (
+            request.subject
+            and recorded_run(request) is not None
+            and subject_from_json(request.subject).user_id == subject.user_id
+        ):
+            return request
+    return None
+
+
+# The key of PostgreSQL's transaction-level advisory lock that queues erasure requests one
+# at a time ("erasure" in ASCII); SQLite's dashboard transactions are IMMEDIATE already.
+REQUEST_LOCK_KEY = 0x65726173757265
+
+
+@contextlib.contextmanager
+def requests_serialized() -> Iterator[None]:
+    """A transaction of the dashboard's database in which no other request is being queued:
+    the check for an open request of the same person and the new request's row go in
+    together, so two confirmations of one preview at once queue one request, not two."""
+    alias = router.db_for_write(ErasureRequest)
+    with transaction.atomic(using=alias):
+        connection = connections[alias]
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REQUEST_LOCK_KEY])
+        yield
 
 
 def interrupted_request_ids() -> list[int]:
@@ -1202,6 +1230,32 @@ def finish(request: ErasureRequest, receipt: dict) -> None:
     )
     if not finished:
         raise ErasureTakenOver(request.pk)
+    supersede_unstarted(request)
+
+
+def supersede_unstarted(request: ErasureRequest) -> None:
+    """Close the other requests for the person ``request`` erased that never began erasing
+    (their first run refused: the plan changed, a hold stood): their plain subject goes with
+    the rest of the person, and running them again does nothing (``claim``)."""
+    user_id = subject_from_json(request.subject).user_id
+    others = ErasureRequest.objects.filter(
+        state__in=[ErasureRequest.PENDING, ErasureRequest.FAILED]
+    ).exclude(pk=request.pk)
+    for other in others:
+        if (
+            other.subject
+            and recorded_run(other) is None
+            and subject_from_json(other.subject).user_id == user_id
+        ):
+            ErasureRequest.objects.filter(pk=other.pk, state=other.state).update(
+                state=ErasureRequest.FAILED,
+                subject="",
+                error=(
+                    f"Superseded: erasure request #{request.pk} erased this person (see its "
+                    "receipt). Nothing is left for this request to do."
+                ),
+                lease_expires_at=None,
+            )
 
 
 def fail(request: ErasureRequest, error: str) -> None:

@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import connections
 
 from sessions_admin import core
 from sessions_admin.core import db as core_db
@@ -46,20 +46,18 @@ def request_erasure(
     or a hold covers any of it). The audit entry names the subject by its keyed hash only."""
     reference = operator_text(reference, field="request reference", required=True, max_length=200)
     _check_fingerprint(expected_fingerprint)
-    if (earlier := erasure_ledger.open_request_for(subject)) is not None:
-        raise InvalidInput(
-            f"Erasure request #{earlier.pk} for this subject has not finished ({earlier.state}): "
-            "its page follows it, and opening it (or erase_subject --yes) finishes it. "
-            "Nothing new was queued."
-        )
+    _refuse_open_request(subject)
     full = erasure_ledger.plan(subject)
     plan = full.store
     if full.fingerprint != expected_fingerprint:
         raise core.PlanChanged("erasure")
     erasure_ledger.refuse_held(full)
     try:
-        # The request and its audit entry together, or neither (a full dashboard database).
-        with transaction.atomic(using=_audit_alias()):
+        # The request and its audit entry together, or neither (a full dashboard database);
+        # checked again with the requests queued one at a time: of two confirmations of one
+        # preview at once, the second is refused here.
+        with erasure_ledger.requests_serialized():
+            _refuse_open_request(subject)
             request = erasure_ledger.create_request(
                 subject=subject,
                 reference=reference,
@@ -86,6 +84,15 @@ def request_erasure(
     if start:
         start_erasures()
     return request
+
+
+def _refuse_open_request(subject: erasure_core.Subject) -> None:
+    if (earlier := erasure_ledger.open_request_for(subject)) is not None:
+        raise InvalidInput(
+            f"Erasure request #{earlier.pk} for this person has not finished ({earlier.state}): "
+            "its page follows it, and opening it (or erase_subject --yes) finishes it. "
+            "Nothing new was queued."
+        )
 
 
 def run_erasure(*, request_id: int) -> dict | None:
@@ -394,9 +401,20 @@ def resume_interrupted_erasures() -> list[int]:
         try:
             if run_erasure(request_id=request_id) is not None:
                 finished.append(request_id)
-        except Exception:
-            logger.exception("erasure request %s failed", request_id)
+        except Exception as error:
+            _log_run_failure(request_id, error)
     return finished
+
+
+def _log_run_failure(request_id: int, error: Exception) -> None:
+    """A refusal (the plan changed, a hold, a merge) is the request's error and its audit
+    entry, logged in one line like every refused action; anything else with its traceback."""
+    if isinstance(error, core.StoreError) and not isinstance(
+        error, DashboardNotWritten | erasure_core.ErasureStopped
+    ):
+        logger.warning("erasure request %s refused: %s", request_id, error)
+    else:
+        logger.exception("erasure request %s failed", request_id)
 
 
 def start_erasures() -> None:
@@ -407,8 +425,8 @@ def start_erasures() -> None:
             for request_id in erasure_ledger.resumable_request_ids():
                 try:
                     run_erasure(request_id=request_id)
-                except Exception:
-                    logger.exception("erasure request %s failed", request_id)
+                except Exception as error:
+                    _log_run_failure(request_id, error)
         finally:
             connections.close_all()
 
