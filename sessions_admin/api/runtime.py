@@ -649,13 +649,18 @@ def resume(request: HttpRequest, body: ResumeIn):
     caller = _caller(request)
     if body.current_session_id:
         _session(request, body.current_session_id)
+    ref = body.ref
     try:
-        plan = plan_resume(ref=body.ref, current_session_id=body.current_session_id)
+        if caller.sources:
+            # A title or prefix looks among this token's sources only: whether it would match
+            # another source's sessions, and how many, is not this token's to learn (a 422
+            # for two matches against a 404 for none told it, attack 40).
+            ref = core.resolve_session_ref(body.ref, sources=caller.sources)
+        plan = plan_resume(ref=ref, current_session_id=body.current_session_id)
     except AmbiguousSessionRef as error:
         if not caller.sources:
             raise
-        # The candidates may be other sources' sessions: neither their ids nor how many there
-        # are is this token's to see.
+        # Neither the candidates' ids nor how many there are is said to a limited token.
         raise invalid_input(
             f"{error.ref!r} matches more than one session; give more of the id."
         ) from None
@@ -676,7 +681,7 @@ def resume(request: HttpRequest, body: ResumeIn):
         AuditAction.RESUME,
         [plan.target_id, body.current_session_id],
         lambda: core.resume_session(
-            ref=body.ref,
+            ref=ref,
             current_session_id=body.current_session_id,
             expected_fingerprint=checked,
         ),

@@ -16,7 +16,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -564,24 +564,31 @@ def end_session(*, session_id: str, end_reason: str) -> EndResult:
     return EndResult(session_id, True, end_reason)
 
 
-def resolve_session_ref(ref: str) -> str:
+def resolve_session_ref(ref: str, *, sources: Sequence[str] = ()) -> str:
     """A session id from an exact id, an exact title, or a unique id prefix.
 
     The prefix match is case-sensitive on every backend (ids are case-sensitive;
     SQLite's LIKE is not, PostgreSQL's is), so a reference means the same
-    session whichever store is attached.
+    session whichever store is attached. With ``sources`` (a caller limited to them), a
+    title or prefix finds only those sources' sessions: whether another source has a
+    session it would match, and how many, is not the caller's to learn. A whole id is
+    returned whatever its source; the caller refuses another source's by name.
     """
     require_text("session reference", ref, max_length=500)
     ref = ref.strip()
     if db.fetchone("SELECT 1 FROM sessions WHERE id = %s", [ref]):
         return ref
-    row = db.fetchone("SELECT id FROM sessions WHERE title = %s", [ref])
+    only, limit = "", []
+    if sources:
+        only = f" AND source IN ({', '.join(['%s'] * len(sources))})"
+        limit = list(sources)
+    row = db.fetchone(f"SELECT id FROM sessions WHERE title = %s{only}", [ref, *limit])
     if row:
         return row[0]
     if len(ref) >= 4:
         rows = db.fetchall(
-            "SELECT id FROM sessions WHERE substr(id, 1, %s) = %s ORDER BY id LIMIT 6",
-            [len(ref), ref],
+            f"SELECT id FROM sessions WHERE substr(id, 1, %s) = %s{only} ORDER BY id LIMIT 6",
+            [len(ref), ref, *limit],
         )
         if len(rows) == 1:
             return rows[0][0]

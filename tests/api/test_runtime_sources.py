@@ -218,14 +218,42 @@ def test_a_limited_token_cannot_learn_that_another_sources_session_exists_by_res
         _names_none_of(answer, [dc])
     # A whole session id is refused as on every route that names one.
     assert telegram.post("runtime/resume", {"ref": dc}).status == 403
-    # Two sessions (one of them the token's own) share the date prefix: how many is not said.
-    ambiguous = telegram.post("runtime/resume", {"ref": dc[:9]})
-    assert ambiguous.status == 422, ambiguous.body
-    assert "more than one" in ambiguous.body["detail"] and "2 sessions" not in json.dumps(
-        ambiguous.body
-    )
     assert _unchanged(before)
     assert lineage.session_row(dc)["ended_at"] is not None
+
+
+def test_a_limited_tokens_id_prefix_finds_its_own_sources_sessions_only(telegram):
+    """An id prefix two sessions of any source matched was a 422 "more than one", against a
+    404 for none: a telegram token could read discord's ids character by character, and with
+    one session of its own beside a discord one tell that the discord one exists (attack 40).
+    A prefix now looks among the token's sources only."""
+    for n in (1, 2):
+        core.create_session(
+            source="discord", session_id=f"probe_dc_{n}", session_key=f"{DC_KEY}{n}"
+        )
+    mine = core.create_session(
+        source="telegram", session_id="lonely_99", session_key=TG_KEY
+    ).session_id
+    core.end_session(session_id=mine, end_reason="user_exit")
+    core.create_session(source="discord", session_id="lonely_98", session_key=DC_KEY)
+    before = urlmap.state()
+    nothing = telegram.post("runtime/resume", {"ref": "nomatch_"})
+    assert nothing.status == 404, nothing.body
+    # Two discord sessions match: answered exactly as no match.
+    foreign = telegram.post("runtime/resume", {"ref": "probe_dc"})
+    assert (foreign.status, foreign.body["type"]) == (404, nothing.body["type"]), foreign.body
+    assert _unchanged(before)
+    # Its own session and a discord one match: its own is the only one it can see.
+    answer = telegram.post("runtime/resume", {"ref": "lonely_9"})
+    assert answer.status == 200, answer.body
+    assert answer.body["session_id"] == mine
+    assert lineage.session_row("lonely_98")["ended_at"] is None
+    # Two of its own match: a 422 that names neither nor says how many.
+    core.create_session(source="telegram", session_id="lonely_97", session_key=f"{TG_KEY}7")
+    ambiguous = telegram.post("runtime/resume", {"ref": "lonely_9"})
+    assert ambiguous.status == 422, ambiguous.body
+    assert "more than one" in ambiguous.body["detail"]
+    _names_none_of(ambiguous, [mine, "lonely_97", "lonely_98"])
 
 
 def test_a_limited_token_naming_another_source_is_told_it_named_it(telegram):
