@@ -776,6 +776,7 @@ def _prune_entry(entry_id: int, session_ids: Sequence[str]) -> int:
     payload["responses"] = [
         r for r in payload.get("responses", []) if _response_session(r) not in ids
     ]
+    payload["idempotency"] = [r for r in payload.get("idempotency", []) if keep(r, "session_id")]
     payload["dependents"] = {
         table: [r for r in rows if not any(_value(v) in ids for v in r.values())]
         for table, rows in payload.get("dependents", {}).items()

@@ -118,7 +118,7 @@ def decode_trash_rows(rows: list[dict]) -> list[dict]:
 
 # The lists of store rows in a payload (the core's ``deletion.snapshot_rows`` builds it);
 # its "kept_children" are pairs of ids, stored as they are.
-_ROW_LISTS = ("sessions", "messages", "conversations", "responses")
+_ROW_LISTS = ("sessions", "messages", "conversations", "responses", "idempotency")
 
 
 def encode_payload(payload: dict) -> dict:

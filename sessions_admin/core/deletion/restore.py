@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
-from sessions_admin.core import db, faults, lineage
+from sessions_admin.core import db, faults, idempotency, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.deletion.batches import DatabaseNotWritten
 from sessions_admin.core.deletion.plan import _chunks
@@ -80,9 +80,17 @@ def _merged_rows(entries: Sequence[TrashContents]) -> dict:
         "responses": [],
         "kept_children": [],
         "dependents": {},
+        "idempotency": [],
     }
     for entry in entries:
-        for key in ("sessions", "messages", "conversations", "responses", "kept_children"):
+        for key in (
+            "sessions",
+            "messages",
+            "conversations",
+            "responses",
+            "kept_children",
+            "idempotency",
+        ):
             merged[key] += entry.rows.get(key, [])
         for table, rows in entry.rows.get("dependents", {}).items():
             merged["dependents"].setdefault(table, []).extend(rows)
@@ -140,6 +148,7 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
     try:
         waiting, lost = _insert_sessions(sessions, keys, live_now, trash)
         _insert_messages(payload, part_sessions)
+        _restore_idempotency_keys(payload)
     except IntegrityError as error:
         # A row the checks above did not foresee (a runtime wrote it meanwhile without the
         # lock): refused, the transaction rolled back, never a bare error.
@@ -312,6 +321,17 @@ def _insert_messages(payload: dict, part_sessions: list[str]) -> None:
         _insert_rows(table, rows)
     if payload["messages"]:
         _advance_message_sequence()
+
+
+def _restore_idempotency_keys(payload: dict) -> None:
+    """The API's idempotency keys of the restored sessions' appends (entries written before
+    they were kept have none); a key in use again keeps its new request."""
+    for row in payload.get("idempotency", []):
+        if not db.fetchone(
+            f"SELECT 1 FROM {idempotency.TABLE} WHERE scope = %s AND key = %s",
+            [row["scope"], row["key"]],
+        ):
+            _insert_rows(idempotency.TABLE, [row])
 
 
 def _restore_conversations(payload: dict) -> list[str]:

@@ -17,10 +17,10 @@ from typing import Protocol
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from sessions_admin.core import db
+from sessions_admin.core import db, idempotency
 from sessions_admin.core.deletion.plan import conversation_names_of, response_ids_of
 from sessions_admin.core.errors import InvalidInput
-from sessions_admin.core.schema import existing_columns
+from sessions_admin.core.schema import existing_columns, existing_tables
 from sessions_admin.routers import responses_alias, store_alias
 
 TRASH_DATABASE = "trash"  # ``error.database`` of a failure writing the trash (not the store)
@@ -364,6 +364,13 @@ def snapshot_rows(batch: list[str], *, lock: bool) -> tuple[list[str], dict]:
             for table, column in _dependent_tables()
             if (rows := _all_columns(table, f"{column} IN ({marks})", batch))
         },
+        # The API's idempotency keys of appends to these sessions: a restore brings them
+        # back, so a retry after it replays the first answer instead of storing it twice.
+        "idempotency": (
+            _all_columns(idempotency.TABLE, f"session_id IN ({marks}) ORDER BY scope, key", batch)
+            if idempotency.TABLE in existing_tables(store_alias())
+            else []
+        ),
     }
 
 
