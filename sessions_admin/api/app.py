@@ -43,7 +43,9 @@ from sessions_admin.api.auth import (
 
 class StrictJSONParser(Parser):
     def parse_body(self, request):
-        data = json.loads(request.body)
+        # Decoded as UTF-8 first: ``json.loads`` of bytes guesses UTF-16 and UTF-32 and skips a
+        # byte-order mark, where docs/api.md promises a 400 for a body that is not UTF-8 JSON.
+        data = json.loads(request.body.decode("utf-8"))
         problems.check_storable(data)
         return data
 

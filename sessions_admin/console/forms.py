@@ -507,7 +507,16 @@ class ApiTokenForm(ConsoleForm):
     expires_days = NumberField()
 
     def clean_sources(self) -> list[str]:
-        return [s for s in re.split(r"[,\s]+", self.cleaned_data.get("sources") or "") if s]
+        text = self.cleaned_data.get("sources") or ""
+        sources = [s for s in re.split(r"[,\s]+", text) if s]
+        if text.strip() and not sources:
+            # "," named no source: taken as "every source", it made an unlimited token of one
+            # meant to be limited (attack 40).
+            raise ValidationError(
+                "These name no source: give source names separated by commas or spaces, or "
+                "leave the field empty for a token of every source."
+            )
+        return sources
 
     def clean_expires_days(self) -> int | None:
         days = self.cleaned_data.get("expires_days")

@@ -58,6 +58,22 @@ BAD_BODIES = {
         "malformed-request",
     ),
     "not UTF-8": (b'{"messages": [{"role": "user", "content": "\xff"}]}', 400, "malformed-request"),
+    # json.loads of bytes guesses these (attack 40): they were stored.
+    "UTF-16 with a byte-order mark": (
+        '{"messages": [{"role": "user", "content": "hi"}]}'.encode("utf-16"),
+        400,
+        "malformed-request",
+    ),
+    "UTF-32": (
+        '{"messages": [{"role": "user", "content": "hi"}]}'.encode("utf-32-le"),
+        400,
+        "malformed-request",
+    ),
+    "UTF-8 with a byte-order mark": (
+        b'\xef\xbb\xbf{"messages": [{"role": "user", "content": "hi"}]}',
+        400,
+        "malformed-request",
+    ),
     "a list of the wrong type": (b'{"messages": "hello"}', 422, "invalid-input"),
     "a number for a role": (b'{"messages": [{"role": 7}]}', 422, "invalid-input"),
     "an unknown role": (

@@ -117,6 +117,9 @@ def test_the_console_page_refuses_bad_input_and_creates_nothing(admin_client):
         {"name": "t", "scope": "viewer", "sources": "telegram"},
         {"name": "t", "scope": "runtime", "expires_days": "1.5"},
         {"name": "t\x00", "scope": "runtime"},
+        # Sources that name none: it made a token of every source (attack 40).
+        {"name": "t", "scope": "runtime", "sources": ","},
+        {"name": "t", "scope": "runtime", "sources": " , ,\t"},
     ):
         page = admin_client.post("/api-tokens/create/", fields)
         assert page.status_code == 400, fields
