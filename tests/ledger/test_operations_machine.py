@@ -21,8 +21,6 @@ it would have deleted.
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 from django.db import connections
 from hypothesis import HealthCheck, event, settings
@@ -40,7 +38,7 @@ from sessions_admin.core import db
 from sessions_admin.core import holds as holds_core
 from sessions_admin.core.erasure import Subject
 from sessions_admin.demo.consistency import check_store, check_trash
-from sessions_admin.ledger import actions, erasure
+from sessions_admin.ledger import actions, erasure, jobs
 from sessions_admin.ledger.models import (
     AuditEntry,
     AuditSession,
@@ -63,7 +61,6 @@ LEDGER_MODELS = (
     DeleteJob,
     ErasureRequest,
 )
-counter = itertools.count()
 
 
 def store_sessions() -> dict[str, dict]:
@@ -134,6 +131,7 @@ class Operations(RuleBasedStateMachine):
         _wipe()
         _empty_tables(connections["default"], [m._meta.db_table for m in LEDGER_MODELS])
         self.merges: list[int] = []
+        self.conversations = 0
 
     # --- what a runtime writes ---------------------------------------------------------------
 
@@ -145,8 +143,9 @@ class Operations(RuleBasedStateMachine):
     @rule(user=st.sampled_from(USERS), messages=st.integers(0, 3))
     def new_conversation(self, user, messages):
         sid = core.create_session(
-            source="telegram", user_id=user, session_key=f"tg:{user}:{next(counter) % 3}"
+            source="telegram", user_id=user, session_key=f"tg:{user}:{self.conversations % 3}"
         ).session_id
+        self.conversations += 1
         for n in range(messages):
             core.append_message(session_id=sid, role="user", content=f"{user} says {n}")
 
@@ -210,6 +209,39 @@ class Operations(RuleBasedStateMachine):
         gone = before - set(store_sessions())
         assert gone == set(plan.session_ids), (gone, plan.session_ids)
         assert result.deleted_sessions == len(gone)
+        assert gone <= trashed_sessions(), gone - trashed_sessions()
+
+    @rule(data=st.data(), include_live=st.booleans(), cancel_midway=st.booleans())
+    def bulk_delete(self, data, include_live, cancel_midway):
+        rows = store_sessions()
+        if not rows:
+            return
+        chosen = list(dict.fromkeys(pick(data, list(rows)) for _ in range(3)))
+        preview = core.preview_bulk_delete(session_ids=chosen, include_live=include_live)
+        before = set(rows)
+        try:
+            job_id = actions.start_bulk_delete(
+                actor=None,
+                session_ids=chosen,
+                include_live=include_live,
+                reason="machine",
+                expected_ids=list(preview.session_ids),
+            )
+        except core.StoreError as error:
+            event(f"bulk delete refused: {type(error).__name__}")
+            assert set(store_sessions()) == before
+            return
+        if cancel_midway:
+            jobs.run_job(job_id=job_id, worker="machine", batch_sessions=1, max_batches=1)
+            actions.cancel_bulk_delete(actor=None, job_id=job_id, reason="stop")
+        progress = jobs.run_job(job_id=job_id, worker="machine", batch_sessions=2)
+        event(f"bulk delete {progress.state}")
+        gone = before - set(store_sessions())
+        # What goes with a previewed session (its continuations, delegates) may go too, but
+        # nothing of a conversation none of the previewed sessions is in.
+        reach = lineage_of(rows, set(preview.session_ids))
+        assert gone <= reach, gone - reach
+        assert progress.deleted <= len(gone), (progress, gone)
         assert gone <= trashed_sessions(), gone - trashed_sessions()
 
     @rule(data=st.data())
@@ -311,11 +343,13 @@ class Operations(RuleBasedStateMachine):
         event("unmerge done")
         self.merges.remove(merge_id)
 
-    @rule(user=st.sampled_from(USERS), now=st.integers(0, 3))
-    def erase(self, user, now):
+    @rule(user=st.sampled_from(USERS), now=st.integers(0, 3), by_key=st.booleans())
+    def erase(self, user, now, by_key):
         if now:  # one step in four: an erasure leaves little for the other rules to work on
             return
-        subject = Subject(user_id=user)
+        # By user id alone, or with one of their keys too (``new_conversation``'s keys).
+        keys = (f"tg:{user}:0",) if by_key else ()
+        subject = Subject(user_id=user, session_keys=keys)
         plan = erasure.plan(subject)
         rows_before, counts_before = store_sessions(), message_counts()
         everywhere_before = set(rows_before) | trashed_sessions()
@@ -384,7 +418,7 @@ MACHINE_SETTINGS = settings(
 )
 
 
-@pytest.mark.usefixtures("erasures_run_inline")
+@pytest.mark.usefixtures("erasures_run_inline", "no_worker")
 def test_operator_actions_in_any_order_keep_every_promise(settings):
     # The files' rewrite after each erasure (SQLite) is tested on its own; here it would only
     # take most of the time.
