@@ -309,8 +309,12 @@ def test_a_merge_killed_after_its_commit_leaves_a_pending_entry_naming_it(db):
     assert entry.session_ids == ids
     assert set(entry.sessions.values_list("session_id", flat=True)) == set(ids)
     assert entry.reason == "one slug, three sessions"
-    assert set(entry.before) == set(ids)  # the counts before, per session
+    assert set(entry.before) == {*ids, "process"}  # the counts before, per session
     assert entry.completed_at is None and entry.after == {}
+    # Its process is known dead: the next settle completes it from the store at once.
+    actions.settle_deletes_and_restores()
+    entry.refresh_from_db()
+    assert entry.outcome == AuditEntry.OK and entry.after["merge_id"] == merges[0][0], entry.detail
 
 
 def test_a_cascade_delete_killed_after_its_commit_leaves_a_pending_entry_naming_it(db):

@@ -469,6 +469,11 @@ def test_a_pending_cascade_whose_trash_is_purged_is_completed_from_what_it_held(
         env={"CRASH_CHILD_BATCH_SESSIONS": "2"},
     )
     assert child.returncode == -signal.SIGKILL, child.stderr
+    # Run by a worker on another machine, which may still be adding batches (one of this
+    # machine known dead is completed at once: tests/ledger/test_audit_atomicity.py).
+    entry = AuditEntry.objects.get(action="cascade_delete")
+    entry.before["process"] = {"host": "another-host", "boot": "b", "pid": 1}
+    entry.save(update_fields=["before"])
     actions.settle_deletes_and_restores()
     held = TrashEntry.objects.filter(state=TrashEntry.COMPLETE)
     held_count = held.count()
@@ -715,3 +720,32 @@ def test_check_trash_names_a_message_held_twice():
     trash.LEDGER_TRASH.mark_complete(copy)
 
     assert any("holds messages twice" in problem for problem in check_trash())
+
+
+def test_a_cascade_killed_between_batches_can_be_restored_at_once():
+    """Attack 40: its audit entry stayed pending ten minutes after the process was killed, and
+    a restore of what it had deleted was refused meanwhile ("restore it once it has"). Its
+    process is known dead: the entry is completed from its trash, and the restore runs."""
+    ids = linked_conversation()
+    before = store_state()
+    plan = core.plan_cascade_delete(session_ids=[ids["tip"]], include_branches=True)
+    child = run_crash_child(
+        "audited_cascade_delete",
+        {
+            "actor": "ada",
+            "session_ids": [ids["tip"]],
+            "include_branches": True,
+            "expected_fingerprint": plan.fingerprint,
+            "reason": "killed",
+        },
+        crash_at="cascade.between_batches@1",
+        env={"CRASH_CHILD_BATCH_SESSIONS": "2"},
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    first = TrashEntry.objects.filter(state=TrashEntry.COMPLETE).order_by("pk").first()
+    assert first is not None
+    actions.restore(actor="ada", entry_id=first.pk)
+    cascade = AuditEntry.objects.get(action="cascade_delete")
+    assert cascade.outcome == "partial", cascade.detail
+    assert store_state() == before
+    assert check_store() == [] and check_trash() == []

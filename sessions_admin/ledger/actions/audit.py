@@ -26,6 +26,7 @@ from sessions_admin.core import DeletePartlyApplied, faults
 from sessions_admin.core import db as core_db
 from sessions_admin.core import erasure as erasure_core
 from sessions_admin.core.errors import StoreError
+from sessions_admin.core.processes import process_dead
 from sessions_admin.core.text import operator_identifier
 from sessions_admin.ledger.context import current_client, running_audit_entry
 from sessions_admin.ledger.models import AuditEntry, AuditSession
@@ -246,6 +247,14 @@ def _complete(
         sessions=len(ids),
         detail=detail,
     )
+
+
+def may_complete_later(entry: AuditEntry, cutoff) -> bool:
+    """Whether another call may complete this pending ``entry`` now: the process it recorded
+    (``before["process"]``) is known dead, at once; otherwise only once it is older than
+    ``cutoff`` (a process on another machine, or one still working, may yet complete it)."""
+    process = (entry.before or {}).get("process")
+    return entry.created_at < cutoff or (process is not None and process_dead(process))
 
 
 def complete_later(entry: AuditEntry, *, outcome: str, after: dict, detail: str) -> bool:

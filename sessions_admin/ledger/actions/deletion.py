@@ -29,6 +29,7 @@ from sessions_admin.ledger.actions.audit import (
     _counts,
     _name,
     complete_later,
+    may_complete_later,
 )
 from sessions_admin.ledger.actions.merges import complete_stale_merges, complete_stale_unmerges
 from sessions_admin.ledger.models import (
@@ -131,15 +132,17 @@ def complete_stale_deletes(*, older_than_seconds: float = STALE_PENDING_SECONDS)
     what committed: nothing (``failed``), every batch down to the sessions asked for
     (``ok``), or the first batches only (``partial``); when an erasure took that trash
     meanwhile, what it held then (``ledger.erasure.note_pending_deletes``). Only entries
-    older than ``older_than_seconds``: a younger one may be a delete still running. Returns
-    their ids.
+    older than ``older_than_seconds``, or whose process is known dead: a younger one may be a
+    delete still running. Returns their ids.
     """
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     completed = []
     stale = AuditEntry.objects.using(_audit_alias()).filter(
-        action=AuditAction.CASCADE_DELETE, outcome=AuditEntry.PENDING, created_at__lt=cutoff
+        action=AuditAction.CASCADE_DELETE, outcome=AuditEntry.PENDING
     )
     for entry in stale:
+        if not may_complete_later(entry, cutoff):
+            continue
         operation = (entry.before or {}).get("trash_operation")
         if not operation:
             continue  # recorded before entries named their operation: nothing to read

@@ -13,6 +13,7 @@ from sessions_admin import core
 from sessions_admin.core import db as core_db
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.merge import confirmation_problem
+from sessions_admin.core.processes import this_process
 from sessions_admin.core.text import operator_identifier, operator_identifiers, operator_text
 from sessions_admin.ledger import erasure as erasure_ledger
 from sessions_admin.ledger.actions.audit import (
@@ -22,6 +23,7 @@ from sessions_admin.ledger.actions.audit import (
     _check_fingerprint,
     _counts,
     complete_later,
+    may_complete_later,
 )
 from sessions_admin.ledger.models import AuditAction, AuditEntry
 
@@ -58,6 +60,9 @@ def merge(
         differences = {d.label: list(d.values) for d in plan.differences}
     if differences:
         before["confirmed_differences"] = differences
+    # Its process: a merge killed before its outcome was recorded is completed from the store
+    # at once once that process is known dead (``complete_stale_merges``).
+    before["process"] = this_process()
     return _audited(
         actor=actor,
         action=AuditAction.MERGE,
@@ -96,7 +101,7 @@ def unmerge(*, actor, merge_id: int, reason: str = "") -> core.UnmergeResult:
         action=AuditAction.UNMERGE,
         session_ids=ids,
         reason=reason,
-        before={"merge_id": merge_id, **_counts(ids)},
+        before={"merge_id": merge_id, **_counts(ids), "process": this_process()},
         run=lambda: core.unmerge(merge_id=merge_id),
         after=lambda r: {
             "merge_id": merge_id,
@@ -117,8 +122,10 @@ def complete_stale_merges(*, older_than_seconds: float = STALE_PENDING_SECONDS) 
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     completed = []
     for entry in AuditEntry.objects.using(_audit_alias()).filter(
-        action=AuditAction.MERGE, outcome=AuditEntry.PENDING, created_at__lt=cutoff
+        action=AuditAction.MERGE, outcome=AuditEntry.PENDING
     ):
+        if not may_complete_later(entry, cutoff):
+            continue
         asked = set(entry.session_ids)
         made = None
         for merge_id, target, absorbed in core_db.fetchall(
@@ -157,8 +164,10 @@ def complete_stale_unmerges(*, older_than_seconds: float = STALE_PENDING_SECONDS
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     completed = []
     for entry in AuditEntry.objects.using(_audit_alias()).filter(
-        action=AuditAction.UNMERGE, outcome=AuditEntry.PENDING, created_at__lt=cutoff
+        action=AuditAction.UNMERGE, outcome=AuditEntry.PENDING
     ):
+        if not may_complete_later(entry, cutoff):
+            continue
         merge_id = (entry.before or {}).get("merge_id")
         row = (
             core_db.fetchone(
