@@ -41,11 +41,22 @@ from sessions_admin.api.auth import (
 )
 
 
+def _unique_names(pairs: list[tuple[str, object]]) -> dict:
+    """An object whose names are each given once: ``{"typed_count": 2, "typed_count": 1}``
+    is refused, not read as its last value (a proxy or a log reading the first would see
+    another request than the one carried out)."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        repeated = sorted({name for name, _ in pairs if sum(n == name for n, _ in pairs) > 1})
+        raise ValueError(f"a name given more than once in one object: {', '.join(repeated)}")
+    return found
+
+
 class StrictJSONParser(Parser):
     def parse_body(self, request):
         # Decoded as UTF-8 first: ``json.loads`` of bytes guesses UTF-16 and UTF-32 and skips a
         # byte-order mark, where docs/api.md promises a 400 for a body that is not UTF-8 JSON.
-        data = json.loads(request.body.decode("utf-8"))
+        data = json.loads(request.body.decode("utf-8"), object_pairs_hook=_unique_names)
         problems.check_storable(data)
         return data
 

@@ -69,6 +69,12 @@ BAD_BODIES = {
         400,
         "malformed-request",
     ),
+    # The last value won (attack 40): a proxy or log reading the first saw another request.
+    "a name given twice": (
+        b'{"messages": [{"role": "user", "content": "a", "content": "b"}]}',
+        400,
+        "malformed-request",
+    ),
     "UTF-8 with a byte-order mark": (
         b'\xef\xbb\xbf{"messages": [{"role": "user", "content": "hi"}]}',
         400,
