@@ -21,6 +21,7 @@ from tests.core.test_delete_in_parts import (
     run_crash_child,
 )
 from tests.helpers import parent_links
+from tests.ledger.test_trash_settles import cascade_killed_between_batches
 
 
 @pytest.fixture
@@ -121,21 +122,7 @@ def test_the_trash_page_sends_a_sessions_parts_to_the_entry_holding_its_row(admi
 
 
 def test_the_trash_page_offers_no_restore_of_a_cascade_still_pending(admin):
-    ids = linked_conversation()
-    plan = core.plan_cascade_delete(session_ids=[ids["tip"]], include_branches=True)
-    child = run_crash_child(
-        "audited_cascade_delete",
-        {
-            "actor": "ada",
-            "session_ids": [ids["tip"]],
-            "include_branches": True,
-            "expected_fingerprint": plan.fingerprint,
-            "reason": "killed",
-        },
-        crash_at="cascade.between_batches@1",
-        env={"CRASH_CHILD_BATCH_SESSIONS": "2"},
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr
+    cascade_killed_between_batches(linked_conversation()["tip"])
     first = TrashEntry.objects.order_by("pk").first().pk
     # Still running, on another machine (one of this machine known dead is completed at once,
     # and its trash offered for restore: below).

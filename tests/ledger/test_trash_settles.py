@@ -722,18 +722,15 @@ def test_check_trash_names_a_message_held_twice():
     assert any("holds messages twice" in problem for problem in check_trash())
 
 
-def test_a_cascade_killed_between_batches_can_be_restored_at_once():
-    """Attack 40: its audit entry stayed pending ten minutes after the process was killed, and
-    a restore of what it had deleted was refused meanwhile ("restore it once it has"). Its
-    process is known dead: the entry is completed from its trash, and the restore runs."""
-    ids = linked_conversation()
-    before = store_state()
-    plan = core.plan_cascade_delete(session_ids=[ids["tip"]], include_branches=True)
+def cascade_killed_between_batches(session_id: str) -> None:
+    """An audited cascade of ``session_id``'s conversation (branches included), two sessions a
+    batch, its process killed after the first batch: its audit entry is left pending."""
+    plan = core.plan_cascade_delete(session_ids=[session_id], include_branches=True)
     child = run_crash_child(
         "audited_cascade_delete",
         {
             "actor": "ada",
-            "session_ids": [ids["tip"]],
+            "session_ids": [session_id],
             "include_branches": True,
             "expected_fingerprint": plan.fingerprint,
             "reason": "killed",
@@ -742,6 +739,15 @@ def test_a_cascade_killed_between_batches_can_be_restored_at_once():
         env={"CRASH_CHILD_BATCH_SESSIONS": "2"},
     )
     assert child.returncode == -signal.SIGKILL, child.stderr
+
+
+def test_a_cascade_killed_between_batches_can_be_restored_at_once():
+    """Attack 40: its audit entry stayed pending ten minutes after the process was killed, and
+    a restore of what it had deleted was refused meanwhile ("restore it once it has"). Its
+    process is known dead: the entry is completed from its trash, and the restore runs."""
+    ids = linked_conversation()
+    before = store_state()
+    cascade_killed_between_batches(ids["tip"])
     first = TrashEntry.objects.filter(state=TrashEntry.COMPLETE).order_by("pk").first()
     assert first is not None
     actions.restore(actor="ada", entry_id=first.pk)
