@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import Counter
 
 from django.contrib.auth.decorators import login_not_required
 from django.http import Http404, HttpResponseNotAllowed
@@ -47,7 +48,7 @@ def _unique_names(pairs: list[tuple[str, object]]) -> dict:
     another request than the one carried out)."""
     found = dict(pairs)
     if len(found) != len(pairs):
-        repeated = sorted({name for name, _ in pairs if sum(n == name for n, _ in pairs) > 1})
+        repeated = sorted(name for name, n in Counter(name for name, _ in pairs).items() if n > 1)
         raise ValueError(f"a name given more than once in one object: {', '.join(repeated)}")
     return found
 

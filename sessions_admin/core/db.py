@@ -281,7 +281,7 @@ def _run_store_operation(func: Callable[..., T], args: tuple, kwargs: dict) -> T
             time.sleep(pause)
 
 
-def lock_names(*names: str | None) -> None:
+def lock_names(*names: str | None, alias: str | None = None) -> None:
     """Serialize this transaction with every other one naming one of ``names``, until it ends.
 
     What an operation reads and then acts on (the live session of a key, whether an id
@@ -290,12 +290,13 @@ def lock_names(*names: str | None) -> None:
     PostgreSQL (READ COMMITTED): a transaction-scoped advisory lock per name, taken in
     sorted order so two operations never wait for each other crosswise; every statement
     after it sees what the previous holder committed. Names are namespaced by the caller
-    (``key:<session_key>``, ``session:<id>``, ``conversation:<slug>``).
+    (``key:<session_key>``, ``session:<id>``, ``conversation:<slug>``). ``alias``: another
+    database than the store (the dashboard's), whose transaction it is.
     """
     wanted = sorted({name for name in names if name})
-    if not wanted or vendor() != "postgresql":
+    if not wanted or vendor(alias) != "postgresql":
         return
-    with cursor() as c:
+    with cursor(alias) as c:
         for name in wanted:
             c.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
 

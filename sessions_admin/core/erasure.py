@@ -1416,17 +1416,15 @@ class HeldMidway(holds.SessionsHeld):
     released, running the request again finishes it."""
 
     def __init__(self, held: holds.SessionsHeld, *, erased: RowsPresent, planned: RowsPresent):
-        StoreError.__init__(
-            self,
-            str(held).replace(
-                "Nothing was deleted: release the hold first, or leave those sessions out.",
+        super().__init__(
+            held.held,
+            outcome=(
                 f"It was placed while the erasure ran: {erased.sessions} of "
                 f"{planned.sessions} sessions ({erased.messages} messages) were erased "
                 "before it; the rest waits. Once the hold is released, run the erasure "
-                "again: it finishes from where it stopped.",
+                "again: it finishes from where it stopped."
             ),
         )
-        self.held = held.held
         self.erased_so_far = erased
         self.planned = planned
 

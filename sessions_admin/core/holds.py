@@ -71,8 +71,9 @@ class SessionsHeld(StoreError):
     """A delete reached sessions under a legal hold: nothing of it was deleted."""
 
     NAMED = 10  # sessions the message names, each with its hold
+    OUTCOME = "Nothing was deleted: release the hold first, or leave those sessions out."
 
-    def __init__(self, held: dict[str, Hold]):
+    def __init__(self, held: dict[str, Hold], *, outcome: str = OUTCOME):
         self.held = held
         holds = {hold.id: hold for hold in held.values()}
         count = len(held)
@@ -82,10 +83,7 @@ class SessionsHeld(StoreError):
             f"{sid}, hold #{hold.id}" for sid, hold in sorted(held.items())[: self.NAMED]
         )
         more = f"; and {count - self.NAMED} more" if count > self.NAMED else ""
-        super().__init__(
-            f"{sessions} under {named} ({which}{more}). Nothing was deleted: release the hold "
-            "first, or leave those sessions out."
-        )
+        super().__init__(f"{sessions} under {named} ({which}{more}). {outcome}")
 
 
 def _hold(row: Sequence) -> Hold:

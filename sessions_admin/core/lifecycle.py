@@ -580,7 +580,7 @@ def resolve_session_ref(ref: str, *, sources: Sequence[str] = ()) -> str:
         return ref
     only, limit = "", []
     if sources:
-        only = f" AND source IN ({', '.join(['%s'] * len(sources))})"
+        only = f" AND source IN ({db.placeholders(sources)})"
         limit = list(sources)
     row = db.fetchone(f"SELECT id FROM sessions WHERE title = %s{only}", [ref, *limit])
     if row:

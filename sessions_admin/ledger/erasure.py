@@ -434,36 +434,25 @@ def open_request_for(subject: Subject) -> ErasureRequest | None:
     did not finish: a second one is refused and points to it (two runs of one person would
     each count and hash what the other deleted). Called inside ``requests_serialized``."""
     for request in ErasureRequest.objects.filter(
-        state__in=[ErasureRequest.PENDING, ErasureRequest.RUNNING]
+        state__in=[ErasureRequest.PENDING, ErasureRequest.RUNNING, ErasureRequest.FAILED]
     ).order_by("pk"):
-        if request.subject and subject_from_json(request.subject).user_id == subject.user_id:
-            return request
-    for request in ErasureRequest.objects.filter(state=ErasureRequest.FAILED).order_by("pk"):
         if (
             request.subject
-            and recorded_run(request) is not None
             and subject_from_json(request.subject).user_id == subject.user_id
+            and (request.state != ErasureRequest.FAILED or recorded_run(request) is not None)
         ):
             return request
     return None
 
 
-# The key of PostgreSQL's transaction-level advisory lock that queues erasure requests one
-# at a time ("erasure" in ASCII); SQLite's dashboard transactions are IMMEDIATE already.
-REQUEST_LOCK_KEY = 0x65726173757265
-
-
 @contextlib.contextmanager
-def requests_serialized() -> Iterator[None]:
-    """A transaction of the dashboard's database in which no other request is being queued:
-    the check for an open request of the same person and the new request's row go in
-    together, so two confirmations of one preview at once queue one request, not two."""
+def requests_serialized(subject: Subject) -> Iterator[None]:
+    """A transaction of the dashboard's database in which no other request for this person is
+    being queued: the check for an open request and the new request's row go in together, so
+    two confirmations of one preview at once queue one request, not two."""
     alias = router.db_for_write(ErasureRequest)
     with transaction.atomic(using=alias):
-        connection = connections[alias]
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REQUEST_LOCK_KEY])
+        db.lock_names(f"erasure-request:{subject.user_id}", alias=alias)
         yield
 
 

@@ -56,7 +56,7 @@ def request_erasure(
         # The request and its audit entry together, or neither (a full dashboard database);
         # checked again with the requests queued one at a time: of two confirmations of one
         # preview at once, the second is refused here.
-        with erasure_ledger.requests_serialized():
+        with erasure_ledger.requests_serialized(subject):
             _refuse_open_request(subject)
             request = erasure_ledger.create_request(
                 subject=subject,
