@@ -87,6 +87,7 @@ def test_a_changed_store_since_the_preview_erases_nothing(signed_in):
 
 def test_the_request_page_says_while_the_search_index_is_not_merged(signed_in, monkeypatch):
     from sessions_admin.core import erasure as erasure_core
+    from sessions_admin.core.erasure import files as erasure_files
 
     client = signed_in("admin")
     _their_sessions()
@@ -98,7 +99,7 @@ def test_the_request_page_says_while_the_search_index_is_not_merged(signed_in, m
         expected_fingerprint=plan.fingerprint,
     )
     cut_short = erasure_core.IndexMerge(False, ("messages_fts: merge stopped",))
-    monkeypatch.setattr(erasure_core, "_search_index_merges", lambda seconds: cut_short)
+    monkeypatch.setattr(erasure_files, "_search_index_merges", lambda seconds: cut_short)
     actions.run_erasure(request_id=queued.pk)
     page = client.get(reverse("erasure_detail", args=[queued.pk])).content.decode()
     assert 'id="index-merge-pending"' in page and 'id="index-merged"' not in page

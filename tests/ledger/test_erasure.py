@@ -255,7 +255,7 @@ def test_an_index_merge_cut_short_is_finished_later_and_the_receipt_says_when(
     says the index is not merged yet, and the scheduler finishes it later."""
     if connections[store_alias()].vendor != "sqlite":
         pytest.skip("full-text index segments: SQLite's FTS5")
-    from sessions_admin.core import erasure as erasure_core
+    from sessions_admin.core.erasure import files as erasure_files
     from sessions_admin.ledger import schedule
 
     # Many small segments, as a busy runtime leaves them: SQLite's automerge off until the
@@ -269,7 +269,7 @@ def test_an_index_merge_cut_short_is_finished_later_and_the_receipt_says_when(
     for n in range(30):
         sid = core.create_session(source="cli").session_id
         core.append_messages(session_id=sid, messages=[{"role": "user", "content": f"w{n}"}])
-    monkeypatch.setattr(erasure_core, "FTS_MERGE_SECONDS", 0.0)  # the budget ran out at once
+    monkeypatch.setattr(erasure_files, "FTS_MERGE_SECONDS", 0.0)  # the budget ran out at once
 
     try:
         request = _erase(Subject(user_id=USER, chat_ids=(CHAT,)))
@@ -282,7 +282,7 @@ def test_an_index_merge_cut_short_is_finished_later_and_the_receipt_says_when(
     assert not AuditEntry.objects.filter(action="erasure_index_merged").exists()
 
     # The scheduler thread of a dashboard process retries it.
-    monkeypatch.setattr(erasure_core, "FTS_MERGE_SECONDS", 30.0)
+    monkeypatch.setattr(erasure_files, "FTS_MERGE_SECONDS", 30.0)
     settings.SESSIONS_ADMIN_ERASURE_INDEX_RETRY_SECONDS = 0
     stop = threading.Event()
     thread = threading.Thread(

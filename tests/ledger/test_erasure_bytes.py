@@ -329,9 +329,9 @@ def test_postgresql_a_rewrite_waits_for_a_transaction_that_still_sees_the_erased
         pytest.skip("PostgreSQL's snapshots")
     import psycopg
 
-    from sessions_admin.core import erasure as erasure_core
+    from sessions_admin.core.erasure import files as erasure_files
 
-    monkeypatch.setattr(erasure_core, "REWRITE_OLD_SNAPSHOT_WAIT_SECONDS", 0.5)
+    monkeypatch.setattr(erasure_files, "REWRITE_OLD_SNAPSHOT_WAIT_SECONDS", 0.5)
     ids = subject_with_freed_bytes()
     values = [*DISTINCTIVE, ids["first"], ids["second"], ids["old"]]
     params = connections[store_alias()].get_connection_params()

@@ -192,7 +192,7 @@ def test_a_session_written_again_after_the_last_batch_goes_in_another_round(monk
     the deletes left (the index merge, the checkpoint): the erasure looks once more after
     all of it, and goes round again (attack round 39: re-created rows written after the
     erasure's only check stayed behind a "done" receipt)."""
-    from sessions_admin.core import erasure as erasure_core
+    from sessions_admin.core.erasure import run as erasure_run
 
     sid = core.create_session(source="telegram", user_id=ALICE).session_id
     core.append_message(session_id=sid, role="user", content="ALICE-WORDS 0")
@@ -205,7 +205,7 @@ def test_a_session_written_again_after_the_last_batch_goes_in_another_round(monk
         expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
         start=False,
     )
-    purge = erasure_core._purge_leftovers
+    purge = erasure_run._purge_leftovers
     calls = []
 
     def runtime_writes_during_the_purge():
@@ -217,7 +217,7 @@ def test_a_session_written_again_after_the_last_batch_goes_in_another_round(monk
             )
         return purge()
 
-    monkeypatch.setattr(erasure_core, "_purge_leftovers", runtime_writes_during_the_purge)
+    monkeypatch.setattr(erasure_run, "_purge_leftovers", runtime_writes_during_the_purge)
     receipt = actions.run_erasure(request_id=request.pk)
     assert len(calls) == 2
     assert _count_saying("ALICE-WORDS") == 0
@@ -230,9 +230,9 @@ def test_a_runtime_that_keeps_writing_erased_ids_again_stops_the_run_partly_done
     stops after ``MAX_GROWTH_ROUNDS`` with what it erased kept erased, and says so on the
     request and in a ``partial`` audit entry (it said "0 sessions", ``after`` empty); run
     again once the runtime stops, it finishes."""
-    from sessions_admin.core import erasure as erasure_core
+    from sessions_admin.core.erasure import run as erasure_run
 
-    monkeypatch.setattr(erasure_core, "MAX_GROWTH_ROUNDS", 2)
+    monkeypatch.setattr(erasure_run, "MAX_GROWTH_ROUNDS", 2)
     sessions = []
     for _ in range(2):
         sid = core.create_session(source="telegram", user_id=ALICE).session_id
@@ -247,15 +247,15 @@ def test_a_runtime_that_keeps_writing_erased_ids_again_stops_the_run_partly_done
         expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
         start=False,
     )
-    purge = erasure_core._purge_leftovers
+    purge = erasure_run._purge_leftovers
 
     def runtime_writes_it_again_every_time():
         session = _session(sessions[0], None, ALICE)
         _runtime_sql([(session[0], [sessions[0], ALICE, time.time(), None])])
         return purge()
 
-    monkeypatch.setattr(erasure_core, "_purge_leftovers", runtime_writes_it_again_every_time)
-    with pytest.raises(erasure_core.RuntimeOutpacedErasure):
+    monkeypatch.setattr(erasure_run, "_purge_leftovers", runtime_writes_it_again_every_time)
+    with pytest.raises(erasure_run.RuntimeOutpacedErasure):
         actions.run_erasure(request_id=request.pk)
     request.refresh_from_db()
     assert request.state == ErasureRequest.FAILED
@@ -265,7 +265,7 @@ def test_a_runtime_that_keeps_writing_erased_ids_again_stops_the_run_partly_done
     assert entry.after["erased_so_far"]["messages"] == 2
     assert entry.after["stopped_by"] == "RuntimeOutpacedErasure"
 
-    monkeypatch.setattr(erasure_core, "_purge_leftovers", purge)  # the runtime stopped
+    monkeypatch.setattr(erasure_run, "_purge_leftovers", purge)  # the runtime stopped
     receipt = actions.run_erasure(request_id=request.pk)
     assert receipt is not None and _count_saying("ALICE-WORDS") == 0
     assert db.fetchone("SELECT COUNT(*) FROM sessions WHERE user_id = %s", [ALICE])[0] == 0
