@@ -41,6 +41,7 @@ from sessions_admin.core.erasure import (
 from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.core.processes import process_dead, this_process
 from sessions_admin.ledger.models import (
+    AuditAction,
     AuditEntry,
     AuditSession,
     DeleteJob,
@@ -854,20 +855,48 @@ def _redact(value, replacements: dict[str, str]):
     return value
 
 
+def _hash_idempotency_key(before, salt: str):
+    """An append's ``before`` with its ``idempotency_key`` replaced by the key's hash."""
+    if not isinstance(before, dict) or not isinstance(before.get("idempotency_key"), str):
+        return before
+    key = before["idempotency_key"]
+    if key.startswith("[erased:"):
+        return before
+    return {**before, "idempotency_key": f"[erased:{hash_of(salt, key)[:16]}]"}
+
+
 def redact_audit(
-    subject: Subject, session_ids: Sequence[str], salt: str, *, names: Sequence[str] = ()
+    subject: Subject,
+    session_ids: Sequence[str],
+    salt: str,
+    *,
+    names: Sequence[str] = (),
+    request_id: int | None = None,
 ) -> int:
     """Replace the subject's identifiers, the erased session ids and ``names`` (the erased
     slugs and stored response ids: a runtime's turn and resolve entries name them), each as
-    a whole token, by their hashes in earlier audit entries; returns how many changed."""
+    a whole token, by their hashes in earlier audit entries; returns how many changed.
+
+    Looked for in the entries linked to the erased sessions, the entries whose text holds
+    one of the subject's values or ``names``, and the earlier entries of erasure request
+    ``request_id`` (a run a hold stopped named the held sessions in its words, linking
+    none). In the entries linked to the erased sessions the API's idempotency keys (client
+    text, often built from the person's ids) are hashed whole too (attack round 41)."""
     replacements = _replacements(subject, [*session_ids, *names], salt)
     if not replacements:
         return 0
-    candidates = set(
+    linked = set(
         AuditSession.objects.filter(session_id__in=list(session_ids)).values_list(
             "entry_id", flat=True
         )
     )
+    candidates = set(linked)
+    if request_id is not None:
+        candidates |= set(
+            AuditEntry.objects.filter(
+                action=AuditAction.ERASURE, before__erasure_request=request_id
+            ).values_list("pk", flat=True)
+        )
     table = AuditEntry._meta.db_table
     alias = router.db_for_write(AuditEntry)
     strings = list(dict.fromkeys([*subject.values, *(name for name in names if name)]))
@@ -890,9 +919,12 @@ def redact_audit(
             candidates |= {row[0] for row in cursor.fetchall()}
     changed = 0
     for entry in AuditEntry.objects.filter(pk__in=candidates):
+        before = entry.before
+        if entry.pk in linked:
+            before = _hash_idempotency_key(before, salt)
         fields = {
             "session_ids": _redact(entry.session_ids, replacements),
-            "before": _redact(entry.before, replacements),
+            "before": _redact(before, replacements),
             "after": _redact(entry.after, replacements),
             "reason": _redact(entry.reason, replacements),
             "detail": _redact(entry.detail, replacements),
@@ -1062,6 +1094,7 @@ def _complete_dashboard(
                 session_ids,
                 request.salt,
                 names=[*plan.conversation_names, *trash.slugs, *plan.response_ids],
+                request_id=request.pk,
             ),
             "operator_texts_redacted": redact_operator_text(
                 trash.redaction_subject(plan.redaction_subject), request.salt
@@ -1256,18 +1289,42 @@ def fail(request: ErasureRequest, error: str) -> None:
     ).update(state=ErasureRequest.FAILED, error=error[:2000], lease_expires_at=None)
 
 
-def refuse_held(full: FullPlan) -> None:
+def refuse_held(
+    full: FullPlan,
+    *,
+    before: RowsPresent | None = None,
+    late: LateRows | None = None,
+) -> None:
     """``SessionsHeld`` (naming each hold) if a standing hold covers anything the erasure
     would change: the subject's sessions, the sessions holding their moved messages, the
-    targets of the merges it closes, their trashed sessions."""
+    targets of the merges it closes, their trashed sessions. ``before`` and ``late``: a
+    recorded run's counts, so the refusal says what its earlier runs erased, if anything
+    (attack round 41: a run again under the hold said "Nothing was deleted" of a request
+    whose first run had erased half the person's messages)."""
     held = holds.holds_on(full.store.held_scope)
     if full.trash.held:
         trashed = set(dict(full.trash.held))
         for entry in TrashEntry.objects.filter(sessions__session_id__in=list(trashed)).distinct():
             rows = decode_trash_rows(entry.payload.get("sessions", []))
             held.update(holds.held_among_rows([r for r in rows if r.get("id") in trashed]))
-    if held:
+    if not held:
+        return
+    erased = (
+        erasure.erased_so_far(full.store, before, late or LateRows(mark=None))
+        if before is not None
+        else None
+    )
+    if erased is None or not (erased.sessions or erased.messages):
         raise holds.SessionsHeld(held)
+    raise holds.SessionsHeld(
+        held,
+        outcome=(
+            f"This run deleted nothing. Earlier runs of this request erased {erased.sessions} "
+            f"of {before.sessions} sessions ({erased.messages} of {before.messages} messages) "
+            "before the hold; the rest waits. Once the hold is released, run the erasure "
+            "again: it finishes from where it stopped."
+        ),
+    )
 
 
 def being_erased(session_id: str) -> bool:

@@ -100,3 +100,33 @@ def test_an_erasure_cuts_the_persons_keys_out_of_a_shared_trash_entry(runtime):
     assert db.fetchall("SELECT key, session_id FROM sessions_admin_idempotency") == [
         ("k-u-bo-77", ids["u-bo-77"])
     ]
+
+
+def test_an_erasure_hashes_the_persons_idempotency_keys_in_the_audit_log(runtime):
+    """The API's append entries kept the person's keys verbatim after their erasure (attack
+    round 41); another person's keys stay readable."""
+    from sessions_admin.ledger.models import AuditEntry
+
+    ids = {}
+    for user, key in (("u-ann-78", "order-77731:msg-1"), ("u-bo-78", "order-88842:msg-1")):
+        answer = runtime.post(
+            "runtime/sessions",
+            {"source": "telegram", "session_key": f"tg:{user}", "user_id": user},
+        )
+        ids[user] = answer.body["session_id"]
+        assert _append(runtime, ids[user], f"{user} said", key=key).status == 201
+        core.end_session(session_id=ids[user], end_reason="user_exit")
+    subject = Subject(user_id="u-ann-78")
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-7",
+        expected_fingerprint=erasure.plan(subject).fingerprint,
+    )
+    actions.run_erasure(request_id=request.pk)
+    keys = sorted(
+        str(entry.before.get("idempotency_key"))
+        for entry in AuditEntry.objects.filter(action="append")
+    )
+    assert keys[0].startswith("[erased:") and keys[1] == "order-88842:msg-1"
+    assert "order-77731" not in str(list(AuditEntry.objects.values_list("before", "after")))

@@ -22,6 +22,7 @@ from sessions_admin.core.erasure.counts import (
     LateRows,
     RowsPresent,
     counted_before,
+    erased_so_far,
     rows_present,
 )
 from sessions_admin.core.erasure.files import (
@@ -81,6 +82,7 @@ __all__ = [
     "checkpoint_wal",
     "counted_before",
     "erase",
+    "erased_so_far",
     "merge_search_indexes",
     "names_subject",
     "plan_erasure",

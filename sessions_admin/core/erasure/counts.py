@@ -182,7 +182,7 @@ def _erased(before: RowsPresent, now: RowsPresent, late: LateRows) -> dict[str, 
     return gone
 
 
-def _erased_so_far(plan: ErasurePlan, before: RowsPresent, late: LateRows) -> RowsPresent | None:
+def erased_so_far(plan: ErasurePlan, before: RowsPresent, late: LateRows) -> RowsPresent | None:
     """The rows gone since ``before`` (every run's), or None if the store cannot be read."""
     try:
         now = rows_present(plan=plan)

@@ -33,8 +33,8 @@ from sessions_admin.core.erasure.counts import (
     LateRows,
     RowsPresent,
     _erased,
-    _erased_so_far,
     counted_before,
+    erased_so_far,
     rows_present,
 )
 from sessions_admin.core.erasure.files import _purge_leftovers, _secure_delete
@@ -635,7 +635,7 @@ def erase(
         # Refused midway (a hold placed, a merge made, a runtime that kept writing): what was
         # erased before stays erased; the error carries how much (``erased_so_far``), for the
         # request and its audit entry (``partial``).
-        erased = _erased_so_far(plan, before, tally[0])
+        erased = erased_so_far(plan, before, tally[0])
         if erased is None or not any(asdict(erased).values()):
             raise
         if isinstance(stopped, holds.SessionsHeld):
@@ -646,7 +646,7 @@ def erase(
     except Exception as error:
         if db.storage_failure(error):
             raise ErasureStopped(
-                error=error, planned=before, erased=_erased_so_far(plan, before, tally[0])
+                error=error, planned=before, erased=erased_so_far(plan, before, tally[0])
             ) from error
         raise
     finally:
