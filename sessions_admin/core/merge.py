@@ -60,8 +60,9 @@ IDENTITY_COLUMNS = (("user_id", "user"), ("source", "source"), ("session_key", "
 class PlanChanged(StoreError):
     def __init__(self, what: str):
         super().__init__(
-            f"The store changed since the {what} was previewed (the runtime is still writing). "
-            "Nothing was changed: review the new preview and confirm again."
+            f"The store changed since the {what} was previewed (a runtime wrote to it, or "
+            "an operator placed a hold, merged or deleted). Nothing was changed: review the "
+            "new preview and confirm again."
         )
 
 

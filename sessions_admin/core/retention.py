@@ -22,6 +22,7 @@ from typing import Any
 from sessions_admin.core import db, forks, holds, lineage
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.merge import undoable_merges_of
+from sessions_admin.core.text import exact_id_problem
 
 STATUSES = {"ended": "ended (any reason)", "empty": "ended with no messages"}
 TITLES = {"any": "with or without a title", "with": "with a title", "without": "without a title"}
@@ -72,8 +73,13 @@ class RetentionRule:
     def check(self) -> None:
         check_days(self.older_than_days)
         for name in ("source", "end_reason"):
-            if not isinstance(getattr(self, name), str):
+            value = getattr(self, name)
+            if not isinstance(value, str):
                 raise InvalidInput(f"The {name.replace('_', ' ')} must be text.")
+            # Empty is "any"; anything else is compared whole, so a blank or padded value
+            # would name no session and the policy would silently never apply.
+            if value and (problem := exact_id_problem(value, name.replace("_", " "))):
+                raise InvalidInput(problem)
         if self.status not in STATUSES:
             raise InvalidInput(f"Status must be one of {', '.join(STATUSES)}.")
         if self.title not in TITLES:

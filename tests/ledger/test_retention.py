@@ -192,6 +192,23 @@ def test_a_new_policy_is_disabled_and_checked():
         actions.create_retention_policy(
             actor=None, name="bad", older_than_days=3, every_hours=0, mode="trash"
         )
+    # A source or end reason that names no session is refused, not kept as a policy that
+    # never applies (attack round 41: a source " " was accepted).
+    for field, value, words in (
+        ("source", " ", "blank"),
+        ("source", "telegram ", "spaces"),
+        ("end_reason", "user_exit\u200b", "invisible"),
+    ):
+        with pytest.raises(core.InvalidInput, match=words):
+            actions.create_retention_policy(
+                actor=None,
+                name="bad",
+                older_than_days=3,
+                every_hours=24,
+                mode="trash",
+                **{field: value},
+            )
+    assert not RetentionPolicy.objects.filter(name="bad").exists()
     policy = actions.create_retention_policy(
         actor=None, name="ok", older_than_days=3, every_hours=24, mode="purge"
     )
