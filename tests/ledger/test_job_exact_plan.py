@@ -18,6 +18,7 @@ from sessions_admin import core
 from sessions_admin.core import db, faults
 from sessions_admin.ledger import actions, jobs, retention
 from sessions_admin.ledger.models import AuditEntry, DeleteJobItem, RetentionPolicy
+from sessions_admin.routers import responses_alias
 from tests.builders import api_turn
 from tests.helpers import parent_of, session_ids
 from tests.ledger.test_retention import DAY, old_session
@@ -422,3 +423,72 @@ def test_a_retention_run_keeps_a_session_written_to_while_it_runs():
     assert DeleteJobItem.objects.get(job_id=job_id, session_id=delegate).state == (
         DeleteJobItem.SKIPPED
     )
+
+
+def test_the_dry_run_keeps_an_api_conversation_whose_unlinked_fork_goes_on_live():
+    """A cold start minted a new session for a known slug, with no parent link: the ended
+    session and the live one are one API conversation (the slug's history, the response
+    chain). A bulk delete of the ended one left the live one's next turn chained to a
+    deleted response (attack round 41); the dry run keeps it, and says why."""
+    now = time.time()
+    old = api_turn("fork-41", "resp-41a", now - 10 * DAY, end=True)
+    fork = core.create_session(source="api_server").session_id
+    core.append_messages(session_id=fork, messages=[{"role": "user", "content": "again"}])
+    core.record_turn(
+        response_id="resp-41b",
+        session_id=fork,
+        conversation="fork-41",
+        data={"previous_response_id": "resp-41a"},
+    )
+    assert parent_of(fork) is None
+    other = old_session(days=10)
+
+    preview = core.preview_bulk_delete(session_ids=[old, other])
+
+    assert preview.session_ids == (other,)
+    assert dict(preview.conversation_kept) == {old: f"its API conversation goes on in {fork}"}
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=[old, other], include_live=False, actor="ada", reason="cleanup"
+    )
+    jobs.run_job(job_id=job_id)
+    assert {old, fork} <= session_ids() and other not in session_ids()
+    kept = "SELECT COUNT(*) FROM responses WHERE response_id IN ('resp-41a', 'resp-41b')"
+    assert db.fetchone(kept, alias=responses_alias())[0] == 2
+
+
+def test_the_dry_run_keeps_a_delegate_whose_parent_is_live_and_not_taken():
+    """A preset by source ("tool") took the ended delegates of a live chat (attack round 41);
+    a retention run kept them. The dry run keeps them, with what continues below them."""
+    parent = core.create_session(source="cli").session_id
+    delegate = core.create_session(
+        source="tool", parent_session_id=parent, model_config={"_delegate_from": parent}
+    ).session_id
+    below = core.create_session(
+        source="tool", parent_session_id=delegate, model_config={"_delegate_from": delegate}
+    ).session_id
+    for sid in (below, delegate):
+        core.append_message(session_id=sid, role="user", content="sub-task")
+        core.end_session(session_id=sid, end_reason="delegate_done")
+    ended_parent = core.create_session(source="cli").session_id
+    done = core.create_session(
+        source="tool",
+        parent_session_id=ended_parent,
+        model_config={"_delegate_from": ended_parent},
+    ).session_id
+    core.end_session(session_id=done, end_reason="delegate_done")
+    core.end_session(session_id=ended_parent, end_reason="user_exit")
+
+    selected = core.preset_session_ids(preset="by_source", source="tool")
+    preview = core.preview_bulk_delete(session_ids=selected)
+
+    assert preview.session_ids == (done,)  # its parent ended: nothing goes on
+    assert dict(preview.conversation_kept) == {
+        delegate: f"its conversation goes on in {parent}, which is live",
+        below: f"with {delegate}, its conversation goes on in {parent}, which is live",
+    }
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=selected, include_live=False, actor="ada", reason="cleanup"
+    )
+    jobs.run_job(job_id=job_id)
+    assert {parent, delegate, below, ended_parent} <= session_ids()
+    assert done not in session_ids()

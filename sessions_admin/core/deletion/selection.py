@@ -10,10 +10,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sessions_admin.core import db, holds, lineage
+from sessions_admin.core import db, forks, holds, lineage
 from sessions_admin.core.deletion.plan import (
     WholeConversations,
     _chunks,
+    _together_sql,
+    conversation_within,
     count_messages,
     kept_whole,
     lineage_closure,
@@ -196,6 +198,38 @@ def _conversations_around(ids: Sequence[str], members: Iterable[str]) -> set[str
     return found
 
 
+def going_on_outside(ids: Sequence[str]) -> dict[str, str]:
+    """Those of ``ids`` whose conversation goes on in a session ``ids`` does not take, by a
+    link ``kept_whole`` does not follow for a bulk delete, each with why, and every session of
+    ``ids`` in one conversation with them: a delegate or continuation whose parent is live,
+    and the sessions of one ``/v1/responses`` conversation (one slug, or stored responses
+    chained across sessions, ``forks.api_conversations``) that has a session left out.
+
+    Taking the ended half of such a conversation left the live half's next turn chained to a
+    deleted response, or a live chat's delegate gone from under it (attack round 41)."""
+    taken = set(ids)
+    why: dict[str, str] = {}
+    together = _together_sql("c", "p", False)
+    for chunk in _chunks(list(ids)):
+        for child, parent in db.fetchall(
+            f"SELECT c.id, p.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
+            f"WHERE c.id IN ({db.placeholders(chunk)}) AND p.ended_at IS NULL AND {together}",
+            list(chunk),
+        ):
+            if parent not in taken:
+                why[child] = f"its conversation goes on in {parent}, which is live"
+    groups = [group for group in forks.api_conversations() if group & taken]
+    left = lineage.existing_session_ids(sorted({sid for g in groups for sid in g} - taken))
+    for group in groups:
+        others = sorted(group & set(left))
+        for sid in sorted(group & taken) if others else ():
+            why.setdefault(sid, f"its API conversation goes on in {others[0]}")
+    for flagged in sorted(why):
+        for other in sorted(conversation_within([flagged], taken)):
+            why.setdefault(other, f"with {flagged}, {why[flagged]}")
+    return why
+
+
 def preview_bulk_delete(
     *, session_ids: Sequence[str], include_live: bool = False
 ) -> BulkDeletePreview:
@@ -222,6 +256,10 @@ def preview_bulk_delete(
     existing = [sid for sid in kept if sid in found]
     whole = kept_whole(existing, WholeConversations(remaining=set(existing))) if existing else {}
     existing = [sid for sid in existing if sid not in whole]
+    if existing:
+        outside = going_on_outside(existing)
+        whole.update(outside)
+        existing = [sid for sid in existing if sid not in outside]
     sample = (
         tuple(
             db.fetchdicts(
