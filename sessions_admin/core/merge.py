@@ -167,6 +167,9 @@ class MergeRecord:
     missing_ids: tuple[str, ...] = ()
     # An erasure removed rows this merge moved: it can never be undone again.
     closed_by_erasure: bool = False
+    # Its sessions deleted since whose ids a runtime has used again for new sessions: the
+    # rows the undo needs are in the trash, and a restore would clash with the new ones.
+    replaced_ids: tuple[str, ...] = ()
 
     @property
     def undo_lost(self) -> str:
@@ -181,6 +184,13 @@ class MergeRecord:
             return (
                 f"Merge #{self.merge_id} can no longer be undone: session(s) "
                 f"{', '.join(self.missing_ids[:5])} were deleted (restore them from the trash first)."
+            )
+        if self.replaced_ids:
+            return (
+                f"Merge #{self.merge_id} can no longer be undone: session(s) "
+                f"{', '.join(self.replaced_ids[:5])} were deleted after it and a runtime has "
+                "since started new sessions with the same ids (the deleted ones stay in the "
+                "trash; delete the new ones and restore the trash entry to undo the merge)."
             )
         return ""
 
@@ -651,6 +661,8 @@ def merge_sessions(
     after = _rows([target])[target]
     prior_state = {
         "sessions": {sid: {c: rows[sid][c] for c in SAVED_COLUMNS} for sid in [target, *absorbed]},
+        # Which sessions these are: an id deleted since and used again is another session.
+        "started_at": {sid: rows[sid]["started_at"] for sid in [target, *absorbed]},
         "target_after": {c: after[c] for c in SAVED_COLUMNS},
         "messages": moved,
         "children": children,
@@ -701,25 +713,61 @@ def _continue_histories(plan: MergePlan, moved_responses: list[list[str]]) -> li
     return [entry[0] for entry in rewritten]
 
 
+# A merge made before the sessions' start times were recorded: a session of it that started
+# this long after the merge is a new session with an old id (clocks of two hosts may differ).
+REPLACED_AFTER_SECONDS = 60.0
+
+
+def _replaced(
+    started: dict[str, float], recorded: dict[str, float] | None, created_at: float
+) -> tuple[str, ...]:
+    """The sessions (of those present, with their ``started_at``) that are not the ones the
+    merge took: started at another time than it recorded, or, for a merge that recorded no
+    times, well after it was made. A runtime holding a deleted session's id can write it
+    again as a new session (attack round 41: an unmerge then 'undid' into it, ending it)."""
+    if recorded is not None:
+        return tuple(sid for sid, at in started.items() if sid in recorded and at != recorded[sid])
+    return tuple(
+        sid
+        for sid, at in started.items()
+        if at is not None and float(at) > float(created_at) + REPLACED_AFTER_SECONDS
+    )
+
+
+def _started_at(ids: Sequence[str]) -> dict[str, float]:
+    return {
+        r[0]: r[1]
+        for r in db.fetchall(
+            f"SELECT id, started_at FROM sessions WHERE id IN ({db.placeholders(ids)})", list(ids)
+        )
+    }
+
+
 def _record(row: tuple) -> MergeRecord:
     target, absorbed = row[2], tuple(json.loads(row[3]))
     missing: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
     if row[4] is None:
-        present = lineage.existing_session_ids([target, *absorbed])
-        missing = tuple(sid for sid in (target, *absorbed) if sid not in present)
-    return MergeRecord(int(row[0]), row[1], target, absorbed, row[4], missing, bool(row[5]))
+        started = _started_at([target, *absorbed])
+        missing = tuple(sid for sid in (target, *absorbed) if sid not in started)
+        recorded = json.loads(row[6]) if row[6] else None
+        replaced = _replaced(started, recorded, row[1])
+    return MergeRecord(
+        int(row[0]), row[1], target, absorbed, row[4], missing, bool(row[5]), replaced
+    )
 
 
-_RECORD_COLUMNS = (
-    "id, created_at, target_session_id, absorbed_session_ids, undone_at, "
-    f"CASE WHEN substr(prior_state, 1, {len(_CLOSED_PREFIX)}) = '{_CLOSED_PREFIX}' "
-    "THEN 1 ELSE 0 END"
-)
+def _record_columns() -> str:
+    return (
+        "id, created_at, target_session_id, absorbed_session_ids, undone_at, "
+        f"CASE WHEN substr(prior_state, 1, {len(_CLOSED_PREFIX)}) = '{_CLOSED_PREFIX}' "
+        f"THEN 1 ELSE 0 END, {db.json_field('prior_state', 'started_at')}"
+    )
 
 
 def merge_record(*, merge_id: int) -> MergeRecord:
     row = db.fetchone(
-        f"SELECT {_RECORD_COLUMNS} FROM sessions_admin_merges WHERE id = %s", [int(merge_id)]
+        f"SELECT {_record_columns()} FROM sessions_admin_merges WHERE id = %s", [int(merge_id)]
     )
     if row is None:
         raise MergeNotFound(merge_id)
@@ -732,7 +780,7 @@ def merges_of_session(*, session_id: str) -> list[MergeRecord]:
     quoted = json.dumps(session_id)
     pattern = "%" + quoted.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     rows = db.fetchall(
-        f"SELECT {_RECORD_COLUMNS} FROM sessions_admin_merges WHERE target_session_id = %s "
+        f"SELECT {_record_columns()} FROM sessions_admin_merges WHERE target_session_id = %s "
         "OR absorbed_session_ids LIKE %s ESCAPE '\\' ORDER BY id DESC",
         [session_id, pattern],
     )
@@ -741,11 +789,28 @@ def merges_of_session(*, session_id: str) -> list[MergeRecord]:
     ]
 
 
+def _refuse_undone_moved_turns(merge_id: int, target: str, moved: dict) -> None:
+    """Refused while an undo or retry on the target (not redone) made messages the merge
+    moved inactive: they would go back inactive into a session that has ended, where no
+    redo can reach them (attack round 41)."""
+    ranges = [(start, end) for spans in moved.values() for start, end in spans]
+    for (ids_text,) in db.fetchall(
+        "SELECT message_ids FROM sessions_admin_undos WHERE session_id = %s", [target]
+    ):
+        undone = [int(i) for i in json.loads(ids_text)]
+        if any(start <= i <= end for i in undone for start, end in ranges):
+            raise InvalidInput(
+                f"Merge #{merge_id} cannot be undone while a turn it moved is undone on "
+                f"{target}: redo that turn first (then undo the merge, and undo the turn "
+                "again where it belongs if it should stay undone)."
+            )
+
+
 @store_operation
 def unmerge(*, merge_id: int) -> UnmergeResult:
     """Undo a merge: every moved message, child, slug and session row goes back."""
     row = db.fetchone(
-        "SELECT target_session_id, absorbed_session_ids, prior_state, undone_at "
+        "SELECT target_session_id, absorbed_session_ids, prior_state, undone_at, created_at "
         "FROM sessions_admin_merges WHERE id = %s" + db.for_update(),
         [int(merge_id)],
     )
@@ -762,7 +827,7 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
     later = [
         _record(r)
         for r in db.fetchall(
-            f"SELECT {_RECORD_COLUMNS} FROM sessions_admin_merges "
+            f"SELECT {_record_columns()} FROM sessions_admin_merges "
             "WHERE id > %s AND undone_at IS NULL ORDER BY id",
             [int(merge_id)],
         )
@@ -784,6 +849,16 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
         raise InvalidInput(
             MergeRecord(int(merge_id), 0.0, target, tuple(absorbed), None, tuple(missing)).undo_lost
         )
+    replaced = _replaced(
+        {sid: present[sid]["started_at"] for sid in present}, prior.get("started_at"), row[4]
+    )
+    if replaced:
+        raise InvalidInput(
+            MergeRecord(
+                int(merge_id), 0.0, target, tuple(absorbed), None, replaced_ids=replaced
+            ).undo_lost
+        )
+    _refuse_undone_moved_turns(merge_id, target, prior["messages"])
     # The merged messages (and any a hold placed since covers through the target) stay under
     # every hold covering the target: each session they go back to must be covered too.
     holds.refuse_moving_out(moves=[(target, sid) for sid in absorbed], action="undo of the merge")

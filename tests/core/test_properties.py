@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from sessions_admin import core
-from sessions_admin.core import clock, db
+from sessions_admin.core import clock, db, forks
 from sessions_admin.ledger import jobs
 from sessions_admin.routers import responses_alias
 from tests.conftest import _wipe
@@ -179,7 +179,8 @@ def _goes_with(rows: dict[str, dict], starts, followed: set[str]) -> set[str]:
 
 def _kept_whole(rows: dict[str, dict], going: set[str]) -> set[str]:
     """``going`` less every conversation of it (sessions linked within it by a compression,
-    delegate or slug-continuation link) that goes on in a session not in it: a bulk delete
+    delegate or slug-continuation link, or one API conversation) that goes on in a session
+    not in it (a child, a live parent, a session of its API conversation): a bulk delete
     never splits one."""
 
     def together(child: str) -> bool:
@@ -190,9 +191,23 @@ def _kept_whole(rows: dict[str, dict], going: set[str]) -> set[str]:
         (sid, row["parent"]) for sid, row in rows.items() if row["parent"] in rows and together(sid)
     ]
     stays = {parent for child, parent in links if parent in going and child not in going}
+    # A delegate or continuation whose parent is live and not taken goes on there too.
+    stays |= {
+        child
+        for child, parent in links
+        if child in going and parent not in going and rows[parent]["live"]
+    }
+    # One /v1/responses conversation (a slug's sessions, a response chain: the evidence
+    # fork detection reads) with a session not taken keeps the rest of it.
+    groups = [group for group in forks.api_conversations() if group & going]
     grown = True
     while grown:
         grown = False
+        for group in groups:
+            inside = (group & going) - stays
+            if inside and group & (set(rows) - (going - stays)):
+                stays |= inside
+                grown = True
         for child, parent in links:
             if child in going and parent in going and (child in stays) != (parent in stays):
                 stays |= {child, parent}
@@ -388,8 +403,9 @@ def test_it_bulk_deletes_exactly_the_matching_set(operations, preset, include_li
     matching = expected_preset(name, argument)
     rows = _rows()
     going = _goes_with(rows, matching, {"compression", "delegate"})
-    if not include_live:
-        going = _kept_whole(rows, {sid for sid in going if not rows[sid]["live"]})
+    going = _kept_whole(
+        rows, going if include_live else {sid for sid in going if not rows[sid]["live"]}
+    )
     everything = session_ids()
     survivors = _kept_rows(going)
     selected = core.preset_session_ids(

@@ -219,14 +219,21 @@ def going_on_outside(ids: Sequence[str]) -> dict[str, str]:
             if parent not in taken:
                 why[child] = f"its conversation goes on in {parent}, which is live"
     groups = [group for group in forks.api_conversations() if group & taken]
-    left = lineage.existing_session_ids(sorted({sid for g in groups for sid in g} - taken))
-    for group in groups:
-        others = sorted(group & set(left))
-        for sid in sorted(group & taken) if others else ():
-            why.setdefault(sid, f"its API conversation goes on in {others[0]}")
-    for flagged in sorted(why):
-        for other in sorted(conversation_within([flagged], taken)):
-            why.setdefault(other, f"with {flagged}, {why[flagged]}")
+    left = set(lineage.existing_session_ids(sorted({sid for g in groups for sid in g} - taken)))
+    # Until nothing more stays: a session kept keeps its conversation's other sessions, and
+    # an API conversation with a session kept keeps the rest of it.
+    grew = True
+    while grew:
+        grew = False
+        for flagged in sorted(why):
+            for other in sorted(conversation_within([flagged], taken) - why.keys()):
+                why[other] = f"with {flagged}, {why[flagged]}"
+                grew = True
+        for group in groups:
+            others = sorted((group & left) | (group & why.keys()))
+            for sid in sorted(group & taken - why.keys()) if others else ():
+                why[sid] = f"its API conversation goes on in {others[0]}"
+                grew = True
     return why
 
 
