@@ -107,8 +107,12 @@ def test_no_page_violates_wcag_21_a_or_aa(page, seeded):
                 + " | ".join("a long cell value" for _ in range(30))
                 + " |",
             },
+            {"role": "user", "content": "a question whose turn is undone"},
+            {"role": "assistant", "content": "an answer undone with it"},
         ],
     )
+    # Undone messages are shown set apart; faded, they failed the contrast rule (attack 41).
+    core.undo_last_turn(session_id=seeded.branch)
     axe = Axe()
     started = time.monotonic()
     found: dict[str, list[str]] = {}
