@@ -544,6 +544,10 @@ def run_job(
             )
             candidates = [sid for sid in batch if sid not in gone_or_live]
             kept = deletion.kept_whole(candidates, whole) if candidates else {}
+            # The dry run's rule again: an API conversation the runtime continued (or a
+            # delegate whose parent went live) since, by a link ``kept_whole`` does not follow.
+            if rest := [sid for sid in candidates if sid not in kept]:
+                kept.update(deletion.going_on_outside(rest, taken=remaining))
             to_delete = [sid for sid in candidates if sid not in kept]
             gone_or_live += [sid for sid in batch if sid in kept]
             later_kept = sorted(set(kept) - set(batch))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -150,8 +151,19 @@ def _sqlite_files() -> list[Path]:
     return files
 
 
+def _bytes_if_present(path: Path) -> bytes:
+    """A file's bytes, or none if the server removed it since it was listed (PostgreSQL
+    rewrites and unlinks its relation-cache file, ``pg_internal.init``, at any time)."""
+    try:
+        return file_bytes(path)
+    except subprocess.CalledProcessError:
+        if path.exists():
+            raise
+        return b""
+
+
 def _found(files: list[Path], values: list[str]) -> dict[str, list[str]]:
-    contents = {path: file_bytes(path) for path in files}
+    contents = {path: _bytes_if_present(path) for path in files}
     found = {
         value: [str(path) for path, data in contents.items() if value.encode() in data]
         for value in values

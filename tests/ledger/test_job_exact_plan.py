@@ -492,3 +492,34 @@ def test_the_dry_run_keeps_a_delegate_whose_parent_is_live_and_not_taken():
     jobs.run_job(job_id=job_id)
     assert {parent, delegate, below, ended_parent} <= session_ids()
     assert done not in session_ids()
+
+
+def test_a_job_keeps_an_api_conversation_a_runtime_continued_after_it_was_confirmed():
+    """The dry run took the ended session of a slug; the runtime then continued the slug in a
+    new session with no parent link (its response chained to the old one's). The job checks
+    again before each batch and keeps the old one (attack round 41: it was deleted)."""
+    now = time.time()
+    old = api_turn("late-41", "resp-41c", now - 10 * DAY, end=True)
+    other = old_session(days=10)
+    preview = core.preview_bulk_delete(session_ids=[old, other])
+    assert set(preview.session_ids) == {old, other}
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=[old, other], include_live=False, actor="ada", reason="cleanup"
+    )
+    later = core.create_session(source="api_server").session_id
+    core.append_messages(session_id=later, messages=[{"role": "user", "content": "back"}])
+    core.record_turn(
+        response_id="resp-41d",
+        session_id=later,
+        conversation="late-41",
+        data={"previous_response_id": "resp-41c"},
+    )
+
+    progress = jobs.run_job(job_id=job_id)
+
+    assert progress.state == "done"
+    assert {old, later} <= session_ids() and other not in session_ids()
+    assert DeleteJobItem.objects.get(job_id=job_id, session_id=old).state != DeleteJobItem.DONE
+    assert progress.skipped_text == (
+        f"1 skipped: kept: {old}, its API conversation goes on in {later}"
+    )

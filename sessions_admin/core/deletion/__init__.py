@@ -72,6 +72,7 @@ from sessions_admin.core.deletion.selection import (
     confirmed_cutoff,
     days_before,
     days_text,
+    going_on_outside,
     live_session_ids,
     plural_days,
     preset_description,

@@ -10,15 +10,17 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sessions_admin.core import db, forks, holds, lineage
+from sessions_admin.core import db, forks, holds, lineage, slug_history
 from sessions_admin.core.deletion.plan import (
     WholeConversations,
     _chunks,
     _together_sql,
+    conversation_names_of,
     conversation_within,
     count_messages,
     kept_whole,
     lineage_closure,
+    response_ids_of,
 )
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.merge import undoable_merges_of
@@ -198,16 +200,32 @@ def _conversations_around(ids: Sequence[str], members: Iterable[str]) -> set[str
     return found
 
 
-def going_on_outside(ids: Sequence[str]) -> dict[str, str]:
-    """Those of ``ids`` whose conversation goes on in a session ``ids`` does not take, by a
-    link ``kept_whole`` does not follow for a bulk delete, each with why, and every session of
-    ``ids`` in one conversation with them: a delegate or continuation whose parent is live,
-    and the sessions of one ``/v1/responses`` conversation (one slug, or stored responses
-    chained across sessions, ``forks.api_conversations``) that has a session left out.
+def _api_footprint(ids: Sequence[str]) -> bool:
+    """Whether any of ``ids`` has a stored response, a slug or a slug-history entry: only then
+    is every ``/v1/responses`` conversation read (a scan of the stored responses)."""
+    if response_ids_of(ids) or conversation_names_of(ids):
+        return True
+    if not slug_history.history_table_exists():
+        return False
+    return bool(
+        db.fetchall_in(
+            f"SELECT 1 FROM {slug_history.TABLE} WHERE session_id IN ({{marks}})", list(ids)
+        )
+    )
+
+
+def going_on_outside(ids: Sequence[str], *, taken: Iterable[str] | None = None) -> dict[str, str]:
+    """Those of ``ids`` whose conversation goes on in a session the delete does not take
+    (``taken``: what it still deletes, ``ids`` by default), by a link ``kept_whole`` does not
+    follow for a bulk delete, each with why, and every session of ``taken`` in one
+    conversation with them: a delegate or continuation whose parent is live, and the
+    sessions of one ``/v1/responses`` conversation (one slug, or stored responses chained
+    across sessions, ``forks.api_conversations``) that has a session left out. The dry run
+    asks it of its selection, a job of each batch before deleting it.
 
     Taking the ended half of such a conversation left the live half's next turn chained to a
     deleted response, or a live chat's delegate gone from under it (attack round 41)."""
-    taken = set(ids)
+    taken = set(ids) if taken is None else set(taken)
     why: dict[str, str] = {}
     together = _together_sql("c", "p", False)
     for chunk in _chunks(list(ids)):
@@ -218,7 +236,11 @@ def going_on_outside(ids: Sequence[str]) -> dict[str, str]:
         ):
             if parent not in taken:
                 why[child] = f"its conversation goes on in {parent}, which is live"
-    groups = [group for group in forks.api_conversations() if group & taken]
+    groups = (
+        [group for group in forks.api_conversations() if group & taken]
+        if _api_footprint(list(ids))
+        else []
+    )
     left = set(lineage.existing_session_ids(sorted({sid for g in groups for sid in g} - taken)))
     # Until nothing more stays: a session kept keeps its conversation's other sessions, and
     # an API conversation with a session kept keeps the rest of it.

@@ -59,11 +59,14 @@ def _token_pattern(values: Sequence[str]) -> re.Pattern | None:
     "bob-2", "x.bob" or "bob.net"), with the case it has. ``:`` and ``@`` end a token: an
     address (``bob@example.com``), a mention (``@bob``) and a composite key (``dm:bob``,
     ``bob:order-7``) name the person (attack round 41: a reason ``mail bob@example.com``
-    kept the id through an erasure)."""
+    kept the id through an erasure), and so does Markdown's ``_bob_``: an underscore that
+    is itself at a word's edge."""
     if not values:
         return None
     alternatives = "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))
-    return re.compile(rf"(?<![\w\-.])(?:{alternatives})(?![\w\-]|\.\w)")
+    starts = r"(?:(?<![\w\-.])|(?<=(?<![\w\-.])_))"
+    ends = r"(?:(?![\w\-]|\.\w)|(?=_(?![\w\-])))"
+    return re.compile(rf"{starts}(?:{alternatives}){ends}")
 
 
 def names_subject(text: object, subject: Subject) -> bool:
