@@ -1289,16 +1289,11 @@ def fail(request: ErasureRequest, error: str) -> None:
     ).update(state=ErasureRequest.FAILED, error=error[:2000], lease_expires_at=None)
 
 
-def refuse_held(
-    full: FullPlan,
-    *,
-    before: RowsPresent | None = None,
-    late: LateRows | None = None,
-) -> None:
+def refuse_held(full: FullPlan, *, recorded: tuple[RowsPresent, LateRows] | None = None) -> None:
     """``SessionsHeld`` (naming each hold) if a standing hold covers anything the erasure
     would change: the subject's sessions, the sessions holding their moved messages, the
-    targets of the merges it closes, their trashed sessions. ``before`` and ``late``: a
-    recorded run's counts, so the refusal says what its earlier runs erased, if anything
+    targets of the merges it closes, their trashed sessions. ``recorded``: a recorded run's
+    counts (before it, and its late rows), so the refusal says what earlier runs erased
     (attack round 41: a run again under the hold said "Nothing was deleted" of a request
     whose first run had erased half the person's messages)."""
     held = holds.holds_on(full.store.held_scope)
@@ -1309,20 +1304,16 @@ def refuse_held(
             held.update(holds.held_among_rows([r for r in rows if r.get("id") in trashed]))
     if not held:
         return
-    erased = (
-        erasure.erased_so_far(full.store, before, late or LateRows(mark=None))
-        if before is not None
-        else None
-    )
+    erased = erasure.erased_so_far(full.store, *recorded) if recorded else None
     if erased is None or not (erased.sessions or erased.messages):
         raise holds.SessionsHeld(held)
+    before = recorded[0]
     raise holds.SessionsHeld(
         held,
         outcome=(
             f"This run deleted nothing. Earlier runs of this request erased {erased.sessions} "
             f"of {before.sessions} sessions ({erased.messages} of {before.messages} messages) "
-            "before the hold; the rest waits. Once the hold is released, run the erasure "
-            "again: it finishes from where it stopped."
+            f"before the hold; {erasure.REST_WAITS_FOR_THE_HOLD}"
         ),
     )
 

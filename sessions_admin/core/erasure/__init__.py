@@ -45,6 +45,7 @@ from sessions_admin.core.erasure.plan import (
 from sessions_admin.core.erasure.run import (
     ERASED_SESSION,
     ERASED_WORDS,
+    REST_WAITS_FOR_THE_HOLD,
     ChildrenSincePlan,
     ErasureStopped,
     HeldMidway,
@@ -65,6 +66,7 @@ __all__ = [
     "ERASED_WORDS",
     "MIN_MENTION",
     "REWRITE_BUSY_MS",
+    "REST_WAITS_FOR_THE_HOLD",
     "REWRITE_QUIET_SECONDS",
     "SIDE_ROW_KEYS",
     "ChildrenSincePlan",

@@ -394,6 +394,14 @@ def _delete_slug_rows(names: Sequence[str], response_ids: Sequence[str]) -> None
         )
 
 
+# What a request a hold stopped partway says of the rest (HeldMidway, and a run again while
+# that hold stands: ``ledger.erasure.refuse_held``).
+REST_WAITS_FOR_THE_HOLD = (
+    "the rest waits. Once the hold is released, run the erasure again: it finishes from "
+    "where it stopped."
+)
+
+
 class HeldMidway(holds.SessionsHeld):
     """A legal hold placed while the erasure ran stopped it after it had erased some of the
     plan: the held sessions and the rest wait, nothing of them changed. Once the hold is
@@ -405,8 +413,7 @@ class HeldMidway(holds.SessionsHeld):
             outcome=(
                 f"It was placed while the erasure ran: {erased.sessions} of "
                 f"{planned.sessions} sessions ({erased.messages} messages) were erased "
-                "before it; the rest waits. Once the hold is released, run the erasure "
-                "again: it finishes from where it stopped."
+                f"before it; {REST_WAITS_FOR_THE_HOLD}"
             ),
         )
         self.erased_so_far = erased

@@ -152,7 +152,7 @@ def run_erasure(*, request_id: int) -> dict | None:
         else:
             full, before = recorded
             late = erasure_ledger.recorded_late(request)
-            erasure_ledger.refuse_held(full, before=before, late=late)
+            erasure_ledger.refuse_held(full, recorded=(before, late))
         result = erasure_core.erase(
             subject=subject,
             plan=full.store,
