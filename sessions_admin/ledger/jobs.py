@@ -994,7 +994,12 @@ def cancel_job(*, job_id: int) -> None:
         )
     cancelled = DeleteJob.objects.filter(
         pk=job_id, state__in=[DeleteJob.PENDING, DeleteJob.RUNNING]
-    ).update(state=DeleteJob.CANCELLED, lease_owner="", lease_expires_at=None)
+    ).update(
+        state=DeleteJob.CANCELLED,
+        finished_at=timezone.now(),  # when it stopped: the job page's and the API's end time
+        lease_owner="",
+        lease_expires_at=None,
+    )
     if cancelled:
         _give_back_started(job_id)
 

@@ -609,15 +609,16 @@ class PurgeReport:
     sessions: int = 0  # what the dropped operations held (their entries not restored)
     messages: int = 0
 
-    def kept_text(self) -> str:
-        """ "Kept 1 trash entry under legal hold: trash entry #4 (session s-1), hold #3" """
+    def kept_text(self, verb: str = "Kept") -> str:
+        """ "Kept 1 trash entry under legal hold: trash entry #4 (session s-1), hold #3"
+        (a dry run's verb: "Would keep")."""
         if not self.kept:
             return ""
         count = len(self.kept)
         named = "; ".join(found.describe() for found in self.kept[:20])
         more = f"; and {count - 20} more" if count > 20 else ""
         which = "1 trash entry" if count == 1 else f"{count} trash entries"
-        return f"Kept {which} under legal hold: {named}{more}."
+        return f"{verb} {which} under legal hold: {named}{more}."
 
 
 class _HoldsChanged(Exception):
@@ -718,15 +719,22 @@ def purge_trash_report(*, older_than_days: float | None = None) -> PurgeReport:
         except _HoldsChanged:
             continue
         faults.checkpoint("purge.after_commit")
-        due = set(_purgeable(older_than_days, {}))
-        kept = tuple(found for operation, found in sorted(held.items()) if operation in due)
         return PurgeReport(
             purged=len(operations),
-            kept=kept,
+            kept=kept_under_hold(older_than_days=older_than_days, held=held),
             sessions=plan["purged_sessions"],
             messages=plan["purged_messages"],
         )
     raise StoreBusy("purging the trash while legal holds change", PURGE_ATTEMPTS)
+
+
+def kept_under_hold(
+    *, older_than_days: float | None, held: dict[str, HeldTrash]
+) -> tuple[HeldTrash, ...]:
+    """The operations a purge of ``older_than_days`` (None: everything) would drop but for a
+    legal hold (``held``, from ``held_trash``): what it keeps, and a dry run names."""
+    due = set(_purgeable(older_than_days, {}))
+    return tuple(found for operation, found in sorted(held.items()) if operation in due)
 
 
 def _purge_plan(operations: Sequence[str]) -> dict:

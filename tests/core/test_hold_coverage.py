@@ -227,6 +227,17 @@ def test_a_user_hold_keeps_a_trashed_delegate_without_a_user_id_from_the_purge()
     deletion.delete_batch([chat["sub"], chat["delegate"]], actor="x", reason="r", job_id=None)
     deletion.delete_batch([other], actor="x", reason="r", job_id=None)
     hold = holds.place_hold(kind="user", subject="u-42", reason="litigation", actor="ada")
+    (kept_entry,) = [e for e in TrashEntry.objects.all() if chat["sub"] in e.session_ids]
+    dry = io.StringIO()
+    call_command("purge_trash", "--days", "0", "--dry-run", stdout=dry)
+    # The dry run counts only what goes, and names what the hold keeps as the run would.
+    assert "Would purge 1 trash entries (1 sessions" in dry.getvalue()
+    assert (
+        f"Would keep 1 trash entry under legal hold: trash entry #{kept_entry.pk}"
+        in dry.getvalue()
+    )
+    assert f"hold #{hold.id}" in dry.getvalue()
+    assert TrashEntry.objects.count() == 2
     out = io.StringIO()
     call_command("purge_trash", "--days", "0", stdout=out)
     assert _trashed_ids() == {chat["delegate"], chat["sub"]}

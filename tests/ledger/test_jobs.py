@@ -104,9 +104,12 @@ def test_cancelling_stops_a_job():
     job_id = jobs.create_bulk_delete_job(session_ids=ids, include_live=False, actor="a", reason="r")
     jobs.run_job(job_id=job_id, batch_sessions=2, max_batches=1)
     jobs.cancel_job(job_id=job_id)
+    stopped_at = DeleteJob.objects.get(pk=job_id).finished_at
+    assert stopped_at is not None  # the job page and the API say when it stopped
     progress = jobs.run_job(job_id=job_id, batch_sessions=2)
     assert progress.state == "cancelled" and progress.processed == 2
     assert len(present(ids)) == 4
+    assert DeleteJob.objects.get(pk=job_id).finished_at == stopped_at
 
 
 def test_concurrent_runtime_appends_lose_nothing_while_a_job_runs():

@@ -16,7 +16,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from sessions_admin.console.views.trash import purge_size
 from sessions_admin.core.errors import StoreError
-from sessions_admin.ledger import actions, trash_retention
+from sessions_admin.ledger import actions, trash, trash_retention
+from sessions_admin.ledger.trash import PurgeReport
 
 
 class Command(BaseCommand):
@@ -44,7 +45,8 @@ class Command(BaseCommand):
                 if options["days"] is None
                 else trash_retention.retention_days(options["days"])
             )
-            size = purge_size(days)
+            held = trash.held_trash()
+            size = purge_size(days, held)
         except StoreError as problem:
             raise CommandError(str(problem)) from problem
         what = (
@@ -53,6 +55,9 @@ class Command(BaseCommand):
         )
         if options["dry_run"]:
             self.stdout.write(f"Would purge {what}; nothing was purged.")
+            kept = trash.kept_under_hold(older_than_days=days, held=held)
+            if kept:  # the run would name them too: "Kept 1 trash entry under legal hold: ..."
+                self.stdout.write(PurgeReport(purged=0, kept=kept).kept_text("Would keep"))
             return
         if days < configured and size.asked and options["sessions"] != size.sessions:
             raise CommandError(
