@@ -278,6 +278,13 @@ def keep_one_live(session_key: str | None, *, prefer: Iterable[str | None] = ())
     return ended
 
 
+def end_switched(session_id: str) -> bool:
+    """End a live session brought back as it was (a trash restore) whose conversation went on
+    in another session meanwhile: ``session_switch``, as ``keep_one_live`` ends one of a key.
+    False when it was not live. The caller holds the session's or its key's lock."""
+    return _end(session_id, "session_switch")
+
+
 def lock_keys_of(session_ids: Iterable[str]) -> set[str]:
     """Lock the keys of these sessions (as they are read now); the keys."""
     ids = list(dict.fromkeys(session_ids))

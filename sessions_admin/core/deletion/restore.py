@@ -21,7 +21,8 @@ from sessions_admin.core.deletion.trash import (
     _trash_or_default,
 )
 from sessions_admin.core.errors import InvalidInput, StoreError
-from sessions_admin.core.lifecycle import keep_one_live
+from sessions_admin.core.lifecycle import end_switched, keep_one_live
+from sessions_admin.core.rows import conversation_session, response_session
 from sessions_admin.routers import responses_alias
 
 
@@ -156,6 +157,7 @@ def restore_trash_entry(*, entry_id: int, actor: str, trash: Trash | None = None
             f"Cannot restore: a row of it is in the store again ({error})."
         ) from error
     skipped = _restore_conversations(payload)
+    _end_sessions_whose_slug_moved_on(payload, skipped)
     _link_kept_children(payload["kept_children"], trash)
     faults.checkpoint("restore.before_commit")
     _mark_restored_on_commit(restored_ids, actor, trash)
@@ -356,6 +358,24 @@ def _restore_conversations(payload: dict) -> list[str]:
             ):
                 _insert_rows("responses", [row], alias=responses_alias())
     return skipped
+
+
+def _end_sessions_whose_slug_moved_on(payload: dict, skipped: Sequence[str]) -> list[str]:
+    """A restored live session whose conversation slug the runtime continued elsewhere while
+    it was in the trash ends ``session_switch``, as one of a key that moved on does: one live
+    session per conversation. The ended ids."""
+    restored = {s["id"] for s in payload["sessions"]}
+    ended = []
+    for row in payload["conversations"]:
+        if row["name"] not in skipped:
+            continue
+        # Its session then (the column, which Hermes's INSERT OR REPLACE nulls, else the
+        # session its latest response names) and the session the slug records now.
+        then = row.get("session_id") or response_session(row.get("response_id"))
+        now = conversation_session(row["name"])
+        if then in restored and now and now not in restored and end_switched(then):
+            ended.append(then)
+    return ended
 
 
 def _link_kept_children(kept_children: list, trash: Trash) -> None:
