@@ -22,7 +22,7 @@ from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound
 from sessions_admin.core.lifecycle import lock_keys_of, where_it_continues
 from sessions_admin.core.merge import PlanChanged, move_messages
-from sessions_admin.core.rows import recompute_counters, require_session_id
+from sessions_admin.core.rows import parse_model_config, recompute_counters, require_session_id
 
 SAMPLE_SIZE = 20
 
@@ -38,6 +38,9 @@ class StrayPlan:
     message_ids: tuple[int, ...]
     sample: tuple[dict, ...]  # the first stray messages, for the preview
     fingerprint: str
+    # A merge's husk: the merge gave the target every message it had, so every message it
+    # holds was written after the merge, whatever its stamp.
+    merged_into: str | None = None
 
     @property
     def movable(self) -> bool:
@@ -64,6 +67,22 @@ class StrayReturnResult:
 # messages with its own clock (``timestamp=``), and two hosts' clocks drift by a
 # little. A stale writer is typically minutes or hours late.
 END_TOLERANCE_SECONDS = 5.0
+
+
+def husk_sql(alias: str) -> str:
+    """SQL: the session ``alias`` is a merge's husk (``merged_into``): it holds no message a
+    runtime wrote before the merge. ``health._written_after_end`` uses the same rule."""
+    return (
+        f"({alias}.end_reason = 'merged' AND {lineage.marker('_merged_into', alias)} IS NOT NULL)"
+    )
+
+
+def merged_into(row: dict) -> str | None:
+    """The merge target a husk's ``row`` names, else None (``husk_sql``'s rule in Python)."""
+    if row["end_reason"] != "merged":
+        return None
+    target = parse_model_config(row.get("model_config")).get("_merged_into")
+    return target if isinstance(target, str) and target else None
 
 
 def _bound(row: dict) -> float | None:
@@ -100,8 +119,16 @@ def _plan(session_id: str) -> StrayPlan:
     if row is None:
         raise SessionNotFound(session_id)
     bound = _bound(row)
+    husk_of = merged_into(row)
     ids: list[int] = []
-    if bound is not None:
+    if husk_of is not None:
+        ids = [
+            int(r[0])
+            for r in db.fetchall(
+                "SELECT id FROM messages WHERE session_id = %s ORDER BY id", [session_id]
+            )
+        ]
+    elif bound is not None:
         ids = [
             int(r[0])
             for r in db.fetchall(
@@ -129,6 +156,7 @@ def _plan(session_id: str) -> StrayPlan:
         message_ids=tuple(ids),
         sample=sample,
         fingerprint=_fingerprint(row, destination, ids),
+        merged_into=husk_of,
     )
 
 

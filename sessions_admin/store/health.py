@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sessions_admin.core import being_deleted, db, forks, lineage
 from sessions_admin.core.lifecycle import where_it_continues
-from sessions_admin.core.stray import END_TOLERANCE_SECONDS
+from sessions_admin.core.stray import END_TOLERANCE_SECONDS, husk_sql
 from sessions_admin.routers import responses_alias
 
 
@@ -163,6 +163,9 @@ def _written_after_end(alias: str) -> str:
     ended sessions can still be reported). An unmerge moves the rows back to the
     session they were written in and restores its end: within their bound again.
 
+    A merge's husk is the exception: the merge gave its target every message the husk had,
+    so any message a husk holds was written after the merge, however soon (``husk_sql``).
+
     The expensive probes run only for a session whose latest message is already
     past its own end: ``CASE`` fixes the order of evaluation on both backends.
     """
@@ -178,6 +181,9 @@ def _written_after_end(alias: str) -> str:
     tolerance = END_TOLERANCE_SECONDS
     return (
         f"CASE WHEN {alias}.ended_at IS NULL THEN 0 "
+        # A merge's husk gave the target every message it had: any it holds came later.
+        f"WHEN {husk_sql(alias)} AND EXISTS "
+        f"(SELECT 1 FROM messages h WHERE h.session_id = {alias}.id) THEN 1 "
         f"WHEN {latest} <= {alias}.ended_at + {tolerance} THEN 0 "
         f"WHEN {latest} <= COALESCE({absorbed_end}, {alias}.ended_at) + {tolerance} THEN 0 "
         "ELSE 1 END = 1"

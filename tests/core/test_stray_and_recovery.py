@@ -78,3 +78,27 @@ def test_resume_closes_only_the_siblings_a_gateway_would_reopen_instead():
     reset = core.reset_session_key(session_key=key)
     assert dict(reset.closed_recoverable) == {ids[0]: "agent_close"}
     assert reset.new_session_id and not reset.left_to_gateway  # no Hermes gateway routes it
+
+
+def test_a_turn_written_into_a_husk_the_moment_after_its_merge_is_stray():
+    """Attack 42 (G): a runtime's turn lands in the husk a second after the merge, inside the
+    clock tolerance; the merge took every message the husk had, so it is stray all the same."""
+    slug_forks = [core.create_session(source="api_server").session_id for _ in range(2)]
+    target, husk = slug_forks
+    core.append_message(session_id=target, role="user", content="first")
+    core.append_message(session_id=husk, role="user", content="second")
+    plan = core.plan_merge(session_ids=slug_forks, target_id=target)
+    core.merge_sessions(
+        session_ids=slug_forks, target_id=target, expected_fingerprint=plan.fingerprint
+    )
+    late = [_stale_write(husk, "question"), _stale_write(husk, "answer")]
+
+    assert health.count("written_after_end") == 1
+    moving = stray.plan_stray_move(session_id=husk)
+    assert moving.message_ids == tuple(late) and moving.merged_into == target
+    assert moving.destination_id == target
+    stray.move_stray_messages(session_id=husk, expected_fingerprint=moving.fingerprint)
+    assert set(late) <= {
+        r[0] for r in db.fetchall("SELECT id FROM messages WHERE session_id = %s", [target])
+    }
+    assert health.count("written_after_end") == 0

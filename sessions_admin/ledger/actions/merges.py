@@ -102,13 +102,44 @@ def unmerge(*, actor, merge_id: int, reason: str = "") -> core.UnmergeResult:
         session_ids=ids,
         reason=reason,
         before={"merge_id": merge_id, **_counts(ids), "process": this_process()},
-        run=lambda: core.unmerge(merge_id=merge_id),
+        run=lambda: _refuse_stray_moves_in_place(ids[1:]) or core.unmerge(merge_id=merge_id),
         after=lambda r: {
             "merge_id": merge_id,
             "returned_messages": r.returned_messages,
             **_counts(ids),
         },
     )
+
+
+def _refuse_stray_moves_in_place(husks: Sequence[str]) -> None:
+    """Refuse an unmerge while messages a runtime wrote into one of its husks after the merge
+    were moved out (``move_stray_messages``) and not moved back: the unmerge gives a husk only
+    the rows the merge took, so those would stay with the target, apart from the conversation
+    they were written in (docs/attach.md: undo such a move first)."""
+    if not husks:
+        return
+    wanted = set(husks)
+    for entry_id, after in (
+        AuditEntry.objects.using(_audit_alias())
+        .filter(action=AuditAction.MOVE_STRAY_MESSAGES, outcome=AuditEntry.OK)
+        .order_by("pk")
+        .values_list("pk", "after")
+    ):
+        if not isinstance(after, dict) or after.get("from") not in wanted:
+            continue
+        moved = [m for m in after.get("message_ids") or [] if isinstance(m, int)]
+        away = core_db.fetchall_in(
+            "SELECT id FROM messages WHERE id IN ({marks}) AND session_id <> %s",
+            moved,
+            after=[after["from"]],
+        )
+        if away:
+            raise InvalidInput(
+                f"Move #{entry_id} took {len(away)} message(s) a runtime wrote into "
+                f"{after['from']} after the merge to {after.get('to')}, and they are still "
+                'there: move them back first (the session\'s "Written after it ended" page), '
+                "then undo the merge. Nothing was changed."
+            )
 
 
 def complete_stale_merges(*, older_than_seconds: float = STALE_PENDING_SECONDS) -> list[int]:
