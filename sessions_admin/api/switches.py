@@ -26,6 +26,12 @@ quiet stream and let the server notice a subscriber that left.
 Both were authenticated once, when they began: each asks ``auth.no_longer_valid`` again before
 each delivery and heartbeat (and at least every ``RECHECK_SECONDS``), so a token revoked or
 expired meanwhile ends its stream, and its pending long poll answers 401.
+
+Both doors read the cursor with ``parse_cursor``, one syntax for ``after`` and
+``Last-Event-ID``: 1 to ``CURSOR_DIGITS_MAX`` ASCII digits, nothing else (no sign, space,
+underscore, point or other script's digit, which ``int()`` would take). A cursor past the
+newest ``seq`` the log has issued (``events.newest_switch_seq``) is refused too, naming that
+seq: accepted, it would silently skip every switch up to it.
 """
 
 from __future__ import annotations
@@ -33,24 +39,35 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
+from typing import Annotated
 
 from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Header, Query, Router, Schema
+from pydantic import WithJsonSchema
 
 from sessions_admin.api import long_requests
 from sessions_admin.api.auth import RUNTIME, SWITCHES, Caller, api_auth, no_longer_valid
 from sessions_admin.api.problems import Problem, invalid_input
-from sessions_admin.api.schemas import Text
 from sessions_admin.core import db, events
 
 logger = logging.getLogger(__name__)
 router = Router(tags=["switches"], auth=api_auth(SWITCHES))
 
-SEQ_MAX = 2**63 - 1
+# A cursor: ASCII digits only (``[0-9]``, not ``\d``, which takes other scripts' digits).
+CURSOR_DIGITS_MAX = 18  # below 2**63: any such number fits the log's BIGINT
+CURSOR_PATTERN = f"^[0-9]{{1,{CURSOR_DIGITS_MAX}}}$"
+_CURSOR = re.compile(f"[0-9]{{1,{CURSOR_DIGITS_MAX}}}")
+# Published with its pattern, but checked by ``parse_cursor`` (one 422 for both doors).
+Cursor = Annotated[str, WithJsonSchema({"type": "string", "pattern": CURSOR_PATTERN})]
+CURSOR_RULE = (
+    "A cursor (after, Last-Event-ID) is the seq of the last switch handled: "
+    f"1 to {CURSOR_DIGITS_MAX} ASCII digits (0: the whole log), nothing else."
+)
 PAGE_MAX = 1000
 # Defaults of the settings (or environment variables) of the same names, in seconds.
 STREAM_SECONDS = 15.0
@@ -163,11 +180,6 @@ def _named_for(caller: Caller, found: list[events.SwitchEvent]) -> list[events.S
     ]
 
 
-def _end_of_log() -> int:
-    (last,) = db.fetchone("SELECT COALESCE(MAX(seq), 0) FROM sessions_admin_switch_events")
-    return int(last)
-
-
 def _read(caller: Caller, after: int, limit: int) -> tuple[list[events.SwitchEvent], int]:
     """Up to ``limit`` deliverable events after ``after`` (one scan of the log), and the
     cursor past everything scanned: skipped events are not read again."""
@@ -183,24 +195,47 @@ def _read(caller: Caller, after: int, limit: int) -> tuple[list[events.SwitchEve
     return _named_for(caller, found), cursor
 
 
-def _start(after: int | None) -> int:
+def parse_cursor(value: str | None, field: str) -> int | None:
+    """The cursor a door was given (``None``: none), for both doors alike: 1 to
+    ``CURSOR_DIGITS_MAX`` ASCII digits, else 422 ``invalid-input`` (an empty value too)."""
+    if value is None:
+        return None
+    if not _CURSOR.fullmatch(value):
+        raise invalid_input(CURSOR_RULE, [{"field": field, "message": "not a sequence number"}])
+    return int(value)
+
+
+def _start(cursor: int | None, field: str) -> int:
+    """Where a door starts reading: after ``cursor``, or (``None``) from now on. A cursor past
+    the newest seq ever issued is refused, naming that seq (the client restarts from it)."""
     # Numbering is serialized until commit (core.events), so everything up to the current
     # end is committed: starting after it misses nothing committed later.
-    return _end_of_log() if after is None else after
+    newest = events.newest_switch_seq()
+    if cursor is None:
+        return newest
+    if cursor > newest:
+        problem = invalid_input(
+            f"The cursor {cursor} is past the end of the switch log: the newest seq is "
+            f"{newest}. Resume from {newest} (or from 0, the whole log).",
+            [{"field": field, "message": f"past the newest seq, {newest}"}],
+        )
+        problem.extensions["newest_seq"] = newest
+        raise problem
+    return cursor
 
 
 AFTER = Query(
     None,
-    ge=0,
-    le=SEQ_MAX,
-    description="The last seq handled (0: the whole log); omitted: from now on.",
+    description=f"The last seq handled: 1 to {CURSOR_DIGITS_MAX} ASCII digits (0: the whole "
+    "log), at most the newest seq (past it: 422 naming it); omitted: from now on.",
+    example="42",
 )
 
 
 @router.get("", response=SwitchPage)
 def switches(
     request: HttpRequest,
-    after: int | None = AFTER,
+    after: Cursor | None = AFTER,
     wait: float = Query(
         0,
         ge=0,
@@ -212,7 +247,7 @@ def switches(
 ):
     """Long polling: the switches after ``after``, in order; when there are none yet, waits up
     to ``wait`` seconds for the first. Call again with ``next_after``."""
-    cursor = _start(after)
+    cursor = _start(parse_cursor(after, "after"), "after")
     waits = _bounded(wait)
     # Only a poll that may wait holds a thread long: it takes a slot (429 when none is free).
     slot = _slot(request) if waits else None
@@ -234,18 +269,6 @@ def switches(
     return SwitchPage(events=[asdict(e) for e in found], next_after=cursor)
 
 
-def _last_event_id(value: str | None) -> int | None:
-    if value is None or value.strip() == "":
-        return None
-    text = value.strip()
-    if not text.isdigit() or int(text) > SEQ_MAX:
-        raise invalid_input(
-            "Last-Event-ID must be the seq of the last event received (a whole number).",
-            [{"field": "Last-Event-ID", "message": "not a sequence number"}],
-        )
-    return int(text)
-
-
 @router.get(
     "/stream",
     openapi_extra={
@@ -262,9 +285,11 @@ def _last_event_id(value: str | None) -> int | None:
 )
 def switch_stream(
     request: HttpRequest,
-    after: int | None = AFTER,
-    last_event_id: Text | None = Header(
-        None, alias="Last-Event-ID", description="Resume after this seq (wins over `after`)."
+    after: Cursor | None = AFTER,
+    last_event_id: Cursor | None = Header(
+        None,
+        alias="Last-Event-ID",
+        description="Resume after this seq (wins over `after`); the same syntax as `after`.",
     ),
     seconds: float | None = Query(
         None,
@@ -276,8 +301,14 @@ def switch_stream(
 ):
     """Server-Sent Events: every switch after the cursor, in order, as it happens (``id:`` is
     its seq). Resumes after ``Last-Event-ID`` (or ``after``; neither: from now on)."""
-    resumed = _last_event_id(last_event_id)
-    cursor = _start(resumed if resumed is not None else after)
+    # Both are read (a malformed one is refused even when the other wins); the one used is
+    # held to the end of the log.
+    resumed = parse_cursor(last_event_id, "Last-Event-ID")
+    given = parse_cursor(after, "after")
+    if resumed is not None:
+        cursor = _start(resumed, "Last-Event-ID")
+    else:
+        cursor = _start(given, "after")
     slot = _slot(request)
     blocks = _stream(request.auth, cursor, _bounded(seconds), lambda: no_longer_valid(request))
     response = StreamingHttpResponse(

@@ -56,6 +56,7 @@ from sessions_admin.core.errors import (
     StoreError,
     TitleTaken,
     TruncationRefused,
+    TurnInProgress,
 )
 from sessions_admin.core.events import (
     SessionSwitchListener,

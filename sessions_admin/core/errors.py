@@ -73,6 +73,11 @@ class NothingToUndo(StoreError):
     pass
 
 
+class TurnInProgress(StoreError):
+    """An operator's undo or retry while the runtime is still answering the last turn
+    (``transcript.TURN_IN_PROGRESS_SECONDS``)."""
+
+
 class ResumePlanChanged(StoreError):
     """The resume read under its locks is not the one previewed (``plan`` is the new one)."""
 

@@ -559,6 +559,19 @@ def record_new_sessions(sessions: list[tuple[str, str | None]], *, at: float) ->
         )
 
 
+def newest_switch_seq() -> int:
+    """The highest ``seq`` the log has issued (0: none yet): a cursor past it is no cursor.
+
+    The log is numbered ``MAX(seq) + 1`` under a lock (``record_switch``), with no sequence
+    or AUTOINCREMENT counter beside it, and no row is ever deleted (an erasure leaves
+    tombstones that keep their ``seq``): its largest ``seq`` is the high-water mark. Were
+    the newest row removed anyway (a store restored from an older backup), its number would
+    be issued again, so a cursor past ``MAX(seq)`` would miss that next switch: it is
+    right that it is refused then too."""
+    (last,) = db.fetchone("SELECT COALESCE(MAX(seq), 0) FROM sessions_admin_switch_events")
+    return int(last)
+
+
 def read_switch_events(*, after_seq: int = 0, limit: int = 100) -> list[SwitchEvent]:
     """Events with ``seq > after_seq`` in order: a reader keeps the last seq as its cursor."""
     if limit < 1 or limit > 10_000:

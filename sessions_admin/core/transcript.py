@@ -23,6 +23,7 @@ from sessions_admin.core.errors import (
     SessionNotFound,
     StoreError,
     TruncationRefused,
+    TurnInProgress,
 )
 from sessions_admin.core.lifecycle import require_writable, where_it_continues
 from sessions_admin.core.rows import (
@@ -146,14 +147,57 @@ def _last_rewind(session_id: str) -> tuple[int, list[int]]:
     return record_id, ids
 
 
-def _rewrite_rows(session_id: str, action: str) -> tuple[list[int], int | None]:
+# An operator's undo or retry waits while the runtime is still answering the last turn: its
+# last active message is the user's question, a tool call or a tool result, written this
+# recently. Undone meanwhile, the runtime's next rows would land as the tail of a turn that
+# is gone (a tool result without its call, an answer to an undone question). Older than this,
+# the runtime has stopped answering, and what it left may be cleaned up.
+TURN_IN_PROGRESS_SECONDS = 120.0
+
+
+def turn_in_progress(session_id: str) -> str | None:
+    """Why the runtime is still answering ``session_id``'s last turn, or None."""
+    rows = db.fetchdicts(
+        "SELECT role, tool_calls, timestamp FROM messages WHERE session_id = %s AND active = 1 "
+        "ORDER BY id DESC LIMIT 1",
+        [session_id],
+    )
+    if not rows:
+        return None
+    last = rows[0]
+    calls = last["tool_calls"]
+    calls_tools = calls not in (None, "", "[]", "null") and last["role"] == "assistant"
+    waiting = {"user": "the question", "tool": "a tool's result"}.get(last["role"])
+    if calls_tools:
+        waiting = "a tool call"
+    try:
+        age = clock.now() - float(last["timestamp"])
+    except (TypeError, ValueError):
+        return None
+    if waiting is None or age >= TURN_IN_PROGRESS_SECONDS:
+        return None
+    return (
+        f"The runtime is still answering the last turn of {session_id}: its last message, "
+        f"{waiting}, was written {max(age, 0):.0f} s ago. Undo or retry it once the reply is "
+        f"in (or, if the runtime has stopped, {TURN_IN_PROGRESS_SECONDS:.0f} s after that "
+        "message). Nothing was changed."
+    )
+
+
+def _rewrite_rows(
+    session_id: str, action: str, *, wait_for_reply: bool = False
+) -> tuple[list[int], int | None]:
     """The rows ``action`` changes now, and for a redo the undo record it consumes.
 
     The one computation behind both the preview (``plan_rewrite``) and the operation.
+    ``wait_for_reply``: an undo or retry refuses (``TurnInProgress``) while the runtime is
+    still answering the last turn (``turn_in_progress``).
     """
     if action == "redo":
         record_id, ids = _last_rewind(session_id)
         return ids, record_id
+    if wait_for_reply and (why := turn_in_progress(session_id)):
+        raise TurnInProgress(why)
     last_user = _last_active_user_id(session_id)
     if action == "undo":
         if last_user is None:
@@ -170,7 +214,7 @@ def _plan(session_id: str, action: str, ids: list[int]) -> RewritePlan:
     return RewritePlan(session_id, action, tuple(ids), fingerprint)
 
 
-def plan_rewrite(*, session_id: str, action: str) -> RewritePlan:
+def plan_rewrite(*, session_id: str, action: str, wait_for_reply: bool = False) -> RewritePlan:
     """What ``undo_last_turn``, ``redo_turn`` or ``retry_last_turn`` would change now.
 
     Nothing is written and nothing locked. Raises what the operation would
@@ -185,15 +229,16 @@ def plan_rewrite(*, session_id: str, action: str) -> RewritePlan:
     if row["ended_at"] is not None:
         live, via = where_it_continues(row)
         raise SessionEnded(session_id, row["end_reason"], live, via)
-    return _plan(session_id, action, _rewrite_rows(session_id, action)[0])
+    rows = _rewrite_rows(session_id, action, wait_for_reply=wait_for_reply)[0]
+    return _plan(session_id, action, rows)
 
 
 def _planned_rows(
-    session_id: str, action: str, expected_fingerprint: str | None
+    session_id: str, action: str, expected_fingerprint: str | None, wait_for_reply: bool = False
 ) -> tuple[list[int], int | None]:
     """Lock the live session, read what ``action`` changes, refuse if it is not as previewed."""
     require_writable(session_id)
-    ids, record_id = _rewrite_rows(session_id, action)
+    ids, record_id = _rewrite_rows(session_id, action, wait_for_reply=wait_for_reply)
     if expected_fingerprint is not None:
         plan = _plan(session_id, action, ids)
         if plan.fingerprint != expected_fingerprint:
@@ -201,8 +246,10 @@ def _planned_rows(
     return ids, record_id
 
 
-def _rewind(session_id: str, action: str, expected_fingerprint: str | None) -> RewriteResult:
-    ids, _ = _planned_rows(session_id, action, expected_fingerprint)
+def _rewind(
+    session_id: str, action: str, expected_fingerprint: str | None, wait_for_reply: bool
+) -> RewriteResult:
+    ids, _ = _planned_rows(session_id, action, expected_fingerprint, wait_for_reply)
     _set_active(session_id, ids, 0)
     db.execute(
         "UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 WHERE id = %s",
@@ -213,7 +260,9 @@ def _rewind(session_id: str, action: str, expected_fingerprint: str | None) -> R
 
 
 @store_operation
-def undo_last_turn(*, session_id: str, expected_fingerprint: str | None = None) -> RewriteResult:
+def undo_last_turn(
+    *, session_id: str, expected_fingerprint: str | None = None, wait_for_reply: bool = False
+) -> RewriteResult:
     """Make the last turn (last active user message and everything after it) inactive.
 
     Only the live session's transcript is rewound: an ended segment's id (a
@@ -221,18 +270,22 @@ def undo_last_turn(*, session_id: str, expected_fingerprint: str | None = None) 
     naming the live session, so the turn the conversation really continues from
     is the one undone. ``expected_fingerprint`` (a ``plan_rewrite`` fingerprint):
     refused with ``RewritePlanChanged``, nothing written, unless the rows are those planned.
+    ``wait_for_reply`` (an operator's undo, not the runtime's own): refused with
+    ``TurnInProgress`` while the runtime is still answering the last turn.
     """
-    return _rewind(session_id, "undo", expected_fingerprint)
+    return _rewind(session_id, "undo", expected_fingerprint, wait_for_reply)
 
 
 @store_operation
-def retry_last_turn(*, session_id: str, expected_fingerprint: str | None = None) -> RewriteResult:
+def retry_last_turn(
+    *, session_id: str, expected_fingerprint: str | None = None, wait_for_reply: bool = False
+) -> RewriteResult:
     """Drop the reply to the last user message (it becomes inactive) so it can be generated again.
 
     Like undo, only on the live session (``SessionEnded`` otherwise), and only as
-    planned when given a fingerprint.
+    planned when given a fingerprint, and with ``wait_for_reply`` as undo.
     """
-    return _rewind(session_id, "retry", expected_fingerprint)
+    return _rewind(session_id, "retry", expected_fingerprint, wait_for_reply)
 
 
 @store_operation

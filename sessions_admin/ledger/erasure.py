@@ -855,6 +855,34 @@ def _redact(value, replacements: dict[str, str]):
     return value
 
 
+# In an entry about someone else that names the subject, the fields whose value says who a
+# record is about (a hold's subject, a user id, a chat id or session key given): such a value
+# equal to one of the subject's is replaced whole. Any other field (a source, an end reason,
+# another person's key holding the subject's id as a part) is that entry's own and stays.
+PERSON_FIELDS = frozenset(
+    {"subject", "user_id", "user", "chat_id", "chat_ids", "session_key", "session_keys"}
+)
+
+
+def _redact_person_fields(value, replacements: dict[str, str], ids: dict[str, str], key=None):
+    """``value`` (an unlinked entry's ``before`` or ``after``) with the subject's values
+    replaced where a person field holds exactly one, and the erased session ids, slugs and
+    response ids (``ids``: unique names, never ordinary words) wherever they are whole."""
+    if isinstance(value, str):
+        if value in ids:
+            return ids[value]
+        if key in PERSON_FIELDS and value in replacements:
+            return replacements[value]
+        return value
+    if isinstance(value, list):
+        return [_redact_person_fields(v, replacements, ids, key) for v in value]
+    if isinstance(value, dict):
+        return {
+            ids.get(k, k): _redact_person_fields(v, replacements, ids, k) for k, v in value.items()
+        }
+    return value
+
+
 def _hash_idempotency_key(before, salt: str):
     """An append's ``before`` with its ``idempotency_key`` replaced by the key's hash."""
     if not isinstance(before, dict) or not isinstance(before.get("idempotency_key"), str):
@@ -891,12 +919,14 @@ def redact_audit(
         )
     )
     candidates = set(linked)
+    own_entries: set[int] = set()
     if request_id is not None:
-        candidates |= set(
+        own_entries = set(
             AuditEntry.objects.filter(
                 action=AuditAction.ERASURE, before__erasure_request=request_id
             ).values_list("pk", flat=True)
         )
+        candidates |= own_entries
     table = AuditEntry._meta.db_table
     alias = router.db_for_write(AuditEntry)
     strings = list(dict.fromkeys([*subject.values, *(name for name in names if name)]))
@@ -917,15 +947,31 @@ def redact_audit(
         with connections[alias].cursor() as cursor:
             cursor.execute(f"SELECT id FROM {table} WHERE {where}", params)
             candidates |= {row[0] for row in cursor.fetchall()}
+    about = linked | own_entries
+    ids = {
+        value: replacement
+        for value, replacement in replacements.items()
+        if value in set(session_ids) | set(names)
+    }
     changed = 0
     for entry in AuditEntry.objects.filter(pk__in=candidates):
         before = entry.before
         if entry.pk in linked:
             before = _hash_idempotency_key(before, salt)
+        if entry.pk in about:
+            # About the subject (their sessions, the request's own entries): every field.
+            redacted = (_redact(before, replacements), _redact(entry.after, replacements))
+        else:
+            # About someone else, naming the subject: only what names them whole (attack
+            # round 42: a user id "telegram" rewrote every telegram session's source).
+            redacted = (
+                _redact_person_fields(before, replacements, ids),
+                _redact_person_fields(entry.after, replacements, ids),
+            )
         fields = {
             "session_ids": _redact(entry.session_ids, replacements),
-            "before": _redact(before, replacements),
-            "after": _redact(entry.after, replacements),
+            "before": redacted[0],
+            "after": redacted[1],
             "reason": _redact(entry.reason, replacements),
             "detail": _redact(entry.detail, replacements),
         }

@@ -660,6 +660,7 @@ def test_an_ended_segment_links_to_the_live_session_instead_of_rewinding(signed_
     old = chat("tg:dm:40")
     live = core.reset_session_key(session_key="tg:dm:40").new_session_id
     core.append_message(session_id=live, role="user", content="new question")
+    core.append_message(session_id=live, role="assistant", content="its answer")
     client = signed_in("support")
     body = client.get(detail(old)).content.decode()
     panel = body[body.index('id="session-actions"') :]

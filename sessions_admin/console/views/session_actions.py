@@ -146,8 +146,8 @@ def rewrite_previews(session_id: str) -> list[RewritePreview]:
     previews = []
     for action in ("undo", "redo", "retry"):
         try:
-            plan = plan_rewrite(session_id=session_id, action=action)
-        except core.StoreError as nothing:  # nothing to undo, or it ended meanwhile
+            plan = plan_rewrite(session_id=session_id, action=action, wait_for_reply=True)
+        except core.StoreError as nothing:  # nothing to undo, mid-turn, or it ended meanwhile
             previews.append(RewritePreview(action, None, str(nothing)))
             continue
         ids = plan.message_ids

@@ -120,11 +120,12 @@ def rewrite(
     reason: str = "",
     expected_fingerprint: str | None = None,
 ) -> core.RewriteResult:
-    """Undo, redo or retry, audited; with a ``plan_rewrite`` fingerprint, only as planned."""
+    """Undo, redo or retry, audited; with a ``plan_rewrite`` fingerprint, only as planned.
+    An operator's undo or retry waits for the runtime's reply (``core.TurnInProgress``)."""
     operations = {
-        "undo": core.undo_last_turn,
+        "undo": lambda **a: core.undo_last_turn(**a, wait_for_reply=True),
         "redo": core.redo_turn,
-        "retry": core.retry_last_turn,
+        "retry": lambda **a: core.retry_last_turn(**a, wait_for_reply=True),
     }
     if action not in operations:
         raise InvalidInput(f"Unknown transcript action {action!r}.")
