@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router, transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from sessions_admin.core import db, erasure, faults, holds
@@ -985,22 +985,40 @@ def redact_audit(
     return changed
 
 
-def erase_trash(trash: TrashPlan) -> tuple[list[str], int]:
+@dataclass(frozen=True)
+class TrashErased:
+    operations: list[str]  # the trash operations changed
+    entries: int  # the entries dropped or cut
+    sessions: int  # the sessions (and messages) the trash lost: not restored, so only there
+    messages: int
+
+
+def erase_trash(trash: TrashPlan) -> TrashErased:
     """Drop the operations that are the subject's alone; cut the subject's rows out of the
-    entries shared with other people. Returns the operations changed and entries touched."""
+    entries shared with other people. Says what the trash lost."""
     purge = list(trash.purge)
-    entries = 0
+    entries = sessions = messages = 0
     for start in range(0, len(purge), 500):
         batch = TrashEntry.objects.filter(operation__in=purge[start : start + 500])
         entries += batch.count()
+        held = batch.exclude(state=TrashEntry.RESTORED).aggregate(
+            sessions=Sum("session_count"), messages=Sum("message_count")
+        )
+        sessions += held["sessions"] or 0
+        messages += held["messages"] or 0
         batch.delete()
     pruned = TrashEntry.objects.filter(pk__in=[pk for pk, _ in trash.prune]).values_list(
         "operation", flat=True
     )
     operations = sorted({*purge, *pruned})
     for entry_id, session_ids in trash.prune:
+        was = TrashEntry.objects.filter(pk=entry_id).values("session_count", "message_count")
+        before = was.first() or {"session_count": 0, "message_count": 0}
         entries += _prune_entry(entry_id, session_ids)
-    return operations, entries
+        after = was.first() or before
+        sessions += before["session_count"] - after["session_count"]
+        messages += before["message_count"] - after["message_count"]
+    return TrashErased(operations, entries, sessions, messages)
 
 
 def kept_in_receipt(plan: ErasurePlan, trash: TrashPlan) -> dict:
@@ -1090,21 +1108,25 @@ def note_erased_job_items(items, *, request_id: int) -> None:
     """Before ``items`` go: each job whose pending items are among them keeps how many this
     erasure took from it (``DeleteJob.params["erased"]``, by request), so its page says so
     instead of ending "1 of 2" without a word (``jobs.job_progress``)."""
-    pending = (
-        items.filter(state=DeleteJobItem.PENDING)
-        .values("job_id")
-        .annotate(count=Count("pk"))
-        .order_by("job_id")
-    )
-    for row in pending:
-        job = DeleteJob.objects.select_for_update().filter(pk=row["job_id"]).first()
-        if job is None:
-            continue
-        erased = dict((job.params or {}).get(DeleteJob.ERASED_ITEMS) or {})
-        erased[str(request_id)] = int(erased.get(str(request_id), 0)) + row["count"]
-        DeleteJob.objects.filter(pk=job.pk).update(
-            params={**(job.params or {}), DeleteJob.ERASED_ITEMS: erased}
+    for state, key in (
+        (DeleteJobItem.PENDING, DeleteJob.ERASED_ITEMS),
+        # Deleted by the job, now taken out of its trash entry: its page stops promising
+        # that entry restores everything the job deleted (attack round 42).
+        (DeleteJobItem.DONE, DeleteJob.ERASED_FROM_TRASH),
+    ):
+        counted = (
+            items.filter(state=state)
+            .values("job_id")
+            .annotate(count=Count("pk"))
+            .order_by("job_id")
         )
+        for row in counted:
+            job = DeleteJob.objects.select_for_update().filter(pk=row["job_id"]).first()
+            if job is None:
+                continue
+            erased = dict((job.params or {}).get(key) or {})
+            erased[str(request_id)] = int(erased.get(str(request_id), 0)) + row["count"]
+            DeleteJob.objects.filter(pk=job.pk).update(params={**(job.params or {}), key: erased})
 
 
 def _counts_of(result: erasure.ErasureResult) -> dict:
@@ -1122,7 +1144,7 @@ def _complete_dashboard(
     """The dashboard's side of ``complete`` in one transaction; returns the receipt."""
     with transaction.atomic(using=router.db_for_write(TrashEntry)):
         note_pending_deletes(request, trash)
-        operations, trash_entries = erase_trash(trash)
+        erased_trash = erase_trash(trash)
         session_ids = [*session_ids, *trash.session_ids]
         items = 0
         for start in range(0, len(session_ids), 500):
@@ -1131,8 +1153,10 @@ def _complete_dashboard(
             items += chunk.delete()[0]
         faults.checkpoint("erasure.during_dashboard")
         dashboard = {
-            "trash_operations": len(operations),
-            "trash_entries": trash_entries,
+            "trash_operations": len(erased_trash.operations),
+            "trash_entries": erased_trash.entries,
+            "trash_sessions": erased_trash.sessions,
+            "trash_messages": erased_trash.messages,
             "job_items": items,
             # The erased sessions' own chat ids and keys too, not only the values given.
             "audit_entries_redacted": redact_audit(
@@ -1190,6 +1214,10 @@ def receipt_of(
             "own_table_rows": result.side_rows,
             "trash_operations": dashboard["trash_operations"],
             "trash_entries": dashboard["trash_entries"],
+            # What the dashboard's trash lost (sessions deleted before the erasure, only
+            # there): the store's own counts above do not include them.
+            "sessions_in_trash": dashboard.get("trash_sessions", 0),
+            "messages_in_trash": dashboard.get("trash_messages", 0),
             "job_items": dashboard["job_items"],
             "audit_entries_redacted": dashboard["audit_entries_redacted"],
         },

@@ -222,8 +222,10 @@ class ErasedSkip:
         return f"{self.count:,} erased by erasure request #{self.request_id}"
 
 
-def erased_skips(job: DeleteJob) -> tuple[ErasedSkip, ...]:
-    erased = (job.params or {}).get(DeleteJob.ERASED_ITEMS) or {}
+def erased_skips(job: DeleteJob, key: str = DeleteJob.ERASED_ITEMS) -> tuple[ErasedSkip, ...]:
+    """By erasure request: the pending sessions it took (``ERASED_ITEMS``), or those the job
+    had deleted that it took out of the trash (``ERASED_FROM_TRASH``)."""
+    erased = (job.params or {}).get(key) or {}
     return tuple(
         ErasedSkip(int(request_id), int(count))
         for request_id, count in sorted(erased.items(), key=lambda pair: int(pair[0]))
@@ -264,6 +266,8 @@ class JobProgress:
     taken: tuple[TakenSkip, ...] = ()
     # Taken by an erasure before the job reached them (counted in ``skipped``), by request.
     erased: tuple[ErasedSkip, ...] = ()
+    # Sessions it deleted that an erasure took out of its trash entry since.
+    erased_from_trash: tuple[ErasedSkip, ...] = ()
     # Kept in the store with their link to a deleted parent cleared, its preview not naming
     # them (a child a runtime started meanwhile): how many, and (child, parent) of the first.
     unlinked_count: int = 0
@@ -933,6 +937,7 @@ def job_progress(*, job_id: int) -> JobProgress:
         kept=kept,
         taken=taken_skips(job_id=job_id) if job.skipped else (),
         erased=erased,
+        erased_from_trash=erased_skips(job, DeleteJob.ERASED_FROM_TRASH),
         **_unlinked_fields(job),
     )
 

@@ -186,6 +186,9 @@ class DeleteJob(models.Model):
     # ``params`` key: how many of the job's pending sessions an erasure took, by request id
     # (``ledger.erasure.note_erased_job_items``): never deleted, nor skipped, by the job.
     ERASED_ITEMS = "erased"
+    # Sessions this job deleted that an erasure request later took out of the trash, by
+    # request (``ledger.erasure.note_erased_job_items``): its trash entry no longer holds them.
+    ERASED_FROM_TRASH = "erased_from_trash"
 
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from sessions_admin import core
+from sessions_admin.core import db
 from sessions_admin.core.erasure import Subject
 from sessions_admin.ledger import actions
 from sessions_admin.ledger import erasure as erasure_ledger
@@ -79,3 +80,76 @@ def test_another_persons_id_holding_the_subjects_as_a_part_is_not_half_redacted(
         "u-5821:7", ""
     )
     assert subjects.before["subject"].startswith("[erased:")
+
+
+def test_a_key_a_merge_copied_and_a_branch_inherited_is_taken_back_with_its_events():
+    """erin's session merged into a user-less API session (the merge copies her key onto it),
+    that session branched (the branch inherits the key), then erin erased: no session and no
+    switch event may still carry her key."""
+    key = "agent:main:api:erin-77"
+    target = core.create_session(source="api_server").session_id
+    core.append_message(session_id=target, role="user", content="api side")
+    core.end_session(session_id=target, end_reason="user_exit")
+    erin = _chat("erin-77", "api_server", key)
+    plan = core.plan_merge(session_ids=[target, erin], target_id=target)
+    core.merge_sessions(
+        session_ids=[target, erin], target_id=target, expected_fingerprint=plan.fingerprint
+    )
+    branch = core.branch_session(session_id=target).new_session_id
+    assert core.lineage.session_row(branch)["session_key"] == key
+
+    _erase(Subject(user_id="erin-77"))
+
+    assert db.fetchall("SELECT id FROM sessions WHERE session_key = %s", [key]) == []
+    assert (
+        db.fetchall("SELECT seq FROM sessions_admin_switch_events WHERE session_key = %s", [key])
+        == []
+    )
+    assert core.lineage.session_row(branch) is not None  # the branch stays, keyless
+    assert core.lineage.session_row(target)["session_key"] is None
+
+
+def test_a_person_found_only_in_a_shared_trash_entry_is_counted_and_the_job_says_so(
+    admin_client,
+):
+    """carol's sessions were deleted by a bulk job with other people's: the erasure's receipt
+    counts what the trash lost of hers, and the job's page no longer promises its entry
+    restores everything it deleted."""
+    from sessions_admin.ledger import jobs
+
+    carol = []
+    for n in range(2):
+        sid = core.create_session(source="telegram", user_id="carol-991").session_id
+        core.append_message(session_id=sid, role="user", content=f"carol {n}")
+        core.append_message(session_id=sid, role="assistant", content=f"reply {n}")
+        core.end_session(session_id=sid, end_reason="user_exit")
+        carol.append(sid)
+    dave = []
+    for n in range(3):
+        sid = core.create_session(source="telegram", user_id="dave-12").session_id
+        core.append_message(session_id=sid, role="user", content=f"dave {n}")
+        core.end_session(session_id=sid, end_reason="user_exit")
+        dave.append(sid)
+    job = jobs.create_bulk_delete_job(
+        session_ids=[*carol, *dave], include_live=False, actor="ada", reason="cleanup"
+    )
+    jobs.run_job(job_id=job)
+
+    plan = erasure_ledger.plan(Subject(user_id="carol-991"))
+    request = actions.request_erasure(
+        actor=None,
+        subject=Subject(user_id="carol-991"),
+        reference="DSR-9",
+        expected_fingerprint=plan.fingerprint,
+    )
+    actions.run_erasure(request_id=request.pk)
+    request.refresh_from_db()
+
+    erased = request.receipt["erased"]
+    assert (erased["sessions_in_trash"], erased["messages_in_trash"]) == (2, 4)
+    progress = jobs.job_progress(job_id=job)
+    assert progress.deleted == 5
+    assert [(e.request_id, e.count) for e in progress.erased_from_trash] == [(request.pk, 2)]
+    page = admin_client.get(f"/jobs/{job}/").content.decode()
+    assert "data-erased-from-trash" in page and f"erasure request #{request.pk}" in page
+    assert "everything this job deleted is one entry there" not in page

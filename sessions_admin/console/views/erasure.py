@@ -166,6 +166,8 @@ ERASED_WORDS = {
     "own_table_rows": "Rows of the runtime's other tables",
     "trash_operations": "Trash operations purged or pruned",
     "trash_entries": "Trash entries changed",
+    "sessions_in_trash": "Their sessions in the trash",
+    "messages_in_trash": "Their messages in the trash",
     "job_items": "Bulk delete job items",
     "audit_entries_redacted": "Audit entries redacted",
 }

@@ -600,11 +600,20 @@ def plan_erasure(
     )
     # Holds win: a hold on a session whose messages, responses or merge record this
     # erasure touches stops it, whoever's session that is.
+    erased_chat_ids, erased_keys = _identifiers_of(ids)
+    # Kept sessions holding an erased session's key (a merge's target took it, a branch of
+    # that inherited it): the run takes it off them (``run._take_back_keys``).
+    keyed = {
+        row[0]
+        for row in db.fetchall_in(
+            "SELECT id FROM sessions WHERE session_key IN ({marks})",
+            sorted({*erased_keys, *subject.session_keys}),
+        )
+    }
     touched = sorted(
-        ({sid for _mid, sid in moved} | {t for m, t, *_ in merges if m in closed}) - id_set
+        ({sid for _mid, sid in moved} | {t for m, t, *_ in merges if m in closed} | keyed) - id_set
     )
     held_map = holds.holds_on([*ids, *touched])
-    erased_chat_ids, erased_keys = _identifiers_of(ids)
     redaction = Subject(
         user_id=subject.user_id,
         chat_ids=tuple(dict.fromkeys([*subject.chat_ids, *erased_chat_ids])),

@@ -377,6 +377,31 @@ def _close_merges(merge_ids: Sequence[int], erased: Sequence[str]) -> int:
     return closed
 
 
+@store_operation
+def _take_back_keys(keys: Sequence[str], erased: Sequence[str]) -> int:
+    """The erased sessions' keys off every session that stays (a merge's target took the key
+    and a branch of it inherited it: ``_close_merges`` gives the target its own back first)
+    and off the switch log's events about those sessions: another user's session never holds
+    one (the plan refuses that), so a kept one holding it copied it. Returns the sessions."""
+    if not keys:
+        return 0
+    erased_set = set(erased)
+    holding = [
+        row[0]
+        for row in db.fetchall_in("SELECT id FROM sessions WHERE session_key IN ({marks})", keys)
+        if row[0] not in erased_set
+    ]
+    for sid in holding:
+        db.execute("UPDATE sessions SET session_key = NULL WHERE id = %s", [sid])
+    for chunk in _chunks(list(keys)):
+        db.execute(
+            "UPDATE sessions_admin_switch_events SET session_key = NULL "
+            f"WHERE session_key IN ({db.placeholders(chunk)})",
+            list(chunk),
+        )
+    return len(holding)
+
+
 def _delete_slug_rows(names: Sequence[str], response_ids: Sequence[str]) -> None:
     """What the sessions' deletes left: slugs and responses found by the subject's strings."""
     alias = responses_alias()
@@ -629,6 +654,7 @@ def erase(
                 )
             if plan.closed_merges:
                 _close_merges(plan.closed_merges, plan.session_ids)
+            _take_back_keys(plan.redaction_subject.session_keys, plan.session_ids)
             if plan.redacted_holds:
                 _redact_holds(plan.redacted_holds, plan.redaction_subject)
             after = rows_present(plan=plan)

@@ -65,7 +65,8 @@ class Command(BaseCommand):
             f"{len(plan.session_ids)} sessions ({plan.message_count} messages), "
             f"{len(plan.other_messages)} of their messages a merge moved into other sessions, "
             f"{len(plan.conversation_names)} slugs, {len(plan.response_ids)} stored responses, "
-            f"{len(full.trash.operations)} trash entries."
+            f"{len(full.trash.operations)} trash entries (holding "
+            f"{len(full.trash.session_ids)} of their sessions)."
         )
         if plan.mentions:
             self.stdout.write(
