@@ -153,3 +153,40 @@ def test_a_person_found_only_in_a_shared_trash_entry_is_counted_and_the_job_says
     page = admin_client.get(f"/jobs/{job}/").content.decode()
     assert "data-erased-from-trash" in page and f"erasure request #{request.pk}" in page
     assert "everything this job deleted is one entry there" not in page
+
+
+def test_parts_of_their_conversation_no_parent_link_reaches_are_erased_too():
+    """A user-less API continuation naming the subject's session only by ``_continued_from``,
+    and a user-less session a cold start minted for the subject's slug (the slug history
+    records both): erased with the subject, another person's session of the slug kept."""
+
+    def recorded(slug: str, session_id: str) -> None:
+        """What the slug history poller records of a Hermes turn on ``slug``."""
+        db.execute(
+            "INSERT INTO sessions_admin_slug_history (slug, event, response_id, session_id, "
+            "response_created_at, observed_at) VALUES (%s, 'recorded', NULL, %s, NULL, 1.0)",
+            [slug, session_id],
+        )
+
+    first = core.create_session(source="api_server", user_id="hanna-5").session_id
+    core.append_message(session_id=first, role="user", content="HANNA words")
+    core.end_session(session_id=first, end_reason="compression")
+    continued = core.create_session(source="api_server").session_id
+    core.append_message(session_id=continued, role="user", content="HANNA continued")
+    db.execute(
+        "UPDATE sessions SET model_config = %s WHERE id = %s",
+        [json.dumps({"_continued_from": first}), continued],
+    )
+    recorded("hanna-chat", first)
+    cold = core.create_session(source="api_server").session_id
+    core.append_message(session_id=cold, role="user", content="HANNA after cold start")
+    recorded("hanna-chat", cold)
+    other = core.create_session(source="api_server", user_id="otto-1").session_id
+    core.append_message(session_id=other, role="user", content="otto's own")
+    recorded("hanna-chat", other)
+
+    _erase(Subject(user_id="hanna-5"))
+
+    left = [r[0] for r in db.fetchall("SELECT content FROM messages ORDER BY id")]
+    assert left == ["otto's own"]
+    assert core.lineage.session_row(other) is not None

@@ -248,7 +248,38 @@ def _subject_sessions(
     if not roots:
         return [], kept
     found = set(lineage_closure(roots, include_branches=True)) | _descendants(roots)
+    # Parts of their conversations no parent link reaches, until nothing more is found.
+    for _ in range(lineage.MAX_DEPTH):
+        more = _theirs_or_nobodys(subject, sorted(_conversation_parts(found) - found))
+        if not more:
+            break
+        found |= set(lineage_closure(sorted(more), include_branches=True)) | _descendants(
+            sorted(more)
+        )
     return sorted(found - set(kept)), kept
+
+
+def _conversation_parts(ids: set[str]) -> set[str]:
+    """Sessions of the same conversations as ``ids`` that no parent link reaches (attack round
+    42): an API continuation naming one of them (``_continued_from``) where the runtime left
+    ``parent_session_id`` empty, and every session the slug history records for a slug one of
+    them had (a cold start put the conversation in a new, unlinked session)."""
+    if not ids:
+        return set()
+    found = _first_values_in(
+        f"SELECT id FROM sessions WHERE {lineage.marker('_continued_from')} IN ({{marks}})",
+        sorted(ids),
+    )
+    if "sessions_admin_slug_history" in existing_tables(store_alias()):
+        slugs = _first_values_in(
+            "SELECT slug FROM sessions_admin_slug_history WHERE session_id IN ({marks})",
+            sorted(ids),
+        )
+        found |= _first_values_in(
+            "SELECT session_id FROM sessions_admin_slug_history WHERE slug IN ({marks})",
+            sorted(slugs),
+        )
+    return found
 
 
 def _user_ids_of(ids: Sequence[str]) -> set[str]:
