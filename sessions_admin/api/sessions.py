@@ -34,6 +34,7 @@ from sessions_admin.core.merge import MergeDifference, session_differences
 from sessions_admin.core.rows import parse_model_config, stored_cost, stored_count
 from sessions_admin.ledger import audit_log
 from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.signin.roles import LEGAL_HOLD, withheld_for, withheld_from
 from sessions_admin.store import listing, overview, transcripts
 from sessions_admin.store.listing.fulltext import SessionHits
 from sessions_admin.store.listing.name_search import NameMatch
@@ -94,11 +95,16 @@ class SearchResults(Schema):
     )
 
 
-class HoldOut(Schema):
-    id: int
-    kind: str
-    subject: str
-    reason: str
+class SessionHoldOut(Schema):
+    """The session's legal hold; to a viewer only that it stands (``details_withheld``)."""
+
+    id: int | None = Field(description="The hold's number; null when withheld.")
+    kind: str | None = Field(description="session or user; null when withheld.")
+    subject: str | None = Field(description="The held session or user id; null when withheld.")
+    reason: str | None = Field(description="Why it was placed; null when withheld.")
+    details_withheld: bool = Field(
+        False, description="True for a viewer: the hold's details are shown to support and admins."
+    )
 
 
 class SessionDetail(Schema):
@@ -128,7 +134,7 @@ class SessionDetail(Schema):
     archived: bool
     continues_in: str | None = Field(description="Where an ended session's conversation went on.")
     compression_chain: list[str] = Field(description="The transcript's segments, in order.")
-    hold: HoldOut | None
+    hold: SessionHoldOut | None
     being_deleted: bool
     lineage: list[LineageNode] = Field(
         description="The conversation's tree, root first, depth first (`lineage_parent_id`)."
@@ -215,11 +221,17 @@ class AuditEntryOut(Schema):
     action: str
     outcome: str
     session_ids: list[Any]
-    reason: str
-    detail: str
+    reason: str | None = Field(description="null when withheld (`details_withheld`).")
+    detail: str | None = Field(description="null when withheld (`details_withheld`).")
     before: Any
     after: Any
     changes: str = Field(description="The entry in words (the console's, and the CSV's column).")
+    details_withheld: bool = Field(
+        False,
+        description="True when the caller's scope may not read some of this entry: of a legal "
+        "hold's entry (place_hold, release_hold) a viewer gets no before, after, reason nor "
+        "detail; of an erasure's, all but admin get no reason (its reference) nor detail.",
+    )
 
 
 class AuditPage(Schema):
@@ -358,6 +370,7 @@ def session_read(request: HttpRequest, session_id: Identifier):
             }
         )
     hold = holds.holds_on([session.id]).get(session.id)
+    withheld = withheld_from(request.auth.scope, LEGAL_HOLD) if hold else None
     totals = {name: stored_count(getattr(session, name)) for name in TOKEN_TOTALS}
     return {
         **{
@@ -375,7 +388,13 @@ def session_read(request: HttpRequest, session_id: Identifier):
         "compression_chain": core.compression_chain(session_id=session.id),
         "hold": None
         if hold is None
-        else {"id": hold.id, "kind": hold.kind, "subject": hold.subject, "reason": hold.reason},
+        else {
+            "id": None if "id" in withheld.fields else hold.id,
+            "kind": None if "kind" in withheld.fields else hold.kind,
+            "subject": None if "subject" in withheld.fields else hold.subject,
+            "reason": None if "reason" in withheld.fields else hold.reason,
+            "details_withheld": bool(withheld),
+        },
         "being_deleted": bool(being_deleted.marks_on([session.id]).get(session.id)),
         "lineage": [asdict(node) for node in core.lineage_tree(session_id=session.id)],
     }
@@ -571,13 +590,20 @@ def audit_entries(
         entries = _after_audit_cursor(entries, after)
     page = list(entries[: limit + 1])
     links = audit_log.NoLinks()
+    withheld = withheld_for(request.auth.scope)
     return AuditPage(
-        entries=[_audit_entry(entry, links) for entry in page[:limit]],
+        entries=[_audit_entry(entry, links, withheld(entry.action)) for entry in page[:limit]],
         next_cursor=_audit_cursor(page[limit - 1]) if len(page) > limit else None,
     )
 
 
-def _audit_entry(entry: AuditEntry, links: audit_log.NoLinks) -> dict:
+def _audit_entry(entry: AuditEntry, links: audit_log.NoLinks, withheld: audit_log.Withheld) -> dict:
+    """The entry as the caller's scope is shown it: what it may not read null."""
+    words = audit_log.readable(audit_log.as_shown(entry, withheld), links).text
+
+    def shown(name: str):
+        return None if name in withheld.fields else getattr(entry, name)
+
     return {
         "id": entry.pk,
         "created_at": entry.created_at,
@@ -587,11 +613,12 @@ def _audit_entry(entry: AuditEntry, links: audit_log.NoLinks) -> dict:
         "action": entry.action,
         "outcome": entry.outcome,
         "session_ids": list(entry.session_ids or []),
-        "reason": entry.reason,
-        "detail": entry.detail,
-        "before": entry.before,
-        "after": entry.after,
-        "changes": audit_log.readable(entry, links).text,
+        "reason": shown("reason"),
+        "detail": shown("detail"),
+        "before": shown("before"),
+        "after": shown("after"),
+        "changes": words,
+        "details_withheld": bool(withheld),
     }
 
 
@@ -613,7 +640,8 @@ def audit_export(request: HttpRequest, filters: Query[AuditFilters]):
     spreadsheet would run as a formula starts with a quote)."""
     found = _audit_filtered(request)
     answer = StreamingHttpResponse(
-        audit_log.csv_lines(found.entries), content_type="text/csv; charset=utf-8"
+        audit_log.csv_lines(found.entries, withheld_for=withheld_for(request.auth.scope)),
+        content_type="text/csv; charset=utf-8",
     )
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     answer["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'

@@ -5,16 +5,19 @@ doors (the console shows an invalid filter and leaves it out; the API refuses it
 field); ``filtered`` is the entries they match, newest first; ``readable`` says an entry's
 before and after in words, its identifiers linked by a ``NoLinks`` subclass where a page links
 them (console.views.audit.Links); ``csv_lines`` is the export, the same columns at both doors,
-every cell a spreadsheet would run as a formula quoted.
+every cell a spreadsheet would run as a formula quoted. What an entry shows depends on its
+reader: ``as_shown`` blanks what ``signin.roles.withheld_from`` withholds from their role (a
+legal hold's details from a viewer, an erasure's reference from all but admins), at every door.
 """
 
 from __future__ import annotations
 
 import contextvars
+import copy
 import csv
 import datetime as dt
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +97,45 @@ def filtered(params: Mapping[str, Any] | None) -> Filtered:
         session_id=session_id,
         filtered=any(cleaned.get(name) for name in form.fields),
     )
+
+
+# --- what a reader is shown -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Withheld:
+    """What of an audit entry (or a legal hold) its reader is not shown, and the words said
+    in its place; falsy when nothing is withheld. ``signin.roles.withheld_from`` says which."""
+
+    fields: frozenset[str] = frozenset()
+    words: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.fields)
+
+
+NOTHING_WITHHELD = Withheld()
+# An audit entry's fields a Withheld may name (of a hold: id, kind, subject, reason).
+ENTRY_DETAILS = frozenset({"before", "after", "reason", "detail"})
+
+
+def as_shown(entry: AuditEntry, withheld: Withheld) -> AuditEntry:
+    """The entry as its reader is shown it: a copy (never saved) whose withheld fields are
+    blank (``before``/``after`` None, ``reason``/``detail`` empty), with ``details_withheld``
+    the words said instead ("" when nothing is withheld, the entry itself returned)."""
+    if not withheld:
+        entry.details_withheld = ""
+        return entry
+    shown = copy.copy(entry)
+    for name in withheld.fields & ENTRY_DETAILS:
+        setattr(shown, name, None if name in ("before", "after") else "")
+    shown.details_withheld = withheld.words
+    return shown
+
+
+# Which fields of which entry a reader is not shown: by the entry's action (``withheld_from``
+# bound to the reader's role). Every door passes one; there is no default that shows all.
+WithheldFor = Callable[[str], Withheld]
 
 
 # --- an entry in words ------------------------------------------------------------------------
@@ -386,6 +428,8 @@ def readable(entry: AuditEntry, links: NoLinks) -> Readable:
             say(label, Part(_words(after[key])))
         else:
             say(label, Part(_words(before[key])))
+    if getattr(entry, "details_withheld", ""):
+        say("Details", Part(entry.details_withheld))
     return Readable(list(mentions.values()), len(set(ids) - set(mentions)), changes)
 
 
@@ -425,7 +469,10 @@ def _iso(moment) -> str:
     return moment.astimezone(dt.UTC).isoformat() if moment else ""
 
 
-def export_row(entry: AuditEntry, links: NoLinks) -> list[str]:
+def export_row(entry: AuditEntry, links: NoLinks, withheld_for: WithheldFor) -> list[str]:
+    """One CSV row: the entry as the reader is shown it (``as_shown``), a withheld reason
+    saying so in its cell."""
+    entry = as_shown(entry, withheld_for(entry.action))
     whole = _WHOLE_VALUES.set(True)
     try:
         words = readable(entry, links)
@@ -444,7 +491,7 @@ def export_row(entry: AuditEntry, links: NoLinks) -> list[str]:
             entry.outcome,
             " ".join(str(sid) for sid in (entry.session_ids or [])),
             words.text,
-            entry.reason,
+            f"({entry.details_withheld})" if entry.details_withheld else entry.reason,
             entry.detail,
             json.dumps(entry.before, **raw) if entry.before else "",
             json.dumps(entry.after, **raw) if entry.after else "",
@@ -452,9 +499,10 @@ def export_row(entry: AuditEntry, links: NoLinks) -> list[str]:
     ]
 
 
-def csv_lines(entries) -> Iterator[str]:
+def csv_lines(entries, *, withheld_for: WithheldFor) -> Iterator[str]:
+    """The export's lines, each entry as the reader is shown it (``withheld_for``)."""
     writer = csv.writer(_Line())
     links = NoLinks()
     yield writer.writerow(EXPORT_COLUMNS)
     for entry in entries.iterator(chunk_size=EXPORT_CHUNK):
-        yield writer.writerow(export_row(entry, links))
+        yield writer.writerow(export_row(entry, links, withheld_for))

@@ -4,7 +4,9 @@ All only read: the ledger's entries and the core's merge records. Each entry's
 before/after is shown in words (``ledger.audit_log.readable``, which the API and the CSV
 export share with this page, as they share its filters): every session once, with what the
 action did to it, and links to what the entry made (a merge, a job, trash entries);
-the raw JSON stays one click away. Undoing a merge listed here posts to the merge
+the raw JSON stays one click away. What the reader's role may not see of an entry (a legal
+hold's details, an erasure's reference: ``signin.roles.withheld_from``) is withheld here, in
+the history fragment and in the CSV alike. Undoing a merge listed here posts to the merge
 screen (``merge_undo``).
 """
 
@@ -31,7 +33,7 @@ from sessions_admin.console.http import (
 )
 from sessions_admin.ledger import audit_log as ledger_audit
 from sessions_admin.ledger.models import AuditEntry, AuditSession, TrashEntry
-from sessions_admin.signin.roles import DELETE, OPERATE, VIEW
+from sessions_admin.signin.roles import DELETE, OPERATE, VIEW, role_of, withheld_for
 
 AUDIT_TEMPLATE = "console/audit.html"
 
@@ -119,7 +121,10 @@ def _trash_searches(entries: Iterable[AuditEntry]) -> dict[int, str]:
     return {pk: ids[0] for pk, ids in found if isinstance(ids, list) and ids}
 
 
-def _entry_rows(entries: Sequence[AuditEntry], *, can_delete: bool = False) -> list[dict]:
+def _entry_rows(
+    entries: Sequence[AuditEntry], *, withheld: ledger_audit.WithheldFor, can_delete: bool = False
+) -> list[dict]:
+    entries = [ledger_audit.as_shown(entry, withheld(entry.action)) for entry in entries]
     links = Links(can_delete=can_delete, trash=_trash_searches(entries) if can_delete else {})
     rows = []
     for entry in entries:
@@ -177,7 +182,11 @@ def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "form": found.form,
         "page": page,
-        "rows": _entry_rows(page.object_list, can_delete=request.user.has_perm(DELETE)),
+        "rows": _entry_rows(
+            page.object_list,
+            withheld=withheld_for(role_of(request.user)),
+            can_delete=request.user.has_perm(DELETE),
+        ),
         "session_filter": found.session_id,
         "session_filter_url": session_url(found.session_id),
         "merges": _merge_rows(found.session_id) if found.session_id else [],
@@ -195,11 +204,13 @@ def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
     """The entries the audit log's filters match (every page), as CSV, newest first.
 
     Streamed as it is read. Every cell that a spreadsheet would run as a formula starts
-    with a quote; before and after come as JSON, and in words in ``changes``.
+    with a quote; before and after come as JSON, and in words in ``changes``; what the
+    reader's role may not see is left blank, said so in ``reason`` and ``changes``.
     """
     found = ledger_audit.filtered(request.GET)
     response = StreamingHttpResponse(
-        ledger_audit.csv_lines(found.entries), content_type="text/csv; charset=utf-8"
+        ledger_audit.csv_lines(found.entries, withheld_for=withheld_for(role_of(request.user))),
+        content_type="text/csv; charset=utf-8",
     )
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'
@@ -222,7 +233,11 @@ def session_history(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     here = request.htmx.current_url_abs_path or session_url(session_id) or reverse("audit_log")
     context = {
         "history_session": session_id,
-        "rows": _entry_rows(shown[:HISTORY_ENTRIES], can_delete=request.user.has_perm(DELETE)),
+        "rows": _entry_rows(
+            shown[:HISTORY_ENTRIES],
+            withheld=withheld_for(role_of(request.user)),
+            can_delete=request.user.has_perm(DELETE),
+        ),
         "history_more": len(shown) > HISTORY_ENTRIES,
         "history_all_url": reverse("audit_log") + "?" + urlencode({"session": session_id}),
         "merges": _merge_rows(session_id),

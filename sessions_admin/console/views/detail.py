@@ -30,7 +30,7 @@ from sessions_admin.core import being_deleted, db, holds
 from sessions_admin.core.lifecycle import where_it_continues
 from sessions_admin.ledger.erasure import being_erased
 from sessions_admin.ledger.trash import deleted_session
-from sessions_admin.signin.roles import DELETE, VIEW
+from sessions_admin.signin.roles import DELETE, LEGAL_HOLD, VIEW, role_of, withheld_from
 from sessions_admin.store import listing, transcripts
 from sessions_admin.store.models import Session
 from sessions_admin.store.transcripts import Chunk, Position
@@ -219,10 +219,16 @@ def _continues_in(session: Session) -> str | None:
     return continues_in
 
 
-def _status_context(session: Session) -> dict:
-    """The header's status line: live or ended, the hold, a delete under way, where it continues."""
+def _status_context(request: HtmxHttpRequest, session: Session) -> dict:
+    """The header's status line: live or ended, the hold, a delete under way, where it continues.
+
+    A role that may not read the hold's details (``withheld_from``: a viewer) is told only
+    that the session is under one (``hold_withheld``, the words why no more is shown)."""
+    hold = holds.holds_on([session.id]).get(session.id)
+    withheld = withheld_from(role_of(request.user), LEGAL_HOLD) if hold else None
     return {
-        "hold": holds.holds_on([session.id]).get(session.id),
+        "hold": None if withheld else hold,
+        "hold_withheld": withheld.words if withheld else "",
         "deleting": being_deleted.marks_on([session.id]).get(session.id),
         "continues_in": _continues_in(session),
     }
@@ -240,7 +246,7 @@ def _end_context(chain: list[str], session: Session, *, live: bool) -> dict:
 def _page_context(request: HtmxHttpRequest, session: Session, chain: list[str]) -> dict:
     return {
         **_lineage_context(session),
-        **_status_context(session),
+        **_status_context(request, session),
         "segment_count": len(chain),
         **_meta_context(session),
         **panel_context(request, session),
@@ -334,7 +340,7 @@ def _detail(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         context = {"session": session, **_lineage_context(session)}
         return render(request, f"{TEMPLATE}#lineage", context)
     if as_fragment and part == "status":
-        context = {"session": session, **_status_context(session)}
+        context = {"session": session, **_status_context(request, session)}
         return render(request, f"{TEMPLATE}#status", context)
     if as_fragment and part == "actions":
         context = {"session": session, **panel_context(request, session)}
