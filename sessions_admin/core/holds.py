@@ -59,7 +59,16 @@ class Hold:
         return self.describe()
 
     def describe(self) -> str:
-        """The hold in words, as every refusal names it."""
+        """The hold in words, as every refusal, preview and record names it: its number and
+        what kind of subject it has. Its subject and reason are for the holds page (support
+        and admins): these words also reach viewers (a merge preview, a refused operation's
+        audit entry, a job's page), so they carry neither (attack round 42)."""
+        what = "a session and its lineage" if self.kind == SESSION else "a user's sessions"
+        return f"legal hold #{self.id} on {what}"
+
+    def describe_whole(self) -> str:
+        """The hold with its subject and reason, for the readers who may know them (support
+        and admins: the holds page, a session's own page)."""
         if self.kind == SESSION:
             what = f"session {self.subject} and its lineage"
         else:

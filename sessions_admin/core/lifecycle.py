@@ -40,6 +40,7 @@ from sessions_admin.core.rows import (
     epoch_seconds,
     insert_counted_messages,
     insert_messages,
+    mark_end,
     optional_text,
     parse_model_config,
     recompute_counters,
@@ -224,13 +225,17 @@ def _end(session_id: str, end_reason: str, *, at: float | None = None) -> bool:
     # The row lock first, then the time: an append holding the lock commits with a
     # timestamp before ended_at, never after it.
     db.fetchone("SELECT id FROM sessions WHERE id = %s" + db.for_update(), [session_id])
-    return (
+    ended_at = at if at is not None else clock.now()
+    ended = (
         db.execute(
             "UPDATE sessions SET ended_at = %s, end_reason = %s WHERE id = %s AND ended_at IS NULL",
-            [at if at is not None else clock.now(), end_reason, session_id],
+            [ended_at, end_reason, session_id],
         )
         > 0
     )
+    if ended:
+        mark_end(session_id, ended_at)  # what a stale runtime writes later is told apart
+    return ended
 
 
 def _end_live_of_key(

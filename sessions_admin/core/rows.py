@@ -17,7 +17,7 @@ from django.db import transaction
 
 from sessions_admin.core import clock, db
 from sessions_admin.core.errors import InvalidInput
-from sessions_admin.core.schema import NEW_MESSAGE_SQL
+from sessions_admin.core.schema import END_MARKS_TABLE, NEW_MESSAGE_SQL
 from sessions_admin.core.text import storability_problem
 from sessions_admin.routers import responses_alias
 
@@ -85,6 +85,25 @@ def parse_model_config(text: str | None) -> dict:
     except (TypeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+# --- where a session ended -------------------------------------------------------------------
+
+
+def mark_end(session_id: str, ended_at: float) -> None:
+    """Keep the end the core just wrote on ``session_id`` and the store's last message id then
+    (``sessions_admin_end_marks``, in the caller's transaction, under the session's lock): a
+    message in the session with a higher id was written after that end however soon (a cached
+    agent writing into a session a reset ended), where its stamp, within the clock tolerance,
+    cannot tell (``core.stray``). Valid while the session's ``ended_at`` is that end: reopened
+    and ended again by a runtime, the mark no longer applies."""
+    (last,) = db.fetchone("SELECT COALESCE(MAX(id), 0) FROM messages")
+    db.execute(
+        f"INSERT INTO {END_MARKS_TABLE} (session_id, ended_at, last_message_id) "
+        "VALUES (%s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET "
+        "ended_at = excluded.ended_at, last_message_id = excluded.last_message_id",
+        [session_id, float(ended_at), int(last)],
+    )
 
 
 # --- field checks ----------------------------------------------------------------------------

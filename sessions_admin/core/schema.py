@@ -384,6 +384,16 @@ DELETIONS_SQL = (
     " keep_live INTEGER NOT NULL DEFAULT 0)"
 )
 
+# Where the core ended a session (core/rows.mark_end): the end it wrote and the store's last
+# message id then, so a message written into it later is told apart however soon it came.
+END_MARKS_TABLE = "sessions_admin_end_marks"
+END_MARKS_SQL = (
+    f"CREATE TABLE IF NOT EXISTS {END_MARKS_TABLE} ("
+    " session_id TEXT PRIMARY KEY,"
+    " ended_at {real} NOT NULL,"
+    " last_message_id BIGINT NOT NULL)"
+)
+
 # The tables this project adds to the store (created by ``_ensure_own_tables``).
 OWN_TABLES = (
     "sessions_admin_switch_events",
@@ -395,6 +405,7 @@ OWN_TABLES = (
     "sessions_admin_deletions",
     "sessions_admin_delete_claims",
     "sessions_admin_idempotency",
+    END_MARKS_TABLE,
 )
 
 # Sessions a cascade has claimed for its whole run (core/deletion/claims.py): a second cascade
@@ -639,6 +650,7 @@ def _ensure_own_tables(alias: str) -> list[str]:
         cursor.execute(HOLDS_SQL.format(real=real, serial=serial))
         cursor.execute(DELETIONS_SQL.format(real=real))
         cursor.execute(DELETE_CLAIMS_SQL.format(real=real))
+        cursor.execute(END_MARKS_SQL.format(real=real))
         for statement in IDEMPOTENCY_SQL:
             cursor.execute(statement.format(real=real))
     # A log created by an older version lacks the later columns (nullable: old rows keep NULL).

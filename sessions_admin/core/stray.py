@@ -23,6 +23,7 @@ from sessions_admin.core.errors import InvalidInput, SessionNotFound
 from sessions_admin.core.lifecycle import lock_keys_of, where_it_continues
 from sessions_admin.core.merge import PlanChanged, move_messages
 from sessions_admin.core.rows import parse_model_config, recompute_counters, require_session_id
+from sessions_admin.core.schema import END_MARKS_TABLE
 
 SAMPLE_SIZE = 20
 
@@ -77,6 +78,42 @@ def husk_sql(alias: str) -> str:
     )
 
 
+# How far a mark's end may be from the session's: the same float, read back through JSON.
+MARK_MATCH_SECONDS = 0.001
+
+
+def marked_late_sql(alias: str) -> str:
+    """SQL: the session ``alias`` holds a message written after the end the core marked on it
+    (``rows.mark_end``: a higher id than the store's last at that end), the mark still its
+    end, and no merge moved messages into it since (those came later by id, rightly)."""
+    return (
+        f"EXISTS (SELECT 1 FROM {END_MARKS_TABLE} k WHERE k.session_id = {alias}.id "
+        f"AND ABS(k.ended_at - {alias}.ended_at) < {MARK_MATCH_SECONDS} "
+        f"AND NOT EXISTS (SELECT 1 FROM sessions a WHERE a.end_reason = 'merged' "
+        f"AND {lineage.marker('_merged_into', 'a')} = {alias}.id) "
+        f"AND EXISTS (SELECT 1 FROM messages w WHERE w.session_id = {alias}.id "
+        "AND w.id > k.last_message_id))"
+    )
+
+
+def _marked_last_id(row: dict) -> int | None:
+    """The last message id ``marked_late_sql``'s rule holds ``row`` to, or None."""
+    if row["ended_at"] is None:
+        return None
+    mark = db.fetchone(
+        f"SELECT ended_at, last_message_id FROM {END_MARKS_TABLE} WHERE session_id = %s",
+        [row["id"]],
+    )
+    if mark is None or abs(float(mark[0]) - float(row["ended_at"])) >= MARK_MATCH_SECONDS:
+        return None
+    absorbed = db.fetchone(
+        "SELECT 1 FROM sessions a WHERE a.end_reason = 'merged' "
+        f"AND {lineage.marker('_merged_into', 'a')} = %s",
+        [row["id"]],
+    )
+    return None if absorbed else int(mark[1])
+
+
 def merged_into(row: dict) -> str | None:
     """The merge target a husk's ``row`` names, else None (``husk_sql``'s rule in Python)."""
     if row["end_reason"] != "merged":
@@ -129,11 +166,19 @@ def _plan(session_id: str) -> StrayPlan:
             )
         ]
     elif bound is not None:
+        # Stamped past the bound, or (the core ended it, and something is stamped after
+        # that end: the health check's gate) written after its end by id.
+        (latest,) = db.fetchone(
+            "SELECT MAX(timestamp) FROM messages WHERE session_id = %s", [session_id]
+        )
+        late = latest is not None and float(latest) > float(row["ended_at"])
+        last = _marked_last_id(row) if late else None
         ids = [
             int(r[0])
             for r in db.fetchall(
-                "SELECT id FROM messages WHERE session_id = %s AND timestamp > %s ORDER BY id",
-                [session_id, bound],
+                "SELECT id FROM messages WHERE session_id = %s AND (timestamp > %s OR id > %s) "
+                "ORDER BY id",
+                [session_id, bound, last if last is not None else 2**62],
             )
         ]
     destination, via = where_it_continues(row) if row["ended_at"] is not None else (None, None)

@@ -662,6 +662,8 @@ _STORE_SHIMS = {
     "sessions_admin_delete_claims": "CREATE TEMP TABLE sessions_admin_delete_claims (session_id "
     "TEXT PRIMARY KEY, operation TEXT NOT NULL, actor TEXT NOT NULL, owner TEXT NOT NULL, "
     "claimed_at REAL NOT NULL, renewed_at REAL NOT NULL)",
+    "sessions_admin_end_marks": "CREATE TEMP TABLE sessions_admin_end_marks (session_id TEXT "
+    "PRIMARY KEY, ended_at REAL NOT NULL, last_message_id BIGINT NOT NULL)",
     "sessions_admin_idempotency": "CREATE TEMP TABLE sessions_admin_idempotency (scope TEXT NOT "
     "NULL, key TEXT NOT NULL, request_hash TEXT NOT NULL, session_id TEXT NOT NULL, "
     "response_json TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (scope, key))",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sessions_admin.core import being_deleted, db, forks, lineage
 from sessions_admin.core.lifecycle import where_it_continues
-from sessions_admin.core.stray import END_TOLERANCE_SECONDS, husk_sql
+from sessions_admin.core.stray import END_TOLERANCE_SECONDS, husk_sql, marked_late_sql
 from sessions_admin.routers import responses_alias
 
 
@@ -184,6 +184,10 @@ def _written_after_end(alias: str) -> str:
         # A merge's husk gave the target every message it had: any it holds came later.
         f"WHEN {husk_sql(alias)} AND EXISTS "
         f"(SELECT 1 FROM messages h WHERE h.session_id = {alias}.id) THEN 1 "
+        # Nothing stamped after the end at all: nothing late (the probes below are skipped).
+        f"WHEN {latest} <= {alias}.ended_at THEN 0 "
+        # The core marked its end: a later message id is late however soon it came.
+        f"WHEN {marked_late_sql(alias)} THEN 1 "
         f"WHEN {latest} <= {alias}.ended_at + {tolerance} THEN 0 "
         f"WHEN {latest} <= COALESCE({absorbed_end}, {alias}.ended_at) + {tolerance} THEN 0 "
         "ELSE 1 END = 1"

@@ -15,7 +15,7 @@ from django.urls import reverse
 from sessions_admin import core
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.audit_log import EXPORT_COLUMNS
-from sessions_admin.ledger.models import AuditAction
+from sessions_admin.ledger.models import AuditAction, AuditEntry
 
 USER = "zoe-7731"
 SESSION_REASON = "subpoena 2026-17 from the Paris court"
@@ -132,3 +132,35 @@ def test_a_viewers_csv_export_withholds_the_same(signed_in, held):
     # Hashes and counts stay; the reference does not.
     assert "ab" * 32 in erasure["before"] and '"sessions": 1' in erasure["after"]
     assert "reference shown to admins" in erasure["reason"]
+
+
+def test_a_viewer_reads_no_hold_reason_in_a_merge_preview_or_a_refused_merges_entry(
+    client, operator_factory, held
+):
+    """Attack 42 (V): the merge preview's held list and a refused merge's audit detail quoted
+    the hold ("legal hold #1 on user zed-41 (subpoena …)") to a viewer."""
+    other = core.create_session(source="telegram", user_id="someone").session_id
+    viewer_user, support_user = operator_factory("viewer"), operator_factory("support")
+    client.force_login(viewer_user)
+    viewer = client
+    preview = viewer.get(
+        f"/merge/preview/?ids={held['sid']}&ids={other}&target={other}"
+    ).content.decode()
+    client.force_login(support_user)
+    support = client
+    # Into the other session: the held one's messages would leave its hold, refused.
+    plan = core.plan_merge(session_ids=[held["sid"], other], target_id=other)
+    support.post(
+        "/merge/",
+        {
+            "ids": [held["sid"], other],
+            "target": other,
+            "fingerprint": plan.fingerprint,
+            "reason": "one person",
+        },
+    )
+    refused = AuditEntry.objects.filter(action="merge").get()
+    assert refused.outcome != "ok" and f"legal hold #{held['hold'].id}" in refused.detail
+    client.force_login(viewer_user)
+    for page in (preview, viewer.get("/audit/").content.decode(), _csv(viewer)):
+        assert SESSION_REASON not in page

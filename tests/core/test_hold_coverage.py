@@ -233,8 +233,7 @@ def test_a_user_hold_keeps_a_trashed_delegate_without_a_user_id_from_the_purge()
     # The dry run counts only what goes, and names what the hold keeps as the run would.
     assert "Would purge 1 trash entries (1 sessions" in dry.getvalue()
     assert (
-        f"Would keep 1 trash entry under legal hold: trash entry #{kept_entry.pk}"
-        in dry.getvalue()
+        f"Would keep 1 trash entry under legal hold: trash entry #{kept_entry.pk}" in dry.getvalue()
     )
     assert f"hold #{hold.id}" in dry.getvalue()
     assert TrashEntry.objects.count() == 2

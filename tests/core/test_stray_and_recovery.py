@@ -7,7 +7,7 @@ import time
 import pytest
 
 from sessions_admin import core
-from sessions_admin.core import clock, db, stray
+from sessions_admin.core import clock, db, lineage, stray
 from sessions_admin.store import health
 
 
@@ -102,3 +102,36 @@ def test_a_turn_written_into_a_husk_the_moment_after_its_merge_is_stray():
         r[0] for r in db.fetchall("SELECT id FROM messages WHERE session_id = %s", [target])
     }
     assert health.count("written_after_end") == 0
+
+
+@pytest.mark.parametrize("how", ["reset", "resume"])
+def test_a_turn_a_cached_agent_writes_the_moment_after_a_reset_is_stray(how):
+    """Attack 42 (G): the console ends the session a gateway's cached agent holds (a reset, a
+    resume of another session of the key); the agent's next turn lands a second later, inside
+    the clock tolerance. The core marked the end: a later message id is written after it."""
+    key = "agent:main:telegram:dm:42"
+    older = core.create_session(source="telegram", session_key=key).session_id
+    core.append_message(session_id=older, role="user", content="old")
+    core.end_session(session_id=older, end_reason="user_exit")
+    held = core.create_session(source="telegram", session_key=key).session_id
+    core.append_message(session_id=held, role="user", content="before")
+    if how == "reset":
+        core.reset_session_key(session_key=key)
+    else:
+        core.resume_session(ref=older)
+    assert lineage.session_row(held)["ended_at"] is not None
+    late = [_stale_write(held, "question"), _stale_write(held, "answer")]
+
+    assert health.count("written_after_end") == 1
+    plan = stray.plan_stray_move(session_id=held)
+    assert plan.message_ids == tuple(late)
+    # Reopened and ended again by the runtime itself, the mark no longer applies.
+    db.execute("UPDATE sessions SET ended_at = NULL WHERE id = %s", [held])
+    db.execute("DELETE FROM messages WHERE id IN (%s, %s)", late)
+    _stale_write(held, "the runtime's own turn")
+    db.execute(
+        "UPDATE sessions SET ended_at = %s, end_reason = 'user_exit' WHERE id = %s",
+        [time.time() + 1, held],
+    )
+    assert health.count("written_after_end") == 0
+    assert stray.plan_stray_move(session_id=held).message_ids == ()

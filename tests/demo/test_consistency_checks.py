@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import pytest
 from django.core.management import call_command
@@ -116,13 +117,28 @@ def test_a_message_stamped_after_its_session_ended_is_reported():
 
 
 def test_a_stamp_within_the_tolerance_of_the_end_is_not_reported():
-    # A runtime stamping with its own clock, a second ahead of the store's host.
+    # A runtime stamping with its own clock, a second ahead of the store's host: written
+    # before the end (a lower id than the end's mark), stamped after it.
+    sid = core.create_session(source="cli").session_id
+    _raw_message(sid, "skewed clock", time.time() + health.END_TOLERANCE_SECONDS / 2)
+    core.end_session(session_id=sid, end_reason="user_exit")
+    ended_at = db.fetchone("SELECT ended_at FROM sessions WHERE id = %s", [sid])[0]
+    assert db.fetchone("SELECT MAX(timestamp) FROM messages WHERE session_id = %s", [sid])[0] > (
+        ended_at
+    )
+
+    assert _ids("written_after_end") == set()
+
+
+def test_a_message_written_after_the_core_ended_the_session_is_reported_however_soon():
+    """Written after an end the core made (a higher id than its mark), a message is late even
+    stamped within the tolerance (attack 42: a cached agent's turn a second after a reset)."""
     sid = core.create_session(source="cli").session_id
     core.end_session(session_id=sid, end_reason="user_exit")
     ended_at = db.fetchone("SELECT ended_at FROM sessions WHERE id = %s", [sid])[0]
-    _raw_message(sid, "skewed clock", ended_at + health.END_TOLERANCE_SECONDS / 2)
+    _raw_message(sid, "late", ended_at + health.END_TOLERANCE_SECONDS / 2)
 
-    assert _ids("written_after_end") == set()
+    assert _ids("written_after_end") == {sid}
 
 
 def test_a_merge_of_ended_forks_into_the_older_one_is_not_reported_nor_its_unmerge():

@@ -39,6 +39,7 @@ def test_attach_adds_only_what_is_documented(hermes, attach):
     assert set(report.created_tables) == {
         "sessions_admin_delete_claims",
         "sessions_admin_deletions",
+        "sessions_admin_end_marks",
         "sessions_admin_holds",
         "sessions_admin_idempotency",
         "sessions_admin_merges",

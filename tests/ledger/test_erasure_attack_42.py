@@ -190,3 +190,43 @@ def test_parts_of_their_conversation_no_parent_link_reaches_are_erased_too():
     left = [r[0] for r in db.fetchall("SELECT content FROM messages ORDER BY id")]
     assert left == ["otto's own"]
     assert core.lineage.session_row(other) is not None
+
+
+def test_a_user_less_child_of_another_persons_session_on_the_subjects_slug_is_kept():
+    """Attack 42 (V): bob's client also used alice's slug, answered by a user-less child of
+    bob's session; that child then answered another slug, continued by a third party. Erasing
+    alice takes none of them."""
+
+    def recorded(slug: str, session_id: str) -> None:
+        db.execute(
+            "INSERT INTO sessions_admin_slug_history (slug, event, response_id, session_id, "
+            "response_created_at, observed_at) VALUES (%s, 'recorded', NULL, %s, NULL, 1.0)",
+            [slug, session_id],
+        )
+
+    alice = _chat("alice-1", "api_server")
+    recorded("shared", alice)
+    bob = _chat("bob-2", "api_server")
+    child = core.create_session(source="api_server", parent_session_id=bob).session_id
+    core.append_message(session_id=child, role="user", content="BOBSECRET child of bob")
+    recorded("shared", child)
+    recorded("other", child)
+    third = core.create_session(source="api_server").session_id
+    core.append_message(session_id=third, role="user", content="third party")
+    recorded("other", third)
+
+    plan = erasure_ledger.plan(Subject(user_id="alice-1"))
+    assert set(plan.store.session_ids) == {alice}
+    _erase(Subject(user_id="alice-1"))
+
+    for kept in (bob, child, third):
+        assert core.lineage.session_row(kept) is not None
+    assert core.lineage.session_row(child)["parent_session_id"] == bob
+
+
+def test_a_compound_joined_by_a_slash_or_hash_goes_whole():
+    """Attack 42 (V): ``zoë-9/7`` and ``zoë-9#7`` were left ``[erased:…]/7``."""
+    from sessions_admin.core.erasure.subject import redact_text
+
+    words = redact_text("see zoë-9/7, zoë-9#7 and users/zoë-9; not zoë-9.bak", {"zoë-9": "[Z]"})
+    assert words == "see [Z], [Z] and [Z]; not zoë-9.bak"

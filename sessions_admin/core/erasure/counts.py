@@ -112,6 +112,7 @@ SIDE_ROW_KEYS = {
     "sessions_admin_deletions": ("session_id",),
     "sessions_admin_delete_claims": ("operation",),
     "sessions_admin_idempotency": ("scope", "key"),
+    "sessions_admin_end_marks": ("session_id",),
     "compression_locks": ("session_id",),
     "async_delegations": ("delegation_id",),
     "gateway_routing": ("scope", "session_key"),

@@ -202,6 +202,27 @@ def _descendants(ids: Sequence[str]) -> set[str]:
     return found
 
 
+def keyed_below_closed_merges(
+    merge_ids: Sequence, keys: Sequence[str], erased: Sequence[str]
+) -> set[str]:
+    """Sessions below the targets of merges ``merge_ids`` (by parent links, the targets
+    excluded) that hold one of ``keys`` and are not ``erased``."""
+    if not merge_ids or not keys:
+        return set()
+    targets = _first_values_in(
+        "SELECT target_session_id FROM sessions_admin_merges WHERE id IN ({marks})",
+        list(merge_ids),
+    )
+    below = _descendants(sorted(targets)) - targets - set(erased)
+    rows = db.fetchall_in(
+        "SELECT id FROM sessions WHERE id IN ({marks}) "
+        f"AND session_key IN ({db.placeholders(keys)})",
+        sorted(below),
+        after=list(keys),
+    )
+    return {row[0] for row in rows}
+
+
 def _theirs_or_nobodys(subject: Subject, ids: Sequence[str]) -> set[str]:
     """Those of ``ids`` in the store whose user id is the subject's or empty."""
     return {
@@ -248,9 +269,12 @@ def _subject_sessions(
     if not roots:
         return [], kept
     found = set(lineage_closure(roots, include_branches=True)) | _descendants(roots)
-    # Parts of their conversations no parent link reaches, until nothing more is found.
+    # Parts of their conversations no parent link reaches, until nothing more is found: only
+    # the slugs of the sessions found so far by their own ids and links, never the slugs of a
+    # session found through a slug (attack round 42: that crossed into other conversations).
+    slugs = _slugs_recorded(found)
     for _ in range(lineage.MAX_DEPTH):
-        more = _theirs_or_nobodys(subject, sorted(_conversation_parts(found) - found))
+        more = _unclaimed(subject, _conversation_parts(found, slugs) - found, found)
         if not more:
             break
         found |= set(lineage_closure(sorted(more), include_branches=True)) | _descendants(
@@ -259,27 +283,46 @@ def _subject_sessions(
     return sorted(found - set(kept)), kept
 
 
-def _conversation_parts(ids: set[str]) -> set[str]:
-    """Sessions of the same conversations as ``ids`` that no parent link reaches (attack round
-    42): an API continuation naming one of them (``_continued_from``) where the runtime left
-    ``parent_session_id`` empty, and every session the slug history records for a slug one of
-    them had (a cold start put the conversation in a new, unlinked session)."""
+def _slugs_recorded(ids: set[str]) -> set[str]:
+    """Every slug the slug history records for one of ``ids``."""
+    if not ids or "sessions_admin_slug_history" not in existing_tables(store_alias()):
+        return set()
+    return _first_values_in(
+        "SELECT slug FROM sessions_admin_slug_history WHERE session_id IN ({marks})", sorted(ids)
+    )
+
+
+def _conversation_parts(ids: set[str], slugs: set[str]) -> set[str]:
+    """Sessions of the same conversations as ``ids`` that no parent link reaches: an API
+    continuation naming one of them (``_continued_from``) where the runtime left
+    ``parent_session_id`` empty, and every session the slug history records for one of
+    ``slugs`` (a cold start put the conversation in a new, unlinked session)."""
     if not ids:
         return set()
     found = _first_values_in(
         f"SELECT id FROM sessions WHERE {lineage.marker('_continued_from')} IN ({{marks}})",
         sorted(ids),
     )
-    if "sessions_admin_slug_history" in existing_tables(store_alias()):
-        slugs = _first_values_in(
-            "SELECT slug FROM sessions_admin_slug_history WHERE session_id IN ({marks})",
-            sorted(ids),
-        )
+    if slugs:
         found |= _first_values_in(
             "SELECT session_id FROM sessions_admin_slug_history WHERE slug IN ({marks})",
             sorted(slugs),
         )
     return found
+
+
+def _unclaimed(subject: Subject, candidates: set[str], found: set[str]) -> set[str]:
+    """Those of ``candidates`` that are the subject's or nobody's and belong to no other
+    lineage: no parent link, or a parent among ``found`` (a user-less child of another
+    person's session is that person's conversation, whatever slug it answered)."""
+    theirs = _theirs_or_nobodys(subject, sorted(candidates))
+    return {
+        sid
+        for sid, parent in db.fetchall_in(
+            "SELECT id, parent_session_id FROM sessions WHERE id IN ({marks})", sorted(theirs)
+        )
+        if not parent or parent in found
+    }
 
 
 def _user_ids_of(ids: Sequence[str]) -> set[str]:
@@ -521,6 +564,21 @@ def _side_rows(
             )
         ]
     add("sessions_admin_slug_history", sorted(set(history)))
+    # Where the core ended their sessions (core.rows.mark_end).
+    add(
+        "sessions_admin_end_marks",
+        [
+            (r[0],)
+            for chunk in _chunks(gone_ids)
+            for r in db.fetchall(
+                "SELECT session_id FROM sessions_admin_end_marks WHERE session_id IN "
+                f"({db.placeholders(chunk)})",
+                list(chunk),
+            )
+        ]
+        if "sessions_admin_end_marks" in tables
+        else [],
+    )
     # A delete in parts killed midway left the subject's session marked (core.being_deleted).
     add("sessions_admin_deletions", [(sid,) for sid in being_deleted.marks_on(list(ids))])
     # A runtime's appends to the subject's sessions left their idempotency keys and answers.
@@ -632,15 +690,9 @@ def plan_erasure(
     # Holds win: a hold on a session whose messages, responses or merge record this
     # erasure touches stops it, whoever's session that is.
     erased_chat_ids, erased_keys = _identifiers_of(ids)
-    # Kept sessions holding an erased session's key (a merge's target took it, a branch of
-    # that inherited it): the run takes it off them (``run._take_back_keys``).
-    keyed = {
-        row[0]
-        for row in db.fetchall_in(
-            "SELECT id FROM sessions WHERE session_key IN ({marks})",
-            sorted({*erased_keys, *subject.session_keys}),
-        )
-    }
+    # Sessions below a closed merge's target holding an erased session's key (the merge
+    # copied it onto the target, a branch inherited it): the run takes it off them.
+    keyed = keyed_below_closed_merges(closed, sorted({*erased_keys, *subject.session_keys}), ids)
     touched = sorted(
         ({sid for _mid, sid in moved} | {t for m, t, *_ in merges if m in closed} | keyed) - id_set
     )

@@ -48,6 +48,7 @@ from sessions_admin.core.erasure.plan import (
     _merges_touching,
     _side_rows,
     _theirs_or_nobodys,
+    keyed_below_closed_merges,
     plan_erasure,
 )
 from sessions_admin.core.erasure.subject import Subject, redact_text
@@ -378,28 +379,32 @@ def _close_merges(merge_ids: Sequence[int], erased: Sequence[str]) -> int:
 
 
 @store_operation
-def _take_back_keys(keys: Sequence[str], erased: Sequence[str]) -> int:
-    """The erased sessions' keys off every session that stays (a merge's target took the key
-    and a branch of it inherited it: ``_close_merges`` gives the target its own back first)
-    and off the switch log's events about those sessions: another user's session never holds
-    one (the plan refuses that), so a kept one holding it copied it. Returns the sessions."""
-    if not keys:
+def _take_back_keys(merge_ids: Sequence[str], keys: Sequence[str], erased: Sequence[str]) -> int:
+    """The erased sessions' keys off what a closed merge's target passed on (a branch of the
+    target inherited the key the merge copied onto it: ``_close_merges`` gives the target its
+    own back) and off the switch log's events about those sessions. Only below those targets:
+    a key another person's session holds too (a group chat's) is theirs as well and stays.
+    Returns the sessions changed."""
+    if not keys or not merge_ids:
         return 0
-    erased_set = set(erased)
-    holding = [
-        row[0]
-        for row in db.fetchall_in("SELECT id FROM sessions WHERE session_key IN ({marks})", keys)
-        if row[0] not in erased_set
-    ]
-    for sid in holding:
+    below = keyed_below_closed_merges(merge_ids, keys, erased)
+    for sid in below:
         db.execute("UPDATE sessions SET session_key = NULL WHERE id = %s", [sid])
-    for chunk in _chunks(list(keys)):
+    targets = {
+        row[0]
+        for row in db.fetchall_in(
+            "SELECT target_session_id FROM sessions_admin_merges WHERE id IN ({marks})",
+            list(merge_ids),
+        )
+    }
+    for chunk in _chunks(sorted((below | targets) - set(erased))):
         db.execute(
             "UPDATE sessions_admin_switch_events SET session_key = NULL "
-            f"WHERE session_key IN ({db.placeholders(chunk)})",
-            list(chunk),
+            f"WHERE new_session_id IN ({db.placeholders(chunk)}) "
+            f"AND session_key IN ({db.placeholders(keys)})",
+            [*chunk, *keys],
         )
-    return len(holding)
+    return len(below)
 
 
 def _delete_slug_rows(names: Sequence[str], response_ids: Sequence[str]) -> None:
@@ -654,7 +659,9 @@ def erase(
                 )
             if plan.closed_merges:
                 _close_merges(plan.closed_merges, plan.session_ids)
-            _take_back_keys(plan.redaction_subject.session_keys, plan.session_ids)
+            _take_back_keys(
+                plan.closed_merges, plan.redaction_subject.session_keys, plan.session_ids
+            )
             if plan.redacted_holds:
                 _redact_holds(plan.redacted_holds, plan.redaction_subject)
             after = rows_present(plan=plan)

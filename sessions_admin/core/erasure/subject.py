@@ -75,16 +75,16 @@ def names_subject(text: object, subject: Subject) -> bool:
     return bool(pattern and isinstance(text, str) and pattern.search(text))
 
 
-# What a token joined to the value by ``:`` or ``@`` may hold (``dm:bob``, ``bob@example.com``,
-# ``bob:order-7``): it goes with the value, whole.
-_JOINED_BEFORE = r"(?:\w(?:[\w\-.]*\w)?[:@])*"
-_JOINED_AFTER = r"(?:[:@]\w(?:[\w\-.]*\w)?)*"
+# What a token joined to the value by ``:``, ``@``, ``/`` or ``#`` may hold (``dm:bob``,
+# ``bob@example.com``, ``bob:order-7``, ``users/bob``, ``bob#2``): it goes with the value, whole.
+_JOINED_BEFORE = r"(?:\w(?:[\w\-.]*\w)?[:@/#])*"
+_JOINED_AFTER = r"(?:[:@/#]\w(?:[\w\-.]*\w)?)*"
 
 
 def redact_text(text: str, replacements: dict[str, str]) -> str:
     """``text`` with each whole-token occurrence of a key replaced by its value. A compound
-    the key is part of (joined by ``:`` or ``@``: ``dm:bob``, ``bob@example.com``,
-    ``bob:7``) is replaced whole: left half done, ``[erased]:7`` beside another person's
+    the key is part of (joined by ``:``, ``@``, ``/`` or ``#``: ``dm:bob``,
+    ``bob@example.com``, ``bob:7``, ``bob/7``) is replaced whole: left half done, ``[erased]:7`` beside another person's
     ``bob:7`` elsewhere would give the erased value back (attack round 42)."""
     pattern = _token_pattern(list(replacements))
     if pattern is None or not isinstance(text, str):
