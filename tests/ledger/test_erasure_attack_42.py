@@ -34,6 +34,15 @@ def _erase(subject: Subject) -> None:
     actions.run_erasure(request_id=request.pk)
 
 
+def recorded(slug: str, session_id: str) -> None:
+    """What the slug history poller records of a Hermes turn on ``slug``."""
+    db.execute(
+        "INSERT INTO sessions_admin_slug_history (slug, event, response_id, session_id, "
+        "response_created_at, observed_at) VALUES (%s, 'recorded', NULL, %s, NULL, 1.0)",
+        [slug, session_id],
+    )
+
+
 def _entries(action: str) -> list[AuditEntry]:
     return list(AuditEntry.objects.filter(action=action).order_by("pk"))
 
@@ -160,14 +169,6 @@ def test_parts_of_their_conversation_no_parent_link_reaches_are_erased_too():
     and a user-less session a cold start minted for the subject's slug (the slug history
     records both): erased with the subject, another person's session of the slug kept."""
 
-    def recorded(slug: str, session_id: str) -> None:
-        """What the slug history poller records of a Hermes turn on ``slug``."""
-        db.execute(
-            "INSERT INTO sessions_admin_slug_history (slug, event, response_id, session_id, "
-            "response_created_at, observed_at) VALUES (%s, 'recorded', NULL, %s, NULL, 1.0)",
-            [slug, session_id],
-        )
-
     first = core.create_session(source="api_server", user_id="hanna-5").session_id
     core.append_message(session_id=first, role="user", content="HANNA words")
     core.end_session(session_id=first, end_reason="compression")
@@ -196,13 +197,6 @@ def test_a_user_less_child_of_another_persons_session_on_the_subjects_slug_is_ke
     """Attack 42 (V): bob's client also used alice's slug, answered by a user-less child of
     bob's session; that child then answered another slug, continued by a third party. Erasing
     alice takes none of them."""
-
-    def recorded(slug: str, session_id: str) -> None:
-        db.execute(
-            "INSERT INTO sessions_admin_slug_history (slug, event, response_id, session_id, "
-            "response_created_at, observed_at) VALUES (%s, 'recorded', NULL, %s, NULL, 1.0)",
-            [slug, session_id],
-        )
 
     alice = _chat("alice-1", "api_server")
     recorded("shared", alice)
