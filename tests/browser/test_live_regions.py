@@ -97,7 +97,7 @@ def test_a_refused_action_is_announced_and_takes_focus(signed_in_page):
     tab_to(page, "#sa-undo summary")
     page.keyboard.press("Enter")
     tab_to(page, '#sa-undo form button[type="submit"]')
-    # The runtime writes meanwhile: the previewed turn is no longer the last one.
+    # The runtime writes meanwhile: a new question, still being answered (TurnInProgress).
     core.append_message(session_id=sid, role="user", content="hello?")
     page.keyboard.press("Enter")
     notice = page.locator("#session-actions .sa-notice.error")

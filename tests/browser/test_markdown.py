@@ -142,6 +142,8 @@ def test_tool_call_turns_are_calls_in_the_merge_and_undo_previews(signed_in_page
                 "tool_calls": [call("c1", "lookup_order", {"order_id": "8812"})],
             },
             {"role": "tool", "tool_call_id": "c1", "content": "shipped on Monday"},
+            # The turn is answered: an operator's undo waits for the reply (TurnInProgress).
+            {"role": "assistant", "content": "It shipped on Monday."},
         ],
     )
     core.append_message(session_id=b, role="user", content="hello")

@@ -827,3 +827,15 @@ def test_the_preview_cuts_long_turns_and_long_texts(signed_in):
     assert "and 4 more messages" in undo and "Undo these 12 messages" in undo
     assert "x" * 160 + "…" in undo and "x" * 161 not in undo
     assert SCRIPT not in undo
+
+
+def test_an_undo_while_the_runtime_is_still_answering_is_refused_and_said(signed_in):
+    """Attack 42 (G): the operator's undo waits for the runtime's reply (TurnInProgress)."""
+    sid = core.create_session(source="telegram", session_key="tg:dm:mid").session_id
+    core.append_message(session_id=sid, role="user", content="q1")
+    core.append_message(session_id=sid, role="assistant", content="a1")
+    core.append_message(session_id=sid, role="user", content="q2")  # being answered now
+    client = signed_in("support")
+    page = client.post(url("session_undo", sid), HTTP_HX_REQUEST="true").content.decode()
+    assert "refused, nothing changed" in page and "still answering" in page
+    assert counters(sid) == (3, 0, 0)

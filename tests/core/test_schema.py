@@ -79,6 +79,7 @@ def test_attaching_changes_nothing_in_the_runtimes_own_tables(runtime_store):
         "responses",
         "sessions_admin_delete_claims",
         "sessions_admin_deletions",
+        "sessions_admin_end_marks",
         "sessions_admin_holds",
         "sessions_admin_idempotency",
         "sessions_admin_merges",

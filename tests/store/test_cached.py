@@ -93,6 +93,7 @@ def test_an_operator_action_drops_the_figures_so_it_shows_at_once(django_user_mo
         cached.cached_figure(name, lambda: "before", fresh_seconds=60)
     session_id = core.create_session(source="cli").session_id
     core.append_message(session_id=session_id, role="user", content="hi")
+    core.append_message(session_id=session_id, role="assistant", content="hello")  # answered
     actor = django_user_model.objects.create(username="op")
     actions.rewrite(actor=actor, session_id=session_id, action="undo")
     assert all(cache.get(cached.store_key(name)) is None for name in cached.FIGURES)

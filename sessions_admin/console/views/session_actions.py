@@ -236,6 +236,10 @@ def _rewrite(request: HtmxHttpRequest, session_id: str, action: str) -> HttpResp
             )
         except core.NothingToUndo as nothing:
             notice = Notice("info", f"Nothing changed: {nothing}")
+        except core.TurnInProgress as answering:  # audited as failed by the action
+            notice = Notice(
+                "error", f"{REWRITE_WORDS[action]} refused, nothing changed: {answering}"
+            )
         except core.SessionEnded as ended:
             live = ended.live_session_id
             notice = Notice(
