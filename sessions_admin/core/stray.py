@@ -78,8 +78,16 @@ def husk_sql(alias: str) -> str:
     )
 
 
-# How far a mark's end may be from the session's: the same float, read back through JSON.
+# How far a mark's end may be from the session's: the same float, written twice.
 MARK_MATCH_SECONDS = 0.001
+
+
+def _absorbed_into_sql(target: str) -> str:
+    """SQL after FROM: the husks a merge absorbed into ``target`` (a column or ``%s``)."""
+    return (
+        f"sessions a WHERE a.end_reason = 'merged' "
+        f"AND {lineage.marker('_merged_into', 'a')} = {target}"
+    )
 
 
 def marked_late_sql(alias: str) -> str:
@@ -89,16 +97,16 @@ def marked_late_sql(alias: str) -> str:
     return (
         f"EXISTS (SELECT 1 FROM {END_MARKS_TABLE} k WHERE k.session_id = {alias}.id "
         f"AND ABS(k.ended_at - {alias}.ended_at) < {MARK_MATCH_SECONDS} "
-        f"AND NOT EXISTS (SELECT 1 FROM sessions a WHERE a.end_reason = 'merged' "
-        f"AND {lineage.marker('_merged_into', 'a')} = {alias}.id) "
+        f"AND NOT EXISTS (SELECT 1 FROM {_absorbed_into_sql(f'{alias}.id')}) "
         f"AND EXISTS (SELECT 1 FROM messages w WHERE w.session_id = {alias}.id "
         "AND w.id > k.last_message_id))"
     )
 
 
-def _marked_last_id(row: dict) -> int | None:
-    """The last message id ``marked_late_sql``'s rule holds ``row`` to, or None."""
-    if row["ended_at"] is None:
+def _marked_last_id(row: dict, absorbed_end: float | None) -> int | None:
+    """The last message id ``marked_late_sql``'s rule holds ``row`` to, or None (no mark, a
+    mark of another end, or a session a merge absorbed others into: ``absorbed_end``)."""
+    if row["ended_at"] is None or absorbed_end is not None:
         return None
     mark = db.fetchone(
         f"SELECT ended_at, last_message_id FROM {END_MARKS_TABLE} WHERE session_id = %s",
@@ -106,12 +114,7 @@ def _marked_last_id(row: dict) -> int | None:
     )
     if mark is None or abs(float(mark[0]) - float(row["ended_at"])) >= MARK_MATCH_SECONDS:
         return None
-    absorbed = db.fetchone(
-        "SELECT 1 FROM sessions a WHERE a.end_reason = 'merged' "
-        f"AND {lineage.marker('_merged_into', 'a')} = %s",
-        [row["id"]],
-    )
-    return None if absorbed else int(mark[1])
+    return int(mark[1])
 
 
 def merged_into(row: dict) -> str | None:
@@ -122,19 +125,17 @@ def merged_into(row: dict) -> str | None:
     return target if isinstance(target, str) and target else None
 
 
-def _bound(row: dict) -> float | None:
+def _absorbed_end(session_id: str) -> float | None:
+    """The latest end of a session a merge absorbed into ``session_id`` (None: none)."""
+    (end,) = db.fetchone(f"SELECT MAX(a.ended_at) FROM {_absorbed_into_sql('%s')}", [session_id])
+    return None if end is None else float(end)
+
+
+def _bound(row: dict, absorbed_end: float | None) -> float | None:
     """The latest time ``row`` could have received a message (``health._written_after_end``)."""
     if row["ended_at"] is None:
         return None
-    absorbed = db.fetchone(
-        "SELECT MAX(a.ended_at) FROM sessions a WHERE a.end_reason = 'merged' "
-        f"AND {lineage.marker('_merged_into', 'a')} = %s",
-        [row["id"]],
-    )
-    ends = [float(row["ended_at"])]
-    if absorbed and absorbed[0] is not None:
-        ends.append(float(absorbed[0]))
-    return max(ends) + END_TOLERANCE_SECONDS
+    return max(float(row["ended_at"]), absorbed_end or 0.0) + END_TOLERANCE_SECONDS
 
 
 def _fingerprint(row: dict, destination: str | None, ids: Sequence[int]) -> str:
@@ -155,7 +156,8 @@ def _plan(session_id: str) -> StrayPlan:
     row = lineage.session_row(session_id)
     if row is None:
         raise SessionNotFound(session_id)
-    bound = _bound(row)
+    absorbed_end = _absorbed_end(session_id)
+    bound = _bound(row, absorbed_end)
     husk_of = merged_into(row)
     ids: list[int] = []
     if husk_of is not None:
@@ -172,7 +174,7 @@ def _plan(session_id: str) -> StrayPlan:
             "SELECT MAX(timestamp) FROM messages WHERE session_id = %s", [session_id]
         )
         late = latest is not None and float(latest) > float(row["ended_at"])
-        last = _marked_last_id(row) if late else None
+        last = _marked_last_id(row, absorbed_end) if late else None
         ids = [
             int(r[0])
             for r in db.fetchall(

@@ -202,6 +202,14 @@ def _descendants(ids: Sequence[str]) -> set[str]:
     return found
 
 
+def merge_targets_of(merge_ids: Sequence) -> set[str]:
+    """The target sessions of the merge records ``merge_ids``."""
+    return _first_values_in(
+        "SELECT target_session_id FROM sessions_admin_merges WHERE id IN ({marks})",
+        list(merge_ids),
+    )
+
+
 def keyed_below_closed_merges(
     merge_ids: Sequence, keys: Sequence[str], erased: Sequence[str]
 ) -> set[str]:
@@ -209,10 +217,7 @@ def keyed_below_closed_merges(
     excluded) that hold one of ``keys`` and are not ``erased``."""
     if not merge_ids or not keys:
         return set()
-    targets = _first_values_in(
-        "SELECT target_session_id FROM sessions_admin_merges WHERE id IN ({marks})",
-        list(merge_ids),
-    )
+    targets = merge_targets_of(merge_ids)
     below = _descendants(sorted(targets)) - targets - set(erased)
     rows = db.fetchall_in(
         "SELECT id FROM sessions WHERE id IN ({marks}) "

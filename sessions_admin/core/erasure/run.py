@@ -49,6 +49,7 @@ from sessions_admin.core.erasure.plan import (
     _side_rows,
     _theirs_or_nobodys,
     keyed_below_closed_merges,
+    merge_targets_of,
     plan_erasure,
 )
 from sessions_admin.core.erasure.subject import Subject, redact_text
@@ -390,13 +391,7 @@ def _take_back_keys(merge_ids: Sequence[str], keys: Sequence[str], erased: Seque
     below = keyed_below_closed_merges(merge_ids, keys, erased)
     for sid in below:
         db.execute("UPDATE sessions SET session_key = NULL WHERE id = %s", [sid])
-    targets = {
-        row[0]
-        for row in db.fetchall_in(
-            "SELECT target_session_id FROM sessions_admin_merges WHERE id IN ({marks})",
-            list(merge_ids),
-        )
-    }
+    targets = merge_targets_of(merge_ids)
     for chunk in _chunks(sorted((below | targets) - set(erased))):
         db.execute(
             "UPDATE sessions_admin_switch_events SET session_key = NULL "
