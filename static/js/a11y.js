@@ -3,9 +3,10 @@
  *
  * Focus: a swap that removes the focused element would drop focus to <body> (a keyboard
  * user starts again from the top). htmx itself refocuses an element whose id comes back;
- * otherwise focus goes to the same control in the new content (same tag, name and words),
- * else to what the answer says (an alert or notice), else to the swapped region itself.
- * A user's own action (a click or a submit) whose answer carries an alert also focuses it;
+ * otherwise focus goes to the same control in the new content (same tag, name and words)
+ * where it can take focus, else to what the answer says (an alert or notice), else to the
+ * swapped region itself. A user's own action (a click or a submit) whose answer carries an
+ * alert focuses the alert first, whether or not focus was lost;
  * one whose answer lands in a [data-swap-focus] region focuses the answer's heading.
  *
  * Announcements: #announcer (templates/base.html) is a polite live region that is always
@@ -87,6 +88,15 @@
     element.focus();
   }
 
+  // The first of ``candidates`` that takes focus (a hidden one does not).
+  function focusFirst(candidates) {
+    for (var i = 0; i < candidates.length; i++) {
+      if (!candidates[i]) continue;
+      focusPlace(candidates[i]);
+      if (document.activeElement === candidates[i]) return;
+    }
+  }
+
   function lost() {
     var active = document.activeElement;
     return !active || active === document.body || !document.body.contains(active);
@@ -137,7 +147,9 @@
     if (was.inside && lost()) {
       var same = was.control && sameControl(swapped, was.control);
       var notice = within(swapped, '[role="alert"], [role="status"], [data-announce]')[0];
-      focusPlace(same || notice || swapped);
+      // A refusal of the user's own action is read before anything else; the same control
+      // may be back hidden (in a closed <details>), where it cannot take focus.
+      focusFirst([was.byUser ? alerts[0] : null, same, notice, swapped]);
     } else if (was.byUser && alerts.length) {
       focusPlace(alerts[0]);
     } else if (was.byUser && swapped.closest("[data-swap-focus]")) {

@@ -108,6 +108,30 @@ def test_a_refused_action_is_announced_and_takes_focus(signed_in_page):
     assert page.script_errors == []
 
 
+def test_an_undo_refused_because_the_runtime_answered_meanwhile_takes_focus(signed_in_page):
+    # The runtime writes a whole exchange between the preview and the confirmation: the plan
+    # changed. The panel comes back with a new preview, its confirm button in a closed
+    # <details> where it cannot take focus; the refusal does.
+    sid = _chat()
+    page = signed_in_page("support")
+    page.goto(f"/sessions/{sid}/")
+    tab_to(page, "#session-actions summary.sa-summary")
+    page.keyboard.press("Enter")
+    tab_to(page, "#sa-undo summary")
+    page.keyboard.press("Enter")
+    tab_to(page, '#sa-undo form button[type="submit"]')
+    core.append_messages(
+        session_id=sid,
+        messages=[{"role": "user", "content": "and now?"}, {"role": "assistant", "content": "Soon."}],
+    )
+    page.keyboard.press("Enter")
+    notice = page.locator("#session-actions .sa-notice.error")
+    expect(notice).to_contain_text("refused, nothing changed")
+    expect(notice).to_be_focused()
+    assert len(messages(sid, active_only=True)) == 4  # nothing was undone
+    assert page.script_errors == []
+
+
 def test_an_answer_htmx_does_not_swap_is_said_in_the_messages_region(signed_in_page):
     sid = _chat()
     page = signed_in_page("support")
