@@ -1,0 +1,86 @@
+"""A bulk job stopped by the dashboard's database held locked by another process counts what
+its trash holds (attack round 43, helper-68: with the lock held past the busy timeout the job
+failed counting 319 sessions where its trash held 356, said only "database is locked", and its
+counts stayed wrong after a restart). A real second process holds the write lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from django.db import OperationalError, connections
+
+from sessions_admin.core import db, faults
+from sessions_admin.demo.consistency import check_store
+from sessions_admin.ledger import actions, jobs, worker
+from sessions_admin.ledger.models import DeleteJob, TrashEntry, TrashSession
+from sessions_admin.ledger.trash import job_operation
+from tests.builders import old_sessions
+from tests.core.test_crash import assert_each_session_in_store_or_trash, store_state
+
+HOLD_SECONDS = 13  # past two of the dashboard's busy timeouts (5 s each), then released
+
+LOCKER = """
+import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+connection.execute("ROLLBACK")
+"""
+
+
+@pytest.fixture
+def dashboard_locked_after_second_batch():
+    lockers: list[subprocess.Popen] = []
+
+    def lock() -> None:
+        path = connections["default"].settings_dict["NAME"]
+        locker = subprocess.Popen(
+            [sys.executable, "-c", LOCKER, str(path), str(HOLD_SECONDS)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        lockers.append(locker)
+        assert locker.stdout.readline().strip() == "locked"
+
+    faults.run_at("job.after_batch_commit", lock, nth=2)
+    yield
+    faults._actions.clear()
+    faults._hits.clear()
+    for locker in lockers:
+        locker.wait(timeout=60)
+
+
+def test_a_job_stopped_by_a_locked_dashboard_database_counts_its_trash(
+    dashboard_locked_after_second_batch, monkeypatch
+):
+    if db.vendor() != "sqlite":
+        pytest.skip("SQLite's file lock")
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
+    selected = old_sessions(9)
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=selected, include_live=False, actor="ada", reason="retention"
+    )
+    before = store_state()
+    started = time.monotonic()
+    with pytest.raises(OperationalError):
+        jobs.run_job(job_id=job_id, worker="w", batch_sessions=3)
+    assert time.monotonic() - started >= 5  # it waited out the busy timeout first
+
+    job = DeleteJob.objects.get(pk=job_id)
+    trashed = TrashSession.objects.filter(entry__operation=job_operation(job_id))
+    assert job.state == DeleteJob.FAILED
+    assert trashed.count() >= 6 and job.done == trashed.count()
+    assert job.deleted_messages == sum(
+        e.message_count for e in TrashEntry.objects.filter(operation=job_operation(job_id))
+    )
+    assert "locked by another process" in job.error and "dashboard" in job.error
+    assert_each_session_in_store_or_trash(before, selected)
+
+    actions.resume_bulk_delete(actor="ada", job_id=job_id)
+    assert jobs.run_job(job_id=job_id, worker="w2", batch_sessions=3).state == DeleteJob.DONE
+    assert DeleteJob.objects.get(pk=job_id).done == len(selected)
+    assert check_store() == []
