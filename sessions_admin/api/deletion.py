@@ -336,6 +336,10 @@ class DryRunOut(Schema):
     merge_kept: list[KeptOut]
     merge_kept_with: int
     conversation_kept: list[KeptOut]
+    unlinks: list[KeptOut] = Field(
+        description="Sessions below those it deletes that the job keeps, their parent link "
+        "cleared (branches, untyped children): `why` names the link; a restore links them again."
+    )
     sample: list[SessionSummary]
     typed_count_required: int | None
 
@@ -406,6 +410,10 @@ def _dry_run_out(selected: list[str], cutoff, preview, include_live: bool) -> Dr
         merge_kept=[KeptOut(session_id=s, why=w) for s, w in preview.merge_kept],
         merge_kept_with=preview.merge_kept_with,
         conversation_kept=[KeptOut(session_id=s, why=w) for s, w in preview.conversation_kept],
+        unlinks=[
+            KeptOut(session_id=child, why=f"{relation}: kept, its parent link cleared")
+            for child, relation in preview.kept_children
+        ],
         sample=[SessionSummary(**row) for row in sample],
         typed_count_required=_typed_count_required(
             sessions=len(preview.session_ids), messages=preview.message_count

@@ -11,8 +11,6 @@ otherwise be copied into each.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import time
 import uuid
@@ -30,6 +28,7 @@ from sessions_admin.core.errors import (
     SessionNotFound,
     TitleTaken,
 )
+from sessions_admin.core.fingerprints import plan_fingerprint
 from sessions_admin.core.rows import (
     COST_MAX_USD,
     COUNT_MAX,
@@ -665,18 +664,17 @@ def _plan_resume(
     already_live = row["ended_at"] is None
     recoverable = tuple(recoverable_siblings(key, over=target))
     # What the resume acts on: a change to any of it makes another plan.
-    fingerprint = hashlib.sha256(
-        json.dumps(
-            [
-                matched,
-                target,
-                None if already_live else [row["ended_at"], row["end_reason"]],
-                ending,
-                recoverable,
-            ],
-            default=str,
-        ).encode()
-    ).hexdigest()
+    fingerprint = plan_fingerprint(
+        "resume",
+        [
+            matched,
+            target,
+            None if already_live else [row["ended_at"], row["end_reason"]],
+            ending,
+            recoverable,
+        ],
+        length=64,
+    )
     plan = ResumePlan(
         asked_id=matched,
         target_id=target,

@@ -16,7 +16,6 @@ merge records share one prior-state format.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from sessions_admin.core.conversations import (
 )
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
+from sessions_admin.core.fingerprints import plan_fingerprint
 from sessions_admin.core.lifecycle import keep_one_live, lock_keys_of
 from sessions_admin.core.rows import (
     parse_model_config,
@@ -472,9 +472,7 @@ def _build_plan(
         # A confirmation typed for one customer's forks does not confirm a merge of two
         # (a session's key or user changed since the preview): only where there are some.
         fingerprint_source["differences"] = [[d.column, list(d.values)] for d in differences]
-    fingerprint = hashlib.sha256(
-        json.dumps(fingerprint_source, sort_keys=True, default=str).encode()
-    ).hexdigest()[:32]
+    fingerprint = plan_fingerprint("merge", fingerprint_source)
     return MergePlan(
         target_id=target,
         absorbed_ids=tuple(s.session_id for s in sources if s.role == "absorbed"),

@@ -12,7 +12,6 @@ account; ``ledger/retention.py`` runs this selection as a bulk delete job."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Iterable
@@ -20,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sessions_admin.core import db, forks, holds, lineage
+from sessions_admin.core.deletion.plan import messages_extent
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.fingerprints import plan_fingerprint
 from sessions_admin.core.merge import undoable_merges_of
 from sessions_admin.core.text import exact_id_problem
 
@@ -116,11 +117,19 @@ class RetentionPlan:
     session_ids: tuple[str, ...]  # what a run deletes, oldest first (whole conversations)
     held: tuple[HeldSkip, ...]  # matched, kept by a hold (by session id)
     matched: int  # sessions the rule's filters matched, before whole conversations
-    fingerprint: str  # of ``session_ids``: a run checks it to delete what was shown
+    message_count: int  # the messages of ``session_ids``
+    # Of ``session_ids`` and their messages (``core.fingerprints``): a run checks it to delete
+    # what was shown, a message written into one of them since included.
+    fingerprint: str
 
 
-def fingerprint_of(session_ids: Iterable[str]) -> str:
-    return hashlib.sha256("\n".join(sorted(session_ids)).encode()).hexdigest()[:32]
+def fingerprint_of(session_ids: Iterable[str], *, messages: tuple[int, int]) -> str:
+    """``messages``: their count and highest id (``deletion.messages_extent``)."""
+    count, last_id = messages
+    return plan_fingerprint(
+        "retention",
+        {"sessions": sorted(session_ids), "messages": count, "last_message_id": last_id},
+    )
 
 
 def _where(rule: RetentionRule, cutoff: float) -> tuple[str, list]:
@@ -175,11 +184,13 @@ def plan_retention(rule: RetentionRule, *, now: float | None = None) -> Retentio
             holder = held.get(via)
         if holder is not None:
             skips.append(HeldSkip(sid, holder.id, holder.describe(), via))
+    extent = messages_extent(chosen) if chosen else (0, 0)
     return RetentionPlan(
         session_ids=tuple(chosen),
         held=tuple(skips),
         matched=len(matched),
-        fingerprint=fingerprint_of(chosen),
+        message_count=extent[0],
+        fingerprint=fingerprint_of(chosen, messages=extent),
     )
 
 

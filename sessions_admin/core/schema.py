@@ -394,6 +394,11 @@ END_MARKS_SQL = (
     " last_message_id BIGINT NOT NULL)"
 )
 
+# Values the store keeps for sessions_admin itself, by name: the key of plans' fingerprints
+# (core/fingerprints.py), made by the first process that needs it.
+META_TABLE = "sessions_admin_meta"
+META_SQL = f"CREATE TABLE IF NOT EXISTS {META_TABLE} (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+
 # The tables this project adds to the store (created by ``_ensure_own_tables``).
 OWN_TABLES = (
     "sessions_admin_switch_events",
@@ -406,6 +411,7 @@ OWN_TABLES = (
     "sessions_admin_delete_claims",
     "sessions_admin_idempotency",
     END_MARKS_TABLE,
+    META_TABLE,
 )
 
 # Sessions a cascade has claimed for its whole run (core/deletion/claims.py): a second cascade
@@ -651,6 +657,7 @@ def _ensure_own_tables(alias: str) -> list[str]:
         cursor.execute(DELETIONS_SQL.format(real=real))
         cursor.execute(DELETE_CLAIMS_SQL.format(real=real))
         cursor.execute(END_MARKS_SQL.format(real=real))
+        cursor.execute(META_SQL)
         for statement in IDEMPOTENCY_SQL:
             cursor.execute(statement.format(real=real))
     # A log created by an older version lacks the later columns (nullable: old rows keep NULL).

@@ -12,14 +12,13 @@ finding."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sessions_admin.core import being_deleted, db, holds, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound
+from sessions_admin.core.fingerprints import plan_fingerprint
 from sessions_admin.core.lifecycle import lock_keys_of, where_it_continues
 from sessions_admin.core.merge import PlanChanged, move_messages
 from sessions_admin.core.rows import parse_model_config, recompute_counters, require_session_id
@@ -148,7 +147,7 @@ def _fingerprint(row: dict, destination: str | None, ids: Sequence[int]) -> str:
         destination_row["ended_at"] if destination_row else None,
         list(ids),
     ]
-    return hashlib.sha256(json.dumps(payload, default=str).encode()).hexdigest()[:32]
+    return plan_fingerprint("stray-move", payload)
 
 
 def _plan(session_id: str) -> StrayPlan:

@@ -8,7 +8,6 @@ every rewrite can be restored, and the counters always count active rows only.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from sessions_admin.core.errors import (
     TruncationRefused,
     TurnInProgress,
 )
+from sessions_admin.core.fingerprints import plan_fingerprint
 from sessions_admin.core.lifecycle import require_writable, where_it_continues
 from sessions_admin.core.rows import (
     decoded_content,
@@ -210,7 +210,7 @@ def _rewrite_rows(
 
 
 def _plan(session_id: str, action: str, ids: list[int]) -> RewritePlan:
-    fingerprint = hashlib.sha256(json.dumps([session_id, action, ids]).encode()).hexdigest()
+    fingerprint = plan_fingerprint("rewrite", [session_id, action, ids], length=64)
     return RewritePlan(session_id, action, tuple(ids), fingerprint)
 
 

@@ -39,6 +39,7 @@ from sessions_admin.core.erasure import (
     Subject,
 )
 from sessions_admin.core.errors import InvalidInput, StoreError
+from sessions_admin.core.fingerprints import plan_fingerprint
 from sessions_admin.core.processes import process_dead, this_process
 from sessions_admin.ledger.models import (
     AuditAction,
@@ -708,9 +709,7 @@ def plan(subject: Subject) -> FullPlan:
             trashed_slugs=trash.slugs,
             cut_children=_cut_children_of(trash.session_ids),
         )
-    fingerprint = hashlib.sha256(
-        json.dumps([store.fingerprint, trash.as_list()]).encode()
-    ).hexdigest()[:32]
+    fingerprint = plan_fingerprint("erasure-with-trash", [store.fingerprint, trash.as_list()])
     return FullPlan(store=store, trash=trash, fingerprint=fingerprint)
 
 

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from sessions_admin.core import db, deletion
+from sessions_admin.core import db
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.retention import (
     HeldSkip,
@@ -133,7 +133,7 @@ def dry_run(policy: RetentionPolicy, *, rows: int = ROWS_SHOWN) -> RetentionPrev
     }
     return RetentionPreview(
         plan=plan,
-        message_count=deletion.count_messages(plan.session_ids) if plan.session_ids else 0,
+        message_count=plan.message_count,
         rows=tuple(found[sid] for sid in shown if sid in found),
     )
 

@@ -664,6 +664,8 @@ _STORE_SHIMS = {
     "claimed_at REAL NOT NULL, renewed_at REAL NOT NULL)",
     "sessions_admin_end_marks": "CREATE TEMP TABLE sessions_admin_end_marks (session_id TEXT "
     "PRIMARY KEY, ended_at REAL NOT NULL, last_message_id BIGINT NOT NULL)",
+    "sessions_admin_meta": "CREATE TEMP TABLE sessions_admin_meta (name TEXT PRIMARY KEY, "
+    "value TEXT NOT NULL)",
     "sessions_admin_idempotency": "CREATE TEMP TABLE sessions_admin_idempotency (scope TEXT NOT "
     "NULL, key TEXT NOT NULL, request_hash TEXT NOT NULL, session_id TEXT NOT NULL, "
     "response_json TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (scope, key))",

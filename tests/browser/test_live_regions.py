@@ -122,7 +122,10 @@ def test_an_undo_refused_because_the_runtime_answered_meanwhile_takes_focus(sign
     tab_to(page, '#sa-undo form button[type="submit"]')
     core.append_messages(
         session_id=sid,
-        messages=[{"role": "user", "content": "and now?"}, {"role": "assistant", "content": "Soon."}],
+        messages=[
+            {"role": "user", "content": "and now?"},
+            {"role": "assistant", "content": "Soon."},
+        ],
     )
     page.keyboard.press("Enter")
     notice = page.locator("#session-actions .sa-notice.error")

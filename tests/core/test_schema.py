@@ -83,6 +83,7 @@ def test_attaching_changes_nothing_in_the_runtimes_own_tables(runtime_store):
         "sessions_admin_holds",
         "sessions_admin_idempotency",
         "sessions_admin_merges",
+        "sessions_admin_meta",
         "sessions_admin_slug_history",
         "sessions_admin_switch_cursors",
         "sessions_admin_switch_events",

@@ -43,6 +43,7 @@ def test_attach_adds_only_what_is_documented(hermes, attach):
         "sessions_admin_holds",
         "sessions_admin_idempotency",
         "sessions_admin_merges",
+        "sessions_admin_meta",
         "sessions_admin_slug_history",
         "sessions_admin_switch_cursors",
         "sessions_admin_switch_events",

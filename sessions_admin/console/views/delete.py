@@ -519,6 +519,8 @@ class DryRun:
     merge_kept_with: int = 0
     # (session, why) left out because its conversation goes on in a session not deleted.
     conversation_kept: tuple[tuple[str, str], ...] = ()
+    # (child, relation) below the sessions it deletes, kept with their parent link cleared.
+    kept_children: tuple[tuple[str, str], ...] = ()
 
     @property
     def typed_confirmation(self) -> TypedConfirmation | None:
@@ -559,6 +561,7 @@ def _dry_run(selection: Selection, include_live: bool) -> tuple[DryRun | None, l
         merge_kept=preview.merge_kept,
         merge_kept_with=preview.merge_kept_with,
         conversation_kept=preview.conversation_kept,
+        kept_children=preview.kept_children,
     ), []
 
 

@@ -38,6 +38,7 @@ from sessions_admin.core.deletion.plan import (
     DeleteResult,
     WholeConversations,
     active_since,
+    children_kept,
     conversation_groups,
     conversation_names_of,
     conversation_within,

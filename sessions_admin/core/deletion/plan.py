@@ -11,13 +11,12 @@ one being deleted after the preview, or a merge made meanwhile, keeps it instead
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 
 from sessions_admin.core import db, holds, lineage
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
+from sessions_admin.core.fingerprints import plan_fingerprint
 from sessions_admin.core.merge import undoable_merges_of
 from sessions_admin.core.rows import slugs_of_sessions
 from sessions_admin.routers import responses_alias
@@ -401,15 +400,42 @@ class ConversationsKept(StoreError):
         super().__init__(f"Kept whole: {named}. Nothing of the batch was deleted.")
 
 
+def children_kept(ids: Sequence[str]) -> list[tuple[str, str]]:
+    """(child, relation) of each session whose parent is one of ``ids`` and which is not among
+    them: a delete of ``ids`` keeps it, its parent link cleared (a branch, an untyped child)."""
+    id_set = set(ids)
+    kind = lineage.link_kind_sql("c", "p")
+    kept: list[tuple[str, str]] = []
+    for chunk in _chunks(list(ids)):
+        kept += [
+            (r[0], r[1])
+            for r in db.fetchall(
+                f"SELECT c.id, {kind} FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
+                f"WHERE c.parent_session_id IN ({db.placeholders(chunk)}) ORDER BY c.id",
+                list(chunk),
+            )
+            if r[0] not in id_set
+        ]
+    return kept
+
+
 def count_messages(ids: Sequence[str]) -> int:
-    return sum(
-        int(
-            db.fetchone(
-                f"SELECT COUNT(*) FROM messages WHERE session_id IN ({db.placeholders(c)})", list(c)
-            )[0]
+    return messages_extent(ids)[0]
+
+
+def messages_extent(ids: Sequence[str]) -> tuple[int, int]:
+    """How many messages these sessions hold, and the highest message id among them (0 when
+    none): a message written since changes one of the two, whatever else changed (an id is
+    never given twice), so a plan's fingerprint made of them notices it."""
+    count, last = 0, 0
+    for chunk in _chunks(ids):
+        row = db.fetchone(
+            f"SELECT COUNT(*), MAX(id) FROM messages WHERE session_id IN ({db.placeholders(chunk)})",
+            list(chunk),
         )
-        for c in _chunks(ids)
-    )
+        count += int(row[0])
+        last = max(last, int(row[1] or 0))
+    return count, last
 
 
 def conversation_names_of(
@@ -445,9 +471,7 @@ def response_ids_of(ids: Sequence[str]) -> list[str]:
 
 
 def _fingerprint(payload: object) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[
-        :32
-    ]
+    return plan_fingerprint("cascade", payload)
 
 
 def plan_cascade_delete(
@@ -473,18 +497,7 @@ def plan_cascade_delete(
     closure = lineage_closure(roots, include_branches)
     ids = list(closure)
     id_set = set(ids)
-    kind = lineage.link_kind_sql("c", "p")
-    kept: list[tuple[str, str]] = []
-    for chunk in _chunks(ids):
-        kept += [
-            (r[0], r[1])
-            for r in db.fetchall(
-                f"SELECT c.id, {kind} FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
-                f"WHERE c.parent_session_id IN ({db.placeholders(chunk)}) ORDER BY c.id",
-                list(chunk),
-            )
-            if r[0] not in id_set
-        ]
+    kept = children_kept(ids)
     live: list[str] = []
     for chunk in _chunks(ids):
         live += [

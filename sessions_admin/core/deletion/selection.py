@@ -5,7 +5,6 @@ The job that works through it in the background is the ledger's (``sessions_admi
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -15,14 +14,16 @@ from sessions_admin.core.deletion.plan import (
     WholeConversations,
     _chunks,
     _together_sql,
+    children_kept,
     conversation_names_of,
     conversation_within,
-    count_messages,
     kept_whole,
     lineage_closure,
+    messages_extent,
     response_ids_of,
 )
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.fingerprints import plan_fingerprint
 from sessions_admin.core.merge import undoable_merges_of
 
 # Sessions a dry run shows as a sample of what goes.
@@ -106,6 +107,12 @@ class BulkDeletePreview:
     # Sessions left out because their conversation goes on in a session this delete does not
     # take (a live continuation, one not picked), each with why (``kept_whole``).
     conversation_kept: tuple[tuple[str, str], ...] = ()
+    # The highest message id among the sessions: with ``message_count``, what the digest
+    # holds of their messages (a runtime writing into one since changes it).
+    last_message_id: int = 0
+    # (child, relation) of the sessions below them the delete keeps, their parent link
+    # cleared (branches, untyped children), as a cascade's plan names them.
+    kept_children: tuple[tuple[str, str], ...] = ()
 
     @property
     def merge_excluded(self) -> int:
@@ -113,9 +120,18 @@ class BulkDeletePreview:
 
     @property
     def digest(self) -> str:
-        """What the job's confirmation carries: the set the dry run showed, whatever its order
-        (the job is created only if the dry run run again finds the same digest)."""
-        return hashlib.sha256("\n".join(sorted(self.session_ids)).encode()).hexdigest()[:32]
+        """What the job's confirmation carries: the set the dry run showed, whatever its order,
+        and their messages as counted (the job is created only if the dry run run again finds
+        the same digest). Keyed (``core.fingerprints``): only a dry run the server made gives one."""
+        return plan_fingerprint(
+            "bulk-delete",
+            {
+                "sessions": sorted(self.session_ids),
+                "messages": self.message_count,
+                "last_message_id": self.last_message_id,
+                "kept_children": sorted(child for child, _ in self.kept_children),
+            },
+        )
 
 
 def preset_session_ids(
@@ -300,10 +316,13 @@ def preview_bulk_delete(
         if existing
         else ()
     )
+    message_count, last_message_id = messages_extent(existing) if existing else (0, 0)
     return BulkDeletePreview(
         session_ids=tuple(existing),
         live_excluded=0 if include_live else len([s for s in ids if s in live]),
-        message_count=count_messages(existing) if existing else 0,
+        message_count=message_count,
+        last_message_id=last_message_id,
+        kept_children=tuple(children_kept(existing)) if existing else (),
         sample=sample,
         held_excluded=len(held),
         holds=tuple(sorted({hold.describe() for hold in held.values()})),

@@ -195,11 +195,16 @@ REWRITE_TRIES = 3
 REWRITE_OLD_SNAPSHOT_WAIT_SECONDS = 10.0
 
 # The tables whose rows an erasure deletes or rewrites, by database.
-# A follower's cursor (switch_cursors) names no session: the rest of our tables may.
+# A follower's cursor (switch_cursors) and the console's own values (meta) name no session:
+# the rest of our tables may.
 STORE_REWRITE_TABLES = (
     "sessions",
     "messages",
-    *(table for table in OWN_TABLES if table != "sessions_admin_switch_cursors"),
+    *(
+        table
+        for table in OWN_TABLES
+        if table not in ("sessions_admin_switch_cursors", "sessions_admin_meta")
+    ),
 )
 RESPONSE_REWRITE_TABLES = ("conversations", "responses")
 

@@ -9,7 +9,6 @@ deletes exactly what was planned."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,6 +25,7 @@ from sessions_admin.core.deletion import (
 )
 from sessions_admin.core.erasure.subject import Subject, names_subject
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.core.fingerprints import plan_fingerprint
 from sessions_admin.core.schema import existing_tables
 from sessions_admin.routers import store_alias
 
@@ -720,25 +720,22 @@ def plan_erasure(
     side_rows = {table: [list(row) for row in rows] for table, rows in side.items()}
     gone_holds = {row[0] for row in side_rows.get("sessions_admin_holds", [])}
     redacted_holds = _holds_naming(redaction, gone_holds)
-    fingerprint = hashlib.sha256(
-        json.dumps(
-            [
-                ids,
-                live,
-                moved,
-                sorted(names),
-                sorted(responses),
-                sorted((sid, hold.id) for sid, hold in held_map.items()),
-                messages,
-                side_rows,
-                closed,
-                redacted_holds,
-                kept,
-            ],
-            default=str,
-            sort_keys=True,
-        ).encode()
-    ).hexdigest()[:32]
+    fingerprint = plan_fingerprint(
+        "erasure",
+        [
+            ids,
+            live,
+            moved,
+            sorted(names),
+            sorted(responses),
+            sorted((sid, hold.id) for sid, hold in held_map.items()),
+            messages,
+            side_rows,
+            closed,
+            redacted_holds,
+            kept,
+        ],
+    )
     return ErasurePlan(
         subject=subject,
         session_ids=tuple(ids),
