@@ -15,11 +15,12 @@ from django.test import TransactionTestCase
 
 from sessions_admin.core import db as core_db
 from sessions_admin.core import events
-from sessions_admin.core.schema import OWN_TABLES
+from sessions_admin.core.schema import META_TABLE, OWN_TABLES
 from sessions_admin.routers import responses_alias, store_alias
 
 # Emptied between tests: the store's own tables, then the runtime's (children first).
-STORE_TABLES = [*OWN_TABLES, "messages", "sessions"]
+# Not the store's own values (the plans' key): a deployment keeps them for good.
+STORE_TABLES = [*(t for t in OWN_TABLES if t != META_TABLE), "messages", "sessions"]
 RESPONSE_TABLES = ["conversations", "responses"]
 
 

@@ -32,10 +32,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, ProgrammingError, connections, transaction
 
 from sessions_admin.core import db
-from sessions_admin.core.schema import META_TABLE
+from sessions_admin.core.schema import META_TABLE, PLAN_KEY_NAME
 from sessions_admin.routers import store_alias
 
-PLAN_KEY_NAME = "sessions_admin_plan_key"
 _NO_SECRET = b"sessions_admin: no secret key in this process"
 _READ_KEY = f"SELECT value FROM {META_TABLE} WHERE name = %s"
 

@@ -14,6 +14,7 @@ renamed or rewritten. docs/attach.md lists exactly what each mode changes."""
 from __future__ import annotations
 
 import logging
+import secrets
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, connections, transaction
@@ -397,6 +398,7 @@ END_MARKS_SQL = (
 # Values the store keeps for sessions_admin itself, by name: the key of plans' fingerprints
 # (core/fingerprints.py), made by the first process that needs it.
 META_TABLE = "sessions_admin_meta"
+PLAN_KEY_NAME = "sessions_admin_plan_key"
 META_SQL = f"CREATE TABLE IF NOT EXISTS {META_TABLE} (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 # The tables this project adds to the store (created by ``_ensure_own_tables``).
@@ -658,6 +660,12 @@ def _ensure_own_tables(alias: str) -> list[str]:
         cursor.execute(DELETE_CLAIMS_SQL.format(real=real))
         cursor.execute(END_MARKS_SQL.format(real=real))
         cursor.execute(META_SQL)
+        # The plans' key made with the store, so no preview needs to write it first (one made
+        # while a runtime holds the write lock would wait for it).
+        cursor.execute(
+            f"INSERT INTO {META_TABLE} (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING",
+            [PLAN_KEY_NAME, secrets.token_hex(32)],
+        )
         for statement in IDEMPOTENCY_SQL:
             cursor.execute(statement.format(real=real))
     # A log created by an older version lacks the later columns (nullable: old rows keep NULL).
