@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connections, router, transaction
@@ -1012,6 +1012,18 @@ def runnable_job_ids() -> list[int]:
         # after two minutes without progress: before bulk jobs waiting.
         .order_by(Case(When(kind=DeleteJob.BULK, then=1), default=0), "created_at")
         .values_list("pk", flat=True)
+    )
+
+
+def leased_elsewhere() -> list[tuple[int, datetime]]:
+    """(job, until when) of each unfinished job another worker holds the lease of: it runs
+    there, or its worker died and another takes it up once the lease runs out."""
+    return list(
+        DeleteJob.objects.filter(
+            state__in=[DeleteJob.PENDING, DeleteJob.RUNNING], lease_expires_at__gte=timezone.now()
+        )
+        .order_by("pk")
+        .values_list("pk", "lease_expires_at")
     )
 
 

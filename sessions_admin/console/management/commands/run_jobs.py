@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import datetime as dt
+
 from django.core.management.base import BaseCommand
 
-from sessions_admin.ledger import actions, schedule
+from sessions_admin.ledger import actions, jobs, schedule
 from sessions_admin.ledger.worker import work_until_idle
 
 
@@ -37,4 +39,17 @@ class Command(BaseCommand):
                 actions.start_due_policies()
                 work_until_idle(idle_exit_seconds=interval, poll_seconds=options["poll"])
         work_until_idle(idle_exit_seconds=options["idle_exit"], poll_seconds=options["poll"])
-        self.stdout.write("No delete job left to run.")
+        held = jobs.leased_elsewhere()
+        if not held:
+            self.stdout.write("No delete job left to run.")
+            return
+        # A worker that died holds its job's lease until it runs out (attack round 43: "no job
+        # left" was said while a killed command's job still sat running).
+        named = "; ".join(
+            f"#{job_id} until {until.astimezone(dt.UTC):%H:%M:%S} UTC" for job_id, until in held
+        )
+        self.stdout.write(
+            f"No delete job left to run here now. Held by another worker's lease (running "
+            f"there, or taken up once the lease runs out if that worker died): {named}. "
+            "Run this command again after that to finish them."
+        )
