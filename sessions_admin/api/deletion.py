@@ -485,12 +485,14 @@ def bulk_delete_start(request: HttpRequest, body: BulkStartIn):
     preview = core.preview_bulk_delete(session_ids=ids, include_live=include_live)
     audit["session_ids"] = ids
     if preview.digest != body.fingerprint:
+        # No fingerprint in the refusal: one handed out here would confirm a set no dry run
+        # showed (attack round 43: a made-up fingerprint's 409 gave the one to send back).
         problem = _plan_changed(
-            "The matching sessions changed since the dry run: it now finds "
-            f"{len(preview.session_ids):,} sessions. Nothing was deleted: run the dry run "
-            "again and confirm."
+            "What the job would delete changed since the dry run (or no dry run was made): "
+            f"it now finds {len(preview.session_ids):,} sessions and "
+            f"{preview.message_count:,} messages. Nothing was deleted: run the dry run again "
+            "and confirm with its fingerprint."
         )
-        problem.extensions["fingerprint"] = preview.digest
         raise refused(request, action, problem, **audit)
     errors = []
     if not preview.session_ids:

@@ -80,12 +80,17 @@ def test_a_bulk_delete_confirmed_after_the_runtime_wrote_into_its_sessions_is_re
 def test_a_bulk_delete_with_no_dry_run_is_refused(admin):
     picked = ended_sessions(2)
     before = store_snapshot(*PARTS)
-    for fingerprint in (unkeyed(picked), unkeyed([])):
+    current = core.preview_bulk_delete(session_ids=picked).digest
+    for fingerprint in (unkeyed(picked), unkeyed([]), "x"):
         answer = admin.post(
             "bulk-deletes",
             {"session_ids": picked, "fingerprint": fingerprint, "reason": "no dry run"},
         )
         assert answer.status == 409, answer.body
+        # The refusal never hands out the fingerprint to send back (attack round 43,
+        # helper-70): that would confirm a set no dry run showed.
+        assert current not in json.dumps(answer.body) and "fingerprint" not in answer.body
+        assert "4 messages" in answer.body["detail"]
     assert store_snapshot(*PARTS) == before and not DeleteJob.objects.exists()
 
 

@@ -84,3 +84,39 @@ def test_a_job_stopped_by_a_locked_dashboard_database_counts_its_trash(
     assert jobs.run_job(job_id=job_id, worker="w2", batch_sessions=3).state == DeleteJob.DONE
     assert DeleteJob.objects.get(pk=job_id).done == len(selected)
     assert check_store() == []
+
+
+def test_a_failed_job_whose_settling_failed_too_counts_its_trash_when_read(monkeypatch):
+    """A PostgreSQL restart (attack round 43): the batch in flight committed in the store, the
+    job's failure was recorded, but settling its counts from the trash failed as well. Whoever
+    reads the job (its page, the API) gets what its trash holds."""
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
+
+    def server_gone() -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    def settling_fails(job_id: int, *, lost: bool) -> None:
+        raise OperationalError("the database system is starting up")
+
+    faults.run_at("job.after_batch_commit", server_gone, nth=2)
+    monkeypatch.setattr(jobs, "_settle_once_free", settling_fails)
+    try:
+        selected = old_sessions(9)
+        job_id = jobs.create_bulk_delete_job(
+            session_ids=selected, include_live=False, actor="ada", reason="retention"
+        )
+        with pytest.raises(OperationalError):
+            jobs.run_job(job_id=job_id, worker="w", batch_sessions=3)
+    finally:
+        faults._actions.clear()
+        faults._hits.clear()
+    recorded = DeleteJob.objects.get(pk=job_id)
+    trashed = TrashSession.objects.filter(entry__operation=job_operation(job_id))
+    assert recorded.state == DeleteJob.FAILED and recorded.done == 3 < trashed.count() == 6
+
+    progress = jobs.job_progress(job_id=job_id)
+    assert (progress.state, progress.deleted) == ("failed", 6)
+    assert progress.deleted_messages == sum(
+        e.message_count for e in TrashEntry.objects.filter(operation=job_operation(job_id))
+    )
+    assert DeleteJob.objects.get(pk=job_id).done == 6  # settled for good, not only shown
