@@ -18,7 +18,7 @@ from pathlib import Path
 
 def _positive_int(name: str, default: int) -> int:
     value = os.environ.get(name, "").strip()
-    return int(value) if value.isdigit() and int(value) > 0 else default
+    return int(value) if value.isascii() and value.isdigit() and int(value) > 0 else default
 
 
 def _var_dir() -> Path:

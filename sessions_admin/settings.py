@@ -344,7 +344,7 @@ SESSIONS_ADMIN_API_AUTH_FAIL_RATE = os.environ.get(
 # once: per token (or operator), and in all, a quarter of the worker's threads by default, so
 # most threads are always left for other requests. Over either: 429 with Retry-After.
 _threads = os.environ.get("SESSIONS_ADMIN_THREADS", "").strip()  # as gunicorn_conf reads it
-_threads = int(_threads) if _threads.isdigit() and int(_threads) > 0 else 16
+_threads = int(_threads) if _threads.isascii() and _threads.isdigit() and int(_threads) > 0 else 16
 SESSIONS_ADMIN_LONG_REQUESTS_PER_TOKEN = _env_int("SESSIONS_ADMIN_LONG_REQUESTS_PER_TOKEN", 2)
 SESSIONS_ADMIN_LONG_REQUESTS_PER_WORKER = _env_int(
     "SESSIONS_ADMIN_LONG_REQUESTS_PER_WORKER", max(1, _threads // 4)

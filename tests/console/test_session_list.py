@@ -158,6 +158,8 @@ def test_each_sort_and_search_render(signed_in):
         "to=not-a-date",
         "per=-5",
         "per=99999999999999999999999999",
+        "per=%C2%B3",  # "³": a digit to str.isdigit, not to int() (the schema fuzzer's 500)
+        "per=%D9%A5",  # an Arabic-Indic five
         "source=a%00b",
         "health=nope",
         "after=%%%garbage",

@@ -46,8 +46,11 @@ def dashboard_locked_after_second_batch():
         lockers.append(locker)
         assert locker.stdout.readline().strip() == "locked"
 
+    # Counted from now: an earlier test's hits of the point must not shift the second one.
+    faults._actions.clear()
+    faults._hits.clear()
     faults.run_at("job.after_batch_commit", lock, nth=2)
-    yield
+    yield lockers
     faults._actions.clear()
     faults._hits.clear()
     for locker in lockers:
@@ -67,7 +70,10 @@ def test_a_job_stopped_by_a_locked_dashboard_database_counts_its_trash(
     before = store_state()
     started = time.monotonic()
     with pytest.raises(OperationalError):
-        jobs.run_job(job_id=job_id, worker="w", batch_sessions=3)
+        try:
+            jobs.run_job(job_id=job_id, worker="w", batch_sessions=3)
+        finally:
+            assert dashboard_locked_after_second_batch, "the lock was never taken"
     assert time.monotonic() - started >= 5  # it waited out the busy timeout first
 
     job = DeleteJob.objects.get(pk=job_id)
@@ -98,6 +104,8 @@ def test_a_failed_job_whose_settling_failed_too_counts_its_trash_when_read(monke
     def settling_fails(job_id: int, *, lost: bool) -> None:
         raise OperationalError("the database system is starting up")
 
+    faults._actions.clear()
+    faults._hits.clear()
     faults.run_at("job.after_batch_commit", server_gone, nth=2)
     monkeypatch.setattr(jobs, "_settle_once_free", settling_fails)
     try:

@@ -211,7 +211,9 @@ def parse(params: Mapping[str, Any]) -> Parsed:
     per_raw = text("per", "Page size")
     per_page = PAGE_SIZE
     if per_raw:
-        if per_raw.isdigit() and int(per_raw) in PAGE_SIZES:
+        # ASCII digits only: "³" is a digit to str.isdigit but not to int() (a 500, found by
+        # the schema fuzzer).
+        if per_raw.isascii() and per_raw.isdigit() and int(per_raw) in PAGE_SIZES:
             per_page = int(per_raw)
         else:
             problem(
