@@ -481,6 +481,16 @@ def run_job(
     worker = worker or worker_name()
     if not _claim(job_id, worker):
         return job_progress(job_id=job_id)
+    _working_here.add(job_id)
+    try:
+        return _run_claimed(job_id, worker, batch_sessions, batch_messages, max_batches)
+    finally:
+        _working_here.discard(job_id)
+
+
+def _run_claimed(
+    job_id: int, worker: str, batch_sessions: int, batch_messages: int, max_batches: int | None
+) -> JobProgress:
     logger.info("delete job %s: worked on by %s", job_id, worker)
     _settle_committed_batches(job_id)
     job = DeleteJob.objects.get(pk=job_id)
@@ -505,7 +515,12 @@ def run_job(
         while max_batches is None or batches < max_batches:
             state = DeleteJob.objects.filter(pk=job_id).values_list("state", flat=True).first()
             if state != DeleteJob.RUNNING:
-                break  # cancelled meanwhile
+                # Cancelled meanwhile: the cancel waiting for the batch before this point to be
+                # counted hears that it was (``cancel_job``).
+                DeleteJob.objects.filter(pk=job_id, lease_owner=worker).exclude(
+                    state=DeleteJob.RUNNING
+                ).update(lease_owner="", lease_expires_at=None)
+                break
             # (pk, session id) pairs, not model instances: a batch uses a few of them.
             items = list(
                 DeleteJobItem.objects.filter(job_id=job_id, state=DeleteJobItem.PENDING)
@@ -1057,16 +1072,66 @@ def cancel_job(*, job_id: int) -> None:
             "halfway it would leave half of it done). Let it finish, then restore its trash "
             "entry to undo it."
         )
+    now = timezone.now()
+    was = DeleteJob.objects.filter(pk=job_id).values_list(
+        "state", "lease_owner", "lease_expires_at"
+    )
+    state, owner, lease_until = was.first() or (None, "", None)
     cancelled = DeleteJob.objects.filter(
         pk=job_id, state__in=[DeleteJob.PENDING, DeleteJob.RUNNING]
-    ).update(
-        state=DeleteJob.CANCELLED,
+    ).update(state=DeleteJob.CANCELLED)
+    if not cancelled:
+        return
+    # A worker inside a batch counts it once the batch is done: the cancel answers after that,
+    # so its counts are what the store lost (attack round 43: it answered 416 sessions deleted
+    # where the store had lost 448, and read 448 a second later).
+    if state == DeleteJob.RUNNING and owner and lease_until and lease_until > now:
+        if _worker_active(owner, job_id):
+            _wait_for_acknowledgement(job_id, owner)
+    DeleteJob.objects.filter(pk=job_id).update(
         finished_at=timezone.now(),  # when it stopped: the job page's and the API's end time
         lease_owner="",
         lease_expires_at=None,
     )
-    if cancelled:
-        _give_back_started(job_id)
+    _give_back_started(job_id)
+
+
+# Jobs a thread of this process is working on (``run_job``).
+_working_here: set[int] = set()
+# How long a cancel waits for a worker's batch in flight to be counted, at most.
+CANCEL_WAIT_SECONDS = 10.0
+
+
+def _worker_active(owner: str, job_id: int) -> bool:
+    """Whether the worker ``owner`` (``worker_name``: host, process, thread) may be inside a
+    batch of the job now: a thread of this process working on it, a live process of this
+    host, or any worker of another host (it answers, or the wait runs out)."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if not (pid_text.isascii() and pid_text.isdigit()):
+        return False  # not a worker's name: nobody to wait for
+    if host != socket.gethostname():
+        return True
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return job_id in _working_here
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False  # it died: its batch committed or not, the trash says (settled on read)
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_for_acknowledgement(job_id: int, owner: str) -> None:
+    deadline = time.monotonic() + CANCEL_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if not DeleteJob.objects.filter(pk=job_id, lease_owner=owner).exists():
+            return  # it saw the cancel at the top of its next batch
+        if not _worker_active(owner, job_id):
+            return  # it stopped (done, failed or died) without passing that point
+        time.sleep(0.05)
 
 
 def _give_back_started(job_id: int) -> None:

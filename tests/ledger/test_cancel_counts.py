@@ -1,0 +1,70 @@
+"""A cancel answers once the batch in flight is counted (attack round 43: the cancel said
+"cancelled, 416 sessions deleted" where the store had already lost 448, and a read a second
+later said 448). A worker thread is held inside a batch, after its store commit, while the
+cancel comes."""
+
+from __future__ import annotations
+
+import threading
+
+from django.db import connections
+
+from sessions_admin.core import faults
+from sessions_admin.ledger import jobs
+from sessions_admin.ledger.models import DeleteJob, TrashSession
+from sessions_admin.ledger.trash import job_operation
+from tests.builders import old_sessions
+
+
+def test_a_cancel_answers_with_the_batch_in_flight_counted():
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=old_sessions(9), include_live=False, actor="ada", reason="r"
+    )
+    inside, release = threading.Event(), threading.Event()
+
+    def hold_the_batch() -> None:  # its store commit is done, its counting not yet
+        inside.set()
+        release.wait(30)
+
+    faults._actions.clear()
+    faults._hits.clear()
+    faults.run_at("job.after_batch_commit", hold_the_batch, nth=1)
+    answered: dict = {}
+
+    def work() -> None:
+        try:
+            jobs.run_job(job_id=job_id, batch_sessions=3)
+        finally:
+            connections.close_all()
+
+    def cancel() -> None:
+        try:
+            jobs.cancel_job(job_id=job_id)
+            progress = jobs.job_progress(job_id=job_id)
+            answered.update(state=progress.state, deleted=progress.deleted)
+            answered["in_trash"] = TrashSession.objects.filter(
+                entry__operation=job_operation(job_id)
+            ).count()
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=work)
+    canceller = threading.Thread(target=cancel)
+    try:
+        worker.start()
+        assert inside.wait(30)
+        canceller.start()
+        canceller.join(0.5)
+        assert canceller.is_alive()  # it waits for the batch in flight ...
+        release.set()
+        canceller.join(30)
+        worker.join(30)
+    finally:
+        release.set()
+        faults._actions.clear()
+        faults._hits.clear()
+    # ... and answers with it counted: what the store lost, as the trash holds it.
+    assert answered == {"state": "cancelled", "deleted": 3, "in_trash": 3}
+    job = DeleteJob.objects.get(pk=job_id)
+    assert (job.state, job.done, job.lease_owner) == (DeleteJob.CANCELLED, 3, "")
+    assert job.finished_at is not None
