@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sessions_admin.core import db, forks, holds, lineage
-from sessions_admin.core.deletion.plan import messages_extent
+from sessions_admin.core.deletion.plan import messages_extent, selection_fingerprint
 from sessions_admin.core.errors import InvalidInput
-from sessions_admin.core.fingerprints import plan_fingerprint
 from sessions_admin.core.merge import undoable_merges_of
 from sessions_admin.core.text import exact_id_problem
 
@@ -123,15 +122,6 @@ class RetentionPlan:
     fingerprint: str
 
 
-def fingerprint_of(session_ids: Iterable[str], *, messages: tuple[int, int]) -> str:
-    """``messages``: their count and highest id (``deletion.messages_extent``)."""
-    count, last_id = messages
-    return plan_fingerprint(
-        "retention",
-        {"sessions": sorted(session_ids), "messages": count, "last_message_id": last_id},
-    )
-
-
 def _where(rule: RetentionRule, cutoff: float) -> tuple[str, list]:
     where = [
         "s.ended_at IS NOT NULL",
@@ -190,7 +180,7 @@ def plan_retention(rule: RetentionRule, *, now: float | None = None) -> Retentio
         held=tuple(skips),
         matched=len(matched),
         message_count=extent[0],
-        fingerprint=fingerprint_of(chosen, messages=extent),
+        fingerprint=selection_fingerprint("retention", chosen, messages=extent),
     )
 
 

@@ -438,6 +438,19 @@ def messages_extent(ids: Sequence[str]) -> tuple[int, int]:
     return count, last
 
 
+def selection_fingerprint(
+    kind: str, session_ids: Iterable[str], *, messages: tuple[int, int], **more: object
+) -> str:
+    """The fingerprint of a set a job deletes (a bulk delete, a retention run): its sessions,
+    whatever their order, and their messages as ``messages_extent`` counted them, with
+    ``more`` of what the plan showed."""
+    count, last_id = messages
+    return plan_fingerprint(
+        kind,
+        {"sessions": sorted(session_ids), "messages": count, "last_message_id": last_id, **more},
+    )
+
+
 def conversation_names_of(
     ids: Sequence[str], *, response_ids: Sequence[str] | None = None
 ) -> list[str]:

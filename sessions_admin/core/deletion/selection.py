@@ -21,9 +21,9 @@ from sessions_admin.core.deletion.plan import (
     lineage_closure,
     messages_extent,
     response_ids_of,
+    selection_fingerprint,
 )
 from sessions_admin.core.errors import InvalidInput
-from sessions_admin.core.fingerprints import plan_fingerprint
 from sessions_admin.core.merge import undoable_merges_of
 
 # Sessions a dry run shows as a sample of what goes.
@@ -123,14 +123,11 @@ class BulkDeletePreview:
         """What the job's confirmation carries: the set the dry run showed, whatever its order,
         and their messages as counted (the job is created only if the dry run run again finds
         the same digest). Keyed (``core.fingerprints``): only a dry run the server made gives one."""
-        return plan_fingerprint(
+        return selection_fingerprint(
             "bulk-delete",
-            {
-                "sessions": sorted(self.session_ids),
-                "messages": self.message_count,
-                "last_message_id": self.last_message_id,
-                "kept_children": sorted(child for child, _ in self.kept_children),
-            },
+            self.session_ids,
+            messages=(self.message_count, self.last_message_id),
+            kept_children=sorted(child for child, _ in self.kept_children),
         )
 
 

@@ -16,7 +16,7 @@ from django.db import OperationalError, connections
 
 from sessions_admin.core import db
 from sessions_admin.core.db import store_operation
-from sessions_admin.core.schema import OWN_TABLES, existing_tables
+from sessions_admin.core.schema import META_TABLE, OWN_TABLES, existing_tables
 from sessions_admin.routers import responses_alias, store_alias
 
 CHECKPOINT_SECONDS = 30.0
@@ -200,11 +200,7 @@ REWRITE_OLD_SNAPSHOT_WAIT_SECONDS = 10.0
 STORE_REWRITE_TABLES = (
     "sessions",
     "messages",
-    *(
-        table
-        for table in OWN_TABLES
-        if table not in ("sessions_admin_switch_cursors", "sessions_admin_meta")
-    ),
+    *(table for table in OWN_TABLES if table not in ("sessions_admin_switch_cursors", META_TABLE)),
 )
 RESPONSE_REWRITE_TABLES = ("conversations", "responses")
 
