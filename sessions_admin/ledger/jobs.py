@@ -45,7 +45,7 @@ from django.db.models import Case, Count, F, Q, Sum, When
 from django.utils import timezone
 
 from sessions_admin.core import being_deleted, db, deletion, faults, holds, lineage
-from sessions_admin.core.errors import InvalidInput, StoreBusy
+from sessions_admin.core.errors import InvalidInput, StoreBusy, StoreError
 from sessions_admin.core.text import says_something
 from sessions_admin.ledger.models import (
     AuditAction,
@@ -1081,7 +1081,11 @@ def cancel_job(*, job_id: int) -> None:
         pk=job_id, state__in=[DeleteJob.PENDING, DeleteJob.RUNNING]
     ).update(state=DeleteJob.CANCELLED)
     if not cancelled:
-        return
+        # Another cancel (or the job's end) came first, maybe while this one looked: refused,
+        # never "cancelled" with the counts of before the batch that cancel waits for
+        # (attack round 43: two cancels at once, one answered 0 deleted, the other 36).
+        now_state = DeleteJob.objects.filter(pk=job_id).values_list("state", flat=True).first()
+        raise JobNotRunning(f"Job #{job_id} is already {now_state}; nothing to cancel.")
     # A worker inside a batch counts it once the batch is done: the cancel answers after that,
     # so its counts are what the store lost (attack round 43: it answered 416 sessions deleted
     # where the store had lost 448, and read 448 a second later).
@@ -1094,6 +1098,10 @@ def cancel_job(*, job_id: int) -> None:
         lease_expires_at=None,
     )
     _give_back_started(job_id)
+
+
+class JobNotRunning(StoreError):
+    """A cancel of a job that is no longer pending or running (a 409 on the API)."""
 
 
 # Jobs a thread of this process is working on (``run_job``).

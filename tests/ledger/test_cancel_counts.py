@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from django.db import connections
 
 from sessions_admin.core import faults
@@ -56,6 +57,10 @@ def test_a_cancel_answers_with_the_batch_in_flight_counted():
         canceller.start()
         canceller.join(0.5)
         assert canceller.is_alive()  # it waits for the batch in flight ...
+        # A second cancel meanwhile is refused, never "cancelled" with the counts of before
+        # that batch (attack round 43: two cancels at once, one answered 0 deleted).
+        with pytest.raises(jobs.JobNotRunning, match="already cancelled"):
+            jobs.cancel_job(job_id=job_id)
         release.set()
         canceller.join(30)
         worker.join(30)
