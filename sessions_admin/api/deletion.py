@@ -31,6 +31,7 @@ from sessions_admin.api.merges import refused
 from sessions_admin.api.problems import Problem, invalid_input, not_found
 from sessions_admin.api.runtime import Strict
 from sessions_admin.api.schemas import Identifier, SessionSummary, Text
+from sessions_admin.core import fingerprints
 from sessions_admin.core.deletion import (
     PRESET_MAX_DAYS,
     SELECTION_MAX,
@@ -242,7 +243,7 @@ def cascade_delete(
     plan = core.plan_cascade_delete(
         session_ids=[session_id], include_branches=body.include_branches
     )
-    if body.fingerprint != plan.fingerprint:
+    if not fingerprints.matches(body.fingerprint, plan.fingerprint):
         problem = _plan_changed(
             "The store changed since the plan was shown (the runtime may still be writing), "
             "or the plan was not shown at all. Nothing was deleted: plan again and confirm."
@@ -484,7 +485,7 @@ def bulk_delete_start(request: HttpRequest, body: BulkStartIn):
     include_live = core.takes_live(preset=body.preset, include_live=body.include_live)
     preview = core.preview_bulk_delete(session_ids=ids, include_live=include_live)
     audit["session_ids"] = ids
-    if preview.digest != body.fingerprint:
+    if not fingerprints.matches(body.fingerprint, preview.digest):
         # No fingerprint in the refusal: one handed out here would confirm a set no dry run
         # showed (attack round 43: a made-up fingerprint's 409 gave the one to send back).
         problem = _plan_changed(

@@ -28,7 +28,7 @@ from sessions_admin.api.auth import DELETE, OPERATE, api_auth
 from sessions_admin.api.problems import Problem, invalid_input, not_found
 from sessions_admin.api.runtime import Strict
 from sessions_admin.api.schemas import Identifier, SessionSummary, Text
-from sessions_admin.core import holds
+from sessions_admin.core import fingerprints, holds
 from sessions_admin.core.deletion import needs_typed_confirmation, typed_count_problem
 from sessions_admin.core.erasure import Subject
 from sessions_admin.core.errors import InvalidInput, StoreError
@@ -456,7 +456,7 @@ def retention_run(request: HttpRequest, policy_id: RowId, body: RunIn):
     def run() -> int | None:
         if retention.problem_of(policy) is None:
             preview = retention.dry_run(policy, rows=0)
-            if body.fingerprint == preview.fingerprint:
+            if fingerprints.matches(body.fingerprint, preview.fingerprint):
                 _check_run_confirmation(policy, preview, body)
             # A stale fingerprint goes on: the action refuses it (409 plan-changed), audited.
         return actions.run_retention_policy(
@@ -635,7 +635,7 @@ def erasure_request(request: HttpRequest, body: ErasureIn):
                     "person's name).",
                 }
             )
-        if body.fingerprint == full.fingerprint and (
+        if fingerprints.matches(body.fingerprint, full.fingerprint) and (
             problem := _typed_count_problem(
                 sessions=len(plan.session_ids), messages=plan.message_count, typed=body.typed_count
             )

@@ -92,3 +92,14 @@ def plan_fingerprint(kind: str, payload: object, *, length: int = 32) -> str:
     key = hashlib.sha256(b"sessions_admin.plan\x00" + kind.encode() + b"\x00" + _secret()).digest()
     text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
     return hmac.new(key, text.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:length]
+
+
+def matches(given: object, expected: object) -> bool:
+    """Whether the fingerprint a confirmation carries (``given``) is the plan's (``expected``),
+    compared in constant time: how long a refusal takes says nothing of how much of a guess
+    was right. Anything but two strings (a missing field, a number) never matches."""
+    if not isinstance(given, str) or not isinstance(expected, str) or not expected:
+        return False
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )

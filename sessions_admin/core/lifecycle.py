@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sessions_admin.core import being_deleted, clock, db, events, faults, lineage
+from sessions_admin.core import being_deleted, clock, db, events, faults, fingerprints, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import (
     AmbiguousSessionRef,
@@ -724,7 +724,9 @@ def resume_session(
     # Read what is acted on under the lock: a compression or merge may have moved the tip.
     plan, row = _plan_resume(matched, current_session_id=current_session_id, lock=True)
     being_deleted.refuse_being_deleted([plan.target_id])
-    if expected_fingerprint is not None and expected_fingerprint != plan.fingerprint:
+    if expected_fingerprint is not None and not fingerprints.matches(
+        expected_fingerprint, plan.fingerprint
+    ):
         raise ResumePlanChanged(plan)
     target, key = plan.target_id, row.get("session_key")
     chain = lineage.compression_chain(session_id=target)

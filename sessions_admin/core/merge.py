@@ -20,7 +20,16 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sessions_admin.core import being_deleted, clock, db, events, faults, holds, lineage
+from sessions_admin.core import (
+    being_deleted,
+    clock,
+    db,
+    events,
+    faults,
+    fingerprints,
+    holds,
+    lineage,
+)
 from sessions_admin.core.conversations import (
     conversation_history_of,
     latest_responses_of,
@@ -599,7 +608,9 @@ def merge_sessions(
     # Under the locks: a held session's messages and children never leave its hold (a merge
     # into a session the same hold covers is fine, and so is one into a held target).
     holds.refuse_moving_out(moves=[(sid, target) for sid in plan.absorbed_ids], action="merge")
-    if expected_fingerprint is not None and expected_fingerprint != plan.fingerprint:
+    if expected_fingerprint is not None and not fingerprints.matches(
+        expected_fingerprint, plan.fingerprint
+    ):
         raise PlanChanged("merge")
     absorbed = list(plan.absorbed_ids)
     rows = _rows([target, *absorbed])

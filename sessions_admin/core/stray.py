@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sessions_admin.core import being_deleted, db, holds, lineage
+from sessions_admin.core import being_deleted, db, fingerprints, holds, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound
 from sessions_admin.core.fingerprints import plan_fingerprint
@@ -238,7 +238,7 @@ def move_stray_messages(*, session_id: str, expected_fingerprint: str) -> StrayM
     lock_keys_of([session_id, *([first.destination_id] if first.destination_id else [])])
     being_deleted.lock_and_refuse([session_id, first.destination_id])
     plan = _plan(session_id)
-    if plan.fingerprint != expected_fingerprint:
+    if not fingerprints.matches(expected_fingerprint, plan.fingerprint):
         raise PlanChanged("move")
     if not plan.message_ids:
         raise InvalidInput(f"{session_id} holds no message written after it ended.")

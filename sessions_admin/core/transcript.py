@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sessions_admin.core import clock, db, lineage
+from sessions_admin.core import clock, db, fingerprints, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import (
     InvalidInput,
@@ -241,7 +241,7 @@ def _planned_rows(
     ids, record_id = _rewrite_rows(session_id, action, wait_for_reply=wait_for_reply)
     if expected_fingerprint is not None:
         plan = _plan(session_id, action, ids)
-        if plan.fingerprint != expected_fingerprint:
+        if not fingerprints.matches(expected_fingerprint, plan.fingerprint):
             raise RewritePlanChanged(plan)
     return ids, record_id
 

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from sessions_admin.core import db
+from sessions_admin.core import db, fingerprints
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.retention import (
     HeldSkip,
@@ -142,7 +142,7 @@ def stale_or_empty(preview: RetentionPreview, fingerprint: str | None) -> str | 
     """Why a run confirmed with ``fingerprint`` deletes nothing before its other checks: the
     selection changed since the preview with that fingerprint, or nothing matches (None: go
     on). The console's "Run now" and the API's run ask the same."""
-    if fingerprint != preview.fingerprint:
+    if not fingerprints.matches(fingerprint, preview.fingerprint):
         return (
             "What the policy selects changed since its preview was shown (or no preview "
             f"was shown): it now deletes {preview.count:,} session"

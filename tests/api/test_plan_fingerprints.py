@@ -21,7 +21,7 @@ import pytest
 from django.test import override_settings
 
 from sessions_admin import core
-from sessions_admin.core import db, transcript
+from sessions_admin.core import db, fingerprints, transcript
 from sessions_admin.core.fingerprints import PLAN_KEY_NAME, plan_fingerprint
 from sessions_admin.core.schema import META_TABLE
 from sessions_admin.ledger.models import DeleteJob, RetentionPolicy
@@ -178,3 +178,42 @@ def test_each_kind_of_plan_has_its_own_key():
         and plan.fingerprint
         != hashlib.sha256(json.dumps([sid, "undo", list(plan.message_ids)]).encode()).hexdigest()
     )
+
+
+def test_a_confirmations_fingerprint_is_compared_in_constant_time(admin, monkeypatch):
+    """Every confirmation compares through ``hmac.compare_digest`` (how long a refusal takes
+    says nothing of how much of a guess was right); odd values are refused, never a 500."""
+    compared: list[tuple[bytes, bytes]] = []
+    real = fingerprints.hmac.compare_digest
+
+    def recording(a, b):
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(fingerprints.hmac, "compare_digest", recording)
+    root = ended_sessions(1)[0]
+    picked = ended_sessions(2)
+    cascade = admin.get(f"cascades/{root}").body["fingerprint"]
+    bulk = admin.post("bulk-deletes/dry-run", {"session_ids": picked}).body["fingerprint"]
+    before = store_snapshot(*PARTS)
+    for guess in (cascade[:-1] + "0", "\ud800" + cascade[1:], "é" * 32, ""):
+        answer = admin.post(f"cascades/{root}", {"fingerprint": guess, "reason": "r"})
+        assert answer.status in (409, 422), (guess, answer.body)
+    answer = admin.post(
+        "bulk-deletes", {"session_ids": picked, "fingerprint": bulk[::-1], "reason": "r"}
+    )
+    assert answer.status == 409
+    assert store_snapshot(*PARTS) == before and not DeleteJob.objects.exists()
+    assert (bulk[::-1].encode(), bulk.encode()) in compared
+    assert (cascade[:-1].encode() + b"0", cascade.encode()) in compared
+    assert admin.post(f"cascades/{root}", {"fingerprint": cascade, "reason": "r"}).status == 200
+    assert (cascade.encode(), cascade.encode()) in compared
+
+
+def test_matches_wants_two_strings_and_a_fingerprint_to_match():
+    assert fingerprints.matches("ab12", "ab12")
+    assert not fingerprints.matches("ab12", "ab13")
+    assert not fingerprints.matches(None, "ab12")
+    assert not fingerprints.matches(["ab12"], "ab12")
+    assert not fingerprints.matches("", "")  # no plan has an empty fingerprint
+    assert not fingerprints.matches("\ud800", "ab12")

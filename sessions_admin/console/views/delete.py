@@ -38,7 +38,7 @@ from sessions_admin.console.http import (
     require_perm,
 )
 from sessions_admin.console.refusals import Refused, attempt, refuse
-from sessions_admin.core import deletion
+from sessions_admin.core import deletion, fingerprints
 from sessions_admin.core.deletion import (
     PRESET_MAX_DAYS,
     PRESETS,
@@ -245,7 +245,7 @@ def _confirmation_problems(form: CascadeConfirmForm, plan: core.DeletePlan) -> l
     """Why confirming ``plan`` with this form deletes nothing (none: go ahead)."""
     problems = [str(error) for error in form.errors.get("reason", [])]
     asked = typed_confirmation(sessions=len(plan.session_ids), messages=plan.message_count)
-    if form.cleaned_data.get("fingerprint") != plan.fingerprint:
+    if not fingerprints.matches(form.cleaned_data.get("fingerprint"), plan.fingerprint):
         problems.append(
             "The store changed since the plan was shown (the runtime may still be writing), "
             "or the plan was not shown at all. Nothing was deleted: review the plan below "
@@ -665,7 +665,7 @@ def bulk_delete_preview(request: HtmxHttpRequest) -> HttpResponse:
 def _start_problems(form: BulkStartForm, dry_run: DryRun, include_live: bool) -> list[str]:
     """Why starting the job for ``dry_run`` with this form deletes nothing (none: go ahead)."""
     problems = [str(error) for error in form.errors.get("reason", [])]
-    if form.cleaned_data.get("digest") != dry_run.digest:
+    if not fingerprints.matches(form.cleaned_data.get("digest"), dry_run.digest):
         problems.append(
             "The matching sessions changed since the dry run: it now finds "
             f"{plural(dry_run.count, 'session')}. Nothing was deleted: review the dry run "

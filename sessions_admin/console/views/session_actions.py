@@ -38,7 +38,7 @@ from sessions_admin.console.http import (
 from sessions_admin.console.previews import CallAnswered, preview_calls
 from sessions_admin.console.refusals import Refused, attempt, refuse
 from sessions_admin.console.words import end_reason_words
-from sessions_admin.core import lineage, stray
+from sessions_admin.core import fingerprints, lineage, stray
 from sessions_admin.core.lifecycle import ResumePlan, plan_resume, where_it_continues
 from sessions_admin.core.text import REFERENCE_MAX, operator_identifier, shown_back
 from sessions_admin.core.transcript import RewritePlan, RewritePlanChanged, plan_rewrite
@@ -433,7 +433,7 @@ def _changed_since_shown(form: ResumeForm, plan: ResumePlan) -> tuple[str, str] 
             f"The live session of this chat changed since the preflight (now {now}). "
             "Nothing was resumed: check below and confirm again.",
         )
-    if shown["fingerprint"] and shown["fingerprint"] != plan.fingerprint:
+    if shown["fingerprint"] and not fingerprints.matches(shown["fingerprint"], plan.fingerprint):
         return (
             "the resume plan changed since the preflight",
             "The sessions of this chat changed since the preflight. "

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from django.db import DatabaseError, OperationalError
 
-from sessions_admin.core import being_deleted, db, faults, holds
+from sessions_admin.core import being_deleted, db, faults, fingerprints, holds
 from sessions_admin.core.deletion import claims
 from sessions_admin.core.deletion.parts import _delete_in_parts
 from sessions_admin.core.deletion.plan import (
@@ -221,7 +221,7 @@ def claim_cascade(
     if not says_something(reason or ""):
         raise InvalidInput("A reason is required for a delete.")
     plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
-    if plan.fingerprint != expected_fingerprint:
+    if not fingerprints.matches(expected_fingerprint, plan.fingerprint):
         raise PlanChanged("delete")
     faults.checkpoint("cascade.checked")
     # A second confirmation of the same preview passed the check above too: the claim lets
@@ -234,7 +234,7 @@ def claim_cascade(
         raise
     try:
         plan = plan_cascade_delete(session_ids=session_ids, include_branches=include_branches)
-        if plan.fingerprint != expected_fingerprint:
+        if not fingerprints.matches(expected_fingerprint, plan.fingerprint):
             raise PlanChanged("delete")
         holds.refuse_held(plan.session_ids)
         if plan.merges and not lose_undo:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 
-from sessions_admin.core import db, events, faults, holds
+from sessions_admin.core import db, events, faults, fingerprints, holds
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.deletion import (
     NO_TRASH,
@@ -543,7 +543,9 @@ def erase(
     """
     if plan is None:
         plan = plan_erasure(subject=subject)
-        if expected_fingerprint is not None and plan.fingerprint != expected_fingerprint:
+        if expected_fingerprint is not None and not fingerprints.matches(
+            expected_fingerprint, plan.fingerprint
+        ):
             raise PlanChanged("erasure")
     holds.refuse_held(plan.held_scope)
     if before is None:

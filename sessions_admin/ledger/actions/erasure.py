@@ -14,7 +14,7 @@ from django.db import connections
 from sessions_admin import core
 from sessions_admin.core import db as core_db
 from sessions_admin.core import erasure as erasure_core
-from sessions_admin.core import faults, threads
+from sessions_admin.core import faults, fingerprints, threads
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.text import operator_text
 from sessions_admin.ledger import erasure as erasure_ledger
@@ -49,7 +49,7 @@ def request_erasure(
     _refuse_open_request(subject)
     full = erasure_ledger.plan(subject)
     plan = full.store
-    if full.fingerprint != expected_fingerprint:
+    if not fingerprints.matches(expected_fingerprint, full.fingerprint):
         raise core.PlanChanged("erasure")
     erasure_ledger.refuse_held(full)
     try:
@@ -135,7 +135,7 @@ def run_erasure(*, request_id: int) -> dict | None:
             if (
                 not failed_before
                 and request.fingerprint
-                and full.fingerprint != request.fingerprint
+                and not fingerprints.matches(request.fingerprint, full.fingerprint)
             ):
                 raise core.PlanChanged("erasure")
             erasure_ledger.refuse_held(full)

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from sessions_admin import core
 from sessions_admin.core import db as core_db
+from sessions_admin.core import fingerprints
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.merge import confirmation_problem
 from sessions_admin.core.processes import this_process
@@ -54,7 +55,11 @@ def merge(
         plan = core.plan_merge(session_ids=ids, target_id=target_id)
     except core.StoreError:
         plan = None  # the merge itself refuses it below, audited with why
-    if plan is not None and plan.fingerprint == expected_fingerprint and plan.differs:
+    if (
+        plan is not None
+        and fingerprints.matches(expected_fingerprint, plan.fingerprint)
+        and plan.differs
+    ):
         if problem := confirmation_problem(plan, typed_count=typed_count, reason=reason):
             raise InvalidInput(f"{problem} Nothing was merged.")
         differences = {d.label: list(d.values) for d in plan.differences}

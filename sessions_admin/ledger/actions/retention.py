@@ -8,6 +8,7 @@ import logging
 from django.utils import timezone
 
 from sessions_admin import core
+from sessions_admin.core import fingerprints
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.text import operator_text
 from sessions_admin.ledger import retention as retention_ledger
@@ -138,7 +139,9 @@ def run_retention_policy(
     ids = list(preview.session_ids)
 
     def run() -> int | None:
-        if expected_fingerprint is not None and expected_fingerprint != preview.fingerprint:
+        if expected_fingerprint is not None and not fingerprints.matches(
+            expected_fingerprint, preview.fingerprint
+        ):
             raise core.PlanChanged("retention run")
         return retention_ledger.start_run(policy, ids=ids, actor=_name(actor), reason=reason)
 
