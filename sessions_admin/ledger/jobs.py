@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connections, router, transaction
+from django.db import DatabaseError, connections, router, transaction
 from django.db.models import Case, Count, F, Q, Sum, When
 from django.utils import timezone
 
@@ -274,6 +274,8 @@ class JobProgress:
     unlinked: tuple[tuple[str, str], ...] = ()
     kind: str = DeleteJob.BULK
     total_messages: int = 0  # a cascade's or a restore's planned messages
+    # Cancelled, its worker still inside the batch it had begun: the counts may still grow.
+    stopping: bool = False
 
     @property
     def cancellable(self) -> bool:
@@ -483,9 +485,21 @@ def run_job(
         return job_progress(job_id=job_id)
     _working_here.add(job_id)
     try:
-        return _run_claimed(job_id, worker, batch_sessions, batch_messages, max_batches)
+        # Whatever of the job's own records fails (its lease, its items, its trash) names the
+        # dashboard's database on its page, wherever in a batch it came.
+        with connections["default"].execute_wrapper(_tag_dashboard_failures):
+            return _run_claimed(job_id, worker, batch_sessions, batch_messages, max_batches)
     finally:
         _working_here.discard(job_id)
+
+
+def _tag_dashboard_failures(execute, sql, params, many, context):
+    try:
+        return execute(sql, params, many, context)
+    except Exception as error:
+        if getattr(error, "database", None) is None:
+            error.database = deletion.TRASH_DATABASE
+        raise
 
 
 def _run_claimed(
@@ -519,7 +533,7 @@ def _run_claimed(
                 # counted hears that it was (``cancel_job``).
                 DeleteJob.objects.filter(pk=job_id, lease_owner=worker).exclude(
                     state=DeleteJob.RUNNING
-                ).update(lease_owner="", lease_expires_at=None)
+                ).update(lease_owner="", lease_expires_at=None, finished_at=timezone.now())
                 break
             # (pk, session id) pairs, not model instances: a batch uses a few of them.
             items = list(
@@ -714,11 +728,7 @@ def _dashboard_write():
 def _failure_words(error: BaseException) -> str:
     """What the job's page says stopped it: a database that could not be written, in words."""
     storage = db.storage_failure(error)
-    # A failure tagged where it happened (a trash write: the dashboard's database) may come
-    # wrapped (a store operation's StoreBusy raised from it): its cause's tag counts too.
-    where = (
-        getattr(error, "database", None) or getattr(error.__cause__, "database", None) or "store"
-    )
+    where = _failed_database(error)
     if storage is None and db.connection_lost(error):
         server = "The dashboard database's" if where == deletion.TRASH_DATABASE else "The store's"
         return (
@@ -741,6 +751,23 @@ def _failure_words(error: BaseException) -> str:
         "stays in the trash; finish the job once the database can be written again, or "
         "restore its trash entry to undo it."
     )
+
+
+def _failed_database(error: BaseException) -> str:
+    """Which database a job's failure came from: where the first database error of its chain
+    happened. A dashboard query's is tagged (``_tag_dashboard_failures``) and may come wrapped
+    (a store operation's StoreBusy raised from it, attack round 43); one raised while handling a
+    store error that came first (the store's server gone, then the trash's clean-up on the
+    dashboard's, as one PostgreSQL restart does) is the store's."""
+    seen: set[int] = set()
+    first: BaseException | None = None
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DatabaseError) or getattr(current, "database", None):
+            first = current  # the deepest so far: the chain runs from the last to the first
+        current = current.__cause__ or current.__context__
+    return getattr(first, "database", None) or "store"
 
 
 def resume_failed_job(*, job_id: int) -> None:
@@ -986,6 +1013,24 @@ def job_progress(*, job_id: int) -> JobProgress:
         erased=erased,
         erased_from_trash=erased_skips(job, DeleteJob.ERASED_FROM_TRASH),
         **_unlinked_fields(job),
+        stopping=_stopping(job),
+    )
+
+
+def job_stopping(job_id: int) -> bool:
+    """Whether the job was cancelled while its worker is still inside a batch (``_stopping``)."""
+    job = DeleteJob.objects.filter(pk=job_id).only("state", "lease_owner", "lease_expires_at")
+    found = job.first()
+    return found is not None and _stopping(found)
+
+
+def _stopping(job: DeleteJob) -> bool:
+    """Cancelled while its worker is inside a batch: the worker still holds its lease."""
+    return (
+        job.state == DeleteJob.CANCELLED
+        and bool(job.lease_owner)
+        and job.lease_expires_at is not None
+        and job.lease_expires_at > timezone.now()
     )
 
 
@@ -1089,14 +1134,18 @@ def cancel_job(*, job_id: int) -> None:
     # A worker inside a batch counts it once the batch is done: the cancel answers after that,
     # so its counts are what the store lost (attack round 43: it answered 416 sessions deleted
     # where the store had lost 448, and read 448 a second later).
+    acknowledged = True
     if state == DeleteJob.RUNNING and owner and lease_until and lease_until > now:
         if _worker_active(owner, job_id):
-            _wait_for_acknowledgement(job_id, owner)
-    DeleteJob.objects.filter(pk=job_id).update(
-        finished_at=timezone.now(),  # when it stopped: the job page's and the API's end time
-        lease_owner="",
-        lease_expires_at=None,
-    )
+            acknowledged = _wait_for_acknowledgement(job_id, owner)
+    stopped = {"finished_at": timezone.now()}  # when it stopped: the page's and API's end time
+    if acknowledged:
+        stopped.update(lease_owner="", lease_expires_at=None)
+    # Otherwise the worker is still inside its batch past the wait (the store held locked by
+    # another process): the job keeps its lease, so its page and the API say it is stopping and
+    # that the counts may still grow, until the worker counts that batch and lets go (attack
+    # round 43: the cancel answered 320 deleted where the store lost 356, saying nothing).
+    DeleteJob.objects.filter(pk=job_id).update(**stopped)
     _give_back_started(job_id)
 
 
@@ -1132,14 +1181,16 @@ def _worker_active(owner: str, job_id: int) -> bool:
     return True
 
 
-def _wait_for_acknowledgement(job_id: int, owner: str) -> None:
+def _wait_for_acknowledgement(job_id: int, owner: str) -> bool:
+    """Whether the worker let go of the job (or stopped) within ``CANCEL_WAIT_SECONDS``."""
     deadline = time.monotonic() + CANCEL_WAIT_SECONDS
     while time.monotonic() < deadline:
         if not DeleteJob.objects.filter(pk=job_id, lease_owner=owner).exists():
-            return  # it saw the cancel at the top of its next batch
+            return True  # it saw the cancel at the top of its next batch
         if not _worker_active(owner, job_id):
-            return  # it stopped (done, failed or died) without passing that point
+            return True  # it stopped (done, failed or died) without passing that point
         time.sleep(0.05)
+    return False
 
 
 def _give_back_started(job_id: int) -> None:

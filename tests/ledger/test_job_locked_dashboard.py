@@ -128,3 +128,46 @@ def test_a_failed_job_whose_settling_failed_too_counts_its_trash_when_read(monke
         e.message_count for e in TrashEntry.objects.filter(operation=job_operation(job_id))
     )
     assert DeleteJob.objects.get(pk=job_id).done == 6  # settled for good, not only shown
+
+
+def test_a_job_stopped_by_the_dashboard_locked_between_parts_names_the_dashboard(monkeypatch):
+    """Attack round 43: a job stopped by the dashboard's database held locked said "The store
+    stayed locked". The lock came between the parts of a large session, where the job renews
+    its lease (a dashboard write no trash step tags): every dashboard query of a job is."""
+    if db.vendor() != "sqlite":
+        pytest.skip("SQLite's file lock")
+    from tests.core.test_delete_in_parts import big_session
+
+    monkeypatch.setattr(worker, "ensure_worker_running", lambda: None)
+    sid = big_session(250)
+    job_id = jobs.create_bulk_delete_job(
+        session_ids=[sid], include_live=False, actor="ada", reason="retention"
+    )
+    with connections["default"].cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout = 500")  # this thread's dashboard connection
+    path = connections["default"].settings_dict["NAME"]
+    lockers: list[subprocess.Popen] = []
+
+    def lock() -> None:
+        locker = subprocess.Popen(
+            [sys.executable, "-c", LOCKER, str(path), "2"], stdout=subprocess.PIPE, text=True
+        )
+        lockers.append(locker)
+        assert locker.stdout.readline().strip() == "locked"
+
+    faults._actions.clear()
+    faults._hits.clear()
+    faults.run_at("delete.between_parts", lock, nth=1)
+    try:
+        with pytest.raises(OperationalError):
+            jobs.run_job(job_id=job_id, worker="w", batch_messages=100)
+    finally:
+        faults._actions.clear()
+        faults._hits.clear()
+        for locker in lockers:
+            locker.wait(timeout=60)
+        connections.close_all()
+    job = DeleteJob.objects.get(pk=job_id)
+    assert lockers, "the lock was never taken"
+    assert job.state == DeleteJob.FAILED
+    assert "The dashboard's database stayed locked" in job.error, job.error
