@@ -187,6 +187,12 @@ class JobOut(Schema):
     unlinked: list[UnlinkedOut] = Field(
         default_factory=list, description="The first of those, with the deleted parent."
     )
+    stopping: bool = Field(
+        False,
+        description="Cancelled while its worker was inside a batch that the store has not let "
+        "finish yet (another process holds it locked): the counts grow by that batch once it "
+        "is written. GET the job until this is false.",
+    )
     url: str = Field("", description="This job's status: GET it until its state is done.")
 
 
@@ -462,6 +468,7 @@ def _job_out(job: DeleteJob) -> JobOut:
             UnlinkedOut(session_id=child, parent_session_id=parent)
             for child, parent in progress.unlinked
         ],
+        stopping=progress.stopping,
         url=reverse("api:job_status", kwargs={"job_id": job.pk}),
     )
 

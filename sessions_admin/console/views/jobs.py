@@ -78,7 +78,9 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     template = fragment(request, JOB_TEMPLATE, "progress")
     if request.GET.get("part") == "actions" and request.htmx:
         template = f"{JOB_TEMPLATE}#actions"
-    if template == f"{JOB_TEMPLATE}#progress" and not context["active"]:
+    if template == f"{JOB_TEMPLATE}#progress" and not (
+        context["active"] or context["progress"].stopping
+    ):
         # Finished: the last swap, then htmx stops polling; the actions refresh themselves.
         response = HttpResponseStopPolling(render_to_string(template, context, request=request))
         trigger_client_event(response, JOB_FINISHED_EVENT, after="settle")
@@ -119,7 +121,14 @@ def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     if isinstance(done, Refused):
         return redirect("job_detail", job_id=job.pk)
     progress = job_progress(job_id=job.pk)
-    if progress.state == DeleteJob.CANCELLED:
+    if progress.stopping:
+        messages.success(
+            request,
+            f"Job #{job.pk} cancelled; it is stopping: the batch it was deleting is not written "
+            f"yet (the store is held locked by another process). {progress.processed:,} of "
+            f"{progress.total:,} sessions so far; its page counts that batch once it is.",
+        )
+    elif progress.state == DeleteJob.CANCELLED:
         messages.success(
             request,
             f"Job #{job.pk} cancelled after {progress.processed:,} of {progress.total:,} "

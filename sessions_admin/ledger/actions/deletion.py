@@ -383,6 +383,13 @@ def _restorable(entry_id: int) -> tuple[TrashEntry | None, list[str], str]:
                 f"Delete job #{entry.job_id} is still running: cancel it or let it "
                 "finish, then restore the whole operation."
             )
+        if entry.job_id and jobs.job_stopping(entry.job_id):
+            # Cancelled, its batch in flight still to be written to this operation.
+            raise InvalidInput(
+                f"Delete job #{entry.job_id} is stopping: the batch it was deleting when it "
+                "was cancelled is not written yet. Restore the whole operation once its page "
+                "says cancelled."
+            )
         if operation in still_deleting():
             raise InvalidInput(
                 "The cascade delete that made this trash entry has not finished (its audit "
