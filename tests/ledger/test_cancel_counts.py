@@ -18,26 +18,34 @@ from sessions_admin.ledger.trash import job_operation
 from tests.builders import old_sessions
 
 
-def test_a_cancel_answers_with_the_batch_in_flight_counted():
+def job_held_in_batch(*, nth: int):
+    """A 9-session job (3 a batch) and how to run it in a thread: its ``nth`` batch is held
+    after its store commit, before its counting, ``inside`` set, until ``release`` is."""
     job_id = jobs.create_bulk_delete_job(
         session_ids=old_sessions(9), include_live=False, actor="ada", reason="r"
     )
     inside, release = threading.Event(), threading.Event()
 
-    def hold_the_batch() -> None:  # its store commit is done, its counting not yet
+    def hold_the_batch() -> None:
         inside.set()
         release.wait(30)
 
     faults._actions.clear()
     faults._hits.clear()
-    faults.run_at("job.after_batch_commit", hold_the_batch, nth=1)
-    answered: dict = {}
+    faults.run_at("job.after_batch_commit", hold_the_batch, nth=nth)
 
     def work() -> None:
         try:
             jobs.run_job(job_id=job_id, batch_sessions=3)
         finally:
             connections.close_all()
+
+    return job_id, inside, release, work
+
+
+def test_a_cancel_answers_with_the_batch_in_flight_counted():
+    job_id, inside, release, work = job_held_in_batch(nth=1)
+    answered: dict = {}
 
     def cancel() -> None:
         try:
@@ -83,24 +91,7 @@ def test_a_cancel_the_batch_in_flight_outlasts_says_the_job_is_stopping(monkeypa
     cancelled and says it is stopping, keeps the worker's lease, refuses a restore of its trash
     entry meanwhile, and counts the batch once the worker is let go."""
     monkeypatch.setattr(jobs, "CANCEL_WAIT_SECONDS", 0.3)
-    job_id = jobs.create_bulk_delete_job(
-        session_ids=old_sessions(9), include_live=False, actor="ada", reason="r"
-    )
-    inside, release = threading.Event(), threading.Event()
-
-    def hold_the_batch() -> None:  # its store commit is done, its counting not yet
-        inside.set()
-        release.wait(30)
-
-    faults._actions.clear()
-    faults._hits.clear()
-    faults.run_at("job.after_batch_commit", hold_the_batch, nth=2)
-
-    def work() -> None:
-        try:
-            jobs.run_job(job_id=job_id, batch_sessions=3)
-        finally:
-            connections.close_all()
+    job_id, inside, release, work = job_held_in_batch(nth=2)
 
     worker = threading.Thread(target=work)
     try:
