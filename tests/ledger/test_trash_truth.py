@@ -79,6 +79,14 @@ def job_paused_between_parts(job_id: int, folder: Path) -> subprocess.Popen:
     return child
 
 
+@pytest.fixture(autouse=True)
+def _short_cancel_wait(monkeypatch):
+    """The worker is paused inside a batch until the test releases it, after the cancel: the
+    cancel's wait for its acknowledgement (``jobs.CANCEL_WAIT_SECONDS``, 10 s) always runs out.
+    What these tests check comes after that wait, whatever its length: half a second will do."""
+    monkeypatch.setattr(jobs, "CANCEL_WAIT_SECONDS", 0.5)
+
+
 def test_a_job_cancelled_between_parts_leaves_only_what_the_store_lost_in_the_trash(
     tmp_path, admin_client
 ):
