@@ -216,6 +216,11 @@ def test_one_token_holds_at_most_its_share_of_threads(small_server):
     assert body["type"].endswith("/throttled") and int(headers["Retry-After"]) >= 1
     # A poll that does not wait is no long-lived request.
     assert _get(small_server, "/api/v1/switches?after=0", viewer)[0] == 200
+    # Everything is checked: the two open streams end now (their token revoked) rather than
+    # holding the server's stop for the rest of their 15 s.
+    actions.revoke_api_token(actor=None, name="many-streams")
+    for reader in readers:
+        reader.join(20)
 
 
 def test_the_worker_keeps_most_threads_for_other_requests(small_server):
