@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from django.db import connections
 from django.urls import reverse
 
 from sessions_admin import core
@@ -30,6 +31,10 @@ def test_an_action_gives_up_cleanly_while_hermes_holds_the_write_lock(
     attach()
     before = transcripts(hermes, ["tg-new"])
     monkeypatch.setattr(core_db, "RETRY_SECONDS", 1.0)
+    # Each attempt waits at most 0.2 s for the lock (5 s in production): the attempts still
+    # run for RETRY_SECONDS, then give up. (attach's teardown closes this connection.)
+    with connections["store"].cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout = 200")
     runtime = sqlite3.connect(hermes.state, isolation_level=None, timeout=1.0)
     runtime.execute("BEGIN IMMEDIATE")  # what SessionDB._execute_write holds while it writes
     try:
