@@ -46,6 +46,13 @@ def browser():
         instance.close()
 
 
+# For ``page.wait_for_function``: the page and its htmx fragments have arrived, none still
+# asked for, swapping or settling (cheaper than waiting for the network to be idle half a
+# second on every page).
+HTMX_SETTLED = """() => document.readyState === "complete" && window.htmx !== undefined
+  && !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling, [hx-trigger^="load"]')"""
+
+
 # Every document reports what its Content-Security-Policy blocked (sessions_admin/security.py).
 REPORT_CSP_VIOLATIONS = """
 document.addEventListener("securitypolicyviolation", (event) => {

@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 
 from sessions_admin import core
 from sessions_admin.signin.roles import ROLES, assign_role
-from tests.browser.conftest import PASSWORD
+from tests.browser.conftest import HTMX_SETTLED, PASSWORD
 from tests.console import urlmap
 from tests.console.test_access import ACCESS, ANYONE
 
@@ -32,10 +32,6 @@ AXE_OPTIONS = {
 }
 WIDTHS = {"desktop": (1280, 800), "phone": (390, 844)}
 
-# The page's htmx fragments have arrived: none still asked for, swapping or settling
-# (cheaper than waiting for the network to be idle half a second on every page).
-SETTLED = """() => document.readyState === "complete" && window.htmx !== undefined
-  && !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling, [hx-trigger^="load"]')"""
 
 pytestmark = pytest.mark.usefixtures("no_worker")
 
@@ -142,7 +138,7 @@ def test_no_page_violates_wcag_21_a_or_aa(page, seeded):
             seen: set[str] = set()
             for url in urls:
                 page.goto(url)
-                page.wait_for_function(SETTLED)
+                page.wait_for_function(HTMX_SETTLED)
                 if page.url in seen or page.locator("body > main").count() != 1:
                     continue  # a redirect to a page checked already, or a lone htmx fragment
                 seen.add(page.url)

@@ -16,6 +16,7 @@ from playwright.sync_api import expect
 from sessions_admin import core
 from sessions_admin.ledger import worker
 from tests.browser import open_support_actions
+from tests.browser.conftest import HTMX_SETTLED
 from tests.browser.hostile import PAYLOAD, hostile_store
 from tests.builders import refund_lineage
 
@@ -61,7 +62,7 @@ def test_every_page_loads_under_the_policy_with_htmx_working(signed_in_page):
     ]
     for path in paths:
         page.goto(path)
-        page.wait_for_load_state("networkidle")  # the htmx fragments have arrived
+        page.wait_for_function(HTMX_SETTLED)  # the htmx fragments have arrived
         assert page.evaluate("htmx.config.allowEval") is False, path
         assert page.evaluate("htmx.config.includeIndicatorStyles") is False, path
         assert "style" not in page.evaluate("htmx.config.attributesToSettle"), path

@@ -14,7 +14,7 @@ from sessions_admin import core
 from sessions_admin.core import db
 from sessions_admin.ledger import worker
 from sessions_admin.signin.roles import assign_role
-from tests.browser.conftest import PASSWORD
+from tests.browser.conftest import HTMX_SETTLED, PASSWORD
 from tests.browser.hostile import hostile_store
 from tests.builders import refund_lineage
 
@@ -65,7 +65,7 @@ def test_every_button_has_the_one_style(signed_in_page):
     ]
     for path in pages:
         page.goto(path)
-        page.wait_for_load_state("networkidle")
+        page.wait_for_function(HTMX_SETTLED)  # its htmx fragments have arrived
         assert page.locator(BUTTONS).count() > 0, path
         assert _unstyled_buttons(page) == [], path
     page.goto("/sessions/")
@@ -188,7 +188,7 @@ def test_every_main_page_fits_a_phone(signed_in_page):
     overflowing = {}
     for path in pages:
         page.goto(path)
-        page.wait_for_load_state("networkidle")
+        page.wait_for_function(HTMX_SETTLED)  # its htmx fragments have arrived
         width = page.evaluate("document.documentElement.scrollWidth")
         if width > PHONE["width"]:
             overflowing[path] = width
