@@ -73,15 +73,17 @@ def test_one_tiny_run_reads_both_and_deletes_through_both_uis(tmp_path):
         pytest.skip(f"{hermes} is missing (hermes-agent 0.19.0's virtualenv under var/)")
     store = tmp_path / "store"
     env = {**hermes_serve.stores.sqlite_env(store)}
-    for args in (
-        ["migrate", "--noinput", "-v", "0"],
-        ["init_store"],
-        ["seed_demo", "--sessions", "30"],
-    ):
-        subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
+    # manage.py migrate, init_store and seed_demo --sessions 30, in one process (each of
+    # three would start Django again).
+    seed = (
+        "import django; django.setup(); from django.core.management import call_command; "
+        "call_command('migrate', interactive=False, verbosity=0); call_command('init_store'); "
+        "call_command('seed_demo', sessions=30)"
+    )
+    subprocess.run(
+        [sys.executable, "-c", seed], cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+        env={**env, "DJANGO_SETTINGS_MODULE": "sessions_admin.settings"},
+    )  # fmt: skip
     with sqlite3.connect(store / "state.db") as conn:
         oldest = conn.execute(
             "SELECT id, ended_at IS NULL FROM sessions ORDER BY started_at, id LIMIT 8"
