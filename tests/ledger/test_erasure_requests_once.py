@@ -33,6 +33,7 @@ django.setup()
 from sessions_admin.core.erasure import Subject
 from sessions_admin.ledger import actions
 go, fingerprint = sys.argv[1], sys.argv[2]
+open(f"{go}.ready-{os.getpid()}", "w").close()
 while not os.path.exists(go):
     time.sleep(0.002)
 try:
@@ -69,7 +70,12 @@ def test_one_preview_confirmed_from_four_processes_at_once_queues_one_request(tm
         )
         for _ in range(4)
     ]
-    time.sleep(2.5)  # every child imported Django and waits for the file
+    # Every child imported Django and waits for the file (it says so with a file of its own).
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("go.ready-*"))) < len(children):
+        assert all(child.poll() is None for child in children), [c.communicate() for c in children]
+        assert time.monotonic() < deadline, "the children never got ready"
+        time.sleep(0.02)
     go.touch()
     said = [child.communicate(timeout=120) for child in children]
     outcomes = [out.strip().splitlines()[-1] if out.strip() else err[-400:] for out, err in said]
