@@ -17,7 +17,7 @@ from django.test import Client
 
 from sessions_admin.ledger import worker
 from sessions_admin.signin.roles import assign_role
-from tests.browser.conftest import PASSWORD
+from tests.browser.conftest import HTMX_SETTLED, PASSWORD
 from tests.browser.hostile import (
     INJECTED,
     PAYLOAD,
@@ -61,7 +61,9 @@ def hostile_page(browser, live_server):
 def _problems(page, path: str, must_show: list[str]) -> list[str]:
     """What is wrong with the page at ``path``: anything that ran, was injected, or is missing."""
     response = page.goto(path)
-    page.wait_for_load_state("networkidle")  # htmx fragments (health panel, transcript) are in
+    # The htmx fragments (health panel, transcript) are in, swapped and settled: any element
+    # or attribute a payload injected is in the DOM then, which INJECTED finds.
+    page.wait_for_function(HTMX_SETTLED)
     problems = [] if response.status == 200 else [f"{path}: status {response.status}"]
     return problems + _hostile_effects(page, path, must_show)
 
