@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from sessions_admin.core import db, lineage
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
+from sessions_admin.core.merge_moves import merge_moves
 from sessions_admin.core.rows import parse_model_config
 from sessions_admin.core.text import exact_id_problem
 
@@ -295,7 +296,55 @@ def _covering(
                 for session_id in found:
                     for hold in inner.get(session_id, []):
                         covering.setdefault(target, {})[hold.id] = hold
+        # A session a merge moved below its target (a delegate of the absorbed session), and
+        # everything below it, stays covered by what covers the session it was below (attack
+        # round 44: a hold on the absorbed session's user, placed after the merge, left its
+        # delegate to a bulk delete and a purge).
+        origins = _moved_origins(ids, elsewhere)
+        if origins:
+            inner = _covering(
+                sorted({p for parents in origins.values() for p in parents}),
+                standing,
+                elsewhere,
+                depth + 1,
+            )
+            for session_id, parents in origins.items():
+                for parent in parents:
+                    for hold in inner.get(parent, []):
+                        covering.setdefault(session_id, {})[hold.id] = hold
     return {sid: [found[k] for k in sorted(found)] for sid, found in covering.items()}
+
+
+def _moved_origins(ids: Sequence[str], elsewhere: Elsewhere) -> dict[str, set[str]]:
+    """id -> the absorbed sessions that it, or a session above it, was below before a merge
+    not undone moved it onto the merge's target (``merge_moves``); ids with none are left out.
+    Upward by parent links in the store, then through ``elsewhere`` (the trash)."""
+    moves = merge_moves()
+    if not moves.children:
+        return {}
+    origins: dict[str, set[str]] = {}
+    at = {sid: sid for sid in ids}
+    seen = {sid: {sid} for sid in ids}
+    for _ in range(lineage.MAX_DEPTH):
+        if not at:
+            break
+        for origin, node in at.items():
+            if (parent := moves.original_parent(node)) is not None:
+                origins.setdefault(origin, set()).add(parent)
+        parents = dict(
+            db.fetchall_in(
+                "SELECT id, parent_session_id FROM sessions WHERE id IN ({marks})",
+                sorted(set(at.values())),
+            )
+        )
+        following: dict[str, str] = {}
+        for origin, node in at.items():
+            up = parents.get(node) or elsewhere.up.get(node)
+            if up and up not in seen[origin]:
+                seen[origin].add(up)
+                following[origin] = up
+        at = following
+    return origins
 
 
 def holds_covering(session_ids: Sequence[str]) -> dict[str, tuple[Hold, ...]]:

@@ -40,6 +40,7 @@ from sessions_admin.core.erasure import (
 )
 from sessions_admin.core.errors import InvalidInput, StoreError
 from sessions_admin.core.fingerprints import plan_fingerprint
+from sessions_admin.core.merge_moves import MergeMoves, merge_moves
 from sessions_admin.core.processes import process_dead, this_process
 from sessions_admin.ledger.models import (
     AuditAction,
@@ -519,6 +520,9 @@ class TrashPlan:
     session_keys: tuple[str, ...] = ()
     # The slugs those trashed sessions had (their conversations rows in the trash).
     slugs: tuple[str, ...] = ()
+    # (entry, message ids): the subject's messages a merge moved into another person's
+    # session, now in the trash with it (attack round 44): cut out of the entry.
+    prune_messages: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
     def redaction_subject(self, store_side: Subject) -> Subject:
         """``store_side`` (the store plan's ``redaction_subject``) with these chat ids and keys."""
@@ -530,13 +534,22 @@ class TrashPlan:
 
     @property
     def operations(self) -> tuple[str, ...]:
-        pruned = TrashEntry.objects.filter(pk__in=[pk for pk, _ in self.prune]).values_list(
+        pruned = TrashEntry.objects.filter(pk__in=self.pruned_entries).values_list(
             "operation", flat=True
         )
         return tuple(sorted({*self.purge, *pruned}))
 
+    @property
+    def pruned_entries(self) -> list[int]:
+        return sorted({pk for pk, _ in self.prune} | {pk for pk, _ in self.prune_messages})
+
     def as_list(self) -> list:
-        return [list(self.purge), [[pk, list(ids)] for pk, ids in self.prune], list(self.held)]
+        return [
+            list(self.purge),
+            [[pk, list(ids)] for pk, ids in self.prune],
+            list(self.held),
+            [[pk, list(ids)] for pk, ids in self.prune_messages],
+        ]
 
     def as_record(self) -> dict:
         return {
@@ -550,6 +563,7 @@ class TrashPlan:
             "chat_ids": list(self.chat_ids),
             "session_keys": list(self.session_keys),
             "slugs": list(self.slugs),
+            "prune_messages": [[pk, list(ids)] for pk, ids in self.prune_messages],
         }
 
     @classmethod
@@ -565,6 +579,10 @@ class TrashPlan:
             chat_ids=tuple(record.get("chat_ids", ())),
             session_keys=tuple(record.get("session_keys", ())),
             slugs=tuple(record.get("slugs", ())),
+            prune_messages=tuple(
+                (int(pk), tuple(int(m) for m in ids))
+                for pk, ids in record.get("prune_messages", ())
+            ),
         )
 
 
@@ -598,20 +616,28 @@ def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
         for row in rs
     }
     subjects = {sid for sid, row in every_row.items() if _is_subjects(row, subject, store_ids)}
+    # A session a merge moved below its target belongs with the session it was below: the
+    # subject's when that one is, never the subject's through the target (attack round 44).
+    moves = merge_moves()
+
+    def below_theirs(sid: str, row: dict) -> bool:
+        if (before := moves.original_parent(sid)) is not None:
+            return before in subjects or before in store_ids
+        return row.get("parent_session_id") in subjects or row.get("parent_session_id") in store_ids
+
     grew = True
     while grew:
         more = {
-            sid
-            for sid, row in every_row.items()
-            if sid not in subjects
-            and (
-                row.get("parent_session_id") in subjects
-                or row.get("parent_session_id") in store_ids
-            )
+            sid for sid, row in every_row.items() if sid not in subjects and below_theirs(sid, row)
         }
         subjects |= more
         grew = bool(more)
+    _refuse_others_merged_into(subject, subjects | store_ids, moves, every_row)
+    # The subject's messages a merge moved out of their sessions, in another person's session
+    # in the trash now (by the ids the merge recorded).
+    absorbed = {sid for sid in moves.messages if sid in subjects or sid in store_ids}
     purge, prune, found, kept, held, other_users = [], [], set(), [], {}, set()
+    prune_messages: list[tuple[int, tuple[int, ...]]] = []
     slugs: set[str] = set()
     kept_holds: set[int] = set()
     for operation, entries in operations.items():
@@ -619,6 +645,19 @@ def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
         theirs = {sid for sid in rows if sid in subjects}
         parts = {pk: payload.get("part_of") for pk, payload, _rs in entries}
         theirs |= {sid for sid in parts.values() if sid in store_ids}
+        for pk, payload, _rs in entries if absorbed else ():
+            moved = {
+                message_id: _value(m.get("session_id"))
+                for m in payload.get("messages", [])
+                if isinstance(message_id := _value(m.get("id")), int)
+                and _value(m.get("session_id")) not in theirs
+                and moves.moved_from(message_id, absorbed)
+            }
+            if moved:
+                prune_messages.append((pk, tuple(sorted(moved))))
+                found_in = [rows[s] for s in set(moved.values()) if s in rows]
+                # A hold on the session holding them stops the erasure, as in the store.
+                held.update(holds.held_among_rows(found_in))
         if not theirs:
             continue
         other_users |= {
@@ -666,7 +705,37 @@ def plan_trash(subject: Subject, session_ids: Sequence[str]) -> TrashPlan:
         chat_ids=_field_of(every_row, found, "chat_id"),
         session_keys=_field_of(every_row, found, "session_key"),
         slugs=tuple(sorted(slugs)),
+        prune_messages=tuple(sorted(prune_messages)),
     )
+
+
+def _refuse_others_merged_into(
+    subject: Subject, subjects: set[str], moves: MergeMoves, every_row: dict[str, dict]
+) -> None:
+    """One person's erasure never takes what a merge moved into their session out of another
+    person's, in the store or in the trash (attack round 44: a cascade of the target into the
+    trash, then the erasure, purged the other person's moved messages and delegate)."""
+    absorbed = moves.absorbed_into(subjects)
+    if not absorbed:
+        return
+    users = {sid: row.get("user_id") for sid, row in every_row.items() if sid in absorbed}
+    users.update(
+        db.fetchall_in("SELECT id, user_id FROM sessions WHERE id IN ({marks})", sorted(absorbed))
+    )
+    owners = {sid: users.get(sid) for sid in absorbed}
+    others = sorted(
+        sid
+        for sid in absorbed
+        if sid not in subjects and owners.get(sid) not in (None, "", subject.user_id)
+    )
+    if others:
+        first = others[0]
+        raise InvalidInput(
+            f"A merge moved session {first} (another user's) into session {absorbed[first]} "
+            "of this subject's, which is in the trash or the store: erasing it would erase "
+            "the other person's messages too. Restore the trash entry and undo the merge "
+            "first (or erase the other person as well). Nothing was erased."
+        )
 
 
 def _field_of(rows: dict[str, dict], session_ids: set[str], field: str) -> tuple[str, ...]:
@@ -693,7 +762,9 @@ class FullPlan:
 
     @property
     def empty(self) -> bool:
-        return self.store.empty and not (self.trash.purge or self.trash.prune)
+        return self.store.empty and not (
+            self.trash.purge or self.trash.prune or self.trash.prune_messages
+        )
 
 
 def plan(subject: Subject) -> FullPlan:
@@ -746,9 +817,11 @@ def _response_session(row: dict) -> object:
     return data.get("session_id") if isinstance(data, dict) else None
 
 
-def _prune_entry(entry_id: int, session_ids: Sequence[str]) -> int:
-    """Cut the subject's sessions and everything of theirs out of a shared trash entry."""
+def _prune_entry(entry_id: int, session_ids: Sequence[str], message_ids: Sequence[int] = ()) -> int:
+    """Cut the subject's sessions and everything of theirs out of a shared trash entry, and
+    ``message_ids`` (theirs, moved by a merge into another person's session in it)."""
     ids = set(session_ids)
+    moved = set(message_ids)
     entry = TrashEntry.objects.filter(pk=entry_id).first()
     if entry is None:
         return 0
@@ -758,7 +831,11 @@ def _prune_entry(entry_id: int, session_ids: Sequence[str]) -> int:
         return not any(_value(row.get(c)) in ids for c in columns)
 
     payload["sessions"] = [r for r in payload.get("sessions", []) if keep(r, "id")]
-    payload["messages"] = [r for r in payload.get("messages", []) if keep(r, "session_id")]
+    payload["messages"] = [
+        r
+        for r in payload.get("messages", [])
+        if keep(r, "session_id") and _value(r.get("id")) not in moved
+    ]
     payload["conversations"] = [
         r for r in payload.get("conversations", []) if keep(r, "session_id")
     ]
@@ -1006,14 +1083,18 @@ def erase_trash(trash: TrashPlan) -> TrashErased:
         sessions += held["sessions"] or 0
         messages += held["messages"] or 0
         batch.delete()
-    pruned = TrashEntry.objects.filter(pk__in=[pk for pk, _ in trash.prune]).values_list(
+    pruned = TrashEntry.objects.filter(pk__in=trash.pruned_entries).values_list(
         "operation", flat=True
     )
     operations = sorted({*purge, *pruned})
-    for entry_id, session_ids in trash.prune:
+    cut_sessions = dict(trash.prune)
+    cut_messages = dict(trash.prune_messages)
+    for entry_id in trash.pruned_entries:
         was = TrashEntry.objects.filter(pk=entry_id).values("session_count", "message_count")
         before = was.first() or {"session_count": 0, "message_count": 0}
-        entries += _prune_entry(entry_id, session_ids)
+        entries += _prune_entry(
+            entry_id, cut_sessions.get(entry_id, ()), cut_messages.get(entry_id, ())
+        )
         after = was.first() or before
         sessions += before["session_count"] - after["session_count"]
         messages += before["message_count"] - after["message_count"]

@@ -26,6 +26,7 @@ from sessions_admin.core.deletion import (
 from sessions_admin.core.erasure.subject import Subject, names_subject
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.fingerprints import plan_fingerprint
+from sessions_admin.core.merge_moves import MergeMoves, merge_moves
 from sessions_admin.core.schema import existing_tables
 from sessions_admin.routers import store_alias
 
@@ -278,14 +279,25 @@ def _subject_sessions(
     # the slugs of the sessions found so far by their own ids and links, never the slugs of a
     # session found through a slug (attack round 42: that crossed into other conversations).
     slugs = _slugs_recorded(found)
+    moves = merge_moves()
     for _ in range(lineage.MAX_DEPTH):
         more = _unclaimed(subject, _conversation_parts(found, slugs) - found, found)
+        # The children a merge moved from below one of theirs onto the target, whoever's the
+        # target is (attack round 44: a delegate stayed behind once the merge put it below
+        # another person's session); another user's child is refused, as a linked one is.
+        more |= _moved_below_targets(found, moves) - found
         if not more:
             break
         found |= set(lineage_closure(sorted(more), include_branches=True)) | _descendants(
             sorted(more)
         )
     return sorted(found - set(kept)), kept
+
+
+def _moved_below_targets(found: set[str], moves: MergeMoves) -> set[str]:
+    """The sessions in the store that a merge not undone moved from below one of ``found``."""
+    moved = sorted(child for child, (before, _t) in moves.children.items() if before in found)
+    return lineage.existing_session_ids(moved) if moved else set()
 
 
 def _slugs_recorded(ids: set[str]) -> set[str]:

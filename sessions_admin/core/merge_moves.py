@@ -1,0 +1,87 @@
+"""What merges not undone moved, as their records say: the children they re-parented onto
+their targets and the messages they moved out of the absorbed sessions.
+
+A merge takes an absorbed session's children and messages into its target (``core.merge``);
+its record (``sessions_admin_merges``) is all that still says whose they were. Holds and
+erasures follow it (attack round 44): a delegate another person's session had is covered by
+the holds on that person and taken by their erasure, wherever the merge put it and wherever it
+went since (the dashboard's trash after a cascade of the target); the messages moved are that
+person's, in the store or in the trash; and one person's erasure refuses a session that holds
+another person's moved rows, in the store or in the trash, as it does while the merge can be
+undone. A record closed by an erasure (``closed_by_erasure``) moved nothing any more.
+
+Read once per check: the merges table holds one row per merge an operator confirmed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from sessions_admin.core import db
+from sessions_admin.core.schema import existing_tables
+from sessions_admin.routers import store_alias
+
+
+@dataclass(frozen=True)
+class MergeMoves:
+    # child -> (the absorbed session it was below, the merge's target it went below)
+    children: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # absorbed session -> the (first, last) message id ranges the merge moved out of it
+    messages: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # absorbed session -> the target it went into
+    targets: dict[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.children or self.messages or self.targets)
+
+    def original_parent(self, session_id: str) -> str | None:
+        """The absorbed session ``session_id`` was below before a merge moved it, or None."""
+        moved = self.children.get(session_id)
+        return moved[0] if moved else None
+
+    def moved_from(self, message_id: int, session_ids: set[str]) -> str | None:
+        """Which of ``session_ids`` a merge moved message ``message_id`` out of, or None."""
+        for session_id in session_ids:
+            for first, last in self.messages.get(session_id, ()):
+                if first <= message_id <= last:
+                    return session_id
+        return None
+
+    def absorbed_into(self, target_ids: set[str]) -> dict[str, str]:
+        """absorbed -> target, for the merges into one of ``target_ids``."""
+        return {a: t for a, t in self.targets.items() if t in target_ids}
+
+
+NONE = MergeMoves()
+
+
+def merge_moves() -> MergeMoves:
+    """Every move recorded by a merge that is not undone (nor closed by an erasure)."""
+    if "sessions_admin_merges" not in existing_tables(store_alias()):
+        return NONE
+    children: dict[str, tuple[str, str]] = {}
+    messages: dict[str, tuple[tuple[int, int], ...]] = {}
+    targets: dict[str, str] = {}
+    for target, absorbed, prior in db.fetchall(
+        "SELECT target_session_id, absorbed_session_ids, prior_state FROM sessions_admin_merges "
+        "WHERE undone_at IS NULL ORDER BY id"
+    ):
+        try:
+            state = json.loads(prior or "{}")
+            absorbed_ids = [str(s) for s in json.loads(absorbed or "[]")]
+        except (TypeError, ValueError):
+            continue
+        if not isinstance(state, dict) or state.get("closed_by_erasure"):
+            continue
+        for session_id in absorbed_ids:
+            targets[session_id] = str(target)
+        for pair in state.get("children") or []:
+            if isinstance(pair, list | tuple) and len(pair) == 2:
+                children[str(pair[0])] = (str(pair[1]), str(target))
+        for session_id, ranges in (state.get("messages") or {}).items():
+            try:
+                found = tuple((int(first), int(last)) for first, last in ranges)
+            except (TypeError, ValueError):
+                continue
+            messages[str(session_id)] = messages.get(str(session_id), ()) + found
+    return MergeMoves(children=children, messages=messages, targets=targets)

@@ -1,0 +1,168 @@
+"""Attack round 44 (docs only): merges, then the trash or a hold, reached other people's data.
+
+A merge moves the absorbed session's messages and children (a delegate without a user id)
+into its target; its record is all that still says whose they are. The erasures and holds
+looked only at today's parent links and at the store:
+
+- bob's erasure after bob's session was merged into alice's conversation left bob's delegate
+  in the store for good (the merge had put it below alice's session);
+- a user hold on bob placed after that merge did not cover the delegate: a bulk delete took
+  it and a purge destroyed it;
+- once the target was cascaded into the trash, bob's erasure left bob's moved messages there
+  (a restore brought them back after a "done" receipt), and alice's erasure purged bob's moved
+  messages and delegate with alice's conversation.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sessions_admin import core
+from sessions_admin.core import db, holds
+from sessions_admin.core.erasure import Subject
+from sessions_admin.core.errors import InvalidInput
+from sessions_admin.ledger import actions, jobs
+from sessions_admin.ledger import erasure as erasure_ledger
+from sessions_admin.ledger.models import TrashEntry
+from sessions_admin.ledger.trash import decode_trash_value
+from tests.builders import erasures_run_inline  # noqa: F401 - an autouse fixture
+
+ALICE = "alice-44"
+BOB = "bob-5521"
+CAROL = "carol-77"
+
+
+def _session(
+    user: str | None, words: list[str], *, parent: str | None = None, end: str = "user_exit"
+) -> str:
+    sid = core.create_session(
+        source="telegram" if user else "subagent", user_id=user, parent_session_id=parent
+    ).session_id
+    for n, text in enumerate(words):
+        core.append_message(
+            session_id=sid, role="user" if n % 2 == 0 else "assistant", content=text
+        )
+    core.end_session(session_id=sid, end_reason=end)
+    return sid
+
+
+def _store_says(text: str) -> int:
+    return db.fetchone("SELECT COUNT(*) FROM messages WHERE content = %s", [text])[0]
+
+
+def _trash_says(text: str) -> int:
+    return sum(
+        1
+        for payload in TrashEntry.objects.values_list("payload", flat=True)
+        for message in payload.get("messages", [])
+        if decode_trash_value(message.get("content")) == text
+    )
+
+
+def _exists(session_id: str) -> bool:
+    return core.lineage.session_row(session_id) is not None
+
+
+@pytest.fixture
+def merged():
+    """alice's conversation (root, a continuation), bob's session with a delegate; support
+    merged bob's session into alice's continuation, which put bob's delegate below it."""
+    a1 = _session(ALICE, ["alice secret one", "ok alice"], end="compression")
+    a2 = _session(None, ["alice secret two", "ok2"], parent=a1)
+    b1 = _session(BOB, ["bob private one", "ok bob"])
+    bd = _session(None, ["delegate task for bob"], parent=b1)
+    core.merge_sessions(session_ids=[a2, b1], target_id=a2)
+    assert core.lineage.session_row(bd)["parent_session_id"] == a2
+    return {"a1": a1, "a2": a2, "b1": b1, "bd": bd}
+
+
+def _erase(subject: Subject):
+    plan = erasure_ledger.plan(subject)
+    request = actions.request_erasure(
+        actor=None, subject=subject, reference="DSR-44", expected_fingerprint=plan.fingerprint
+    )
+    actions.run_erasure(request_id=request.pk)
+    request.refresh_from_db()
+    return plan, request
+
+
+def _cascade_into_trash(root: str) -> None:
+    plan = core.plan_cascade_delete(session_ids=[root])
+    actions.cascade_delete(
+        actor=None,
+        session_ids=[root],
+        include_branches=True,
+        expected_fingerprint=plan.fingerprint,
+        reason="cleanup",
+        lose_undo=True,
+    )
+
+
+def test_the_erasure_of_the_absorbed_person_takes_the_delegate_the_merge_moved(merged):
+    plan, request = _erase(Subject(user_id=BOB))
+    assert merged["bd"] in plan.store.session_ids
+    assert request.state == "done"
+    assert not _exists(merged["bd"]) and _store_says("delegate task for bob") == 0
+    assert _store_says("bob private one") == 0
+    # alice's conversation is untouched.
+    assert _exists(merged["a2"]) and _store_says("alice secret two") == 1
+
+
+def test_a_user_hold_placed_after_the_merge_covers_the_delegate_it_moved(merged):
+    hold = holds.place_hold(kind=holds.USER, subject=BOB, reason="litigation", actor="lee")
+    assert holds.holds_on([merged["bd"]])[merged["bd"]].id == hold.id
+    other = _session(CAROL, ["carol's old chat"])
+    job = jobs.create_bulk_delete_job(
+        session_ids=[merged["bd"], other], include_live=False, actor="ada", reason="cleanup"
+    )
+    jobs.run_job(job_id=job)
+    assert not _exists(other)
+    assert _exists(merged["bd"]) and _store_says("delegate task for bob") == 1
+    # A session hold on bob's session covers it too, and what is below it.
+    holds.release_hold(hold_id=hold.id, reason="settled", actor="lee")
+    below = _session(None, ["the delegate's own delegate"], parent=merged["bd"])
+    on_session = holds.place_hold(
+        kind=holds.SESSION, subject=merged["b1"], reason="claim", actor="lee"
+    )
+    covered = holds.holds_on([merged["bd"], below])
+    assert {sid: h.id for sid, h in covered.items()} == {
+        merged["bd"]: on_session.id,
+        below: on_session.id,
+    }
+
+
+def test_the_absorbed_persons_moved_messages_in_the_trash_are_erased_and_never_restored(merged):
+    _cascade_into_trash(merged["a1"])
+    assert _trash_says("bob private one") == 1
+    plan, request = _erase(Subject(user_id=BOB))
+    assert plan.trash.prune_messages
+    assert request.state == "done"
+    assert _trash_says("bob private one") == 0 and _trash_says("ok bob") == 0
+    assert request.receipt["erased"]["messages_in_trash"] == 2
+    assert _store_says("delegate task for bob") == 0  # the delegate the cascade kept went too
+    # alice's conversation comes back whole, without a word of bob's.
+    entry = TrashEntry.objects.order_by("pk").first()
+    actions.restore(actor=None, entry_id=entry.pk)
+    assert _store_says("alice secret two") == 1 and _store_says("alice secret one") == 1
+    assert _store_says("bob private one") == 0 and not _exists(merged["bd"])
+
+
+def test_the_subjects_message_moved_into_another_persons_trashed_session_is_erased():
+    group_alice = _session(ALICE, ["alice in group"])
+    group_carol = _session(CAROL, ["carol in group"])
+    core.merge_sessions(session_ids=[group_carol, group_alice], target_id=group_carol)
+    _cascade_into_trash(group_carol)
+    _plan, request = _erase(Subject(user_id=ALICE))
+    assert request.state == "done"
+    assert _trash_says("alice in group") == 0 and _trash_says("carol in group") == 1
+    actions.restore(actor=None, entry_id=TrashEntry.objects.order_by("pk").first().pk)
+    assert _store_says("carol in group") == 1 and _store_says("alice in group") == 0
+
+
+def test_the_targets_persons_erasure_never_takes_what_the_merge_moved_in_from_the_trash(merged):
+    with pytest.raises(InvalidInput, match="unmerged first"):
+        erasure_ledger.plan(Subject(user_id=ALICE))
+    _cascade_into_trash(merged["a1"])
+    with pytest.raises(InvalidInput, match="another user's"):
+        erasure_ledger.plan(Subject(user_id=ALICE))
+    assert _trash_says("bob private one") == 1 and _store_says("delegate task for bob") == 1
