@@ -319,7 +319,7 @@ def _moved_origins(ids: Sequence[str], elsewhere: Elsewhere) -> dict[str, set[st
     """id -> the absorbed sessions that it, or a session above it, was below before a merge
     not undone moved it onto the merge's target (``merge_moves``); ids with none are left out.
     Upward by parent links in the store, then through ``elsewhere`` (the trash)."""
-    moves = merge_moves()
+    moves = merge_moves(children_only=True)
     if not moves.children:
         return {}
     origins: dict[str, set[str]] = {}

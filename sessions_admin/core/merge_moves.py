@@ -55,17 +55,29 @@ class MergeMoves:
 NONE = MergeMoves()
 
 
-def merge_moves() -> MergeMoves:
-    """Every move recorded by a merge that is not undone (nor closed by an erasure)."""
+# A record whose merge moved no child (``db.dumps`` writes no spaces; inside a JSON string the
+# quotes would be escaped, so only the key itself matches).
+_NO_CHILDREN = '%"children":[]%'
+
+
+def merge_moves(*, children_only: bool = False) -> MergeMoves:
+    """Every move recorded by a merge that is not undone (nor closed by an erasure).
+    ``children_only``: only the merges that moved a child are read (a hold check runs under
+    the store's write lock, once per batch of a delete: most merges moved none)."""
     if "sessions_admin_merges" not in existing_tables(store_alias()):
         return NONE
     children: dict[str, tuple[str, str]] = {}
     messages: dict[str, tuple[tuple[int, int], ...]] = {}
     targets: dict[str, str] = {}
-    for target, absorbed, prior in db.fetchall(
+    sql = (
         "SELECT target_session_id, absorbed_session_ids, prior_state FROM sessions_admin_merges "
-        "WHERE undone_at IS NULL ORDER BY id"
-    ):
+        "WHERE undone_at IS NULL"
+    )
+    params: list = []
+    if children_only:
+        sql += " AND prior_state NOT LIKE %s"
+        params.append(_NO_CHILDREN)
+    for target, absorbed, prior in db.fetchall(sql + " ORDER BY id", params):
         try:
             state = json.loads(prior or "{}")
             absorbed_ids = [str(s) for s in json.loads(absorbed or "[]")]
