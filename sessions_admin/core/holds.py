@@ -329,8 +329,8 @@ def _moved_origins(ids: Sequence[str], elsewhere: Elsewhere) -> dict[str, set[st
         if not at:
             break
         for origin, node in at.items():
-            if (parent := moves.original_parent(node)) is not None:
-                origins.setdefault(origin, set()).add(parent)
+            if before := moves.parents_before(node):
+                origins.setdefault(origin, set()).update(before)
         parents = dict(
             db.fetchall_in(
                 "SELECT id, parent_session_id FROM sessions WHERE id IN ({marks})",

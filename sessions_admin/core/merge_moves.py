@@ -24,8 +24,9 @@ from sessions_admin.routers import store_alias
 
 @dataclass(frozen=True)
 class MergeMoves:
-    # child -> (the absorbed session it was below, the merge's target it went below)
-    children: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # child -> (the absorbed session it was below, the merge's target it went below) of every
+    # merge not undone that moved it, oldest first (a merge of merges moves it again)
+    children: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     # absorbed session -> the (first, last) message id ranges the merge moved out of it
     messages: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     # absorbed session -> the target it went into
@@ -35,9 +36,14 @@ class MergeMoves:
         return bool(self.children or self.messages or self.targets)
 
     def original_parent(self, session_id: str) -> str | None:
-        """The absorbed session ``session_id`` was below before a merge moved it, or None."""
+        """The session ``session_id`` was below before the first merge not undone moved it (whose
+        it is), or None."""
         moved = self.children.get(session_id)
-        return moved[0] if moved else None
+        return moved[0][0] if moved else None
+
+    def parents_before(self, session_id: str) -> tuple[str, ...]:
+        """Every session ``session_id`` was below before a merge not undone moved it."""
+        return tuple(before for before, _target in self.children.get(session_id, ()))
 
     def moved_from(self, message_id: int, session_ids: set[str]) -> str | None:
         """Which of ``session_ids`` a merge moved message ``message_id`` out of, or None."""
@@ -66,7 +72,7 @@ def merge_moves(*, children_only: bool = False) -> MergeMoves:
     the store's write lock, once per batch of a delete: most merges moved none)."""
     if "sessions_admin_merges" not in existing_tables(store_alias()):
         return NONE
-    children: dict[str, tuple[str, str]] = {}
+    children: dict[str, tuple[tuple[str, str], ...]] = {}
     messages: dict[str, tuple[tuple[int, int], ...]] = {}
     targets: dict[str, str] = {}
     sql = (
@@ -89,7 +95,8 @@ def merge_moves(*, children_only: bool = False) -> MergeMoves:
             targets[session_id] = str(target)
         for pair in state.get("children") or []:
             if isinstance(pair, list | tuple) and len(pair) == 2:
-                children[str(pair[0])] = (str(pair[1]), str(target))
+                child = str(pair[0])
+                children[child] = children.get(child, ()) + ((str(pair[1]), str(target)),)
         for session_id, ranges in (state.get("messages") or {}).items():
             try:
                 found = tuple((int(first), int(last)) for first, last in ranges)

@@ -831,11 +831,16 @@ def _prune_entry(entry_id: int, session_ids: Sequence[str], message_ids: Sequenc
         return not any(_value(row.get(c)) in ids for c in columns)
 
     payload["sessions"] = [r for r in payload.get("sessions", []) if keep(r, "id")]
+    cut = [r for r in payload.get("messages", []) if _value(r.get("id")) in moved]
     payload["messages"] = [
         r
         for r in payload.get("messages", [])
         if keep(r, "session_id") and _value(r.get("id")) not in moved
     ]
+    if cut:
+        # The sessions that held them (another person's) are restored with counters that say
+        # so (attack round 44: a restore brought message_count 4 back over 2 messages).
+        payload["sessions"] = _recounted(payload.get("sessions", []), cut)
     payload["conversations"] = [
         r for r in payload.get("conversations", []) if keep(r, "session_id")
     ]
@@ -862,6 +867,34 @@ def _prune_entry(entry_id: int, session_ids: Sequence[str], message_ids: Sequenc
     )
     TrashSession.objects.filter(entry_id=entry_id, session_id__in=list(ids)).delete()
     return 1
+
+
+def _recounted(sessions: list[dict], cut: list[dict]) -> list[dict]:
+    """These trashed session rows less the active messages and tool calls ``cut`` took out of
+    them (``rows.recompute_counters``'s rule: active rows only)."""
+    fewer: dict[object, list[int]] = {}
+    for message in cut:
+        if _value(message.get("active")) in (0, False):
+            continue
+        calls = _value(message.get("tool_calls"))
+        try:
+            count = len(json.loads(calls)) if calls else 0
+        except (TypeError, ValueError):
+            count = 0
+        counts = fewer.setdefault(_value(message.get("session_id")), [0, 0])
+        counts[0] += 1
+        counts[1] += count if isinstance(count, int) else 0
+    recounted = []
+    for row in sessions:
+        less = fewer.get(_value(row.get("id")))
+        if less:
+            row = dict(row)
+            for column, n in (("message_count", less[0]), ("tool_call_count", less[1])):
+                value = _value(row.get(column))
+                if isinstance(value, int) and n:
+                    row[column] = max(0, value - n)
+        recounted.append(row)
+    return recounted
 
 
 def _replacements(subject: Subject, session_ids: Sequence[str], salt: str) -> dict[str, str]:

@@ -21,6 +21,7 @@ from sessions_admin import core
 from sessions_admin.core import db, holds
 from sessions_admin.core.erasure import Subject
 from sessions_admin.core.errors import InvalidInput
+from sessions_admin.demo.consistency import check_store
 from sessions_admin.ledger import actions, jobs
 from sessions_admin.ledger import erasure as erasure_ledger
 from sessions_admin.ledger.models import TrashEntry
@@ -166,3 +167,52 @@ def test_the_targets_persons_erasure_never_takes_what_the_merge_moved_in_from_th
     with pytest.raises(InvalidInput, match="another user's"):
         erasure_ledger.plan(Subject(user_id=ALICE))
     assert _trash_says("bob private one") == 1 and _store_says("delegate task for bob") == 1
+
+
+# --- attack round 44, the verification (helper-74) ---------------------------------------------
+
+
+def test_a_merge_of_merges_still_gives_the_delegate_to_the_person_it_was_below(merged):
+    """bob's delegate went below alice's continuation (merge 1), then with it into carol's
+    session (merge 2): it is still bob's, for his erasure as for a hold on him."""
+    below = _session(None, ["sub-delegate of bob"], parent=merged["bd"])
+    carol = _session(CAROL, ["carol's chat"])
+    core.merge_sessions(session_ids=[carol, merged["a2"]], target_id=carol)
+    assert core.lineage.session_row(merged["bd"])["parent_session_id"] == carol
+    hold = holds.place_hold(kind=holds.USER, subject=BOB, reason="claim", actor="lee")
+    assert {merged["bd"], below} <= set(holds.holds_on([merged["bd"], below]))
+    holds.release_hold(hold_id=hold.id, reason="settled", actor="lee")
+
+    plan, request = _erase(Subject(user_id=BOB))
+    assert {merged["b1"], merged["bd"], below} <= set(plan.store.session_ids)
+    assert request.state == "done"
+    assert _store_says("delegate task for bob") == 0 and _store_says("sub-delegate of bob") == 0
+    assert _store_says("carol's chat") == 1 and _store_says("alice secret two") == 1
+
+
+def test_an_unmerge_waits_for_a_child_it_moved_that_is_in_the_trash(merged):
+    """Undone while bob's delegate was in the trash, the merge gave back only what the store
+    held: restored afterwards, the delegate stayed below alice's session for good."""
+    job = jobs.create_bulk_delete_job(
+        session_ids=[merged["bd"]], include_live=False, actor="ada", reason="cleanup"
+    )
+    jobs.run_job(job_id=job)
+    assert not _exists(merged["bd"])
+    merge_id = db.fetchone("SELECT MAX(id) FROM sessions_admin_merges")[0]
+    with pytest.raises(InvalidInput, match="is in the trash"):
+        actions.unmerge(actor=None, merge_id=merge_id, reason="wrong merge")
+    assert core.lineage.session_row(merged["b1"])["end_reason"] == "merged"  # nothing changed
+
+    actions.restore(actor=None, entry_id=TrashEntry.objects.get().pk)
+    actions.unmerge(actor=None, merge_id=merge_id, reason="wrong merge")
+    assert core.lineage.session_row(merged["bd"])["parent_session_id"] == merged["b1"]
+    plan = erasure_ledger.plan(Subject(user_id=ALICE))
+    assert merged["bd"] not in plan.store.session_ids
+
+
+def test_a_restore_of_an_entry_an_erasure_cut_messages_from_leaves_the_counters_right(merged):
+    _cascade_into_trash(merged["a1"])
+    _erase(Subject(user_id=BOB))
+    actions.restore(actor=None, entry_id=TrashEntry.objects.order_by("pk").first().pk)
+    assert core.lineage.session_row(merged["a2"])["message_count"] == 2
+    assert check_store() == []

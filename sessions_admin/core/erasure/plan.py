@@ -296,7 +296,7 @@ def _subject_sessions(
 
 def _moved_below_targets(found: set[str], moves: MergeMoves) -> set[str]:
     """The sessions in the store that a merge not undone moved from below one of ``found``."""
-    moved = sorted(child for child, (before, _t) in moves.children.items() if before in found)
+    moved = sorted(child for child in moves.children if moves.original_parent(child) in found)
     return lineage.existing_session_ids(moved) if moved else set()
 
 

@@ -26,7 +26,7 @@ from sessions_admin.ledger.actions.audit import (
     complete_later,
     may_complete_later,
 )
-from sessions_admin.ledger.models import AuditAction, AuditEntry
+from sessions_admin.ledger.models import AuditAction, AuditEntry, TrashEntry, TrashSession
 
 
 def merge(
@@ -107,13 +107,53 @@ def unmerge(*, actor, merge_id: int, reason: str = "") -> core.UnmergeResult:
         session_ids=ids,
         reason=reason,
         before={"merge_id": merge_id, **_counts(ids), "process": this_process()},
-        run=lambda: _refuse_stray_moves_in_place(ids[1:]) or core.unmerge(merge_id=merge_id),
+        run=lambda: (
+            _refuse_stray_moves_in_place(ids[1:])
+            or _refuse_children_in_trash(merge_id)
+            or core.unmerge(merge_id=merge_id)
+        ),
         after=lambda r: {
             "merge_id": merge_id,
             "returned_messages": r.returned_messages,
             **_counts(ids),
         },
     )
+
+
+def _refuse_children_in_trash(merge_id: int) -> None:
+    """Refuse an unmerge while a child the merge moved onto its target is in the trash: the
+    unmerge gives back below the husk only the children in the store, so that one would come
+    back from the trash below the target, another person's session, for good (attack round
+    44). Restored first, it goes back below the husk with the rest."""
+    row = core_db.fetchone(
+        "SELECT prior_state FROM sessions_admin_merges WHERE id = %s", [merge_id]
+    )
+    try:
+        prior = json.loads(row[0]) if row and row[0] else {}
+    except (TypeError, ValueError):
+        return
+    moved = {
+        str(pair[0]): str(pair[1])
+        for pair in (prior.get("children") or [] if isinstance(prior, dict) else [])
+        if isinstance(pair, list | tuple) and len(pair) == 2
+    }
+    gone = sorted(set(moved) - core.lineage.existing_session_ids(sorted(moved)))
+    if not gone:
+        return
+    trashed = (
+        TrashSession.objects.filter(session_id__in=gone)
+        .exclude(entry__state=TrashEntry.RESTORED)
+        .order_by("entry_id")
+        .values_list("session_id", "entry_id")
+        .first()
+    )
+    if trashed is not None:
+        child, entry_id = trashed
+        raise InvalidInput(
+            f"Session {child}, which merge #{merge_id} moved from below {moved[child]}, is in "
+            f"the trash (entry #{entry_id}): restore it first, then undo the merge, so that it "
+            "goes back below its own session. Nothing was changed."
+        )
 
 
 def _refuse_stray_moves_in_place(husks: Sequence[str]) -> None:
