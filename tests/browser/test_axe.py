@@ -70,7 +70,9 @@ def _pages_for(role: str | None, seeded: urlmap.Seeded) -> list[str]:
 
 def _violations(page) -> list[str]:
     # axe.run as axe_playwright_python's Axe.run calls it, axe-core being in every document
-    # already (``add_init_script`` below).
+    # already (``add_init_script`` below), or sent now to a page of another test.
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.evaluate(Axe().axe_script)
     results = page.evaluate(f"axe.run({json.dumps(AXE_OPTIONS)})")["violations"]
     found = []
     for violation in results:
