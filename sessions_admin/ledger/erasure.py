@@ -878,12 +878,12 @@ def _recounted(sessions: list[dict], cut: list[dict]) -> list[dict]:
             continue
         calls = _value(message.get("tool_calls"))
         try:
-            count = len(json.loads(calls)) if calls else 0
+            parsed = json.loads(calls) if calls else []
         except (TypeError, ValueError):
-            count = 0
+            parsed = []
         counts = fewer.setdefault(_value(message.get("session_id")), [0, 0])
         counts[0] += 1
-        counts[1] += count if isinstance(count, int) else 0
+        counts[1] += len(parsed) if isinstance(parsed, list) else 0  # an array's length
     recounted = []
     for row in sessions:
         less = fewer.get(_value(row.get("id")))

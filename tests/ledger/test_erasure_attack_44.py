@@ -216,3 +216,29 @@ def test_a_restore_of_an_entry_an_erasure_cut_messages_from_leaves_the_counters_
     actions.restore(actor=None, entry_id=TrashEntry.objects.order_by("pk").first().pk)
     assert core.lineage.session_row(merged["a2"])["message_count"] == 2
     assert check_store() == []
+
+
+def test_the_tool_calls_cut_with_the_messages_leave_the_tool_call_count_right():
+    a1 = _session(ALICE, ["alice asks"], end="compression")
+    a2 = _session(None, ["alice again"], parent=a1)
+    b1 = core.create_session(source="telegram", user_id=BOB).session_id
+    calls = [
+        {"id": f"c{n}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        for n in range(2)
+    ]
+    core.append_messages(
+        session_id=b1,
+        messages=[
+            {"role": "user", "content": "bob asks"},
+            {"role": "assistant", "content": None, "tool_calls": calls},
+        ],
+    )
+    core.end_session(session_id=b1, end_reason="user_exit")
+    core.merge_sessions(session_ids=[a2, b1], target_id=a2)
+    assert core.lineage.session_row(a2)["tool_call_count"] == 2
+    _cascade_into_trash(a1)
+    _erase(Subject(user_id=BOB))
+    actions.restore(actor=None, entry_id=TrashEntry.objects.order_by("pk").first().pk)
+    row = core.lineage.session_row(a2)
+    assert (row["message_count"], row["tool_call_count"]) == (1, 0)
+    assert check_store() == []
