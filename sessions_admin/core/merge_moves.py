@@ -8,7 +8,8 @@ the holds on that person and taken by their erasure, wherever the merge put it a
 went since (the dashboard's trash after a cascade of the target); the messages moved are that
 person's, in the store or in the trash; and one person's erasure refuses a session that holds
 another person's moved rows, in the store or in the trash, as it does while the merge can be
-undone. A record closed by an erasure (``closed_by_erasure``) moved nothing any more.
+undone. A record an erasure closed (``closed_by_erasure``) keeps the moves of the other people
+it absorbed, and only those.
 
 Read once per check: the merges table holds one row per merge an operator confirmed."""
 
@@ -89,8 +90,9 @@ def merge_moves(*, children_only: bool = False) -> MergeMoves:
             absorbed_ids = [str(s) for s in json.loads(absorbed or "[]")]
         except (TypeError, ValueError):
             continue
-        if not isinstance(state, dict) or state.get("closed_by_erasure"):
+        if not isinstance(state, dict):
             continue
+        # A record an erasure closed keeps only what it moved of the other people it absorbed.
         for session_id in absorbed_ids:
             targets[session_id] = str(target)
         for pair in state.get("children") or []:

@@ -242,3 +242,27 @@ def test_the_tool_calls_cut_with_the_messages_leave_the_tool_call_count_right():
     row = core.lineage.session_row(a2)
     assert (row["message_count"], row["tool_call_count"]) == (1, 0)
     assert check_store() == []
+
+
+def test_one_merge_of_two_peoples_sessions_still_knows_the_second_after_the_first_is_erased():
+    """One merge took bob's and carol's sessions into alice's: bob's erasure closed its record,
+    which then no longer said what it moved of carol's (attack round 44's second verification)."""
+    a1 = _session(ALICE, ["alice asks"], end="compression")
+    a2 = _session(None, ["alice again"], parent=a1)
+    b1 = _session(BOB, ["bob private one"])
+    bd = _session(None, ["delegate task for bob"], parent=b1)
+    c1 = _session(CAROL, ["carol private one", "ok carol"])
+    cd = _session(None, ["delegate task for carol"], parent=c1)
+    core.merge_sessions(session_ids=[a2, b1, c1], target_id=a2)
+    _erase(Subject(user_id=BOB))
+    assert _store_says("bob private one") == 0 and not _exists(bd)
+
+    hold = holds.place_hold(kind=holds.USER, subject=CAROL, reason="claim", actor="lee")
+    assert holds.holds_on([cd])[cd].id == hold.id
+    holds.release_hold(hold_id=hold.id, reason="settled", actor="lee")
+    plan, request = _erase(Subject(user_id=CAROL))
+    assert cd in plan.store.session_ids and len(plan.store.other_messages) == 2
+    assert request.state == "done"
+    assert _store_says("carol private one") == 0 and _store_says("ok carol") == 0
+    assert not _exists(cd)
+    assert _store_says("alice again") == 1 and check_store() == []

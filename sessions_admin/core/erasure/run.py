@@ -371,10 +371,24 @@ def _close_merges(merge_ids: Sequence[int], erased: Sequence[str]) -> int:
                 [own, target, copied],
             )
         kept = [sid for sid in absorbed if sid not in erased_set]
+        # What it moved of the other people it absorbed stays on record (attack round 44: one
+        # merge took bob's and carol's sessions into alice's; bob's erasure closed it, and
+        # carol's erasure and holds no longer found her moved messages and delegate).
+        others = {
+            **CLOSED_BY_ERASURE,
+            "messages": {
+                sid: ranges for sid, ranges in (prior.get("messages") or {}).items() if sid in kept
+            },
+            "children": [
+                pair
+                for pair in prior.get("children") or []
+                if len(pair) == 2 and pair[1] in kept and pair[0] not in erased_set
+            ],
+        }
         closed += db.execute(
             "UPDATE sessions_admin_merges SET absorbed_session_ids = %s, prior_state = %s "
             "WHERE id = %s",
-            [db.dumps(kept), db.dumps(CLOSED_BY_ERASURE), merge_id],
+            [db.dumps(kept), db.dumps(others), merge_id],
         )
     return closed
 
