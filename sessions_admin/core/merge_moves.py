@@ -68,7 +68,8 @@ _NO_CHILDREN = '%"children":[]%'
 
 
 def merge_moves(*, children_only: bool = False) -> MergeMoves:
-    """Every move recorded by a merge that is not undone (nor closed by an erasure).
+    """Every move recorded by a merge that is not undone (of one an erasure closed, what it
+    moved of the other people it absorbed).
     ``children_only``: only the merges that moved a child are read (a hold check runs under
     the store's write lock, once per batch of a delete: most merges moved none)."""
     if "sessions_admin_merges" not in existing_tables(store_alias()):
