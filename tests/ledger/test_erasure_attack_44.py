@@ -266,3 +266,15 @@ def test_one_merge_of_two_peoples_sessions_still_knows_the_second_after_the_firs
     assert _store_says("carol private one") == 0 and _store_says("ok carol") == 0
     assert not _exists(cd)
     assert _store_says("alice again") == 1 and check_store() == []
+
+
+def test_a_restored_entrys_copy_of_the_moved_messages_is_scrubbed_not_counted(merged):
+    """Cascaded, then restored: the entry keeps a copy of the rows it put back. The erasure
+    scrubs bob's from it, and counts his messages once, where they are: in the store."""
+    _cascade_into_trash(merged["a1"])
+    actions.restore(actor=None, entry_id=TrashEntry.objects.order_by("pk").first().pk)
+    _plan, request = _erase(Subject(user_id=BOB))
+    erased = request.receipt["erased"]
+    assert erased["messages_in_trash"] == 0 and erased["sessions_in_trash"] == 0
+    assert _trash_says("bob private one") == 0 and _store_says("bob private one") == 0
+    assert _trash_says("alice secret two") == 1  # the restored entry's record of alice's
