@@ -414,7 +414,18 @@ def refuse_under_erasure(session_ids: Sequence[str]) -> None:
         if recorded is None:
             continue
         full, _before = recorded
-        taken = wanted & {*full.store.session_ids, *full.trash.session_ids}
+        # The other people's sessions it takes the subject's moved rows out of count too, in the
+        # store or in a trash entry (attack round 44: a restore of such an entry, as the erasure
+        # began, put the person's moved messages back after a receipt that said "done").
+        cut_from = TrashEntry.objects.filter(
+            pk__in=[pk for pk, _ids in full.trash.prune_messages]
+        ).values_list("session_ids", flat=True)
+        taken = wanted & {
+            *full.store.session_ids,
+            *full.trash.session_ids,
+            *full.store.touched_session_ids,
+            *(sid for ids in cut_from for sid in ids or ()),
+        }
         if taken:
             raise SessionsUnderErasure(request.pk, sorted(taken))
 

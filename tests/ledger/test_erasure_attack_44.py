@@ -278,3 +278,45 @@ def test_a_restored_entrys_copy_of_the_moved_messages_is_scrubbed_not_counted(me
     assert erased["messages_in_trash"] == 0 and erased["sessions_in_trash"] == 0
     assert _trash_says("bob private one") == 0 and _store_says("bob private one") == 0
     assert _trash_says("alice secret two") == 1  # the restored entry's record of alice's
+
+
+def test_a_restore_of_an_entry_an_unfinished_erasure_cuts_the_persons_messages_from_waits(
+    merged,
+):
+    """bob's moved messages are in alice's trashed session; bob's erasure began and stopped
+    (its plan recorded): restoring alice's entry now would put them back behind a receipt that
+    says they were erased (attack round 44: a restore raced the erasure's confirmation)."""
+    from sessions_admin.core import faults
+    from sessions_admin.ledger.erasure import SessionsUnderErasure
+
+    _cascade_into_trash(merged["a1"])
+    subject = Subject(user_id=BOB)
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-44",
+        expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
+        start=False,
+    )
+
+    def stop() -> None:
+        raise RuntimeError("the worker stopped here")
+
+    faults.run_at("erasure.after_plan_recorded", stop)
+    try:
+        with pytest.raises(RuntimeError):
+            actions.run_erasure(request_id=request.pk)
+    finally:
+        faults._actions.clear()
+        faults._hits.clear()
+    entry = TrashEntry.objects.order_by("pk").first()
+    with pytest.raises(SessionsUnderErasure):
+        actions.restore(actor=None, entry_id=entry.pk)
+    assert _store_says("bob private one") == 0 and _trash_says("bob private one") == 1
+
+    actions.run_erasure(request_id=request.pk)  # finished from its page
+    request.refresh_from_db()
+    assert request.state == "done" and request.receipt["erased"]["messages_in_trash"] == 2
+    actions.restore(actor=None, entry_id=entry.pk)
+    assert _store_says("bob private one") == 0 and _store_says("alice secret two") == 1
+    assert check_store() == []
