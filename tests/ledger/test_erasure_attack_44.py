@@ -286,29 +286,11 @@ def test_a_restore_of_an_entry_an_unfinished_erasure_cuts_the_persons_messages_f
     """bob's moved messages are in alice's trashed session; bob's erasure began and stopped
     (its plan recorded): restoring alice's entry now would put them back behind a receipt that
     says they were erased (attack round 44: a restore raced the erasure's confirmation)."""
-    from sessions_admin.core import faults
     from sessions_admin.ledger.erasure import SessionsUnderErasure
+    from tests.ledger.test_erasure_merged_meanwhile import stopped_after_its_plan
 
     _cascade_into_trash(merged["a1"])
-    subject = Subject(user_id=BOB)
-    request = actions.request_erasure(
-        actor=None,
-        subject=subject,
-        reference="DSR-44",
-        expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
-        start=False,
-    )
-
-    def stop() -> None:
-        raise RuntimeError("the worker stopped here")
-
-    faults.run_at("erasure.after_plan_recorded", stop)
-    try:
-        with pytest.raises(RuntimeError):
-            actions.run_erasure(request_id=request.pk)
-    finally:
-        faults._actions.clear()
-        faults._hits.clear()
+    request = stopped_after_its_plan(Subject(user_id=BOB))
     entry = TrashEntry.objects.order_by("pk").first()
     with pytest.raises(SessionsUnderErasure):
         actions.restore(actor=None, entry_id=entry.pk)

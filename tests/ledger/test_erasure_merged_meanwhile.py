@@ -94,9 +94,7 @@ def test_a_recorded_plan_keeps_the_merges_it_knew():
 def failed_midway():
     """Alice's erasure began (its plan recorded) and failed before erasing: a session of hers
     in the store, one in the trash; then the second admin's moves below."""
-    from sessions_admin.core import faults
     from sessions_admin.ledger import actions
-    from sessions_admin.ledger import erasure as erasure_ledger
     from sessions_admin.ledger.models import ErasureRequest, TrashEntry
 
     kept = _session(ALICE, 3, "ALICE-WORDS")
@@ -110,7 +108,18 @@ def failed_midway():
         reason="tidy",
     )
     entry = TrashEntry.objects.get()
-    subject = Subject(user_id=ALICE)
+    request = stopped_after_its_plan(Subject(user_id=ALICE))
+    assert request.state == ErasureRequest.FAILED
+    return {"kept": kept, "trashed": trashed, "entry": entry, "request": request}
+
+
+def stopped_after_its_plan(subject: Subject):
+    """An erasure request for ``subject`` confirmed, begun (its plan recorded), then stopped
+    before erasing anything: failed, waiting to be run again."""
+    from sessions_admin.core import faults
+    from sessions_admin.ledger import actions
+    from sessions_admin.ledger import erasure as erasure_ledger
+
     request = actions.request_erasure(
         actor=None,
         subject=subject,
@@ -130,8 +139,7 @@ def failed_midway():
         faults._actions.clear()
         faults._hits.clear()
     request.refresh_from_db()
-    assert request.state == ErasureRequest.FAILED
-    return {"kept": kept, "trashed": trashed, "entry": entry, "request": request}
+    return request
 
 
 def test_nobody_restores_or_deletes_what_an_unfinished_erasure_is_taking(failed_midway):
