@@ -554,10 +554,24 @@ def test_purge_trash_refuses_bad_days_from_the_command_line(argument):
     assert not AuditEntry.objects.exists()
 
 
+def test_purge_trash_says_what_it_dropped_not_what_a_restore_took_back():
+    held = _trash_entry(age_days=3)
+    back = _trash_entry(age_days=3)
+    TrashEntry.objects.filter(pk=held).update(session_count=2, message_count=8)
+    TrashEntry.objects.filter(pk=back).update(
+        session_count=3, message_count=9, state=TrashEntry.RESTORED
+    )
+    out = _purge("--days", "2.5")
+    assert "Purged 2 trash entries (2 sessions, 8 messages) older than 2.5 days." in out
+    assert not TrashEntry.objects.exists()
+
+
 def test_purge_trash_purges_past_the_days_given_audited():
     old = _trash_entry(age_days=3)
     new = _trash_entry(age_days=1)
-    assert "Purged 1 trash entries older than 2.5 days." in _purge("--days", "2.5")
+    assert "Purged 1 trash entries (0 sessions, 0 messages) older than 2.5 days." in _purge(
+        "--days", "2.5"
+    )
     assert list(TrashEntry.objects.values_list("pk", flat=True)) == [new]
     entry = AuditEntry.objects.get(action="purge_trash")
     assert entry.outcome == "ok" and entry.before["older_than_days"] == 2.5
