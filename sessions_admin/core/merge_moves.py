@@ -62,6 +62,17 @@ class MergeMoves:
 NONE = MergeMoves()
 
 
+def recorded_children(prior: object) -> list[tuple[str, str]]:
+    """(child, the absorbed session it was below) of each child a merge record's prior state
+    says the merge moved onto its target; nothing for a record that cannot be read."""
+    pairs = prior.get("children") if isinstance(prior, dict) else None
+    return [
+        (str(pair[0]), str(pair[1]))
+        for pair in pairs or []
+        if isinstance(pair, list | tuple) and len(pair) == 2
+    ]
+
+
 # A record whose merge moved no child (``db.dumps`` writes no spaces; inside a JSON string the
 # quotes would be escaped, so only the key itself matches).
 _NO_CHILDREN = '%"children":[]%'
@@ -96,10 +107,8 @@ def merge_moves(*, children_only: bool = False) -> MergeMoves:
         # A record an erasure closed keeps only what it moved of the other people it absorbed.
         for session_id in absorbed_ids:
             targets[session_id] = str(target)
-        for pair in state.get("children") or []:
-            if isinstance(pair, list | tuple) and len(pair) == 2:
-                child = str(pair[0])
-                children[child] = children.get(child, ()) + ((str(pair[1]), str(target)),)
+        for child, before in recorded_children(state):
+            children[child] = children.get(child, ()) + ((before, str(target)),)
         for session_id, ranges in (state.get("messages") or {}).items():
             try:
                 found = tuple((int(first), int(last)) for first, last in ranges)

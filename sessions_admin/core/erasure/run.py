@@ -55,6 +55,7 @@ from sessions_admin.core.erasure.plan import (
 from sessions_admin.core.erasure.subject import Subject, redact_text
 from sessions_admin.core.errors import StoreError
 from sessions_admin.core.merge import CLOSED_BY_ERASURE
+from sessions_admin.core.merge_moves import recorded_children
 from sessions_admin.core.rows import recompute_counters
 from sessions_admin.routers import responses_alias
 
@@ -380,9 +381,9 @@ def _close_merges(merge_ids: Sequence[int], erased: Sequence[str]) -> int:
                 sid: ranges for sid, ranges in (prior.get("messages") or {}).items() if sid in kept
             },
             "children": [
-                pair
-                for pair in prior.get("children") or []
-                if len(pair) == 2 and pair[1] in kept and pair[0] not in erased_set
+                [child, before]
+                for child, before in recorded_children(prior)
+                if before in kept and child not in erased_set
             ],
         }
         closed += db.execute(

@@ -14,6 +14,7 @@ from sessions_admin.core import db as core_db
 from sessions_admin.core import fingerprints
 from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.merge import confirmation_problem
+from sessions_admin.core.merge_moves import recorded_children
 from sessions_admin.core.processes import this_process
 from sessions_admin.core.text import operator_identifier, operator_identifiers, operator_text
 from sessions_admin.ledger import erasure as erasure_ledger
@@ -132,11 +133,7 @@ def _refuse_children_in_trash(merge_id: int) -> None:
         prior = json.loads(row[0]) if row and row[0] else {}
     except (TypeError, ValueError):
         return
-    moved = {
-        str(pair[0]): str(pair[1])
-        for pair in (prior.get("children") or [] if isinstance(prior, dict) else [])
-        if isinstance(pair, list | tuple) and len(pair) == 2
-    }
+    moved = dict(recorded_children(prior))
     gone = sorted(set(moved) - core.lineage.existing_session_ids(sorted(moved)))
     if not gone:
         return
