@@ -55,11 +55,13 @@ class LedgerConfig(AppConfig):
     def ready(self) -> None:
         # Imported here: the trash needs the app's models, loaded only once apps are ready.
         from sessions_admin.core import deletion, holds
-        from sessions_admin.ledger.trash import LEDGER_TRASH, trashed_lineage
+        from sessions_admin.ledger.erasure import RESTORING_TRASH
+        from sessions_admin.ledger.trash import trashed_lineage
 
         # Every delete and restore in a dashboard process (views, commands, jobs, tests)
-        # keeps its rows in the ledger's trash unless its caller passes another.
-        deletion.set_default_trash(LEDGER_TRASH)
+        # keeps its rows in the ledger's trash unless its caller passes another; a restore
+        # is checked against the erasures that began, in its store transaction.
+        deletion.set_default_trash(RESTORING_TRASH)
         # A legal hold covers the sessions of its lineage that are in the trash too.
         holds.set_lineage_elsewhere(trashed_lineage)
         # The actions register the runners of cascade and restore jobs (``ledger.jobs``): a

@@ -54,6 +54,7 @@ from sessions_admin.ledger.models import (
 )
 from sessions_admin.ledger.trash import (
     ERASED_TRASH,
+    LedgerTrash,
     decode_trash_rows,
     decode_trash_value,
     note_pending_cascades,
@@ -428,6 +429,29 @@ def refuse_under_erasure(session_ids: Sequence[str]) -> None:
         }
         if taken:
             raise SessionsUnderErasure(request.pk, sorted(taken))
+
+
+class TrashBesideErasures(LedgerTrash):
+    """The dashboard's trash as a restore uses it: the restore is checked against the erasures
+    that began once more as it begins writing, in its store transaction under the store's
+    lock (``refuse_under_erasure``). The restore action's own check can run before an erasure
+    records its plan and the store write after the erasure began (attack round 44, Q1); an
+    erasure records its plan before it writes the store, so one of the two sees the other."""
+
+    def begin_restore(self, entry_ids: Sequence[int], *, actor: str) -> None:
+        refuse_under_erasure(
+            [
+                sid
+                for ids in TrashEntry.objects.filter(pk__in=list(entry_ids)).values_list(
+                    "session_ids", flat=True
+                )
+                for sid in ids or ()
+            ]
+        )
+        super().begin_restore(entry_ids, actor=actor)
+
+
+RESTORING_TRASH = TrashBesideErasures()
 
 
 def unfinished_request_for(subject: Subject) -> ErasureRequest | None:

@@ -302,3 +302,75 @@ def test_a_restore_of_an_entry_an_unfinished_erasure_cuts_the_persons_messages_f
     actions.restore(actor=None, entry_id=entry.pk)
     assert _store_says("bob private one") == 0 and _store_says("alice secret two") == 1
     assert check_store() == []
+
+
+def _confirmed(subject: Subject):
+    """An erasure request for ``subject`` confirmed from its preview, not run yet."""
+    return actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-45",
+        expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
+        start=False,
+    )
+
+
+def test_a_restore_committed_after_the_erasure_planned_leaves_nothing_of_the_person(
+    merged, monkeypatch
+):
+    """Attack round 44, Q1: bob's moved messages were in alice's trashed session; a restore of
+    it, sent as bob's erasure was confirmed, passed its check before the run recorded its plan
+    and committed after the run had planned. The run said ``done`` and bob's messages stayed
+    in alice's session. The run now takes them back out as it closes the merge's record, and
+    counts them."""
+    _cascade_into_trash(merged["a1"])
+    request = _confirmed(Subject(user_id=BOB))
+    entry = TrashEntry.objects.order_by("pk").first()
+    planned = erasure_ledger.plan
+
+    def plan_then_restore(subject):
+        full = planned(subject)
+        if subject.user_id == BOB and not TrashEntry.objects.filter(state="restored").exists():
+            actions.restore(actor=None, entry_id=entry.pk)  # the race's other side commits now
+        return full
+
+    monkeypatch.setattr(erasure_ledger, "plan", plan_then_restore)
+    actions.run_erasure(request_id=request.pk)
+    request.refresh_from_db()
+    assert TrashEntry.objects.get(pk=entry.pk).state == "restored"
+    assert request.state == "done"
+    assert _store_says("bob private one") == 0 and _store_says("ok bob") == 0
+    assert _trash_says("bob private one") == 0
+    # alice's conversation is back, whole, with nothing of bob's in it.
+    assert _store_says("alice secret two") == 1 and _store_says("ok2") == 1
+    erased = request.receipt["erased"]
+    # Counted once, where the databases lost them: in alice's session in the store.
+    assert erased["messages_in_other_sessions"] + erased["messages_in_trash"] == 2
+    assert erased["messages_in_other_sessions"] == 2
+    assert check_store() == []
+
+
+def test_a_restore_that_reaches_the_store_after_the_erasure_began_is_refused_there(merged):
+    """The other order of the same race: the restore's first check ran before the erasure
+    recorded its plan, and its store transaction began after. Checked again inside that
+    transaction (under the store's write lock), it is refused and puts nothing back."""
+    from sessions_admin.ledger.erasure import RESTORING_TRASH, SessionsUnderErasure
+    from tests.ledger.test_erasure_merged_meanwhile import stopped_after_its_plan
+
+    _cascade_into_trash(merged["a1"])
+    request = stopped_after_its_plan(Subject(user_id=BOB))
+    entry = TrashEntry.objects.order_by("pk").first()
+    # The restore's store transaction alone, as if the action's check had run before the
+    # erasure recorded its plan: with the trash restores use, and with the default one.
+    for trash in (RESTORING_TRASH, None):
+        with pytest.raises(SessionsUnderErasure):
+            core.restore_trash_entry(entry_id=entry.pk, actor="lee", trash=trash)
+    entry.refresh_from_db()
+    assert entry.state != "restored" and entry.restoring_since is None
+    assert not _exists(merged["a2"]) and _store_says("bob private one") == 0
+    actions.run_erasure(request_id=request.pk)
+    request.refresh_from_db()
+    assert request.state == "done" and request.receipt["erased"]["messages_in_trash"] == 2
+    actions.restore(actor=None, entry_id=entry.pk)
+    assert _store_says("bob private one") == 0 and _store_says("alice secret two") == 1
+    assert check_store() == []

@@ -82,6 +82,9 @@ class LateRows:
     conversations: int = 0
     responses: int = 0
     side_rows: int = 0
+    # The subject's messages a merge moved that a restore put back in the store after the plan
+    # was made, put in the plan (and recorded) before they are deleted (``_close_merges``).
+    other_messages: int = 0
 
     def as_record(self) -> dict:
         return {**asdict(self), "added": list(self.added)}
@@ -99,6 +102,7 @@ class LateRows:
             conversations=int(record.get("conversations", 0)),
             responses=int(record.get("responses", 0)),
             side_rows=int(record.get("side_rows", 0)),
+            other_messages=int(record.get("other_messages", 0)),
         )
 
 
@@ -178,7 +182,7 @@ def _erased(before: RowsPresent, now: RowsPresent, late: LateRows) -> dict[str, 
     }
     # ``now`` counts the added sessions still there (the plan holds them), ``before`` none.
     gone["sessions"] += len(late.added) + late.recreated
-    for name in ("messages", "conversations", "responses", "side_rows"):
+    for name in ("messages", "other_messages", "conversations", "responses", "side_rows"):
         gone[name] += getattr(late, name)
     return gone
 

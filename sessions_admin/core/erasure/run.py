@@ -27,6 +27,7 @@ from sessions_admin.core.deletion import (
     ordered_children_first,
     response_ids_of,
 )
+from sessions_admin.core.deletion.restore import RESTORE_LOCK
 from sessions_admin.core.erasure.counts import (
     SIDE_ROW_KEYS,
     ErasureResult,
@@ -46,6 +47,7 @@ from sessions_admin.core.erasure.plan import (
     _holds_naming,
     _identifiers_of,
     _merges_touching,
+    _moved_messages,
     _side_rows,
     _theirs_or_nobodys,
     keyed_below_closed_merges,
@@ -343,13 +345,37 @@ def _redact_holds(hold_ids: Sequence[int], subject: Subject) -> int:
 
 
 @store_operation
-def _close_merges(merge_ids: Sequence[int], erased: Sequence[str]) -> int:
+def _close_merges(
+    merge_ids: Sequence[int],
+    erased: Sequence[str],
+    *,
+    known_moved: Sequence[int] = (),
+    found_moved: Callable[[list[tuple[int, str]]], None] = lambda _moved: None,
+) -> int:
     """Merge records that moved the subject's rows into a session that stays: their saved
     prior state (the subject's rows) goes, the erased sessions leave the absorbed list, and
     the record says it can no longer be undone (``core.merge.unmerge`` refuses it). A key
     the merge copied from an erased session onto the target (it had none) is taken back:
-    the target gets its own prior value again, while it still holds the copied one."""
+    the target gets its own prior value again, while it still holds the copied one.
+
+    The record is the last thing that says which messages the merge moved, so before it is
+    closed, in the same transaction, the subject's moved messages the store holds again and
+    the plan did not list (``known_moved``) go: a restore of a trash entry holding them that
+    committed after the plan was made (attack round 44, Q1: it raced the confirmation). They
+    are handed to ``found_moved`` first (the caller records them with the plan), a hold on
+    the session holding them stops it, and the count of them is returned. Under the restore
+    lock: a restore still writing finishes first, and one after it is refused by the
+    dashboard's check in its own transaction (the erasure recorded its plan before this)."""
+    db.lock_names(RESTORE_LOCK)
     erased_set = set(erased)
+    wanted = set(merge_ids)
+    merges = [m for m in _merges_touching(erased_set) if m[0] in wanted]
+    known = set(known_moved)
+    back = [pair for pair in _moved_messages(merges, erased_set) if pair[0] not in known]
+    if back:
+        holds.refuse_held(sorted({sid for _mid, sid in back}))
+        found_moved(back)
+        _delete_other_messages([mid for mid, _sid in back])
     closed = 0
     for merge_id in merge_ids:
         row = db.fetchone(
@@ -391,7 +417,7 @@ def _close_merges(merge_ids: Sequence[int], erased: Sequence[str]) -> int:
             "WHERE id = %s",
             [db.dumps(kept), db.dumps(others), merge_id],
         )
-    return closed
+    return len(back)
 
 
 @store_operation
@@ -620,6 +646,14 @@ def erase(
         record()  # before they go, as the children started are
         return back
 
+    def moved_back(moved: list[tuple[int, str]]) -> None:
+        """Moved messages a restore put back after the plan was made: in the plan, counted as
+        late, and recorded before they go (a resumed run deletes and counts them too)."""
+        nonlocal plan
+        plan = replace(plan, other_messages=tuple(sorted({*plan.other_messages, *moved})))
+        tally[0] = replace(tally[0], other_messages=tally[0].other_messages + len(moved))
+        record()
+
     def delete_sessions() -> None:
         nonlocal plan
         done: set[str] = set()
@@ -670,7 +704,12 @@ def erase(
                     {"sessions_admin_switch_events": [[seq] for seq in switch_events]}
                 )
             if plan.closed_merges:
-                _close_merges(plan.closed_merges, plan.session_ids)
+                _close_merges(
+                    plan.closed_merges,
+                    plan.session_ids,
+                    known_moved=[mid for mid, _sid in plan.other_messages],
+                    found_moved=moved_back,
+                )
             _take_back_keys(
                 plan.closed_merges, plan.redaction_subject.session_keys, plan.session_ids
             )

@@ -450,7 +450,7 @@ def restore(*, actor, entry_id: int, reason: str = "") -> core.RestoreResult:
         # lock) is completed at once once that process is known dead (complete_stale_restores).
         before={"trash_entry": entry_id, "trash_operation": operation, "process": this_process()},
         run=lambda: core.restore_trash_entry(
-            entry_id=entry_id, actor=_name(actor), trash=LEDGER_TRASH
+            entry_id=entry_id, actor=_name(actor), trash=erasure_ledger.RESTORING_TRASH
         ),
         after=_restore_after,
     )

@@ -32,6 +32,7 @@ from sessions_admin.ledger.actions.deletion import (
     settle_deletes_and_restores,
 )
 from sessions_admin.ledger.context import current_audit_entry, running_audit_entry
+from sessions_admin.ledger.erasure import RESTORING_TRASH
 from sessions_admin.ledger.models import (
     AuditAction,
     AuditEntry,
@@ -288,7 +289,7 @@ def _run_restore_job(job: DeleteJob, worker_name: str) -> None:
         try:
             with running_audit_entry(job.audit_entry):
                 result = core.restore_trash_entry(
-                    entry_id=entry_id, actor=job.created_by, trash=LEDGER_TRASH
+                    entry_id=entry_id, actor=job.created_by, trash=RESTORING_TRASH
                 )
             after = _restore_after(result)
             restored_ids = list(result.restored_sessions)
