@@ -566,6 +566,21 @@ def test_purge_trash_says_what_it_dropped_not_what_a_restore_took_back():
     assert not TrashEntry.objects.exists()
 
 
+def test_a_purges_audit_entry_links_the_sessions_it_dropped():
+    """A session's history in the audit log ends with the purge that dropped it (attack round
+    44, Q2: the entry linked only the sessions a hold kept). A restored entry's sessions are
+    back in the store: the purge dropped nothing of them."""
+    dropped = _trash_entry(age_days=3)
+    back = _trash_entry(age_days=3)
+    TrashEntry.objects.filter(pk=dropped).update(session_ids=["s-dropped-1", "s-dropped-2"])
+    TrashEntry.objects.filter(pk=back).update(session_ids=["s-back"], state=TrashEntry.RESTORED)
+    _purge("--days", "2.5")
+    entry = AuditEntry.objects.get(action="purge_trash")
+    linked = set(entry.sessions.values_list("session_id", flat=True))
+    assert linked == {"s-dropped-1", "s-dropped-2"}
+    assert set(entry.session_ids) == linked
+
+
 def test_purge_trash_purges_past_the_days_given_audited():
     old = _trash_entry(age_days=3)
     new = _trash_entry(age_days=1)

@@ -608,6 +608,9 @@ class PurgeReport:
     kept: tuple[HeldTrash, ...]  # operations it would have dropped, kept under a legal hold
     sessions: int = 0  # what the dropped operations held (their entries not restored)
     messages: int = 0
+    # Those sessions' ids: the purge's audit entry links them, so a session's history in the
+    # audit log ends with the purge that dropped it.
+    session_ids: tuple[str, ...] = ()
 
     def kept_text(self, verb: str = "Kept") -> str:
         """ "Kept 1 trash entry under legal hold: trash entry #4 (session s-1), hold #3"
@@ -708,6 +711,7 @@ def purge_trash_report(*, older_than_days: float | None = None) -> PurgeReport:
                 operations = _purgeable(older_than_days, held)
                 note_pending_cascades(operations, key=PURGED_TRASH, cause={"purged": True})
                 plan = _purge_plan(operations)
+                dropped = _dropped_session_ids(operations)
                 _note_purge_plan(plan)
                 for start in range(0, len(operations), 500):
                     TrashEntry.objects.filter(
@@ -724,6 +728,7 @@ def purge_trash_report(*, older_than_days: float | None = None) -> PurgeReport:
             kept=kept_under_hold(older_than_days=older_than_days, held=held),
             sessions=plan["purged_sessions"],
             messages=plan["purged_messages"],
+            session_ids=dropped,
         )
     raise StoreBusy("purging the trash while legal holds change", PURGE_ATTEMPTS)
 
@@ -762,6 +767,20 @@ def _purge_plan(operations: Sequence[str]) -> dict:
         "purged_messages": messages,
         "operations": entries,
     }
+
+
+def _dropped_session_ids(operations: Sequence[str]) -> tuple[str, ...]:
+    """The sessions a purge of ``operations`` drops (entries neither pending nor restored)."""
+    found: dict[str, None] = {}
+    for start in range(0, len(operations), 500):
+        for session_ids in (
+            TrashEntry.objects.filter(operation__in=operations[start : start + 500])
+            .exclude(state__in=[TrashEntry.PENDING, TrashEntry.RESTORED])
+            .order_by("pk")
+            .values_list("session_ids", flat=True)
+        ):
+            found.update(dict.fromkeys(session_ids or ()))
+    return tuple(found)
 
 
 def _note_purge_plan(plan: dict) -> None:

@@ -489,7 +489,11 @@ def purge(*, actor, older_than_days: float | None, reason: str) -> PurgeReport:
                 else {}
             ),
         },
-        result_ids=lambda report: [kept.session_id for kept in report.kept],
+        # The sessions it dropped, then one of each operation a hold kept.
+        result_ids=lambda report: [
+            *report.session_ids,
+            *(kept.session_id for kept in report.kept),
+        ],
     )
 
 
