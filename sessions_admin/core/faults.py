@@ -69,6 +69,9 @@ POINTS = frozenset(
         "erasure.between_batches",
         # An erasure: its plan recorded on the request, nothing erased yet.
         "erasure.after_plan_recorded",
+        # An erasure: closing a merge's record, the moved messages a restore put back deleted,
+        # not committed.
+        "erasure.closing_merges",
         # An erasure: the store's side done, the dashboard's (trash, audit) not begun.
         "erasure.after_store",
         # An erasure: the dashboard's side half done (trash and job items), not committed.

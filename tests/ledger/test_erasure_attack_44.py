@@ -350,6 +350,42 @@ def test_a_restore_committed_after_the_erasure_planned_leaves_nothing_of_the_per
     assert check_store() == []
 
 
+def test_the_messages_a_restore_put_back_are_counted_once_when_the_store_was_busy(
+    merged, monkeypatch
+):
+    """The step that takes them back is retried when the store is busy: it finds them again,
+    and they are counted (and recorded) once."""
+    from django.db import OperationalError
+
+    from sessions_admin.core import faults
+
+    _cascade_into_trash(merged["a1"])
+    request = _confirmed(Subject(user_id=BOB))
+    entry = TrashEntry.objects.order_by("pk").first()
+    planned = erasure_ledger.plan
+
+    def plan_then_restore(subject):
+        full = planned(subject)
+        if subject.user_id == BOB and not TrashEntry.objects.filter(state="restored").exists():
+            actions.restore(actor=None, entry_id=entry.pk)
+        return full
+
+    def busy() -> None:
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(erasure_ledger, "plan", plan_then_restore)
+    faults.run_at("erasure.closing_merges", busy)
+    try:
+        actions.run_erasure(request_id=request.pk)
+    finally:
+        faults._actions.clear()
+        faults._hits.clear()
+    request.refresh_from_db()
+    assert request.state == "done" and _store_says("bob private one") == 0
+    assert request.receipt["erased"]["messages_in_other_sessions"] == 2
+    assert check_store() == []
+
+
 def test_a_restore_that_reaches_the_store_after_the_erasure_began_is_refused_there(merged):
     """The other order of the same race: the restore's first check ran before the erasure
     recorded its plan, and its store transaction began after. Checked again inside that

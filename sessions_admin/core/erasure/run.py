@@ -376,6 +376,7 @@ def _close_merges(
         holds.refuse_held(sorted({sid for _mid, sid in back}))
         found_moved(back)
         _delete_other_messages([mid for mid, _sid in back])
+        faults.checkpoint("erasure.closing_merges")
     closed = 0
     for merge_id in merge_ids:
         row = db.fetchone(
@@ -650,8 +651,13 @@ def erase(
         """Moved messages a restore put back after the plan was made: in the plan, counted as
         late, and recorded before they go (a resumed run deletes and counts them too)."""
         nonlocal plan
-        plan = replace(plan, other_messages=tuple(sorted({*plan.other_messages, *moved})))
-        tally[0] = replace(tally[0], other_messages=tally[0].other_messages + len(moved))
+        # Counted once: a busy store retries the step, which finds them again.
+        known = {mid for mid, _sid in plan.other_messages}
+        new = sorted({pair for pair in moved if pair[0] not in known})
+        if not new:
+            return
+        plan = replace(plan, other_messages=tuple(sorted({*plan.other_messages, *new})))
+        tally[0] = replace(tally[0], other_messages=tally[0].other_messages + len(new))
         record()
 
     def delete_sessions() -> None:
