@@ -435,7 +435,9 @@ def bulk_delete_dry_run(request: HttpRequest, body: BulkSelectionIn):
     Changes nothing."""
     ids, cutoff, _description = _selection(request, body, None)
     include_live = core.takes_live(preset=body.preset, include_live=body.include_live)
-    preview = core.preview_bulk_delete(session_ids=ids, include_live=include_live)
+    preview = core.preview_bulk_delete(
+        session_ids=ids, include_live=include_live, preset=body.preset
+    )
     return _dry_run_out(ids, cutoff, preview, include_live)
 
 
@@ -490,7 +492,9 @@ def bulk_delete_start(request: HttpRequest, body: BulkStartIn):
     reason = _checked_reason(request, action, body.reason, **audit)
     ids, _cutoff, description = _selection(request, body, action, cutoff=body.cutoff)
     include_live = core.takes_live(preset=body.preset, include_live=body.include_live)
-    preview = core.preview_bulk_delete(session_ids=ids, include_live=include_live)
+    preview = core.preview_bulk_delete(
+        session_ids=ids, include_live=include_live, preset=body.preset
+    )
     audit["session_ids"] = ids
     if not fingerprints.matches(body.fingerprint, preview.digest):
         # No fingerprint in the refusal: one handed out here would confirm a set no dry run

@@ -12,6 +12,7 @@ import pytest
 
 from sessions_admin import core
 from sessions_admin.core import db
+from sessions_admin.core.rows import recompute_counters
 from sessions_admin.ledger import jobs
 from sessions_admin.ledger.models import AuditEntry, DeleteJob, TrashEntry
 from tests.api.conftest import ApiClient
@@ -435,3 +436,62 @@ def test_restoring_an_unknown_entry_is_not_found_and_recorded(admin):
     answer = admin.post("trash/999999/restore", {})
     assert answer.status == 404
     assert entries("restore", "refused").count() == 1
+
+
+def _conversation(*, root_ended: float, continuation_ended: float, messages: int) -> tuple:
+    """A root ended by compression and its continuation (3 messages by default)."""
+    root = core.create_session(source="telegram", user_id="u-old", started_at=900.0).session_id
+    core.append_message(session_id=root, role="user", content="old words")
+    cont = core.rotate_for_compression(session_id=root).new_session_id
+    for n in range(messages):
+        core.append_message(session_id=cont, role="user", content=f"written later {n}")
+    core.end_session(session_id=cont, end_reason="user_exit")
+    db.execute("UPDATE sessions SET ended_at = %s WHERE id = %s", [root_ended, root])
+    db.execute("UPDATE sessions SET ended_at = %s WHERE id = %s", [continuation_ended, cont])
+    return root, cont
+
+
+@pytest.mark.parametrize(
+    ("selection", "messages"),
+    [
+        ({"preset": "ended_older_than", "days": 90}, 3),
+        ({"preset": "empty"}, 3),
+    ],
+    ids=["ended-older-than", "empty"],
+)
+def test_a_preset_keeps_a_conversation_whose_continuation_it_does_not_match(
+    admin, selection, messages
+):
+    """Attack round 45: "ended more than 90 days ago" took a continuation that ended yesterday
+    with its root (and "empty" an empty root's continuation with messages). A conversation
+    goes only when all of it matches, as in a retention run; the dry run says why it stays."""
+    import time
+
+    now = time.time()
+    root, cont = _conversation(
+        root_ended=now - 100 * 86400, continuation_ended=now - 86400, messages=messages
+    )
+    if selection["preset"] == "empty":
+        db.execute("DELETE FROM messages WHERE session_id = %s", [root])
+        recompute_counters(root)
+    old = ended_sessions(2)  # ended long ago, messages: taken by "ended more than 90 days"
+    empty = ended_sessions(1, messages=0)
+    taken = set(empty) | (set(old) if selection["preset"] == "ended_older_than" else set())
+    dry = admin.post("bulk-deletes/dry-run", selection)
+    assert dry.status == 200, dry.body
+    assert dry.body["count"] == len(taken)
+    kept = {k["session_id"]: k["why"] for k in dry.body["conversation_kept"]}
+    assert set(kept) == {root} and cont in kept[root]
+    start = admin.post(
+        "bulk-deletes",
+        {
+            **selection,
+            "cutoff": dry.body.get("cutoff"),
+            "fingerprint": dry.body["fingerprint"],
+            "reason": "cleanup",
+        },
+    )
+    assert start.status == 201, start.body
+    jobs.run_job(job_id=start.body["job_id"])
+    assert {root, cont} <= session_ids() and taken.isdisjoint(session_ids())
+    assert db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = %s", [cont])[0] == 3

@@ -543,7 +543,11 @@ def _takes_live(selection: Selection | None, include_live: bool) -> bool:
 def _dry_run(selection: Selection, include_live: bool) -> tuple[DryRun | None, list[str]]:
     try:
         ids = _selected_ids(selection)
-        preview = core.preview_bulk_delete(session_ids=ids, include_live=include_live)
+        preview = core.preview_bulk_delete(
+            session_ids=ids,
+            include_live=include_live,
+            preset=selection.preset if selection.kind == "preset" else None,
+        )
     except core.StoreError as error:
         return None, [str(error)]
     sample = sorted(preview.sample, key=lambda row: (row.get("started_at") or 0, row["id"]))

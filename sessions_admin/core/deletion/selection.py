@@ -13,6 +13,7 @@ from sessions_admin.core import db, forks, holds, lineage, slug_history
 from sessions_admin.core.deletion.plan import (
     WholeConversations,
     _chunks,
+    _linked,
     _together_sql,
     children_kept,
     conversation_names_of,
@@ -43,6 +44,13 @@ PRESETS = {
     "empty": "Empty sessions (no messages)",
     "by_source": "By source",
 }
+# The presets that select sessions by how old or how empty they are: a conversation goes only
+# when every session of it matches, as in a retention run. The continuation or delegate that
+# goes with a match but ended since (or holds messages) keeps its whole conversation, instead
+# of being deleted with it (attack round 45: "ended more than 90 days ago" took a continuation
+# written yesterday). "By source" takes a conversation of that source with its delegates,
+# whatever theirs.
+WHOLE_MATCH_PRESETS = frozenset({"ended_older_than", "empty"})
 
 
 def days_text(days: float) -> str:
@@ -173,6 +181,38 @@ def _with_downstream(ids: list[str]) -> list[str]:
     return found + [sid for sid in closure if sid not in picked]
 
 
+def not_all_matched(ids: Sequence[str], matched: set[str]) -> dict[str, str]:
+    """Of ``ids`` (what a preset matched, with what goes with it), the sessions whose
+    conversation has a session the preset did not match, each with why: one of ``ids`` that
+    is not in ``matched``, or a session outside them it is linked to (its parent, say). The
+    links are those a delete keeps together (``_together_sql``)."""
+    neighbours: dict[str, set[str]] = {}
+    for child, parent in _linked(list(ids), every_link=False):
+        neighbours.setdefault(child, set()).add(parent)
+        neighbours.setdefault(parent, set()).add(child)
+    why: dict[str, str] = {}
+    seen: set[str] = set()
+    for start in ids:
+        if start in seen:
+            continue
+        seen.add(start)
+        component, pending = [], [start]
+        while pending:
+            sid = pending.pop()
+            component.append(sid)
+            for other in neighbours.get(sid, ()):
+                if other not in seen:
+                    seen.add(other)
+                    pending.append(other)
+        strangers = sorted(sid for sid in component if sid not in matched)
+        if strangers:
+            for sid in component:
+                why[sid] = (
+                    f"its conversation goes on in {strangers[0]}, which the preset does not select"
+                )
+    return why
+
+
 def live_session_ids(ids: Sequence[str]) -> set[str]:
     """Those of the sessions that are live (not ended)."""
     live: set[str] = set()
@@ -273,7 +313,7 @@ def going_on_outside(ids: Sequence[str], *, taken: Iterable[str] | None = None) 
 
 
 def preview_bulk_delete(
-    *, session_ids: Sequence[str], include_live: bool = False
+    *, session_ids: Sequence[str], include_live: bool = False, preset: str | None = None
 ) -> BulkDeletePreview:
     """The dry run: the exact set, its size, how many live sessions were left out, a sample.
 
@@ -282,9 +322,16 @@ def preview_bulk_delete(
     rest of their conversations: deleting them would lose the undo silently (a cascade
     delete of the conversation says so and asks). So is a conversation that goes on in a
     session the delete does not take (``kept_whole``: a live continuation, say): the job
-    checks the same again under the lock, batch by batch.
+    checks the same again under the lock, batch by batch. ``preset``: the preset that
+    selected ``session_ids``; for one of ``WHOLE_MATCH_PRESETS`` a conversation with a session
+    it did not match stays whole (``not_all_matched``).
     """
-    ids = _with_downstream([s for s in session_ids if s])
+    picked = [s for s in session_ids if s]
+    ids = _with_downstream(picked)
+    unmatched: dict[str, str] = {}
+    if preset in WHOLE_MATCH_PRESETS:
+        unmatched = not_all_matched(ids, set(picked))
+        ids = [sid for sid in ids if sid not in unmatched]
     live = live_session_ids(ids)
     held = holds.holds_on(ids)
     merges = undoable_merges_of(ids)
@@ -325,5 +372,8 @@ def preview_bulk_delete(
         holds=tuple(sorted({hold.describe() for hold in held.values()})),
         merge_kept=tuple((sid, merges[sid].describe()) for sid in ids if sid in merges),
         merge_kept_with=len(for_merges - set(merges)),
-        conversation_kept=tuple((sid, whole[sid]) for sid in ids if sid in whole),
+        conversation_kept=(
+            tuple((sid, unmatched[sid]) for sid in picked if sid in unmatched)
+            + tuple((sid, whole[sid]) for sid in ids if sid in whole)
+        ),
     )
