@@ -16,7 +16,7 @@ first and says why.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
 
 from django.utils import timezone
@@ -86,6 +86,10 @@ class RetentionPreview:
     plan: RetentionPlan
     message_count: int
     rows: tuple[dict, ...]  # the first ``ROWS_SHOWN`` sessions, oldest first
+    # Whose preview this is: the policy's id, its mode and its rule, as the fingerprint binds
+    # them (attack round 45: a trash policy's preview confirmed another policy's purge of the
+    # same sessions, a purge never previewed).
+    policy: dict
 
     @property
     def session_ids(self) -> tuple[str, ...]:
@@ -109,7 +113,9 @@ class RetentionPreview:
 
     @property
     def fingerprint(self) -> str:
-        return self.plan.fingerprint
+        return fingerprints.plan_fingerprint(
+            "retention-run", {"policy": self.policy, "plan": self.plan.fingerprint}
+        )
 
 
 def selected_ids(policy: RetentionPolicy) -> list[str]:
@@ -135,7 +141,16 @@ def dry_run(policy: RetentionPolicy, *, rows: int = ROWS_SHOWN) -> RetentionPrev
         plan=plan,
         message_count=plan.message_count,
         rows=tuple(found[sid] for sid in shown if sid in found),
+        policy=_whose(policy),
     )
+
+
+def _whose(policy: RetentionPolicy) -> dict:
+    """The policy as a preview's fingerprint binds it: id, mode and rule (days as a float, as
+    read back from the database whatever the caller's object holds)."""
+    rule = asdict(rule_of(policy))
+    rule["older_than_days"] = float(rule["older_than_days"])
+    return {"id": policy.pk, "mode": policy.mode, "rule": rule}
 
 
 def stale_or_empty(preview: RetentionPreview, fingerprint: str | None) -> str | None:

@@ -115,6 +115,42 @@ def test_a_retention_run_with_no_preview_or_a_stale_one_is_refused(admin):
     assert admin.post(f"{url}/runs", {"fingerprint": fresh, "reason": "q3"}).status == 201
 
 
+def test_a_retention_preview_confirms_a_run_of_its_own_policy_only(admin):
+    """Attack round 45: policy A (to the trash) was previewed and deleted, policy B (a purge
+    selecting the same sessions) created and never previewed; B's run confirmed with A's
+    fingerprint purged the sessions. A preview's fingerprint names its policy, its mode and
+    its rule."""
+    doomed = [old_session(title=f"chat {n}") for n in range(3)]
+    trash = RetentionPolicy.objects.create(name="quiet", older_than_days=30, created_by="t")
+    shown = admin.get(f"retention/policies/{trash.pk}/preview").body
+    assert shown["count"] == 3
+    purge = RetentionPolicy.objects.create(
+        name="quiet, purged", older_than_days=30, created_by="t", mode=RetentionPolicy.PURGE
+    )
+    same_rule = RetentionPolicy.objects.create(name="twin", older_than_days=30, created_by="t")
+    before = store_snapshot(*PARTS)
+    for other in (purge, same_rule):
+        answer = admin.post(
+            f"retention/policies/{other.pk}/runs",
+            {"fingerprint": shown["fingerprint"], "reason": "q3", "confirm_purge": True},
+        )
+        assert answer.status == 409, answer.body
+    # The policy's own preview, then its mode changed: refused too.
+    RetentionPolicy.objects.filter(pk=trash.pk).update(mode=RetentionPolicy.PURGE)
+    answer = admin.post(
+        f"retention/policies/{trash.pk}/runs",
+        {"fingerprint": shown["fingerprint"], "reason": "q3", "confirm_purge": True},
+    )
+    assert answer.status == 409, answer.body
+    assert store_snapshot(*PARTS) == before and not DeleteJob.objects.exists()
+    assert set(doomed) <= session_ids()
+    RetentionPolicy.objects.filter(pk=trash.pk).update(mode=RetentionPolicy.TRASH)
+    answer = admin.post(
+        f"retention/policies/{trash.pk}/runs", {"fingerprint": shown["fingerprint"], "reason": "q3"}
+    )
+    assert answer.status == 201, answer.body
+
+
 def test_a_preview_made_with_another_stores_key_confirms_nothing(admin):
     """Whatever the kind of plan: a fingerprint is only good on the store whose key made it."""
     root = ended_sessions(1)[0]
