@@ -377,7 +377,6 @@ def _close_merges(
         found_moved(back)
         _delete_other_messages([mid for mid, _sid in back])
         faults.checkpoint("erasure.closing_merges")
-    closed = 0
     for merge_id in merge_ids:
         row = db.fetchone(
             "SELECT target_session_id, absorbed_session_ids, prior_state "
@@ -413,7 +412,7 @@ def _close_merges(
                 if before in kept and child not in erased_set
             ],
         }
-        closed += db.execute(
+        db.execute(
             "UPDATE sessions_admin_merges SET absorbed_session_ids = %s, prior_state = %s "
             "WHERE id = %s",
             [db.dumps(kept), db.dumps(others), merge_id],
