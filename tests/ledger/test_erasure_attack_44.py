@@ -304,15 +304,30 @@ def test_a_restore_of_an_entry_an_unfinished_erasure_cuts_the_persons_messages_f
     assert check_store() == []
 
 
-def _confirmed(subject: Subject):
-    """An erasure request for ``subject`` confirmed from its preview, not run yet."""
-    return actions.request_erasure(
+def _bobs_erasure_raced_by_a_restore(merged, monkeypatch):
+    """alice's conversation (with bob's moved messages) in the trash, bob's erasure confirmed;
+    its run restores the entry just after it planned, before it records its plan (the race's
+    other side committing then). The request and the entry."""
+    _cascade_into_trash(merged["a1"])
+    subject = Subject(user_id=BOB)
+    request = actions.request_erasure(
         actor=None,
         subject=subject,
         reference="DSR-45",
         expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
         start=False,
     )
+    entry = TrashEntry.objects.order_by("pk").first()
+    planned = erasure_ledger.plan
+
+    def plan_then_restore(subject):
+        full = planned(subject)
+        if subject.user_id == BOB and not TrashEntry.objects.filter(state="restored").exists():
+            actions.restore(actor=None, entry_id=entry.pk)
+        return full
+
+    monkeypatch.setattr(erasure_ledger, "plan", plan_then_restore)
+    return request, entry
 
 
 def test_a_restore_committed_after_the_erasure_planned_leaves_nothing_of_the_person(
@@ -323,18 +338,7 @@ def test_a_restore_committed_after_the_erasure_planned_leaves_nothing_of_the_per
     and committed after the run had planned. The run said ``done`` and bob's messages stayed
     in alice's session. The run now takes them back out as it closes the merge's record, and
     counts them."""
-    _cascade_into_trash(merged["a1"])
-    request = _confirmed(Subject(user_id=BOB))
-    entry = TrashEntry.objects.order_by("pk").first()
-    planned = erasure_ledger.plan
-
-    def plan_then_restore(subject):
-        full = planned(subject)
-        if subject.user_id == BOB and not TrashEntry.objects.filter(state="restored").exists():
-            actions.restore(actor=None, entry_id=entry.pk)  # the race's other side commits now
-        return full
-
-    monkeypatch.setattr(erasure_ledger, "plan", plan_then_restore)
+    request, entry = _bobs_erasure_raced_by_a_restore(merged, monkeypatch)
     actions.run_erasure(request_id=request.pk)
     request.refresh_from_db()
     assert TrashEntry.objects.get(pk=entry.pk).state == "restored"
@@ -359,21 +363,11 @@ def test_the_messages_a_restore_put_back_are_counted_once_when_the_store_was_bus
 
     from sessions_admin.core import faults
 
-    _cascade_into_trash(merged["a1"])
-    request = _confirmed(Subject(user_id=BOB))
-    entry = TrashEntry.objects.order_by("pk").first()
-    planned = erasure_ledger.plan
-
-    def plan_then_restore(subject):
-        full = planned(subject)
-        if subject.user_id == BOB and not TrashEntry.objects.filter(state="restored").exists():
-            actions.restore(actor=None, entry_id=entry.pk)
-        return full
+    request, _entry = _bobs_erasure_raced_by_a_restore(merged, monkeypatch)
 
     def busy() -> None:
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(erasure_ledger, "plan", plan_then_restore)
     faults.run_at("erasure.closing_merges", busy)
     try:
         actions.run_erasure(request_id=request.pk)
