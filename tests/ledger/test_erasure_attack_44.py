@@ -404,3 +404,44 @@ def test_a_restore_that_reaches_the_store_after_the_erasure_began_is_refused_the
     actions.restore(actor=None, entry_id=entry.pk)
     assert _store_says("bob private one") == 0 and _store_says("alice secret two") == 1
     assert check_store() == []
+
+
+def test_the_persons_own_session_a_restore_put_back_as_the_erasure_planned_is_counted(
+    monkeypatch,
+):
+    """Attack round 45, S1: dave's session was in the trash; a restore of it committed after
+    his erasure's run had planned (the run that took over a killed one). The run erased it from
+    the store, rightly, but its receipt counted none of its messages: the plan had them in the
+    trash, and the trash entry, restored, lost nothing."""
+    dave = "dave-45"
+    trashed = _session(dave, ["dave one", "dave two", "dave three", "dave four"])
+    kept = _session(dave, ["dave five", "dave six"])
+    _cascade_into_trash(trashed)
+    subject = Subject(user_id=dave)
+    request = actions.request_erasure(
+        actor=None,
+        subject=subject,
+        reference="DSR-45",
+        expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
+        start=False,
+    )
+    entry = TrashEntry.objects.get()
+    planned = erasure_ledger.plan
+
+    def plan_then_restore(subject):
+        full = planned(subject)
+        if not TrashEntry.objects.filter(state="restored").exists():
+            actions.restore(actor=None, entry_id=entry.pk)
+        return full
+
+    monkeypatch.setattr(erasure_ledger, "plan", plan_then_restore)
+    actions.run_erasure(request_id=request.pk)
+    request.refresh_from_db()
+    assert request.state == "done"
+    assert not _exists(trashed) and not _exists(kept)
+    assert db.fetchone("SELECT COUNT(*) FROM messages WHERE content LIKE %s", ["dave %"])[0] == 0
+    erased = request.receipt["erased"]
+    # What the databases lost: 2 sessions and 6 messages, each counted once.
+    assert erased["sessions"] + erased.get("sessions_in_trash", 0) == 2
+    assert erased["messages"] + erased.get("messages_in_trash", 0) == 6
+    assert check_store() == []

@@ -166,6 +166,23 @@ class RuntimeOutpacedErasure(StoreError):
         )
 
 
+def _messages_up_to(session_ids: Sequence[str], mark: int | None) -> int:
+    """How many messages of these sessions have an id up to ``mark`` (all of them: None)."""
+    if not session_ids:
+        return 0
+    above = "" if mark is None else " AND id <= %s"
+    return sum(
+        int(
+            db.fetchone(
+                f"SELECT COUNT(*) FROM messages WHERE session_id IN ({db.placeholders(chunk)})"
+                + above,
+                [*chunk, *([] if mark is None else [mark])],
+            )[0]
+        )
+        for chunk in _chunks(list(session_ids))
+    )
+
+
 def _present(ids: Sequence[str]) -> set[str]:
     return _first_values_in("SELECT id FROM sessions WHERE id IN ({marks})", list(ids))
 
@@ -642,6 +659,11 @@ def erase(
             tally[0],
             added=(*tally[0].added, *added),
             recreated=tally[0].recreated + len(back),
+            # A session a restore brought back from the trash holds messages older than the
+            # count's mark: neither the count nor a batch (``gone``) sees them, and the trash
+            # entry, restored, loses nothing of them (attack round 45, S1). Newer ones are
+            # counted by the batch that deletes them.
+            messages=tally[0].messages + _messages_up_to(added, tally[0].mark),
         )
         record()  # before they go, as the children started are
         return back
