@@ -304,12 +304,9 @@ def test_a_restore_of_an_entry_an_unfinished_erasure_cuts_the_persons_messages_f
     assert check_store() == []
 
 
-def _bobs_erasure_raced_by_a_restore(merged, monkeypatch):
-    """alice's conversation (with bob's moved messages) in the trash, bob's erasure confirmed;
-    its run restores the entry just after it planned, before it records its plan (the race's
-    other side committing then). The request and the entry."""
-    _cascade_into_trash(merged["a1"])
-    subject = Subject(user_id=BOB)
+def _erasure_raced_by_a_restore(monkeypatch, subject: Subject, entry: TrashEntry):
+    """``subject``'s erasure confirmed, not run yet; its run restores ``entry`` just after it
+    planned, before it records its plan (the race's other side committing then)."""
     request = actions.request_erasure(
         actor=None,
         subject=subject,
@@ -317,17 +314,24 @@ def _bobs_erasure_raced_by_a_restore(merged, monkeypatch):
         expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
         start=False,
     )
-    entry = TrashEntry.objects.order_by("pk").first()
     planned = erasure_ledger.plan
 
-    def plan_then_restore(subject):
-        full = planned(subject)
-        if subject.user_id == BOB and not TrashEntry.objects.filter(state="restored").exists():
+    def plan_then_restore(asked: Subject):
+        full = planned(asked)
+        if asked == subject and TrashEntry.objects.get(pk=entry.pk).state != "restored":
             actions.restore(actor=None, entry_id=entry.pk)
         return full
 
     monkeypatch.setattr(erasure_ledger, "plan", plan_then_restore)
-    return request, entry
+    return request
+
+
+def _bobs_erasure_raced_by_a_restore(merged, monkeypatch):
+    """alice's conversation (with bob's moved messages) in the trash, bob's erasure raced by
+    its restore (``_erasure_raced_by_a_restore``). The request and the entry."""
+    _cascade_into_trash(merged["a1"])
+    entry = TrashEntry.objects.order_by("pk").first()
+    return _erasure_raced_by_a_restore(monkeypatch, Subject(user_id=BOB), entry), entry
 
 
 def test_a_restore_committed_after_the_erasure_planned_leaves_nothing_of_the_person(
@@ -417,24 +421,8 @@ def test_the_persons_own_session_a_restore_put_back_as_the_erasure_planned_is_co
     trashed = _session(dave, ["dave one", "dave two", "dave three", "dave four"])
     kept = _session(dave, ["dave five", "dave six"])
     _cascade_into_trash(trashed)
-    subject = Subject(user_id=dave)
-    request = actions.request_erasure(
-        actor=None,
-        subject=subject,
-        reference="DSR-45",
-        expected_fingerprint=erasure_ledger.plan(subject).fingerprint,
-        start=False,
-    )
     entry = TrashEntry.objects.get()
-    planned = erasure_ledger.plan
-
-    def plan_then_restore(subject):
-        full = planned(subject)
-        if not TrashEntry.objects.filter(state="restored").exists():
-            actions.restore(actor=None, entry_id=entry.pk)
-        return full
-
-    monkeypatch.setattr(erasure_ledger, "plan", plan_then_restore)
+    request = _erasure_raced_by_a_restore(monkeypatch, Subject(user_id=dave), entry)
     actions.run_erasure(request_id=request.pk)
     request.refresh_from_db()
     assert request.state == "done"
