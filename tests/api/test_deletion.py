@@ -495,3 +495,36 @@ def test_a_preset_keeps_a_conversation_whose_continuation_it_does_not_match(
     jobs.run_job(job_id=start.body["job_id"])
     assert {root, cont} <= session_ids() and taken.isdisjoint(session_ids())
     assert db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = %s", [cont])[0] == 3
+
+
+def test_no_bulk_delete_takes_a_continuation_without_the_session_it_continues(admin):
+    """Attack round 45 (T): "by source" telegram took the telegram continuation of a discord
+    conversation and left its root, ended by "compression", without it. A continuation goes
+    only with the session it continues, for a preset and for picked sessions alike; the
+    conversation that began on telegram goes whole, its discord continuation with it."""
+    discord_root, telegram_tail = _conversation(
+        root_ended=5000.0, continuation_ended=5000.0, messages=3
+    )
+    db.execute("UPDATE sessions SET source = 'discord' WHERE id = %s", [discord_root])
+    telegram_root, discord_tail = _conversation(
+        root_ended=5000.0, continuation_ended=5000.0, messages=2
+    )
+    db.execute("UPDATE sessions SET source = 'discord' WHERE id = %s", [discord_tail])
+    for selection in (
+        {"session_ids": [telegram_tail, telegram_root]},
+        {"preset": "by_source", "source": "telegram"},
+    ):
+        dry = admin.post("bulk-deletes/dry-run", selection)
+        assert dry.status == 200, dry.body
+        assert dry.body["count"] == 2  # telegram_root and its discord continuation
+        kept = {k["session_id"]: k["why"] for k in dry.body["conversation_kept"]}
+        assert discord_root in kept[telegram_tail]
+    start = admin.post(
+        "bulk-deletes",
+        {"preset": "by_source", "source": "telegram", "fingerprint": dry.body["fingerprint"],
+         "reason": "cleanup"},
+    )  # fmt: skip
+    assert start.status == 201, start.body
+    jobs.run_job(job_id=start.body["job_id"])
+    assert {discord_root, telegram_tail} <= session_ids()
+    assert not {telegram_root, discord_tail} & session_ids()

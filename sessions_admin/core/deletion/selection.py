@@ -213,6 +213,34 @@ def not_all_matched(ids: Sequence[str], matched: set[str]) -> dict[str, str]:
     return why
 
 
+def continuing_outside(ids: Sequence[str]) -> dict[str, str]:
+    """Those of ``ids`` that continue a session the delete does not take (a compression
+    continuation, or an API conversation's ``_continued_from``, whose parent is not among
+    ``ids``), with every session of ``ids`` in one conversation with them, each with why: a
+    conversation never loses its start and keeps its end (attack round 45: "by source" took a
+    telegram continuation of a discord conversation, its root left ended by "compression")."""
+    kind = lineage.link_kind_sql("c", "p")
+    continued = lineage.marker("_continued_from", "c")
+    wanted = set(ids)
+    began: dict[str, str] = {}
+    for chunk in _chunks(list(ids)):
+        for child, parent in db.fetchall(
+            f"SELECT c.id, p.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
+            f"WHERE c.id IN ({db.placeholders(chunk)}) AND ({kind} = 'compression' "
+            f"OR ({kind} = 'child' AND {continued} IS NOT NULL))",
+            list(chunk),
+        ):
+            if parent not in wanted:
+                began[child] = parent
+    why = {
+        child: f"its conversation began in {parent}, which this delete does not take"
+        for child, parent in sorted(began.items())
+    }
+    for sid in sorted(_conversations_around(list(ids), list(began)) - why.keys()):
+        why[sid] = "with a session whose conversation began in one this delete does not take"
+    return why
+
+
 def live_session_ids(ids: Sequence[str]) -> set[str]:
     """Those of the sessions that are live (not ended)."""
     live: set[str] = set()
@@ -331,6 +359,9 @@ def preview_bulk_delete(
     unmatched: dict[str, str] = {}
     if preset in WHOLE_MATCH_PRESETS:
         unmatched = not_all_matched(ids, set(picked))
+        ids = [sid for sid in ids if sid not in unmatched]
+    if ids:
+        unmatched.update(continuing_outside(ids))
         ids = [sid for sid in ids if sid not in unmatched]
     live = live_session_ids(ids)
     held = holds.holds_on(ids)
