@@ -528,3 +528,35 @@ def test_no_bulk_delete_takes_a_continuation_without_the_session_it_continues(ad
     jobs.run_job(job_id=start.body["job_id"])
     assert {discord_root, telegram_tail} <= session_ids()
     assert not {telegram_root, discord_tail} & session_ids()
+
+
+def test_no_pick_takes_part_of_an_api_conversation_linked_by_its_markers_only(admin):
+    """Attack round 45 (U): three segments of one /v1/responses conversation, each continuing
+    the one before by ``_continued_from`` with ``parent_session_id`` left empty (as a runtime
+    may write them). Picking the middle one, or the first two, deleted them and left the rest:
+    each pick now keeps the whole conversation, saying where it goes on."""
+    first = core.create_session(source="api_server").session_id
+    core.append_message(session_id=first, role="user", content="first words")
+    core.end_session(session_id=first, end_reason="session_reset")
+    middle = core.create_session(
+        source="api_server", model_config={"_continued_from": first}
+    ).session_id
+    core.append_message(session_id=middle, role="user", content="middle words")
+    core.end_session(session_id=middle, end_reason="session_reset")
+    tip = core.create_session(source="api_server", model_config={"_continued_from": middle})
+    db.execute(
+        "UPDATE sessions SET parent_session_id = NULL WHERE id IN (%s, %s)",
+        [middle, tip.session_id],
+    )
+    for picked, why in (
+        ([middle], (first, tip.session_id)),
+        ([first, middle], (tip.session_id,)),
+        ([first], (middle,)),
+    ):
+        dry = admin.post("bulk-deletes/dry-run", {"session_ids": picked})
+        assert dry.status == 200, dry.body
+        assert dry.body["count"] == 0, (picked, dry.body)
+        kept = {k["session_id"]: k["why"] for k in dry.body["conversation_kept"]}
+        assert set(kept) == set(picked), kept
+        assert any(name in w for name in why for w in kept.values()), kept
+    assert {first, middle, tip.session_id} <= session_ids()

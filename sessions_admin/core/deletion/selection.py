@@ -213,31 +213,68 @@ def not_all_matched(ids: Sequence[str], matched: set[str]) -> dict[str, str]:
     return why
 
 
-def continuing_outside(ids: Sequence[str]) -> dict[str, str]:
-    """Those of ``ids`` that continue a session the delete does not take (a compression
-    continuation, or an API conversation's ``_continued_from``, whose parent is not among
-    ``ids``), with every session of ``ids`` in one conversation with them, each with why: a
-    conversation never loses its start and keeps its end (attack round 45: "by source" took a
-    telegram continuation of a discord conversation, its root left ended by "compression")."""
+def _continuation_links(ids: Sequence[str]) -> list[tuple[str, str]]:
+    """(continuation, the session it continues) touching ``ids``: compression links, parent
+    links of a ``_continued_from`` session, and ``_continued_from`` markers themselves (a
+    runtime may leave ``parent_session_id`` empty: the marker is the only link then)."""
     kind = lineage.link_kind_sql("c", "p")
     continued = lineage.marker("_continued_from", "c")
-    wanted = set(ids)
-    began: dict[str, str] = {}
+    pairs: list[tuple[str, str]] = []
     for chunk in _chunks(list(ids)):
-        for child, parent in db.fetchall(
+        marks = db.placeholders(chunk)
+        pairs += db.fetchall(
             f"SELECT c.id, p.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
-            f"WHERE c.id IN ({db.placeholders(chunk)}) AND ({kind} = 'compression' "
+            f"WHERE (c.id IN ({marks}) OR p.id IN ({marks})) AND ({kind} = 'compression' "
             f"OR ({kind} = 'child' AND {continued} IS NOT NULL))",
-            list(chunk),
-        ):
-            if parent not in wanted:
-                began[child] = parent
-    why = {
-        child: f"its conversation began in {parent}, which this delete does not take"
-        for child, parent in sorted(began.items())
-    }
-    for sid in sorted(_conversations_around(list(ids), list(began)) - why.keys()):
-        why[sid] = "with a session whose conversation began in one this delete does not take"
+            [*chunk, *chunk],
+        )
+    wanted = set(ids)
+    # One pass over the marked sessions (as a retention run reads them), not one per chunk.
+    pairs += [
+        (child, str(parent))
+        for child, parent in db.fetchall(
+            f"SELECT c.id, {continued} FROM sessions c WHERE {continued} IS NOT NULL"
+        )
+        if child in wanted or str(parent) in wanted
+    ]
+    return pairs
+
+
+def continuing_outside(ids: Sequence[str]) -> dict[str, str]:
+    """Those of ``ids`` in one conversation with a session the delete does not take by a
+    continuation link (``_continuation_links``): one that continues a session left out, or is
+    continued in one, with every session of ``ids`` in that conversation, each with why. A
+    conversation never loses its start, its middle or its end (attack round 45: "by source"
+    took a telegram continuation of a discord conversation, its root left ended by
+    "compression"; a pick took the middle of an API conversation linked by markers only)."""
+    wanted = set(ids)
+    pairs = _continuation_links(ids)
+    outside = {sid for pair in pairs for sid in pair if sid not in wanted}
+    existing = set(lineage.existing_session_ids(sorted(outside))) if outside else set()
+    why: dict[str, str] = {}
+    inner: dict[str, set[str]] = {}
+    for child, parent in sorted(set(pairs)):
+        if child in wanted and parent in existing:
+            why.setdefault(
+                child, f"its conversation began in {parent}, which this delete does not take"
+            )
+        elif parent in wanted and child in existing:
+            # As ``kept_whole`` words it (a job's batch says the same).
+            why.setdefault(parent, f"its conversation continued in {child}")
+        elif child in wanted and parent in wanted:
+            inner.setdefault(child, set()).add(parent)
+            inner.setdefault(parent, set()).add(child)
+    # The rest of each such conversation among ``ids`` stays with it: over parent links
+    # (compression, delegates) and over the continuation links between them.
+    kept = set(why)
+    while True:
+        grown = _conversations_around(list(ids), kept) if kept else set()
+        grown |= {other for sid in grown | kept for other in inner.get(sid, ())}
+        if grown <= kept:
+            break
+        kept |= grown
+    for sid in sorted(kept - why.keys()):
+        why[sid] = "with a session whose conversation goes on in one this delete does not take"
     return why
 
 
