@@ -229,14 +229,28 @@ def _continuation_links(ids: Sequence[str]) -> list[tuple[str, str]]:
             [*chunk, *chunk],
         )
     wanted = set(ids)
-    # One pass over the marked sessions (as a retention run reads them), not one per chunk.
-    pairs += [
-        (child, str(parent))
-        for child, parent in db.fetchall(
-            f"SELECT c.id, {continued} FROM sessions c WHERE {continued} IS NOT NULL"
+    marked = f"SELECT c.id, {continued} FROM sessions c WHERE {continued} IS NOT NULL"
+    for chunk in _chunks(list(ids)):
+        pairs += db.fetchall(f"{marked} AND c.id IN ({db.placeholders(chunk)})", list(chunk))
+    # What continues one of them by its marker alone started after it (a day's leeway for a
+    # runtime's clock): one pass over the sessions started since the first of them, through
+    # the start-time index, not over the whole store.
+    starts: list[float] = []
+    for chunk in _chunks(list(ids)):
+        (start,) = db.fetchone(
+            f"SELECT MIN(started_at) FROM sessions WHERE id IN ({db.placeholders(chunk)})",
+            list(chunk),
         )
-        if child in wanted or str(parent) in wanted
-    ]
+        if start is not None:
+            starts.append(float(start))
+    if starts:
+        pairs += [
+            (child, str(parent))
+            for child, parent in db.fetchall(
+                f"{marked} AND c.started_at >= %s", [min(starts) - 86400]
+            )
+            if str(parent) in wanted
+        ]
     return pairs
 
 
