@@ -710,8 +710,7 @@ def purge_trash_report(*, older_than_days: float | None = None) -> PurgeReport:
                 held = held_trash()
                 operations = _purgeable(older_than_days, held)
                 note_pending_cascades(operations, key=PURGED_TRASH, cause={"purged": True})
-                plan = _purge_plan(operations)
-                dropped = _dropped_session_ids(operations)
+                plan, dropped = _purge_plan(operations)
                 _note_purge_plan(plan)
                 for start in range(0, len(operations), 500):
                     TrashEntry.objects.filter(
@@ -742,45 +741,37 @@ def kept_under_hold(
     return tuple(found for operation, found in sorted(held.items()) if operation in due)
 
 
-def _purge_plan(operations: Sequence[str]) -> dict:
+def _purge_plan(operations: Sequence[str]) -> tuple[dict, tuple[str, ...]]:
     """What a purge of ``operations`` drops: each operation's entry numbers (every entry but a
     pending one, as the purge deletes them) and the sessions and messages they hold (entries
-    not restored, as ``purge_size`` counts them). Numbers and counts only, nothing naming a
-    person."""
+    not restored, as ``purge_size`` counts them), numbers and counts only, nothing naming a
+    person (it is recorded on the purge's audit entry); and those sessions' ids, which the
+    audit entry links."""
     entries: dict[str, list[int]] = {operation: [] for operation in operations}
     sessions = messages = 0
+    dropped: dict[str, None] = {}
     for start in range(0, len(operations), 500):
         rows = (
             TrashEntry.objects.filter(operation__in=operations[start : start + 500])
             .exclude(state=TrashEntry.PENDING)
             .order_by("pk")
-            .values_list("pk", "operation", "state", "session_count", "message_count")
+            .values_list(
+                "pk", "operation", "state", "session_count", "message_count", "session_ids"
+            )
         )
-        for pk, operation, state, session_count, message_count in rows:
+        for pk, operation, state, session_count, message_count, session_ids in rows:
             entries[operation].append(pk)
             if state != TrashEntry.RESTORED:
                 sessions += session_count
                 messages += message_count
-    return {
+                dropped.update(dict.fromkeys(session_ids or ()))
+    plan = {
         "purged_entries": len(entries),
         "purged_sessions": sessions,
         "purged_messages": messages,
         "operations": entries,
     }
-
-
-def _dropped_session_ids(operations: Sequence[str]) -> tuple[str, ...]:
-    """The sessions a purge of ``operations`` drops (entries neither pending nor restored)."""
-    found: dict[str, None] = {}
-    for start in range(0, len(operations), 500):
-        for session_ids in (
-            TrashEntry.objects.filter(operation__in=operations[start : start + 500])
-            .exclude(state__in=[TrashEntry.PENDING, TrashEntry.RESTORED])
-            .order_by("pk")
-            .values_list("session_ids", flat=True)
-        ):
-            found.update(dict.fromkeys(session_ids or ()))
-    return tuple(found)
+    return plan, tuple(dropped)
 
 
 def _note_purge_plan(plan: dict) -> None:

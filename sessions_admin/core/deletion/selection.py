@@ -219,7 +219,9 @@ def _continuation_links(ids: Sequence[str]) -> list[tuple[str, str]]:
     runtime may leave ``parent_session_id`` empty: the marker is the only link then)."""
     kind = lineage.link_kind_sql("c", "p")
     continued = lineage.marker("_continued_from", "c")
+    marked = f"SELECT c.id, {continued} FROM sessions c WHERE {continued} IS NOT NULL"
     pairs: list[tuple[str, str]] = []
+    starts: list[float] = []
     for chunk in _chunks(list(ids)):
         marks = db.placeholders(chunk)
         pairs += db.fetchall(
@@ -228,21 +230,16 @@ def _continuation_links(ids: Sequence[str]) -> list[tuple[str, str]]:
             f"OR ({kind} = 'child' AND {continued} IS NOT NULL))",
             [*chunk, *chunk],
         )
-    wanted = set(ids)
-    marked = f"SELECT c.id, {continued} FROM sessions c WHERE {continued} IS NOT NULL"
-    for chunk in _chunks(list(ids)):
-        pairs += db.fetchall(f"{marked} AND c.id IN ({db.placeholders(chunk)})", list(chunk))
-    # What continues one of them by its marker alone started after it (a day's leeway for a
-    # runtime's clock): one pass over the sessions started since the first of them, through
-    # the start-time index, not over the whole store.
-    starts: list[float] = []
-    for chunk in _chunks(list(ids)):
+        pairs += db.fetchall(f"{marked} AND c.id IN ({marks})", list(chunk))
         (start,) = db.fetchone(
-            f"SELECT MIN(started_at) FROM sessions WHERE id IN ({db.placeholders(chunk)})",
-            list(chunk),
+            f"SELECT MIN(started_at) FROM sessions WHERE id IN ({marks})", list(chunk)
         )
         if start is not None:
             starts.append(float(start))
+    # What continues one of them by its marker alone started after it (a day's leeway for a
+    # runtime's clock): one pass over the sessions started since the first of them, through
+    # the start-time index, not over the whole store.
+    wanted = set(ids)
     if starts:
         pairs += [
             (child, str(parent))
