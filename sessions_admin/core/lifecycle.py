@@ -255,6 +255,19 @@ def _end_live_of_key(
         ended.append(live)
 
 
+def live_of_key(session_key: str) -> list[str]:
+    """The live sessions of ``session_key``, newest started first (one, but for a moment
+    inside an operation that brings sessions back); delegates are not their key's."""
+    return [
+        r[0]
+        for r in db.fetchall(
+            "SELECT id FROM sessions WHERE session_key = %s AND ended_at IS NULL "
+            f"AND {lineage.marker('_delegate_from')} IS NULL ORDER BY started_at DESC, id DESC",
+            [session_key],
+        )
+    ]
+
+
 def keep_one_live(session_key: str | None, *, prefer: Iterable[str | None] = ()) -> list[str]:
     """End every live session of ``session_key`` but one (``session_switch``); the ended ids.
 
@@ -265,14 +278,7 @@ def keep_one_live(session_key: str | None, *, prefer: Iterable[str | None] = ())
     """
     if not session_key:
         return []
-    live = [
-        r[0]
-        for r in db.fetchall(
-            "SELECT id FROM sessions WHERE session_key = %s AND ended_at IS NULL "
-            f"AND {lineage.marker('_delegate_from')} IS NULL ORDER BY started_at DESC, id DESC",
-            [session_key],
-        )
-    ]
+    live = live_of_key(session_key)
     if len(live) < 2:
         return []
     kept = next((p for p in prefer if p in live), live[0])

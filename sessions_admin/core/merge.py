@@ -40,7 +40,7 @@ from sessions_admin.core.conversations import (
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import InvalidInput, SessionNotFound, StoreError
 from sessions_admin.core.fingerprints import plan_fingerprint
-from sessions_admin.core.lifecycle import keep_one_live, lock_keys_of
+from sessions_admin.core.lifecycle import keep_one_live, live_of_key, lock_keys_of
 from sessions_admin.core.rows import (
     parse_model_config,
     recompute_counters,
@@ -816,6 +816,11 @@ def _refuse_undone_moved_turns(merge_id: int, target: str, moved: dict) -> None:
 
 
 @store_operation
+def _live_of_keys(keys: set[str]) -> dict[str, str]:
+    """The live session of each of ``keys`` that has one."""
+    return {key: live[0] for key in keys if (live := live_of_key(key))}
+
+
 def unmerge(*, merge_id: int) -> UnmergeResult:
     """Undo a merge: every moved message, child, slug and session row goes back."""
     row = db.fetchone(
@@ -885,7 +890,18 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
     target_now = present[target]
     target_prior = prior["sessions"][target]
     target_after = prior["target_after"]
+    live_before = _live_of_keys(keys)
     restored = dict(target_prior)
+    # What the target's row went through after the merge (a resume, a reset, a new key) is not
+    # the merge's to undo: such a column keeps its value now, and only what the merge left as
+    # it was goes back. The end is one value in two columns.
+    for columns in (("ended_at", "end_reason"), ("model_config",), ("session_key",)):
+        if any(target_now[c] != target_after[c] for c in columns):
+            restored.update({c: target_now[c] for c in columns})
+    # The target made live since the merge is the key's live session now, and stays it.
+    live_since_merge = (
+        [target] if target_now["ended_at"] is None and target_after["ended_at"] is not None else []
+    )
     for column in USAGE_COLUMNS:
         # Usage the target gained after the merge stays with it.
         gained = (target_now[column] or 0) - (target_after[column] or 0)
@@ -921,7 +937,7 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
             )
             if r[0] not in part_of_merge
         ]
-        keep_one_live(key, prefer=newer)
+        keep_one_live(key, prefer=[*live_since_merge, *newer])
     if prior["conversations"]:
         for name, old_session in prior["conversations"]:
             db.execute(
@@ -935,15 +951,19 @@ def unmerge(*, merge_id: int) -> UnmergeResult:
         "UPDATE sessions_admin_merges SET undone_at = %s WHERE id = %s",
         [clock.now(), int(merge_id)],
     )
-    live_again = [sid for sid in absorbed if prior["sessions"][sid]["ended_at"] is None]
-    if live_again:
+    # A key whose live session the unmerge changed hears of it, as of every switch.
+    live_after = _live_of_keys(keys)
+    for key in sorted(keys):
+        now_live = live_after.get(key)
+        if now_live is None or now_live == live_before.get(key):
+            continue
         events.record_switch(
-            new_session_id=live_again[-1],
-            previous_session_id=target,
-            parent_session_id=target,
+            new_session_id=now_live,
+            previous_session_id=live_before.get(key) or target,
+            parent_session_id=target if now_live in absorbed else None,
             reset=False,
             reason="unmerge",
-            session_key=prior["sessions"][live_again[-1]]["session_key"],
+            session_key=key,
         )
     faults.checkpoint("unmerge.before_commit")
     return UnmergeResult(int(merge_id), target, tuple(absorbed), returned)
