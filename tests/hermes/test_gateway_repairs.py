@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -249,13 +250,24 @@ def test_messages_a_gateway_wrote_into_a_merged_session_move_to_the_target_and_b
     assert preview.status_code == 200
     shown = preview.context["plan"]
     assert shown.message_ids == tuple(stray_ids) and shown.destination_id == "fork-a"
+    # The page itself offers the move of a husk's messages: the destination and the form with
+    # the plan's fingerprint (it once showed only why they were stray; attack round 46, W2).
+    page = preview.content.decode()
+    assert "the live session that continues it" in page and "<code>fork-a</code>" in page
+    execute = re.escape(reverse("stray_move_execute", args=["fork-b"]))
+    form = re.search(
+        rf'<form method="post" action="{execute}"[^>]*>.*?name="fingerprint" value="([^"]+)"',
+        page,
+        re.S,
+    )
+    assert form and form.group(1) == shown.fingerprint
     detail = client.get(reverse("session_detail", args=["fork-b"])).content.decode()
     assert reverse("stray_move_preview", args=["fork-b"]) in detail
     before = transcripts(hermes, ["fork-a"])["fork-a"]
 
     response = client.post(
         reverse("stray_move_execute", args=["fork-b"]),
-        {"fingerprint": shown.fingerprint, "reason": "gateway wrote into the merged fork"},
+        {"fingerprint": form.group(1), "reason": "gateway wrote into the merged fork"},
     )
     assert response.status_code == 302
     assert health.count("written_after_end") == 0
