@@ -37,13 +37,16 @@ from sessions_admin.core import idempotency, lineage, rows
 from sessions_admin.core import transcript as core_transcript
 from sessions_admin.core.errors import (
     AmbiguousSessionRef,
+    InvalidInput,
     SessionEnded,
     SessionNotFound,
     StoreError,
 )
 from sessions_admin.core.lifecycle import plan_resume, where_it_continues
+from sessions_admin.core.slug_history import latest_recorded_session
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditAction, AuditEntry
+from sessions_admin.ledger.trash import deleted_session
 from sessions_admin.routers import store_alias
 
 logger = logging.getLogger(__name__)
@@ -335,6 +338,14 @@ def _require_sources_named(
         rows.response_session(response_id) if response_id else None,
         rows.conversation_session(conversation) if conversation else None,
     ]
+    # A response the runtime evicted is still the latest of the conversations naming it: a
+    # turn storing it again would carry those conversations into the caller's session.
+    for slug, session_column in rows.conversations_naming_response(response_id or ""):
+        owner = session_column or latest_recorded_session(slug)
+        if owner is None:
+            # Whose it is cannot be told: not a limited token's to take.
+            caller.require_source(None, slug)
+        named.append(owner)
     for session_id in dict.fromkeys(sid for sid in named if sid):
         row = lineage.session_row(session_id)
         if row is not None:
@@ -443,6 +454,8 @@ def start_session(request: HttpRequest, body: StartIn):
         row = lineage.session_row(existing) if existing else None
         if row is not None:
             caller.require_source(row["source"], existing)
+    if body.session_id and lineage.session_row(body.session_id) is None:
+        _refuse_an_id_in_the_trash(caller, body.session_id)
     fields = body.model_dump(exclude_none=True, by_alias=False)
     fields.pop("model_config_", None)
     ref = _audited(
@@ -456,6 +469,22 @@ def start_session(request: HttpRequest, body: StartIn):
     )
     return Status(
         201 if ref.created else 200, SessionRefOut(session_id=ref.session_id, created=ref.created)
+    )
+
+
+def _refuse_an_id_in_the_trash(caller: Caller, session_id: str) -> None:
+    """A session started under the id of a deleted one still in the trash would take that
+    id from it: its restore would be refused for good. 403 for a limited token when the
+    deleted session is of another source (as for a session in the store), else 422."""
+    deleted = deleted_session(session_id)
+    if deleted is None:
+        return
+    caller.require_source(deleted.source or None, session_id)
+    raise InvalidInput(
+        f"Session id {session_id} is a deleted session's, in the trash (entry "
+        f"#{deleted.entry.pk}): a session started under it would keep that session from "
+        "being restored. Start the session with another id (or have an admin restore it).",
+        field="session_id",
     )
 
 

@@ -321,6 +321,19 @@ def conversation_row(name: str) -> tuple[str, str | None] | None:
     return (row[0], row[1]) if row else None
 
 
+def conversations_naming_response(response_id: str) -> list[tuple[str, str | None]]:
+    """(slug, session column) of every conversation whose latest response is ``response_id``,
+    stored or not (a runtime may have evicted it)."""
+    return [
+        (r[0], r[1])
+        for r in db.fetchall(
+            "SELECT name, session_id FROM conversations WHERE response_id = %s ORDER BY name",
+            [response_id],
+            alias=responses_alias(),
+        )
+    ]
+
+
 def conversation_session(name: str) -> str | None:
     """The session recorded for a slug, from its row or, failing that, its latest response."""
     row = conversation_row(name)

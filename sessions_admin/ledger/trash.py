@@ -1095,6 +1095,7 @@ class DeletedSession:
 
     session_id: str
     title: str
+    source: str
     entry: TrashEntry  # the operation's first batch: its id names it on the trash page
     restorable: TrashEntry | None  # an entry of it not yet restored (its restore form's)
 
@@ -1118,6 +1119,7 @@ def deleted_session(session_id: str) -> DeletedSession | None:
     return DeletedSession(
         session_id=session_id,
         title=found.title,
+        source=found.source,
         entry=batches[0] if batches else found.entry,
         restorable=next((e for e in batches if e.state != TrashEntry.RESTORED), None),
     )
