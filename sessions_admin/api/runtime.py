@@ -41,6 +41,7 @@ from sessions_admin.core.errors import (
     SessionEnded,
     SessionNotFound,
     StoreError,
+    TitleTaken,
 )
 from sessions_admin.core.lifecycle import plan_resume, where_it_continues
 from sessions_admin.core.slug_history import latest_recorded_session
@@ -285,6 +286,23 @@ def _visible_continuation(caller: Caller, live_session_id: str | None) -> str | 
     return live_session_id if row is not None and caller.may_touch_source(row["source"]) else None
 
 
+def _title_taken_for(caller: Caller, error: TitleTaken) -> TitleTaken | Problem:
+    """A title in use, as this token may hear it: titles are unique across the store (as
+    Hermes keeps them), so a limited token learns that one is taken, but not by which session
+    when that session is of a source it may not use."""
+    row = lineage.session_row(error.owner)
+    if not caller.sources or (row is not None and caller.may_touch_source(row["source"])):
+        return error
+    return Problem(
+        409,
+        "title-taken",
+        "Title taken",
+        f"The title {error.title!r} is already used by a session of a source the token "
+        f"{caller.name} may not use: nothing was changed.",
+        {"owner": None},
+    )
+
+
 def _ended_for(caller: Caller, error: SessionEnded) -> SessionEnded | Problem:
     """A write to an ended session, as this token may hear it: where it continues is named only
     when that session is of the token's sources."""
@@ -383,7 +401,11 @@ def _audited(
             result = run()
     except StoreError as error:
         entry = _record(actor, action, ids, before, {}, AuditEntry.FAILED, str(error))
-        answer = _ended_for(_caller(request), error) if isinstance(error, SessionEnded) else error
+        answer = error
+        if isinstance(error, SessionEnded):
+            answer = _ended_for(_caller(request), error)
+        elif isinstance(error, TitleTaken):
+            answer = _title_taken_for(_caller(request), error)
         if entry is not None:
             answer.audited_entry = entry.pk  # its refusal is not recorded a second time
         if answer is not error:

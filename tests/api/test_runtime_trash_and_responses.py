@@ -9,6 +9,8 @@ caller's session.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sessions_admin import core
@@ -149,3 +151,30 @@ def test_a_limited_token_stores_again_a_response_its_own_conversation_names(tele
         f"runtime/sessions/{session_id}/turns", {"response_id": "resp_mine", "data": {}}
     )
     assert answer.status == 201, answer.body
+
+
+def test_a_title_another_source_holds_is_taken_without_naming_its_session(telegram, runtime):
+    # X3: the 409 named the cli session holding the title (and as "owner").
+    owner = core.create_session(source="cli", session_key="cli:1", title="Secret plan").session_id
+    mine = telegram.post("runtime/sessions", {"source": "telegram", "session_key": "tg:3"})
+    before = urlmap.state()
+    answers = [
+        telegram.post(
+            "runtime/sessions",
+            {"source": "telegram", "session_key": "tg:4", "title": "Secret plan"},
+        ),
+        telegram.post(
+            f"runtime/sessions/{mine.body['session_id']}/branch", {"title": "Secret plan"}
+        ),
+    ]
+    for answer in answers:
+        assert answer.status == 409, answer.body
+        assert answer.body["type"].endswith("/title-taken")
+        assert answer.body["owner"] is None
+        assert owner not in json.dumps(answer.body)
+    assert _unchanged_but_refusals(before)
+    # A token that may use every source is told which session holds it, as before.
+    answer = runtime.post(
+        "runtime/sessions", {"source": "telegram", "session_key": "tg:5", "title": "Secret plan"}
+    )
+    assert answer.status == 409 and answer.body["owner"] == owner
