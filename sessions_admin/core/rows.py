@@ -159,6 +159,17 @@ def json_text(name: str, value: Any) -> str:
     return check_storable(name, text, max_length=50_000_000)
 
 
+def _json_text_checked(name: str, text: str) -> str:
+    """``text`` when it is JSON text, else ``InvalidInput``."""
+    try:
+        json.loads(text)
+    except ValueError:
+        raise InvalidInput(
+            f"{name} is text that is not JSON; send JSON (a list of calls)."
+        ) from None
+    return text
+
+
 def config_text(model_config: Mapping[str, Any] | str | None) -> str | None:
     """model_config as the text stored in its column (a mapping as JSON, text as given)."""
     if model_config is None:
@@ -200,7 +211,11 @@ def message_values(session_id: str, message: Mapping[str, Any]) -> list[Any]:
     if content is not None and not isinstance(content, str):
         content = json_text("content", content)  # multimodal parts: kept, as JSON text
     tool_calls = message.get("tool_calls")
-    if tool_calls is not None and not isinstance(tool_calls, str):
+    if isinstance(tool_calls, str):
+        # JSON text already (as Hermes stores it): a runtime reading it back parses it, and
+        # text that does not parse loses every tool call of the turn there.
+        tool_calls = _json_text_checked("tool_calls", tool_calls) if tool_calls else None
+    elif tool_calls is not None:
         tool_calls = json_text("tool_calls", tool_calls) if tool_calls else None
     token_count = message.get("token_count")
     if token_count is not None:

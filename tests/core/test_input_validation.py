@@ -81,6 +81,10 @@ CALLS = {
     "append: nan tool_calls": lambda live: core.append_message(
         session_id=live, role="assistant", tool_calls=[{"arg": math.inf}]
     ),
+    # Stored as it came, it was lost to Hermes's reader (attack round 46, X4).
+    "append: tool_calls text that is not JSON": lambda live: core.append_message(
+        session_id=live, role="assistant", tool_calls="notjson{"
+    ),
     "append: object content": lambda live: core.append_message(
         session_id=live, role="user", content=[NotJson()]
     ),
