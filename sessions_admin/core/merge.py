@@ -397,7 +397,47 @@ def _members(session_ids: Sequence[str], target_id: str | None) -> tuple[str, li
         raise InvalidInput(
             "The target descends from a session being absorbed; merge into that session instead."
         )
+    members = target_chain | set(absorbed)
+    for sid in absorbed:
+        branched_from = _branched_from_member(sid, members)
+        if branched_from is not None:
+            raise InvalidInput(
+                f"Session {sid} is a branch of {branched_from} (or of a branch of it): it "
+                "begins with a copy of that transcript, so a merge would repeat it. A branch "
+                "is another conversation on purpose; merge forks of one conversation instead."
+            )
     return target, absorbed, target_id, rule
+
+
+def _is_branch_of(child: dict, parent: dict) -> bool:
+    """``child`` branched from ``parent``: by its marker or, as Hermes still reads rows older
+    than the marker, started once ``parent`` had ended ``branched``."""
+    if lineage.edge_kind(child, parent["end_reason"]) == "branch":
+        return True
+    return (
+        parent["end_reason"] == "branched"
+        and parent["ended_at"] is not None
+        and float(child["started_at"]) >= float(parent["ended_at"])
+        and lineage.edge_kind(child, parent["end_reason"]) == "child"
+    )
+
+
+def _branched_from_member(session_id: str, members: set[str]) -> str | None:
+    """The member ``session_id`` descends from through a branch link somewhere on the way
+    (a branch copies its parent's transcript up to where it branched), else None."""
+    through_branch = False
+    current = lineage.session_row(session_id)
+    seen = {session_id}
+    while current and current["parent_session_id"] and len(seen) < lineage.MAX_DEPTH:
+        parent = lineage.session_row(current["parent_session_id"])
+        if parent is None or parent["id"] in seen:
+            return None
+        through_branch = through_branch or _is_branch_of(current, parent)
+        if through_branch and parent["id"] in members:
+            return parent["id"]
+        seen.add(parent["id"])
+        current = parent
+    return None
 
 
 def _message_stats(ids: Sequence[str]) -> dict[str, tuple[int, int, int]]:

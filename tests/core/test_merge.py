@@ -197,3 +197,36 @@ def test_unmerge_gives_back_each_response_text_as_hermes_wrote_it():
         )
         == before_responses
     )
+
+
+def _chat_with_a_branch() -> tuple[str, str]:
+    parent = core.create_session(source="cli", session_key="cli:branchy").session_id
+    core.append_message(session_id=parent, role="user", content="hello")
+    core.append_message(session_id=parent, role="assistant", content="hi")
+    branch = core.branch_session(session_id=parent).new_session_id
+    core.append_message(session_id=branch, role="user", content="another way")
+    return parent, branch
+
+
+def test_a_session_and_its_own_branch_are_not_merged():
+    # A branch begins with a copy of its parent's transcript: merged back, the copy would
+    # follow the original (attack round 46, W3).
+    parent, branch = _chat_with_a_branch()
+    grandchild = core.branch_session(session_id=branch).new_session_id
+    before = store_snapshot()
+    for picks in ([parent, branch], [parent, grandchild], [branch, grandchild]):
+        with pytest.raises(core.InvalidInput, match="is a branch of"):
+            core.plan_merge(session_ids=picks, target_id=picks[0])
+        with pytest.raises(core.InvalidInput, match="is a branch of"):
+            core.merge_sessions(session_ids=picks, target_id=picks[0])
+    assert store_snapshot() == before
+
+
+def test_a_branch_hermes_marked_only_by_its_parents_end_is_not_merged_either():
+    # Rows from before Hermes's _branched_from marker: the parent ended 'branched' and the
+    # child started after that (hermes_state's _BRANCH_CHILD_SQL reads them so too).
+    parent, branch = _chat_with_a_branch()
+    db.execute("UPDATE sessions SET model_config = NULL WHERE id = %s", [branch])
+    assert session(parent)["end_reason"] == "branched"
+    with pytest.raises(core.InvalidInput, match="is a branch of"):
+        core.plan_merge(session_ids=[parent, branch], target_id=parent)
