@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from sessions_admin import core
@@ -191,11 +191,14 @@ def _kept_whole(rows: dict[str, dict], going: set[str]) -> set[str]:
         (sid, row["parent"]) for sid, row in rows.items() if row["parent"] in rows and together(sid)
     ]
     stays = {parent for child, parent in links if parent in going and child not in going}
-    # A delegate or continuation whose parent is live and not taken goes on there too.
+    # A continuation never goes without the session it continues (attack round 45, T/U),
+    # and a delegate whose parent is live and not taken goes on there too.
     stays |= {
         child
         for child, parent in links
-        if child in going and parent not in going and rows[parent]["live"]
+        if child in going
+        and parent not in going
+        and (rows[parent]["live"] or _kind(rows, child) != "delegate")
     }
     # One /v1/responses conversation (a slug's sessions, a response chain: the evidence
     # fork detection reads) with a session not taken keeps the rest of it.
@@ -397,6 +400,12 @@ def expected_preset(preset: str, argument) -> set[str]:
 
 @SETTINGS
 @given(operations=lineages, preset=presets, include_live=st.booleans())
+# A continuation that matches, of a root that does not (the model once let it go alone).
+@example(
+    operations=[("root", "cli", 0), ("compress", 1), ("end", 3, 1)],
+    preset=("ended_older_than", 1),
+    include_live=False,
+)
 def test_it_bulk_deletes_exactly_the_matching_set(operations, preset, include_live):
     build(operations)
     name, argument = preset
