@@ -83,8 +83,10 @@ def test_the_command_refuses_bad_input_and_creates_nothing(args, words):
 def test_names_stay_taken_after_revocation():
     actions.create_api_token(actor=None, name="once", scope="viewer")
     actions.revoke_api_token(actor=None, name="once")
-    with pytest.raises(InvalidInput, match="exists already"):
-        actions.create_api_token(actor=None, name="once", scope="viewer")
+    # Also in another case: the audit log's actor filter does not tell them apart (round 46).
+    for taken in ("once", "ONCE", "Once"):
+        with pytest.raises(InvalidInput, match="exists already"):
+            actions.create_api_token(actor=None, name=taken, scope="viewer")
     with pytest.raises(InvalidInput, match="revoked already"):
         actions.revoke_api_token(actor=None, name="once")
     assert ApiToken.objects.count() == 1

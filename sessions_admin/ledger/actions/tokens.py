@@ -85,7 +85,8 @@ def create_api_token(
     alias = _audit_alias()
     with transaction.atomic(using=alias):
         # Revoked tokens keep their names: an audit entry's "api:<name>" names one token only.
-        if ApiToken.objects.using(alias).select_for_update().filter(name=name).exists():
+        # Whatever the case: the audit log filters actors regardless of it.
+        if ApiToken.objects.using(alias).select_for_update().filter(name__iexact=name).exists():
             raise InvalidInput(f"A token named {name!r} exists already (revoked names stay taken).")
         token = ApiToken.objects.using(alias).create(
             name=name,
