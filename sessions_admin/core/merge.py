@@ -433,8 +433,10 @@ def _branched_from_member(session_id: str, members: set[str]) -> str | None:
         if parent is None or parent["id"] in seen:
             return None
         through_branch = through_branch or _is_branch_of(current, parent)
-        if through_branch and parent["id"] in members:
-            return parent["id"]
+        if parent["id"] in members:
+            # Reached without a branch: that member's own walk goes on from there (the
+            # target's chain descends from no absorbed session: refused above).
+            return parent["id"] if through_branch else None
         seen.add(parent["id"])
         current = parent
     return None
