@@ -354,3 +354,18 @@ def api_turn(slug: str, response_id: str, at: float, *, end: bool) -> str:
         if end:
             core.end_session(session_id=sid, end_reason="idle_timeout")
     return sid
+
+
+def cascade_into_trash(session_id: str, *, reason: str = "ticket 5") -> int:
+    """End ``session_id`` (user_exit) and cascade-delete it into the trash, as confirmed by an
+    operator; the trash entry holding it."""
+    core.end_session(session_id=session_id, end_reason="user_exit")
+    plan = core.plan_cascade_delete(session_ids=[session_id])
+    actions.cascade_delete(
+        actor=None,
+        session_ids=[session_id],
+        include_branches=False,
+        expected_fingerprint=plan.fingerprint,
+        reason=reason,
+    )
+    return TrashEntry.objects.get(sessions__session_id=session_id).pk

@@ -16,7 +16,10 @@ from sessions_admin.core.erasure import Subject
 from sessions_admin.ledger import actions, erasure
 from sessions_admin.ledger.models import TrashEntry
 from tests.api.test_runtime import _append, _messages
-from tests.builders import erasures_run_inline  # noqa: F401 - an autouse fixture
+from tests.builders import (
+    cascade_into_trash,
+    erasures_run_inline,  # noqa: F401 - an autouse fixture
+)
 
 
 @pytest.fixture
@@ -25,23 +28,10 @@ def live(runtime) -> str:
     return answer.body["session_id"]
 
 
-def _delete(session_id: str) -> int:
-    core.end_session(session_id=session_id, end_reason="user_exit")
-    plan = core.plan_cascade_delete(session_ids=[session_id])
-    actions.cascade_delete(
-        actor=None,
-        session_ids=[session_id],
-        include_branches=False,
-        expected_fingerprint=plan.fingerprint,
-        reason="ticket 5",
-    )
-    return TrashEntry.objects.get(sessions__session_id=session_id).pk
-
-
 def test_a_retry_after_a_delete_and_its_restore_is_replayed_not_stored_again(runtime, live):
     first = _append(runtime, live, "only once", key="k-restore")
     assert first.status == 201
-    entry_id = _delete(live)
+    entry_id = cascade_into_trash(live)
     assert db.fetchall("SELECT key FROM sessions_admin_idempotency") == []
     actions.restore(actor=None, entry_id=entry_id)
     retry = _append(runtime, live, "only once", key="k-restore")
@@ -56,7 +46,7 @@ def test_a_retry_after_a_delete_and_its_restore_is_replayed_not_stored_again(run
 
 def test_a_key_used_again_while_the_session_was_in_the_trash_keeps_its_new_request(runtime, live):
     _append(runtime, live, "before", key="k-twice")
-    entry_id = _delete(live)
+    entry_id = cascade_into_trash(live)
     other = runtime.post("runtime/sessions", {"source": "telegram", "session_key": "tg:43"})
     assert _append(runtime, other.body["session_id"], "after", key="k-twice").status == 201
     actions.restore(actor=None, entry_id=entry_id)

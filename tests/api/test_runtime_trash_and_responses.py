@@ -15,11 +15,11 @@ import pytest
 
 from sessions_admin import core
 from sessions_admin.core import db
-from sessions_admin.ledger import actions
-from sessions_admin.ledger.models import AuditEntry, TrashEntry
+from sessions_admin.ledger.models import AuditEntry
 from sessions_admin.ledger.trash import purge_trash
 from sessions_admin.routers import responses_alias
 from tests.api.conftest import ApiClient
+from tests.builders import cascade_into_trash
 from tests.console import urlmap
 
 pytestmark = pytest.mark.usefixtures("no_worker")
@@ -38,16 +38,7 @@ def admin(make_token) -> ApiClient:
 def _trashed(source: str) -> tuple[str, int]:
     session_id = core.create_session(source=source, session_key=f"{source}:gone").session_id
     core.append_message(session_id=session_id, role="user", content=f"{source} secret")
-    core.end_session(session_id=session_id, end_reason="user_exit")
-    plan = core.plan_cascade_delete(session_ids=[session_id])
-    actions.cascade_delete(
-        actor=None,
-        session_ids=[session_id],
-        include_branches=False,
-        expected_fingerprint=plan.fingerprint,
-        reason="ticket 46",
-    )
-    return session_id, TrashEntry.objects.get(sessions__session_id=session_id).pk
+    return session_id, cascade_into_trash(session_id, reason="ticket 46")
 
 
 def _unchanged_but_refusals(before: dict) -> bool:
