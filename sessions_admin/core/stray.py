@@ -8,7 +8,8 @@ live session where the conversation continues (``lifecycle.where_it_continues``)
 fingerprint; ``move_stray_messages`` executes exactly that plan (ids and columns unchanged,
 counters recounted, full-text indexes following); ``return_stray_messages`` undoes it. Only a
 live destination is offered: moving rows into another ended session would only move the
-finding."""
+finding; and only the same person's (``_another_person``): a move records no person, so an
+erasure would not follow the rows into another person's session."""
 
 from __future__ import annotations
 
@@ -41,10 +42,14 @@ class StrayPlan:
     # A merge's husk: the merge gave the target every message it had, so every message it
     # holds was written after the merge, whatever its stamp.
     merged_into: str | None = None
+    # Why the destination is another person's conversation (None: the same person's).
+    another_person: str | None = None
 
     @property
     def movable(self) -> bool:
-        return bool(self.message_ids) and self.destination_id is not None
+        return (
+            bool(self.message_ids) and self.destination_id is not None and not self.another_person
+        )
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,22 @@ def _fingerprint(row: dict, destination: str | None, ids: Sequence[int]) -> str:
     return plan_fingerprint("stray-move", payload)
 
 
+def _another_person(row: dict, destination: dict | None) -> str | None:
+    """Why ``destination`` is not the same person's as ``row`` (None: it is), as an erasure
+    tells people apart: by user id, and without one by chat id and session key. A move
+    records no person, so an erasure of ``row``'s person would miss the messages there."""
+    if destination is None:
+        return None
+    if row["user_id"] is not None or destination["user_id"] is not None:
+        if row["user_id"] == destination["user_id"]:
+            return None
+        return f"user {row['user_id'] or '(none)'} against {destination['user_id'] or '(none)'}"
+    for column, words in (("chat_id", "chat"), ("session_key", "session key")):
+        if row[column] != destination[column]:
+            return f"{words} {row[column] or '(none)'} against {destination[column] or '(none)'}"
+    return None
+
+
 def _plan(session_id: str) -> StrayPlan:
     require_session_id(session_id)
     row = lineage.session_row(session_id)
@@ -183,6 +204,7 @@ def _plan(session_id: str) -> StrayPlan:
             )
         ]
     destination, via = where_it_continues(row) if row["ended_at"] is not None else (None, None)
+    another_person = _another_person(row, lineage.session_row(destination) if destination else None)
     sample = ()
     if ids:
         sample = tuple(
@@ -203,6 +225,7 @@ def _plan(session_id: str) -> StrayPlan:
         sample=sample,
         fingerprint=_fingerprint(row, destination, ids),
         merged_into=husk_of,
+        another_person=another_person,
     )
 
 
@@ -246,6 +269,12 @@ def move_stray_messages(*, session_id: str, expected_fingerprint: str) -> StrayM
         raise InvalidInput(
             f"No live session continues {session_id}: resume where its conversation went, "
             "then move the messages."
+        )
+    if plan.another_person:
+        raise InvalidInput(
+            f"{plan.destination_id}, where {session_id}'s conversation continues, is another "
+            f"person's ({plan.another_person}): moved there, these messages would be out of "
+            "reach of an erasure of their own person. They stay where they were written."
         )
     holds.refuse_moving_out(
         moves=[(session_id, plan.destination_id)], action="move of stray messages"

@@ -135,3 +135,32 @@ def test_a_turn_a_cached_agent_writes_the_moment_after_a_reset_is_stray(how):
     )
     assert health.count("written_after_end") == 0
     assert stray.plan_stray_move(session_id=held).message_ids == ()
+
+
+def test_stray_messages_never_move_into_another_persons_session(admin_client):
+    # A key a runtime reused for someone else: nina's stale write would have landed in oscar's
+    # session, where erasing nina missed it (attack round 46, Z1).
+    key = "agent:main:telegram:group:9"
+    nina = core.create_session(source="telegram", session_key=key, user_id="nina").session_id
+    core.append_message(session_id=nina, role="user", content="nina's question")
+    core.end_session(session_id=nina, end_reason="session_reset")
+    oscar = core.create_session(source="telegram", session_key=key, user_id="oscar").session_id
+    late = _stale_write(nina, "nina stale write")
+    before = db.fetchall("SELECT id, session_id FROM messages ORDER BY id")
+
+    plan = stray.plan_stray_move(session_id=nina)
+    assert plan.message_ids == (late,) and plan.destination_id == oscar
+    assert plan.another_person == "user nina against oscar" and not plan.movable
+    with pytest.raises(core.InvalidInput, match="another person's"):
+        stray.move_stray_messages(session_id=nina, expected_fingerprint=plan.fingerprint)
+    assert db.fetchall("SELECT id, session_id FROM messages ORDER BY id") == before
+    page = admin_client.get(f"/sessions/{nina}/stray/").content.decode()
+    assert "is another person's (user nina against oscar)" in page
+    assert f"/sessions/{nina}/stray/move/" not in page  # no form to post
+
+    # Without user ids, another chat tells people apart (a merge across chats, say).
+    db.execute("UPDATE sessions SET user_id = NULL WHERE id IN (%s, %s)", [nina, oscar])
+    db.execute("UPDATE sessions SET chat_id = 'c1' WHERE id = %s", [nina])
+    assert stray.plan_stray_move(session_id=nina).another_person == "chat c1 against (none)"
+    db.execute("UPDATE sessions SET chat_id = NULL WHERE id = %s", [nina])
+    assert stray.plan_stray_move(session_id=nina).movable  # one chat, one key: one person
