@@ -18,7 +18,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sessions_admin.core import being_deleted, clock, db, events, faults, fingerprints, lineage
+from sessions_admin.core import (
+    being_deleted,
+    clock,
+    db,
+    events,
+    faults,
+    fingerprints,
+    ids,
+    lineage,
+)
 from sessions_admin.core.db import store_operation
 from sessions_admin.core.errors import (
     AmbiguousSessionRef,
@@ -446,6 +455,10 @@ def _is_live(session_id: str) -> bool:
     return row is not None and row[0] is None
 
 
+# What tells one conversation's session from another's when an id is registered again.
+_IDENTIFYING = ("source", "session_key", "user_id", "chat_id")
+
+
 @store_operation
 def create_session(
     *,
@@ -463,7 +476,8 @@ def create_session(
     started_at: float | None = None,
     join_live: bool = False,
 ) -> SessionRef:
-    """Register a session. Idempotent: an existing id is a no-op that fills NULL metadata.
+    """Register a session. Idempotent: an existing id is a no-op that fills NULL metadata
+    (refused when it is another conversation's: another source, key, user or chat).
 
     Registering twice is never an error, not even from two processes at the same
     moment (hermes-agent #3123: a UNIQUE error there once switched persistence off
@@ -495,6 +509,23 @@ def create_session(
     db.lock_names(db.key_lock_name(session_key), db.session_lock_name(session_id))
     existing = lineage.session_row(session_id, lock=True)
     if existing is not None:
+        # Registering again is the same session's own id coming back; an id of another
+        # conversation (another key, person or source) is not joined: the caller would write
+        # into someone else's transcript (attack round 46, Y1).
+        differing = [
+            name
+            for name, value in {"source": source, **metadata}.items()
+            if name in _IDENTIFYING
+            and value is not None
+            and existing.get(name) is not None
+            and existing[name] != value
+        ]
+        if differing:
+            raise InvalidInput(
+                f"Session id {session_id} exists already with another {' and '.join(differing)}: "
+                "it is another conversation's. Register the session under an id of its own.",
+                field="session_id",
+            )
         fills = {k: v for k, v in metadata.items() if v is not None and existing.get(k) is None}
         if stored_config is not None and existing.get("model_config") is None:
             fills["model_config"] = stored_config
@@ -504,6 +535,10 @@ def create_session(
                 f"UPDATE sessions SET {assignments} WHERE id = %s", [*fills.values(), session_id]
             )
         return SessionRef(session_id=session_id, created=False)
+    # A new id from outside must read as itself wherever it is shown, and be addressable by
+    # the console (an import's rule; attack round 46, Y8: "<id>\u200b", "<id>/../x").
+    if problem := ids.new_session_id_problem(session_id):
+        raise InvalidInput(f"The id {session_id!r} {problem}.", field="session_id")
     if parent_session_id is not None:
         _require_session(parent_session_id)
     previous_live = None
@@ -558,8 +593,8 @@ def append_messages(*, session_id: str, messages: Iterable[Mapping[str, Any]]) -
     if not messages:
         raise InvalidInput("No messages to append.")
     require_writable(session_id)
-    ids, count, tools = insert_counted_messages(session_id, messages)
-    return AppendResult(session_id, tuple(ids), count, tools)
+    message_ids, count, tools = insert_counted_messages(session_id, messages)
+    return AppendResult(session_id, tuple(message_ids), count, tools)
 
 
 def append_message(

@@ -33,7 +33,7 @@ def test_it_creates_a_row_with_metadata():
 def test_registering_an_existing_id_is_a_no_op_that_fills_null_metadata():
     ref = core.create_session(source="cli", session_id="s-1", model="first-model")
     again = core.create_session(
-        source="telegram", session_id="s-1", model="other-model", user_id="u9", chat_id="c9"
+        source="cli", session_id="s-1", model="other-model", user_id="u9", chat_id="c9"
     )
     row = session("s-1")
     assert again == core.SessionRef(session_id=ref.session_id, created=False)
@@ -45,6 +45,26 @@ def test_registering_an_existing_id_is_a_no_op_that_fills_null_metadata():
         "u9",
         "c9",
     )
+
+
+def test_an_id_of_another_conversation_is_not_registered_again():
+    # Joining it, the caller wrote into another chat's transcript (attack round 46, Y1).
+    core.create_session(source="telegram", session_id="s-a", session_key="tg:alice", user_id="a")
+    before = session("s-a")
+    for other in (
+        {"source": "discord", "session_key": "dc:bob"},
+        {"source": "telegram", "session_key": "tg:bob"},
+        {"source": "telegram", "session_key": "tg:alice", "user_id": "b"},
+        {"source": "telegram", "chat_id": "c1", "user_id": "b"},
+    ):
+        with pytest.raises(core.InvalidInput, match="another conversation's") as refused:
+            core.create_session(session_id="s-a", **other)
+        assert refused.value.field == "session_id"
+    assert session("s-a") == before and count("sessions") == 1
+    # Its own values again, or fewer of them: the same session (hermes-agent #3123).
+    assert not core.create_session(
+        source="telegram", session_id="s-a", session_key="tg:alice"
+    ).created
 
 
 def test_registering_twice_keeps_appending_possible():
@@ -93,4 +113,17 @@ def test_a_taken_title_is_refused_and_nothing_is_written():
 def test_bad_sources_are_refused(source):
     with pytest.raises(core.InvalidInput):
         core.create_session(source=source)
+    assert count("sessions") == 0
+
+
+@pytest.mark.parametrize(
+    "session_id",
+    ["s-9\n", "s-9\u200b", " s-9", "s-9/../x", "..", "s\u202e9"],
+    ids=["newline", "zero-width", "leading space", "a path", "dot-dot", "bidi override"],
+)
+def test_a_new_id_that_would_not_read_as_itself_is_refused(session_id):
+    # Lookalikes of another id, or ids no console page could reach (attack round 46, Y8).
+    with pytest.raises(core.InvalidInput) as refused:
+        core.create_session(source="cli", session_id=session_id)
+    assert refused.value.field == "session_id"
     assert count("sessions") == 0
