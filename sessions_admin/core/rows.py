@@ -159,14 +159,14 @@ def json_text(name: str, value: Any) -> str:
     return check_storable(name, text, max_length=50_000_000)
 
 
-def _json_text_checked(name: str, text: str) -> str:
-    """``text`` when it is JSON text, else ``InvalidInput``."""
+def _calls_text_checked(text: str) -> str:
+    """``text`` when it is the JSON text of a list (of tool calls), else ``InvalidInput``."""
     try:
-        json.loads(text)
+        value = json.loads(text)
     except ValueError:
-        raise InvalidInput(
-            f"{name} is text that is not JSON; send JSON (a list of calls)."
-        ) from None
+        value = None
+    if not isinstance(value, list):
+        raise InvalidInput("tool_calls is text that is not the JSON of a list of calls.")
     return text
 
 
@@ -212,11 +212,13 @@ def message_values(session_id: str, message: Mapping[str, Any]) -> list[Any]:
         content = json_text("content", content)  # multimodal parts: kept, as JSON text
     tool_calls = message.get("tool_calls")
     if isinstance(tool_calls, str):
-        # JSON text already (as Hermes stores it): a runtime reading it back parses it, and
-        # text that does not parse loses every tool call of the turn there.
-        tool_calls = _json_text_checked("tool_calls", tool_calls) if tool_calls else None
+        # JSON text already (as Hermes stores it): a runtime reading it back parses it and
+        # takes a list of calls, so text that is not one loses the turn's tool calls there.
+        tool_calls = _calls_text_checked(tool_calls) if tool_calls else None
     elif tool_calls is not None:
-        tool_calls = json_text("tool_calls", tool_calls) if tool_calls else None
+        if not isinstance(tool_calls, list | tuple):
+            raise InvalidInput("tool_calls must be a list of calls (or its JSON text).")
+        tool_calls = json_text("tool_calls", list(tool_calls)) if tool_calls else None
     token_count = message.get("token_count")
     if token_count is not None:
         checked_count("token_count", token_count)

@@ -85,6 +85,18 @@ CALLS = {
     "append: tool_calls text that is not JSON": lambda live: core.append_message(
         session_id=live, role="assistant", tool_calls="notjson{"
     ),
+    "append: tool_calls text of a number": lambda live: core.append_message(
+        session_id=live, role="assistant", tool_calls="42"
+    ),
+    "append: tool_calls text of an object": lambda live: core.append_message(
+        session_id=live, role="assistant", tool_calls='{"a": 1}'
+    ),
+    "append: tool_calls an object": lambda live: core.append_message(
+        session_id=live, role="assistant", tool_calls={"a": 1}
+    ),
+    "append: tool_calls a number": lambda live: core.append_message(
+        session_id=live, role="assistant", tool_calls=42
+    ),
     "append: object content": lambda live: core.append_message(
         session_id=live, role="user", content=[NotJson()]
     ),
