@@ -1100,12 +1100,31 @@ class DeletedSession:
     restorable: TrashEntry | None  # an entry of it not yet restored (its restore form's)
 
 
+def _unrestored_rows():
+    """Trash rows of sessions that are in the trash now: their entry holds the row and was not
+    restored (purged and erased rows are gone from it)."""
+    return TrashSession.objects.filter(entry__session_count__gt=0).exclude(
+        entry__state=TrashEntry.RESTORED
+    )
+
+
+def trashed_among(session_ids: Sequence[str]) -> dict[str, int]:
+    """Those of ``session_ids`` that are in the trash, each with an entry holding it."""
+    found: dict[str, int] = {}
+    ids = list(dict.fromkeys(session_ids))
+    for start in range(0, len(ids), 500):
+        rows = _unrestored_rows().filter(session_id__in=ids[start : start + 500])
+        for session_id, entry_id in rows.values_list("session_id", "entry_id"):
+            found.setdefault(session_id, entry_id)
+    return found
+
+
 def deleted_session(session_id: str) -> DeletedSession | None:
     """The newest trash operation holding ``session_id``'s row and not restored since, or
     None (never deleted, restored, purged, or erased: an erasure drops the subject's rows)."""
     found = (
-        TrashSession.objects.filter(session_id=session_id, entry__session_count__gt=0)
-        .exclude(entry__state=TrashEntry.RESTORED)
+        _unrestored_rows()
+        .filter(session_id=session_id)
         .select_related("entry")
         .defer("entry__payload")
         .order_by("-entry__created_at", "-entry_id")

@@ -20,7 +20,9 @@ from django.urls import NoReverseMatch, reverse
 from sessions_admin import core
 from sessions_admin.core import db, ids, portability
 from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.ledger.trash import purge_trash
 from sessions_admin.signin.roles import assign_role
+from tests.builders import cascade_into_trash
 from tests.console.test_fuzz import ODD_SESSION_IDS
 from tests.helpers import messages, session
 
@@ -372,3 +374,19 @@ def test_a_link_to_the_store_is_refused_as_the_store(tmp_path):
         with pytest.raises(CommandError, match="is a database the dashboard uses"):
             call_command("import_sessions", str(tmp_path / name), stdout=io.StringIO())
     assert db.fetchone("PRAGMA integrity_check")[0] == "ok"
+
+
+# --- ids in the trash ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [(), ("--dry-run",), ("--skip-existing",)])
+def test_an_import_of_a_session_in_the_trash_is_refused(tmp_path, options):
+    # Imported, it kept the trashed one from ever being restored (attack round 46, Y3).
+    session_id = core.create_session(source="telegram", session_key="tg:gone").session_id
+    entry_id = cascade_into_trash(session_id)
+    message = _refused(tmp_path, [_export(session_id), _export("new-1")], *options)
+    assert f"{session_id} (trash entry #{entry_id})" in message
+    assert db.fetchone("SELECT COUNT(*) FROM sessions WHERE id = 'new-1'")[0] == 0
+    # Purged, the id is free again.
+    purge_trash()
+    assert "Imported 2" in _import(tmp_path, [_export(session_id), _export("new-1")])

@@ -9,13 +9,37 @@ from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.text import operator_text
 from sessions_admin.ledger.actions.audit import _audited, _failure_detail, record
 from sessions_admin.ledger.models import AuditAction, AuditEntry
+from sessions_admin.ledger.trash import trashed_among
 from sessions_admin.store.attach import database_file_named
 
 IMPORT = AuditAction.IMPORT_SESSIONS
 
 
 def _read_export(file: str, stream: IO[bytes] | None) -> list[dict]:
-    """The session objects of an export: ``stream`` when given (standard input), else ``file``."""
+    """The session objects of an export: ``stream`` when given (standard input), else
+    ``file``; none of them a session in the trash (``_refuse_trashed``)."""
+    sessions = _read_file(file, stream)
+    _refuse_trashed(sessions)
+    return sessions
+
+
+def _refuse_trashed(sessions: list[dict]) -> None:
+    """An imported session under the id of one in the trash would keep that one from ever
+    being restored (attack round 46, Y3): the import is refused, naming them."""
+    ids = [str(s["id"]) for s in sessions if isinstance(s, dict) and isinstance(s.get("id"), str)]
+    trashed = trashed_among(ids)
+    if trashed:
+        named = ", ".join(
+            f"{sid} (trash entry #{entry})" for sid, entry in list(trashed.items())[:10]
+        )
+        raise InvalidInput(
+            f"{len(trashed)} session(s) of the file are in the trash: {named}. Imported, they "
+            "would keep those from being restored: restore the trash entries instead, or purge "
+            "them first."
+        )
+
+
+def _read_file(file: str, stream: IO[bytes] | None) -> list[dict]:
     if stream is not None:
         return portability_core.read_export(stream)
     alias = database_file_named(file)
