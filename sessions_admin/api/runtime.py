@@ -44,7 +44,10 @@ from sessions_admin.core.errors import (
     TitleTaken,
 )
 from sessions_admin.core.lifecycle import plan_resume, where_it_continues
-from sessions_admin.core.slug_history import latest_recorded_session
+from sessions_admin.core.slug_history import (
+    latest_recorded_session,
+    sessions_recorded_for_response,
+)
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditAction, AuditEntry
 from sessions_admin.ledger.trash import deleted_session
@@ -356,14 +359,16 @@ def _require_sources_named(
         rows.response_session(response_id) if response_id else None,
         rows.conversation_session(conversation) if conversation else None,
     ]
-    # A response the runtime evicted is still the latest of the conversations naming it: a
-    # turn storing it again would carry those conversations into the caller's session.
+    # A response the runtime evicted is still the latest of the conversations naming it, and
+    # an older one is still what a client continues from: a turn storing it again would carry
+    # those conversations into the caller's session. The slug history remembers whose it was.
     for slug, session_column in rows.conversations_naming_response(response_id or ""):
         owner = session_column or latest_recorded_session(slug)
         if owner is None:
             # Whose it is cannot be told: not a limited token's to take.
             caller.require_source(None, slug)
         named.append(owner)
+    named += sessions_recorded_for_response(response_id or "")
     for session_id in dict.fromkeys(sid for sid in named if sid):
         row = lineage.session_row(session_id)
         if row is not None:

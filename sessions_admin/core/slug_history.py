@@ -277,3 +277,16 @@ def latest_recorded_session(slug: str) -> str | None:
         [slug],
     )
     return row[0] if row else None
+
+
+def sessions_recorded_for_response(response_id: str) -> list[str]:
+    """Every session an entry recorded ``response_id`` on (the poller saw it as a slug's
+    latest, or the core put the slug there with it), oldest first; [] without the table."""
+    if not response_id or not history_table_exists():
+        return []
+    rows = db.fetchall(
+        f"SELECT session_id FROM {TABLE} WHERE response_id = %s AND session_id IS NOT NULL "
+        "ORDER BY id",
+        [response_id],
+    )
+    return list(dict.fromkeys(r[0] for r in rows))

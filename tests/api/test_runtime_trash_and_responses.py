@@ -15,6 +15,7 @@ import pytest
 
 from sessions_admin import core
 from sessions_admin.core import db
+from sessions_admin.core.slug_history import capture_slug_history
 from sessions_admin.ledger.models import AuditEntry
 from sessions_admin.ledger.trash import purge_trash
 from sessions_admin.routers import responses_alias
@@ -169,3 +170,28 @@ def test_a_title_another_source_holds_is_taken_without_naming_its_session(telegr
         "runtime/sessions", {"source": "telegram", "session_key": "tg:5", "title": "Secret plan"}
     )
     assert answer.status == 409 and answer.body["owner"] == owner
+
+
+def test_a_limited_token_does_not_store_an_older_evicted_response_of_another_source(telegram):
+    # Y2: not the latest any more, but what a client of that conversation continues from.
+    discord = core.create_session(source="discord", session_key="dc:7").session_id
+    core.record_turn(response_id="resp_old", session_id=discord, conversation="dc-chat")
+    capture_slug_history()  # the poller saw it as the slug's latest
+    core.record_turn(response_id="resp_new", session_id=discord, conversation="dc-chat")
+    db.execute("DELETE FROM responses WHERE response_id = 'resp_old'", alias=responses_alias())
+    mine = telegram.post("runtime/sessions", {"source": "telegram", "session_key": "tg:7"})
+    before = urlmap.state()
+
+    answer = telegram.post(
+        f"runtime/sessions/{mine.body['session_id']}/turns",
+        {"response_id": "resp_old", "data": {"output_text": "injected"}},
+    )
+
+    assert answer.status == 403, answer.body
+    assert discord not in json.dumps(answer.body)
+    assert _unchanged_but_refusals(before)
+    # A response id nobody recorded is the token's to store.
+    fresh = telegram.post(
+        f"runtime/sessions/{mine.body['session_id']}/turns", {"response_id": "resp_tg", "data": {}}
+    )
+    assert fresh.status == 201, fresh.body
