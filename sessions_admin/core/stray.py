@@ -44,11 +44,16 @@ class StrayPlan:
     merged_into: str | None = None
     # Why the destination is another person's conversation (None: the same person's).
     another_person: str | None = None
+    # A legal hold the move would take the messages out of, in its refusal's words.
+    held: str | None = None
 
     @property
     def movable(self) -> bool:
         return (
-            bool(self.message_ids) and self.destination_id is not None and not self.another_person
+            bool(self.message_ids)
+            and self.destination_id is not None
+            and not self.another_person
+            and not self.held
         )
 
 
@@ -205,6 +210,11 @@ def _plan(session_id: str) -> StrayPlan:
         ]
     destination, via = where_it_continues(row) if row["ended_at"] is not None else (None, None)
     another_person = _another_person(row, lineage.session_row(destination) if destination else None)
+    leaving = (
+        holds.held_moves(moves=[(session_id, destination)], action="move of stray messages")
+        if destination and ids
+        else []
+    )
     sample = ()
     if ids:
         sample = tuple(
@@ -226,6 +236,7 @@ def _plan(session_id: str) -> StrayPlan:
         fingerprint=_fingerprint(row, destination, ids),
         merged_into=husk_of,
         another_person=another_person,
+        held=str(leaving[0]) if leaving else None,
     )
 
 

@@ -390,10 +390,32 @@ def test_stray_messages_of_a_held_husk_are_not_moved_out_of_the_hold():
     hold = holds.place_hold(kind="session", subject=husk, reason="case 85", actor="ada")
     moving = stray.plan_stray_move(session_id=husk)
     assert moving.message_ids == tuple(strays)
+    # The preview says so, and offers no move (attack round 46, Z2: it offered one that every
+    # click refused with no reason shown).
+    assert f"legal hold #{hold.id}" in moving.held and not moving.movable
     before = store_snapshot()
     with pytest.raises(holds.HeldMessagesWouldLeave, match=f"legal hold #{hold.id}"):
         stray.move_stray_messages(session_id=husk, expected_fingerprint=moving.fingerprint)
     assert store_snapshot() == before
+
+
+def test_a_refused_stray_move_tells_htmx_why(admin_client):
+    kept, husk, strays = _merged_husk_with_strays()
+    moving = stray.plan_stray_move(session_id=husk)
+    hold = holds.place_hold(kind="session", subject=husk, reason="case 87", actor="ada")
+    before = store_snapshot()
+    answer = admin_client.post(
+        f"/sessions/{husk}/stray/move/",
+        {"fingerprint": moving.fingerprint},
+        headers={"HX-Request": "true"},
+    )
+    # htmx swaps 2xx answers only: the refusal comes as the fragment, with its reason.
+    assert answer.status_code == 200
+    body = answer.content.decode()
+    assert "Nothing was moved" in body and f"legal hold #{hold.id}" in body
+    assert store_snapshot() == before
+    plain = admin_client.post(f"/sessions/{husk}/stray/move/", {"fingerprint": moving.fingerprint})
+    assert plain.status_code == 409
 
 
 def test_stray_messages_moved_into_a_session_held_since_are_not_returned_out_of_it():

@@ -89,9 +89,10 @@ def _page(request: HtmxHttpRequest, session: Session, *, error: str = "") -> Htt
         "can_operate": request.user.has_perm(OPERATE),
         "error": error,
     }
-    return render(
-        request, fragment(request, TEMPLATE, "stray-move"), context, status=409 if error else 200
-    )
+    # htmx swaps only 2xx answers (templates/base.html): its refusal comes as the fragment
+    # with the reason in it; a plain POST keeps the 409.
+    status = 409 if error and not request.htmx else 200
+    return render(request, fragment(request, TEMPLATE, "stray-move"), context, status=status)
 
 
 @require_GET
