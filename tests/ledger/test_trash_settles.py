@@ -241,7 +241,7 @@ def test_a_live_batchs_pending_entry_is_left_alone():
     assert TrashEntry.objects.get(pk=entry_id).state == TrashEntry.PENDING
 
 
-def test_a_session_split_between_two_operations_comes_back_whole():
+def test_a_session_split_between_two_operations_comes_back_whole(admin_client):
     sid = big_session(300)
     before = session_rows(sid)
     child = cascade_killed_after_first_part(sid)
@@ -262,6 +262,9 @@ def test_a_session_split_between_two_operations_comes_back_whole():
     assert trash.part_rows_elsewhere([stopped, finished.operation]) == {
         stopped: ((sid, first_finished),)
     }
+    # Its button says what it restores: not "500 messages" (attack round 46, Z3).
+    page = admin_client.get("/trash/").content.decode()
+    assert f"Restore it with #{first_finished}: the whole session</button>" in page
     # Either operation brings the whole session back: the row's, or the parts' (which then
     # takes the operation holding the row with it).
     restored = actions.restore(actor="ada", entry_id=first_stopped)
