@@ -50,7 +50,7 @@ from sessions_admin.core.slug_history import (
 )
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditAction, AuditEntry
-from sessions_admin.ledger.trash import deleted_session
+from sessions_admin.ledger.trash import deleted_session, trashed_title_holder
 from sessions_admin.routers import store_alias
 
 logger = logging.getLogger(__name__)
@@ -483,6 +483,7 @@ def start_session(request: HttpRequest, body: StartIn):
             caller.require_source(row["source"], existing)
     if body.session_id and lineage.session_row(body.session_id) is None:
         _refuse_an_id_in_the_trash(caller, body.session_id)
+    _refuse_a_title_in_the_trash(caller, body.title)
     fields = body.model_dump(exclude_none=True, by_alias=False)
     fields.pop("model_config_", None)
     ref = _audited(
@@ -496,6 +497,25 @@ def start_session(request: HttpRequest, body: StartIn):
     )
     return Status(
         201 if ref.created else 200, SessionRefOut(session_id=ref.session_id, created=ref.created)
+    )
+
+
+def _refuse_a_title_in_the_trash(caller: Caller, title: str | None) -> None:
+    """A title a deleted session in the trash holds is taken, as one in the store is: given
+    to another session, it would keep that one from being restored (attack round 46, Y4)."""
+    deleted = trashed_title_holder(title) if title else None
+    if deleted is None:
+        return
+    owner = deleted.session_id if caller.may_touch_source(deleted.source or None) else None
+    raise Problem(
+        409,
+        "title-taken",
+        "Title taken",
+        f"The title {title!r} is held by a deleted session in the trash"
+        + (f" ({owner}, entry #{deleted.entry.pk})" if owner else "")
+        + ": given to another session, it would keep that one from being restored. Nothing "
+        "was changed.",
+        {"owner": owner},
     )
 
 
@@ -752,6 +772,7 @@ def resume(request: HttpRequest, body: ResumeIn):
 def branch(request: HttpRequest, session_id: Identifier, body: BranchIn):
     """Start a branch carrying the active transcript up to ``at_message_id`` (default: all)."""
     _session(request, session_id)
+    _refuse_a_title_in_the_trash(_caller(request), body.title)
     result = _audited(
         request,
         AuditAction.BRANCH,

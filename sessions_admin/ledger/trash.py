@@ -1119,6 +1119,13 @@ def trashed_among(session_ids: Sequence[str]) -> dict[str, int]:
     return found
 
 
+def trashed_title_holder(title: str) -> DeletedSession | None:
+    """A deleted session in the trash titled ``title`` (titles are unique, and the restore of
+    one whose title another session took is refused), or None."""
+    found = _unrestored_rows().filter(title=title).order_by("-entry_id").first()
+    return deleted_session(found.session_id) if found is not None else None
+
+
 def deleted_session(session_id: str) -> DeletedSession | None:
     """The newest trash operation holding ``session_id``'s row and not restored since, or
     None (never deleted, restored, purged, or erased: an erasure drops the subject's rows)."""

@@ -195,3 +195,26 @@ def test_a_limited_token_does_not_store_an_older_evicted_response_of_another_sou
         f"runtime/sessions/{mine.body['session_id']}/turns", {"response_id": "resp_tg", "data": {}}
     )
     assert fresh.status == 201, fresh.body
+
+
+def test_a_title_a_deleted_session_holds_in_the_trash_is_taken(telegram, runtime, admin):
+    # Y4: taken by a new session, the restore of the deleted one was refused for good.
+    discord = core.create_session(source="discord", session_key="dc:9", title="Plans").session_id
+    core.append_message(session_id=discord, role="user", content="discord secret")
+    entry_id = cascade_into_trash(discord)
+    mine = telegram.post("runtime/sessions", {"source": "telegram", "session_key": "tg:9"})
+    before = urlmap.state()
+    for client in (telegram, runtime):
+        for path, body in (
+            ("runtime/sessions", {"source": "telegram", "session_key": "tg:10", "title": "Plans"}),
+            (f"runtime/sessions/{mine.body['session_id']}/branch", {"title": "Plans"}),
+        ):
+            answer = client.post(path, body)
+            assert answer.status == 409, answer.body
+            assert answer.body["type"].endswith("/title-taken")
+            # Named to a token that may use the deleted session's source only.
+            assert answer.body["owner"] == (discord if client is runtime else None)
+            if client is telegram:
+                assert discord not in json.dumps(answer.body)
+    assert _unchanged_but_refusals(before)
+    assert admin.post(f"trash/{entry_id}/restore", {}).status == 200
