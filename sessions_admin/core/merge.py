@@ -192,14 +192,16 @@ class MergeRecord:
         if self.missing_ids:
             return (
                 f"Merge #{self.merge_id} can no longer be undone: session(s) "
-                f"{', '.join(self.missing_ids[:5])} were deleted (restore them from the trash first)."
+                f"{', '.join(self.missing_ids[:5])} were deleted (restore them from the trash "
+                "first; once purged or erased, the merge cannot be undone at all)."
             )
         if self.replaced_ids:
             return (
                 f"Merge #{self.merge_id} can no longer be undone: session(s) "
                 f"{', '.join(self.replaced_ids[:5])} were deleted after it and a runtime has "
-                "since started new sessions with the same ids (the deleted ones stay in the "
-                "trash; delete the new ones and restore the trash entry to undo the merge)."
+                "since started new sessions with the same ids (while the deleted ones are "
+                "still in the trash, delete the new ones and restore the trash entry to undo "
+                "the merge; once purged or erased, it cannot be undone at all)."
             )
         return ""
 
