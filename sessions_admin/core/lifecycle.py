@@ -597,6 +597,28 @@ def append_messages(*, session_id: str, messages: Iterable[Mapping[str, Any]]) -
     return AppendResult(session_id, tuple(message_ids), count, tools)
 
 
+@dataclass(frozen=True)
+class RecountResult:
+    session_id: str
+    before: tuple[int, int]  # (message_count, tool_call_count) as they were stored
+    after: tuple[int, int]  # as the active rows count them
+
+
+@store_operation
+def recount_session(*, session_id: str) -> RecountResult:
+    """Set a session's counters from its active rows, live or ended: the repair of what a
+    runtime writing past the core left (Hermes's own rewind flips rows inactive and keeps
+    ``message_count``). Every core operation recounts what it touches; this touches nothing
+    else."""
+    require_session_id(session_id)
+    being_deleted.lock_and_refuse([session_id])
+    row = lineage.session_row(session_id, lock=True)
+    if row is None:
+        raise SessionNotFound(session_id)
+    before = (int(row["message_count"] or 0), int(row["tool_call_count"] or 0))
+    return RecountResult(session_id, before, recompute_counters(session_id))
+
+
 def append_message(
     *, session_id: str, role: str, content: Any = None, **fields: Any
 ) -> AppendResult:

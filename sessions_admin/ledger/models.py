@@ -33,6 +33,7 @@ class AuditAction(models.TextChoices):
     MOVE_STRAY_MESSAGES = "move_stray_messages"
     PLACE_HOLD = "place_hold"
     PURGE_TRASH = "purge_trash"
+    RECOUNT = "recount", "recount counters"
     REDO = "redo"
     RELEASE_HOLD = "release_hold"
     RESET = "reset"

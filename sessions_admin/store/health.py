@@ -45,7 +45,8 @@ CHECKS = (
     HealthCheck(
         "counter_mismatch",
         "Counters that disagree with the rows",
-        "message_count differs from the number of active messages.",
+        "message_count differs from the number of active messages (a runtime's own rewind "
+        "keeps it, for one). Recount it from the session's page (support).",
     ),
     HealthCheck(
         "several_live",

@@ -42,6 +42,7 @@ ACCESS: dict[str, tuple[str | None, str | None]] = {
     "session_undo": (None, SUPPORT),
     "session_redo": (None, SUPPORT),
     "session_retry": (None, SUPPORT),
+    "session_recount": (None, SUPPORT),
     "fork_list": (VIEWER, None),
     "merge_preview": (VIEWER, None),
     "merge_execute": (None, SUPPORT),

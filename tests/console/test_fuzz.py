@@ -94,6 +94,7 @@ POST_FIELDS: dict[str, tuple[list[str], dict[str, str]]] = {
     "session_undo": (["reason", "fingerprint"], {}),
     "session_redo": (["reason", "fingerprint"], {}),
     "session_retry": (["reason", "fingerprint"], {}),
+    "session_recount": (["reason"], {}),
     "merge_execute": (
         ["ids", "target", "fingerprint", "typed_count", "reason", "next", "continue_history"],
         REASON,

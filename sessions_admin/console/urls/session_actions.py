@@ -10,4 +10,7 @@ urlpatterns = [
     path("<session_id:session_id>/undo/", session_actions.session_undo, name="session_undo"),
     path("<session_id:session_id>/redo/", session_actions.session_redo, name="session_redo"),
     path("<session_id:session_id>/retry/", session_actions.session_retry, name="session_retry"),
+    path(
+        "<session_id:session_id>/recount/", session_actions.session_recount, name="session_recount"
+    ),
 ]

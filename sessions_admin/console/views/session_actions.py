@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import trigger_client_event
 
 from sessions_admin import core
-from sessions_admin.console.forms import ResetForm, ResumeForm, RewriteForm
+from sessions_admin.console.forms import OptionalReasonForm, ResetForm, ResumeForm, RewriteForm
 from sessions_admin.console.http import (
     HtmxHttpRequest,
     plural,
@@ -36,9 +36,9 @@ from sessions_admin.console.http import (
     wants_fragment,
 )
 from sessions_admin.console.previews import CallAnswered, preview_calls
-from sessions_admin.console.refusals import Refused, attempt, refuse
+from sessions_admin.console.refusals import Refused, attempt, attempt_form, refuse
 from sessions_admin.console.words import end_reason_words
-from sessions_admin.core import fingerprints, lineage, stray
+from sessions_admin.core import being_deleted, db, fingerprints, lineage, stray
 from sessions_admin.core.lifecycle import ResumePlan, plan_resume, where_it_continues
 from sessions_admin.core.text import REFERENCE_MAX, operator_identifier, shown_back
 from sessions_admin.core.transcript import RewritePlan, RewritePlanChanged, plan_rewrite
@@ -156,6 +156,19 @@ def rewrite_previews(session_id: str) -> list[RewritePreview]:
     return previews
 
 
+def _counted(session_id: str) -> tuple[int, int] | None:
+    """(stored message_count, active rows) when they differ (a recount is offered), else None.
+    A session being deleted keeps its counters until its row goes: nothing to offer."""
+    row = db.fetchone(
+        "SELECT s.message_count, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id "
+        "AND m.active = 1) FROM sessions s WHERE s.id = %s",
+        [session_id],
+    )
+    if row is None or int(row[0] or 0) == int(row[1]) or being_deleted.marks_on([session_id]):
+        return None
+    return int(row[0] or 0), int(row[1])
+
+
 def panel_context(request: HtmxHttpRequest, session: Session) -> dict:
     """What the actions panel on the detail page needs (empty for operators who cannot act)."""
     can_operate = request.user.has_perm(OPERATE)
@@ -179,6 +192,8 @@ def panel_context(request: HtmxHttpRequest, session: Session) -> dict:
             "continues_in_url": (
                 _detail_url(continues_in) + "#session-actions" if continues_in else None
             ),
+            # Counters a runtime left disagreeing with the rows: the repair is a recount.
+            "counted": _counted(session.id),
             # Messages a stale runtime wrote after the end: the repair is a previewed move.
             "stray_count": (
                 len(stray.plan_stray_move(session_id=session.id).message_ids) if not live else 0
@@ -292,6 +307,36 @@ def session_redo(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 def session_retry(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Mark the reply to the last user message undone, so the runtime can answer again."""
     return _rewrite(request, session_id, "retry")
+
+
+# --- recount ----------------------------------------------------------------------------------
+
+
+@require_POST
+@require_perm(OPERATE)
+def session_recount(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Set the session's counters from its active rows (the health finding "Counters that
+    disagree with the rows": a runtime's own rewind keeps ``message_count``)."""
+    session = session_or_404(session_id)
+    back = _detail_url(session.id)
+    result = attempt_form(
+        request,
+        AuditAction.RECOUNT,
+        OptionalReasonForm(request.POST),
+        lambda data: actions.recount(
+            actor=request.user, session_id=session.id, reason=data["reason"]
+        ),
+        session_ids=[session.id],
+        message="Nothing was recounted: ",
+    )
+    if isinstance(result, Refused):
+        return redirect_to(request, back)
+    messages.success(
+        request,
+        f"Recounted {session.id} from its active rows: message_count {result.before[0]:,} → "
+        f"{result.after[0]:,}, tool_call_count {result.before[1]:,} → {result.after[1]:,}.",
+    )
+    return redirect_to(request, back)
 
 
 # --- reset ------------------------------------------------------------------------------------

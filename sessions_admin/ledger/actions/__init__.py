@@ -95,6 +95,7 @@ from sessions_admin.ledger.actions.sessions import (
     STRAY_RETURN,
     _key_of,
     move_stray_messages,
+    recount,
     reset,
     resume,
     rewrite,

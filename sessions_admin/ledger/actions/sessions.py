@@ -112,6 +112,23 @@ def reset(
     )
 
 
+def recount(*, actor, session_id: str, reason: str = "") -> core.RecountResult:
+    """Set a session's counters from its active rows (``core.recount_session``), audited."""
+    reason = operator_text(reason, field="reason")
+    return _audited(
+        actor=actor,
+        action=AuditAction.RECOUNT,
+        session_ids=[session_id],
+        reason=reason,
+        before={},
+        run=lambda: core.recount_session(session_id=session_id),
+        after=lambda r: {
+            "message_count": [r.before[0], r.after[0]],
+            "tool_call_count": [r.before[1], r.after[1]],
+        },
+    )
+
+
 def rewrite(
     *,
     actor,
