@@ -415,9 +415,10 @@ def repoint_conversations(*, from_session_ids: list[str], to_session_id: str) ->
     NULL are found through their latest response and get the column filled.
     """
     ids = [i for i in from_session_ids if i and i != to_session_id]
+    # The target's own slugs get their column filled too: the action touched them.
+    refill_conversation_sessions(session_ids=[*ids, to_session_id])
     if not ids:
         return 0
-    refill_conversation_sessions(session_ids=ids)
     with responses_transaction():
         return db.execute(
             f"UPDATE conversations SET session_id = %s WHERE session_id IN ({db.placeholders(ids)})",

@@ -155,3 +155,20 @@ def test_attach_repopulates_session_ids_a_runtime_left_blank():
     call_command("init_store")
     assert conversation("hermes-slug") == ("r1", ref)
     assert conversation("gone") == ("evicted", None)
+
+
+def test_a_resume_writes_the_column_of_its_own_slug_back():
+    # Hermes's INSERT OR REPLACE left it NULL; the resume touched the slug (attack round 46).
+    ref = core.create_session(source="api_server", session_key="api:k").session_id
+    db.execute(
+        "INSERT INTO responses (response_id, data, accessed_at) VALUES ('r10', %s, 1)",
+        [json.dumps({"session_id": ref})],
+        alias=responses_alias(),
+    )
+    db.execute(
+        "INSERT INTO conversations (name, response_id, session_id) VALUES ('mine', 'r10', NULL)",
+        alias=responses_alias(),
+    )
+    core.end_session(session_id=ref, end_reason="user_exit")
+    core.resume_session(ref=ref)
+    assert conversation("mine") == ("r10", ref)
