@@ -476,8 +476,10 @@ def create_session(
     started_at: float | None = None,
     join_live: bool = False,
 ) -> SessionRef:
-    """Register a session. Idempotent: an existing id is a no-op that fills NULL metadata
-    (refused when it is another conversation's: another source, key, user or chat).
+    """Register a session. Idempotent: an existing id is a no-op that fills NULL metadata that
+    does not identify a conversation (``model``, ``chat_type``, ``thread_id``, ``model_config``);
+    a source, key, user or chat other than the row's, or given where the row has none, is
+    refused: the id is another conversation's (or would be handed to this one).
 
     Registering twice is never an error, not even from two processes at the same
     moment (hermes-agent #3123: a UNIQUE error there once switched persistence off
@@ -512,13 +514,14 @@ def create_session(
         # Registering again is the same session's own id coming back; an id of another
         # conversation (another key, person or source) is not joined: the caller would write
         # into someone else's transcript (attack round 46, Y1).
+        # A column the row left empty is not filled from here either: a key, user or chat
+        # given to a session that had none would hand it to whoever registered it so
+        # (attack round 46, AA1: another runtime's key then named it live, its user's
+        # erasure took it). What does not tell conversations apart is still filled.
         differing = [
             name
             for name, value in {"source": source, **metadata}.items()
-            if name in _IDENTIFYING
-            and value is not None
-            and existing.get(name) is not None
-            and existing[name] != value
+            if name in _IDENTIFYING and value is not None and existing.get(name) != value
         ]
         if differing:
             raise InvalidInput(
@@ -526,7 +529,11 @@ def create_session(
                 "it is another conversation's. Register the session under an id of its own.",
                 field="session_id",
             )
-        fills = {k: v for k, v in metadata.items() if v is not None and existing.get(k) is None}
+        fills = {
+            k: v
+            for k, v in metadata.items()
+            if v is not None and existing.get(k) is None and k not in _IDENTIFYING
+        }
         if stored_config is not None and existing.get("model_config") is None:
             fills["model_config"] = stored_config
         if fills:

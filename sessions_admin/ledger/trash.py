@@ -1119,6 +1119,17 @@ def trashed_among(session_ids: Sequence[str]) -> dict[str, int]:
     return found
 
 
+def trashed_titles_among(titles: Sequence[str]) -> dict[str, str]:
+    """Those of ``titles`` a deleted session in the trash holds, each with such a session."""
+    found: dict[str, str] = {}
+    wanted = [t for t in dict.fromkeys(titles) if t]
+    for start in range(0, len(wanted), 500):
+        rows = _unrestored_rows().filter(title__in=wanted[start : start + 500])
+        for title, session_id in rows.values_list("title", "session_id"):
+            found.setdefault(title, session_id)
+    return found
+
+
 def trashed_title_holder(title: str) -> DeletedSession | None:
     """A deleted session in the trash titled ``title`` (titles are unique, and the restore of
     one whose title another session took is refused), or None."""

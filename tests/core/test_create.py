@@ -33,18 +33,29 @@ def test_it_creates_a_row_with_metadata():
 def test_registering_an_existing_id_is_a_no_op_that_fills_null_metadata():
     ref = core.create_session(source="cli", session_id="s-1", model="first-model")
     again = core.create_session(
-        source="cli", session_id="s-1", model="other-model", user_id="u9", chat_id="c9"
+        source="cli", session_id="s-1", model="other-model", chat_type="dm", thread_id="t9"
     )
     row = session("s-1")
     assert again == core.SessionRef(session_id=ref.session_id, created=False)
     assert count("sessions") == 1
     # NULL columns are filled, set ones are never overwritten.
-    assert (row["source"], row["model"], row["user_id"], row["chat_id"]) == (
+    assert (row["source"], row["model"], row["chat_type"], row["thread_id"]) == (
         "cli",
         "first-model",
-        "u9",
-        "c9",
+        "dm",
+        "t9",
     )
+
+
+def test_a_session_without_a_key_user_or_chat_is_not_handed_to_one_by_registering_it():
+    # A Hermes CLI session has none: registered again with mallory's, it became hers, her
+    # key's live session, and her erasure's (attack round 46, AA1).
+    core.create_session(source="cli", session_id="s-cli")
+    before = session("s-cli")
+    for claim in ({"session_key": "k:mallory"}, {"user_id": "mallory"}, {"chat_id": "m-chat"}):
+        with pytest.raises(core.InvalidInput, match="another conversation's"):
+            core.create_session(source="cli", session_id="s-cli", **claim)
+    assert session("s-cli") == before
 
 
 def test_an_id_of_another_conversation_is_not_registered_again():

@@ -390,3 +390,13 @@ def test_an_import_of_a_session_in_the_trash_is_refused(tmp_path, options):
     # Purged, the id is free again.
     purge_trash()
     assert "Imported 2" in _import(tmp_path, [_export(session_id), _export("new-1")])
+
+
+def test_an_import_of_a_title_a_deleted_session_holds_in_the_trash_is_refused(tmp_path):
+    # Titles are unique: imported, it blocked the restore for good (attack round 46, AA2).
+    session_id = core.create_session(source="telegram", title="Refund plan").session_id
+    cascade_into_trash(session_id)
+    message = _refused(tmp_path, [_export("new-2", title="Refund plan")])
+    assert f"'Refund plan' ({session_id})" in message
+    purge_trash()
+    assert "Imported 1" in _import(tmp_path, [_export("new-2", title="Refund plan")])

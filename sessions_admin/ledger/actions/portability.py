@@ -9,7 +9,7 @@ from sessions_admin.core.errors import InvalidInput
 from sessions_admin.core.text import operator_text
 from sessions_admin.ledger.actions.audit import _audited, _failure_detail, record
 from sessions_admin.ledger.models import AuditAction, AuditEntry
-from sessions_admin.ledger.trash import trashed_among
+from sessions_admin.ledger.trash import trashed_among, trashed_titles_among
 from sessions_admin.store.attach import database_file_named
 
 IMPORT = AuditAction.IMPORT_SESSIONS
@@ -36,6 +36,17 @@ def _refuse_trashed(sessions: list[dict]) -> None:
             f"{len(trashed)} session(s) of the file are in the trash: {named}. Imported, they "
             "would keep those from being restored: restore the trash entries instead, or purge "
             "them first."
+        )
+    # Titles are unique: one a deleted session holds would block its restore as well (AA2).
+    titles = trashed_titles_among(
+        [s["title"] for s in sessions if isinstance(s, dict) and isinstance(s.get("title"), str)]
+    )
+    if titles:
+        named = ", ".join(f"{title!r} ({sid})" for title, sid in list(titles.items())[:10])
+        raise InvalidInput(
+            f"{len(titles)} title(s) of the file are held by deleted sessions in the trash: "
+            f"{named}. Imported, they would keep those from being restored: restore or purge "
+            "them first, or change the titles in the file."
         )
 
 
