@@ -14,6 +14,7 @@ from django.urls import reverse
 from sessions_admin import core
 from sessions_admin.core import db, portability
 from sessions_admin.ledger.models import AuditEntry
+from sessions_admin.ledger.trash import purge_trash
 from sessions_admin.signin.roles import assign_role
 from tests.helpers import counter_mismatches, messages, session
 
@@ -67,6 +68,8 @@ def _transcript(session_id: str) -> list[tuple]:
 
 
 def _delete(ids: list[str]) -> None:
+    """Gone for good: deleted, and the trash purged (an import of sessions still in the trash
+    is refused: it would keep them from being restored)."""
     plan = core.plan_cascade_delete(session_ids=ids, include_branches=True)
     core.execute_cascade_delete(
         session_ids=ids,
@@ -75,6 +78,7 @@ def _delete(ids: list[str]) -> None:
         actor="t",
         reason="test",
     )
+    purge_trash()
 
 
 # --- export --------------------------------------------------------------------------------------

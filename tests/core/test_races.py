@@ -96,12 +96,12 @@ def test_two_processes_creating_one_id_both_get_the_promised_no_op(tmp_path):
     (first,), (second,) = race(
         [create(session_id="sess-1", session_key="tg:1")],
         "create.before_insert",
-        [create(session_id="sess-1", session_key="tg:1", user_id="u1")],
+        [create(session_id="sess-1", session_key="tg:1", model="m2")],
         tmp_path,
     )
     assert first == {"ok": {"session_id": "sess-1", "created": True}}
     assert second == {"ok": {"session_id": "sess-1", "created": False}}
-    assert session("sess-1")["user_id"] == "u1"  # the second caller's metadata filled in
+    assert session("sess-1")["model"] == "m2"  # the second caller's metadata filled in
     assert live_of_key("tg:1") == ["sess-1"]
 
 

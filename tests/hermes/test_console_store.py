@@ -17,6 +17,7 @@ from django.core.management import call_command
 
 from sessions_admin import core
 from sessions_admin.core import portability
+from sessions_admin.ledger.trash import purge_trash
 from tests.hermes.checks import assert_healthy, search
 from tests.hermes.conftest import call, sql
 
@@ -93,6 +94,7 @@ def test_every_console_write_keeps_both_indexes_for_hermes(hermes, attach, tmp_p
     core.execute_cascade_delete(
         session_ids=[other], expected_fingerprint=plan.fingerprint, actor="t", reason="r"
     )
+    purge_trash()  # gone for good: an import of what the trash still holds is refused
     call_command("import_sessions", str(export), reason="back")  # new message ids
     plan = core.plan_cascade_delete(session_ids=[a])
     deleted = core.execute_cascade_delete(  # a is merge's target: its undo waits on the trash

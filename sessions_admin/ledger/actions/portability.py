@@ -6,7 +6,7 @@ from typing import IO
 
 from sessions_admin.core import portability as portability_core
 from sessions_admin.core.errors import InvalidInput
-from sessions_admin.core.text import operator_text
+from sessions_admin.core.text import operator_text, storability_problem
 from sessions_admin.ledger.actions.audit import _audited, _failure_detail, record
 from sessions_admin.ledger.models import AuditAction, AuditEntry
 from sessions_admin.ledger.trash import trashed_among, trashed_titles_among
@@ -26,7 +26,7 @@ def _read_export(file: str, stream: IO[bytes] | None) -> list[dict]:
 def _refuse_trashed(sessions: list[dict]) -> None:
     """An imported session under the id of one in the trash would keep that one from ever
     being restored (attack round 46, Y3): the import is refused, naming them."""
-    ids = [str(s["id"]) for s in sessions if isinstance(s, dict) and isinstance(s.get("id"), str)]
+    ids = _storable([s.get("id") for s in sessions if isinstance(s, dict)])
     trashed = trashed_among(ids)
     if trashed:
         named = ", ".join(
@@ -39,7 +39,7 @@ def _refuse_trashed(sessions: list[dict]) -> None:
         )
     # Titles are unique: one a deleted session holds would block its restore as well (AA2).
     titles = trashed_titles_among(
-        [s["title"] for s in sessions if isinstance(s, dict) and isinstance(s.get("title"), str)]
+        _storable([s.get("title") for s in sessions if isinstance(s, dict)])
     )
     if titles:
         named = ", ".join(f"{title!r} ({sid})" for title, sid in list(titles.items())[:10])
@@ -48,6 +48,12 @@ def _refuse_trashed(sessions: list[dict]) -> None:
             f"{named}. Imported, they would keep those from being restored: restore or purge "
             "them first, or change the titles in the file."
         )
+
+
+def _storable(values: list) -> list[str]:
+    """The texts among ``values`` a database can compare (the import refuses the others, with
+    its own message, once the file is checked)."""
+    return [v for v in values if isinstance(v, str) and storability_problem(v) is None]
 
 
 def _read_file(file: str, stream: IO[bytes] | None) -> list[dict]:
