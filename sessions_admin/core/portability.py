@@ -415,6 +415,8 @@ class ImportPlan:
     grafts: tuple[Graft, ...] = ()
     # Live in the file: imported ended, ``end_reason`` ``imported``.
     ended_on_import: tuple[str, ...] = ()
+    # Whose parent is neither in the file nor in the store: imported without the link.
+    detached: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -818,6 +820,8 @@ def plan_import(raw_sessions: Iterable[Any]) -> ImportPlan:
         raise ImportRefused(problems)
     order = {sid: n for n, sid in enumerate(session_ids)}
     written = [s for s in sessions if s.session_id not in existing_set]
+    outside = sorted({s.parent_id for s in written if s.parent_id} - set(session_ids))
+    parents_present = set(lineage.existing_session_ids(outside)) if outside else set()
     return ImportPlan(
         tuple(sessions),
         tuple(sorted(existing, key=order.__getitem__)),
@@ -825,6 +829,11 @@ def plan_import(raw_sessions: Iterable[Any]) -> ImportPlan:
         grafts=_grafts(written),
         ended_on_import=tuple(
             s.session_id for s in written if s.row.get("end_reason") == IMPORTED_END_REASON
+        ),
+        detached=tuple(
+            s.session_id
+            for s in written
+            if s.parent_id and s.parent_id not in order and s.parent_id not in parents_present
         ),
     )
 

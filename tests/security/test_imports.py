@@ -400,3 +400,13 @@ def test_an_import_of_a_title_a_deleted_session_holds_in_the_trash_is_refused(tm
     assert f"'Refund plan' ({session_id})" in message
     purge_trash()
     assert "Imported 1" in _import(tmp_path, [_export("new-2", title="Refund plan")])
+
+
+def test_the_dry_run_says_which_sessions_would_lose_their_parent_link(tmp_path):
+    # The run said so, its dry run did not (attack round 46, AA).
+    objects = [_export("orphan-1", parent_session_id="nowhere-1")]
+    preview = _import(tmp_path, objects, "--dry-run", "--graft")
+    assert "1 would be kept without their parent link" in preview and "orphan-1" in preview
+    done = _import(tmp_path, objects, "--graft")
+    assert "1 kept without their parent link" in done
+    assert session("orphan-1")["parent_session_id"] is None

@@ -108,6 +108,12 @@ class Command(BaseCommand):
                 if plan.ended_on_import
                 else ""
             )
+            + (
+                f"; {len(plan.detached)} would be kept without their parent link (parent not "
+                f"in the store or the file): {', '.join(plan.detached[:10])}"
+                if plan.detached
+                else ""
+            )
             + "."
         )
         if not plan.grafts:
