@@ -22,6 +22,7 @@ import signal
 
 import pytest
 from django.db import OperationalError
+from django.urls import reverse
 from django.utils import timezone
 
 from sessions_admin import core
@@ -267,8 +268,13 @@ def test_a_session_split_between_two_operations_comes_back_whole(admin_client):
     assert f"Restore it with #{first_finished}: the whole session</button>" in page
     # Either operation brings the whole session back: the row's, or the parts' (which then
     # takes the operation holding the row with it).
-    restored = actions.restore(actor="ada", entry_id=first_stopped)
-    assert first_finished in restored.trash_entry_ids
+    answer = admin_client.post(reverse("trash_restore", args=[first_stopped]), follow=True)
+    # Its message names both operations it restored (attack round 46, AB).
+    said = [str(m) for m in answer.context["messages"]]
+    assert any(
+        f"from trash entries #{first_stopped} and #{first_finished} (their whole operations:" in m
+        for m in said
+    ), said
 
     assert session_rows(sid) == before  # every message, the row's message_count matching
     assert being_deleted.marks_on([sid]) == {}

@@ -16,7 +16,7 @@ from datetime import timedelta
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.db.models import F, Window
+from django.db.models import F, Min, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -321,11 +321,23 @@ def trash_restore(request: HtmxHttpRequest, entry_id: int) -> HttpResponse:
         )
         return redirect_to(request, reverse("job_detail", kwargs={"job_id": result}))
     batches = len(result.trash_entry_ids)
+    # A restore of parts takes the operation holding their session's row with it: name each.
+    firsts = sorted(
+        TrashEntry.objects.filter(pk__in=result.trash_entry_ids)
+        .values("operation")
+        .annotate(first=Min("pk"))
+        .values_list("first", flat=True)
+    )
+    if len(firsts) > 1:
+        whole = f" (their whole operations: {batches} batches)."
+        source = "trash entries " + " and ".join(f"#{pk}" for pk in firsts)
+    else:
+        whole = f" (the whole operation: {batches} batches)." if batches > 1 else "."
+        source = f"trash entry #{first.pk}"
     messages.success(
         request,
         f"Restored {plural(len(result.restored_sessions), 'session')} and "
-        f"{plural(result.restored_messages, 'message')} from trash entry #{first.pk}"
-        + (f" (the whole operation: {batches} batches)." if batches > 1 else "."),
+        f"{plural(result.restored_messages, 'message')} from {source}{whole}",
     )
     if result.waiting_links:
         waits_for = sorted({link.entry_id for link in result.waiting_links})
