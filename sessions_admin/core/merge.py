@@ -859,12 +859,12 @@ def _refuse_undone_moved_turns(merge_id: int, target: str, moved: dict) -> None:
             )
 
 
-@store_operation
 def _live_of_keys(keys: set[str]) -> dict[str, str]:
     """The live session of each of ``keys`` that has one."""
     return {key: live[0] for key in keys if (live := live_of_key(key))}
 
 
+@store_operation
 def unmerge(*, merge_id: int) -> UnmergeResult:
     """Undo a merge: every moved message, child, slug and session row goes back."""
     row = db.fetchone(

@@ -114,8 +114,10 @@ def test_the_trash_page_sends_a_sessions_parts_to_the_entry_holding_its_row(admi
     body = admin.get(reverse("trash")).content.decode()
 
     assert re.search(
-        rf"Restore <a href=\"#trash-{finished}\">#{finished}</a> instead", _row(body, stopped)
+        rf"<a href=\"#trash-{finished}\">#{finished}</a> holds the row of session",
+        _row(body, stopped),
     )
+    assert f"Restore it with #{finished}: the whole session" in _row(body, stopped)
     assert "still in the store" not in _row(body, stopped)
     admin.post(reverse("trash_restore", args=[finished]))
     assert db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = %s", [sid])[0] == 300
