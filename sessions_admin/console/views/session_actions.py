@@ -38,13 +38,14 @@ from sessions_admin.console.http import (
 from sessions_admin.console.previews import CallAnswered, preview_calls
 from sessions_admin.console.refusals import Refused, attempt, attempt_form, refuse
 from sessions_admin.console.words import end_reason_words
-from sessions_admin.core import being_deleted, db, fingerprints, lineage, stray
+from sessions_admin.core import db, fingerprints, lineage, stray
 from sessions_admin.core.lifecycle import ResumePlan, plan_resume, where_it_continues
 from sessions_admin.core.text import REFERENCE_MAX, operator_identifier, shown_back
 from sessions_admin.core.transcript import RewritePlan, RewritePlanChanged, plan_rewrite
 from sessions_admin.ledger import actions
 from sessions_admin.ledger.models import AuditAction
 from sessions_admin.signin.roles import DELETE, OPERATE, VIEW
+from sessions_admin.store import health
 from sessions_admin.store.models import Message, Session
 
 TEMPLATE = "console/session_actions.html"
@@ -157,16 +158,15 @@ def rewrite_previews(session_id: str) -> list[RewritePreview]:
 
 
 def _counted(session_id: str) -> tuple[int, int] | None:
-    """(stored message_count, active rows) when they differ (a recount is offered), else None.
-    A session being deleted keeps its counters until its row goes: nothing to offer."""
+    """(stored message_count, active rows) when the health check "Counters that disagree with
+    the rows" holds for the session (a recount is offered), else None."""
+    mismatch, params = health.predicate("counter_mismatch", "s")
     row = db.fetchone(
         "SELECT s.message_count, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id "
-        "AND m.active = 1) FROM sessions s WHERE s.id = %s",
-        [session_id],
+        f"AND m.active = 1) FROM sessions s WHERE s.id = %s AND {mismatch}",
+        [session_id, *params],
     )
-    if row is None or int(row[0] or 0) == int(row[1]) or being_deleted.marks_on([session_id]):
-        return None
-    return int(row[0] or 0), int(row[1])
+    return (int(row[0] or 0), int(row[1])) if row else None
 
 
 def panel_context(request: HtmxHttpRequest, session: Session) -> dict:
